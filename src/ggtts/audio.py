@@ -1,0 +1,119 @@
+"""The ``Audio`` result type and its encodings (WAV 16-bit PCM or float, FLAC, raw PCM)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import struct
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+import numpy as np
+import soundfile as sf
+
+# suffix -> (soundfile format, subtype)
+_FORMATS: dict[str, tuple[str, str]] = {
+    ".wav": ("WAV", "PCM_16"),
+    ".flac": ("FLAC", "PCM_16"),
+    ".ogg": ("OGG", "VORBIS"),
+    ".opus": ("OGG", "OPUS"),
+    ".mp3": ("MP3", "MPEG_LAYER_III"),
+}
+PCM16_MAX = 32767
+
+
+@dataclass(frozen=True)
+class Audio:
+    """Mono float32 samples in [-1, 1] at ``sample_rate`` Hz."""
+
+    samples: np.ndarray
+    sample_rate: int
+
+    def __post_init__(self) -> None:
+        samples = np.ascontiguousarray(self.samples, dtype=np.float32).reshape(-1)
+        object.__setattr__(self, "samples", samples)
+
+    @property
+    def duration(self) -> float:
+        return len(self.samples) / self.sample_rate
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    @staticmethod
+    def concatenate(parts: Iterable[Audio]) -> Audio:
+        parts = list(parts)
+        if not parts:
+            raise ValueError("no audio to concatenate")
+        rates = {p.sample_rate for p in parts}
+        if len(rates) != 1:
+            raise ValueError(f"cannot concatenate audio of different sample rates {sorted(rates)}")
+        return Audio(np.concatenate([p.samples for p in parts]), parts[0].sample_rate)
+
+    def pcm16(self) -> bytes:
+        """Little-endian signed 16-bit samples, clipped."""
+        return (np.clip(self.samples, -1.0, 1.0) * PCM16_MAX).round().astype("<i2").tobytes()
+
+    def encode(self, fmt: str = "wav", *, float_wav: bool = False) -> bytes:
+        """The audio as a file in ``fmt`` (wav, flac, ogg, opus, mp3) or raw ``pcm`` (16-bit little-endian)."""
+        if fmt == "pcm":
+            return self.pcm16()
+        buf = io.BytesIO()
+        self.write_to(buf, "." + fmt, float_wav=float_wav)
+        return buf.getvalue()
+
+    def write_to(self, stream: BinaryIO, suffix: str, *, float_wav: bool = False) -> None:
+        suffix = suffix.lower()
+        if suffix not in _FORMATS:
+            raise ValueError(f"unsupported audio format '{suffix}'; supported: {', '.join(sorted(_FORMATS))}")
+        fmt, subtype = _FORMATS[suffix]
+        if suffix == ".wav" and float_wav:
+            subtype = "FLOAT"
+        sf.write(stream, self.samples, self.sample_rate, format=fmt, subtype=subtype)
+
+    def save(self, path: str | os.PathLike[str], *, float_wav: bool = False) -> Path:
+        """Write to ``path`` (format from the suffix; ``.wav`` is 16-bit PCM unless ``float_wav``).
+
+        The file is written under a temporary name and renamed, so a failure leaves nothing under ``path``.
+        """
+        path = Path(path)
+        suffix = path.suffix.lower()
+        if suffix not in _FORMATS:
+            raise ValueError(f"{path}: unsupported audio format '{suffix}'; use one of {', '.join(sorted(_FORMATS))}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                self.write_to(f, suffix, float_wav=float_wav)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        return path
+
+
+STREAMING_WAV_SIZE = 0xFFFFFFFF  # data size unknown when streaming: the maximum, as ffmpeg and browsers accept
+
+
+def wav_header(sample_rate: int, n_samples: int | None = None, *, bits: int = 16, channels: int = 1) -> bytes:
+    """A 44-byte PCM WAV header; with ``n_samples=None`` the sizes are set for an open-ended stream."""
+    block_align = channels * bits // 8
+    if n_samples is None:
+        data_size = STREAMING_WAV_SIZE - 36
+        riff_size = STREAMING_WAV_SIZE
+    else:
+        data_size = n_samples * block_align
+        riff_size = 36 + data_size
+    return (
+        b"RIFF"
+        + struct.pack("<I", riff_size & 0xFFFFFFFF)
+        + b"WAVEfmt "
+        + struct.pack("<IHHIIHH", 16, 1, channels, sample_rate, sample_rate * block_align, block_align, bits)
+        + b"data"
+        + struct.pack("<I", data_size & 0xFFFFFFFF)
+    )

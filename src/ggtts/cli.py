@@ -1,0 +1,254 @@
+"""The ``ggtts`` command: a thin argparse layer over the public API."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ggtts.errors import GGTTSError
+
+PROG = "ggtts"
+MAX_LIST_ITEMS = 8  # metadata arrays longer than this are summarised by `info`
+
+
+def _fail(message: str, status: int = 1) -> int:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    return status
+
+
+# ---- info -----------------------------------------------------------------------------------------------------
+def _format_value(value: Any) -> str:
+    if isinstance(value, list):
+        if len(value) > MAX_LIST_ITEMS:
+            head = ", ".join(repr(v) for v in value[:MAX_LIST_ITEMS])
+            return f"[{head}, ...] ({len(value)} items)"
+        return "[" + ", ".join(repr(v) for v in value) + "]"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+def _human_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from ggtts.gguf import GGUFFile
+    from ggtts.models.registry import supported_architectures
+
+    g = GGUFFile(args.file)
+    arch = g.architecture
+    supported = arch in supported_architectures()
+    print(f"file: {g.path}")
+    print(f"GGUF version: {g.version}")
+    print(f"architecture: {arch}" + ("" if supported else "  (not supported by this ggtts)"))
+    voices = g.get(f"{arch}.voices")
+    if isinstance(voices, list):
+        print(f"voices ({len(voices)}): {', '.join(voices)}")
+    print("metadata:")
+    for key, value in g.metadata.items():
+        if key == f"{arch}.voices":
+            continue
+        print(f"  {key} = {_format_value(value)}")
+    infos = list(g.infos())
+    by_type = Counter(i.type.name for i in infos)
+    total = sum(i.n_bytes for i in infos)
+    counts = ", ".join(f"{name} {n}" for name, n in sorted(by_type.items()))
+    print(f"tensors: {len(infos)} ({counts})")
+    print(f"tensor data: {_human_bytes(total)} ({total} bytes)")
+    return 0
+
+
+# ---- speak ----------------------------------------------------------------------------------------------------
+def _read_text(args: argparse.Namespace) -> str:
+    if args.text is not None and args.file is not None:
+        raise GGTTSError("give the text either as an argument or with -f, not both")
+    if args.file is not None:
+        path = Path(args.file)
+        try:
+            return path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise GGTTSError(f"{path}: cannot read text ({e.strerror})") from None
+        except UnicodeDecodeError:
+            raise GGTTSError(f"{path}: not UTF-8 text") from None
+    if args.text is not None:
+        return str(args.text)
+    if sys.stdin.isatty():
+        raise GGTTSError("no text given: pass it as an argument, with -f FILE, or on standard input")
+    return sys.stdin.read()
+
+
+def _speak_options(args: argparse.Namespace) -> dict[str, Any]:
+    options: dict[str, Any] = {"seed": args.seed}
+    if args.phonemes:
+        options["phonemes"] = True
+    if args.lang:
+        options["lang"] = args.lang
+    if args.progress is not None:
+        options["progress"] = args.progress
+    return options
+
+
+def cmd_speak(args: argparse.Namespace) -> int:
+    import ggtts
+    from ggtts.audio import Audio, wav_header
+
+    text = _read_text(args)
+    load_options = {"vocoder": args.vocoder} if args.vocoder else {}
+    model = ggtts.load(args.model, **load_options)
+    options = _speak_options(args)
+    if args.output == "-":
+        out = sys.stdout.buffer
+        out.write(wav_header(model.sample_rate, None))
+        for chunk in model.stream(text, voice=args.voice, speed=args.speed, **options):
+            out.write(chunk.pcm16())
+            out.flush()
+        return 0
+    audio: Audio = model.synthesize(text, voice=args.voice, speed=args.speed, **options)
+    path = audio.save(args.output, float_wav=args.float)
+    print(f"{PROG}: wrote {path} ({audio.duration:.2f} s at {audio.sample_rate} Hz)", file=sys.stderr)
+    return 0
+
+
+# ---- convert --------------------------------------------------------------------------------------------------
+def cmd_convert(args: argparse.Namespace) -> int:
+    from ggtts.convert.dispatch import convert
+
+    out = convert(args.family, [Path(s) for s in args.sources], Path(args.output), args.type)
+    print(f"{PROG}: wrote {out}", file=sys.stderr)
+    return 0
+
+
+# ---- serve / bench / eval / decode / parity: filled in by their modules ---------------------------------------
+def _delegate(module: str, func: str) -> Callable[[argparse.Namespace], int]:
+    def run(args: argparse.Namespace) -> int:
+        import importlib
+
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name and e.name.startswith("ggtts"):
+                raise GGTTSError(f"'{args.command}' is not available in this build of ggtts") from None
+            raise GGTTSError(
+                f"'{args.command}' needs the Python package '{e.name}', which is not installed"
+            ) from None
+        result: int = getattr(mod, func)(args)
+        return result
+
+    return run
+
+
+# ---- parser ---------------------------------------------------------------------------------------------------
+def _speed(value: str) -> float:
+    from ggtts.api import MAX_SPEED, MIN_SPEED
+
+    try:
+        speed = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not MIN_SPEED <= speed <= MAX_SPEED:
+        raise argparse.ArgumentTypeError(f"{speed} is out of range; use {MIN_SPEED} to {MAX_SPEED}")
+    return speed
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ggtts import __version__
+
+    p = argparse.ArgumentParser(prog=PROG, description="Local text-to-speech with GGUF models.")
+    p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    s = sub.add_parser("speak", help="speak text into a WAV file (or standard output)")
+    s.add_argument("text", nargs="?", help="text to speak (default: -f FILE or standard input)")
+    s.add_argument("-m", "--model", default=None, help="GGUF file or built-in name (default: kokoro)")
+    s.add_argument("-v", "--voice", default=None, help="voice name, or a blend like 'a:0.6,b:0.4'")
+    s.add_argument("-s", "--speed", type=_speed, default=1.0, help="speaking rate, 0.5 to 2.0 (default 1.0)")
+    s.add_argument("-o", "--output", default="out.wav", help="output file (.wav/.flac/.ogg/.mp3), '-' for stdout")
+    s.add_argument("-f", "--file", default=None, help="read the text from this UTF-8 file")
+    s.add_argument("--phonemes", action="store_true", help="the input is phonemes, not text")
+    s.add_argument("--lang", default=None, help="G2P language code (Kokoro: 'a' American, 'b' British English)")
+    s.add_argument("--seed", type=int, default=0, help="seed for the vocoder's noise / sampling (default 0)")
+    s.add_argument("--vocoder", default=None, help="vocoder GGUF for models that need one (OuteTTS)")
+    s.add_argument("--float", action="store_true", help="write 32-bit float WAV instead of 16-bit PCM")
+    s.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=None, help="show a progress bar"
+    )
+    s.set_defaults(func=cmd_speak)
+
+    c = sub.add_parser("convert", help="convert an upstream checkpoint to GGUF")
+    c.add_argument("family", help="model family: kokoro, outetts, wavtokenizer")
+    c.add_argument("sources", nargs="+", help="upstream files (weights, config, voices)")
+    c.add_argument("-o", "--output", required=True, help="output .gguf file")
+    c.add_argument("--type", default="f32", choices=["f32", "f16", "bf16", "q8_0"], help="tensor type")
+    c.set_defaults(func=cmd_convert)
+
+    i = sub.add_parser("info", help="describe a GGUF file")
+    i.add_argument("file")
+    i.set_defaults(func=cmd_info)
+
+    v = sub.add_parser("serve", help="run the OpenAI-compatible HTTP server")
+    v.add_argument("-m", "--model", action="append", default=None, help="model to serve (repeatable)")
+    v.add_argument("--host", default="127.0.0.1")
+    v.add_argument("--port", type=int, default=8000)
+    v.add_argument("--api-key", default=None, help="require this Bearer token (or set GGTTS_API_KEY)")
+    v.add_argument("--max-queue", type=int, default=16, help="requests waiting before 503")
+    v.add_argument("--max-input-chars", type=int, default=4096, help="longest input accepted (413 above)")
+    v.add_argument("--timeout", type=float, default=120.0, help="per-request time limit in seconds")
+    v.set_defaults(func=_delegate("ggtts.server.cli", "run"))
+
+    b = sub.add_parser("bench", help="measure speed against installed peers")
+    b.add_argument("-m", "--model", default=None)
+    b.add_argument("--text", default=None)
+    b.add_argument("--against", default="onnx,reference")
+    b.add_argument("--runs", type=int, default=3)
+    b.add_argument("--json", action="store_true")
+    b.add_argument("--plot", default=None)
+    b.set_defaults(func=_delegate("ggtts.measure.bench", "run"))
+
+    e = sub.add_parser("eval", help="measure intelligibility with Whisper (word error rate)")
+    e.add_argument("sentences", nargs="?", default=None, help="file with one sentence per line")
+    e.add_argument("-m", "--model", default=None)
+    e.add_argument("-v", "--voice", default=None)
+    e.add_argument("--whisper", default="base", choices=["base", "tiny.en"])
+    e.add_argument("--json", action="store_true")
+    e.set_defaults(func=_delegate("ggtts.measure.eval", "run"))
+
+    d = sub.add_parser("decode", help="turn audio codes into audio with a codec GGUF")
+    d.add_argument("codes", nargs="?", default=None, help="codes (integers or <|N|> tokens), a file, or stdin")
+    d.add_argument("--vocoder", required=True, help="codec GGUF (wavtokenizer-dec)")
+    d.add_argument("-o", "--output", default="out.wav")
+    d.set_defaults(func=_delegate("ggtts.pipelines.decode_cli", "run"))
+
+    r = sub.add_parser("parity", help="compare a model family with its upstream reference")
+    r.add_argument("family")
+    r.add_argument("--json", action="store_true")
+    r.set_defaults(func=_delegate("ggtts.measure.parity", "run"))
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        status: int = args.func(args)
+        return status
+    except GGTTSError as e:
+        return _fail(str(e))
+    except KeyboardInterrupt:
+        return _fail("interrupted", 130)
+    except BrokenPipeError:
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""GGUF writer shared by every converter: tensor type choice, metadata, and an atomic write.
+
+The file is written under a temporary name next to the target and renamed at the end, so a failed conversion
+never leaves a half-written file under the requested name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType
+from gguf import quants as gguf_quants
+
+from ggtts.gguf import keys
+
+# Tensors with fewer elements than this stay F32: quantizing them saves nothing and costs accuracy.
+MIN_QUANT_ELEMENTS = 1024
+
+
+class OutType(str, Enum):
+    """The ``--type`` choices of every converter."""
+
+    F32 = "f32"
+    F16 = "f16"
+    BF16 = "bf16"
+    Q8_0 = "q8_0"
+
+    @property
+    def ggml_type(self) -> GGMLQuantizationType:
+        return _GGML_TYPE[self]
+
+    @property
+    def file_type(self) -> LlamaFileType:
+        return _FILE_TYPE[self]
+
+
+_GGML_TYPE = {
+    OutType.F32: GGMLQuantizationType.F32,
+    OutType.F16: GGMLQuantizationType.F16,
+    OutType.BF16: GGMLQuantizationType.BF16,
+    OutType.Q8_0: GGMLQuantizationType.Q8_0,
+}
+_FILE_TYPE = {
+    OutType.F32: LlamaFileType.ALL_F32,
+    OutType.F16: LlamaFileType.MOSTLY_F16,
+    OutType.BF16: LlamaFileType.MOSTLY_BF16,
+    OutType.Q8_0: LlamaFileType.MOSTLY_Q8_0,
+}
+
+
+def choose_type(name: str, shape: tuple[int, ...], out_type: OutType) -> GGMLQuantizationType:
+    """The stored type of one tensor under ``out_type``.
+
+    Norms, biases and other 1-D tensors, tiny tensors, and tensors whose inner dimension is not a multiple of the
+    block size stay F32.
+    """
+    target = out_type.ggml_type
+    if target == GGMLQuantizationType.F32:
+        return target
+    numel = int(np.prod(shape)) if shape else 1
+    if len(shape) < 2 or numel < MIN_QUANT_ELEMENTS or keys.is_norm_or_bias(name):
+        return GGMLQuantizationType.F32
+    block = gguf_quants.GGML_QUANT_SIZES[target][0]
+    if shape[-1] % block:
+        return GGMLQuantizationType.F32
+    return target
+
+
+def encode_tensor(data: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:
+    """``data`` (float) in the storage form of ``qtype``: a float array, or the raw bytes of quantized blocks."""
+    data = np.ascontiguousarray(data, dtype=np.float32)
+    if qtype == GGMLQuantizationType.F32:
+        return data
+    if qtype == GGMLQuantizationType.F16:
+        return data.astype(np.float16)
+    return gguf_quants.quantize(data, qtype)
+
+
+class ModelWriter:
+    """Collects metadata and tensors for one GGUF file, then writes it atomically.
+
+    ``meta`` exposes the underlying ``gguf.GGUFWriter`` for its typed ``add_*`` metadata methods.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], arch: str, out_type: OutType | str = OutType.F32) -> None:
+        self.path = Path(path)
+        self.arch = arch
+        self.out_type = OutType(out_type)
+        self.meta = GGUFWriter(None, arch)
+        self.meta.add_file_type(int(self.out_type.file_type))
+        self._names: set[str] = set()
+
+    def add(self, key: str, value: Any) -> None:
+        """Add a metadata value, typed from the Python value (str, bool, int, float, or a list of them)."""
+        if isinstance(value, bool):
+            self.meta.add_bool(key, value)
+        elif isinstance(value, int):
+            self.meta.add_int32(key, value) if value < 0 else self.meta.add_uint32(key, value)
+        elif isinstance(value, float):
+            self.meta.add_float32(key, value)
+        elif isinstance(value, str):
+            self.meta.add_string(key, value)
+        elif isinstance(value, (list, tuple)):
+            self.meta.add_array(key, list(value))
+        else:
+            raise TypeError(f"metadata '{key}': unsupported value type {type(value).__name__}")
+
+    def add_tensor(
+        self,
+        name: str,
+        tensor: torch.Tensor | np.ndarray,
+        *,
+        qtype: GGMLQuantizationType | None = None,
+    ) -> GGMLQuantizationType:
+        """Add one tensor; its stored type follows :func:`choose_type` unless ``qtype`` forces one."""
+        if name in self._names:
+            raise ValueError(f"tensor '{name}' added twice")
+        if len(name.encode()) >= keys.MAX_TENSOR_NAME_BYTES:
+            raise ValueError(f"tensor name '{name}' is longer than GGUF allows ({keys.MAX_TENSOR_NAME_BYTES - 1})")
+        if isinstance(tensor, torch.Tensor):
+            array = tensor.detach().to(torch.float32).cpu().numpy()
+        else:
+            array = np.asarray(tensor, dtype=np.float32)
+        chosen = qtype if qtype is not None else choose_type(name, tuple(array.shape), self.out_type)
+        encoded = encode_tensor(array, chosen)
+        raw = None if chosen in (GGMLQuantizationType.F32, GGMLQuantizationType.F16) else chosen
+        self.meta.add_tensor(name, encoded, raw_dtype=raw)
+        self._names.add(name)
+        return chosen
+
+    def write(self) -> Path:
+        """Write everything to a temporary file beside the target, then rename it into place."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".part", dir=self.path.parent)
+        os.close(fd)
+        tmp = Path(tmp_name)
+        try:
+            self.meta.write_header_to_file(path=tmp)
+            self.meta.write_kv_data_to_file()
+            self.meta.write_tensors_to_file(progress=False)
+            self.meta.close()
+            os.replace(tmp, self.path)
+        except BaseException:
+            self.meta.close()
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
+            raise
+        return self.path

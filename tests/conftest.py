@@ -1,0 +1,7 @@
+from __future__ import annotations
+
+import os
+
+# Nothing in the test suite may reach a model hub.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")

@@ -1,0 +1,125 @@
+"""Write -> read round trips, checked against the `gguf` package's own quantize/dequantize."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType, GGUFWriter
+from gguf import quants as gq
+
+from ggtts.gguf import GGUFFile, ModelWriter, OutType, choose_type, dequantizable_types
+
+SHAPE = (48, 256)  # inner dimension a multiple of every block size (32 and 256)
+
+
+def _weights(seed: int = 0, shape: tuple[int, ...] = SHAPE) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=g) * 0.5
+
+
+@pytest.mark.parametrize("out_type", list(OutType))
+def test_writer_roundtrip_every_type(tmp_path, out_type):
+    w = _weights()
+    bias = torch.linspace(-1, 1, SHAPE[0])
+    path = tmp_path / f"m-{out_type.value}.gguf"
+    mw = ModelWriter(path, "kokoro", out_type)
+    mw.add("kokoro.n_token", 178)
+    mw.add("kokoro.voices", ["a", "b"])
+    mw.add("kokoro.some_float", 0.25)
+    mw.add("kokoro.flag", True)
+    stored = mw.add_tensor("blk.0.proj.weight", w)
+    mw.add_tensor("blk.0.proj.bias", bias)
+    mw.write()
+
+    g = GGUFFile(path)
+    assert g.architecture == "kokoro"
+    assert g.metadata["kokoro.n_token"] == 178
+    assert g.metadata["kokoro.voices"] == ["a", "b"]
+    assert g.metadata["kokoro.some_float"] == pytest.approx(0.25)
+    assert g.metadata["kokoro.flag"] is True
+    assert g.metadata["general.file_type"] == int(out_type.file_type)
+    assert g.info("blk.0.proj.weight").type == out_type.ggml_type == stored
+    assert g.info("blk.0.proj.bias").type == GGMLQuantizationType.F32  # biases stay F32
+
+    got = g.tensor("blk.0.proj.weight")
+    assert got.shape == SHAPE and got.dtype == torch.float32
+    torch.testing.assert_close(g.tensor("blk.0.proj.bias"), bias, rtol=0, atol=0)
+    if out_type is OutType.F32:
+        torch.testing.assert_close(got, w, rtol=0, atol=0)
+        return
+    # the reference: the gguf package quantizing and dequantizing the same values itself
+    ref_bytes = gq.quantize(w.numpy(), out_type.ggml_type) if out_type is not OutType.F16 else None
+    if ref_bytes is not None:
+        ref = gq.dequantize(ref_bytes, out_type.ggml_type).reshape(SHAPE)
+    else:
+        ref = w.numpy().astype(np.float16).astype(np.float32)
+    np.testing.assert_array_equal(got.numpy(), ref)
+    tolerance = {OutType.F16: 1e-3, OutType.BF16: 1e-2, OutType.Q8_0: 2e-2}[out_type]
+    assert (got - w).abs().max().item() <= tolerance * w.abs().max().item()
+
+
+QUANT_TYPES = sorted(gq._type_traits, key=lambda t: t.name)
+
+
+@pytest.mark.parametrize("qtype", QUANT_TYPES, ids=lambda t: t.name)
+def test_reader_dequantizes_like_gguf_package(tmp_path, qtype):
+    """Files written with llama.cpp's own writer, in every block type, read back as the gguf package decodes them.
+
+    The blocks are random bytes (the gguf package cannot quantize to every type), so the comparison covers the
+    reader's handling of each type's block layout, shapes and offsets; NaN/inf from random scales compare equal.
+    """
+    block, type_size = gq.GGML_QUANT_SIZES[qtype]
+    rows, cols = 6, 2 * 256
+    rng = np.random.default_rng(7)
+    raw = rng.integers(0, 256, size=(rows, cols // block * type_size), dtype=np.uint8)
+    path = tmp_path / f"{qtype.name}.gguf"
+    writer = GGUFWriter(path, "test")
+    writer.add_tensor("t", raw, raw_dtype=qtype)
+    writer.add_tensor("after", np.arange(5, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    g = GGUFFile(path)
+    got = g.tensor("t")
+    assert got.shape == (rows, cols)
+    with np.errstate(all="ignore"):
+        ref = gq.dequantize(raw, qtype).reshape(rows, cols)
+    np.testing.assert_array_equal(got.numpy(), ref)
+    np.testing.assert_array_equal(g.tensor("after").numpy(), np.arange(5, dtype=np.float32))
+
+
+def test_type_choice_rules():
+    assert choose_type("x.weight", (64, 64), OutType.Q8_0) == GGMLQuantizationType.Q8_0
+    assert choose_type("x.weight", (64, 48), OutType.Q8_0) == GGMLQuantizationType.F32  # 48 % 32 != 0
+    assert choose_type("x.weight", (16, 16), OutType.F16) == GGMLQuantizationType.F32  # too small
+    assert choose_type("x.bias", (4096,), OutType.F16) == GGMLQuantizationType.F32
+    assert choose_type("blk.0.attn_norm.weight", (64, 64), OutType.BF16) == GGMLQuantizationType.F32
+    assert choose_type("x.weight", (64, 64), OutType.F32) == GGMLQuantizationType.F32
+
+
+def test_tensor_shape_check_names_tensor(tmp_path):
+    path = tmp_path / "s.gguf"
+    mw = ModelWriter(path, "kokoro")
+    mw.add_tensor("a.weight", torch.zeros(4, 8))
+    mw.write()
+    g = GGUFFile(path)
+    with pytest.raises(Exception, match=r"tensor 'a.weight' has shape \[4, 8\], expected \[8, 4\]"):
+        g.tensor("a.weight", shape=(8, 4))
+    with pytest.raises(Exception, match="missing tensor 'b.weight'"):
+        g.tensor("b.weight")
+
+
+def test_failed_write_leaves_nothing(tmp_path, monkeypatch):
+    path = tmp_path / "out.gguf"
+    mw = ModelWriter(path, "kokoro")
+    mw.add_tensor("a.weight", torch.zeros(4, 8))
+
+    def boom(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(mw.meta, "write_tensors_to_file", boom)
+    with pytest.raises(OSError, match="disk full"):
+        mw.write()
+    assert list(tmp_path.iterdir()) == []
