@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 import struct
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +12,8 @@ from typing import BinaryIO
 
 import numpy as np
 import soundfile as sf
+
+from ggtts.fsutil import atomic_output
 
 # suffix -> (soundfile format, subtype)
 _FORMATS: dict[str, tuple[str, str]] = {
@@ -84,16 +84,8 @@ class Audio:
         suffix = path.suffix.lower()
         if suffix not in _FORMATS:
             raise ValueError(f"{path}: unsupported audio format '{suffix}'; use one of {', '.join(sorted(_FORMATS))}")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".part", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                self.write_to(f, suffix, float_wav=float_wav)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        with atomic_output(path) as tmp, tmp.open("wb") as f:
+            self.write_to(f, suffix, float_wav=float_wav)
         return path
 
 

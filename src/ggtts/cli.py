@@ -127,7 +127,16 @@ def cmd_convert(args: argparse.Namespace) -> int:
     return 0
 
 
-# ---- serve / bench / eval / decode / parity: filled in by their modules ---------------------------------------
+# ---- decode ---------------------------------------------------------------------------------------------------
+def cmd_decode(args: argparse.Namespace) -> int:
+    from ggtts.pipelines.outetts_decode import decode_codes_cli
+
+    audio = decode_codes_cli(args.vocoder, args.codes, args.output, device=args.device)
+    print(f"{PROG}: wrote {args.output} ({audio.duration:.2f} s at {audio.sample_rate} Hz)", file=sys.stderr)
+    return 0
+
+
+# ---- serve / bench / eval / parity: filled in by their modules ---------------------------------------
 def _delegate(module: str, func: str) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         import importlib
@@ -221,11 +230,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=_delegate("ggtts.measure.eval", "run"))
 
-    d = sub.add_parser("decode", help="turn audio codes into audio with a codec GGUF")
-    d.add_argument("codes", nargs="?", default=None, help="codes (integers or <|N|> tokens), a file, or stdin")
-    d.add_argument("--vocoder", required=True, help="codec GGUF (wavtokenizer-dec)")
-    d.add_argument("-o", "--output", default="out.wav")
-    d.set_defaults(func=_delegate("ggtts.pipelines.decode_cli", "run"))
+    d = sub.add_parser("decode", help="turn audio codes into audio with a codec GGUF (WavTokenizer)")
+    d.add_argument("codes", nargs="?", default="-", help="codes (integers or <|N|> tokens), a file, or - for stdin")
+    d.add_argument("--vocoder", required=True, metavar="W.gguf", help="a wavtokenizer-dec GGUF file")
+    d.add_argument("-o", "--output", default="out.wav", help="audio file to write (.wav, .flac ...)")
+    d.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    d.set_defaults(func=cmd_decode)
 
     r = sub.add_parser("parity", help="compare a model family with its upstream reference")
     r.add_argument("family")

@@ -106,7 +106,7 @@ def test_bad_file_gets_one_clear_line(tmp_path, capsys, case, make, message):
     path = tmp_path / f"{case}.gguf"
     make(path)
     status = main(["info", str(path)])
-    out, err = capsys.readouterr()
+    _, err = capsys.readouterr()
     assert status != 0
     lines = err.strip().splitlines()
     assert len(lines) == 1, err

@@ -7,6 +7,7 @@ are used, so files made by llama.cpp load here and files made here load there.
 from __future__ import annotations
 
 from gguf import Keys
+from gguf.constants import MODEL_ARCH, MODEL_ARCH_NAMES, MODEL_TENSOR, TENSOR_NAMES, TokenType
 
 MAX_TENSOR_NAME_BYTES = 64  # GGML_MAX_NAME, including the terminating NUL
 
@@ -23,7 +24,7 @@ _NORM_OR_BIAS_SUFFIXES = (".bias", "_norm.weight", ".norm.weight", "norm.weight"
 
 def is_norm_or_bias(name: str) -> bool:
     """Tensors that stay F32 whatever ``--type`` says (norm scales and biases)."""
-    return name.endswith(_NORM_OR_BIAS_SUFFIXES) or ".norm" in name and name.endswith(".weight")
+    return name.endswith(_NORM_OR_BIAS_SUFFIXES) or (".norm" in name and name.endswith(".weight"))
 
 
 # ---- kokoro (ggtts architecture) -------------------------------------------------------------------------------
@@ -96,3 +97,115 @@ class Kokoro:
             if name.startswith(short):
                 return long + name[len(short) :]
         return name
+
+
+# ---- qwen2 (llama.cpp architecture: OuteTTS's text-to-codes language model) --------
+def _llm_key(template: str, arch: str) -> str:
+    return template.format(arch=arch)
+
+
+def _tensor_name(tensor: MODEL_TENSOR) -> str:
+    return TENSOR_NAMES[tensor]
+
+
+class Qwen2:
+    """llama.cpp's ``qwen2`` names, taken from the ``gguf`` package (``MODEL_ARCH.QWEN2``)."""
+
+    ARCH = MODEL_ARCH_NAMES[MODEL_ARCH.QWEN2]
+
+    CONTEXT_LENGTH = _llm_key(Keys.LLM.CONTEXT_LENGTH, ARCH)
+    EMBEDDING_LENGTH = _llm_key(Keys.LLM.EMBEDDING_LENGTH, ARCH)
+    FEED_FORWARD_LENGTH = _llm_key(Keys.LLM.FEED_FORWARD_LENGTH, ARCH)
+    BLOCK_COUNT = _llm_key(Keys.LLM.BLOCK_COUNT, ARCH)
+    VOCAB_SIZE = _llm_key(Keys.LLM.VOCAB_SIZE, ARCH)  # optional; the embedding's shape is authoritative
+    HEAD_COUNT = _llm_key(Keys.Attention.HEAD_COUNT, ARCH)
+    HEAD_COUNT_KV = _llm_key(Keys.Attention.HEAD_COUNT_KV, ARCH)
+    RMS_EPS = _llm_key(Keys.Attention.LAYERNORM_RMS_EPS, ARCH)
+    ROPE_FREQ_BASE = _llm_key(Keys.Rope.FREQ_BASE, ARCH)
+    ROPE_SCALING_TYPE = _llm_key(Keys.Rope.SCALING_TYPE, ARCH)
+
+    TOKEN_EMBD = _tensor_name(MODEL_TENSOR.TOKEN_EMBD)
+    OUTPUT_NORM = _tensor_name(MODEL_TENSOR.OUTPUT_NORM)
+    OUTPUT = _tensor_name(MODEL_TENSOR.OUTPUT)  # absent when tied to token_embd
+    ATTN_NORM = _tensor_name(MODEL_TENSOR.ATTN_NORM)  # "blk.{bid}.attn_norm"
+    ATTN_Q = _tensor_name(MODEL_TENSOR.ATTN_Q)
+    ATTN_K = _tensor_name(MODEL_TENSOR.ATTN_K)
+    ATTN_V = _tensor_name(MODEL_TENSOR.ATTN_V)
+    ATTN_OUT = _tensor_name(MODEL_TENSOR.ATTN_OUT)
+    FFN_NORM = _tensor_name(MODEL_TENSOR.FFN_NORM)
+    FFN_GATE = _tensor_name(MODEL_TENSOR.FFN_GATE)
+    FFN_UP = _tensor_name(MODEL_TENSOR.FFN_UP)
+    FFN_DOWN = _tensor_name(MODEL_TENSOR.FFN_DOWN)
+
+
+class Tokenizer:
+    """``tokenizer.*`` keys (llama.cpp's vocabulary storage), shared by every LLM architecture."""
+
+    MODEL = Keys.Tokenizer.MODEL  # "gpt2" for byte-level BPE
+    PRE = Keys.Tokenizer.PRE  # pre-tokenizer name ("qwen2")
+    TOKENS = Keys.Tokenizer.LIST
+    TOKEN_TYPE = Keys.Tokenizer.TOKEN_TYPE
+    MERGES = Keys.Tokenizer.MERGES
+    BOS_ID = Keys.Tokenizer.BOS_ID
+    EOS_ID = Keys.Tokenizer.EOS_ID
+    PAD_ID = Keys.Tokenizer.PAD_ID
+    ADD_BOS = Keys.Tokenizer.ADD_BOS
+    CHAT_TEMPLATE = Keys.Tokenizer.CHAT_TEMPLATE
+
+    # llama.cpp's token types (gguf.TokenType)
+    TYPE_NORMAL = int(TokenType.NORMAL)
+    TYPE_UNKNOWN = int(TokenType.UNKNOWN)
+    TYPE_CONTROL = int(TokenType.CONTROL)
+    TYPE_USER_DEFINED = int(TokenType.USER_DEFINED)
+    TYPE_UNUSED = int(TokenType.UNUSED)
+    TYPE_BYTE = int(TokenType.BYTE)
+
+
+# ---- wavtokenizer-dec (llama.cpp architecture: WavTokenizer's decoder, codes -> STFT frames) --------
+class WavTokenizerDec:
+    """llama.cpp's ``wavtokenizer-dec`` names (``MODEL_ARCH.WAVTOKENIZER_DEC``).
+
+    llama.cpp stores no hop length or sample rate; ggtts's converter adds ``HOP_LENGTH`` and ``SAMPLE_RATE``
+    (which llama.cpp ignores); the reader falls back to WavTokenizer's 75-token/s values without them.
+    """
+
+    ARCH = MODEL_ARCH_NAMES[MODEL_ARCH.WAVTOKENIZER_DEC]
+
+    CONTEXT_LENGTH = _llm_key(Keys.LLM.CONTEXT_LENGTH, ARCH)
+    EMBEDDING_LENGTH = _llm_key(Keys.LLM.EMBEDDING_LENGTH, ARCH)  # head output: n_fft + 2
+    BLOCK_COUNT = _llm_key(Keys.LLM.BLOCK_COUNT, ARCH)
+    VOCAB_SIZE = _llm_key(Keys.LLM.VOCAB_SIZE, ARCH)  # codebook size
+    FEATURES_LENGTH = _llm_key(Keys.LLM.FEATURES_LENGTH, ARCH)  # codebook dimension
+    FEED_FORWARD_LENGTH = _llm_key(Keys.LLM.FEED_FORWARD_LENGTH, ARCH)
+    HEAD_COUNT = _llm_key(Keys.Attention.HEAD_COUNT, ARCH)
+    LAYER_NORM_EPS = _llm_key(Keys.Attention.LAYERNORM_EPS, ARCH)
+    GROUP_NORM_EPS = _llm_key(Keys.Attention.GROUPNORM_EPS, ARCH)
+    GROUP_NORM_GROUPS = _llm_key(Keys.Attention.GROUPNORM_GROUPS, ARCH)
+    CAUSAL = _llm_key(Keys.Attention.CAUSAL, ARCH)
+    POSNET_EMBEDDING_LENGTH = _llm_key(Keys.PosNet.EMBEDDING_LENGTH, ARCH)
+    POSNET_BLOCK_COUNT = _llm_key(Keys.PosNet.BLOCK_COUNT, ARCH)
+    CONVNEXT_EMBEDDING_LENGTH = _llm_key(Keys.ConvNext.EMBEDDING_LENGTH, ARCH)
+    CONVNEXT_BLOCK_COUNT = _llm_key(Keys.ConvNext.BLOCK_COUNT, ARCH)
+    HOP_LENGTH = f"{ARCH}.hop_length"  # ggtts addition
+    SAMPLE_RATE = f"{ARCH}.sample_rate"  # ggtts addition
+
+    TOKEN_EMBD = _tensor_name(MODEL_TENSOR.TOKEN_EMBD)
+    TOKEN_EMBD_NORM = _tensor_name(MODEL_TENSOR.TOKEN_EMBD_NORM)
+    CONV1D = _tensor_name(MODEL_TENSOR.CONV1D)
+    POSNET_CONV1 = _tensor_name(MODEL_TENSOR.POSNET_CONV1)  # "posnet.{bid}.conv1"
+    POSNET_CONV2 = _tensor_name(MODEL_TENSOR.POSNET_CONV2)
+    POSNET_NORM1 = _tensor_name(MODEL_TENSOR.POSNET_NORM1)
+    POSNET_NORM2 = _tensor_name(MODEL_TENSOR.POSNET_NORM2)
+    # llama.cpp stores both the attention block's norm and the final posnet norm under "attn_norm"
+    POSNET_ATTN_NORM = _tensor_name(MODEL_TENSOR.POSNET_ATTN_NORM)
+    POSNET_ATTN_Q = _tensor_name(MODEL_TENSOR.POSNET_ATTN_Q)
+    POSNET_ATTN_K = _tensor_name(MODEL_TENSOR.POSNET_ATTN_K)
+    POSNET_ATTN_V = _tensor_name(MODEL_TENSOR.POSNET_ATTN_V)
+    POSNET_ATTN_OUT = _tensor_name(MODEL_TENSOR.POSNET_ATTN_OUT)
+    CONVNEXT_DW = _tensor_name(MODEL_TENSOR.CONVNEXT_DW)  # "convnext.{bid}.dw"
+    CONVNEXT_NORM = _tensor_name(MODEL_TENSOR.CONVNEXT_NORM)
+    CONVNEXT_PW1 = _tensor_name(MODEL_TENSOR.CONVNEXT_PW1)
+    CONVNEXT_PW2 = _tensor_name(MODEL_TENSOR.CONVNEXT_PW2)
+    CONVNEXT_GAMMA = _tensor_name(MODEL_TENSOR.CONVNEXT_GAMMA)
+    OUTPUT_NORM = _tensor_name(MODEL_TENSOR.OUTPUT_NORM)
+    OUTPUT = _tensor_name(MODEL_TENSOR.OUTPUT)

@@ -6,10 +6,8 @@ never leaves a half-written file under the requested name.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import tempfile
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +16,14 @@ import torch
 from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType
 from gguf import quants as gguf_quants
 
+from ggtts.fsutil import atomic_output
 from ggtts.gguf import keys
 
 # Tensors with fewer elements than this stay F32: quantizing them saves nothing and costs accuracy.
 MIN_QUANT_ELEMENTS = 1024
 
 
-class OutType(str, Enum):
+class OutType(StrEnum):
     """The ``--type`` choices of every converter."""
 
     F32 = "f32"
@@ -137,19 +136,12 @@ class ModelWriter:
 
     def write(self) -> Path:
         """Write everything to a temporary file beside the target, then rename it into place."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".part", dir=self.path.parent)
-        os.close(fd)
-        tmp = Path(tmp_name)
         try:
-            self.meta.write_header_to_file(path=tmp)
-            self.meta.write_kv_data_to_file()
-            self.meta.write_tensors_to_file(progress=False)
+            with atomic_output(self.path) as tmp:
+                self.meta.write_header_to_file(path=tmp)
+                self.meta.write_kv_data_to_file()
+                self.meta.write_tensors_to_file(progress=False)
+                self.meta.close()
+        finally:
             self.meta.close()
-            os.replace(tmp, self.path)
-        except BaseException:
-            self.meta.close()
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-            raise
         return self.path

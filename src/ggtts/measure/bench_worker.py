@@ -1,0 +1,104 @@
+"""One engine's timings, in a process of its own so that its peak memory is its own.
+
+Run as ``python -m ggtts.measure.bench_worker SPEC.json RESULT.json`` by :mod:`ggtts.measure.bench`. The spec
+names the engine, the GGUF file, the voice, the phoneme chunks of the text and of each batch item, and the
+number of warm-up and measured runs; the result holds the seconds of every run and the peak resident memory.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ggtts.measure.peers import ENGINES, Synthesize, version
+
+KIB_PER_MIB = 1024  # Linux reports ru_maxrss in KiB
+
+
+@dataclass(frozen=True)
+class Spec:
+    peer: str
+    model: str  # GGUF path
+    voice: str
+    sample_rate: int
+    chunks: list[str]  # phoneme chunks of the benchmark text, in order
+    batch: list[list[str]]  # phoneme chunks of each text of the throughput batch
+    runs: int
+    warmup: int
+
+    @classmethod
+    def load(cls, path: str | Path) -> Spec:
+        return cls(**json.loads(Path(path).read_text(encoding="utf-8")))
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(asdict(self), ensure_ascii=False), encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class Run:
+    ttfa_s: float  # start to the first chunk's audio
+    total_s: float  # start to the last chunk's audio
+    audio_s: float
+    batch_s: float  # the whole batch, one text after the other
+    batch_audio_s: float
+
+
+def time_text(synthesize: Synthesize, chunks: list[str], sample_rate: int) -> tuple[float, float, float]:
+    """-> (time to first audio, total time, seconds of audio) for the chunks, synthesized in order."""
+    samples = 0
+    ttfa = 0.0
+    start = time.perf_counter()
+    for i, chunk in enumerate(chunks):
+        samples += len(synthesize(chunk))
+        if i == 0:
+            ttfa = time.perf_counter() - start
+    return ttfa, time.perf_counter() - start, samples / sample_rate
+
+
+def measure(spec: Spec) -> dict[str, Any]:
+    start = time.perf_counter()
+    with ENGINES[spec.peer](spec.model, spec.voice) as synthesize:
+        load_s = time.perf_counter() - start
+        for _ in range(spec.warmup):
+            time_text(synthesize, spec.chunks, spec.sample_rate)
+        runs = []
+        for _ in range(spec.runs):
+            ttfa, total, audio = time_text(synthesize, spec.chunks, spec.sample_rate)
+            batch_start = time.perf_counter()
+            batch_audio = sum(time_text(synthesize, item, spec.sample_rate)[2] for item in spec.batch)
+            batch_s = time.perf_counter() - batch_start
+            runs.append(Run(ttfa, total, audio, batch_s, batch_audio))
+    return {
+        "peer": spec.peer,
+        "version": version(spec.peer),
+        "load_s": load_s,
+        "threads": torch.get_num_threads(),
+        "runs": [asdict(r) for r in runs],
+        "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / KIB_PER_MIB,
+    }
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m ggtts.measure.bench_worker SPEC.json RESULT.json", file=sys.stderr)
+        return 2
+    result = measure(Spec.load(argv[0]))
+    Path(argv[1]).write_text(json.dumps(result), encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    from ggtts.errors import GGTTSError
+
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except GGTTSError as e:
+        print(f"ggtts bench: error: {e}", file=sys.stderr)
+        sys.exit(1)

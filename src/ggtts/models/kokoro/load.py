@@ -1,0 +1,52 @@
+"""Build a Kokoro model from a GGUF file, strictly: every tensor present, of the right shape, and no extra."""
+
+from __future__ import annotations
+
+import torch
+
+from ggtts.errors import GGUFError
+from ggtts.gguf import GGUFFile
+from ggtts.gguf.keys import Kokoro as K
+from ggtts.models.kokoro.config import KokoroConfig
+from ggtts.models.kokoro.model import KokoroModel
+
+VOICE_PREFIX = K.VOICE_TENSOR.format(name="")
+
+
+def load_kokoro(
+    gguf: GGUFFile, device: str | torch.device = "cpu"
+) -> tuple[KokoroConfig, KokoroModel, dict[str, torch.Tensor], dict[str, int]]:
+    """-> (config, model in eval mode on ``device``, voice name -> voicepack (N, 1, 2 * style), vocab)."""
+    config = KokoroConfig.from_gguf(gguf)
+    device = torch.device(device)
+    with torch.device("meta"):  # no memory and no random init for weights about to be replaced
+        model = KokoroModel(config)
+    expected = model.state_dict()
+    state = {
+        name: gguf.tensor(K.to_gguf_name(name), shape=tuple(meta.shape)).to(device)
+        for name, meta in expected.items()
+    }
+    known = {K.to_gguf_name(name) for name in expected}
+    for name in gguf.names():
+        if name not in known and not name.startswith(VOICE_PREFIX):
+            raise GGUFError(f"{gguf.path}: unexpected tensor '{name}' (no place for it in a kokoro model)")
+    model.load_state_dict(state, strict=True, assign=True)
+    model.eval().requires_grad_(False)
+    return config, model, _load_voices(gguf, config, device), dict(config.vocab)
+
+
+def _load_voices(gguf: GGUFFile, config: KokoroConfig, device: torch.device) -> dict[str, torch.Tensor]:
+    names = gguf.require(K.VOICE_NAMES)
+    if not isinstance(names, list) or not names:
+        raise GGUFError(f"{gguf.path}: metadata '{K.VOICE_NAMES}' must list at least one voice")
+    listed = set(names)
+    for name in gguf.names():
+        if name.startswith(VOICE_PREFIX) and name[len(VOICE_PREFIX) :] not in listed:
+            raise GGUFError(f"{gguf.path}: tensor '{name}' is not listed in '{K.VOICE_NAMES}'")
+    voices: dict[str, torch.Tensor] = {}
+    width = 2 * config.style_dim
+    for name in names:
+        tensor_name = K.VOICE_TENSOR.format(name=name)
+        rows = gguf.info(tensor_name).shape[0]
+        voices[name] = gguf.tensor(tensor_name, shape=(rows, 1, width)).to(device)
+    return voices

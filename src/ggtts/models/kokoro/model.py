@@ -1,0 +1,110 @@
+"""Kokoro-82M (StyleTTS 2 acoustic model + ISTFTNet vocoder): phoneme ids and a style vector -> 24 kHz audio.
+
+Language-blind: input ids are already mapped through the file's vocabulary. The stages are exposed
+separately (``encode_prosody``, ``align``, ``predict_f0_n``, ``encode_text``, ``decode``) so that callers
+can chunk or check each one; ``forward`` runs them all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ggtts.models.kokoro.albert import Albert
+from ggtts.models.kokoro.config import KokoroConfig
+from ggtts.models.kokoro.istftnet import Decoder
+from ggtts.models.kokoro.prosody import ProsodyPredictor, TextEncoder
+
+
+@dataclass(frozen=True)
+class Prosody:
+    durations: torch.Tensor  # (T,) long, frames per token
+    features: (
+        torch.Tensor
+    )  # (1, T, hidden + style) duration-encoder output, the input to F0/energy prediction
+
+
+class KokoroModel(nn.Module):
+    def __init__(self, config: KokoroConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.bert = Albert(config)
+        self.bert_encoder = nn.Linear(config.plbert_hidden_size, config.hidden_dim)
+        self.predictor = ProsodyPredictor(config)
+        self.text_encoder = TextEncoder(config)
+        self.decoder = Decoder(config)
+
+    # ---- the voice vector's two halves ---------------------------------------------------------------------
+    def timbre(self, ref_s: torch.Tensor) -> torch.Tensor:
+        """(1, 2 * style) -> (1, style): the half that conditions the decoder."""
+        return ref_s[:, : self.config.style_dim]
+
+    def prosodic_style(self, ref_s: torch.Tensor) -> torch.Tensor:
+        """(1, 2 * style) -> (1, style): the half that conditions the predictor."""
+        return ref_s[:, self.config.style_dim :]
+
+    # ---- stages --------------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def encode_prosody(self, input_ids: torch.Tensor, ref_s: torch.Tensor, speed: float = 1.0) -> Prosody:
+        """(1, T) ids with BOS/EOS, (1, 2 * style) voice -> frames per token and duration-encoder features."""
+        self._check_inputs(input_ids, ref_s)
+        d_en = self.bert_encoder(self.bert(input_ids)).transpose(1, 2)  # (1, hidden, T)
+        features = self.predictor.text_encoder(d_en, self.prosodic_style(ref_s))
+        return Prosody(self.predictor.durations(features, speed), features)
+
+    @staticmethod
+    def align(features: torch.Tensor, durations: torch.Tensor) -> torch.Tensor:
+        """(1, C, T) per-token features -> (1, C, sum(durations)): each token repeated for its frames."""
+        return torch.repeat_interleave(features, durations, dim=2)
+
+    @torch.inference_mode()
+    def predict_f0_n(self, prosody: Prosody, ref_s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """F0 (Hz) and energy curves, (1, 2 * frames) each."""
+        aligned = self.align(prosody.features.transpose(1, 2), prosody.durations)
+        return self.predictor.f0_n(aligned, self.prosodic_style(ref_s))
+
+    @torch.inference_mode()
+    def encode_text(self, input_ids: torch.Tensor, durations: torch.Tensor) -> torch.Tensor:
+        """(1, T) ids -> (1, hidden, frames) aligned acoustic text features."""
+        return self.align(self.text_encoder(input_ids), durations)
+
+    @torch.inference_mode()
+    def decode(
+        self,
+        asr: torch.Tensor,
+        f0: torch.Tensor,
+        n: torch.Tensor,
+        ref_s: torch.Tensor,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """Aligned features, F0 and energy -> (1, samples) audio; ``generator`` seeds the source noise."""
+        return self.decoder(asr, f0, n, self.timbre(ref_s), generator)
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        ref_s: torch.Tensor,
+        speed: float = 1.0,
+        generator: torch.Generator | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """(1, T) ids with BOS/EOS, (1, 2 * style) voice row -> audio (samples,) and frames per token (T,)."""
+        prosody = self.encode_prosody(input_ids, ref_s, speed)
+        f0, n = self.predict_f0_n(prosody, ref_s)
+        asr = self.encode_text(input_ids, prosody.durations)
+        audio = self.decode(asr, f0, n, ref_s, generator)
+        return audio.squeeze(0), prosody.durations
+
+    def _check_inputs(self, input_ids: torch.Tensor, ref_s: torch.Tensor) -> None:
+        if input_ids.dim() != 2 or input_ids.shape[0] != 1:
+            raise ValueError(f"input_ids must have shape (1, T), got {tuple(input_ids.shape)}")
+        if input_ids.shape[1] > self.config.context_length:
+            raise ValueError(
+                f"{input_ids.shape[1]} tokens exceed the context length {self.config.context_length}"
+            )
+        if ref_s.shape != (1, 2 * self.config.style_dim):
+            raise ValueError(
+                f"ref_s must have shape (1, {2 * self.config.style_dim}), got {tuple(ref_s.shape)}"
+            )

@@ -1,0 +1,1 @@
+"""Qwen2 decoder-only language model (llama.cpp architecture ``qwen2``)."""

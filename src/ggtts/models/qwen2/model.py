@@ -1,0 +1,161 @@
+"""Qwen2 decoder-only transformer with module names equal to llama.cpp's ``qwen2`` tensor names.
+
+RMSNorm, grouped-query attention with biased q/k/v projections, NEOX-style rotary embeddings (llama.cpp stores
+Qwen2's q/k weights unpermuted), SwiGLU feed-forward. The output projection is tied to ``token_embd`` when
+the file
+has no ``output`` tensor. State lives in a :class:`~ggtts.runtime.kv_cache.KVCache` the caller passes in.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ggtts.gguf import GGUFFile
+from ggtts.models.layers.gguf_state import load_module_from_gguf
+from ggtts.models.qwen2.config import Qwen2Config
+from ggtts.runtime.kv_cache import KVCache
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat((-b, a), dim=-1)
+
+
+class RotaryEmbedding(nn.Module):
+    """NEOX-style rotary embedding (the two halves of each head rotate together), cached up to ``max_len``."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+    def __init__(self, head_dim: int, theta: float, max_len: int) -> None:
+        super().__init__()
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        angles = torch.outer(torch.arange(max_len, dtype=torch.float32), inv_freq)  # (max_len, head_dim / 2)
+        angles = torch.cat((angles, angles), dim=-1)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    def forward(self, x: torch.Tensor, start: int) -> torch.Tensor:  # x: (B, H, T, D)
+        t = x.shape[2]
+        cos = self.cos[start : start + t].to(x.dtype)
+        sin = self.sin[start : start + t].to(x.dtype)
+        return x * cos + rotate_half(x) * sin
+
+
+class Block(nn.Module):
+    """Pre-norm attention and SwiGLU feed-forward; attribute names are the GGUF names under ``blk.N``."""
+
+    def __init__(self, cfg: Qwen2Config) -> None:
+        super().__init__()
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        self.attn_norm = RMSNorm(cfg.dim, cfg.rms_eps)
+        self.attn_q = nn.Linear(cfg.dim, cfg.n_heads * cfg.head_dim, bias=True)
+        self.attn_k = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=True)
+        self.attn_v = nn.Linear(cfg.dim, cfg.n_kv_heads * cfg.head_dim, bias=True)
+        self.attn_output = nn.Linear(cfg.n_heads * cfg.head_dim, cfg.dim, bias=False)
+        self.ffn_norm = RMSNorm(cfg.dim, cfg.rms_eps)
+        self.ffn_gate = nn.Linear(cfg.dim, cfg.n_ff, bias=False)
+        self.ffn_up = nn.Linear(cfg.dim, cfg.n_ff, bias=False)
+        self.ffn_down = nn.Linear(cfg.n_ff, cfg.dim, bias=False)
+
+    def attention(
+        self, x: torch.Tensor, rope: RotaryEmbedding, cache: KVCache, layer: int, start: int
+    ) -> torch.Tensor:
+        b, t, _ = x.shape
+        q = self.attn_q(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+        k = self.attn_k(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
+        v = self.attn_v(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        q, k = rope(q, start), rope(k, start)
+        keys, values = cache.update(layer, start, k, v)  # (B, Hkv, start + T, D)
+        gqa = self.n_heads != self.n_kv_heads
+        if t == 1:
+            out = F.scaled_dot_product_attention(q, keys, values, enable_gqa=gqa)
+        elif start == 0:
+            out = F.scaled_dot_product_attention(q, keys, values, is_causal=True, enable_gqa=gqa)
+        else:  # a chunk after earlier positions: causal within the chunk, everything before it visible
+            visible = (
+                torch.arange(start + t, device=x.device)
+                <= (start + torch.arange(t, device=x.device))[:, None]
+            )
+            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible, enable_gqa=gqa)
+        return self.attn_output(out.transpose(1, 2).reshape(b, t, -1))
+
+    def forward(
+        self, x: torch.Tensor, rope: RotaryEmbedding, cache: KVCache, layer: int, start: int
+    ) -> torch.Tensor:
+        x = x + self.attention(self.attn_norm(x), rope, cache, layer, start)
+        h = self.ffn_norm(x)
+        return x + self.ffn_down(F.silu(self.ffn_gate(h)) * self.ffn_up(h))
+
+
+class Qwen2Model(nn.Module):
+    def __init__(self, cfg: Qwen2Config, max_len: int | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.token_embd = nn.Embedding(cfg.n_vocab, cfg.dim)
+        self.blk = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.output_norm = RMSNorm(cfg.dim, cfg.rms_eps)
+        self.output = None if cfg.tied_output else nn.Linear(cfg.dim, cfg.n_vocab, bias=False)
+        self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, max_len or cfg.context_length)
+
+    @classmethod
+    def from_gguf(
+        cls,
+        gguf: GGUFFile,
+        device: str | torch.device = "cpu",
+        *,
+        dtype: torch.dtype = torch.float32,
+        max_len: int | None = None,
+    ) -> Qwen2Model:
+        model = cls(Qwen2Config.from_gguf(gguf), max_len=max_len)
+        load_module_from_gguf(model, gguf)
+        return model.to(device=device, dtype=dtype).eval()
+
+    def new_cache(self, max_len: int, *, batch: int = 1) -> KVCache:
+        if max_len > self.rope.cos.shape[0]:
+            raise ValueError(
+                f"max_len {max_len} exceeds the model's {self.rope.cos.shape[0]} rotary positions"
+            )
+        p = self.token_embd.weight
+        return KVCache(
+            self.cfg.n_layers,
+            self.cfg.n_kv_heads,
+            self.cfg.head_dim,
+            max_len,
+            batch=batch,
+            dtype=p.dtype,
+            device=p.device,
+        )
+
+    def logits(self, h: torch.Tensor) -> torch.Tensor:
+        weight = self.token_embd.weight if self.output is None else self.output.weight
+        return F.linear(self.output_norm(h), weight)
+
+    def forward(self, tokens: torch.Tensor, cache: KVCache, *, last_only: bool = False) -> torch.Tensor:
+        """Tokens ``(B, T)`` at ``cache.length..`` -> logits ``(B, T, V)`` (``(B, 1, V)`` with last_only).
+
+        Commits the ``T`` new positions to the cache.
+        """
+        start = cache.length
+        h = self.token_embd(tokens)
+        for i, block in enumerate(self.blk):
+            h = block(h, self.rope, cache, i, start)
+        cache.advance(tokens.shape[1])
+        if last_only:
+            h = h[:, -1:]
+        return self.logits(h)

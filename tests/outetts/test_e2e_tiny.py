@@ -1,0 +1,150 @@
+"""End to end on tiny random models made by our converters: text -> qwen2 GGUF -> codes -> wavtokenizer GGUF
+-> audio."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1] / "parity"))
+from _tiny_outetts import N_CODES, build_qwen2_checkpoint, build_wavtokenizer_ckpt
+
+import ggtts
+from ggtts.convert.outetts_hf import convert_outetts_hf
+from ggtts.convert.wavtokenizer_ckpt import convert_wavtokenizer_ckpt
+from ggtts.errors import GGTTSError, InputError
+from ggtts.gguf import GGUFFile
+from ggtts.models.wavtokenizer.model import WavTokenizerDecoder
+from ggtts.pipelines.outetts import OuteTTS, decode_codes
+from ggtts.pipelines.outetts_decode import decode_codes_cli
+from ggtts.runtime.streaming import WindowedDecoder
+
+HOP = 320
+TINY_SPEAKER = Path(__file__).parent / "data" / "tiny_speaker.json"
+OPTS = {"seed": 3, "top_k": 0, "temperature": 1.0, "max_new_tokens": 80, "silence_start_s": 0.0}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    d = tmp_path_factory.mktemp("oute")
+    lm = convert_outetts_hf(build_qwen2_checkpoint(d / "hf"), d / "models" / "outetts-tiny.gguf", "q8_0")
+    voc = convert_wavtokenizer_ckpt(
+        build_wavtokenizer_ckpt(d / "w.ckpt"), d / "models" / "wavtok-tiny.gguf", "f16"
+    )
+    return lm, voc
+
+
+@pytest.fixture(scope="module")
+def tts(files: tuple[Path, Path]) -> OuteTTS:
+    model = ggtts.load(files[0])  # the registry finds the qwen2 pipeline; the vocoder is found beside it
+    assert isinstance(model, OuteTTS) and model.vocoder is not None
+    with pytest.raises(InputError, match="lacks"):  # the built-in speaker's codes go up to 1832
+        model.synthesize("hello")
+    model._speakers.clear()
+    model.add_speaker(TINY_SPEAKER)
+    return model
+
+
+def test_audio_is_hop_samples_per_generated_code(tts: OuteTTS) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        codes = [c for chunk in tts.generate_codes("Hello world, 42 times.", **OPTS) for c in chunk]
+        audio = tts.synthesize("Hello world, 42 times.", **OPTS)
+    assert len(codes) > 0
+    assert all(0 <= c < N_CODES for c in codes)
+    assert len(audio) == HOP * len(codes)
+    assert audio.sample_rate == 24000 and np.isfinite(audio.samples).all()
+
+
+def test_same_seed_same_audio(tts: OuteTTS) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        a = tts.synthesize("one two", **OPTS).samples
+        b = tts.synthesize("one two", **OPTS).samples
+    np.testing.assert_array_equal(a, b)
+
+
+def test_stream_concatenates_to_hop_per_code_and_stays_close(tts: OuteTTS) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        parts = list(tts.stream("Hello world, 42 times.", chunk_codes=4, left_context=8, lookahead=4, **OPTS))
+        one_shot = tts.synthesize("Hello world, 42 times.", **OPTS).samples
+    streamed = np.concatenate([p.samples for p in parts])
+    assert len(parts) > 1 and len(streamed) == len(one_shot)
+
+
+def test_windowed_decode_difference_is_small(files: tuple[Path, Path]) -> None:
+    """Windowed vs one-shot decoding of 200 codes: same length, small error (measured and printed)."""
+    voc = WavTokenizerDecoder.from_gguf(GGUFFile(files[1]))
+    codes = torch.randint(0, N_CODES, (200,), generator=torch.Generator().manual_seed(0)).tolist()
+    ref = torch.from_numpy(decode_codes(voc, codes))
+    with torch.no_grad():
+        w = WindowedDecoder(voc, HOP, chunk=40, left=24, lookahead=8)
+        pieces = [p for i in range(0, 200, 7) for p in w.push(codes[i : i + 7])] + list(w.flush())
+    got = torch.cat(pieces)
+    assert got.shape == ref.shape
+    snr = 10 * torch.log10(ref.pow(2).sum() / (got - ref).pow(2).sum())
+    print(f"windowed (chunk 40, left 24, lookahead 8) vs one-shot: SNR {float(snr):.1f} dB")
+    assert snr > 10
+
+
+def test_out_of_range_codes_from_the_lm_are_dropped_with_a_warning(tts: OuteTTS) -> None:
+    assert len([c for c in tts.codes.code_of.values() if c >= N_CODES]) == 4  # <|96|>..<|99|> exist in the LM
+    kept, dropped = tts.codes.codes(
+        [tts.tokenizer.special["<|97|>"], tts.tokenizer.special["<|5|>"]], N_CODES
+    )
+    assert kept == [5] and dropped == 1
+
+
+def test_very_short_output_does_not_break_silencing(tts: OuteTTS) -> None:
+    audio = tts.synthesize("hi", **{**OPTS, "max_new_tokens": 2, "silence_start_s": 0.25})
+    assert len(audio) % HOP == 0  # possibly 0 codes: empty audio, no error
+
+
+def test_guide_tokens_force_word_starts(tts: OuteTTS) -> None:
+    _, guide = tts.prompt_tokens("hello world", tts._speaker(None), tts.version)
+    # a speaker file ends its audio with a newline, so no extra "\n" guide (llama-tts would add a second one)
+    assert guide == [tts.tokenizer.encode("hello")[0], tts.tokenizer.encode("world")[0]]
+    newline = tts.tokenizer.encode("\n")[0]
+    rewrite = tts._guide(guide)
+    normal = tts.tokenizer.encode("zzz")[0]
+    control = tts.tokenizer.special["<|code_end|>"]
+    assert rewrite(normal, []) == guide[0]  # first sampled token: forced to the first word
+    assert rewrite(control, []) == control  # control tokens are never replaced
+    assert rewrite(normal, []) == normal  # not after a newline: left alone
+    assert rewrite(newline, []) == newline
+    assert rewrite(normal, []) == guide[1]  # after a newline: the next word's first token
+    assert rewrite(newline, []) == newline
+    assert rewrite(normal, []) == normal  # guide exhausted
+
+
+def test_speed_and_missing_vocoder_are_clear_errors(
+    tts: OuteTTS, files: tuple[Path, Path], tmp_path: Path
+) -> None:
+    with pytest.raises(InputError, match="speed"):
+        tts.synthesize("hello", speed=1.5)
+    lonely = tmp_path / "lm.gguf"
+    lonely.write_bytes(files[0].read_bytes())
+    model = ggtts.load(lonely)
+    with pytest.raises(GGTTSError, match="vocoder"):
+        model.synthesize("hello", **OPTS)
+    assert len(model.synthesize("hello", voice=str(TINY_SPEAKER), vocoder=files[1], **OPTS)) % HOP == 0
+
+
+def test_decode_cli(files: tuple[Path, Path], tmp_path: Path) -> None:
+    out = tmp_path / "out.wav"
+    audio = decode_codes_cli(files[1], "<|1|><|2|><|3|>", out)
+    assert len(audio) == 3 * HOP and out.stat().st_size > 44
+    codes_file = tmp_path / "codes.txt"
+    codes_file.write_text("5 6 7 8\n")
+    assert len(decode_codes_cli(files[1], str(codes_file))) == 4 * HOP
+    with pytest.raises(InputError, match=f"code {N_CODES} is out of range"):
+        decode_codes_cli(files[1], f"1 {N_CODES}")
+    with pytest.raises(GGTTSError, match="wavtokenizer-dec"):
+        decode_codes_cli(files[0], "1 2")

@@ -1,0 +1,296 @@
+"""The HTTP API of a real server process on loopback: endpoints, formats, streaming, errors, access."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import numpy as np
+import pytest
+from audio_check import decode
+from tone_model import ToneModel
+
+from conftest import API_KEY, TONE_MAX_INPUT_CHARS, Server
+
+FORMATS = ["wav", "mp3", "opus", "flac", "pcm"]
+STREAM_FORMATS = ["wav", "mp3", "opus", "pcm"]
+SPEECH = "/v1/audio/speech"
+TEXT = "one two three four"
+# lossy codecs add encoder delay and padding; their length is checked loosely
+LOSSY_EXTRA_SAMPLES = 4096
+REQUEST_TIMEOUT_S = 120
+
+
+def post(server: Server, body: object, **kwargs: object) -> httpx.Response:
+    return httpx.post(
+        server.url + SPEECH, json=body, headers=server.headers, timeout=REQUEST_TIMEOUT_S, **kwargs
+    )
+
+
+def error_of(response: httpx.Response) -> dict[str, object]:
+    body = response.json()
+    assert set(body) == {"error"}, body
+    assert set(body["error"]) == {"message", "type", "param", "code"}, body
+    return body["error"]
+
+
+# ---- endpoints ----
+def test_health_needs_no_key(tone_server: Server) -> None:
+    response = httpx.get(tone_server.url + "/health")
+    assert response.status_code == 200
+    assert response.json()["status"] == "ok"
+    assert set(response.json()["models"]) == {"tone", "slow", "tone16k"}
+
+
+def test_models_lists_the_loaded_names(tone_server: Server) -> None:
+    response = httpx.get(tone_server.url + "/v1/models", headers=tone_server.headers)
+    assert response.status_code == 200
+    cards = {c["id"]: c for c in response.json()["data"]}
+    assert list(cards) == ["tone", "slow", "tone16k"]
+    assert cards["tone16k"]["sample_rate"] == 16000
+    assert all(c["object"] == "model" for c in cards.values())
+
+
+def test_voices_per_model(tone_server: Server) -> None:
+    response = httpx.get(tone_server.url + "/v1/voices", headers=tone_server.headers)
+    assert response.status_code == 200
+    entries = {e["model"]: e for e in response.json()["data"]}
+    assert entries["tone"] == {"model": "tone", "voices": ["low", "high"], "default_voice": "low"}
+    one = httpx.get(tone_server.url + "/v1/voices", params={"model": "slow"}, headers=tone_server.headers)
+    assert [e["model"] for e in one.json()["data"]] == ["slow"]
+    missing = httpx.get(tone_server.url + "/v1/voices", params={"model": "nope"}, headers=tone_server.headers)
+    assert missing.status_code == 404
+    assert "tone, slow, tone16k" in error_of(missing)["message"]
+
+
+def test_web_page_is_served(tone_server: Server) -> None:
+    page = httpx.get(tone_server.url + "/")
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    assert "<title>ggtts</title>" in page.text
+    script = httpx.get(tone_server.url + "/static/app.js")
+    assert script.status_code == 200
+    assert "/v1/audio/speech" in script.text
+
+
+# ---- formats ----
+@pytest.mark.parametrize("model_name", ["tone", "tone16k"])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_each_format_decodes_at_the_model_rate(tone_server: Server, fmt: str, model_name: str) -> None:
+    model = ToneModel(sample_rate=16000 if model_name == "tone16k" else 24000)
+    response = post(
+        tone_server, {"model": model_name, "input": TEXT, "voice": "high", "response_format": fmt}
+    )
+    assert response.status_code == 200, response.text
+    assert response.headers["x-sample-rate"] == str(model.sample_rate)
+    samples, rate = decode(response.content, fmt, model.sample_rate)
+    assert rate == model.sample_rate
+    expected = model.expected(TEXT, "high")
+    if fmt in ("wav", "flac", "pcm"):
+        np.testing.assert_allclose(samples, expected, atol=2 / 32768)
+    else:
+        assert len(expected) <= len(samples) <= len(expected) + LOSSY_EXTRA_SAMPLES
+        assert np.sqrt(np.mean(samples**2)) > 0.1  # the tone is there, not silence
+
+
+STREAM_REQUESTS = [{"stream": True}, {"stream_format": "audio"}]
+
+
+@pytest.mark.parametrize("how", STREAM_REQUESTS, ids=["stream", "stream_format"])
+@pytest.mark.parametrize("fmt", STREAM_FORMATS)
+def test_streamed_formats_decode(tone_server: Server, fmt: str, how: dict[str, object]) -> None:
+    model = ToneModel()
+    response = post(tone_server, {"model": "tone", "input": TEXT, "response_format": fmt, **how})
+    assert response.status_code == 200, response.text
+    samples, rate = decode(response.content, fmt, model.sample_rate)
+    assert rate == model.sample_rate
+    expected = model.expected(TEXT)
+    if fmt in ("wav", "pcm"):
+        np.testing.assert_allclose(samples, expected, atol=2 / 32768)
+    else:
+        assert len(expected) <= len(samples) <= len(expected) + LOSSY_EXTRA_SAMPLES
+
+
+def test_streamed_wav_header_is_open_ended(tone_server: Server) -> None:
+    response = post(tone_server, {"model": "tone", "input": TEXT, "response_format": "wav", "stream": True})
+    assert response.content[:4] == b"RIFF" and response.content[8:16] == b"WAVEfmt "
+    assert response.content[40:44] == b"\xdb\xff\xff\xff"  # data size unknown: the maximum
+
+
+def test_streaming_sends_first_bytes_before_synthesis_ends(tone_server: Server) -> None:
+    words = 6  # the slow model takes 0.3 s a word: 1.8 s in all
+    body = {"model": "slow", "input": " ".join(["word"] * words), "response_format": "pcm", "stream": True}
+    start = time.monotonic()
+    with httpx.stream("POST", tone_server.url + SPEECH, json=body, headers=tone_server.headers) as response:
+        assert response.status_code == 200
+        chunks = response.iter_bytes()
+        first = next(chunks)
+        first_at = time.monotonic() - start
+        rest = b"".join(chunks)
+    total = time.monotonic() - start
+    assert first
+    assert total >= words * 0.3 * 0.9
+    assert first_at < total / 2, f"first bytes after {first_at:.2f} s of {total:.2f} s"
+    assert len(first) + len(rest) == len(ToneModel().expected(body["input"])) * 2
+
+
+# ---- errors ----
+ERROR_CASES = [
+    ({"model": "nope", "input": "hi"}, 404, "model", ["'nope'", "tone, slow, tone16k"]),
+    ({"input": "hi", "voice": "alloy"}, 400, "voice", ["'alloy'", "low, high"]),
+    ({"input": "x" * (TONE_MAX_INPUT_CHARS + 1)}, 413, "input", [str(TONE_MAX_INPUT_CHARS)]),
+    ({"input": "   "}, 400, "input", ["empty"]),
+    ({"input": "hi", "speed": "fast"}, 422, "speed", ["number"]),
+    ({"input": "hi", "speed": 5}, 422, "speed", ["2"]),
+    ({"input": 42}, 422, "input", ["string"]),
+    ({"voice": "low"}, 422, "input", ["'input' is required"]),
+    ({"input": "hi", "sped": 1.5}, 422, "sped", ["not a field", "speed"]),
+    ({"input": "hi", "response_format": "aac"}, 422, "response_format", ["'wav'", "'pcm'"]),
+    ({"input": "hi", "stream": "yes"}, 422, "stream", ["bool"]),
+    ({"input": "hi", "stream_format": "sse"}, 422, "stream_format", ["'audio'"]),
+    (
+        {"input": "hi", "stream": True, "response_format": "flac"},
+        400,
+        "response_format",
+        ["cannot be streamed"],
+    ),
+    ({"input": "BADINPUT"}, 400, None, ["cannot say BADINPUT"]),
+    ({"input": "FAIL"}, 500, None, ["synthesis failed"]),
+    (["input", "hi"], 422, None, ["JSON object"]),
+]
+
+
+@pytest.mark.parametrize(("body", "status", "param", "fragments"), ERROR_CASES)
+def test_error_cases(
+    tone_server: Server, body: object, status: int, param: str | None, fragments: list[str]
+) -> None:
+    response = post(tone_server, body)
+    assert response.status_code == status, response.text
+    error = error_of(response)
+    assert error["param"] == param
+    for fragment in fragments:
+        assert fragment in error["message"]
+    assert error["type"] == ("server_error" if status >= 500 else "invalid_request_error")
+
+
+def test_malformed_json_is_422(tone_server: Server) -> None:
+    headers = {**tone_server.headers, "Content-Type": "application/json"}
+    response = httpx.post(tone_server.url + SPEECH, content=b'{"input": "hi",', headers=headers)
+    assert response.status_code == 422
+    assert "not valid JSON" in error_of(response)["message"]
+
+
+def test_oversized_body_is_refused_before_reading(tone_server: Server) -> None:
+    headers = {**tone_server.headers, "Content-Type": "application/json"}
+    response = httpx.post(tone_server.url + SPEECH, content=b" " * 10_000_000, headers=headers)
+    assert response.status_code == 413
+    assert error_of(response)["code"] == "input_too_long"
+
+
+def test_unknown_route_is_404_json(tone_server: Server) -> None:
+    response = httpx.get(tone_server.url + "/v1/nothing", headers=tone_server.headers)
+    assert response.status_code == 404
+    assert "/v1/nothing" in error_of(response)["message"]
+
+
+# ---- access ----
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/v1/models"),
+        ("GET", "/v1/voices"),
+        ("POST", SPEECH),
+        ("GET", "/v1/nothing"),
+        ("GET", "/openapi.json"),
+    ],
+)
+@pytest.mark.parametrize("key", [None, "wrong", API_KEY + "x"])
+def test_routes_need_the_api_key(tone_server: Server, method: str, path: str, key: str | None) -> None:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    response = httpx.request(method, tone_server.url + path, json={"input": "hi"}, headers=headers)
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"] == "Bearer"
+    error = error_of(response)
+    assert error["code"] == "invalid_api_key" and "Bearer" in error["message"]
+
+
+def test_right_key_opens_the_api(tone_server: Server) -> None:
+    response = post(tone_server, {"input": "hi", "response_format": "wav"})
+    assert response.status_code == 200
+
+
+# ---- a real model file ----
+# The tiny random model runs far slower than real time on a shared 2-core CPU: keep its texts short.
+KOKORO_TEXT = "hello there. a test."
+
+
+def test_kokoro_models_and_voices(kokoro_server: Server) -> None:
+    models = httpx.get(kokoro_server.url + "/v1/models").json()["data"]
+    assert [(m["id"], m["architecture"], m["sample_rate"]) for m in models] == [("tiny", "kokoro", 24000)]
+    voices = httpx.get(kokoro_server.url + "/v1/voices").json()["data"]
+    assert voices == [{"model": "tiny", "voices": ["v_one", "v_two"], "default_voice": "v_one"}]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_kokoro_each_format_decodes(kokoro_server: Server, fmt: str) -> None:
+    body = {"model": "tiny", "input": KOKORO_TEXT, "voice": "v_two", "response_format": fmt}
+    response = post(kokoro_server, body)
+    assert response.status_code == 200, response.text
+    samples, rate = decode(response.content, fmt, 24000)
+    assert rate == 24000
+    assert len(samples) > 2400 and np.isfinite(samples).all()
+
+
+@pytest.mark.parametrize("fmt", STREAM_FORMATS)
+def test_kokoro_streamed_formats_decode(kokoro_server: Server, fmt: str) -> None:
+    response = post(kokoro_server, {"input": KOKORO_TEXT, "response_format": fmt, "stream": True})
+    assert response.status_code == 200, response.text
+    samples, rate = decode(response.content, fmt, 24000)
+    assert rate == 24000 and len(samples) > 2400
+
+
+def test_kokoro_stream_equals_whole(kokoro_server: Server) -> None:
+    whole = post(kokoro_server, {"input": KOKORO_TEXT, "response_format": "pcm"})
+    streamed = post(kokoro_server, {"input": KOKORO_TEXT, "response_format": "pcm", "stream": True})
+    assert whole.status_code == streamed.status_code == 200
+    assert streamed.content == whole.content
+
+
+def _stream_timing(server: Server, body: dict[str, object]) -> tuple[float, float]:
+    """Seconds to the first bytes and to the end of one streamed request."""
+    start = time.monotonic()
+    with httpx.stream("POST", server.url + SPEECH, json=body, timeout=REQUEST_TIMEOUT_S) as response:
+        assert response.status_code == 200
+        chunks = response.iter_bytes()
+        next(chunks)
+        first_s = time.monotonic() - start
+        b"".join(chunks)
+    return first_s, time.monotonic() - start
+
+
+TIMING_ATTEMPTS = 3  # the CPU is shared: a burst of other work can stall any one measurement
+
+
+def test_kokoro_streaming_first_bytes_come_early(kokoro_server: Server) -> None:
+    # four sentences, four chunks: the first should arrive after about a quarter of the time
+    body = {"input": "one two. three four. five six. seven eight.", "response_format": "pcm", "stream": True}
+    timings = []
+    for _ in range(TIMING_ATTEMPTS):
+        first_s, total_s = _stream_timing(kokoro_server, body)
+        timings.append((round(first_s, 3), round(total_s, 3)))
+        if first_s < 0.6 * total_s:
+            return
+    pytest.fail(f"first bytes never came well before the end: (first, total) seconds = {timings}")
+
+
+def test_kokoro_unknown_voice_names_the_voices(kokoro_server: Server) -> None:
+    response = post(kokoro_server, {"input": "hi.", "voice": "af_heart"})
+    assert response.status_code == 400
+    assert "v_one, v_two" in error_of(response)["message"]
+
+
+def test_kokoro_voice_mix_is_left_to_the_model(kokoro_server: Server) -> None:
+    assert post(kokoro_server, {"input": "hi.", "voice": "v_one:0.5,v_two:0.5"}).status_code == 200
+    response = post(kokoro_server, {"input": "hi.", "voice": "v_one,nope"})
+    assert response.status_code == 400
+    assert "'nope'" in error_of(response)["message"]

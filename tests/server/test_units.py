@@ -1,0 +1,99 @@
+"""In-process pieces of the server: model specs, streaming encoders, the app on a test client."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+import soundfile as sf
+from fastapi.testclient import TestClient
+from tone_model import ToneModel
+
+from ggtts.audio import Audio
+from ggtts.errors import GGTTSError
+from ggtts.server import model_names, parse_model_spec
+from ggtts.server.app import create_app
+from ggtts.server.settings import ServerSettings
+from ggtts.server.streaming import drop_mp3_placeholder, mp3_frame_length, stream_encoder
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("kokoro", ("kokoro", "kokoro")),
+        ("models/my-voice.gguf", ("my-voice", "models/my-voice.gguf")),
+        ("fast=models/a.gguf", ("fast", "models/a.gguf")),
+        ("x = /tmp/b=c.gguf", ("x", "/tmp/b=c.gguf")),
+    ],
+)
+def test_model_specs(spec: str, expected: tuple[str, str]) -> None:
+    assert parse_model_spec(spec) == expected
+
+
+def test_model_names_default_and_duplicates() -> None:
+    assert model_names([]) == [("kokoro", "kokoro")]
+    with pytest.raises(GGTTSError, match="two models are named 'a'"):
+        model_names(["a=x.gguf", "dir/a.gguf"])
+    with pytest.raises(GGTTSError, match="NAME=PATH"):
+        parse_model_spec("=x.gguf")
+
+
+@pytest.mark.parametrize("fmt", ["wav", "pcm", "mp3", "opus"])
+@pytest.mark.parametrize("rate", [16000, 24000])
+def test_stream_encoders_decode_to_the_whole(fmt: str, rate: int) -> None:
+    model = ToneModel(sample_rate=rate)
+    chunks = [model.chunk(i, "low", 1.0) for i in range(5)]
+    encoder = stream_encoder(fmt, rate)
+    data = encoder.start() + b"".join(encoder.feed(c) for c in chunks) + encoder.finish()
+    expected = Audio.concatenate(chunks).samples
+    if fmt == "pcm":
+        samples = np.frombuffer(data, "<i2") / 32768
+    else:
+        samples, got_rate = sf.read(io.BytesIO(data), dtype="float32")
+        assert got_rate == rate
+    if fmt in ("wav", "pcm"):
+        np.testing.assert_allclose(samples, expected, atol=2 / 32768)
+    else:  # lossy: encoder delay and padding, but never a length read from an empty header
+        assert len(expected) <= len(samples) <= len(expected) + 4096
+
+
+def test_mp3_placeholder_frame_is_dropped() -> None:
+    header = bytes([0xFF, 0xF3, 0x84, 0xC4])  # MPEG-2 layer III, 64 kbit/s, 24 kHz: 192-byte frames
+    assert mp3_frame_length(header) == 192
+    placeholder = header + bytes(188)
+    real = header + bytes([1]) * 188
+    assert drop_mp3_placeholder(placeholder + real) == real
+    assert drop_mp3_placeholder(real + real) == real + real
+    assert mp3_frame_length(b"ID3\x04") is None
+
+
+def test_flac_cannot_be_streamed() -> None:
+    with pytest.raises(ValueError, match="cannot be streamed"):
+        stream_encoder("flac", 24000)
+
+
+def test_settings_are_checked() -> None:
+    with pytest.raises(ValueError, match="max_queue"):
+        ServerSettings(max_queue=-1)
+    with pytest.raises(ValueError, match="timeout_s"):
+        ServerSettings(timeout_s=0)
+    assert ServerSettings(api_key="").api_key is None
+
+
+def test_app_without_key_is_open_and_rejects_other_rates() -> None:
+    app = create_app({"t": ToneModel(sample_rate=22050)}, ServerSettings())
+    with TestClient(app) as client:
+        assert client.get("/v1/models").status_code == 200
+        response = client.post("/v1/audio/speech", json={"input": "a b", "response_format": "opus"})
+        assert response.status_code == 400
+        assert "22050 Hz" in response.json()["error"]["message"]
+        assert (
+            client.post("/v1/audio/speech", json={"input": "a b", "response_format": "wav"}).status_code
+            == 200
+        )
+
+
+def test_create_app_needs_a_model() -> None:
+    with pytest.raises(ValueError, match="at least one model"):
+        create_app({})

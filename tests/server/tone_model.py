@@ -1,0 +1,66 @@
+"""A stand-in TTSModel for server tests that need to control timing and failures.
+
+One chunk per word: a sine tone whose pitch is set by the voice and whose length is set by ``speed``.
+Special words make it misbehave: ``FAIL`` raises mid-stream, ``BADINPUT`` raises ``InputError``. With
+``TONE_LOG`` set, every chunk made is logged as ``<first word> <index>``, so a test can see when synthesis
+stopped.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from ggtts.api import TTSModel
+from ggtts.audio import Audio
+from ggtts.errors import InputError
+
+LOG_ENV = "TONE_LOG"
+VOICE_HZ = {"low": 220.0, "high": 440.0}
+AMPLITUDE = 0.3
+
+
+class ToneModel(TTSModel):
+    architecture = "test-tone"
+
+    def __init__(self, sample_rate: int = 24000, chunk_s: float = 0.1, delay_s: float = 0.0) -> None:
+        self.sample_rate = sample_rate
+        self.chunk_s = chunk_s
+        self.delay_s = delay_s
+
+    @classmethod
+    def from_gguf(cls, gguf: Any, device: str = "cpu") -> ToneModel:
+        raise NotImplementedError("the tone model is built in code")
+
+    @property
+    def voices(self) -> list[str]:
+        return list(VOICE_HZ)
+
+    def chunk(self, index: int, voice: str | None, speed: float) -> Audio:
+        n = round(self.chunk_s * self.sample_rate / speed)
+        t = (np.arange(n) + index * n) / self.sample_rate
+        hz = VOICE_HZ[voice or "low"] * (1 + 0.1 * (index % 3))
+        return Audio((AMPLITUDE * np.sin(2 * np.pi * hz * t)).astype(np.float32), self.sample_rate)
+
+    def stream(
+        self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any
+    ) -> Iterator[Audio]:
+        words = text.split()
+        log_path = os.environ.get(LOG_ENV)
+        for index, word in enumerate(words):
+            if word == "FAIL":
+                raise RuntimeError("the tone model was told to fail")
+            if word == "BADINPUT":
+                raise InputError("the tone model cannot say BADINPUT")
+            time.sleep(self.delay_s)
+            if log_path:
+                with open(log_path, "a") as f:
+                    f.write(f"{words[0]} {index}\n")
+            yield self.chunk(index, voice, speed)
+
+    def expected(self, text: str, voice: str | None = None, speed: float = 1.0) -> np.ndarray:
+        return np.concatenate([self.chunk(i, voice, speed).samples for i in range(len(text.split()))])

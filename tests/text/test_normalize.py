@@ -1,0 +1,156 @@
+"""Normalization, table-driven: each expected string is what an English speaker says, written by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from ggtts.text.normalize import normalize
+
+AMERICAN = [
+    # plain text passes through
+    ("Hello, world!", "Hello, world!"),
+    ("  spaced   out  ", "spaced out"),
+    # cardinals, decimals, negatives, codes, IDs
+    ("I have 42 apples.", "I have forty-two apples."),
+    ("There were 1,234 people.", "There were one thousand two hundred thirty-four people."),
+    ("It holds 1000000 liters", "It holds one million liters"),
+    ("Pi is 3.14", "Pi is three point one four"),
+    ("Add 0.5 cups", "Add zero point five cups"),
+    ("Add .5 cups", "Add point five cups"),
+    ("It fell to -5 today", "It fell to minus five today"),
+    ("Agent 007", "Agent oh oh seven"),
+    ("Order 1234567890", "Order one two three four five six seven eight nine oh"),
+    ("I counted 105", "I counted one hundred five"),
+    # ordinals
+    ("She came 1st and he came 22nd.", "She came first and he came twenty-second."),
+    ("the 103rd and the 11th", "the one hundred third and the eleventh"),
+    # years and decades
+    ("In 1999 we moved.", "In nineteen ninety-nine we moved."),
+    ("Born in 2005", "Born in two thousand five"),
+    ("Back in 1905", "Back in nineteen oh five"),
+    ("By 1900", "By nineteen hundred"),
+    ("Since 2024", "Since twenty twenty-four"),
+    ("the 2010s", "the twenty tens"),
+    ("the 1990s", "the nineteen nineties"),
+    ("the '80s", "the eighties"),
+    ("from 1990-1995", "from nineteen ninety to nineteen ninety-five"),
+    # currency
+    ("It costs $5.", "It costs five dollars."),
+    ("Only $1", "Only one dollar"),
+    ("A coffee is $3.50", "A coffee is three dollars and fifty cents"),
+    ("Just $0.99", "Just ninety-nine cents"),
+    ("$1,000 prize", "one thousand dollars prize"),
+    ("It was £20", "It was twenty pounds"),
+    ("It was £3.50", "It was three pounds and fifty pence"),
+    ("They raised €1.2 million", "They raised one point two million euros"),
+    ("a $5m deal", "a five million dollars deal"),
+    ("a $2bn loss", "a two billion dollars loss"),
+    ("a loss of -$5", "a loss of minus five dollars"),
+    ("¥500", "five hundred yen"),
+    # percentages
+    ("Up 50% today", "Up fifty percent today"),
+    ("a 3.5% rate", "a three point five percent rate"),
+    ("5-10% off", "five to ten percent off"),
+    # times
+    ("Meet at 3:45 pm.", "Meet at three forty-five PM."),
+    ("Wake at 10am", "Wake at ten AM"),
+    ("at 9:05", "at nine oh five"),
+    ("at 3:00 sharp", "at three o'clock sharp"),
+    ("Leave at 5 p.m. Then eat.", "Leave at five PM. Then eat."),
+    ("at 7:30 a.m. we left", "at seven thirty AM we left"),
+    # dates (US order)
+    ("Due 2024-03-15.", "Due March fifteenth, twenty twenty-four."),
+    ("Due 3/15/2024.", "Due March fifteenth, twenty twenty-four."),
+    ("On March 3rd we met", "On March third we met"),
+    ("On March 3, 2024 we met", "On March third, twenty twenty-four we met"),
+    ("On Jan. 5 it snowed", "On January fifth it snowed"),
+    ("On 3 March it rained", "On the third of March it rained"),
+    # phone numbers
+    ("Call 555-123-4567", "Call five five five, one two three, four five six seven"),
+    ("Call (555) 123-4567", "Call five five five, one two three, four five six seven"),
+    (
+        "Call +44 20 7946 0958",
+        "Call plus four four, two oh, seven nine four six, oh nine five eight",
+    ),
+    # abbreviations
+    ("Dr. Smith is here.", "Doctor Smith is here."),
+    ("Mr. and Mrs. Brown", "Mister and Missus Brown"),
+    ("Ask Ms. White", "Ask Miz White"),
+    ("He lives on St. James St. near Elm Dr.", "He lives on Saint James Street near Elm Drive."),
+    ("Met Dr. Jones at 5 Main St. Then we left.", "Met Doctor Jones at five Main Street. Then we left."),
+    ("Apples, pears, etc. are fruit", "Apples, pears, et cetera are fruit"),
+    ("Apples, pears, etc. Then more.", "Apples, pears, et cetera. Then more."),
+    ("Fruit, e.g. apples", "Fruit, for example apples"),
+    ("E.g. apples", "For example apples"),
+    ("the best, i.e. ours", "the best, that is ours"),
+    ("cats vs. dogs", "cats versus dogs"),
+    ("approx. 5 hours", "approximately five hours"),
+    ("Room No. 5", "Room number five"),
+    ("We're #1", "We're number one"),
+    # units
+    ("It is 5 km away", "It is five kilometers away"),
+    ("It weighs 1 kg", "It weighs one kilogram"),
+    ("only 1.5 km", "only one point five kilometers"),
+    ("It is 20°C outside", "It is twenty degrees Celsius outside"),
+    ("It is -5 °F outside", "It is minus five degrees Fahrenheit outside"),
+    ("a 90° angle", "a ninety degrees angle"),
+    ("at 100 mph", "at one hundred miles per hour"),
+    ("a 2 GB file", "a two gigabytes file"),
+    ("5-10 km", "five to ten kilometers"),
+    # URLs and e-mail
+    ("Visit example.com today", "Visit example dot com today"),
+    ("See https://www.example.com/docs.", "See w w w dot example dot com slash docs."),
+    ("Mail john.doe@example.com now", "Mail john dot doe at example dot com now"),
+    # symbols
+    ("A & B", "A and B"),
+    ("R&D", "R and D"),
+    ("2 + 2 = 4", "two plus two equals four"),
+    ("C++", "C plus plus"),
+    # ranges, fractions
+    ("pages 10-20", "pages ten to twenty"),
+    ("3/4 of it", "three quarters of it"),
+    ("1/2 cup", "one half cup"),
+    ("open 24/7", "open twenty-four seven"),
+    ("version 2.0.1", "version two point zero point one"),
+    # misaki's pronunciation override syntax is left alone
+    ("[Kokoro](/kˈOkəɹO/) costs $5", "[Kokoro](/kˈOkəɹO/) costs five dollars"),
+    # line breaks survive (the chunker uses them)
+    ("One.\n\nTwo 2.", "One.\n\nTwo two."),
+]
+
+BRITISH = [
+    ("I counted 105", "I counted one hundred and five"),
+    ("Born in 2005", "Born in two thousand and five"),
+    ("the 103rd", "the one hundred and third"),
+    ("It is 5 km away", "It is five kilometres away"),
+    ("Two 1 l bottles", "Two one litre bottles"),
+    ("Due 15/03/2024.", "Due the fifteenth of March, twenty twenty-four."),
+    ("Due 2024-03-15.", "Due the fifteenth of March, twenty twenty-four."),
+    ("On March 3 we met", "On March the third we met"),
+    ("It was £3.50", "It was three pounds and fifty pence"),
+]
+
+
+@pytest.mark.parametrize(("written", "spoken"), AMERICAN)
+def test_american(written: str, spoken: str) -> None:
+    assert normalize(written) == spoken
+
+
+@pytest.mark.parametrize(("written", "spoken"), BRITISH)
+def test_british(written: str, spoken: str) -> None:
+    assert normalize(written, british=True) == spoken
+
+
+def test_american_slash_date_that_only_fits_day_first() -> None:
+    # 15 cannot be a month, so "15/3/2024" is read day first even in American text.
+    assert normalize("15/3/2024") == "March fifteenth, twenty twenty-four"
+
+
+@pytest.mark.parametrize("text", ["", "   ", "\n\n"])
+def test_empty(text: str) -> None:
+    assert normalize(text) == ""
+
+
+def test_no_digits_left_in_typical_text() -> None:
+    text = "On 3/15/2024 at 3:45 pm, 12 of 1,500 users (0.8%) paid $3.50 for 2 GB, i.e. 1st tier."
+    assert not any(c.isdigit() for c in normalize(text))
