@@ -13,6 +13,7 @@ from typing import BinaryIO
 import numpy as np
 import soundfile as sf
 
+from ggtts.errors import InputError
 from ggtts.fsutil import atomic_output
 
 # suffix -> (soundfile format, subtype)
@@ -69,7 +70,7 @@ class Audio:
     def write_to(self, stream: BinaryIO, suffix: str, *, float_wav: bool = False) -> None:
         suffix = suffix.lower()
         if suffix not in _FORMATS:
-            raise ValueError(f"unsupported audio format '{suffix}'; supported: {', '.join(sorted(_FORMATS))}")
+            raise InputError(f"unsupported audio format '{suffix}'; supported: {', '.join(sorted(_FORMATS))}")
         fmt, subtype = _FORMATS[suffix]
         if suffix == ".wav" and float_wav:
             subtype = "FLOAT"
@@ -81,12 +82,18 @@ class Audio:
         The file is written under a temporary name and renamed, so a failure leaves nothing under ``path``.
         """
         path = Path(path)
-        suffix = path.suffix.lower()
-        if suffix not in _FORMATS:
-            raise ValueError(f"{path}: unsupported audio format '{suffix}'; use one of {', '.join(sorted(_FORMATS))}")
+        suffix = check_output_suffix(path)
         with atomic_output(path) as tmp, tmp.open("wb") as f:
             self.write_to(f, suffix, float_wav=float_wav)
         return path
+
+
+def check_output_suffix(path: str | os.PathLike[str]) -> str:
+    """The audio format suffix of ``path``, or an InputError naming the supported ones."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in _FORMATS:
+        raise InputError(f"{path}: unsupported audio format '{suffix}'; use one of {', '.join(sorted(_FORMATS))}")
+    return suffix
 
 
 STREAMING_WAV_SIZE = 0xFFFFFFFF  # data size unknown when streaming: the maximum, as ffmpeg and browsers accept

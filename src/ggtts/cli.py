@@ -92,6 +92,8 @@ def _speak_options(args: argparse.Namespace) -> dict[str, Any]:
         options["phonemes"] = True
     if args.lang:
         options["lang"] = args.lang
+    if args.vocoder:
+        options["vocoder"] = args.vocoder
     if args.progress is not None:
         options["progress"] = args.progress
     return options
@@ -99,11 +101,12 @@ def _speak_options(args: argparse.Namespace) -> dict[str, Any]:
 
 def cmd_speak(args: argparse.Namespace) -> int:
     import ggtts
-    from ggtts.audio import Audio, wav_header
+    from ggtts.audio import Audio, check_output_suffix, wav_header
 
+    if args.output != "-":
+        check_output_suffix(args.output)  # before any work
     text = _read_text(args)
-    load_options = {"vocoder": args.vocoder} if args.vocoder else {}
-    model = ggtts.load(args.model, **load_options)
+    model = ggtts.load(args.model)
     options = _speak_options(args)
     if args.output == "-":
         out = sys.stdout.buffer
@@ -258,6 +261,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         with contextlib.suppress(OSError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except Exception as e:  # a bug, not bad input: still one line, with the traceback on request
+        if os.environ.get("GGTTS_DEBUG"):
+            raise
+        return _fail(f"internal error: {type(e).__name__}: {e} (set GGTTS_DEBUG=1 for the traceback)")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ PARITY_HELPERS = Path(__file__).parents[1] / "parity"
 TINY_LETTERS = "abcdefghijklmnopqrstuvwxyz .,!?"
 
 
-def tiny_phonemizer(text: str, language: str) -> Iterable[str]:
+def tiny_phonemizer(text: str, language: str, max_phonemes: int = 0, vocab: object = None) -> Iterable[str]:
     """The English frontend's stand-in for the tiny vocabulary: letters as phonemes, a chunk per sentence."""
     letters = "".join(c for c in text.lower() if c in TINY_LETTERS)
     return [s.strip() + "." for s in letters.split(".") if s.strip()]
@@ -31,9 +31,7 @@ def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     config = tiny_config()
     path = tmp_path_factory.mktemp("measure") / "tiny-kokoro.gguf"
-    return write_kokoro_gguf(
-        path, config, build_upstream(config).folded_state(), random_voices(config), "f32"
-    )
+    return write_kokoro_gguf(path, config, build_upstream(config).folded_state(), random_voices(config), "f32")
 
 
 @pytest.fixture

@@ -99,9 +99,7 @@ def test_bench_json_and_plot(tiny_gguf: Path, tmp_path: Path, monkeypatch, capsy
 def test_bench_reports_a_failing_peer_without_stopping(tiny_gguf: Path, monkeypatch) -> None:
     monkeypatch.setattr(bench, "phoneme_chunks", _tiny_chunks)
     # hexgrad's decoder is 1024 wide: it cannot hold the tiny model, and says so
-    report = bench.benchmark(
-        tiny_gguf, "Hello.", ["ggtts", "reference"], runs=1, batch=["Hi."], progress=False
-    )
+    report = bench.benchmark(tiny_gguf, "Hello.", ["ggtts", "reference"], runs=1, batch=["Hi."], progress=False)
     assert "error" not in report["peers"]["ggtts"]
     assert "width is fixed" in report["peers"]["reference"]["error"]
 

@@ -28,9 +28,7 @@ def test_parity_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert report["stages"][1]["max_abs_diff"] == 0  # durations are integers and must agree exactly
 
 
-def test_parity_fails_on_a_wrong_weight(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_parity_fails_on_a_wrong_weight(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     folded = kokoro_upstream.Upstream.folded_state
 
     def corrupted(self: kokoro_upstream.Upstream) -> dict[str, torch.Tensor]:

@@ -206,9 +206,7 @@ def print_table(report: dict[str, Any], out: TextIO | None = None) -> None:
         f"after {report['warmup']} warm-up; {report['machine']['cpus']} CPUs",
         file=out,
     )
-    header = (
-        f"{'engine':<34}{'RTF':>22}{'first audio s':>22}{'throughput xRT':>16}{'peak MiB':>10}{'load s':>8}"
-    )
+    header = f"{'engine':<34}{'RTF':>22}{'first audio s':>22}{'throughput xRT':>16}{'peak MiB':>10}{'load s':>8}"
     print(header, file=out)
     for name, p in report["peers"].items():
         if "error" in p:

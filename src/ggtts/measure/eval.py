@@ -73,9 +73,7 @@ class EvalReport:
         return asdict(self)
 
 
-def score(
-    index: int, text: str, transcript: str, audio_s: float = 0.0, synth_s: float = 0.0
-) -> SentenceResult:
+def score(index: int, text: str, transcript: str, audio_s: float = 0.0, synth_s: float = 0.0) -> SentenceResult:
     """Error counts of one transcript against the sentence it should say."""
     reference, hypothesis = normalize(text), normalize(transcript)
     w = word_errors(reference, hypothesis)
@@ -101,9 +99,7 @@ def score(
 
 
 def summarize(results: Sequence[SentenceResult]) -> Overall:
-    words = ErrorCounts.total(
-        ErrorCounts(r.substitutions, r.deletions, r.insertions, r.words) for r in results
-    )
+    words = ErrorCounts.total(ErrorCounts(r.substitutions, r.deletions, r.insertions, r.words) for r in results)
     chars = sum(r.chars for r in results)
     char_errs = sum(r.char_errors for r in results)
     audio = sum(r.audio_s for r in results)

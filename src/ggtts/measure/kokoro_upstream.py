@@ -133,9 +133,7 @@ def build_upstream(config: dict[str, Any], seed: int = 0) -> Upstream:
     return parts
 
 
-def random_voices(
-    config: dict[str, Any], names: tuple[str, ...] = ("v_one", "v_two")
-) -> dict[str, torch.Tensor]:
+def random_voices(config: dict[str, Any], names: tuple[str, ...] = ("v_one", "v_two")) -> dict[str, torch.Tensor]:
     rows = config["plbert"]["max_position_embeddings"] - 2
     g = torch.Generator().manual_seed(123)
     return {n: torch.randn(rows, 1, 2 * config["style_dim"], generator=g) * 0.3 for n in names}

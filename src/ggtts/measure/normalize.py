@@ -112,10 +112,7 @@ def ordinal_words(digits: str) -> str:
 def number_words(digits: str) -> str:
     """A bare integer as people read it: four-digit numbers from 1100 to 2099 as years ("nineteen eighty
     five"), others as cardinals. Recognisers write "1985" for both readings; this matches the likelier one."""
-    if (
-        len(digits) == len(digits.lstrip("0")) == YEAR_DIGITS
-        and YEAR_RANGE[0] <= int(digits) <= YEAR_RANGE[1]
-    ):
+    if len(digits) == len(digits.lstrip("0")) == YEAR_DIGITS and YEAR_RANGE[0] <= int(digits) <= YEAR_RANGE[1]:
         words = num2words(int(digits), to="year").replace(",", "").replace("-", " ")
         return " ".join(w for w in words.split() if w != "and")
     return integer_words(digits)

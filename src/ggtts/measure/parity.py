@@ -54,18 +54,12 @@ class StageResult:
 def compare(stage: str, ours: torch.Tensor, theirs: torch.Tensor) -> StageResult:
     tolerance = TOLERANCES[stage]
     if ours.shape != theirs.shape:
-        return StageResult(
-            stage, list(ours.shape), float("inf"), float("nan"), float("nan"), tolerance, False
-        )
+        return StageResult(stage, list(ours.shape), float("inf"), float("nan"), float("nan"), tolerance, False)
     a, b = ours.detach().double().flatten(), theirs.detach().double().flatten()
     diff = (a - b).abs().max().item() if a.numel() else 0.0
     scale = max(1.0, b.abs().max().item() if b.numel() else 0.0)
     std_a, std_b = a.std().item(), b.std().item()
-    corr = (
-        torch.corrcoef(torch.stack([a, b]))[0, 1].item()
-        if std_a > 0 and std_b > 0
-        else float(torch.equal(a, b))
-    )
+    corr = torch.corrcoef(torch.stack([a, b]))[0, 1].item() if std_a > 0 and std_b > 0 else float(torch.equal(a, b))
     ratio = std_a / std_b if std_b > 0 else float(std_a == 0)
     return StageResult(stage, list(ours.shape), diff, corr, ratio, tolerance, diff <= tolerance * scale)
 
@@ -75,9 +69,7 @@ def kokoro_parity() -> list[StageResult]:
     try:
         from ggtts.measure.kokoro_upstream import build_upstream, random_voices, tiny_config, upstream_stages
     except ModuleNotFoundError as e:
-        raise GGTTSError(
-            f"parity needs the upstream package '{e.name}' (pip install 'ggtts[reference]')"
-        ) from None
+        raise GGTTSError(f"parity needs the upstream package '{e.name}' (pip install 'ggtts[reference]')") from None
     from ggtts.convert.kokoro_gguf import write_kokoro_gguf
     from ggtts.gguf import GGUFFile
     from ggtts.models.kokoro import load_kokoro
@@ -88,14 +80,10 @@ def kokoro_parity() -> list[StageResult]:
             warnings.simplefilter("ignore", (UserWarning, FutureWarning))
             parts = build_upstream(config)
     except ModuleNotFoundError as e:
-        raise GGTTSError(
-            f"parity needs the upstream package '{e.name}' (pip install 'ggtts[reference]')"
-        ) from None
+        raise GGTTSError(f"parity needs the upstream package '{e.name}' (pip install 'ggtts[reference]')") from None
     voices = random_voices(config)
     with tempfile.TemporaryDirectory(prefix="ggtts-parity-") as tmp:
-        path = write_kokoro_gguf(
-            Path(tmp) / "tiny.gguf", config, parts.folded_state(), voices, "f32", name="tiny"
-        )
+        path = write_kokoro_gguf(Path(tmp) / "tiny.gguf", config, parts.folded_state(), voices, "f32", name="tiny")
         _, model, loaded_voices, vocab = load_kokoro(GGUFFile(path))
     ids = torch.tensor([[0, *(vocab[c] for c in TEXT if c in vocab), 0]])
     ref_s = loaded_voices["v_one"][ids.shape[1] - 3]  # (1, 2 * style)
@@ -121,8 +109,7 @@ def kokoro_parity() -> list[StageResult]:
 def print_table(results: list[StageResult], out: Any = None) -> None:
     out = out or sys.stdout
     print(
-        f"{'stage':<12}{'shape':>16}{'max abs diff':>14}{'correlation':>13}{'std ratio':>11}"
-        f"{'tolerance':>11}  ok",
+        f"{'stage':<12}{'shape':>16}{'max abs diff':>14}{'correlation':>13}{'std ratio':>11}{'tolerance':>11}  ok",
         file=out,
     )
     for r in results:
@@ -140,9 +127,7 @@ def run(args: argparse.Namespace) -> int:
     results = kokoro_parity()
     ok = all(r.ok for r in results)
     if args.json:
-        json.dump(
-            {"family": args.family, "ok": ok, "stages": [asdict(r) for r in results]}, sys.stdout, indent=2
-        )
+        json.dump({"family": args.family, "ok": ok, "stages": [asdict(r) for r in results]}, sys.stdout, indent=2)
         print()
     else:
         print_table(results)

@@ -76,9 +76,7 @@ def onnx_engine(model_path: str, voice: str) -> Iterator[Synthesize]:
     try:
         from kokoro_onnx import Kokoro
     except ModuleNotFoundError:
-        raise GGTTSError(
-            "the 'onnx' peer needs kokoro-onnx and onnxruntime (pip install 'ggtts[reference]')"
-        ) from None
+        raise GGTTSError("the 'onnx' peer needs kokoro-onnx and onnxruntime (pip install 'ggtts[reference]')") from None
     from ggtts.convert.default_model import assemble_onnx
 
     style = voicepack(GGUFFile(model_path), voice)
@@ -183,9 +181,7 @@ def reference_engine(model_path: str, voice: str) -> Iterator[Synthesize]:
     try:
         from kokoro import KModel
     except ModuleNotFoundError:
-        raise GGTTSError(
-            "the 'reference' peer needs hexgrad's kokoro (pip install 'ggtts[reference]')"
-        ) from None
+        raise GGTTSError("the 'reference' peer needs hexgrad's kokoro (pip install 'ggtts[reference]')") from None
     pack = torch.from_numpy(voicepack(gguf, voice))
     with tempfile.TemporaryDirectory(prefix="ggtts-bench-") as tmp:
         empty = Path(tmp) / "empty.pth"

@@ -63,9 +63,7 @@ def _assemble_base(target: Path) -> Path:
     data = part_paths[0].parent
     missing = [p for p in (*part_paths, *(data / f for f in BASE_SIDE_FILES)) if not p.is_file()]
     if missing:
-        raise GGTTSError(
-            f"the Whisper base package files are incomplete: {missing[0]} is missing; reinstall them"
-        )
+        raise GGTTSError(f"the Whisper base package files are incomplete: {missing[0]} is missing; reinstall them")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     tmp.chmod(CACHE_DIR_MODE)
@@ -125,9 +123,7 @@ def resample(samples: np.ndarray, rate: int, target_rate: int = WHISPER_SAMPLE_R
 
         g = gcd(rate, target_rate)
         return np.asarray(resample_poly(samples, target_rate // g, rate // g), dtype=np.float32)
-    raise GGTTSError(
-        "resampling audio for Whisper needs the Python package 'soxr' (or 'scipy'); pip install soxr"
-    )
+    raise GGTTSError("resampling audio for Whisper needs the Python package 'soxr' (or 'scipy'); pip install soxr")
 
 
 @dataclass

@@ -37,10 +37,13 @@ class AdaIN1d(nn.Module):
 
 
 def snake(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
-    """Snake activation ``x + sin(αx)² / α`` with a per-channel α of shape (1, C, 1)."""
-    t = torch.sin(alpha * x)
-    t.square_()
-    return torch.addcmul(x, t, torch.reciprocal(alpha))
+    """Snake activation ``x + sin(αx)² / α`` with a per-channel α of shape (1, C, 1).
+
+    ``x`` is overwritten (callers pass a temporary): two full-size buffers instead of four keep the vocoder's
+    large activations out of the allocator and the page-fault path.
+    """
+    t = torch.mul(x, alpha).sin_().square_()
+    return x.addcmul_(t, torch.reciprocal(alpha))
 
 
 class AdainResBlk1d(nn.Module):

@@ -1,0 +1,72 @@
+"""`ggtts speak` with the real default model: text sources, output targets, and bad input."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import soundfile as sf
+
+from ggtts.cli import main
+
+pytestmark = pytest.mark.needs_weights
+
+
+def _speak(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[bytes]:
+    exe = shutil.which("ggtts") or pytest.skip("the ggtts command is not installed")
+    return subprocess.run(
+        [exe, "speak", *args], input=None if stdin is None else stdin.encode(), capture_output=True, timeout=300
+    )
+
+
+def test_speak_argument_to_wav(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "a.wav"
+    assert main(["speak", "Good morning.", "-o", str(out), "-v", "jm_kumo", "-s", "1.2"]) == 0
+    info = sf.info(out)
+    assert info.samplerate == 24000 and info.subtype == "PCM_16" and info.duration > 0.3
+    assert f"wrote {out}" in capsys.readouterr().err
+
+
+def test_speak_file_and_stdin_to_stdout_stream(tmp_path: Path) -> None:
+    text = tmp_path / "t.txt"
+    text.write_text("Reading from a file.", encoding="utf-8")
+    out = tmp_path / "f.flac"
+    r = _speak("-f", str(text), "-o", str(out))
+    assert r.returncode == 0, r.stderr
+    assert sf.info(out).format == "FLAC"
+    r = _speak("-o", "-", stdin="Reading from standard input.")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout[:4] == b"RIFF"
+    audio, rate = sf.read(io.BytesIO(r.stdout), dtype="float32")
+    assert rate == 24000 and len(audio) > 24000 // 2
+
+
+BAD = [
+    (["   "], "the text is empty"),
+    (["hello", "-v", "nobody"], "unknown voice 'nobody'; choose one of jf_alpha"),
+    (["hello", "-v", "jf_alpha:x"], "voice weight 'x' of 'jf_alpha' is not a number"),
+    (["x" * 100_001], "the limit is 100000"),
+    (["hello", "-o", "out.xyz"], "unsupported audio format '.xyz'"),
+    (["hello", "-f", "missing.txt"], "give the text either as an argument or with -f, not both"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), BAD, ids=[m for _, m in BAD])
+def test_bad_input_is_one_line_and_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    if "-o" not in args:
+        args = [*args, "-o", "out.wav"]
+    assert main(["speak", *args]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0], err
+    assert [p.name for p in tmp_path.iterdir()] == []
+
+
+def test_speed_out_of_range_is_rejected() -> None:
+    r = _speak("hello", "-s", "3")
+    assert r.returncode == 2 and b"3.0 is out of range; use 0.5 to 2.0" in r.stderr

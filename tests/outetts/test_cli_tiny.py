@@ -1,0 +1,63 @@
+"""The OuteTTS pipeline from the command line, as a user runs it: convert, speak, decode, info."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import soundfile as sf
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _tiny_outetts import build_qwen2_checkpoint, build_wavtokenizer_ckpt
+
+HOP = 320
+TINY_SPEAKER = Path(__file__).parent / "data" / "tiny_speaker.json"
+
+
+def ggtts(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("ggtts") or pytest.skip("the ggtts command is not installed")
+    return subprocess.run([exe, *map(str, args)], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    d = tmp_path_factory.mktemp("oute-cli")
+    hf = build_qwen2_checkpoint(d / "hf")
+    ckpt = build_wavtokenizer_ckpt(d / "w.ckpt")
+    lm, voc = d / "lm.gguf", d / "voc.gguf"
+    r = ggtts("convert", "outetts", hf, "-o", lm, "--type", "q8_0")
+    assert r.returncode == 0, r.stderr
+    r = ggtts("convert", "wavtokenizer", ckpt, "-o", voc, "--type", "f16")
+    assert r.returncode == 0, r.stderr
+    return lm, voc
+
+
+def test_info_shows_llama_cpp_architectures(models: tuple[Path, Path]) -> None:
+    lm, voc = models
+    out = ggtts("info", lm).stdout
+    assert "architecture: qwen2" in out and "Q8_0" in out and "tokenizer.ggml.model = 'gpt2'" in out
+    assert "architecture: wavtokenizer-dec" in ggtts("info", voc).stdout
+
+
+def test_speak_with_vocoder(models: tuple[Path, Path], tmp_path: Path) -> None:
+    lm, voc = models
+    out = tmp_path / "hello.wav"
+    r = ggtts("speak", "-m", lm, "--vocoder", voc, "-v", TINY_SPEAKER, "--seed", "3", "Hello world", "-o", out)
+    assert r.returncode == 0, r.stderr
+    audio, rate = sf.read(out)
+    assert rate == 24000 and len(audio) > 0 and len(audio) % HOP == 0
+
+
+def test_decode_codes(models: tuple[Path, Path], tmp_path: Path) -> None:
+    _, voc = models
+    out = tmp_path / "codes.wav"
+    r = ggtts("decode", "--vocoder", voc, "<|1|><|2|><|3|><|4|><|5|>", "-o", out)
+    assert r.returncode == 0, r.stderr
+    audio, rate = sf.read(out)
+    assert rate == 24000 and len(audio) == 5 * HOP
+    bad = ggtts("decode", "--vocoder", voc, "1 2 999999", "-o", tmp_path / "bad.wav")
+    assert bad.returncode != 0 and "out of range" in bad.stderr and "Traceback" not in bad.stderr
+    assert not (tmp_path / "bad.wav").exists()
