@@ -95,5 +95,7 @@ def load(path_or_name: str | os.PathLike[str] | None = None, device: str = "cpu"
     ``options`` go to the architecture's loader (for example ``vocoder=`` for OuteTTS).
     """
     from ggtts.models.registry import build
+    from ggtts.runtime.memory import tune_allocator
 
+    tune_allocator()
     return build(GGUFFile(resolve_model_path(path_or_name)), device=device, **options)

@@ -3,19 +3,12 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
+from tiny_frontend_support import tiny_phonemizer
 
 PARITY_HELPERS = Path(__file__).parents[1] / "parity"
-TINY_LETTERS = "abcdefghijklmnopqrstuvwxyz .,!?"
-
-
-def tiny_phonemizer(text: str, language: str, max_phonemes: int = 0, vocab: object = None) -> Iterable[str]:
-    """The English frontend's stand-in for the tiny vocabulary: letters as phonemes, a chunk per sentence."""
-    letters = "".join(c for c in text.lower() if c in TINY_LETTERS)
-    return [s.strip() + "." for s in letters.split(".") if s.strip()]
 
 
 @pytest.fixture(scope="session")

@@ -71,7 +71,7 @@ def test_eval_rejects_an_empty_sentence_file(tmp_path: Path, capsys) -> None:
 
 
 def _tiny_chunks(text: str, language: str, max_phonemes: int, vocab: object = ()) -> list[str]:
-    from conftest import tiny_phonemizer
+    from tiny_frontend_support import tiny_phonemizer
 
     return [c[:max_phonemes] for c in tiny_phonemizer(text, language)]
 

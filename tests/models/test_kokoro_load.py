@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -14,7 +15,7 @@ from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Kokoro as K
 from ggtts.gguf.write import ModelWriter
 from ggtts.models.kokoro import KokoroConfig, KokoroModel, load_kokoro
-from ggtts.pipelines.kokoro import FIRST_CHUNK_PHONEMES, KokoroTTS, _quick_start
+from ggtts.pipelines.kokoro import FIRST_CHUNK_PHONEMES, KokoroTTS, _quick_start, fade_edges
 
 VOCAB = {c: i + 1 for i, c in enumerate("abcdefghij .,")}
 CONFIG = {
@@ -157,6 +158,20 @@ def test_pipeline_phonemes_make_audio(tts: KokoroTTS) -> None:
     assert (audio.samples == again.samples).all()
     parts = list(tts.stream("abc. " * 12, "aa", phonemes=True))
     assert len(parts) >= 2  # longer than the 30-phoneme limit: chunked
+    whole = tts.synthesize("abc. " * 12, "aa", phonemes=True)
+    assert (whole.samples == np.concatenate([p.samples for p in parts])).all()
+    for part in parts:  # every join meets at (nearly) zero: no click
+        peak = np.abs(part.samples).max()
+        assert abs(part.samples[0]) <= 1e-3 * peak and abs(part.samples[-1]) <= 1e-3 * peak
+
+
+def test_fade_edges() -> None:
+    x = np.ones(1000, dtype=np.float32)
+    y = fade_edges(x.copy(), 100)
+    assert y[0] < 1e-3 and y[-1] < 1e-3 and (y[100:900] == 1).all()
+    assert (np.diff(y[:100]) > 0).all() and (np.diff(y[900:]) < 0).all()
+    np.testing.assert_allclose(y[:100] + y[:100][::-1], 1.0, atol=1e-6)  # raised cosine: symmetric crossfade
+    np.testing.assert_allclose(fade_edges(np.ones(3, np.float32), 100), [0.5, 1.0, 0.5], atol=1e-6)
 
 
 def test_pipeline_voice_blend_and_errors(tts: KokoroTTS) -> None:
@@ -170,15 +185,12 @@ def test_pipeline_voice_blend_and_errors(tts: KokoroTTS) -> None:
         tts.token_ids("a" * 31)
 
 
-def test_quick_start_cuts_only_a_long_first_chunk() -> None:
-    clause = "abc defg hij, "
-    long_first = (clause * 12).strip()
-    assert len(long_first) > FIRST_CHUNK_PHONEMES
-    out = list(_quick_start([long_first, "ab cd."], frozenset(VOCAB)))
-    assert len(out) == 3
-    assert len(out[0]) <= FIRST_CHUNK_PHONEMES
-    assert out[0].endswith(",")  # cut at a clause break, not inside a word
-    assert (out[0] + " " + out[1]).split() == long_first.split()  # nothing lost or repeated
-    assert out[2] == "ab cd."
-    assert list(_quick_start(["ab cd.", "ef."], frozenset(VOCAB))) == ["ab cd.", "ef."]
-    assert list(_quick_start([], frozenset(VOCAB))) == []
+def test_quick_start_cuts_the_first_chunk_at_its_first_clause() -> None:
+    first = "abc defg hij, klm nop. qrs tuv wx"
+    assert list(_quick_start([first, "ab cd."])) == ["abc defg hij,", "klm nop. qrs tuv wx", "ab cd."]
+    # no punctuation break within reach: never cut between words
+    long_clause = "abc " * (FIRST_CHUNK_PHONEMES // 4 + 1) + "de, fg"
+    assert list(_quick_start([long_clause])) == [long_clause]
+    assert list(_quick_start(["abc defg hij."])) == ["abc defg hij."]  # the break at the very end: nothing to cut
+    assert list(_quick_start([])) == []
+

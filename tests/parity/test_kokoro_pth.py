@@ -53,7 +53,7 @@ def _relative_l2(got: torch.Tensor, want: torch.Tensor) -> float:
 def _compare(reference: torch.nn.Module, tts: KokoroTTS, speed: float) -> None:
     ref_s = tts.voicepacks["af_test"][len(PHONEMES) - 1]
     ids = torch.tensor([[0, *tts.token_ids(PHONEMES), 0]])
-    stages = upstream_stages(reference, ids, ref_s, tts.config.style_dim, speed)
+    stages = upstream_stages(reference, ids, ref_s, tts.config.style_dim, speed=speed)
     # the decoder alone, on upstream's own features and curves, sample by sample
     torch.manual_seed(SEED)
     with torch.no_grad():

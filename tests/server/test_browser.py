@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from conftest import ARTIFACTS, Server, chromium_path
+from server_support import ARTIFACTS, Server, chromium_path
 
 pytestmark = pytest.mark.browser
 

@@ -12,9 +12,8 @@ import httpx
 import numpy as np
 import pytest
 from audio_check import decode
+from server_support import TONE_TIMEOUT_S, Server
 from tone_model import ToneModel
-
-from conftest import TONE_TIMEOUT_S, Server
 
 SPEECH = "/v1/audio/speech"
 SLOW_CHUNK_S = 0.3  # tone_server.SLOW_CHUNK_DELAY_S
@@ -95,9 +94,7 @@ def test_time_limit_cuts_a_stream(tone_server: Server) -> None:
     received = 0
     with (
         pytest.raises(httpx.RemoteProtocolError),
-        httpx.stream(
-            "POST", tone_server.url + SPEECH, json=body, headers=tone_server.headers, timeout=60
-        ) as response,
+        httpx.stream("POST", tone_server.url + SPEECH, json=body, headers=tone_server.headers, timeout=60) as response,
     ):
         assert response.status_code == 200
         for chunk in response.iter_bytes():
@@ -170,9 +167,7 @@ def test_many_concurrent_clients_all_get_their_audio(tone_server: Server) -> Non
     def run(text: str) -> np.ndarray:
         if texts.index(text) < len(texts) // 2:
             barrier.wait(timeout=10)
-        response = post_until_admitted(
-            tone_server, {"model": "tone", "input": text, "response_format": "pcm"}
-        )
+        response = post_until_admitted(tone_server, {"model": "tone", "input": text, "response_format": "pcm"})
         assert response.status_code == 200, response.text
         return decode(response.content, "pcm", model.sample_rate)[0]
 

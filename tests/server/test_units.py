@@ -88,10 +88,7 @@ def test_app_without_key_is_open_and_rejects_other_rates() -> None:
         response = client.post("/v1/audio/speech", json={"input": "a b", "response_format": "opus"})
         assert response.status_code == 400
         assert "22050 Hz" in response.json()["error"]["message"]
-        assert (
-            client.post("/v1/audio/speech", json={"input": "a b", "response_format": "wav"}).status_code
-            == 200
-        )
+        assert client.post("/v1/audio/speech", json={"input": "a b", "response_format": "wav"}).status_code == 200
 
 
 def test_create_app_needs_a_model() -> None:

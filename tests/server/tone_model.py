@@ -46,9 +46,7 @@ class ToneModel(TTSModel):
         hz = VOICE_HZ[voice or "low"] * (1 + 0.1 * (index % 3))
         return Audio((AMPLITUDE * np.sin(2 * np.pi * hz * t)).astype(np.float32), self.sample_rate)
 
-    def stream(
-        self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any
-    ) -> Iterator[Audio]:
+    def stream(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Iterator[Audio]:
         words = text.split()
         log_path = os.environ.get(LOG_ENV)
         for index, word in enumerate(words):

@@ -7,6 +7,7 @@ never leaves a half-written file under the requested name.
 from __future__ import annotations
 
 import os
+import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -134,13 +135,17 @@ class ModelWriter:
         self._names.add(name)
         return chosen
 
-    def write(self) -> Path:
-        """Write everything to a temporary file beside the target, then rename it into place."""
+    def write(self, progress: bool | None = None) -> Path:
+        """Write everything to a temporary file beside the target, then rename it into place.
+
+        ``progress`` shows a bar over the tensor data (default: when standard error is a terminal)."""
+        if progress is None:
+            progress = sys.stderr.isatty()
         try:
             with atomic_output(self.path) as tmp:
                 self.meta.write_header_to_file(path=tmp)
                 self.meta.write_kv_data_to_file()
-                self.meta.write_tensors_to_file(progress=False)
+                self.meta.write_tensors_to_file(progress=progress)
                 self.meta.close()
         finally:
             self.meta.close()

@@ -1,0 +1,1 @@
+"""Built-in measurement: intelligibility (`ggtts eval`), speed against peers (`ggtts bench`), parity."""

@@ -51,15 +51,19 @@ class Run:
 
 
 def time_text(synthesize: Synthesize, chunks: list[str], sample_rate: int) -> tuple[float, float, float]:
-    """-> (time to first audio, total time, seconds of audio) for the chunks, synthesized in order."""
+    """-> (time to first audio, total time, seconds of audio) for the chunks, synthesized in order.
+
+    The time to first audio is when the engine hands over its first piece of audio (streaming)."""
     samples = 0
-    ttfa = 0.0
+    ttfa = None
     start = time.perf_counter()
-    for i, chunk in enumerate(chunks):
-        samples += len(synthesize(chunk))
-        if i == 0:
-            ttfa = time.perf_counter() - start
-    return ttfa, time.perf_counter() - start, samples / sample_rate
+    for chunk in chunks:
+        for piece in synthesize(chunk):
+            samples += len(piece)
+            if ttfa is None:
+                ttfa = time.perf_counter() - start
+    total = time.perf_counter() - start
+    return (total if ttfa is None else ttfa), total, samples / sample_rate
 
 
 def measure(spec: Spec) -> dict[str, Any]:

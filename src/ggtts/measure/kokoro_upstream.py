@@ -1,20 +1,25 @@
 """hexgrad's ``kokoro`` modules at tiny sizes with random weights, and their forward pass stage by stage.
 
-Used by ``ggtts parity kokoro``. Upstream's ``Decoder`` hard-codes its widths (1024, 64, 512), so for a tiny
-configuration its submodules are built here from upstream's own blocks at the configured widths; every
-``forward`` that runs is upstream's. (Adapted from the Kokoro parity tests' helper,
-tests/parity/_kokoro_upstream.py.)
+Used by ``ggtts parity kokoro`` and by the parity tests. Upstream's ``Decoder`` hard-codes its widths (1024, 64,
+512), so for a tiny configuration (one with ``decoder_hidden_dim``) its submodules are built here from upstream's
+own blocks at the configured widths; every ``forward`` that runs is upstream's. Without ``decoder_hidden_dim``
+upstream's own ``Decoder`` is built (the full v1.0 size).
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-TINY_VOCAB = {c: i + 1 for i, c in enumerate("abcdefghijklmnopqrstuvwxyz .,!?ˈəɪ")}
+# Lowercase letters and punctuation, then the symbols misaki's English G2P writes most, so that real text
+# through the real frontend reaches a tiny model as real ids.
+TINY_VOCAB = {c: i + 1 for i, c in enumerate("abcdefghijklmnopqrstuvwxyz .,!?ˈəɪ" + "ðθʃʒŋɹɾʤʧæɑɔɛʊʌɐᵊˌAIOWY")}
 F0_BIAS_HZ = 150.0  # a voiced pitch, so the harmonic source is exercised
 DURATION_BIAS = -1.5  # short durations keep the run quick
 
@@ -66,11 +71,15 @@ class Upstream:
 
     NAMES = ("bert", "bert_encoder", "predictor", "text_encoder", "decoder")
 
+    def state_dicts(self) -> dict[str, dict[str, torch.Tensor]]:
+        """The five sub-state-dicts, as hexgrad's ``kokoro-v1_0.pth`` holds them."""
+        return {name: getattr(self, name).state_dict() for name in self.NAMES}
+
     def folded_state(self) -> dict[str, torch.Tensor]:
         """One KModel state dict with weight norm folded into plain weights (what the GGUF writer takes)."""
         from ggtts.convert.kokoro_gguf import fold_weight_norm
 
-        flat = {f"{n}.{k}": v for n in self.NAMES for k, v in getattr(self, n).state_dict().items()}
+        flat = {f"{sub}.{k}": v for sub, sd in self.state_dicts().items() for k, v in sd.items()}
         return fold_weight_norm(flat)
 
 
@@ -92,6 +101,24 @@ def _tiny_decoder(config: dict[str, Any]) -> nn.Module:
     decoder.asr_res = nn.Sequential(weight_norm(nn.Conv1d(hidden, dim_in, kernel_size=1)))
     decoder.generator = Generator(style, **ist)
     return decoder
+
+
+def _full_decoder(config: dict[str, Any]) -> nn.Module:
+    from kokoro.istftnet import Decoder
+
+    return Decoder(
+        dim_in=config["hidden_dim"], style_dim=config["style_dim"], dim_out=config["n_mels"], **config["istftnet"]
+    )
+
+
+def v1_config(**plbert: int) -> dict[str, Any]:
+    """Kokoro v1.0's config.json (as kokoro-onnx ships it), optionally with a smaller ALBERT."""
+    spec = importlib.util.find_spec("kokoro_onnx")
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError("kokoro_onnx", name="kokoro_onnx")
+    config: dict[str, Any] = json.loads((Path(spec.origin).parent / "config.json").read_text(encoding="utf-8"))
+    config["plbert"].update(plbert)
+    return config
 
 
 def build_upstream(config: dict[str, Any], seed: int = 0) -> Upstream:
@@ -118,7 +145,7 @@ def build_upstream(config: dict[str, Any], seed: int = 0) -> Upstream:
             depth=config["n_layer"],
             n_symbols=config["n_token"],
         ),
-        decoder=_tiny_decoder(config),
+        decoder=_tiny_decoder(config) if "decoder_hidden_dim" in config else _full_decoder(config),
     )
     with torch.no_grad():
         for name in Upstream.NAMES:
@@ -133,8 +160,10 @@ def build_upstream(config: dict[str, Any], seed: int = 0) -> Upstream:
     return parts
 
 
-def random_voices(config: dict[str, Any], names: tuple[str, ...] = ("v_one", "v_two")) -> dict[str, torch.Tensor]:
-    rows = config["plbert"]["max_position_embeddings"] - 2
+def random_voices(
+    config: dict[str, Any], names: tuple[str, ...] = ("v_one", "v_two"), rows: int = 0
+) -> dict[str, torch.Tensor]:
+    rows = rows or config["plbert"]["max_position_embeddings"] - 2
     g = torch.Generator().manual_seed(123)
     return {n: torch.randn(rows, 1, 2 * config["style_dim"], generator=g) * 0.3 for n in names}
 
@@ -145,10 +174,12 @@ def upstream_stages(
     input_ids: torch.Tensor,
     ref_s: torch.Tensor,
     style_dim: int,
-    seed: int,
+    seed: int | None = None,
     speed: float = 1.0,
 ) -> dict[str, torch.Tensor]:
-    """``KModel.forward_with_tokens`` at batch 1, every intermediate kept; the decoder runs under ``seed``."""
+    """``KModel.forward_with_tokens`` at batch 1, every intermediate kept; the decoder runs under ``seed``.
+
+    With ``seed=None`` the audio is left out (call ``parts.decoder`` on ``asr``/``f0``/``n`` yourself)."""
     n = input_ids.shape[1]
     lengths = torch.tensor([n])
     mask = torch.zeros(1, n, dtype=torch.bool)
@@ -165,6 +196,8 @@ def upstream_stages(
     en = d.transpose(-1, -2) @ aln[None]
     f0, noise = parts.predictor.F0Ntrain(en, s)
     asr = parts.text_encoder(input_ids, lengths, mask) @ aln[None]
-    torch.manual_seed(seed)
-    audio = parts.decoder(asr, f0, noise, ref_s[:, :style_dim]).squeeze()
-    return {"bert": bert, "durations": durations, "f0": f0, "n": noise, "asr": asr, "audio": audio}
+    stages = {"bert": bert, "durations": durations, "raw_durations": duration, "f0": f0, "n": noise, "asr": asr}
+    if seed is not None:
+        torch.manual_seed(seed)
+        stages["audio"] = parts.decoder(asr, f0, noise, ref_s[:, :style_dim]).squeeze()
+    return stages

@@ -37,7 +37,9 @@ UPSTREAM_REPO_ID = "hexgrad/Kokoro-82M"  # only a label: nothing is downloaded
 UPSTREAM_DROPOUT = 0.2  # config.json's "dropout"; inactive in eval mode
 SEED = 0
 
-Synthesize = Callable[[str], np.ndarray]  # one phoneme chunk -> mono float32 samples
+# One phoneme chunk -> its audio as mono float32 pieces, each yielded as soon as the engine has it: ggtts streams
+# (its first chunk is cut short for a quick start); the peers return a chunk's audio in one piece.
+Synthesize = Callable[[str], Iterator[np.ndarray]]
 
 
 def version(peer: str) -> str:
@@ -63,9 +65,9 @@ def ggtts_engine(model_path: str, voice: str) -> Iterator[Synthesize]:
 
     model = ggtts.load(model_path)
 
-    def synthesize(chunk: str) -> np.ndarray:
-        parts = [a.samples for a in model.stream(chunk, voice=voice, phonemes=True, seed=SEED)]
-        return np.concatenate(parts) if parts else np.zeros(0, np.float32)
+    def synthesize(chunk: str) -> Iterator[np.ndarray]:
+        for audio in model.stream(chunk, voice=voice, phonemes=True, seed=SEED):
+            yield audio.samples
 
     yield synthesize
 
@@ -87,11 +89,11 @@ def onnx_engine(model_path: str, voice: str) -> Iterator[Synthesize]:
         np.savez(voices_path, **arrays)
         engine = Kokoro(str(onnx_path), str(voices_path))
 
-        def synthesize(chunk: str) -> np.ndarray:
+        def synthesize(chunk: str) -> Iterator[np.ndarray]:
             audio, _rate = engine.create(
                 chunk, voice=style, is_phonemes=True, trim=False, sentence_pause=0.0, clause_pause=0.0
             )
-            return np.asarray(audio, dtype=np.float32)
+            yield np.asarray(audio, dtype=np.float32)
 
         yield synthesize
 
@@ -191,11 +193,11 @@ def reference_engine(model_path: str, voice: str) -> Iterator[Synthesize]:
     model.load_state_dict(upstream_state(gguf, target), strict=True)
     model.eval()
 
-    def synthesize(chunk: str) -> np.ndarray:
+    def synthesize(chunk: str) -> Iterator[np.ndarray]:
         ref_s = pack[min(len(chunk), len(pack)) - 1]  # (1, 2 * style), as KPipeline picks it
         torch.manual_seed(SEED)
         audio = model(chunk, ref_s, 1.0)
-        return audio.float().numpy()
+        yield audio.float().numpy()
 
     yield synthesize
 

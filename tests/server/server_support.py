@@ -1,0 +1,80 @@
+"""Starting and stopping server processes on loopback: shared by the server tests and their fixtures."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+HERE = Path(__file__).parent
+REPO = HERE.parent.parent
+ARTIFACTS = REPO / "test-artifacts"
+STARTUP_TIMEOUT_S = 120.0
+API_KEY = "test-key-123"
+TONE_TIMEOUT_S = 3.0
+TONE_MAX_INPUT_CHARS = 2000
+
+
+@dataclass
+class Server:
+    url: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    api_key: str | None = None
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(cmd: list[str], log_path: Path, env: dict[str, str] | None = None) -> Server:
+    port = free_port()
+    log_file = log_path.open("wb")
+    process = subprocess.Popen(
+        [*cmd, "--port", str(port)],
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+        cwd=REPO,
+    )
+    server = Server(f"http://127.0.0.1:{port}", process, log_path)
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"the server exited with {process.returncode}:\n{server.log()}")
+        try:
+            if httpx.get(f"{server.url}/health", timeout=1.0).status_code == 200:
+                return server
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    stop_server(server)
+    raise RuntimeError(f"the server did not answer within {STARTUP_TIMEOUT_S} s:\n{server.log()}")
+
+
+def stop_server(server: Server) -> None:
+    server.process.terminate()
+    try:
+        server.process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        server.process.kill()
+        server.process.wait()
+
+
+def chromium_path() -> str | None:
+    path = "/usr/bin/chromium"
+    return path if os.access(path, os.X_OK) else None
