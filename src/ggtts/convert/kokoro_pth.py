@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ggtts.convert.kokoro_gguf import DEFAULT_NAME, write_kokoro_gguf
+from ggtts.convert.kokoro_gguf import DEFAULT_NAME, load_voices, write_kokoro_gguf
 from ggtts.errors import ConversionError
 from ggtts.gguf.write import OutType
 
@@ -51,20 +51,6 @@ def flatten_checkpoint(
                 raise ConversionError(f"{source}: '{sub}.{key}' is not a tensor")
             state[f"{sub}.{key}"] = tensor
     return state
-
-
-def load_voices(voice_files: Iterable[str | os.PathLike[str]]) -> dict[str, torch.Tensor]:
-    """Voice ``.pt`` files -> name (the file's stem) -> voicepack."""
-    voices: dict[str, torch.Tensor] = {}
-    for file in voice_files:
-        path = Path(file)
-        pack = _load(path, "voice file")
-        if not isinstance(pack, torch.Tensor):
-            raise ConversionError(f"{path}: expected one tensor, got {type(pack).__name__}")
-        if path.stem in voices:
-            raise ConversionError(f"{path}: voice '{path.stem}' given twice")
-        voices[path.stem] = pack.to(torch.float32)
-    return voices
 
 
 def convert_pth(

@@ -120,8 +120,11 @@ class GGUFFile:
             raise GGUFError(f"{path}: is a directory, not a GGUF file")
         if size == 0:
             raise GGUFError(f"{path}: the file is empty")
-        with path.open("rb") as f:
-            head = f.read(HEADER_BYTES)
+        try:
+            with path.open("rb") as f:
+                head = f.read(HEADER_BYTES)
+        except OSError as e:
+            raise GGUFError(f"{path}: cannot read ({e.strerror})") from None
         if head[:4] != GGUF_MAGIC:
             raise GGUFError(f"{path}: not a GGUF file (it does not start with the magic bytes 'GGUF')")
         if size < HEADER_BYTES:

