@@ -44,9 +44,7 @@ def build(directory: Path, shape: dict[str, int]) -> None:
     torch.manual_seed(0)
     cfg = Qwen2Config(**shape, max_position_embeddings=4096, rope_theta=1e6, tie_word_embeddings=True)
     Qwen2ForCausalLM(cfg).save_pretrained(hf_dir, safe_serialization=True)
-    vocab = {
-        c: i for i, c in enumerate(byte_to_unicode().values())
-    }  # bytes only; the rest become [PAD] tokens
+    vocab = {c: i for i, c in enumerate(byte_to_unicode().values())}  # bytes only; the rest become [PAD] tokens
     tok = {
         "model": {"type": "BPE", "vocab": vocab, "merges": []},
         "pre_tokenizer": {"type": "Split", "pattern": {"Regex": PRE_TOKENIZERS["qwen2"]}},
@@ -81,9 +79,7 @@ def run(variant: str, directory: Path, n_prompt: int, n_new: int, threads: int) 
         from ggtts.gguf import GGUFFile
         from ggtts.models.qwen2.model import Qwen2Model
 
-        model = Qwen2Model.from_gguf(
-            GGUFFile(directory / f"qwen2-{variant}.gguf"), max_len=n_prompt + n_new + 1
-        )
+        model = Qwen2Model.from_gguf(GGUFFile(directory / f"qwen2-{variant}.gguf"), max_len=n_prompt + n_new + 1)
         load_s = time.perf_counter() - t0
         cache = model.new_cache(n_prompt + n_new + 1)
         with torch.inference_mode():
@@ -108,9 +104,7 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=512)
     ap.add_argument("--new", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument(
-        "--small", action="store_true", help="2 layers and 4096 tokens: only checks the script runs"
-    )
+    ap.add_argument("--small", action="store_true", help="2 layers and 4096 tokens: only checks the script runs")
     ap.add_argument("--dir", type=Path, help="reuse (or keep) the generated checkpoint and GGUF files here")
     ap.add_argument("--run", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -125,9 +119,7 @@ def main() -> None:
     for variant in ("transformers", "f16", "q8_0"):
         cmd = [sys.executable, __file__, "--run", variant, "--dir", str(directory)]
         cmd += ["--prompt", str(args.prompt), "--new", str(args.new), "--threads", str(args.threads)]
-        r = json.loads(
-            subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
-        )
+        r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
         print(
             f"{r['variant']:14} {r['load_s']:>7} {r['prefill_tok_s']:>14} {r['decode_tok_s']:>13} "
             f"{r['peak_rss_mib']:>13}"

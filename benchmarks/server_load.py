@@ -122,16 +122,12 @@ def start_server(model: str, extra: list[str]) -> tuple[str, subprocess.Popen[by
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("-m", "--model", help="start a server on this model spec (as for ggtts serve -m)")
     where.add_argument("--url", help="use a running server")
     parser.add_argument("--pid", type=int, default=None, help="the running server's pid, to read its RSS")
-    parser.add_argument(
-        "--model-name", default=None, help="model name in requests (default: the server's first)"
-    )
+    parser.add_argument("--model-name", default=None, help="model name in requests (default: the server's first)")
     parser.add_argument("--voice", default=None)
     parser.add_argument("--text", default=DEFAULT_TEXT)
     parser.add_argument("--clients", type=int, default=4)
@@ -160,9 +156,7 @@ def main() -> None:
         if args.voice:
             body["voice"] = args.voice
         print(f"server {url}  model {card['id']}  clients {args.clients}  requests/round {args.requests}")
-        print(
-            "round  req/s  audio s/s  p50 s  p90 s  p99 s  ttfb p50  ttfb p90  errors  rss before->after MiB"
-        )
+        print("round  req/s  audio s/s  p50 s  p90 s  p99 s  ttfb p50  ttfb p90  errors  rss before->after MiB")
         for n in range(1, args.rounds + 1):
             before = rss_mib(pid)
             r = asyncio.run(run_round(url, headers, body, args.clients, args.requests, card["sample_rate"]))

@@ -43,8 +43,7 @@ class TTSModel(ABC):
         return voices[0] if voices else None
 
     @abstractmethod
-    def stream(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Iterator[Audio]:
-        ...
+    def stream(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Iterator[Audio]: ...
 
     def synthesize(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Audio:
         parts = list(self.stream(text, voice=voice, speed=speed, **options))

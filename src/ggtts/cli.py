@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import os
 import sys
 from collections import Counter
@@ -109,9 +110,13 @@ def cmd_speak(args: argparse.Namespace) -> int:
     model = ggtts.load(args.model)
     options = _speak_options(args)
     if args.output == "-":
+        if args.float:
+            raise GGTTSError("--float needs a file: the stream on standard output is 16-bit PCM WAV")
+        chunks = model.stream(text, voice=args.voice, speed=args.speed, **options)
+        first = next(chunks, None)  # bad input fails here, before a single byte reaches standard output
         out = sys.stdout.buffer
         out.write(wav_header(model.sample_rate, None))
-        for chunk in model.stream(text, voice=args.voice, speed=args.speed, **options):
+        for chunk in itertools.chain([] if first is None else [first], chunks):
             out.write(chunk.pcm16())
             out.flush()
         return 0
@@ -149,9 +154,7 @@ def _delegate(module: str, func: str) -> Callable[[argparse.Namespace], int]:
         except ModuleNotFoundError as e:
             if e.name and e.name.startswith("ggtts"):
                 raise GGTTSError(f"'{args.command}' is not available in this build of ggtts") from None
-            raise GGTTSError(
-                f"'{args.command}' needs the Python package '{e.name}', which is not installed"
-            ) from None
+            raise GGTTSError(f"'{args.command}' needs the Python package '{e.name}', which is not installed") from None
         result: int = getattr(mod, func)(args)
         return result
 
@@ -190,9 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0, help="seed for the vocoder's noise / sampling (default 0)")
     s.add_argument("--vocoder", default=None, help="vocoder GGUF for models that need one (OuteTTS)")
     s.add_argument("--float", action="store_true", help="write 32-bit float WAV instead of 16-bit PCM")
-    s.add_argument(
-        "--progress", action=argparse.BooleanOptionalAction, default=None, help="show a progress bar"
-    )
+    s.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="show a progress bar")
     s.set_defaults(func=cmd_speak)
 
     c = sub.add_parser("convert", help="convert an upstream checkpoint to GGUF")
@@ -206,14 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("file")
     i.set_defaults(func=cmd_info)
 
+    from ggtts.server import add_arguments as add_serve_arguments  # light: FastAPI loads only to serve
+
     v = sub.add_parser("serve", help="run the OpenAI-compatible HTTP server")
-    v.add_argument("-m", "--model", action="append", default=None, help="model to serve (repeatable)")
-    v.add_argument("--host", default="127.0.0.1")
-    v.add_argument("--port", type=int, default=8000)
-    v.add_argument("--api-key", default=None, help="require this Bearer token (or set GGTTS_API_KEY)")
-    v.add_argument("--max-queue", type=int, default=16, help="requests waiting before 503")
-    v.add_argument("--max-input-chars", type=int, default=4096, help="longest input accepted (413 above)")
-    v.add_argument("--timeout", type=float, default=120.0, help="per-request time limit in seconds")
+    add_serve_arguments(v)
     v.set_defaults(func=_delegate("ggtts.server.cli", "run"))
 
     b = sub.add_parser("bench", help="measure speed against installed peers")

@@ -67,6 +67,12 @@ def test_bad_input_is_one_line_and_no_file(
     assert [p.name for p in tmp_path.iterdir()] == []
 
 
+def test_stdout_stream_writes_nothing_on_bad_input() -> None:
+    r = _speak("hello", "-v", "nobody", "-o", "-")
+    assert r.returncode != 0 and r.stdout == b""
+    assert b"unknown voice 'nobody'" in r.stderr
+
+
 def test_speed_out_of_range_is_rejected() -> None:
     r = _speak("hello", "-s", "3")
     assert r.returncode == 2 and b"3.0 is out of range; use 0.5 to 2.0" in r.stderr

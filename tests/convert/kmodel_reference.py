@@ -29,9 +29,7 @@ def build_kmodel(vocab: Mapping[str, int], disable_complex: bool = True) -> torc
     with tempfile.TemporaryDirectory() as tmp:
         empty = Path(tmp) / "empty.pth"
         torch.save({}, empty)  # KModel loads nothing from it
-        return KModel(
-            repo_id="hexgrad/Kokoro-82M", config=config, model=str(empty), disable_complex=disable_complex
-        )
+        return KModel(repo_id="hexgrad/Kokoro-82M", config=config, model=str(empty), disable_complex=disable_complex)
 
 
 def load_folded(model: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> list[str]:
@@ -44,9 +42,7 @@ def load_folded(model: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> li
             full[key], full[key.removesuffix("_g") + "_v"] = g, v
         elif key in state:
             full[key] = state[key]
-    result = model.load_state_dict(
-        {k: v for k, v in full.items() if not k.endswith("_v") or k in target}, strict=False
-    )
+    result = model.load_state_dict({k: v for k, v in full.items() if not k.endswith("_v") or k in target}, strict=False)
     assert not result.unexpected_keys, result.unexpected_keys
     return list(result.missing_keys)
 
@@ -55,9 +51,7 @@ def load_folded(model: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> li
 def no_source_noise() -> Iterator[None]:
     """Zero the random initial phase and noise of upstream's harmonic source, as kokoro-onnx's export does."""
     with (
-        mock.patch(
-            "torch.rand", lambda *a, **k: torch.zeros(*a, **{x: y for x, y in k.items() if x != "generator"})
-        ),
+        mock.patch("torch.rand", lambda *a, **k: torch.zeros(*a, **{x: y for x, y in k.items() if x != "generator"})),
         mock.patch("torch.randn_like", lambda t, **k: torch.zeros_like(t)),
     ):
         yield

@@ -47,9 +47,7 @@ class FakeBuild:
         return path
 
 
-def test_builds_once_then_reuses(
-    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
-) -> None:
+def test_builds_once_then_reuses(home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     fake = FakeBuild()
     monkeypatch.setattr(default_model, "build_default_model", fake)
     first = default_model.ensure_default_model()
@@ -115,9 +113,7 @@ def test_real_default_model_builds_and_loads(home: Path) -> None:
 
     path = default_model.ensure_default_model()
     assert path.is_file() and path.stat().st_size > 300_000_000
-    assert [
-        p.name for p in path.parent.iterdir() if p.suffix == ".onnx" or p.name.startswith(".ggtts-build")
-    ] == []
+    assert [p.name for p in path.parent.iterdir() if p.suffix == ".onnx" or p.name.startswith(".ggtts-build")] == []
     f = GGUFFile(path)
     assert f.architecture == K.ARCH
     assert "jf_alpha" in f.require(K.VOICE_NAMES)

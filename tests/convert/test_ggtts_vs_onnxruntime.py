@@ -61,7 +61,9 @@ def test_ggtts_matches_onnxruntime_on_the_same_file(
     assert len(audio) == len(audio_onnx) == SAMPLES_PER_FRAME * int(dur_onnx.sum())
     corr = np.corrcoef(_log_spectrogram(audio).ravel(), _log_spectrogram(audio_onnx).ravel())[0, 1]
     rms_ratio = float(np.sqrt(np.mean(audio**2) / np.mean(audio_onnx**2)))
-    print(f"durations differing: {len(differ)}/{len(dur_onnx)}; log-spectrogram correlation {corr:.3f}; "
-          f"RMS ratio {rms_ratio:.2f}")
+    print(
+        f"durations differing: {len(differ)}/{len(dur_onnx)}; log-spectrogram correlation {corr:.3f}; "
+        f"RMS ratio {rms_ratio:.2f}"
+    )
     assert corr > 0.9
     assert 0.6 < rms_ratio < 1.4

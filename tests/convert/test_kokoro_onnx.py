@@ -105,9 +105,7 @@ def test_unfold_for_upstream_weight_norm_survives_zero_channels() -> None:
 
     weight = torch.randn(4, 3, 5)
     weight[1] = 0.0
-    conv = torch.nn.utils.weight_norm(
-        torch.nn.ConvTranspose1d(4, 3, 5)
-    )  # weight norm over dim 0 = in channels
+    conv = torch.nn.utils.weight_norm(torch.nn.ConvTranspose1d(4, 3, 5))  # weight norm over dim 0 = in channels
     g, v = unfold_weight_norm(weight)
     with torch.no_grad():
         conv.weight_g.copy_(g)
@@ -139,13 +137,9 @@ def test_instance_norm_defaults_only_for_adain() -> None:
 # ---- a tiny export, run by onnxruntime ---------------------------------------------------------------------
 def _torch_layers(state: dict[str, torch.Tensor]) -> tuple[torch.nn.Module, torch.nn.Module, torch.nn.Module]:
     linear = torch.nn.Linear(D_IN, D_LIN)
-    linear.load_state_dict(
-        {k.removeprefix("bert_encoder."): v for k, v in state.items() if k.startswith("bert_")}
-    )
+    linear.load_state_dict({k.removeprefix("bert_encoder."): v for k, v in state.items() if k.startswith("bert_")})
     lstm = torch.nn.LSTM(D_LIN, HIDDEN, bidirectional=True)
-    lstm.load_state_dict(
-        {k.removeprefix("predictor.lstm."): v for k, v in state.items() if k.startswith("predictor")}
-    )
+    lstm.load_state_dict({k.removeprefix("predictor.lstm."): v for k, v in state.items() if k.startswith("predictor")})
     conv = torch.nn.Conv1d(C_IN, C_OUT, K, padding=1)
     conv.load_state_dict({k.removeprefix("text_encoder.cnn.0.0."): v for k, v in state.items() if "cnn" in k})
     return linear, lstm, conv
@@ -155,9 +149,7 @@ def _run_both(onnx_path: Path) -> tuple[list[np.ndarray], list[np.ndarray]]:
     rng = np.random.default_rng(1)
     x = rng.standard_normal((1, T, D_IN)).astype(np.float32)
     c = rng.standard_normal((1, C_IN, L)).astype(np.float32)
-    expected = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"]).run(
-        None, {"x": x, "c": c}
-    )
+    expected = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"]).run(None, {"x": x, "c": c})
     state = state_dict_from_onnx(onnx_path)
     assert len(state) == 2 + 8 + 2  # linear, bidirectional LSTM, conv: nothing more, nothing less
     linear, lstm, conv = _torch_layers(state)
@@ -186,9 +178,7 @@ def test_fp16_export_matches_fp16_weights(tmp_path: Path) -> None:
     onnx.save(model, str(path))
     state = state_dict_from_onnx(path)
     assert state["bert_encoder.weight"].dtype == torch.float32
-    np.testing.assert_array_equal(
-        state["bert_encoder.weight"].numpy(), weights["onnx::MatMul_1"].T.astype(np.float32)
-    )
+    np.testing.assert_array_equal(state["bert_encoder.weight"].numpy(), weights["onnx::MatMul_1"].T.astype(np.float32))
 
 
 @pytest.mark.parametrize("per_channel", [False, True])
@@ -198,9 +188,7 @@ def test_int8_export_dequantizes_to_the_float_weights(tmp_path: Path, per_channe
     weights = make_weights()
     fp32 = write_tiny_onnx(tmp_path / "tiny.onnx", weights)
     int8 = tmp_path / "tiny.int8.onnx"
-    quantize_dynamic(
-        str(fp32), str(int8), per_channel=per_channel, op_types_to_quantize=["MatMul", "LSTM", "Conv"]
-    )
+    quantize_dynamic(str(fp32), str(int8), per_channel=per_channel, op_types_to_quantize=["MatMul", "LSTM", "Conv"])
     reference = state_dict_from_onnx(fp32)
     state = state_dict_from_onnx(int8)
     assert state.keys() == reference.keys()

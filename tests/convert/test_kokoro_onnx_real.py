@@ -36,9 +36,7 @@ def kmodel(state: dict[str, torch.Tensor]) -> torch.nn.Module:
     assert vocab is not None
     model = build_kmodel(vocab, disable_complex=True).eval()  # the export uses upstream's CustomSTFT
     missing = load_folded(model, state)
-    assert set(missing) - set(NOT_IN_EXPORT) <= {
-        k for k in missing if k.startswith("decoder.generator.stft.")
-    }
+    assert set(missing) - set(NOT_IN_EXPORT) <= {k for k in missing if k.startswith("decoder.generator.stft.")}
     return model
 
 
@@ -54,9 +52,7 @@ def test_every_kmodel_tensor_recovered_with_its_shape(state: dict[str, torch.Ten
         if key.endswith(".weight_g"):
             continue
         expected[key.removesuffix("_v") if key.endswith(".weight_v") else key] = tuple(t.shape)
-    assert sorted(set(expected) - set(state)) == sorted(
-        NOT_IN_EXPORT
-    )  # ALBERT's pooler: unused, not exported
+    assert sorted(set(expected) - set(state)) == sorted(NOT_IN_EXPORT)  # ALBERT's pooler: unused, not exported
     assert sorted(set(state) - set(expected)) == []
     assert {k: tuple(v.shape) for k, v in state.items()} == {k: s for k, s in expected.items() if k in state}
     assert all(torch.isfinite(v).all() for v in state.values())

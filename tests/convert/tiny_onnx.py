@@ -21,9 +21,7 @@ def make_weights(seed: int = 0) -> dict[str, np.ndarray]:
         "onnx::LSTM_2": r(2, 4 * HIDDEN, D_LIN),  # W, gates (i, o, f, c)
         "onnx::LSTM_3": r(2, 4 * HIDDEN, HIDDEN),  # R
         "onnx::LSTM_4": r(2, 8 * HIDDEN),  # B = [Wb, Rb]
-        "/encoder/text_encoder/cnn.0/Mul_output_0": r(
-            C_OUT, C_IN, K
-        ),  # a weight-normed conv, folded by export
+        "/encoder/text_encoder/cnn.0/Mul_output_0": r(C_OUT, C_IN, K),  # a weight-normed conv, folded by export
         "encoder.text_encoder.cnn.0.0.bias": r(C_OUT),
     }
 
@@ -34,12 +32,8 @@ def write_tiny_onnx(path: Path, weights: dict[str, np.ndarray]) -> Path:
 
     nodes = [
         helper.make_node("MatMul", ["x", "onnx::MatMul_1"], ["mm"], name="/encoder/bert_encoder/MatMul"),
-        helper.make_node(
-            "Add", ["mm", "encoder.bert_encoder.bias"], ["lin"], name="/encoder/bert_encoder/Add"
-        ),
-        helper.make_node(
-            "Transpose", ["lin"], ["xt"], perm=[1, 0, 2], name="/encoder/predictor/lstm/Transpose"
-        ),
+        helper.make_node("Add", ["mm", "encoder.bert_encoder.bias"], ["lin"], name="/encoder/bert_encoder/Add"),
+        helper.make_node("Transpose", ["lin"], ["xt"], perm=[1, 0, 2], name="/encoder/predictor/lstm/Transpose"),
         helper.make_node(
             "LSTM",
             ["xt", "onnx::LSTM_2", "onnx::LSTM_3", "onnx::LSTM_4"],

@@ -193,4 +193,3 @@ def test_quick_start_cuts_the_first_chunk_at_its_first_clause() -> None:
     assert list(_quick_start([long_clause])) == [long_clause]
     assert list(_quick_start(["abc defg hij."])) == ["abc defg hij."]  # the break at the very end: nothing to cut
     assert list(_quick_start([])) == []
-

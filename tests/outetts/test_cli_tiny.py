@@ -61,3 +61,50 @@ def test_decode_codes(models: tuple[Path, Path], tmp_path: Path) -> None:
     bad = ggtts("decode", "--vocoder", voc, "1 2 999999", "-o", tmp_path / "bad.wav")
     assert bad.returncode != 0 and "out of range" in bad.stderr and "Traceback" not in bad.stderr
     assert not (tmp_path / "bad.wav").exists()
+
+
+def test_decode_unreadable_codes_file_is_one_line(models: tuple[Path, Path], tmp_path: Path) -> None:
+    _, voc = models
+    codes = tmp_path / "codes.txt"
+    codes.write_bytes(b"\xff\xfe 1 2 3 \x80")
+    r = ggtts("decode", "--vocoder", voc, codes, "-o", tmp_path / "out.wav")
+    assert r.returncode != 0 and "Traceback" not in r.stderr and "internal error" not in r.stderr
+    assert str(codes) in r.stderr and "UTF-8" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out.wav").exists()
+
+
+def test_decode_bad_suffix_fails_before_decoding(models: tuple[Path, Path], tmp_path: Path) -> None:
+    _, voc = models
+    out = tmp_path / "out.txt"
+    # the codes are bad too: the suffix is checked first, so its error is the one reported
+    r = ggtts("decode", "--vocoder", voc, "1 2 999999", "-o", out)
+    assert r.returncode != 0 and "unsupported audio format '.txt'" in r.stderr
+    assert "out of range" not in r.stderr and not out.exists()
+
+
+def test_decode_from_a_terminal_does_not_wait(models: tuple[Path, Path], tmp_path: Path) -> None:
+    import os
+    import pty
+
+    _, voc = models
+    exe = shutil.which("ggtts") or pytest.skip("the ggtts command is not installed")
+    primary, secondary = pty.openpty()
+    try:
+        r = subprocess.run(
+            [exe, "decode", "--vocoder", str(voc), "-o", str(tmp_path / "out.wav")],
+            stdin=secondary,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        os.close(primary)
+        os.close(secondary)
+    assert r.returncode != 0 and "no codes given" in r.stderr
+
+
+def test_speak_rejects_phonemes_for_outetts(models: tuple[Path, Path], tmp_path: Path) -> None:
+    lm, voc = models
+    out = tmp_path / "x.wav"
+    r = ggtts("speak", "-m", lm, "--vocoder", voc, "-v", TINY_SPEAKER, "--phonemes", "hello", "-o", out)
+    assert r.returncode != 0 and "not phonemes" in r.stderr and not out.exists()

@@ -34,9 +34,7 @@ OPTS = {"seed": 3, "top_k": 0, "temperature": 1.0, "max_new_tokens": 80, "silenc
 def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     d = tmp_path_factory.mktemp("oute")
     lm = convert_outetts_hf(build_qwen2_checkpoint(d / "hf"), d / "models" / "outetts-tiny.gguf", "q8_0")
-    voc = convert_wavtokenizer_ckpt(
-        build_wavtokenizer_ckpt(d / "w.ckpt"), d / "models" / "wavtok-tiny.gguf", "f16"
-    )
+    voc = convert_wavtokenizer_ckpt(build_wavtokenizer_ckpt(d / "w.ckpt"), d / "models" / "wavtok-tiny.gguf", "f16")
     return lm, voc
 
 
@@ -96,9 +94,7 @@ def test_windowed_decode_difference_is_small(files: tuple[Path, Path]) -> None:
 
 def test_out_of_range_codes_from_the_lm_are_dropped_with_a_warning(tts: OuteTTS) -> None:
     assert len([c for c in tts.codes.code_of.values() if c >= N_CODES]) == 4  # <|96|>..<|99|> exist in the LM
-    kept, dropped = tts.codes.codes(
-        [tts.tokenizer.special["<|97|>"], tts.tokenizer.special["<|5|>"]], N_CODES
-    )
+    kept, dropped = tts.codes.codes([tts.tokenizer.special["<|97|>"], tts.tokenizer.special["<|5|>"]], N_CODES)
     assert kept == [5] and dropped == 1
 
 
@@ -124,9 +120,7 @@ def test_guide_tokens_force_word_starts(tts: OuteTTS) -> None:
     assert rewrite(normal, []) == normal  # guide exhausted
 
 
-def test_speed_and_missing_vocoder_are_clear_errors(
-    tts: OuteTTS, files: tuple[Path, Path], tmp_path: Path
-) -> None:
+def test_speed_and_missing_vocoder_are_clear_errors(tts: OuteTTS, files: tuple[Path, Path], tmp_path: Path) -> None:
     with pytest.raises(InputError, match="speed"):
         tts.synthesize("hello", speed=1.5)
     lonely = tmp_path / "lm.gguf"
@@ -148,3 +142,38 @@ def test_decode_cli(files: tuple[Path, Path], tmp_path: Path) -> None:
         decode_codes_cli(files[1], f"1 {N_CODES}")
     with pytest.raises(GGTTSError, match="wavtokenizer-dec"):
         decode_codes_cli(files[0], "1 2")
+
+
+def test_load_takes_a_vocoder_option(files: tuple[Path, Path], tmp_path: Path) -> None:
+    lonely = tmp_path / "lm.gguf"  # no vocoder beside it: only the option gives one
+    lonely.write_bytes(files[0].read_bytes())
+    model = ggtts.load(lonely, vocoder=files[1])
+    assert isinstance(model, OuteTTS) and model.vocoder is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        audio = model.synthesize("hello", voice=str(TINY_SPEAKER), **OPTS)
+    assert len(audio) % HOP == 0 and audio.sample_rate == 24000
+    with pytest.raises(InputError, match="bogus"):
+        ggtts.load(lonely, bogus=1)
+
+
+def test_unknown_options_are_errors(tts: OuteTTS) -> None:
+    with pytest.raises(InputError, match=r"unknown option 'temprature'.*temperature"):
+        tts.synthesize("hello", temprature=0.5)
+    with pytest.raises(InputError, match=r"unknown option 'temprature'.*lookahead"):
+        list(tts.stream("hello", temprature=0.5))
+    with pytest.raises(InputError, match="unknown option 'chunk_codes'"):  # windowing is stream's alone
+        tts.synthesize("hello", chunk_codes=4)
+    with pytest.raises(InputError, match="not phonemes"):
+        tts.synthesize("hello", phonemes=True)
+    with pytest.raises(InputError, match="lang"):
+        list(tts.stream("hello", lang="a"))
+
+
+def test_progress_bar_over_tokens(tts: OuteTTS, capsys: pytest.CaptureFixture[str]) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with_bar = tts.synthesize("one two", progress=True, **OPTS).samples
+        without = tts.synthesize("one two", progress=False, **OPTS).samples
+    np.testing.assert_array_equal(with_bar, without)
+    assert "token" in capsys.readouterr().err

@@ -39,8 +39,7 @@ V2, V3 = OuteTTSVersion.V0_2, OuteTTSVersion.V0_3
         # llama.cpp's std::stoi drops these (2^31 and above)
         (
             "2147483648",
-            "two billion one hundred forty-seven million four hundred eighty-three thousand "
-            "six hundred forty-eight",
+            "two billion one hundred forty-seven million four hundred eighty-three thousand six hundred forty-eight",
         ),
         ("5000000000000", "five trillion"),
         ("1" + "0" * 40, "one " + " ".join(["zero"] * 40)),
@@ -87,9 +86,7 @@ def test_v02_default_prompt_is_llama_tts_layout() -> None:
     assert "looks<|text_sep|>lovely<|text_sep|>hello<|text_sep|>world<|text_end|>\n<|audio_start|>\n" in p
     assert "\nthe<|t_0.08|><|code_start|><|257|><|740|><|636|><|913|><|788|><|1703|><|code_end|>\n" in p
     assert "\nfrom<|t_0.19|><|code_start|><|604|><|782|><|1682|>" in p
-    assert p.endswith(
-        "<|595|><|1087|><|1646|><|1493|><|1677|><|code_end|>"
-    )  # llama.cpp's default: no final newline
+    assert p.endswith("<|595|><|1087|><|1646|><|1493|><|1677|><|code_end|>")  # llama.cpp's default: no final newline
     assert p.count("<|code_start|>") == p.count("<|code_end|>") == 30
 
 

@@ -68,6 +68,4 @@ def load_upstream_decoder() -> types.SimpleNamespace:
                 sys.modules.pop(k, None)
             else:
                 sys.modules[k] = v
-    return types.SimpleNamespace(
-        models=models, heads=heads, spectral_ops=spectral_ops, WavDecoder=wav_model.WavDecoder
-    )
+    return types.SimpleNamespace(models=models, heads=heads, spectral_ops=spectral_ops, WavDecoder=wav_model.WavDecoder)

@@ -65,9 +65,7 @@ def test_f0_energy_and_text_features_match(tiny) -> None:
     f0, n = model.predict_f0_n(prosody, ref_s)
     torch.testing.assert_close(f0, expected["f0"], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(n, expected["n"], rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(
-        model.encode_text(ids, prosody.durations), expected["asr"], rtol=1e-5, atol=1e-5
-    )
+    torch.testing.assert_close(model.encode_text(ids, prosody.durations), expected["asr"], rtol=1e-5, atol=1e-5)
 
 
 def test_decoder_matches_with_seeded_source(tiny) -> None:
@@ -76,9 +74,7 @@ def test_decoder_matches_with_seeded_source(tiny) -> None:
     torch.manual_seed(SEED)
     with torch.no_grad():
         want = parts.decoder(expected["asr"], expected["f0"], expected["n"], ref_s[:, :style]).squeeze(1)
-    got = model.decode(
-        expected["asr"], expected["f0"], expected["n"], ref_s, torch.Generator().manual_seed(SEED)
-    )
+    got = model.decode(expected["asr"], expected["f0"], expected["n"], ref_s, torch.Generator().manual_seed(SEED))
     assert got.shape == want.shape
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * want.abs().max().item())
 

@@ -58,9 +58,7 @@ def _compare(reference: torch.nn.Module, tts: KokoroTTS, speed: float) -> None:
     torch.manual_seed(SEED)
     with torch.no_grad():
         want_dec = reference.decoder(stages["asr"], stages["f0"], stages["n"], ref_s[:, :128]).squeeze()
-    got_dec = tts.model.decode(
-        stages["asr"], stages["f0"], stages["n"], ref_s, torch.Generator().manual_seed(SEED)
-    )
+    got_dec = tts.model.decode(stages["asr"], stages["f0"], stages["n"], ref_s, torch.Generator().manual_seed(SEED))
     peak = want_dec.abs().max().item()
     torch.testing.assert_close(got_dec.squeeze(), want_dec, rtol=1e-4, atol=1e-4 * peak)
     # the whole chain: KModel's forward vs our pipeline

@@ -21,9 +21,7 @@ pytest.importorskip("transformers")
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["tied", "untied"])
-def pair(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> tuple[torch.nn.Module, Path]:
+def pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, Path]:
     from transformers import Qwen2ForCausalLM
 
     d = tmp_path_factory.mktemp("qwen2")

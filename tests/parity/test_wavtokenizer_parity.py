@@ -104,9 +104,7 @@ def test_f16_file_is_close(converted: tuple[torch.nn.Module, Path], tmp_path: Pa
     ckpt = tmp_path / "again.ckpt"
     _, state = _upstream()
     torch.save({"state_dict": state}, ckpt)
-    f16 = WavTokenizerDecoder.from_gguf(
-        GGUFFile(convert_wavtokenizer_ckpt(ckpt, tmp_path / "f16.gguf", "f16"))
-    )
+    f16 = WavTokenizerDecoder.from_gguf(GGUFFile(convert_wavtokenizer_ckpt(ckpt, tmp_path / "f16.gguf", "f16")))
     f32 = WavTokenizerDecoder.from_gguf(GGUFFile(path))
     codes = torch.arange(12).unsqueeze(0)
     with torch.no_grad():

@@ -284,8 +284,27 @@ def test_kokoro_unknown_voice_names_the_voices(kokoro_server: Server) -> None:
     assert "v_one, v_two" in error_of(response)["message"]
 
 
-def test_kokoro_voice_mix_is_left_to_the_model(kokoro_server: Server) -> None:
+def test_kokoro_voice_mix_of_known_voices(kokoro_server: Server) -> None:
     assert post(kokoro_server, {"input": "hi.", "voice": "v_one:0.5,v_two:0.5"}).status_code == 200
-    response = post(kokoro_server, {"input": "hi.", "voice": "v_one,nope"})
+    assert post(kokoro_server, {"input": "hi.", "voice": "v_one,v_two"}).status_code == 200
+    for voice, fragment in [
+        ("v_one,nope", "'nope'"),
+        ("nobody:1", "'nobody'"),
+        ("x:/etc/passwd", "'x'"),
+        ("v_one:0.5,v_two:/etc/foo.json", "'/etc/foo.json'"),
+    ]:
+        response = post(kokoro_server, {"input": "hi.", "voice": voice})
+        assert response.status_code == 400, voice
+        error = error_of(response)
+        assert error["param"] == "voice"
+        assert fragment in error["message"], error
+    assert "v_one, v_two" in error_of(post(kokoro_server, {"input": "hi.", "voice": "x:/etc/passwd"}))["message"]
+
+
+@pytest.mark.parametrize("voice", ["nobody:1", "x:/etc/passwd", "low,/etc/foo.json"])
+def test_voice_blend_of_unknown_names_is_400(tone_server: Server, voice: str) -> None:
+    response = post(tone_server, {"model": "tone", "input": "hi", "voice": voice})
     assert response.status_code == 400
-    assert "'nope'" in error_of(response)["message"]
+    error = error_of(response)
+    assert error["param"] == "voice" and error["code"] == "voice_not_found"
+    assert "choose one of: low, high" in error["message"]

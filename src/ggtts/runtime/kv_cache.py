@@ -44,15 +44,11 @@ class KVCache:
             raise ValueError(f"cannot truncate a cache of {self.length} positions to {length}")
         self.length = length
 
-    def update(
-        self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def update(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store ``k, v`` ``(B, H, T, D)`` at ``start..start+T``; return the keys/values of ``0..start+T``."""
         end = start + k.shape[2]
         if end > self.max_len:
-            raise KVCacheFullError(
-                f"the KV cache holds {self.max_len} positions; position {end - 1} does not fit"
-            )
+            raise KVCacheFullError(f"the KV cache holds {self.max_len} positions; position {end - 1} does not fit")
         self.k[layer, :, :, start:end] = k
         self.v[layer, :, :, start:end] = v
         return self.k[layer, :, :, :end], self.v[layer, :, :, :end]

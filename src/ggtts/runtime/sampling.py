@@ -64,9 +64,7 @@ def filter_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
         return logits
     sorted_logits, order = torch.sort(logits, descending=True)
     cumulative = torch.softmax(sorted_logits, dim=-1).cumsum(-1)
-    drop_sorted = (
-        cumulative - torch.softmax(sorted_logits, dim=-1) >= p
-    )  # mass before this token already >= p
+    drop_sorted = cumulative - torch.softmax(sorted_logits, dim=-1) >= p  # mass before this token already >= p
     drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
     return logits.masked_fill(drop, float("-inf"))
 

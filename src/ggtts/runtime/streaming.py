@@ -17,10 +17,20 @@ import torch
 
 DecodeFn = Callable[[torch.Tensor], torch.Tensor]  # codes (1, T) -> audio (1, T * hop)
 
+DEFAULT_CHUNK = 40  # codes handed out per window
+DEFAULT_LEFT = 24  # earlier codes decoded with each window, for context
+DEFAULT_LOOKAHEAD = 8  # later codes waited for (and decoded) before a window is handed out
+
 
 class WindowedDecoder:
     def __init__(
-        self, decode: DecodeFn, hop: int, *, chunk: int = 40, left: int = 24, lookahead: int = 8
+        self,
+        decode: DecodeFn,
+        hop: int,
+        *,
+        chunk: int = DEFAULT_CHUNK,
+        left: int = DEFAULT_LEFT,
+        lookahead: int = DEFAULT_LOOKAHEAD,
     ) -> None:
         if chunk < 1 or left < 0 or lookahead < 0:
             raise ValueError("chunk must be >= 1 and the contexts >= 0")

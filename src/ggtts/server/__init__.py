@@ -51,9 +51,7 @@ def model_names(specs: Sequence[str]) -> list[tuple[str, str]]:
     seen: dict[str, str] = {}
     for name, source in pairs:
         if name in seen:
-            raise GGTTSError(
-                f"two models are named '{name}' ({seen[name]} and {source}); name them with NAME=PATH"
-            )
+            raise GGTTSError(f"two models are named '{name}' ({seen[name]} and {source}); name them with NAME=PATH")
         seen[name] = source
     return pairs
 
@@ -111,7 +109,7 @@ def _configure_logging() -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of ``ggtts serve`` (``ggtts.cli`` declares the same; ``server.cli.run`` reads them)."""
+    """The options of ``ggtts serve`` and ``python -m ggtts.server`` (``serve_from_args`` reads them)."""
     parser.add_argument(
         "-m",
         "--model",
@@ -160,9 +158,7 @@ def serve_from_args(args: argparse.Namespace) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m ggtts.server", description="Serve text-to-speech over HTTP."
-    )
+    parser = argparse.ArgumentParser(prog="python -m ggtts.server", description="Serve text-to-speech over HTTP.")
     add_arguments(parser)
     args = parser.parse_args(argv)
     try:

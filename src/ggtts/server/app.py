@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
@@ -114,9 +115,7 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
     @app.get("/v1/models")
     async def list_models() -> ModelList:
         cards = [
-            ModelCard(
-                id=n, created=created, architecture=w.model.architecture, sample_rate=w.model.sample_rate
-            )
+            ModelCard(id=n, created=created, architecture=w.model.architecture, sample_rate=w.model.sample_rate)
             for n, w in workers.items()
         ]
         return ModelList(data=cards)
@@ -125,10 +124,7 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
     async def list_voices(model: str | None = None) -> VoiceList:
         chosen = [worker_for(model)] if model is not None else list(workers.values())
         return VoiceList(
-            data=[
-                ModelVoices(model=w.name, voices=w.model.voices, default_voice=w.model.default_voice)
-                for w in chosen
-            ]
+            data=[ModelVoices(model=w.name, voices=w.model.voices, default_voice=w.model.default_voice) for w in chosen]
         )
 
     @app.post("/v1/audio/speech", response_model=None)
@@ -141,8 +137,7 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
         if body.streaming and fmt not in STREAMABLE_FORMATS:
             raise ApiError(
                 400,
-                f"{fmt} cannot be streamed; stream {', '.join(STREAMABLE_FORMATS)}, "
-                f"or ask for {fmt} without streaming",
+                f"{fmt} cannot be streamed; stream {', '.join(STREAMABLE_FORMATS)}, or ask for {fmt} without streaming",
                 code="unsupported_value",
                 param="response_format",
             )
@@ -154,14 +149,18 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
             return model.stream(text, voice=voice, speed=body.speed)
 
         deadline = Deadline(settings.timeout_s, request.is_disconnected)
-        ticket = worker.admit()
         headers = {"X-Sample-Rate": str(model.sample_rate)}
         started = time.monotonic()
         if body.streaming:
-            return await _streamed(
-                ticket, chunks, stream_encoder(fmt, model.sample_rate), deadline, headers, fmt
-            )
-        audio = await _whole(ticket, chunks, deadline)
+            # Built before a queue place is taken: a failure here has no ticket to give back.
+            encoder = _start_encoder(fmt, model.sample_rate)
+            try:
+                ticket = worker.admit()
+            except BaseException:
+                encoder.close()
+                raise
+            return await _streamed(ticket, chunks, encoder, deadline, headers, fmt)
+        audio = await _whole(worker.admit(), chunks, deadline)
         data = await asyncio.to_thread(audio.encode, fmt)
         log.info(
             "%s: %d chars -> %.2f s of audio as %s in %.2f s",
@@ -178,23 +177,60 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
         return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
 
 
-# A voice written as a mix of the model's voices (Kokoro: "a:0.6,b:0.4") is left for the model to check; it
-# answers InputError, so 400, for a bad one.
-VOICE_MIX_MARKS = (",", ":")
+# A voice may be written as a mix of the model's voices, "a:0.6,b:0.4" ("a,b" weighs them equally; Kokoro
+# blends them). Every name in it must be one the model lists, so nothing else from a request (a file path,
+# say) ever reaches the model as a voice.
+VOICE_SEPARATOR = ","
+WEIGHT_SEPARATOR = ":"
+
+
+def _start_encoder(fmt: str, sample_rate: int) -> StreamEncoder:
+    try:
+        return stream_encoder(fmt, sample_rate)
+    except Exception as exc:
+        log.error("could not start the %s stream encoder", fmt, exc_info=exc)
+        raise ApiError(
+            500,
+            f"could not start streaming {fmt} ({type(exc).__name__}); see the server log",
+            code="encoder_failed",
+        ) from exc
 
 
 def _check_voice(worker: ModelWorker, voice: str | None) -> str | None:
-    voices = worker.model.voices
+    """The voice to ask the model for, when each name in ``voice`` is one of the model's voices; else 400."""
     if voice is None:
         return worker.model.default_voice
-    if voices and voice not in voices and not any(mark in voice for mark in VOICE_MIX_MARKS):
-        raise ApiError(
-            400,
-            f"voice '{voice}' is not available for model '{worker.name}'; choose one of: {', '.join(voices)}",
-            code="voice_not_found",
-            param="voice",
-        )
-    return voice
+    voices = worker.model.voices
+    parts: list[str] = []
+    for part in voice.split(VOICE_SEPARATOR):
+        name, mark, weight = (s.strip() for s in part.partition(WEIGHT_SEPARATOR))
+        if name not in voices:
+            choices = f"choose one of: {', '.join(voices)}" if voices else "it has no voices; leave voice out"
+            raise ApiError(
+                400,
+                f"voice '{name}' is not available for model '{worker.name}'; {choices}",
+                code="voice_not_found",
+                param="voice",
+            )
+        if mark and not _positive_number(weight):
+            raise ApiError(
+                400,
+                f"weight '{weight}' of voice '{name}' must be a positive number, as in 'a:0.6,b:0.4'",
+                code="invalid_voice_weight",
+                param="voice",
+            )
+        parts.append(f"{name}{WEIGHT_SEPARATOR}{weight}" if mark else name)
+    if len(parts) == 1:
+        return name  # one voice alone needs no weight, and models that cannot blend know it only by its name
+    return VOICE_SEPARATOR.join(parts)
+
+
+def _positive_number(text: str) -> bool:
+    try:
+        value = float(text)
+    except ValueError:
+        return False
+    return math.isfinite(value) and value > 0
 
 
 def _check_input(text: str, max_chars: int) -> str:
@@ -220,9 +256,7 @@ def _synthesis_error(exc: Exception) -> ApiError:
     if isinstance(exc, GGTTSError):
         return ApiError(500, f"synthesis failed: {exc}", code="synthesis_failed")
     log.error("synthesis failed", exc_info=exc)
-    return ApiError(
-        500, f"synthesis failed ({type(exc).__name__}); see the server log", code="synthesis_failed"
-    )
+    return ApiError(500, f"synthesis failed ({type(exc).__name__}); see the server log", code="synthesis_failed")
 
 
 async def _whole(ticket: Ticket, chunks: Callable[[], Iterator[Audio]], deadline: Deadline) -> Audio:
@@ -281,9 +315,7 @@ async def _streamed(
         raise
     # From here Starlette cancels the body when the client disconnects; no need to poll for it.
     deadline.is_disconnected = None
-    return AbortableStreamingResponse(
-        _stream_body(first, steps, encoder), media_type=MEDIA_TYPES[fmt], headers=headers
-    )
+    return AbortableStreamingResponse(_stream_body(first, steps, encoder), media_type=MEDIA_TYPES[fmt], headers=headers)
 
 
 class StreamAborted(Exception):

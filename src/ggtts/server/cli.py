@@ -1,4 +1,4 @@
-"""``ggtts serve``: the entry ``ggtts.cli`` delegates to, with the options it declares."""
+"""``ggtts serve``: the entry ``ggtts.cli`` delegates to; its options come from ``add_arguments``."""
 
 from __future__ import annotations
 

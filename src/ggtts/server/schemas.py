@@ -28,18 +28,12 @@ class SpeechRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    model: str | None = Field(
-        default=None, description="a model name from GET /v1/models; default: the first"
-    )
+    model: str | None = Field(default=None, description="a model name from GET /v1/models; default: the first")
     input: str = Field(description="the text to speak")
-    voice: str | None = Field(
-        default=None, description="a voice from GET /v1/voices; default: the model's first"
-    )
+    voice: str | None = Field(default=None, description="a voice from GET /v1/voices; default: the model's first")
     response_format: AudioFormat = DEFAULT_FORMAT
     speed: float = Field(default=1.0, ge=MIN_SPEED, le=MAX_SPEED)
-    stream: bool = Field(
-        default=False, description="send audio as it is synthesized (as Kokoro-FastAPI does)"
-    )
+    stream: bool = Field(default=False, description="send audio as it is synthesized (as Kokoro-FastAPI does)")
     stream_format: Literal["audio"] | None = Field(
         default=None,
         description="OpenAI's way to ask for streaming; only 'audio' (raw audio bytes) is offered",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ggtts.errors import InputError
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 DEFAULT_MAX_QUEUE = 16  # requests waiting per model, beyond the one being synthesized
@@ -23,11 +25,11 @@ class ServerSettings:
 
     def __post_init__(self) -> None:
         if self.max_queue < 0:
-            raise ValueError(f"max_queue must be 0 or more, got {self.max_queue}")
+            raise InputError(f"max_queue must be 0 or more, got {self.max_queue}")
         if self.max_input_chars < 1:
-            raise ValueError(f"max_input_chars must be at least 1, got {self.max_input_chars}")
+            raise InputError(f"max_input_chars must be at least 1, got {self.max_input_chars}")
         if self.timeout_s <= 0:
-            raise ValueError(f"timeout_s must be positive, got {self.timeout_s}")
+            raise InputError(f"timeout_s must be positive, got {self.timeout_s}")
         if self.api_key == "":
             object.__setattr__(self, "api_key", None)
 

@@ -31,8 +31,7 @@ class RequestTimeout(ApiError):
     def __init__(self, timeout_s: float) -> None:
         super().__init__(
             504,
-            f"the request took longer than this server's limit of {timeout_s:g} s; "
-            "send shorter text or retry later",
+            f"the request took longer than this server's limit of {timeout_s:g} s; send shorter text or retry later",
             code="timeout",
         )
 
@@ -119,9 +118,7 @@ class Ticket:
             return
         loop = asyncio.get_running_loop()
         future = self.worker.executor.submit(_logged(cleanup))
-        future.add_done_callback(
-            lambda _: loop.call_soon_threadsafe(self.worker._done, duration, self._has_turn)
-        )
+        future.add_done_callback(lambda _: loop.call_soon_threadsafe(self.worker._done, duration, self._has_turn))
 
 
 def _logged(fn: Callable[[], None]) -> Callable[[], None]:
@@ -137,9 +134,7 @@ def _logged(fn: Callable[[], None]) -> Callable[[], None]:
 class Deadline:
     """A request's time limit, and how to tell whether its client has left (polled while waiting)."""
 
-    def __init__(
-        self, timeout_s: float, is_disconnected: Callable[[], Awaitable[bool]] | None = None
-    ) -> None:
+    def __init__(self, timeout_s: float, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> None:
         self.timeout_s = timeout_s
         self.at = time.monotonic() + timeout_s
         self.is_disconnected = is_disconnected
@@ -159,9 +154,7 @@ class Deadline:
 class Steps(Generic[T]):
     """An iterator run one ``next`` at a time on the worker's thread, holding the ticket's turn."""
 
-    def __init__(
-        self, ticket: Ticket, iterator_factory: Callable[[], Iterator[T]], deadline: Deadline
-    ) -> None:
+    def __init__(self, ticket: Ticket, iterator_factory: Callable[[], Iterator[T]], deadline: Deadline) -> None:
         self.ticket = ticket
         self.deadline = deadline
         self._factory = iterator_factory

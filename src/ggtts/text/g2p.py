@@ -157,9 +157,7 @@ class EnglishG2P:
         self.load()
         with _LOCK:
             _, misaki_tokens = self._misaki(text)
-        return [
-            G2PToken(text=t.text, phonemes=t.phonemes or "", whitespace=t.whitespace) for t in misaki_tokens
-        ]
+        return [G2PToken(text=t.text, phonemes=t.phonemes or "", whitespace=t.whitespace) for t in misaki_tokens]
 
     def __call__(self, text: str) -> str:
         """The phoneme string of ``text``, words separated by single spaces."""

@@ -51,9 +51,7 @@ class BPETokenizer:
         pre: str = "qwen2",
     ) -> None:
         if pre not in PRE_TOKENIZERS:
-            raise GGUFError(
-                f"unsupported pre-tokenizer '{pre}'; supported: {', '.join(sorted(PRE_TOKENIZERS))}"
-            )
+            raise GGUFError(f"unsupported pre-tokenizer '{pre}'; supported: {', '.join(sorted(PRE_TOKENIZERS))}")
         self.tokens = list(tokens)
         self.token_to_id = {t: i for i, t in enumerate(self.tokens)}
         self.ranks: dict[tuple[str, str], int] = {}
@@ -63,9 +61,7 @@ class BPETokenizer:
                 raise GGUFError(f"malformed BPE merge #{rank}: {merge!r}")
             self.ranks.setdefault((left, right), rank)
         types = list(token_types) if token_types is not None else [K.TYPE_NORMAL] * len(self.tokens)
-        self.special = {
-            t: i for i, (t, ty) in enumerate(zip(self.tokens, types, strict=True)) if ty in SPECIAL_TYPES
-        }
+        self.special = {t: i for i, (t, ty) in enumerate(zip(self.tokens, types, strict=True)) if ty in SPECIAL_TYPES}
         self.control_ids = frozenset(i for i, ty in enumerate(types) if ty == K.TYPE_CONTROL)
         self._pre = regex.compile(PRE_TOKENIZERS[pre])
         ordered = sorted(self.special, key=len, reverse=True)

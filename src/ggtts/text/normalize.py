@@ -317,9 +317,7 @@ def _amount(after: str) -> str:
 
 
 _TITLE_NAMES = _alternation(list(TITLES))
-_ABBREVIATIONS = _alternation(
-    [*ABBREVIATIONS, *(k[0].upper() + k[1:] for k in ABBREVIATIONS if k[0].islower())]
-)
+_ABBREVIATIONS = _alternation([*ABBREVIATIONS, *(k[0].upper() + k[1:] for k in ABBREVIATIONS if k[0].islower())])
 _CURRENCY_SYMBOLS = "".join(re.escape(s) for s in CURRENCIES)
 _SCALE_WORDS = _alternation(list(SCALES))
 _UNIT_SYMBOLS = _alternation(list(UNITS))

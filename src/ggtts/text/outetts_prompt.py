@@ -77,13 +77,9 @@ class Speaker:
         parsed = []
         for i, w in enumerate(words):
             try:
-                parsed.append(
-                    SpeakerWord(str(w["word"]), float(w["duration"]), tuple(int(c) for c in w["codes"]))
-                )
+                parsed.append(SpeakerWord(str(w["word"]), float(w["duration"]), tuple(int(c) for c in w["codes"])))
             except (KeyError, TypeError, ValueError):
-                raise InputError(
-                    f"speaker '{name}': word {i} needs 'word', 'duration' and a list of 'codes'"
-                ) from None
+                raise InputError(f"speaker '{name}': word {i} needs 'word', 'duration' and a list of 'codes'") from None
         version = data.get("version")
         if version is not None and version not in {v.value for v in OuteTTSVersion}:
             raise InputError(f"speaker '{name}': unsupported version '{version}'; use 0.2 or 0.3")

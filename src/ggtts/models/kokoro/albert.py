@@ -48,9 +48,7 @@ class AlbertAttention(nn.Module):
         def heads(t: torch.Tensor) -> torch.Tensor:
             return t.view(batch, length, self.n_heads, dim // self.n_heads).transpose(1, 2)  # (B, H, T, D)
 
-        context = F.scaled_dot_product_attention(
-            heads(self.query(x)), heads(self.key(x)), heads(self.value(x)), mask
-        )
+        context = F.scaled_dot_product_attention(heads(self.query(x)), heads(self.key(x)), heads(self.value(x)), mask)
         context = context.transpose(1, 2).reshape(batch, length, dim)
         return self.LayerNorm(x + self.dense(context))
 

@@ -30,9 +30,7 @@ class AdaIN1d(nn.Module):
         gain = 1 + gamma
         weight = (gain * self.norm.weight).reshape(-1)
         bias = (gain * self.norm.bias + beta).reshape(-1)
-        y = F.batch_norm(
-            x.reshape(1, batch * channels, length), None, None, weight, bias, True, 0.0, INSTANCE_NORM_EPS
-        )
+        y = F.batch_norm(x.reshape(1, batch * channels, length), None, None, weight, bias, True, 0.0, INSTANCE_NORM_EPS)
         return y.reshape(batch, channels, length)
 
 

@@ -195,9 +195,7 @@ class KokoroConfig:
             istft = config["istftnet"]
             act = plbert.get("hidden_act", ALBERT_ACTIVATION)
             if act != ALBERT_ACTIVATION:
-                raise ConversionError(
-                    f"config.json: plbert.hidden_act '{act}' is not supported, only 'gelu_new'"
-                )
+                raise ConversionError(f"config.json: plbert.hidden_act '{act}' is not supported, only 'gelu_new'")
             for key in ("num_hidden_groups", "inner_group_num"):
                 if plbert.get(key, 1) != 1:
                     raise ConversionError(f"config.json: plbert.{key} must be 1 (one shared ALBERT layer)")

@@ -49,9 +49,7 @@ class HarmonicSource(nn.Module):
         # here too to keep the random stream in step.
         torch.rand(batch, self.n_harmonics, generator=generator, device=f0.device)
         phase = torch.cumsum(cycles, dim=2) * (2 * math.pi)  # radians at each frame's end
-        phase = F.interpolate(
-            phase * self.upsample, scale_factor=self.upsample, mode="linear"
-        )  # (B, H, samples)
+        phase = F.interpolate(phase * self.upsample, scale_factor=self.upsample, mode="linear")  # (B, H, samples)
         sines = torch.sin(phase).mul_(SINE_AMP)
         voiced = (f0 > self.voiced_threshold).to(f0.dtype).repeat_interleave(self.upsample, dim=1)[:, None, :]
         noise_amp = voiced * NOISE_STD + (1 - voiced) * (SINE_AMP / 3)  # (B, 1, samples)
@@ -86,9 +84,7 @@ class Generator(nn.Module):
         for i, (rate, kernel) in enumerate(zip(rates, kernels, strict=True)):
             ch_in, ch = ch, ch // 2
             self.ups.append(nn.ConvTranspose1d(ch_in, ch, kernel, rate, padding=(kernel - rate) // 2))
-            for k, dilations in zip(
-                config.resblock_kernel_sizes, config.resblock_dilation_sizes, strict=True
-            ):
+            for k, dilations in zip(config.resblock_kernel_sizes, config.resblock_dilation_sizes, strict=True):
                 self.resblocks.append(AdaINResBlock1(ch, k, dilations, style))
             if i + 1 < len(rates):
                 stride = math.prod(rates[i + 1 :])
@@ -121,9 +117,7 @@ class Generator(nn.Module):
         """x: (B, C, frames), s: (B, style), f0: (B, f0 frames) -> (B, samples)."""
         har = self.source_spectrum(f0, generator)
         last = len(self.ups) - 1
-        for i, (up, noise_conv, noise_res) in enumerate(
-            zip(self.ups, self.noise_convs, self.noise_res, strict=True)
-        ):
+        for i, (up, noise_conv, noise_res) in enumerate(zip(self.ups, self.noise_convs, self.noise_res, strict=True)):
             x = up(F.leaky_relu(x, GENERATOR_SLOPE))
             if i == last:
                 x = F.pad(x, (1, 0), mode="reflect")

@@ -23,8 +23,7 @@ def load_kokoro(
         model = KokoroModel(config)
     expected = model.state_dict()
     state = {
-        name: gguf.tensor(K.to_gguf_name(name), shape=tuple(meta.shape)).to(device)
-        for name, meta in expected.items()
+        name: gguf.tensor(K.to_gguf_name(name), shape=tuple(meta.shape)).to(device) for name, meta in expected.items()
     }
     known = {K.to_gguf_name(name) for name in expected}
     for name in gguf.names():

@@ -21,9 +21,7 @@ from ggtts.models.kokoro.prosody import ProsodyPredictor, TextEncoder
 @dataclass(frozen=True)
 class Prosody:
     durations: torch.Tensor  # (T,) long, frames per token
-    features: (
-        torch.Tensor
-    )  # (1, T, hidden + style) duration-encoder output, the input to F0/energy prediction
+    features: torch.Tensor  # (1, T, hidden + style) duration-encoder output, the input to F0/energy prediction
 
 
 class KokoroModel(nn.Module):
@@ -101,10 +99,6 @@ class KokoroModel(nn.Module):
         if input_ids.dim() != 2 or input_ids.shape[0] != 1:
             raise ValueError(f"input_ids must have shape (1, T), got {tuple(input_ids.shape)}")
         if input_ids.shape[1] > self.config.context_length:
-            raise ValueError(
-                f"{input_ids.shape[1]} tokens exceed the context length {self.config.context_length}"
-            )
+            raise ValueError(f"{input_ids.shape[1]} tokens exceed the context length {self.config.context_length}")
         if ref_s.shape != (1, 2 * self.config.style_dim):
-            raise ValueError(
-                f"ref_s must have shape (1, {2 * self.config.style_dim}), got {tuple(ref_s.shape)}"
-            )
+            raise ValueError(f"ref_s must have shape (1, {2 * self.config.style_dim}), got {tuple(ref_s.shape)}")

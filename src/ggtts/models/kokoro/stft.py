@@ -61,9 +61,7 @@ class InverseSTFT(nn.Module):
         return self.constants(device)[0]
 
     def forward(self, magnitude: torch.Tensor, phase: torch.Tensor) -> torch.Tensor:
-        spectrum = torch.cat(
-            [magnitude * torch.cos(phase), magnitude * torch.sin(phase)], dim=1
-        )  # (B, 2F, T)
+        spectrum = torch.cat([magnitude * torch.cos(phase), magnitude * torch.sin(phase)], dim=1)  # (B, 2F, T)
         return self.from_spectrum(spectrum)
 
     def from_spectrum(self, spectrum: torch.Tensor) -> torch.Tensor:
@@ -77,7 +75,5 @@ class InverseSTFT(nn.Module):
         end = signal.shape[-1] - start
         envelope = envelope[..., start:end]
         if bool((envelope.abs() < WINDOW_FLOOR).any()):
-            raise ValueError(
-                "inverse STFT: the window overlap-add is zero somewhere (hop too large for the window)"
-            )
+            raise ValueError("inverse STFT: the window overlap-add is zero somewhere (hop too large for the window)")
         return (signal[..., start:end] / envelope).squeeze(1)

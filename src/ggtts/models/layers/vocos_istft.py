@@ -27,9 +27,7 @@ class ISTFT(nn.Module):
     def __init__(self, n_fft: int, hop_length: int) -> None:
         super().__init__()
         if (n_fft - hop_length) % 2:
-            raise ValueError(
-                f"n_fft - hop_length must be even for 'same' padding, got {n_fft} - {hop_length}"
-            )
+            raise ValueError(f"n_fft - hop_length must be even for 'same' padding, got {n_fft} - {hop_length}")
         self.n_fft = n_fft
         self.hop_length = hop_length
         self.pad = (n_fft - hop_length) // 2
@@ -39,9 +37,7 @@ class ISTFT(nn.Module):
         """Overlap-add frames ``(B, n_fft, T)`` at ``hop`` spacing -> ``(B, (T - 1) * hop + n_fft)``."""
         n_frames = frames.shape[-1]
         length = (n_frames - 1) * self.hop_length + self.n_fft
-        folded = F.fold(
-            frames, output_size=(1, length), kernel_size=(1, self.n_fft), stride=(1, self.hop_length)
-        )
+        folded = F.fold(frames, output_size=(1, length), kernel_size=(1, self.n_fft), stride=(1, self.hop_length))
         return folded[:, 0, 0, :]  # (B, length)
 
     def envelope(self, n_frames: int) -> torch.Tensor:

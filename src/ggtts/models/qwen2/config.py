@@ -32,8 +32,7 @@ class Qwen2Config:
     def __post_init__(self) -> None:
         if self.dim % self.n_heads or self.n_heads % self.n_kv_heads:
             raise GGUFError(
-                f"qwen2: {self.dim} channels, {self.n_heads} heads and {self.n_kv_heads} KV heads "
-                "do not divide evenly"
+                f"qwen2: {self.dim} channels, {self.n_heads} heads and {self.n_kv_heads} KV heads do not divide evenly"
             )
         if self.head_dim % 2:
             raise GGUFError(f"qwen2: head size {self.head_dim} is odd; rotary embeddings need an even size")

@@ -73,9 +73,7 @@ class Block(nn.Module):
         self.ffn_up = nn.Linear(cfg.dim, cfg.n_ff, bias=False)
         self.ffn_down = nn.Linear(cfg.n_ff, cfg.dim, bias=False)
 
-    def attention(
-        self, x: torch.Tensor, rope: RotaryEmbedding, cache: KVCache, layer: int, start: int
-    ) -> torch.Tensor:
+    def attention(self, x: torch.Tensor, rope: RotaryEmbedding, cache: KVCache, layer: int, start: int) -> torch.Tensor:
         b, t, _ = x.shape
         q = self.attn_q(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
         k = self.attn_k(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
@@ -88,16 +86,11 @@ class Block(nn.Module):
         elif start == 0:
             out = F.scaled_dot_product_attention(q, keys, values, is_causal=True, enable_gqa=gqa)
         else:  # a chunk after earlier positions: causal within the chunk, everything before it visible
-            visible = (
-                torch.arange(start + t, device=x.device)
-                <= (start + torch.arange(t, device=x.device))[:, None]
-            )
+            visible = torch.arange(start + t, device=x.device) <= (start + torch.arange(t, device=x.device))[:, None]
             out = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible, enable_gqa=gqa)
         return self.attn_output(out.transpose(1, 2).reshape(b, t, -1))
 
-    def forward(
-        self, x: torch.Tensor, rope: RotaryEmbedding, cache: KVCache, layer: int, start: int
-    ) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: RotaryEmbedding, cache: KVCache, layer: int, start: int) -> torch.Tensor:
         x = x + self.attention(self.attn_norm(x), rope, cache, layer, start)
         h = self.ffn_norm(x)
         return x + self.ffn_down(F.silu(self.ffn_gate(h)) * self.ffn_up(h))
@@ -128,9 +121,7 @@ class Qwen2Model(nn.Module):
 
     def new_cache(self, max_len: int, *, batch: int = 1) -> KVCache:
         if max_len > self.rope.cos.shape[0]:
-            raise ValueError(
-                f"max_len {max_len} exceeds the model's {self.rope.cos.shape[0]} rotary positions"
-            )
+            raise ValueError(f"max_len {max_len} exceeds the model's {self.rope.cos.shape[0]} rotary positions")
         p = self.token_embd.weight
         return KVCache(
             self.cfg.n_layers,

@@ -47,18 +47,14 @@ class WavTokenizerConfig:
                 f"{len(POSNET_LAYOUT)} is supported"
             )
         if self.posnet_dim != self.convnext_dim:
-            raise GGUFError(
-                "wavtokenizer-dec: posnet and convnext widths differ; the decoder needs them equal"
-            )
+            raise GGUFError("wavtokenizer-dec: posnet and convnext widths differ; the decoder needs them equal")
         if self.n_out % 2 or self.n_fft < self.hop_length or (self.n_fft - self.hop_length) % 2:
             raise GGUFError(
-                f"wavtokenizer-dec: output width {self.n_out} does not give a usable n_fft "
-                f"for hop {self.hop_length}"
+                f"wavtokenizer-dec: output width {self.n_out} does not give a usable n_fft for hop {self.hop_length}"
             )
         if self.posnet_dim % self.group_norm_groups:
             raise GGUFError(
-                f"wavtokenizer-dec: width {self.posnet_dim} is not divisible by "
-                f"{self.group_norm_groups} groups"
+                f"wavtokenizer-dec: width {self.posnet_dim} is not divisible by {self.group_norm_groups} groups"
             )
 
     @classmethod

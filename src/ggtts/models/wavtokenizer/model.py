@@ -128,9 +128,7 @@ class WavTokenizerDecoder(nn.Module):
     def check_codes(self, codes: torch.Tensor) -> None:
         if codes.numel() and (int(codes.min()) < 0 or int(codes.max()) >= self.cfg.n_vocab):
             bad = codes[(codes < 0) | (codes >= self.cfg.n_vocab)].flatten()[0]
-            raise ValueError(
-                f"audio code {int(bad)} is out of range: this vocoder has codes 0..{self.cfg.n_vocab - 1}"
-            )
+            raise ValueError(f"audio code {int(bad)} is out of range: this vocoder has codes 0..{self.cfg.n_vocab - 1}")
 
     def spectral_frames(self, codes: torch.Tensor) -> torch.Tensor:
         """Codes ``(B, T)`` -> ``(B, n_fft + 2, T)``: log-magnitudes then phases (llama.cpp's embd)."""
