@@ -234,10 +234,6 @@ def _attr(node: Any, name: str, default: Any = None) -> Any:
     return default
 
 
-def _to_str(value: Any) -> Any:
-    return value.decode() if isinstance(value, bytes) else value
-
-
 def _trace_weight(g: _Graph, name: str) -> tuple[str, tuple[str, str | None, int] | None] | None:
     """Follow a weight input back through dequantize/cast nodes to an initializer.
 

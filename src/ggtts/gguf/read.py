@@ -214,7 +214,3 @@ class GGUFFile:
             array = gguf_quants.dequantize(entry.data, qtype)
         # a private, writable copy: the memory map stays read-only and torch owns what it gets
         return torch.from_numpy(np.array(array, dtype=np.float32, copy=True).reshape(info.shape))
-
-
-def open_gguf(path: str | os.PathLike[str]) -> GGUFFile:
-    return GGUFFile(path)

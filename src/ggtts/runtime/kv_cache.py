@@ -35,15 +35,6 @@ class KVCache:
         self.max_len = max_len
         self.length = 0  # positions filled and committed
 
-    def reset(self) -> None:
-        self.length = 0
-
-    def truncate(self, length: int) -> None:
-        """Forget everything after ``length`` positions (e.g. to reuse a shared prompt prefix)."""
-        if not 0 <= length <= self.length:
-            raise ValueError(f"cannot truncate a cache of {self.length} positions to {length}")
-        self.length = length
-
     def update(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store ``k, v`` ``(B, H, T, D)`` at ``start..start+T``; return the keys/values of ``0..start+T``."""
         end = start + k.shape[2]
@@ -56,7 +47,3 @@ class KVCache:
     def advance(self, n: int) -> None:
         """Commit ``n`` positions written by the last step (called once per step, after all layers)."""
         self.length += n
-
-    @property
-    def nbytes(self) -> int:
-        return self.k.element_size() * self.k.nelement() * 2

@@ -134,9 +134,6 @@ class BPETokenizer:
         return ids
 
     # ---- decoding ------------------------------------------------------------------------------------------
-    def id_to_piece(self, token: int) -> str:
-        return self.tokens[token]
-
     def decode(self, ids: Sequence[int]) -> str:
         """Text for ``ids``; special tokens are written out as they are (``<|code_start|>``)."""
         out = bytearray()

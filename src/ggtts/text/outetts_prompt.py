@@ -165,7 +165,3 @@ def parse_code_text(text: str) -> list[int]:
     except ValueError:
         bad = next(p for p in parts if not p.lstrip("-").isdigit())
         raise InputError(f"'{bad}' is not an audio code: give integers or <|N|> tokens") from None
-
-
-def speaker_codes(speaker: Speaker) -> Sequence[int]:
-    return [c for w in speaker.words for c in w.codes]
