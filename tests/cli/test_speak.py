@@ -51,6 +51,8 @@ BAD = [
     (["x" * 100_001], "the limit is 100000"),
     (["hello", "-o", "out.xyz"], "unsupported audio format '.xyz'"),
     (["hello", "-f", "missing.txt"], "give the text either as an argument or with -f, not both"),
+    (["-f", "missing.txt"], "missing.txt: cannot read text (No such file or directory)"),
+    (["hello", "--float", "-o", "-"], "--float needs a file"),
 ]
 
 
