@@ -55,7 +55,7 @@ class TTSModel(ABC):
         return {"architecture": self.architecture, "sample_rate": self.sample_rate, "voices": self.voices}
 
 
-def check_speed(speed: float) -> float:
+def check_speed(speed: float | str) -> float:
     try:
         speed = float(speed)
     except (TypeError, ValueError):

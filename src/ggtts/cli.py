@@ -163,15 +163,12 @@ def _delegate(module: str, func: str) -> Callable[[argparse.Namespace], int]:
 
 # ---- parser ---------------------------------------------------------------------------------------------------
 def _speed(value: str) -> float:
-    from ggtts.api import MAX_SPEED, MIN_SPEED
+    from ggtts.api import check_speed
 
     try:
-        speed = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
-    if not MIN_SPEED <= speed <= MAX_SPEED:
-        raise argparse.ArgumentTypeError(f"{speed} is out of range; use {MIN_SPEED} to {MAX_SPEED}")
-    return speed
+        return check_speed(value)
+    except GGTTSError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
