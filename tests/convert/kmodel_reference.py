@@ -14,13 +14,6 @@ import torch
 from ggtts.convert.kokoro_onnx import KOKORO_V1_CONFIG
 
 
-def unfold_weight_norm(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(weight_g, weight_v)`` with ``g * v / ||v|| == weight`` (dim 0); zero slices get ``v = 1, g = 0``."""
-    g = weight.flatten(1).norm(dim=1).view(-1, *([1] * (weight.dim() - 1)))
-    v = torch.where(g > 0, weight, torch.ones_like(weight))
-    return g, v
-
-
 def build_kmodel(vocab: Mapping[str, int], disable_complex: bool = True) -> torch.nn.Module:
     """A randomly initialised ``kokoro.KModel`` with Kokoro v1.0's config, without any download."""
     from kokoro import KModel
@@ -30,21 +23,6 @@ def build_kmodel(vocab: Mapping[str, int], disable_complex: bool = True) -> torc
         empty = Path(tmp) / "empty.pth"
         torch.save({}, empty)  # KModel loads nothing from it
         return KModel(repo_id="hexgrad/Kokoro-82M", config=config, model=str(empty), disable_complex=disable_complex)
-
-
-def load_folded(model: torch.nn.Module, state: Mapping[str, torch.Tensor]) -> list[str]:
-    """Load a folded state dict into ``model`` (weight-normed modules get g/v); return keys left missing."""
-    target = model.state_dict()
-    full: dict[str, torch.Tensor] = {}
-    for key in target:
-        if key.endswith(".weight_g"):
-            g, v = unfold_weight_norm(state[key.removesuffix("_g")])
-            full[key], full[key.removesuffix("_g") + "_v"] = g, v
-        elif key in state:
-            full[key] = state[key]
-    result = model.load_state_dict({k: v for k, v in full.items() if not k.endswith("_v") or k in target}, strict=False)
-    assert not result.unexpected_keys, result.unexpected_keys
-    return list(result.missing_keys)
 
 
 @contextlib.contextmanager

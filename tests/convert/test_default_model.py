@@ -85,16 +85,38 @@ def test_assemble_checks_sha256(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         p.parent.mkdir()
         p.write_bytes(bytes([i]) * 1000)
     blob = b"".join(p.read_bytes() for p in parts)
+    digest = hashlib.sha256(blob).hexdigest()
     dirs = dict(zip(default_model.PART_PACKAGES, (p.parent for p in parts), strict=True))
     monkeypatch.setattr(default_model, "_package_data", lambda pkg: dirs[pkg])
-    monkeypatch.setattr(default_model, "expected_sha256", lambda: hashlib.sha256(blob).hexdigest())
-    out = default_model.assemble_onnx(tmp_path / "model.onnx")
+    monkeypatch.setattr(default_model, "published_sha256", lambda: digest)
+    out = default_model.assemble_onnx(tmp_path / "model.onnx", expected=digest)
     assert out.read_bytes() == blob
 
-    monkeypatch.setattr(default_model, "expected_sha256", lambda: "0" * 64)
-    with pytest.raises(ConversionError, match=r"damaged.*reinstall"):
-        default_model.assemble_onnx(tmp_path / "bad.onnx")
+    # the parts join into something else than the package says
+    monkeypatch.setattr(default_model, "published_sha256", lambda: "0" * 64)
+    with pytest.raises(ConversionError, match=r"damaged.*reinstall them: pip install --force-reinstall kokoro-ja-voic"):
+        default_model.assemble_onnx(tmp_path / "bad.onnx", expected="0" * 64)
     assert not (tmp_path / "bad.onnx").exists()
+
+
+def test_the_official_sha256_is_pinned_not_read_from_the_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert default_model.OFFICIAL_ONNX_SHA256 == "6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb"
+    # an update of the packages that publishes (and ships) another model is refused before any work
+    monkeypatch.setattr(default_model, "published_sha256", lambda: "ab" * 32)
+    with pytest.raises(
+        ConversionError,
+        match=r"publish a different model \(sha256 abababababab\.\.\.\) than the "
+        r"kokoro-v1\.0\.int8\.onnx ggtts is checked against \(6e742170d309\.\.\.\); install .*==0\.1\.0",
+    ):
+        default_model.assemble_onnx(tmp_path / "other.onnx")
+    assert not (tmp_path / "other.onnx").exists()
+
+
+@pytest.mark.needs_weights
+def test_installed_packages_publish_the_pinned_sha256() -> None:
+    assert default_model.published_sha256() == default_model.OFFICIAL_ONNX_SHA256
 
 
 def test_missing_weight_package_says_what_to_install(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:

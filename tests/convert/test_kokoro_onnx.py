@@ -101,12 +101,12 @@ def test_fold_weight_norm_matches_torch_and_zero_channels_stay_zero() -> None:
 
 
 def test_unfold_for_upstream_weight_norm_survives_zero_channels() -> None:
-    from kmodel_reference import unfold_weight_norm
+    from ggtts.measure.peers import unfold_weight_norm
 
     weight = torch.randn(4, 3, 5)
     weight[1] = 0.0
     conv = torch.nn.utils.weight_norm(torch.nn.ConvTranspose1d(4, 3, 5))  # weight norm over dim 0 = in channels
-    g, v = unfold_weight_norm(weight)
+    v, g = unfold_weight_norm(weight)
     with torch.no_grad():
         conv.weight_g.copy_(g)
         conv.weight_v.copy_(v)

@@ -30,7 +30,9 @@ def state(kokoro_int8_onnx: Path) -> dict[str, torch.Tensor]:
 @pytest.fixture(scope="module")
 def kmodel(state: dict[str, torch.Tensor]) -> torch.nn.Module:
     pytest.importorskip("kokoro")
-    from kmodel_reference import build_kmodel, load_folded
+    from kmodel_reference import build_kmodel
+
+    from ggtts.measure.kokoro_upstream import load_folded
 
     vocab = package_vocab()
     assert vocab is not None

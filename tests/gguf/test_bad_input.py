@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import struct
 from collections.abc import Callable
@@ -116,10 +117,18 @@ def test_bad_file_gets_one_clear_line(tmp_path, capsys, case, make, message):
     assert pytest.importorskip("re").search(message, lines[0]), lines[0]
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
-def test_unreadable_file(tmp_path, capsys):
+def test_unreadable_file(tmp_path, capsys, monkeypatch):
     path = _valid(tmp_path / "locked.gguf")
     path.chmod(0)
+    if os.geteuid() == 0:  # root reads files whatever their mode: the system's refusal is played here
+        real_open = Path.open
+
+        def refuse(self: Path, *args, **kwargs):
+            if self == path:
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self))
+            return real_open(self, *args, **kwargs)
+
+        monkeypatch.setattr(Path, "open", refuse)
     assert main(["info", str(path)]) != 0
     assert "locked.gguf: cannot read (Permission denied)" in capsys.readouterr().err
 

@@ -23,9 +23,32 @@ def test_parity_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert report["family"] == "kokoro" and report["ok"] is True
     assert [s["stage"] for s in report["stages"]] == list(TOLERANCES)
     for s in report["stages"]:
-        assert set(s) == {"stage", "shape", "max_abs_diff", "correlation", "std_ratio", "tolerance", "ok"}
-        assert s["ok"] and s["correlation"] > 0.999 and abs(s["std_ratio"] - 1) < 1e-3
-    assert report["stages"][1]["max_abs_diff"] == 0  # durations are integers and must agree exactly
+        assert set(s) == {
+            "stage", "dtype", "shape", "max_abs_diff", "peak", "relative", "correlation", "std_ratio", "tolerance", "ok"
+        }  # fmt: skip
+        # the tolerance reported is the one applied, to the ratio reported
+        assert (s["dtype"], s["tolerance"]) == TOLERANCES[s["stage"]]
+        assert s["relative"] == pytest.approx(s["max_abs_diff"] / s["peak"], rel=1e-12)
+        assert s["ok"] and s["relative"] <= s["tolerance"]
+        assert s["correlation"] > 0.999 and abs(s["std_ratio"] - 1) < 1e-3
+    stages = {s["stage"]: s for s in report["stages"]}
+    assert stages["durations"]["max_abs_diff"] == 0  # durations are integers and must agree exactly
+    assert stages["end_to_end"]["dtype"] == "float64"
+
+
+def _rows(out: str) -> dict[str, list[str]]:
+    return {line.split()[0]: line.split() for line in out.splitlines() if line.split()[:1] in ([s] for s in TOLERANCES)}
+
+
+def test_parity_table_prints_the_tolerance_it_applies(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["parity", "kokoro"]) == 0
+    out = capsys.readouterr().out
+    rows = _rows(out)
+    assert list(rows) == list(TOLERANCES)
+    for stage, cells in rows.items():
+        assert float(cells[-2]) == TOLERANCES[stage][1] and cells[1] == TOLERANCES[stage][0]
+        assert float(cells[5]) <= float(cells[-2]) and cells[-1] == "yes"
+    assert "tolerance is on max |ours - upstream| / max |upstream|" in out
 
 
 def test_parity_fails_on_a_wrong_weight(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -41,8 +64,8 @@ def test_parity_fails_on_a_wrong_weight(monkeypatch: pytest.MonkeyPatch, capsys:
     assert main(["parity", "kokoro"]) == 1
     out = capsys.readouterr().out
     assert "OUT of tolerance" in out
-    rows = {line.split()[0]: line.split()[-1] for line in out.splitlines()[1:-1]}
-    assert rows["bert"] == "yes" and rows["asr"] == "yes"
+    rows = {stage: cells[-1] for stage, cells in _rows(out).items()}
+    assert rows["bert"] == "yes" and rows["asr"] == "yes" and rows["source"] == "yes"
     assert rows["decoder"] == "NO" and rows["end_to_end"] == "NO"
 
 

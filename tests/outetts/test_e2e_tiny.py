@@ -75,6 +75,12 @@ def test_stream_concatenates_to_hop_per_code_and_stays_close(tts: OuteTTS) -> No
         one_shot = tts.synthesize("Hello world, 42 times.", **OPTS).samples
     streamed = np.concatenate([p.samples for p in parts])
     assert len(parts) > 1 and len(streamed) == len(one_shot)
+    error = (streamed - one_shot).astype(np.float64)
+    snr = 10 * np.log10(np.sum(one_shot.astype(np.float64) ** 2) / np.sum(error**2))
+    print(f"streamed (chunk 4, left 8, lookahead 4) vs one-shot: SNR {snr:.1f} dB")
+    # 17.0 dB measured: GroupNorm and attention see only the window. A chunk lost, repeated or shifted by a
+    # sample gives about 0 dB.
+    assert snr > 12
 
 
 def test_windowed_decode_difference_is_small(files: tuple[Path, Path]) -> None:

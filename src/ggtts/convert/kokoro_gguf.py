@@ -31,8 +31,11 @@ UNUSED_PREFIXES = ("bert.pooler.",)
 
 
 def _fold(g: torch.Tensor, v: torch.Tensor, name: str) -> torch.Tensor:
-    """``g · v / ‖v‖``, the norm taken over the axes where ``g`` has size 1; a zero ``v`` row gives zeros."""
-    g, v = g.to(torch.float32), v.to(torch.float32)
+    """``g · v / ‖v‖``, the norm taken over the axes where ``g`` has size 1; a zero ``v`` row gives zeros.
+
+    Computed in float64 and rounded once to float32, so the stored weight is the float32 nearest to the exact one.
+    """
+    g, v = g.to(torch.float64), v.to(torch.float64)
     if g.dim() != v.dim():
         if g.numel() != 1:
             raise ConversionError(f"weight norm of '{name}': g has shape {list(g.shape)}, v {list(v.shape)}")
@@ -40,7 +43,7 @@ def _fold(g: torch.Tensor, v: torch.Tensor, name: str) -> torch.Tensor:
     dims = [d for d in range(v.dim()) if g.shape[d] == 1]
     norm = torch.linalg.vector_norm(v, dim=dims, keepdim=True) if dims else v.abs()
     gain = torch.where(norm > 0, g / torch.where(norm > 0, norm, 1.0), torch.zeros_like(norm))
-    return v * gain
+    return (v * gain).to(torch.float32)
 
 
 def fold_weight_norm(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -8,14 +8,20 @@ upstream's own ``Decoder`` is built (the full v1.0 size).
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import importlib.util
 import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import torch
 from torch import nn
+
+from ggtts.measure.peers import unfold_weight_norm
 
 # Lowercase letters and punctuation, then the symbols misaki's English G2P writes most, so that real text
 # through the real frontend reaches a tiny model as real ids.
@@ -127,7 +133,11 @@ def build_upstream(config: dict[str, Any], seed: int = 0) -> Upstream:
     from transformers import AlbertConfig
 
     torch.manual_seed(seed)
-    bert = CustomAlbert(AlbertConfig(vocab_size=config["n_token"], **config["plbert"]))
+    # transformers' default initializer_range (0.02) leaves a random ALBERT's attention almost uniform, so an error
+    # in the attention weights would hardly show; 1 / sqrt(hidden) gives attention logits of order one, as trained.
+    albert = AlbertConfig(vocab_size=config["n_token"], **config["plbert"])
+    albert.initializer_range = albert.hidden_size**-0.5
+    bert = CustomAlbert(albert)
     hidden = config["hidden_dim"]
     parts = Upstream(
         bert=bert,
@@ -191,7 +201,7 @@ def upstream_stages(
     duration = torch.sigmoid(parts.predictor.duration_proj(x)).sum(dim=-1) / speed
     durations = torch.round(duration).clamp(min=1).long().squeeze(0)
     indices = torch.repeat_interleave(torch.arange(n), durations)
-    aln = torch.zeros(n, indices.shape[0])
+    aln = torch.zeros(n, indices.shape[0], dtype=d.dtype)
     aln[indices, torch.arange(indices.shape[0])] = 1
     en = d.transpose(-1, -2) @ aln[None]
     f0, noise = parts.predictor.F0Ntrain(en, s)
@@ -201,3 +211,114 @@ def upstream_stages(
         torch.manual_seed(seed)
         stages["audio"] = parts.decoder(asr, f0, noise, ref_s[:, :style_dim]).squeeze()
     return stages
+
+
+# ---- float64 copies, for comparisons where only the maths may differ ---------------------------------------
+
+
+def load_folded(model: nn.Module, state: Mapping[str, torch.Tensor]) -> list[str]:
+    """Load a folded state dict into ``model`` (weight-normed modules get g/v); return the keys left missing."""
+
+    target = model.state_dict()
+    full: dict[str, torch.Tensor] = {}
+    for key in target:
+        if key.endswith(".weight_g"):
+            v, g = unfold_weight_norm(state[key.removesuffix("_g")])
+            full[key], full[key.removesuffix("_g") + "_v"] = g, v
+        elif key in state:
+            full[key] = state[key]
+    result = model.load_state_dict({k: v for k, v in full.items() if not k.endswith("_v") or k in target}, strict=False)
+    if result.unexpected_keys:
+        raise KeyError(f"unexpected tensors for the upstream model: {result.unexpected_keys}")
+    return list(result.missing_keys)
+
+
+def submodules(reference: Any) -> nn.ModuleDict:
+    """The five KModel submodules under KModel's names (from ``Upstream`` parts or a ``KModel``)."""
+    return nn.ModuleDict({name: getattr(reference, name) for name in Upstream.NAMES})
+
+
+@contextlib.contextmanager
+def default_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """Upstream makes some tensors with torch's default dtype (zeros, rand): run it under ``dtype``."""
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(saved)
+
+
+def as_float64(reference: Any, folded: Mapping[str, torch.Tensor] | None = None) -> Any:
+    """A float64 copy of an upstream model (``Upstream`` parts or a ``KModel``) for exact comparisons.
+
+    Its weights are the float32 ones a GGUF file holds: ``folded`` when given, else upstream's own weight-normed
+    weights computed in float64 and rounded once to float32 (what our converter writes). Upstream's STFT window
+    is made float64 too. Run it under :func:`default_dtype` ``(torch.float64)``.
+    """
+    from torch.nn.utils.weight_norm import WeightNorm
+
+    with torch.no_grad():  # weight norm's cached weights must be leaves for deepcopy (upstream recomputes them)
+        for module in submodules(reference).modules():
+            for hook in module._forward_pre_hooks.values():
+                if isinstance(hook, WeightNorm):
+                    setattr(module, hook.name, hook.compute_weight(module))
+    ref = copy.deepcopy(reference)
+    modules = submodules(ref).double()
+    with torch.no_grad():
+        if folded is not None:
+            load_folded(modules, {k: t.double() for k, t in folded.items()})
+        for module in modules.modules():
+            for hook in module._forward_pre_hooks.values():
+                if isinstance(hook, WeightNorm) and folded is None:
+                    if hook.dim != 0:
+                        raise ValueError(f"weight norm over dim {hook.dim} is not supported")
+                    weight = hook.compute_weight(module).float().double()  # (out, in, k), rounded once
+                    v, g = unfold_weight_norm(weight)
+                    getattr(module, hook.name + "_g").copy_(g)
+                    getattr(module, hook.name + "_v").copy_(v)
+    stft = ref.decoder.generator.stft
+    if type(stft).__name__ != "TorchSTFT":
+        raise ValueError("a float64 comparison needs upstream's default STFT (KModel(disable_complex=False))")
+    stft.window = torch.hann_window(stft.win_length, periodic=True, dtype=torch.float64)
+    return ref
+
+
+# A bin whose imaginary part is this small against its magnitude lies on the real axis up to rounding.
+REAL_AXIS_TOLERANCE = 1e-9
+
+
+@contextlib.contextmanager
+def real_axis_angles() -> Iterator[None]:
+    """``torch.angle`` returning exactly 0 or +π for a complex value on the real axis, on both sides.
+
+    The harmonic source's spectrum is fed to the vocoder as angles. The first and last STFT frames are
+    even-symmetric (centred, reflect-padded), so their spectra are real: their imaginary parts are rounding
+    residue, and a negative bin's angle is +π or -π by the sign of that residue. Two implementations that round
+    differently in the last bit disagree there by 2π, on any CPU, whatever the precision. Within this context
+    that one ambiguity is settled the same way for both; every other angle is torch's own.
+    """
+    angle = torch.angle
+
+    def settled(z: torch.Tensor) -> torch.Tensor:
+        theta = angle(z)
+        if not z.is_complex():
+            return theta
+        on_axis = z.imag.abs() <= REAL_AXIS_TOLERANCE * z.abs()
+        return torch.where(on_axis, torch.where(z.real < 0, torch.pi, 0.0).to(theta.dtype), theta)
+
+    with mock.patch("torch.angle", settled), mock.patch.object(torch.Tensor, "angle", settled):
+        yield
+
+
+@torch.no_grad()
+def upstream_source(reference: Any, f0: torch.Tensor, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Upstream's harmonic source for ``f0`` (B, 2 * frames) under ``seed``, as its ``Generator.forward`` makes it:
+    the excitation (B, samples) and its magnitude-and-phase spectrum (B, n_fft + 2, stft frames)."""
+    generator = reference.decoder.generator
+    torch.manual_seed(seed)
+    f0_up = generator.f0_upsamp(f0[:, None]).transpose(1, 2)  # (B, samples, 1)
+    excitation, _, _ = generator.m_source(f0_up)
+    excitation = excitation.transpose(1, 2).squeeze(1)
+    magnitude, phase = generator.stft.transform(excitation)
+    return excitation, torch.cat([magnitude, phase], dim=1)

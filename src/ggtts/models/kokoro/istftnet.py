@@ -14,7 +14,8 @@ from ggtts.models.kokoro.config import KokoroConfig
 from ggtts.models.kokoro.stft import InverseSTFT
 
 SINE_AMP = 0.1  # amplitude of the harmonic sines
-NOISE_STD = 0.003  # noise added in voiced regions; unvoiced regions get SINE_AMP / 3
+NOISE_STD = 0.003  # noise added in voiced regions
+UNVOICED_NOISE_STD = SINE_AMP / 3  # the noise that stands in for the sines where unvoiced
 GENERATOR_SLOPE = 0.1  # LeakyReLU before each upsampling
 POST_SLOPE = 0.01  # LeakyReLU before conv_post (torch's default slope, as upstream)
 NOISE_RES_KERNELS = (7, 11)  # noise_res kernel of an intermediate stage, then of the last stage
@@ -47,15 +48,15 @@ class HarmonicSource(nn.Module):
         # Upstream adds a random initial phase to the first audio sample, then linearly resamples to one value
         # per frame, which reads only samples at mid-frame: the draw never reaches the output, but it is drawn
         # here too to keep the random stream in step.
-        torch.rand(batch, self.n_harmonics, generator=generator, device=f0.device)
+        torch.rand(batch, self.n_harmonics, generator=generator, dtype=f0.dtype, device=f0.device)
         phase = torch.cumsum(cycles, dim=2) * (2 * math.pi)  # radians at each frame's end
         phase = F.interpolate(phase * self.upsample, scale_factor=self.upsample, mode="linear")  # (B, H, samples)
         sines = torch.sin(phase).mul_(SINE_AMP)
         voiced = (f0 > self.voiced_threshold).to(f0.dtype).repeat_interleave(self.upsample, dim=1)[:, None, :]
-        noise_amp = voiced * NOISE_STD + (1 - voiced) * (SINE_AMP / 3)  # (B, 1, samples)
+        noise_amp = voiced * NOISE_STD + (1 - voiced) * UNVOICED_NOISE_STD  # (B, 1, samples)
         # Upstream fills a (B, samples, H) view of (B, H, samples) memory; torch draws normals for such a
         # strided tensor in a different order than for a contiguous one, so the same view is filled here.
-        noise = torch.empty(batch, self.n_harmonics, n_samples, device=f0.device)
+        noise = torch.empty(batch, self.n_harmonics, n_samples, dtype=f0.dtype, device=f0.device)
         noise.transpose(1, 2).normal_(generator=generator)
         excitation = torch.addcmul(sines.mul_(voiced), noise_amp, noise)  # (B, H, samples)
         # the merge runs on the (B, samples, H) view, as upstream's does, so that it rounds the same way: the
@@ -106,7 +107,7 @@ class Generator(nn.Module):
             self.n_fft,
             self.hop_length,
             self.n_fft,
-            window=self.istft.window(f0.device),
+            window=self.istft.window(f0.device, source.dtype),
             return_complex=True,
         )
         return torch.cat([spec.abs(), spec.angle()], dim=1)

@@ -124,11 +124,14 @@ class ProsodyPredictor(nn.Module):
             ]
         )
 
-    def durations(self, d: torch.Tensor, speed: float) -> torch.Tensor:
-        """d: (1, T, hidden + style) -> (T,) frames per token, at least 1."""
+    def frames(self, d: torch.Tensor, speed: float) -> torch.Tensor:
+        """d: (1, T, hidden + style) -> (T,) frames per token before rounding."""
         x, _ = self.lstm(d)
-        frames = torch.sigmoid(self.duration_proj(x)).sum(dim=-1) / speed  # (1, T)
-        return torch.round(frames).clamp(min=1).long().reshape(-1)
+        return (torch.sigmoid(self.duration_proj(x)).sum(dim=-1) / speed).reshape(-1)
+
+    def durations(self, d: torch.Tensor, speed: float) -> torch.Tensor:
+        """d: (1, T, hidden + style) -> (T,) frames per token, rounded, at least 1."""
+        return torch.round(self.frames(d, speed)).clamp(min=1).long()
 
     def f0_n(self, en: torch.Tensor, s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """en: (B, hidden + style, frames) aligned features -> F0 and energy curves (B, 2 * frames)."""

@@ -17,7 +17,7 @@ WINDOW_FLOOR = 1e-11  # torch.istft's bound below which the window envelope coun
 
 
 def _inverse_basis(n_fft: int, window: torch.Tensor) -> torch.Tensor:
-    """(2 * n_bins, 1, n_fft): rows for the real parts of bins 0..n_bins-1, then for their imaginary parts."""
+    """(2 * n_bins, 1, n_fft) float64: rows for the real parts of bins 0..n_bins-1, then for their imaginary parts."""
     n_bins = n_fft // 2 + 1
     k = torch.arange(n_bins, dtype=torch.float64)[:, None]
     n = torch.arange(n_fft, dtype=torch.float64)[None, :]
@@ -32,33 +32,36 @@ def _inverse_basis(n_fft: int, window: torch.Tensor) -> torch.Tensor:
     if n_fft % 2 == 0:
         imag[-1] = 0.0  # ... and of Nyquist
     window64 = window.to(torch.float64)[None, :]
-    return torch.cat([real * window64, imag * window64])[:, None, :].to(torch.float32)
+    return torch.cat([real * window64, imag * window64])[:, None, :]  # float64: the caller casts
 
 
 class InverseSTFT(nn.Module):
     """(B, n_bins, frames) magnitude and phase -> (B, hop * (frames - 1)) samples; Hann window, centred.
 
     It holds no tensors of its own (nothing to load or to save): the window and the basis are built once per
-    device on first use.
+    device and dtype on first use (float32 as the model runs; float64 for exact comparisons).
     """
 
     def __init__(self, n_fft: int, hop_length: int) -> None:
         super().__init__()
         self.n_fft = n_fft
         self.hop_length = hop_length
-        self._constants: dict[torch.device, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self._constants: dict[tuple[torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
-    def constants(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def constants(
+        self, device: torch.device, dtype: torch.dtype = torch.float32
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """(window (n_fft,), basis (2 * n_bins, 1, n_fft), squared window (1, 1, n_fft)) on ``device``."""
-        if device not in self._constants:
-            window = torch.hann_window(self.n_fft, periodic=True, dtype=torch.float32)
-            basis = _inverse_basis(self.n_fft, window)
+        key = (device, dtype)
+        if key not in self._constants:
+            window = torch.hann_window(self.n_fft, periodic=True, dtype=dtype)
+            basis = _inverse_basis(self.n_fft, window).to(dtype)
             square = (window * window)[None, None]
-            self._constants[device] = (window.to(device), basis.to(device), square.to(device))
-        return self._constants[device]
+            self._constants[key] = (window.to(device), basis.to(device), square.to(device))
+        return self._constants[key]
 
-    def window(self, device: torch.device) -> torch.Tensor:
-        return self.constants(device)[0]
+    def window(self, device: torch.device, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return self.constants(device, dtype)[0]
 
     def forward(self, magnitude: torch.Tensor, phase: torch.Tensor) -> torch.Tensor:
         spectrum = torch.cat([magnitude * torch.cos(phase), magnitude * torch.sin(phase)], dim=1)  # (B, 2F, T)
@@ -66,7 +69,7 @@ class InverseSTFT(nn.Module):
 
     def from_spectrum(self, spectrum: torch.Tensor) -> torch.Tensor:
         """``spectrum``: (B, 2 * n_bins, frames), real parts then imaginary parts."""
-        _, basis, window_sq = self.constants(spectrum.device)
+        _, basis, window_sq = self.constants(spectrum.device, spectrum.dtype)
         frames = spectrum.shape[-1]
         signal = F.conv_transpose1d(spectrum, basis, stride=self.hop_length)  # (B, 1, n_fft + hop * (T - 1))
         ones = torch.ones(1, 1, frames, dtype=spectrum.dtype, device=spectrum.device)
