@@ -7,9 +7,16 @@ from ggtts.errors import GGTTSError, GGUFError, InputError, UnsupportedArchitect
 __version__ = "0.1.0"
 
 
+def list_families() -> list[str]:
+    """The model families ggtts speaks with (``kokoro``, ``outetts``, ...): the public names."""
+    from ggtts.families import names
+
+    return names()
+
+
 def architectures() -> list[str]:
-    """The ``general.architecture`` values ggtts can load."""
-    from ggtts.models.registry import supported_architectures
+    """The ``general.architecture`` values of the GGUF files the families open."""
+    from ggtts.families import supported_architectures
 
     return supported_architectures()
 
@@ -23,5 +30,6 @@ __all__ = [
     "UnsupportedArchitectureError",
     "__version__",
     "architectures",
+    "list_families",
     "load",
 ]

@@ -42,21 +42,25 @@ def _human_bytes(n: float) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    from ggtts.families import family_for
     from ggtts.gguf import GGUFFile
-    from ggtts.models.registry import supported_architectures
 
     g = GGUFFile(args.file)
-    arch = g.architecture
-    supported = arch in supported_architectures()
     print(f"file: {g.path}")
     print(f"GGUF version: {g.version}")
-    print(f"architecture: {arch}" + ("" if supported else "  (not supported by this ggtts)"))
-    voices = g.get(f"{arch}.voices")
-    if isinstance(voices, list):
+    try:
+        family = family_for(g)
+    except GGTTSError as e:
+        print(f"architecture: {g.architecture}  (not supported by this ggtts: {str(e).removeprefix(f'{g.path}: ')})")
+        voices: list[str] = []
+    else:
+        print(f"architecture: {g.architecture}")
+        print(f"family: {family.name} ({family.description})")
+        voices = family.voices(g)
         print(f"voices ({len(voices)}): {', '.join(voices)}")
     print("metadata:")
     for key, value in g.metadata.items():
-        if key == f"{arch}.voices":
+        if voices and value == voices:
             continue
         print(f"  {key} = {_format_value(value)}")
     infos = list(g.infos())
@@ -88,16 +92,35 @@ def _read_text(args: argparse.Namespace) -> str:
 
 
 def _speak_options(args: argparse.Namespace) -> dict[str, Any]:
-    options: dict[str, Any] = {"seed": args.seed}
-    if args.phonemes:
-        options["phonemes"] = True
-    if args.lang:
-        options["lang"] = args.lang
-    if args.vocoder:
-        options["vocoder"] = args.vocoder
-    if args.progress is not None:
-        options["progress"] = args.progress
-    return options
+    """The family options given on the command line (flags left out are not passed: the model's defaults hold)."""
+    return {name: getattr(args, name) for name in _family_flags() if getattr(args, name) is not None}
+
+
+def _family_flags() -> dict[str, tuple[str, Any, str]]:
+    """Option name -> (flag, default, help) for every family option that has a flag, help naming the families."""
+    import dataclasses
+
+    from ggtts.families import families
+
+    flags: dict[str, tuple[str, Any, str]] = {}
+    owners: dict[str, list[str]] = {}
+    for family in families():
+        for f in dataclasses.fields(family.options):
+            if f.metadata.get("flag"):
+                flags.setdefault(f.name, (f.metadata["flag"], f.default, f.metadata["help"]))  # the first one's
+                owners.setdefault(f.name, []).append(family.name)
+    return {
+        name: (flag, default, f"{help} ({', '.join(owners[name])})") for name, (flag, default, help) in flags.items()
+    }
+
+
+def _add_family_flags(parser: argparse.ArgumentParser) -> None:
+    for name, (flag, default, text) in _family_flags().items():
+        if isinstance(default, bool):
+            parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=text)
+        else:
+            kind = type(default) if default is not None else str
+            parser.add_argument(flag, dest=name, type=kind, default=None, help=text)
 
 
 def cmd_speak(args: argparse.Namespace) -> int:
@@ -137,9 +160,13 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 # ---- decode ---------------------------------------------------------------------------------------------------
 def cmd_decode(args: argparse.Namespace) -> int:
-    from ggtts.pipelines.outetts_decode import decode_codes_cli
+    from ggtts.families import families
+    from ggtts.families.base import import_target
 
-    audio = decode_codes_cli(args.vocoder, args.codes, args.output, device=args.device)
+    decoders = [f.decoder for f in families() if f.decoder]
+    if not decoders:
+        raise GGTTSError("no model family here decodes audio codes")
+    audio = import_target(decoders[0])(args.vocoder, args.codes, args.output, device=args.device)
     print(f"{PROG}: wrote {args.output} ({audio.duration:.2f} s at {audio.sample_rate} Hz)", file=sys.stderr)
     return 0
 
@@ -173,6 +200,8 @@ def _speed(value: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     from ggtts import __version__
+    from ggtts.api import DEFAULT_MODEL
+    from ggtts.convert.dispatch import converter_names
 
     p = argparse.ArgumentParser(prog=PROG, description="Local text-to-speech with GGUF models.")
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
@@ -180,21 +209,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("speak", help="speak text into a WAV file (or standard output)")
     s.add_argument("text", nargs="?", help="text to speak (default: -f FILE or standard input)")
-    s.add_argument("-m", "--model", default=None, help="GGUF file or built-in name (default: kokoro)")
+    s.add_argument("-m", "--model", default=None, help=f"GGUF file or built-in name (default: {DEFAULT_MODEL})")
     s.add_argument("-v", "--voice", default=None, help="voice name, or a blend like 'a:0.6,b:0.4'")
     s.add_argument("-s", "--speed", type=_speed, default=1.0, help="speaking rate, 0.5 to 2.0 (default 1.0)")
     s.add_argument("-o", "--output", default="out.wav", help="output file (.wav/.flac/.ogg/.mp3), '-' for stdout")
     s.add_argument("-f", "--file", default=None, help="read the text from this UTF-8 file")
-    s.add_argument("--phonemes", action="store_true", help="the input is phonemes, not text")
-    s.add_argument("--lang", default=None, help="G2P language code (Kokoro: 'a' American, 'b' British English)")
-    s.add_argument("--seed", type=int, default=0, help="seed for the vocoder's noise / sampling (default 0)")
-    s.add_argument("--vocoder", default=None, help="vocoder GGUF for models that need one (OuteTTS)")
     s.add_argument("--float", action="store_true", help="write 32-bit float WAV instead of 16-bit PCM")
-    s.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="show a progress bar")
+    _add_family_flags(s)
     s.set_defaults(func=cmd_speak)
 
     c = sub.add_parser("convert", help="convert an upstream checkpoint to GGUF")
-    c.add_argument("family", help="model family: kokoro, outetts, wavtokenizer")
+    c.add_argument("family", help=f"which converter: {', '.join(converter_names())}")
     c.add_argument("sources", nargs="+", help="upstream files (weights, config, voices)")
     c.add_argument("-o", "--output", required=True, help="output .gguf file")
     c.add_argument("--type", default="f32", choices=["f32", "f16", "bf16", "q8_0"], help="tensor type")
@@ -227,9 +252,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", action="store_true")
     e.set_defaults(func=_delegate("ggtts.measure.eval", "run"))
 
-    d = sub.add_parser("decode", help="turn audio codes into audio with a codec GGUF (WavTokenizer)")
+    d = sub.add_parser("decode", help="turn audio codes into audio with a codec GGUF")
     d.add_argument("codes", nargs="?", default="-", help="codes (integers or <|N|> tokens), a file, or - for stdin")
-    d.add_argument("--vocoder", required=True, metavar="W.gguf", help="a wavtokenizer-dec GGUF file")
+    d.add_argument("--vocoder", required=True, metavar="CODEC.gguf", help="the codec GGUF that decodes the codes")
     d.add_argument("-o", "--output", default="out.wav", help="audio file to write (.wav, .flac ...)")
     d.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     d.set_defaults(func=cmd_decode)

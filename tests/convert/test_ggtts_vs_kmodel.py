@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from ggtts.convert.kokoro_onnx import NOT_IN_EXPORT, convert_onnx, state_dict_from_onnx
+from ggtts.families.kokoro.pipeline import KokoroTTS
 from ggtts.gguf import GGUFFile
 from ggtts.measure.parity import StageResult, kokoro_stages, print_table
-from ggtts.pipelines.kokoro import KokoroTTS
 
 pytestmark = [pytest.mark.needs_weights, pytest.mark.needs_reference, pytest.mark.slow]
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from ggtts.convert.kokoro_onnx import convert_onnx
+from ggtts.families.kokoro.pipeline import KokoroTTS
 from ggtts.gguf import GGUFFile
 from ggtts.models.kokoro.model import Prosody
-from ggtts.pipelines.kokoro import KokoroTTS
 
 pytestmark = [pytest.mark.needs_weights, pytest.mark.needs_reference, pytest.mark.slow]
 

@@ -13,8 +13,8 @@ import torch
 from gguf import GGMLQuantizationType, GGUFReader
 
 from ggtts.cli import main
+from ggtts.families import family_for
 from ggtts.gguf import GGUFFile, ModelWriter
-from ggtts.models.registry import model_class
 
 
 def _valid(path: Path, arch: str = "kokoro") -> Path:
@@ -146,7 +146,7 @@ def test_missing_file(tmp_path, capsys):
 def test_unknown_architecture_lists_supported(tmp_path, capsys):
     path = _valid(tmp_path / "llama.gguf", arch="llama")
     with pytest.raises(Exception, match=r"unsupported architecture 'llama'; supported: .*kokoro"):
-        model_class(GGUFFile(path).architecture, source=path)
+        family_for(GGUFFile(path))
     assert main(["speak", "hello", "-m", str(path), "-o", str(tmp_path / "x.wav")]) != 0
     err = capsys.readouterr().err
     assert "unsupported architecture 'llama'; supported:" in err and "kokoro" in err

@@ -30,6 +30,6 @@ def tiny_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def tiny_frontend(monkeypatch: pytest.MonkeyPatch) -> None:
     """Text input for the tiny model without the real (English) frontend."""
-    import ggtts.pipelines.kokoro as pipeline
+    import ggtts.families.kokoro.pipeline as pipeline
 
     monkeypatch.setattr(pipeline, "_text_frontend", tiny_phonemizer)

@@ -11,11 +11,11 @@ import torch
 
 from ggtts.convert.kokoro_gguf import fold_weight_norm, write_kokoro_gguf
 from ggtts.errors import ConversionError, GGUFError, InputError
+from ggtts.families.kokoro.pipeline import FIRST_CHUNK_PHONEMES, KokoroTTS, _quick_start, fade_edges
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Kokoro as K
 from ggtts.gguf.write import ModelWriter
 from ggtts.models.kokoro import KokoroConfig, KokoroModel, load_kokoro
-from ggtts.pipelines.kokoro import FIRST_CHUNK_PHONEMES, KokoroTTS, _quick_start, fade_edges
 
 VOCAB = {c: i + 1 for i, c in enumerate("abcdefghij .,")}
 CONFIG = {

@@ -19,10 +19,10 @@ import ggtts
 from ggtts.convert.outetts_hf import convert_outetts_hf
 from ggtts.convert.wavtokenizer_ckpt import convert_wavtokenizer_ckpt
 from ggtts.errors import GGTTSError, InputError
+from ggtts.families.outetts.decode import decode_codes_cli
+from ggtts.families.outetts.pipeline import OuteTTS, decode_codes
 from ggtts.gguf import GGUFFile
 from ggtts.models.wavtokenizer.model import WavTokenizerDecoder
-from ggtts.pipelines.outetts import OuteTTS, decode_codes
-from ggtts.pipelines.outetts_decode import decode_codes_cli
 from ggtts.runtime.streaming import WindowedDecoder
 
 HOP = 320
@@ -40,8 +40,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 @pytest.fixture(scope="module")
 def tts(files: tuple[Path, Path]) -> OuteTTS:
-    model = ggtts.load(files[0])  # the registry finds the qwen2 pipeline; the vocoder is found beside it
+    model = ggtts.load(files[0])  # the outetts record recognises the qwen2 file; the vocoder is found beside it
     assert isinstance(model, OuteTTS) and model.vocoder is not None
+    assert (model.family_name, model.architecture) == ("outetts", "qwen2")  # the public name is the family's
     with pytest.raises(InputError, match="lacks"):  # the built-in speaker's codes go up to 1832
         model.synthesize("hello")
     model._speakers.clear()

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 from ggtts.errors import InputError
-from ggtts.text.number_words import number_to_words
-from ggtts.text.outetts_prompt import (
+from ggtts.families.outetts.prompt import (
     OuteTTSVersion,
     Speaker,
     audio_data,
@@ -21,6 +20,7 @@ from ggtts.text.outetts_prompt import (
     process_text,
     version_from_chat_template,
 )
+from ggtts.text.number_words import number_to_words
 
 V2, V3 = OuteTTSVersion.V0_2, OuteTTSVersion.V0_3
 
@@ -42,6 +42,8 @@ V2, V3 = OuteTTSVersion.V0_2, OuteTTSVersion.V0_3
             "two billion one hundred forty-seven million four hundred eighty-three thousand six hundred forty-eight",
         ),
         ("5000000000000", "five trillion"),
+        ("1" + "0" * 35, "one hundred decillion"),  # 36 digits: the largest read as a cardinal
+        ("1" + "0" * 36, "one " + " ".join(["zero"] * 36)),  # 37 digits: digit by digit
         ("1" + "0" * 40, "one " + " ".join(["zero"] * 40)),
     ],
 )

@@ -1,4 +1,4 @@
-"""``ggtts convert FAMILY SRC... -o OUT``: pick the converter for the family and the kinds of source files."""
+"""``ggtts convert NAME SRC... -o OUT``: the converter named NAME by one of the family records."""
 
 from __future__ import annotations
 
@@ -6,60 +6,20 @@ from pathlib import Path
 
 from ggtts.errors import ConversionError
 
-FAMILIES = ("kokoro", "outetts", "wavtokenizer")
+
+def converter_names() -> dict[str, str]:
+    """``ggtts convert`` names -> the family that owns each converter."""
+    from ggtts.families import families
+
+    return {name: family.name for family in families() for name in family.converters}
 
 
-def _by_suffix(sources: list[Path]) -> dict[str, list[Path]]:
-    groups: dict[str, list[Path]] = {}
-    for src in sources:
-        if not src.exists():
-            raise ConversionError(f"{src}: no such file")
-        groups.setdefault(src.suffix.lower(), []).append(src)
-    return groups
+def convert(name: str, sources: list[Path], out: Path, out_type: str) -> Path:
+    from ggtts.families import family_named
 
-
-def _one(groups: dict[str, list[Path]], suffix: str, what: str) -> Path | None:
-    found = groups.get(suffix, [])
-    if len(found) > 1:
-        raise ConversionError(f"give one {what} ({suffix}), got {len(found)}")
-    return found[0] if found else None
-
-
-def convert_kokoro(sources: list[Path], out: Path, out_type: str) -> Path:
-    groups = _by_suffix(sources)
-    config = _one(groups, ".json", "config.json")
-    onnx = _one(groups, ".onnx", "ONNX model")
-    pth = _one(groups, ".pth", "checkpoint")
-    voices = groups.get(".pt", []) + groups.get(".npz", [])
-    if (onnx is None) == (pth is None):
-        raise ConversionError("give exactly one Kokoro model: a hexgrad .pth (with config.json) or an .onnx export")
-    if not voices:
-        raise ConversionError("give at least one voicepack (.pt or .npz)")
-    if onnx is not None:
-        from ggtts.convert.kokoro_onnx import convert_onnx
-
-        convert_onnx(onnx, voices, out, out_type=out_type, config_json=config)
-        return out
-    if config is None:
-        raise ConversionError("a .pth checkpoint needs its config.json")
-    from ggtts.convert.kokoro_pth import convert_pth
-
-    assert pth is not None
-    convert_pth(pth, config, voices, out, out_type)
-    return out
-
-
-def convert(family: str, sources: list[Path], out: Path, out_type: str) -> Path:
     if out.suffix.lower() != ".gguf":
         raise ConversionError(f"{out}: the output file must end in .gguf")
-    if family == "kokoro":
-        return convert_kokoro(sources, out, out_type)
-    if family == "outetts":
-        from ggtts.convert.outetts_hf import convert_outetts
-
-        return convert_outetts(sources, out, out_type)
-    if family == "wavtokenizer":
-        from ggtts.convert.wavtokenizer_ckpt import convert_wavtokenizer
-
-        return convert_wavtokenizer(sources, out, out_type)
-    raise ConversionError(f"unknown model family '{family}'; choose one of {', '.join(FAMILIES)}")
+    owners = converter_names()
+    if name not in owners:
+        raise ConversionError(f"unknown model family '{name}'; choose one of {', '.join(owners)}")
+    return family_named(owners[name]).converter(name)(sources, out, out_type)

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from ggtts.errors import ConversionError
@@ -51,27 +50,17 @@ def gguf_name(hf_name: str) -> str | None:
     return None
 
 
-# ---- safetensors, read directly (header + raw little-endian data) ------------------------------------------
-_ST_DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16, "F64": np.float64}
-HEADER_LEN_BYTES = 8
-
-
+# ---- safetensors ---------------------------------------------------------------------------------------------
 def read_safetensors(path: Path) -> Iterator[tuple[str, torch.Tensor]]:
-    with path.open("rb") as f:
-        n = int.from_bytes(f.read(HEADER_LEN_BYTES), "little")
-        header: dict[str, Any] = json.loads(f.read(n))
-    data = np.memmap(path, dtype=np.uint8, mode="r", offset=HEADER_LEN_BYTES + n)
-    for name, meta in header.items():
-        if name == "__metadata__":
-            continue
-        dtype = meta["dtype"]
-        if dtype not in _ST_DTYPES:
-            raise ConversionError(f"{path}: tensor '{name}' has unsupported dtype {dtype}")
-        start, end = meta["data_offsets"]
-        arr = np.frombuffer(data[start:end], dtype=_ST_DTYPES[dtype]).reshape(meta["shape"])
-        if dtype == "BF16":
-            arr = (arr.astype(np.uint32) << 16).view(np.float32)
-        yield name, torch.from_numpy(np.array(arr, dtype=np.float32))
+    """Each tensor of a ``.safetensors`` file as float32, one at a time (``safetensors.safe_open``)."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            for name in f.keys():  # noqa: SIM118 - safe_open is no mapping
+                yield name, f.get_tensor(name).to(torch.float32)
+    except SafetensorError as e:
+        raise ConversionError(f"{path}: not a readable safetensors file ({e})") from None
 
 
 # ---- the checkpoint ----------------------------------------------------------------------------------------

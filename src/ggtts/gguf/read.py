@@ -11,15 +11,17 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType
 from gguf import quants as gguf_quants
 from gguf.gguf_reader import READER_SUPPORTED_VERSIONS, ReaderField
 
 from ggtts.errors import GGUFError
+
+if TYPE_CHECKING:
+    import torch
 
 GGUF_MAGIC = b"GGUF"
 HEADER_BYTES = 24  # magic (4) + version (4) + tensor count (8) + metadata count (8)
@@ -90,6 +92,13 @@ def _field_value(field: ReaderField) -> Any:
     if field.types and field.types[0] == GGUFValueType.BOOL:
         return bool(value)
     return value
+
+
+class _Missing:
+    """The default of a required key (a typed getter without a default)."""
+
+
+_MISSING = _Missing()
 
 
 class GGUFFile:
@@ -163,6 +172,43 @@ class GGUFFile:
             raise GGUFError(f"{self.path}: missing metadata key '{key}'")
         return self.metadata[key]
 
+    # typed getters: the value, or ``default`` when the key is absent (no default: it is required); a value of
+    # the wrong type is a GGUFError naming the key
+    def get_int(self, key: str, default: int | _Missing = _MISSING) -> int:
+        value = self._typed(key, default)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise self._wrong_type(key, value, "an integer")
+        return value
+
+    def get_float(self, key: str, default: float | _Missing = _MISSING) -> float:
+        value = self._typed(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self._wrong_type(key, value, "a number")
+        return float(value)
+
+    def get_str(self, key: str, default: str | _Missing = _MISSING) -> str:
+        value = self._typed(key, default)
+        if not isinstance(value, str):
+            raise self._wrong_type(key, value, "a string")
+        return value
+
+    def get_list(self, key: str, default: list[Any] | _Missing = _MISSING) -> list[Any]:
+        value = self._typed(key, default)
+        if not isinstance(value, list):
+            raise self._wrong_type(key, value, "an array")
+        return value
+
+    def _typed(self, key: str, default: Any) -> Any:
+        if key in self.metadata:
+            return self.metadata[key]
+        if isinstance(default, _Missing):
+            raise GGUFError(f"{self.path}: missing metadata key '{key}'")
+        return default
+
+    def _wrong_type(self, key: str, value: Any, expected: str) -> GGUFError:
+        shown = repr(value) if len(repr(value)) < 40 else repr(value)[:37] + "..."
+        return GGUFError(f"{self.path}: metadata key '{key}' should be {expected}, not {shown}")
+
     # ---- tensors --------------------------------------------------------------------------------------------
     def __contains__(self, name: object) -> bool:
         return name in self._tensors
@@ -212,5 +258,7 @@ class GGUFFile:
             array = words.view(np.float32)
         else:
             array = gguf_quants.dequantize(entry.data, qtype)
+        import torch  # here, not at the top: reading a file's metadata (`ggtts info`, recognising it) needs none
+
         # a private, writable copy: the memory map stays read-only and torch owns what it gets
         return torch.from_numpy(np.array(array, dtype=np.float32, copy=True).reshape(info.shape))

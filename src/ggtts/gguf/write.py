@@ -10,15 +10,17 @@ import os
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType
 from gguf import quants as gguf_quants
 
 from ggtts.fsutil import atomic_output
 from ggtts.gguf import keys
+
+if TYPE_CHECKING:
+    import torch
 
 # Tensors with fewer elements than this stay F32: quantizing them saves nothing and costs accuracy.
 MIN_QUANT_ELEMENTS = 1024
@@ -124,8 +126,8 @@ class ModelWriter:
             raise ValueError(f"tensor '{name}' added twice")
         if len(name.encode()) >= keys.MAX_TENSOR_NAME_BYTES:
             raise ValueError(f"tensor name '{name}' is longer than GGUF allows ({keys.MAX_TENSOR_NAME_BYTES - 1})")
-        if isinstance(tensor, torch.Tensor):
-            array = tensor.detach().to(torch.float32).cpu().numpy()
+        if not isinstance(tensor, np.ndarray):  # a torch tensor
+            array = tensor.detach().float().cpu().numpy()
         else:
             array = np.asarray(tensor, dtype=np.float32)
         chosen = qtype if qtype is not None else choose_type(name, tuple(array.shape), self.out_type)

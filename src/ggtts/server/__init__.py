@@ -38,7 +38,7 @@ def parse_model_spec(spec: str) -> tuple[str, str]:
     if sep:
         name, target = name.strip(), target.strip()
         if not name or not target:
-            raise GGTTSError(f"model '{spec}': write NAME=PATH, e.g. kokoro=~/models/kokoro.gguf")
+            raise GGTTSError(f"model '{spec}': write NAME=PATH, e.g. {DEFAULT_MODEL}=~/models/{DEFAULT_MODEL}.gguf")
         return name, target
     if spec == DEFAULT_MODEL:
         return DEFAULT_MODEL, DEFAULT_MODEL

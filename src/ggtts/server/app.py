@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager
@@ -23,6 +22,7 @@ from ggtts import __version__
 from ggtts.api import TTSModel
 from ggtts.audio import Audio
 from ggtts.errors import GGTTSError, InputError
+from ggtts.families.base import UnknownVoiceError, VoiceWeightError
 from ggtts.server.errors import ApiError
 from ggtts.server.guard import GuardMiddleware
 from ggtts.server.schemas import (
@@ -115,7 +115,13 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
     @app.get("/v1/models")
     async def list_models() -> ModelList:
         cards = [
-            ModelCard(id=n, created=created, architecture=w.model.architecture, sample_rate=w.model.sample_rate)
+            ModelCard(
+                id=n,
+                created=created,
+                family=w.model.family_name,
+                architecture=w.model.architecture,
+                sample_rate=w.model.sample_rate,
+            )
             for n, w in workers.items()
         ]
         return ModelList(data=cards)
@@ -177,13 +183,6 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
         return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
 
 
-# A voice may be written as a mix of the model's voices, "a:0.6,b:0.4" ("a,b" weighs them equally; Kokoro
-# blends them). Every name in it must be one the model lists, so nothing else from a request (a file path,
-# say) ever reaches the model as a voice.
-VOICE_SEPARATOR = ","
-WEIGHT_SEPARATOR = ":"
-
-
 def _start_encoder(fmt: str, sample_rate: int) -> StreamEncoder:
     try:
         return stream_encoder(fmt, sample_rate)
@@ -197,40 +196,27 @@ def _start_encoder(fmt: str, sample_rate: int) -> StreamEncoder:
 
 
 def _check_voice(worker: ModelWorker, voice: str | None) -> str | None:
-    """The voice to ask the model for, when each name in ``voice`` is one of the model's voices; else 400."""
+    """The voice to ask the model for, when each name in ``voice`` is one of the model's voices; else 400.
+
+    A voice may be a mix of the model's voices, "a:0.6,b:0.4" ("a,b" weighs them equally): every name in it must
+    be one the model lists (the family's own parser checks it), so nothing else from a request (a file path, say)
+    ever reaches the model as a voice."""
     if voice is None:
         return worker.model.default_voice
-    voices = worker.model.voices
-    parts: list[str] = []
-    for part in voice.split(VOICE_SEPARATOR):
-        name, mark, weight = (s.strip() for s in part.partition(WEIGHT_SEPARATOR))
-        if name not in voices:
-            choices = f"choose one of: {', '.join(voices)}" if voices else "it has no voices; leave voice out"
-            raise ApiError(
-                400,
-                f"voice '{name}' is not available for model '{worker.name}'; {choices}",
-                code="voice_not_found",
-                param="voice",
-            )
-        if mark and not _positive_number(weight):
-            raise ApiError(
-                400,
-                f"weight '{weight}' of voice '{name}' must be a positive number, as in 'a:0.6,b:0.4'",
-                code="invalid_voice_weight",
-                param="voice",
-            )
-        parts.append(f"{name}{WEIGHT_SEPARATOR}{weight}" if mark else name)
-    if len(parts) == 1:
-        return name  # one voice alone needs no weight, and models that cannot blend know it only by its name
-    return VOICE_SEPARATOR.join(parts)
-
-
-def _positive_number(text: str) -> bool:
     try:
-        value = float(text)
-    except ValueError:
-        return False
-    return math.isfinite(value) and value > 0
+        mix = worker.model.resolve_voice(voice)
+    except UnknownVoiceError as e:
+        voices = e.voices
+        choices = f"choose one of: {', '.join(voices)}" if voices else "it has no voices; leave voice out"
+        raise ApiError(
+            400,
+            f"voice '{e.name}' is not available for model '{worker.name}'; {choices}",
+            code="voice_not_found",
+            param="voice",
+        ) from None
+    except VoiceWeightError as e:
+        raise ApiError(400, str(e), code="invalid_voice_weight", param="voice") from None
+    return None if mix is None else str(mix)
 
 
 def _check_input(text: str, max_chars: int) -> str:

@@ -49,7 +49,8 @@ class ModelCard(BaseModel):
     object: Literal["model"] = "model"
     created: int
     owned_by: str = "ggtts"
-    architecture: str
+    family: str  # the model family (kokoro, outetts)
+    architecture: str  # the GGUF architecture of its file (kokoro, qwen2)
     sample_rate: int
 
 

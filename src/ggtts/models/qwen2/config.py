@@ -45,16 +45,16 @@ class Qwen2Config:
         if scaling not in (None, "none"):
             raise GGUFError(f"{gguf.path}: RoPE scaling '{scaling}' is not supported for qwen2")
         n_vocab, _ = gguf.info(K.TOKEN_EMBD + ".weight").shape
-        n_heads = int(gguf.require(K.HEAD_COUNT))
+        n_heads = gguf.get_int(K.HEAD_COUNT)
         return cls(
             n_vocab=n_vocab,
-            dim=int(gguf.require(K.EMBEDDING_LENGTH)),
-            n_layers=int(gguf.require(K.BLOCK_COUNT)),
+            dim=gguf.get_int(K.EMBEDDING_LENGTH),
+            n_layers=gguf.get_int(K.BLOCK_COUNT),
             n_heads=n_heads,
-            n_kv_heads=int(gguf.get(K.HEAD_COUNT_KV, n_heads)),
-            n_ff=int(gguf.require(K.FEED_FORWARD_LENGTH)),
-            context_length=int(gguf.require(K.CONTEXT_LENGTH)),
-            rms_eps=float(gguf.get(K.RMS_EPS, DEFAULT_RMS_EPS)),
-            rope_theta=float(gguf.get(K.ROPE_FREQ_BASE, DEFAULT_ROPE_THETA)),
+            n_kv_heads=gguf.get_int(K.HEAD_COUNT_KV, n_heads),
+            n_ff=gguf.get_int(K.FEED_FORWARD_LENGTH),
+            context_length=gguf.get_int(K.CONTEXT_LENGTH),
+            rms_eps=gguf.get_float(K.RMS_EPS, DEFAULT_RMS_EPS),
+            rope_theta=gguf.get_float(K.ROPE_FREQ_BASE, DEFAULT_ROPE_THETA),
             tied_output=(K.OUTPUT + ".weight") not in gguf,
         )

@@ -9,11 +9,11 @@ from pathlib import Path
 
 from ggtts.audio import Audio, check_output_suffix
 from ggtts.errors import GGTTSError, GGUFError, InputError
+from ggtts.families.outetts.pipeline import decode_codes
+from ggtts.families.outetts.prompt import parse_code_text
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import WavTokenizerDec
 from ggtts.models.wavtokenizer.model import WavTokenizerDecoder
-from ggtts.pipelines.outetts import decode_codes
-from ggtts.text.outetts_prompt import parse_code_text
 
 
 def read_codes(codes: str) -> list[int]:

@@ -9,18 +9,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from ggtts.api import TTSModel, check_speed, check_text
 from ggtts.audio import Audio
 from ggtts.errors import InputError
+from ggtts.families.base import TTSModel, check_speed, check_text
+from ggtts.families.kokoro import FAMILY, MAX_TEXT_CHARS
 from ggtts.gguf import GGUFFile
 from ggtts.models.kokoro.config import BOS_EOS_ID, KokoroConfig
 from ggtts.models.kokoro.load import load_kokoro
 from ggtts.models.kokoro.model import KokoroModel
-from ggtts.models.registry import register
 
-MAX_TEXT_CHARS = 100_000
-VOICE_SEPARATOR = ","  # "af_heart,af_bella" blends voices
-WEIGHT_SEPARATOR = ":"  # "af_heart:0.7,af_bella:0.3" gives them weights
 # When streaming, a long first chunk is cut at its first clause or sentence break, so the first audio comes
 # after a short synthesis instead of a whole 510-phoneme chunk. Only at punctuation: a cut between two words
 # of one clause gives the first word group a phrase-final intonation, which listeners (and Whisper) mishear.
@@ -84,9 +81,8 @@ def _quick_start(chunks: Iterable[str]) -> Iterator[str]:
     yield from it
 
 
-@register("kokoro")
 class KokoroTTS(TTSModel):
-    architecture = "kokoro"
+    family = FAMILY
 
     def __init__(
         self,
@@ -125,26 +121,14 @@ class KokoroTTS(TTSModel):
             voice = self.default_voice
         if not voice or not voice.strip():
             raise InputError(f"no voice given; choose one of {', '.join(self.voices)}")
-        packs: list[torch.Tensor] = []
-        weights: list[float] = []
-        for part in voice.split(VOICE_SEPARATOR):
-            name, _, weight = part.strip().partition(WEIGHT_SEPARATOR)
-            if name not in self.voicepacks:
-                raise InputError(f"unknown voice '{name}'; choose one of {', '.join(self.voices)}")
-            try:
-                w = float(weight) if weight else 1.0
-            except ValueError:
-                raise InputError(f"voice weight '{weight}' of '{name}' is not a number") from None
-            if not w > 0:
-                raise InputError(f"voice weight of '{name}' must be positive, got {weight}")
-            packs.append(self.voicepacks[name])
-            weights.append(w)
+        mix = self.resolve_voice(voice)
+        assert mix is not None
+        packs = [self.voicepacks[name] for name, _ in mix.parts]
         if len(packs) == 1:
             return packs[0]
         rows = min(p.shape[0] for p in packs)
-        total = sum(weights)
         return sum(
-            (p[:rows] * (w / total) for p, w in zip(packs, weights, strict=True)),
+            (p[:rows] * weight for p, (_, weight) in zip(packs, mix.parts, strict=True)),
             torch.zeros_like(packs[0][:rows]),
         )
 
@@ -186,9 +170,7 @@ class KokoroTTS(TTSModel):
         The chunks concatenate to exactly what :meth:`synthesize` returns (it is built from them).
         ``progress`` shows a bar over the chunks (the whole text is phonemized first to count them).
         """
-        if options:
-            known = "phonemes, seed, lang, progress"
-            raise InputError(f"unknown option '{next(iter(options))}' for kokoro; known: {known}")
+        FAMILY.check_options(options)  # those it takes are the named arguments above: any other is unknown
         text = check_text(text, MAX_TEXT_CHARS)
         speed = check_speed(speed)
         pack = self.voicepack(voice)  # fail on a bad voice before any work

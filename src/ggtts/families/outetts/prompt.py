@@ -24,14 +24,14 @@ from pathlib import Path
 from typing import Any
 
 from ggtts.errors import InputError
+from ggtts.families.outetts import CODE_TOKEN
+from ggtts.families.outetts.default_speaker import DEFAULT_SPEAKER_NAME, DEFAULT_SPEAKER_WORDS
 from ggtts.text.number_words import replace_numbers
-from ggtts.text.outetts_default_speaker import DEFAULT_SPEAKER_NAME, DEFAULT_SPEAKER_WORDS
 
 IM_START = "<|im_start|>"
 TEXT_START, TEXT_END = "<|text_start|>", "<|text_end|>"
 AUDIO_START, AUDIO_END = "<|audio_start|>", "<|audio_end|>"
 V03_CHAT_TEMPLATE = "outetts-0.3"  # llama.cpp picks v0.3 when the model's chat template is exactly this
-CODE_TOKEN = re.compile(r"<\|(\d+)\|>")
 
 
 class OuteTTSVersion(enum.Enum):

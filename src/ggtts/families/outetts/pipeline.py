@@ -18,21 +18,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ggtts.api import TTSModel, check_speed, check_text
 from ggtts.audio import Audio
 from ggtts.errors import GGTTSError, GGUFError, InputError
-from ggtts.gguf import GGUFFile
-from ggtts.gguf.keys import Tokenizer as TK
-from ggtts.gguf.keys import WavTokenizerDec
-from ggtts.models.qwen2.model import Qwen2Model
-from ggtts.models.registry import register
-from ggtts.models.wavtokenizer.config import DEFAULT_SAMPLE_RATE
-from ggtts.models.wavtokenizer.model import WavTokenizerDecoder
-from ggtts.runtime.generate import generate_tokens
-from ggtts.runtime.sampling import Sampler, SamplingParams
-from ggtts.runtime.streaming import DEFAULT_CHUNK, DEFAULT_LEFT, DEFAULT_LOOKAHEAD, WindowedDecoder
-from ggtts.text.gguf_bpe import BPETokenizer
-from ggtts.text.outetts_prompt import (
+from ggtts.families.base import TTSModel, check_speed, check_text
+from ggtts.families.outetts import FAMILY, MAX_CHARS
+from ggtts.families.outetts.prompt import (
     CODE_TOKEN,
     OuteTTSVersion,
     Speaker,
@@ -40,8 +30,17 @@ from ggtts.text.outetts_prompt import (
     default_speaker,
     version_from_chat_template,
 )
+from ggtts.gguf import GGUFFile
+from ggtts.gguf.keys import Tokenizer as TK
+from ggtts.gguf.keys import WavTokenizerDec
+from ggtts.models.qwen2.model import Qwen2Model
+from ggtts.models.wavtokenizer.config import DEFAULT_SAMPLE_RATE
+from ggtts.models.wavtokenizer.model import WavTokenizerDecoder
+from ggtts.runtime.generate import generate_tokens
+from ggtts.runtime.sampling import Sampler, SamplingParams
+from ggtts.runtime.streaming import DEFAULT_CHUNK, DEFAULT_LEFT, DEFAULT_LOOKAHEAD, WindowedDecoder
+from ggtts.text.gguf_bpe import BPETokenizer
 
-MAX_CHARS = 2000
 DEFAULT_MAX_NEW_TOKENS = 4096  # llama-tts's n_predict
 SILENCE_START_S = 0.25  # llama-tts zeroes the first 0.25 s (a click); never past the end of short audio
 NEWLINE = "\n"
@@ -49,34 +48,14 @@ NEWLINE = "\n"
 DEFAULT_SAMPLING = SamplingParams(temperature=1.0, top_k=4)
 
 # per-call options: what generate_codes reads, what synthesize adds, and stream's windowing on top
-GENERATE_OPTIONS = frozenset(
-    {
-        "version",
-        "max_new_tokens",
-        "guide_tokens",
-        "temperature",
-        "top_k",
-        "top_p",
-        "min_p",
-        "repetition_penalty",
-        "repetition_window",
-        "seed",
-        "progress",
-    }
-)
-SYNTHESIZE_OPTIONS = GENERATE_OPTIONS | {"vocoder", "silence_start_s"}
-STREAM_OPTIONS = SYNTHESIZE_OPTIONS | {"chunk_codes", "left_context", "lookahead"}
+STREAM_OPTIONS = frozenset(FAMILY.option_names())
+SYNTHESIZE_OPTIONS = STREAM_OPTIONS - {"chunk_codes", "left_context", "lookahead"}
+GENERATE_OPTIONS = SYNTHESIZE_OPTIONS - {"vocoder", "silence_start_s"}
 
 
 def check_options(options: dict[str, Any], known: frozenset[str]) -> None:
-    """InputError for an option OuteTTS does not take (``phonemes``/``lang`` are Kokoro's: said so)."""
-    if options.get("phonemes"):
-        raise InputError("OuteTTS takes text, not phonemes")
-    if options.get("lang") is not None:
-        raise InputError("OuteTTS has no language option (lang); it reads the text as given")
-    unknown = [k for k in options if k not in known and k not in ("phonemes", "lang")]
-    if unknown:
-        raise InputError(f"unknown option '{unknown[0]}' for OuteTTS; known: {', '.join(sorted(known))}")
+    """InputError for an option this call does not take (see :meth:`Family.check_options`)."""
+    FAMILY.check_options(options, sorted(known))
 
 
 def find_vocoder(model_path: Path) -> Path | None:
@@ -110,9 +89,8 @@ class CodeTable:
         return kept, len(found) - len(kept)
 
 
-@register("qwen2")
 class OuteTTS(TTSModel):
-    architecture = "qwen2"
+    family = FAMILY
 
     def __init__(self, lm: Qwen2Model, tokenizer: BPETokenizer, gguf: GGUFFile, device: str = "cpu") -> None:
         self.lm, self.tokenizer, self.device = lm, tokenizer, device

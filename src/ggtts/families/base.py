@@ -1,0 +1,252 @@
+"""What every model family provides: the ``TTSModel`` interface its pipeline implements, and its ``Family``
+record (name, the GGUF architectures it claims and how it recognises its files, companion files, converters,
+typed options, voices, capabilities). The registry, ``ggtts convert``, the CLI's flags, ``ggtts info`` and the
+server are all built from the list of records (:mod:`ggtts.families`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from ggtts.audio import Audio
+from ggtts.errors import InputError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from ggtts.gguf import GGUFFile
+
+MIN_SPEED = 0.5
+MAX_SPEED = 2.0
+VOICE_SEPARATOR = ","  # "a,b" blends voices
+WEIGHT_SEPARATOR = ":"  # "a:0.7,b:0.3" gives them weights
+
+
+# ---- checks every pipeline shares ------------------------------------------------------------------------------
+def check_speed(speed: float | str) -> float:
+    try:
+        speed = float(speed)
+    except (TypeError, ValueError):
+        raise InputError(f"speed must be a number, got {speed!r}") from None
+    if not MIN_SPEED <= speed <= MAX_SPEED:
+        raise InputError(f"speed {speed} is out of range; use {MIN_SPEED} to {MAX_SPEED}")
+    return speed
+
+
+def check_text(text: str, max_chars: int) -> str:
+    if not isinstance(text, str):
+        raise InputError(f"text must be a string, got {type(text).__name__}")
+    if not text.strip():
+        raise InputError("the text is empty")
+    if len(text) > max_chars:
+        raise InputError(f"the text is {len(text)} characters long; the limit is {max_chars}")
+    return text
+
+
+# ---- voices ----------------------------------------------------------------------------------------------------
+class UnknownVoiceError(InputError):
+    def __init__(self, name: str, voices: Sequence[str]) -> None:
+        self.name, self.voices = name, list(voices)
+        choices = f"choose one of {', '.join(voices)}" if voices else "this model has no voices; leave voice out"
+        super().__init__(f"unknown voice '{name}'; {choices}")
+
+
+class VoiceWeightError(InputError):
+    def __init__(self, name: str, weight: str, number: bool) -> None:
+        self.name, self.weight = name, weight
+        problem = "must be a positive number, as in 'a:0.6,b:0.4'" if number else "is not a number"
+        super().__init__(f"voice weight '{weight}' of '{name}' {problem}")
+
+
+@dataclass(frozen=True)
+class VoiceMix:
+    """A voice as asked for: one name, or a blend of the model's voices with weights that sum to 1."""
+
+    parts: tuple[tuple[str, float], ...]
+
+    @property
+    def single(self) -> str | None:
+        return self.parts[0][0] if len(self.parts) == 1 else None
+
+    def __str__(self) -> str:
+        if self.single is not None:
+            return self.single
+        return VOICE_SEPARATOR.join(f"{name}{WEIGHT_SEPARATOR}{weight:g}" for name, weight in self.parts)
+
+
+def parse_voice(spec: str, voices: Sequence[str]) -> VoiceMix:
+    """``"name"``, ``"a,b"`` (equal weights) or ``"a:0.6,b:0.4"`` -> a ``VoiceMix`` of known names.
+
+    Every name must be one of ``voices``, so nothing else from a request (a file path, say) ever reaches a model
+    as a voice. Raises :class:`UnknownVoiceError` or :class:`VoiceWeightError`.
+    """
+    names: list[str] = []
+    weights: list[float] = []
+    for part in spec.split(VOICE_SEPARATOR):
+        name, mark, weight = (s.strip() for s in part.partition(WEIGHT_SEPARATOR))
+        if name not in voices:
+            raise UnknownVoiceError(name, voices)
+        value = 1.0
+        if mark:
+            try:
+                value = float(weight)
+            except ValueError:
+                raise VoiceWeightError(name, weight, number=False) from None
+            if not (math.isfinite(value) and value > 0):
+                raise VoiceWeightError(name, weight, number=True)
+        names.append(name)
+        weights.append(value)
+    total = sum(weights)
+    return VoiceMix(tuple((n, w / total) for n, w in zip(names, weights, strict=True)))
+
+
+# ---- the model interface ---------------------------------------------------------------------------------------
+class TTSModel(ABC):
+    """A loaded text-to-speech model.
+
+    ``synthesize`` returns the whole utterance; ``stream`` yields chunks as they are ready, which concatenate to
+    the same audio. ``family`` is the record of the family the model belongs to.
+    """
+
+    family: ClassVar[Family | None] = None
+    sample_rate: int
+
+    @classmethod
+    @abstractmethod
+    def from_gguf(cls, gguf: GGUFFile, device: str = "cpu", **options: Any) -> TTSModel: ...
+
+    @property
+    def family_name(self) -> str:
+        """The public name: the family's (``kokoro``, ``outetts``)."""
+        return self.family.name if self.family is not None else type(self).__name__
+
+    @property
+    def architecture(self) -> str:
+        """The GGUF architecture of the file it loads (``kokoro``, ``qwen2``)."""
+        return self.family.architectures[0] if self.family is not None else type(self).__name__
+
+    @property
+    @abstractmethod
+    def voices(self) -> list[str]: ...
+
+    @property
+    def default_voice(self) -> str | None:
+        voices = self.voices
+        return voices[0] if voices else None
+
+    def resolve_voice(self, voice: str | None) -> VoiceMix | None:
+        """The voice asked for, checked against the model's voices (``None``: the default voice)."""
+        if voice is None:
+            default = self.default_voice
+            return None if default is None else VoiceMix(((default, 1.0),))
+        return parse_voice(voice, self.voices)
+
+    @abstractmethod
+    def stream(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Iterator[Audio]: ...
+
+    def synthesize(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Audio:
+        parts = list(self.stream(text, voice=voice, speed=speed, **options))
+        if not parts:
+            return Audio(samples=np.zeros(0, dtype=np.float32), sample_rate=self.sample_rate)
+        return Audio.concatenate(parts)
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "family": self.family_name,
+            "architecture": self.architecture,
+            "sample_rate": self.sample_rate,
+            "voices": self.voices,
+        }
+
+
+# ---- the family record -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Capabilities:
+    speed: tuple[float, float] = (MIN_SPEED, MAX_SPEED)
+    blending: bool = False  # voices can be mixed ("a:0.6,b:0.4")
+    phonemes: bool = False  # takes phonemes as well as text
+    languages: tuple[str, ...] = ()  # codes the ``lang`` option takes (empty: no such option)
+    max_input_chars: int = 100_000
+    streaming: bool = True
+
+
+@dataclass(frozen=True)
+class Companion:
+    """A second file a family's model needs (OuteTTS's vocoder), found beside it or named by ``option``."""
+
+    option: str  # the load option (and CLI flag) that names it
+    architecture: str  # its GGUF architecture
+    help: str
+
+
+def option(default: Any, help: str, *, flag: str | None = None) -> Any:
+    """A field of a family's options dataclass; ``flag`` puts it on ``ggtts speak``'s command line."""
+    return field(default=default, metadata={"help": help, "flag": flag})
+
+
+def _accept(gguf: GGUFFile) -> str | None:
+    return None
+
+
+def _no_voices(gguf: GGUFFile) -> list[str]:
+    return []
+
+
+def import_target(target: str) -> Any:
+    """``"module:name"`` -> the object, importing the module."""
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
+class Family:
+    """One model family: everything the shared layers need to know about it, in one place."""
+
+    name: str  # the public name: `ggtts convert NAME`, /v1/models, ggtts.families()
+    description: str
+    architectures: tuple[str, ...]  # GGUF architectures of the files ``ggtts.load`` opens for it
+    pipeline: str | type[TTSModel]  # the TTSModel subclass, or "module:Class" to import it on first use
+    options: type  # a dataclass of per-call options (fields made with :func:`option`)
+    capabilities: Capabilities = Capabilities()
+    # None when the file is one of this family's; else one sentence saying why not. Reads metadata only.
+    recognize: Callable[[GGUFFile], str | None] = _accept
+    voices: Callable[[GGUFFile], list[str]] = _no_voices  # voice names from metadata, without loading weights
+    companions: tuple[Companion, ...] = ()
+    converters: Mapping[str, str] = field(default_factory=dict)  # `ggtts convert NAME` -> "module:function"
+    decoder: str | None = None  # "module:function" for `ggtts decode` (codes -> audio), if the family has one
+
+    def model_class(self) -> type[TTSModel]:
+        if isinstance(self.pipeline, type):
+            return self.pipeline
+        cls: type[TTSModel] = import_target(self.pipeline)
+        return cls
+
+    def converter(self, name: str) -> Callable[[list[Path], Path, str], Path]:
+        converter: Callable[[list[Path], Path, str], Path] = import_target(self.converters[name])
+        return converter
+
+    def option_names(self) -> list[str]:
+        return [f.name for f in dataclasses.fields(self.options)]
+
+    def check_options(self, options: Mapping[str, Any], allowed: Sequence[str] | None = None) -> None:
+        """An InputError naming the first option in ``options`` the family does not take (``None`` values are
+        not asked for and pass). ``allowed`` narrows the names one call takes (windowing only when streaming)."""
+        known = list(allowed) if allowed is not None else self.option_names()
+        for key, value in options.items():
+            if key not in known and value is not None:
+                raise InputError(self._unknown_option(key, known))
+
+    def _unknown_option(self, key: str, known: Sequence[str]) -> str:
+        if key == "phonemes" and not self.capabilities.phonemes:
+            return f"{self.name} takes text, not phonemes"
+        if key == "lang" and not self.capabilities.languages:
+            return f"{self.name} has no language option (lang); it reads the text as given"
+        return f"unknown option '{key}' for {self.name}; known: {', '.join(sorted(known))}"

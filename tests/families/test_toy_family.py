@@ -1,0 +1,152 @@
+"""A family defined here alone (a sine "model" with one voice and one option) gets the whole of ggtts: ``ggtts speak``
+and its flag, ``ggtts info``, the server's ``/v1/models``, ``/v1/voices`` and ``/v1/audio/speech``, and the option
+and voice errors, without any file outside this test knowing about it."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+import ggtts
+from ggtts.audio import Audio
+from ggtts.cli import main
+from ggtts.families import register_family, unregister_family
+from ggtts.families.base import Capabilities, Family, TTSModel, check_speed, check_text, option
+from ggtts.gguf import GGUFFile, ModelWriter
+
+ARCH = "toy-sine"
+SAMPLE_RATE = 16000
+VOICES_KEY = f"{ARCH}.voices"
+SECONDS_PER_WORD = 0.25
+
+
+@dataclass(frozen=True)
+class SineOptions:
+    pitch: float = option(220.0, "the sine's frequency in Hz (default 220)", flag="--pitch")
+
+
+class SineModel(TTSModel):
+    """One sine burst per word, at ``pitch`` Hz, scaled by the file's one weight."""
+
+    def __init__(self, gain: float, voices: list[str]) -> None:
+        self.gain, self._voices, self.sample_rate = gain, voices, SAMPLE_RATE
+
+    @classmethod
+    def from_gguf(cls, gguf: GGUFFile, device: str = "cpu", **options: Any) -> SineModel:
+        return cls(float(gguf.tensor("gain")[0]), [str(v) for v in gguf.get(VOICES_KEY)])
+
+    @property
+    def voices(self) -> list[str]:
+        return self._voices
+
+    def stream(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Iterator[Audio]:
+        FAMILY.check_options(options)
+        pitch = SineOptions(**options).pitch
+        speed = check_speed(speed)
+        self.resolve_voice(voice)
+        n = round(SECONDS_PER_WORD * SAMPLE_RATE / speed)
+        for _ in check_text(text, FAMILY.capabilities.max_input_chars).split():
+            t = np.arange(n) / SAMPLE_RATE
+            yield Audio((self.gain * np.sin(2 * np.pi * pitch * t)).astype(np.float32), SAMPLE_RATE)
+
+
+def _voices(gguf: GGUFFile) -> list[str]:
+    return [str(v) for v in gguf.get(VOICES_KEY) or []]
+
+
+FAMILY = Family(
+    name="toy",
+    description="a sine per word, for the tests",
+    architectures=(ARCH,),
+    pipeline=SineModel,
+    options=SineOptions,
+    capabilities=Capabilities(max_input_chars=200),
+    voices=_voices,
+)
+SineModel.family = FAMILY
+
+
+@pytest.fixture
+def toy(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "toy.gguf"
+    writer = ModelWriter(path, ARCH)
+    writer.add(VOICES_KEY, ["hum"])
+    writer.add_tensor("gain", torch.tensor([0.5]))
+    writer.write()
+    register_family(FAMILY)
+    try:
+        yield path
+    finally:
+        unregister_family(FAMILY.name)
+
+
+def _tone(samples: np.ndarray) -> float:
+    """The strongest frequency in ``samples`` (Hz)."""
+    spectrum = np.abs(np.fft.rfft(samples))
+    return float(np.argmax(spectrum) * SAMPLE_RATE / len(samples))
+
+
+def test_speak_with_its_flag(toy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "toy.wav"
+    assert main(["speak", "-m", str(toy), "one two", "--pitch", "440", "-o", str(out)]) == 0
+    samples, rate = sf.read(out, dtype="float32")
+    assert rate == SAMPLE_RATE and len(samples) == 2 * SECONDS_PER_WORD * SAMPLE_RATE
+    assert _tone(samples) == pytest.approx(440, abs=5)
+    assert np.abs(samples).max() == pytest.approx(0.5, abs=1e-3)
+    with pytest.raises(SystemExit):
+        main(["speak", "--help"])
+    assert "--pitch PITCH" in capsys.readouterr().out
+
+
+def test_info_names_the_family_and_its_voices(toy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["info", str(toy)]) == 0
+    out = capsys.readouterr().out
+    assert f"architecture: {ARCH}\n" in out
+    assert "family: toy (a sine per word, for the tests)" in out
+    assert "voices (1): hum" in out
+    assert ggtts.list_families()[-1] == "toy" and ARCH in ggtts.architectures()
+
+
+def test_option_and_voice_errors(toy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = ggtts.load(toy)
+    assert (model.family_name, model.architecture, model.voices) == ("toy", ARCH, ["hum"])
+    with pytest.raises(ggtts.InputError, match=r"toy has no language option \(lang\)"):
+        model.synthesize("hello", lang="a")
+    with pytest.raises(ggtts.InputError, match=r"unknown option 'pich' for toy; known: pitch"):
+        model.synthesize("hello", pich=300)
+    with pytest.raises(ggtts.InputError, match=r"unknown voice 'nobody'; choose one of hum"):
+        model.synthesize("hello", voice="nobody")
+    out = tmp_path / "x.wav"
+    assert main(["speak", "-m", str(toy), "hello", "--seed", "3", "-o", str(out)]) == 1
+    assert "unknown option 'seed' for toy; known: pitch" in capsys.readouterr().err
+    assert main(["speak", "-m", str(toy), "hello", "-v", "nobody", "-o", str(out)]) == 1
+    assert "unknown voice 'nobody'; choose one of hum" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_server_lists_and_speaks(toy: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from ggtts.server.app import create_app
+    from ggtts.server.settings import ServerSettings
+
+    with TestClient(create_app({"sine": ggtts.load(toy)}, ServerSettings())) as client:
+        models = client.get("/v1/models").json()["data"]
+        cards = [(m["id"], m["family"], m["architecture"], m["sample_rate"]) for m in models]
+        assert cards == [("sine", "toy", ARCH, SAMPLE_RATE)]
+        voices = client.get("/v1/voices").json()["data"]
+        assert voices == [{"model": "sine", "voices": ["hum"], "default_voice": "hum"}]
+        response = client.post("/v1/audio/speech", json={"model": "sine", "input": "a b c", "voice": "hum"})
+        assert response.status_code == 200
+        samples, rate = sf.read(io.BytesIO(response.content), dtype="float32")
+        assert rate == SAMPLE_RATE and len(samples) == 3 * SECONDS_PER_WORD * SAMPLE_RATE
+        bad = client.post("/v1/audio/speech", json={"model": "sine", "input": "a", "voice": "nobody"})
+        assert bad.status_code == 400 and "choose one of: hum" in bad.json()["error"]["message"]
