@@ -14,7 +14,7 @@ from _tiny_outetts import build_qwen2_checkpoint
 from ggtts.convert.outetts_hf import convert_outetts_hf
 from ggtts.gguf import GGUFFile
 from ggtts.models.qwen2.model import Qwen2Model
-from ggtts.runtime.generate import generate_tokens
+from ggtts.runtime.frames import generate_tokens
 from ggtts.runtime.sampling import Sampler, SamplingParams
 
 pytest.importorskip("transformers")

@@ -47,3 +47,41 @@ class KVCache:
     def advance(self, n: int) -> None:
         """Commit ``n`` positions written by the last step (called once per step, after all layers)."""
         self.length += n
+
+
+class CrossAttentionCache:
+    """Each decoder layer's cross-attention keys and values of the encoder's output (Magpie's text encoder):
+    computed once, on the first step or before generation, and only read after."""
+
+    def __init__(self, n_layers: int) -> None:
+        self._kv: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * n_layers
+
+    def filled(self, layer: int) -> bool:
+        return self._kv[layer] is not None
+
+    def fill(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store layer ``layer``'s keys and values ``(B, H, S, D)``; a layer is filled once."""
+        if self._kv[layer] is not None:
+            raise ValueError(f"the cross-attention cache of layer {layer} is filled already")
+        self._kv[layer] = (k, v)
+
+    def get(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        kv = self._kv[layer]
+        if kv is None:
+            raise ValueError(f"the cross-attention cache of layer {layer} is empty: fill it first")
+        return kv
+
+
+class EncoderDecoderCache:
+    """The state of an encoder-decoder backbone: a growing self-attention cache and a fixed cross-attention one."""
+
+    def __init__(self, self_attention: KVCache, cross_attention: CrossAttentionCache) -> None:
+        self.self_attention, self.cross_attention = self_attention, cross_attention
+
+    @property
+    def length(self) -> int:
+        return self.self_attention.length
+
+    @property
+    def max_len(self) -> int:
+        return self.self_attention.max_len

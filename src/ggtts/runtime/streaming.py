@@ -11,11 +11,12 @@ see a window instead of everything); the pipeline's tests measure by how much.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
-DecodeFn = Callable[[torch.Tensor], torch.Tensor]  # codes (1, T) -> audio (1, T * hop)
+# codes (1, T) for one codebook, (1, Q, T) for frames of Q codebooks -> audio (1, T * hop)
+DecodeFn = Callable[[torch.Tensor], torch.Tensor]
 
 DEFAULT_CHUNK = 40  # codes handed out per window
 DEFAULT_LEFT = 24  # earlier codes decoded with each window, for context
@@ -31,26 +32,34 @@ class WindowedDecoder:
         chunk: int = DEFAULT_CHUNK,
         left: int = DEFAULT_LEFT,
         lookahead: int = DEFAULT_LOOKAHEAD,
+        codebooks: int = 1,
     ) -> None:
-        if chunk < 1 or left < 0 or lookahead < 0:
-            raise ValueError("chunk must be >= 1 and the contexts >= 0")
+        """``codebooks``: 1 for a stream of codes, Q for frames of Q codes (a causal codec takes ``lookahead=0``)."""
+        if chunk < 1 or left < 0 or lookahead < 0 or codebooks < 1:
+            raise ValueError("chunk and codebooks must be >= 1 and the contexts >= 0")
         self.decode, self.hop = decode, hop
-        self.chunk, self.left, self.lookahead = chunk, left, lookahead
-        self.codes: list[int] = []
-        self.emitted = 0  # codes whose audio has been handed out
+        self.chunk, self.left, self.lookahead, self.codebooks = chunk, left, lookahead, codebooks
+        self.codes: list[Sequence[int]] | list[int] = []
+        self.emitted = 0  # codes (frames) whose audio has been handed out
 
     def _window(self, end: int) -> torch.Tensor:
         lo = max(0, self.emitted - self.left)
         hi = min(len(self.codes), end + self.lookahead)
-        audio = self.decode(torch.tensor([self.codes[lo:hi]], dtype=torch.long))[0]
+        window = torch.tensor([self.codes[lo:hi]], dtype=torch.long)  # (1, T) or (1, T, Q)
+        if self.codebooks > 1:
+            window = window.transpose(1, 2)  # (1, Q, T)
+        audio = self.decode(window)[0]
         start = (self.emitted - lo) * self.hop
         out = audio[start : start + (end - self.emitted) * self.hop]
         self.emitted = end
         return out
 
-    def push(self, codes: list[int]) -> Iterator[torch.Tensor]:
-        """Add codes; yield audio for every chunk whose lookahead is now available."""
-        self.codes.extend(codes)
+    def push(self, codes: Sequence[int] | Sequence[Sequence[int]]) -> Iterator[torch.Tensor]:
+        """Add codes (frames of ``codebooks`` codes); yield audio for every chunk whose lookahead is available."""
+        for code in codes:
+            if self.codebooks > 1 and (isinstance(code, int) or len(code) != self.codebooks):
+                raise ValueError(f"each frame must have {self.codebooks} codes, got {code!r}")
+        self.codes.extend(codes)  # type: ignore[arg-type]
         while len(self.codes) - self.emitted >= self.chunk + self.lookahead:
             yield self._window(self.emitted + self.chunk)
 

@@ -36,7 +36,7 @@ from ggtts.gguf.keys import WavTokenizerDec
 from ggtts.models.qwen2.model import Qwen2Model
 from ggtts.models.wavtokenizer.config import DEFAULT_SAMPLE_RATE
 from ggtts.models.wavtokenizer.model import WavTokenizerDecoder
-from ggtts.runtime.generate import generate_tokens
+from ggtts.runtime.frames import generate_tokens
 from ggtts.runtime.sampling import Sampler, SamplingParams
 from ggtts.runtime.streaming import DEFAULT_CHUNK, DEFAULT_LEFT, DEFAULT_LOOKAHEAD, WindowedDecoder
 from ggtts.text.gguf_bpe import BPETokenizer
