@@ -38,7 +38,7 @@ def build(directory: Path, shape: dict[str, int]) -> None:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from ggtts.convert.outetts_hf import convert_outetts_hf
-    from ggtts.text.gguf_bpe import PRE_TOKENIZERS, byte_to_unicode
+    from ggtts.models.qwen2.tokenizer import PRE_TOKENIZERS, byte_to_unicode
 
     hf_dir = directory / "hf"
     torch.manual_seed(0)

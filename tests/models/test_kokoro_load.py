@@ -193,3 +193,34 @@ def test_quick_start_cuts_the_first_chunk_at_its_first_clause() -> None:
     assert list(_quick_start([long_clause])) == [long_clause]
     assert list(_quick_start(["abc defg hij."])) == ["abc defg hij."]  # the break at the very end: nothing to cut
     assert list(_quick_start([])) == []
+
+
+def _metadata_rewrite(src: Path, dst: Path, **changes: object) -> Path:
+    """Copy a GGUF file with metadata keys changed (a value of None drops the key)."""
+    gguf = GGUFFile(src)
+    writer = ModelWriter(dst, K.ARCH)
+    for key, value in {**gguf.metadata, **changes}.items():
+        if key not in ("general.architecture", "general.file_type") and value is not None:
+            writer.add(key, value)
+    for name in gguf.names():
+        writer.add_tensor(name, gguf.tensor(name))
+    return writer.write()
+
+
+def test_the_utterance_edge_id_is_read_from_the_file(gguf_path: Path, tmp_path: Path) -> None:
+    assert GGUFFile(gguf_path).get(K.BOS_EOS_ID) == 0  # written by the converter
+    edge3 = _metadata_rewrite(gguf_path, tmp_path / "edge3.gguf", **{K.BOS_EOS_ID: 3})
+    older = _metadata_rewrite(gguf_path, tmp_path / "older.gguf", **{K.BOS_EOS_ID: None})
+    assert KokoroConfig.from_gguf(GGUFFile(older)).bos_eos_id == 0  # files from before the key: upstream's 0
+    tts = KokoroTTS.from_gguf(GGUFFile(edge3))
+    assert tts.config.bos_eos_id == 3
+    seen: list[list[int]] = []
+    real = tts.model.forward
+
+    def spy(input_ids: torch.Tensor, *args: object) -> object:
+        seen.append(input_ids[0].tolist())
+        return real(input_ids, *args)
+
+    tts.model.forward = spy  # type: ignore[method-assign]
+    tts.synthesize_phonemes("abc", "aa")
+    assert seen == [[3, VOCAB["a"], VOCAB["b"], VOCAB["c"], 3]]

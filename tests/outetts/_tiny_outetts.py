@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from ggtts.text.gguf_bpe import PRE_TOKENIZERS
+from ggtts.models.qwen2.tokenizer import PRE_TOKENIZERS
 
 N_CODES = 96  # tiny WavTokenizer codebook
 N_CODE_TOKENS = 100  # the LM vocabulary has <|0|>..<|99|>: codes 96..99 are out of range for the decoder

@@ -13,7 +13,7 @@ from _tiny_outetts import SPECIAL, build_qwen2_checkpoint
 
 from ggtts.convert.outetts_hf import convert_outetts_hf
 from ggtts.gguf import GGUFFile
-from ggtts.text.gguf_bpe import BPETokenizer
+from ggtts.models.qwen2.tokenizer import BPETokenizer
 
 tokenizers = pytest.importorskip("tokenizers")
 

@@ -20,34 +20,7 @@ from ggtts.errors import ConversionError
 from ggtts.gguf.keys import Qwen2 as K
 from ggtts.gguf.keys import Tokenizer as T
 from ggtts.gguf.write import ModelWriter, OutType
-from ggtts.text.gguf_bpe import PRE_TOKENIZERS
-
-_LAYER = r"model\.layers\.(\d+)\."
-_RULES: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"model\.embed_tokens\.weight$"), K.TOKEN_EMBD + ".weight"),
-    (re.compile(r"model\.norm\.weight$"), K.OUTPUT_NORM + ".weight"),
-    (re.compile(r"lm_head\.weight$"), K.OUTPUT + ".weight"),
-    (re.compile(_LAYER + r"input_layernorm\.weight$"), K.ATTN_NORM + ".weight"),
-    (re.compile(_LAYER + r"post_attention_layernorm\.weight$"), K.FFN_NORM + ".weight"),
-    (re.compile(_LAYER + r"self_attn\.q_proj\.(weight|bias)$"), K.ATTN_Q + ".{p}"),
-    (re.compile(_LAYER + r"self_attn\.k_proj\.(weight|bias)$"), K.ATTN_K + ".{p}"),
-    (re.compile(_LAYER + r"self_attn\.v_proj\.(weight|bias)$"), K.ATTN_V + ".{p}"),
-    (re.compile(_LAYER + r"self_attn\.o_proj\.weight$"), K.ATTN_OUT + ".weight"),
-    (re.compile(_LAYER + r"mlp\.gate_proj\.weight$"), K.FFN_GATE + ".weight"),
-    (re.compile(_LAYER + r"mlp\.up_proj\.weight$"), K.FFN_UP + ".weight"),
-    (re.compile(_LAYER + r"mlp\.down_proj\.weight$"), K.FFN_DOWN + ".weight"),
-]
-
-
-def gguf_name(hf_name: str) -> str | None:
-    for pattern, template in _RULES:
-        m = pattern.match(hf_name)
-        if m:
-            groups = m.groups()
-            bid = groups[0] if groups and groups[0].isdigit() else ""
-            part = groups[-1] if groups and not groups[-1].isdigit() else ""
-            return template.format(bid=bid, p=part)
-    return None
+from ggtts.models.qwen2.tokenizer import PRE_TOKENIZERS
 
 
 # ---- safetensors ---------------------------------------------------------------------------------------------
@@ -186,10 +159,11 @@ def convert_outetts_hf(
         m.add_chat_template(template)
 
     tied = bool(config.get("tie_word_embeddings", False))
+    names = K.tensor_name_map(int(config["num_hidden_layers"]))  # gguf-py's own HF -> llama.cpp name map
     seen: set[str] = set()
     for shard in shards:
         for hf_name, tensor in read_safetensors(shard):
-            target = gguf_name(hf_name)
+            target = names.get_name(hf_name, try_suffixes=(".weight", ".bias"))
             if target is None:
                 if hf_name.endswith("rotary_emb.inv_freq"):
                     continue

@@ -6,7 +6,7 @@ are used, so files made by llama.cpp load here and files made here load there.
 
 from __future__ import annotations
 
-from gguf import Keys
+from gguf import Keys, TensorNameMap, get_tensor_name_map
 from gguf.constants import MODEL_ARCH, MODEL_ARCH_NAMES, MODEL_TENSOR, TENSOR_NAMES, TokenType
 
 MAX_TENSOR_NAME_BYTES = 64  # GGML_MAX_NAME, including the terminating NUL
@@ -41,6 +41,7 @@ class Kokoro:
     TEXT_ENCODER_KERNEL_SIZE = "kokoro.text_encoder_kernel_size"
     SAMPLE_RATE = "kokoro.sample_rate"
     CONTEXT_LENGTH = "kokoro.context_length"
+    BOS_EOS_ID = "kokoro.bos_eos_id"  # the id every utterance is wrapped in (upstream: 0)
 
     PLBERT_HIDDEN_SIZE = "kokoro.plbert.hidden_size"
     PLBERT_EMBEDDING_SIZE = "kokoro.plbert.embedding_size"
@@ -112,6 +113,11 @@ class Qwen2:
     """llama.cpp's ``qwen2`` names, taken from the ``gguf`` package (``MODEL_ARCH.QWEN2``)."""
 
     ARCH = MODEL_ARCH_NAMES[MODEL_ARCH.QWEN2]
+
+    @staticmethod
+    def tensor_name_map(n_blocks: int) -> TensorNameMap:
+        """gguf-py's map from Hugging Face (and other upstream) tensor names to llama.cpp's, for ``n_blocks``."""
+        return get_tensor_name_map(MODEL_ARCH.QWEN2, n_blocks)
 
     CONTEXT_LENGTH = _llm_key(Keys.LLM.CONTEXT_LENGTH, ARCH)
     EMBEDDING_LENGTH = _llm_key(Keys.LLM.EMBEDDING_LENGTH, ARCH)

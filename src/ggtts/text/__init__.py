@@ -1,8 +1,8 @@
-"""Text frontends: normalization, G2P adapters, chunking, tokenizers.
+"""Text frontends, language only: normalization, G2P adapters, chunking, number words.
 
 English for Kokoro: :func:`text_to_phoneme_chunks` (normalize -> offline misaki G2P -> chunks under the
 phoneme limit). The names below are imported on first access, so a frontend's optional dependencies (misaki,
-spaCy, num2words) load only when that frontend is used, not when a sibling module such as ``gguf_bpe`` is.
+spaCy, num2words) load only when that frontend is used, not when a sibling module is.
 """
 
 from __future__ import annotations

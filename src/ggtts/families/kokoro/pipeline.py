@@ -14,7 +14,7 @@ from ggtts.errors import InputError
 from ggtts.families.base import TTSModel, check_speed, check_text
 from ggtts.families.kokoro import FAMILY, MAX_TEXT_CHARS
 from ggtts.gguf import GGUFFile
-from ggtts.models.kokoro.config import BOS_EOS_ID, KokoroConfig
+from ggtts.models.kokoro.config import KokoroConfig
 from ggtts.models.kokoro.load import load_kokoro
 from ggtts.models.kokoro.model import KokoroModel
 
@@ -198,7 +198,8 @@ class KokoroTTS(TTSModel):
             return torch.zeros(0).numpy()
         # upstream picks the style row by the phoneme string's length (KPipeline.infer: pack[len(ps) - 1])
         row = min(len(phonemes), pack.shape[0]) - 1
-        input_ids = torch.tensor([[BOS_EOS_ID, *ids, BOS_EOS_ID]], dtype=torch.long, device=self.device)
+        edge = self.config.bos_eos_id
+        input_ids = torch.tensor([[edge, *ids, edge]], dtype=torch.long, device=self.device)
         with torch.inference_mode():
             audio, _ = self.model(input_ids, pack[row], speed, generator)
         return audio.float().cpu().numpy()

@@ -34,12 +34,12 @@ from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Tokenizer as TK
 from ggtts.gguf.keys import WavTokenizerDec
 from ggtts.models.qwen2.model import Qwen2Model
+from ggtts.models.qwen2.tokenizer import BPETokenizer
 from ggtts.models.wavtokenizer.config import DEFAULT_SAMPLE_RATE
 from ggtts.models.wavtokenizer.model import WavTokenizerDecoder
 from ggtts.runtime.frames import generate_tokens
 from ggtts.runtime.sampling import Sampler, SamplingParams
 from ggtts.runtime.streaming import DEFAULT_CHUNK, DEFAULT_LEFT, DEFAULT_LOOKAHEAD, WindowedDecoder
-from ggtts.text.gguf_bpe import BPETokenizer
 
 DEFAULT_MAX_NEW_TOKENS = 4096  # llama-tts's n_predict
 SILENCE_START_S = 0.25  # llama-tts zeroes the first 0.25 s (a click); never past the end of short audio

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import Field, dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -16,9 +16,9 @@ SAMPLE_RATE = 24000  # Hz; upstream hard-codes it in the harmonic source
 DECODER_HIDDEN_DIM = 1024  # upstream hard-codes the decoder's AdaIN stack width
 HARMONIC_NUM = 8  # overtones above F0 in upstream's SourceModuleHnNSF
 VOICED_THRESHOLD = 10.0  # Hz
-ALBERT_DEFAULTS = {"embedding_size": 128, "type_vocab_size": 2, "layer_norm_eps": 1e-12}
 ALBERT_ACTIVATION = "gelu_new"  # the tanh approximation of GELU, the only one ported
 BOS_EOS_ID = 0  # upstream wraps every utterance as [0, *ids, 0]
+TOKEN_ID_FIELDS = frozenset({"bos_eos_id"})
 
 
 def _as_float32(value: Any) -> float:
@@ -26,39 +26,54 @@ def _as_float32(value: Any) -> float:
     return float(np.float32(value))
 
 
+def _meta(key: str, upstream: str, default: Any = None) -> Any:
+    """A config field: its GGUF metadata key, its path in upstream's config.json (``"plbert.hidden_size"``), and
+    the value upstream assumes when config.json leaves it out (``None``: required)."""
+    return field(metadata={"key": key, "upstream": upstream, "default": default})
+
+
 @dataclass(frozen=True)
 class KokoroConfig:
-    n_token: int
-    hidden_dim: int
-    style_dim: int
-    dim_in: int  # channels of the decoder's asr_res shortcut
-    n_mels: int
-    n_layer: int
-    max_dur: int
-    text_encoder_kernel_size: int
-    sample_rate: int
-    context_length: int  # tokens per utterance, BOS and EOS included
+    """Each field names its metadata key and its config.json path once: ``from_gguf``, ``to_metadata`` and
+    ``from_upstream`` all walk the fields."""
 
-    plbert_hidden_size: int
-    plbert_embedding_size: int
-    plbert_heads: int
-    plbert_intermediate_size: int
-    plbert_max_positions: int
-    plbert_layers: int
-    plbert_type_vocab_size: int
-    plbert_layer_norm_eps: float
+    n_token: int = _meta(K.N_TOKEN, "n_token")
+    hidden_dim: int = _meta(K.HIDDEN_DIM, "hidden_dim")
+    style_dim: int = _meta(K.STYLE_DIM, "style_dim")
+    dim_in: int = _meta(K.DIM_IN, "dim_in", 64)  # channels of the decoder's asr_res shortcut
+    n_mels: int = _meta(K.N_MELS, "n_mels", 80)
+    n_layer: int = _meta(K.N_LAYER, "n_layer")
+    max_dur: int = _meta(K.MAX_DUR, "max_dur")
+    text_encoder_kernel_size: int = _meta(K.TEXT_ENCODER_KERNEL_SIZE, "text_encoder_kernel_size")
+    sample_rate: int = _meta(K.SAMPLE_RATE, "sample_rate", SAMPLE_RATE)
+    # tokens per utterance, BOS and EOS included
+    context_length: int = _meta(K.CONTEXT_LENGTH, "plbert.max_position_embeddings")
 
-    decoder_hidden_dim: int
+    plbert_hidden_size: int = _meta(K.PLBERT_HIDDEN_SIZE, "plbert.hidden_size")
+    plbert_embedding_size: int = _meta(K.PLBERT_EMBEDDING_SIZE, "plbert.embedding_size", 128)
+    plbert_heads: int = _meta(K.PLBERT_HEADS, "plbert.num_attention_heads")
+    plbert_intermediate_size: int = _meta(K.PLBERT_INTERMEDIATE_SIZE, "plbert.intermediate_size")
+    plbert_max_positions: int = _meta(K.PLBERT_MAX_POSITIONS, "plbert.max_position_embeddings")
+    plbert_layers: int = _meta(K.PLBERT_LAYERS, "plbert.num_hidden_layers")
+    plbert_type_vocab_size: int = _meta(K.PLBERT_TYPE_VOCAB_SIZE, "plbert.type_vocab_size", 2)
+    plbert_layer_norm_eps: float = _meta(K.PLBERT_LAYER_NORM_EPS, "plbert.layer_norm_eps", 1e-12)
 
-    upsample_rates: tuple[int, ...]
-    upsample_kernel_sizes: tuple[int, ...]
-    upsample_initial_channel: int
-    resblock_kernel_sizes: tuple[int, ...]
-    resblock_dilation_sizes: tuple[tuple[int, ...], ...]
-    n_fft: int
-    hop_length: int
-    harmonic_num: int
-    voiced_threshold: float
+    decoder_hidden_dim: int = _meta(K.DECODER_HIDDEN_DIM, "decoder_hidden_dim", DECODER_HIDDEN_DIM)
+
+    upsample_rates: tuple[int, ...] = _meta(K.UPSAMPLE_RATES, "istftnet.upsample_rates")
+    upsample_kernel_sizes: tuple[int, ...] = _meta(K.UPSAMPLE_KERNEL_SIZES, "istftnet.upsample_kernel_sizes")
+    upsample_initial_channel: int = _meta(K.UPSAMPLE_INITIAL_CHANNEL, "istftnet.upsample_initial_channel")
+    resblock_kernel_sizes: tuple[int, ...] = _meta(K.RESBLOCK_KERNEL_SIZES, "istftnet.resblock_kernel_sizes")
+    # stored flattened in the file (len(kernels) x per kernel)
+    resblock_dilation_sizes: tuple[tuple[int, ...], ...] = _meta(
+        K.RESBLOCK_DILATION_SIZES, "istftnet.resblock_dilation_sizes"
+    )
+    n_fft: int = _meta(K.ISTFT_N_FFT, "istftnet.gen_istft_n_fft")
+    hop_length: int = _meta(K.ISTFT_HOP, "istftnet.gen_istft_hop_size")
+    harmonic_num: int = _meta(K.HARMONIC_NUM, "harmonic_num", HARMONIC_NUM)
+    voiced_threshold: float = _meta(K.VOICED_THRESHOLD, "voiced_threshold", VOICED_THRESHOLD)
+    # the id upstream wraps every utterance in, [BOS, *ids, EOS]; files written before it was stored have 0
+    bos_eos_id: int = _meta(K.BOS_EOS_ID, "bos_eos_id", BOS_EOS_ID)
 
     vocab: Mapping[str, int] = field(default_factory=dict, repr=False)
     language: str = "a"
@@ -76,36 +91,32 @@ class KokoroConfig:
             factor *= rate
         return factor
 
+    @staticmethod
+    def _fields() -> list[Field[Any]]:
+        return [f for f in fields(KokoroConfig) if "key" in f.metadata]
+
     # ---- GGUF ----------------------------------------------------------------------------------------------
     @classmethod
     def from_gguf(cls, gguf: GGUFFile) -> KokoroConfig:
-        def integer(key: str) -> int:
-            value = gguf.require(key)
-            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                raise GGUFError(f"{gguf.path}: metadata '{key}' must be a positive integer, got {value!r}")
-            return value
-
-        def integers(key: str) -> tuple[int, ...]:
-            value = gguf.require(key)
-            if not isinstance(value, list) or not value or not all(isinstance(v, int) for v in value):
-                raise GGUFError(f"{gguf.path}: metadata '{key}' must be a list of integers, got {value!r}")
-            return tuple(value)
-
-        def number(key: str) -> float:
-            value = gguf.require(key)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise GGUFError(f"{gguf.path}: metadata '{key}' must be a number, got {value!r}")
-            return float(value)
-
-        kernels = integers(K.RESBLOCK_KERNEL_SIZES)
-        flat_dilations = integers(K.RESBLOCK_DILATION_SIZES)
-        if len(flat_dilations) % len(kernels):
+        values: dict[str, Any] = {}
+        for f in cls._fields():
+            key = f.metadata["key"]
+            if f.name in TOKEN_ID_FIELDS:  # an id, not a size: 0 is valid, and older files lack the key
+                values[f.name] = gguf.get_int(key, f.metadata["default"])
+            elif f.type in ("int", int):
+                values[f.name] = _positive_integer(gguf, key)
+            elif f.type in ("float", float):
+                values[f.name] = gguf.get_float(key)
+            else:  # tuples of integers
+                values[f.name] = _integers(gguf, key)
+        kernels, flat = values["resblock_kernel_sizes"], values["resblock_dilation_sizes"]
+        if len(flat) % len(kernels):
             raise GGUFError(
-                f"{gguf.path}: metadata '{K.RESBLOCK_DILATION_SIZES}' has {len(flat_dilations)} values, "
+                f"{gguf.path}: metadata '{K.RESBLOCK_DILATION_SIZES}' has {len(flat)} values, "
                 f"not a multiple of the {len(kernels)} resblock kernels"
             )
-        per = len(flat_dilations) // len(kernels)
-        dilations = tuple(flat_dilations[i * per : (i + 1) * per] for i in range(len(kernels)))
+        per = len(flat) // len(kernels)
+        values["resblock_dilation_sizes"] = tuple(flat[i * per : (i + 1) * per] for i in range(len(kernels)))
         symbols = gguf.require(K.VOCAB_SYMBOLS)
         ids = gguf.require(K.VOCAB_IDS)
         if not isinstance(symbols, list) or not isinstance(ids, list) or len(symbols) != len(ids):
@@ -113,34 +124,7 @@ class KokoroConfig:
                 f"{gguf.path}: metadata '{K.VOCAB_SYMBOLS}' and '{K.VOCAB_IDS}' must be lists of equal length"
             )
         config = cls(
-            n_token=integer(K.N_TOKEN),
-            hidden_dim=integer(K.HIDDEN_DIM),
-            style_dim=integer(K.STYLE_DIM),
-            dim_in=integer(K.DIM_IN),
-            n_mels=integer(K.N_MELS),
-            n_layer=integer(K.N_LAYER),
-            max_dur=integer(K.MAX_DUR),
-            text_encoder_kernel_size=integer(K.TEXT_ENCODER_KERNEL_SIZE),
-            sample_rate=integer(K.SAMPLE_RATE),
-            context_length=integer(K.CONTEXT_LENGTH),
-            plbert_hidden_size=integer(K.PLBERT_HIDDEN_SIZE),
-            plbert_embedding_size=integer(K.PLBERT_EMBEDDING_SIZE),
-            plbert_heads=integer(K.PLBERT_HEADS),
-            plbert_intermediate_size=integer(K.PLBERT_INTERMEDIATE_SIZE),
-            plbert_max_positions=integer(K.PLBERT_MAX_POSITIONS),
-            plbert_layers=integer(K.PLBERT_LAYERS),
-            plbert_type_vocab_size=integer(K.PLBERT_TYPE_VOCAB_SIZE),
-            plbert_layer_norm_eps=number(K.PLBERT_LAYER_NORM_EPS),
-            decoder_hidden_dim=integer(K.DECODER_HIDDEN_DIM),
-            upsample_rates=integers(K.UPSAMPLE_RATES),
-            upsample_kernel_sizes=integers(K.UPSAMPLE_KERNEL_SIZES),
-            upsample_initial_channel=integer(K.UPSAMPLE_INITIAL_CHANNEL),
-            resblock_kernel_sizes=kernels,
-            resblock_dilation_sizes=dilations,
-            n_fft=integer(K.ISTFT_N_FFT),
-            hop_length=integer(K.ISTFT_HOP),
-            harmonic_num=integer(K.HARMONIC_NUM),
-            voiced_threshold=number(K.VOICED_THRESHOLD),
+            **values,
             vocab={str(s): int(i) for s, i in zip(symbols, ids, strict=True)},
             language=str(gguf.get(K.LANGUAGE, "a")),
         )
@@ -152,87 +136,35 @@ class KokoroConfig:
 
     def to_metadata(self) -> dict[str, Any]:
         """Metadata key -> value, as :meth:`from_gguf` reads it back."""
-        return {
-            K.N_TOKEN: self.n_token,
-            K.HIDDEN_DIM: self.hidden_dim,
-            K.STYLE_DIM: self.style_dim,
-            K.DIM_IN: self.dim_in,
-            K.N_MELS: self.n_mels,
-            K.N_LAYER: self.n_layer,
-            K.MAX_DUR: self.max_dur,
-            K.TEXT_ENCODER_KERNEL_SIZE: self.text_encoder_kernel_size,
-            K.SAMPLE_RATE: self.sample_rate,
-            K.CONTEXT_LENGTH: self.context_length,
-            K.PLBERT_HIDDEN_SIZE: self.plbert_hidden_size,
-            K.PLBERT_EMBEDDING_SIZE: self.plbert_embedding_size,
-            K.PLBERT_HEADS: self.plbert_heads,
-            K.PLBERT_INTERMEDIATE_SIZE: self.plbert_intermediate_size,
-            K.PLBERT_MAX_POSITIONS: self.plbert_max_positions,
-            K.PLBERT_LAYERS: self.plbert_layers,
-            K.PLBERT_TYPE_VOCAB_SIZE: self.plbert_type_vocab_size,
-            K.PLBERT_LAYER_NORM_EPS: float(self.plbert_layer_norm_eps),
-            K.DECODER_HIDDEN_DIM: self.decoder_hidden_dim,
-            K.UPSAMPLE_RATES: list(self.upsample_rates),
-            K.UPSAMPLE_KERNEL_SIZES: list(self.upsample_kernel_sizes),
-            K.UPSAMPLE_INITIAL_CHANNEL: self.upsample_initial_channel,
-            K.RESBLOCK_KERNEL_SIZES: list(self.resblock_kernel_sizes),
-            K.RESBLOCK_DILATION_SIZES: [d for group in self.resblock_dilation_sizes for d in group],
-            K.ISTFT_N_FFT: self.n_fft,
-            K.ISTFT_HOP: self.hop_length,
-            K.HARMONIC_NUM: self.harmonic_num,
-            K.VOICED_THRESHOLD: float(self.voiced_threshold),
-            K.VOCAB_SYMBOLS: list(self.vocab),
-            K.VOCAB_IDS: list(self.vocab.values()),
-            K.LANGUAGE: self.language,
-        }
+        meta: dict[str, Any] = {}
+        for f in self._fields():
+            value = getattr(self, f.name)
+            if f.name == "resblock_dilation_sizes":
+                value = [d for group in value for d in group]
+            elif isinstance(value, tuple):
+                value = list(value)
+            elif isinstance(value, float):
+                value = float(value)
+            meta[f.metadata["key"]] = value
+        meta[K.VOCAB_SYMBOLS] = list(self.vocab)
+        meta[K.VOCAB_IDS] = list(self.vocab.values())
+        meta[K.LANGUAGE] = self.language
+        return meta
 
     # ---- upstream config.json ------------------------------------------------------------------------------
     @classmethod
     def from_upstream(cls, config: Mapping[str, Any], language: str = "a") -> KokoroConfig:
         """From hexgrad's ``config.json`` (a dict with ``plbert``, ``istftnet`` and ``vocab``)."""
         try:
-            plbert = {**ALBERT_DEFAULTS, **config["plbert"]}
-            istft = config["istftnet"]
+            plbert = config["plbert"]
             act = plbert.get("hidden_act", ALBERT_ACTIVATION)
             if act != ALBERT_ACTIVATION:
                 raise ConversionError(f"config.json: plbert.hidden_act '{act}' is not supported, only 'gelu_new'")
             for key in ("num_hidden_groups", "inner_group_num"):
                 if plbert.get(key, 1) != 1:
                     raise ConversionError(f"config.json: plbert.{key} must be 1 (one shared ALBERT layer)")
-            result = cls(
-                n_token=int(config["n_token"]),
-                hidden_dim=int(config["hidden_dim"]),
-                style_dim=int(config["style_dim"]),
-                dim_in=int(config.get("dim_in", 64)),
-                n_mels=int(config.get("n_mels", 80)),
-                n_layer=int(config["n_layer"]),
-                max_dur=int(config["max_dur"]),
-                text_encoder_kernel_size=int(config["text_encoder_kernel_size"]),
-                sample_rate=int(config.get("sample_rate", SAMPLE_RATE)),
-                context_length=int(plbert["max_position_embeddings"]),
-                plbert_hidden_size=int(plbert["hidden_size"]),
-                plbert_embedding_size=int(plbert["embedding_size"]),
-                plbert_heads=int(plbert["num_attention_heads"]),
-                plbert_intermediate_size=int(plbert["intermediate_size"]),
-                plbert_max_positions=int(plbert["max_position_embeddings"]),
-                plbert_layers=int(plbert["num_hidden_layers"]),
-                plbert_type_vocab_size=int(plbert["type_vocab_size"]),
-                plbert_layer_norm_eps=_as_float32(plbert["layer_norm_eps"]),
-                decoder_hidden_dim=int(config.get("decoder_hidden_dim", DECODER_HIDDEN_DIM)),
-                upsample_rates=tuple(int(v) for v in istft["upsample_rates"]),
-                upsample_kernel_sizes=tuple(int(v) for v in istft["upsample_kernel_sizes"]),
-                upsample_initial_channel=int(istft["upsample_initial_channel"]),
-                resblock_kernel_sizes=tuple(int(v) for v in istft["resblock_kernel_sizes"]),
-                resblock_dilation_sizes=tuple(
-                    tuple(int(d) for d in group) for group in istft["resblock_dilation_sizes"]
-                ),
-                n_fft=int(istft["gen_istft_n_fft"]),
-                hop_length=int(istft["gen_istft_hop_size"]),
-                harmonic_num=int(config.get("harmonic_num", HARMONIC_NUM)),
-                voiced_threshold=_as_float32(config.get("voiced_threshold", VOICED_THRESHOLD)),
-                vocab={str(k): int(v) for k, v in config["vocab"].items()},
-                language=language,
-            )
+            values = {f.name: _convert(f, _upstream_value(config, f)) for f in cls._fields()}
+            result = cls(**values, vocab={str(k): int(v) for k, v in config["vocab"].items()}, language=language)
         except KeyError as e:
             raise ConversionError(f"config.json: missing key {e}") from None
         except (TypeError, ValueError) as e:
@@ -262,3 +194,40 @@ class KokoroConfig:
         bad = [i for i in self.vocab.values() if not 0 <= i < self.n_token]
         if bad:
             raise ValueError(f"vocab ids {bad[:5]} are outside 0..{self.n_token - 1}")
+
+
+def _positive_integer(gguf: GGUFFile, key: str) -> int:
+    value = gguf.require(key)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise GGUFError(f"{gguf.path}: metadata '{key}' must be a positive integer, got {value!r}")
+    return value
+
+
+def _integers(gguf: GGUFFile, key: str) -> tuple[int, ...]:
+    value = gguf.require(key)
+    if not isinstance(value, list) or not value or not all(isinstance(v, int) for v in value):
+        raise GGUFError(f"{gguf.path}: metadata '{key}' must be a list of integers, got {value!r}")
+    return tuple(value)
+
+
+def _upstream_value(config: Mapping[str, Any], f: Field[Any]) -> Any:
+    """The field's value in config.json (``"plbert.hidden_size"`` is ``config["plbert"]["hidden_size"]``)."""
+    node: Any = config
+    *parents, leaf = f.metadata["upstream"].split(".")
+    for part in parents:
+        node = node[part]
+    if leaf in node:
+        return node[leaf]
+    if f.metadata["default"] is None:
+        raise KeyError(f.metadata["upstream"])
+    return f.metadata["default"]
+
+
+def _convert(f: Field[Any], value: Any) -> Any:
+    if f.name == "resblock_dilation_sizes":
+        return tuple(tuple(int(d) for d in group) for group in value)
+    if f.type in ("float", float):
+        return _as_float32(value)
+    if f.type in ("int", int):
+        return int(value)
+    return tuple(int(v) for v in value)

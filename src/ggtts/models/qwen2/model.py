@@ -3,7 +3,7 @@
 RMSNorm, grouped-query attention with biased q/k/v projections, NEOX-style rotary embeddings (llama.cpp stores
 Qwen2's q/k weights unpermuted), SwiGLU feed-forward. The output projection is tied to ``token_embd`` when
 the file
-has no ``output`` tensor. State lives in a :class:`~ggtts.runtime.kv_cache.KVCache` the caller passes in.
+has no ``output`` tensor. State lives in a :class:`~ggtts.models.layers.kv_cache.KVCache` the caller passes in.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from torch import nn
 
 from ggtts.gguf import GGUFFile
 from ggtts.models.layers.gguf_state import load_module_from_gguf
+from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.qwen2.config import Qwen2Config
-from ggtts.runtime.kv_cache import KVCache
 
 
 class RMSNorm(nn.Module):
