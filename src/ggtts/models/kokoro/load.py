@@ -1,4 +1,5 @@
-"""Build a Kokoro model from a GGUF file, strictly: every tensor present, of the right shape, and no extra."""
+"""Build a Kokoro model from a GGUF file, strictly (the shared loader: every tensor present, of the right shape,
+and none extra but the voicepacks), and read its voicepacks."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Kokoro as K
 from ggtts.models.kokoro.config import KokoroConfig
 from ggtts.models.kokoro.model import KokoroModel
+from ggtts.models.layers.gguf_state import load_module_from_gguf
 
 VOICE_PREFIX = K.VOICE_TENSOR.format(name="")
 
@@ -21,15 +23,7 @@ def load_kokoro(
     device = torch.device(device)
     with torch.device("meta"):  # no memory and no random init for weights about to be replaced
         model = KokoroModel(config)
-    expected = model.state_dict()
-    state = {
-        name: gguf.tensor(K.to_gguf_name(name), shape=tuple(meta.shape)).to(device) for name, meta in expected.items()
-    }
-    known = {K.to_gguf_name(name) for name in expected}
-    for name in gguf.names():
-        if name not in known and not name.startswith(VOICE_PREFIX):
-            raise GGUFError(f"{gguf.path}: unexpected tensor '{name}' (no place for it in a kokoro model)")
-    model.load_state_dict(state, strict=True, assign=True)
+    load_module_from_gguf(model, gguf, gguf_name=K.to_gguf_name, ignore_prefixes=(VOICE_PREFIX,), device=device)
     model.eval().requires_grad_(False)
     return config, model, _load_voices(gguf, config, device), dict(config.vocab)
 

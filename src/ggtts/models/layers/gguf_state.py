@@ -1,15 +1,13 @@
-"""Fill an ``nn.Module`` from a GGUF file whose tensor names are the module's parameter names.
+"""Fill an ``nn.Module`` from a GGUF file: the one strict loader every architecture uses.
 
-Loading is strict: a tensor the module needs and the file lacks, or a tensor in the file the module has no
-place
-for, is an error naming the tensor. The one shape transform allowed is llama.cpp's broadcast layout for
-per-channel
-vectors: ``(C, 1)`` (ggml ``{1, C}``) is accepted for a ``(C,)`` parameter.
+A tensor the module needs and the file lacks, a tensor in the file the module has no place for, or one of the
+wrong shape is an error naming the tensor. The one shape transform allowed is llama.cpp's broadcast layout for
+per-channel vectors: ``(C, 1)`` (ggml ``{1, C}``) is accepted for a ``(C,)`` parameter.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import torch
 from torch import nn
@@ -30,33 +28,39 @@ def load_module_from_gguf(
     module: nn.Module,
     gguf: GGUFFile,
     *,
+    gguf_name: Callable[[str], str] = lambda name: name,
     optional: Iterable[str] = (),
     ignore: Iterable[str] = (),
+    ignore_prefixes: tuple[str, ...] = (),
+    device: str | torch.device | None = None,
 ) -> set[str]:
-    """Copy every parameter/persistent buffer of ``module`` from the same-named GGUF tensor.
+    """Fill every parameter and persistent buffer of ``module`` from its GGUF tensor, strictly.
 
-    ``optional`` names may be missing from the file (they are returned so the caller can act, e.g. tie
-    weights);
-    ``ignore`` names may be present in the file without a place in the module. Returns the missing optional
-    names.
+    ``gguf_name`` maps a module name to the file's (identity where the module follows the file's names).
+    ``optional`` names may be missing from the file (they are returned so the caller can act, e.g. tie weights);
+    ``ignore`` names, and names starting with ``ignore_prefixes``, may be in the file without a place in the
+    module. A module built on the ``meta`` device gets the file's tensors themselves (on ``device``): no memory
+    and no random initialisation is spent on weights about to be replaced. Returns the missing optional names.
     """
     optional_set, ignore_set = set(optional), set(ignore)
     state = module.state_dict()
     file_names = set(gguf.names())
-    missing = [n for n in state if n not in file_names and n not in optional_set]
+    wanted = {name: gguf_name(name) for name in state}
+    missing = [f for n, f in wanted.items() if f not in file_names and n not in optional_set]
     if missing:
         raise GGUFError(
             f"{gguf.path}: missing tensor '{missing[0]}'"
             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
         )
-    unexpected = sorted(file_names - set(state) - ignore_set)
+    unexpected = sorted(n for n in file_names - set(wanted.values()) - ignore_set if not n.startswith(ignore_prefixes))
     if unexpected:
         raise GGUFError(f"{gguf.path}: unexpected tensor '{unexpected[0]}' for this architecture")
-    absent = {n for n in optional_set if n not in file_names}
+    absent = {n for n in optional_set if wanted.get(n, n) not in file_names}
+    values = {n: _fit(wanted[n], gguf.tensor(wanted[n]), t.shape, gguf) for n, t in state.items() if n not in absent}
+    if any(t.is_meta for t in state.values()):
+        module.load_state_dict({n: v.to(device or "cpu") for n, v in values.items()}, strict=True, assign=True)
+        return absent
     with torch.no_grad():
-        for name, target in state.items():
-            if name in absent:
-                continue
-            value = _fit(name, gguf.tensor(name), target.shape, gguf)
-            target.copy_(value)  # cast to the module's dtype
+        for name, value in values.items():
+            state[name].copy_(value)  # cast to the module's dtype, on its device
     return absent
