@@ -150,3 +150,10 @@ def test_server_lists_and_speaks(toy: Path) -> None:
         assert rate == SAMPLE_RATE and len(samples) == 3 * SECONDS_PER_WORD * SAMPLE_RATE
         bad = client.post("/v1/audio/speech", json={"model": "sine", "input": "a", "voice": "nobody"})
         assert bad.status_code == 400 and "choose one of: hum" in bad.json()["error"]["message"]
+
+
+def test_measurement_commands_come_from_the_records(toy: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "-m", str(toy), "--against", "onnx"]) == 1
+    assert f"{toy}: no benchmark for the toy family yet" in capsys.readouterr().err
+    assert main(["parity", "toy"]) == 1
+    assert "no parity check for 'toy'; available: kokoro" in capsys.readouterr().err

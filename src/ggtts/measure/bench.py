@@ -148,17 +148,16 @@ def benchmark(
     warmup: int = WARMUP_RUNS,
     progress: bool = True,
 ) -> dict[str, Any]:
+    from ggtts.families import family_for
     from ggtts.gguf import GGUFFile
     from ggtts.models.kokoro.config import KokoroConfig
 
     if runs < 1:
         raise GGTTSError(f"--runs must be at least 1, got {runs}")
     gguf = GGUFFile(model_path)
-    if gguf.architecture != "kokoro":
-        raise GGTTSError(f"{model_path}: bench compares Kokoro engines; this file is '{gguf.architecture}'")
     config = KokoroConfig.from_gguf(gguf)
-    voices = gguf.get("kokoro.voices") or []
-    voice = str(voices[0])
+    voices = family_for(gguf).voices(gguf)
+    voice = voices[0]
     start = time.perf_counter()
     chunks = phoneme_chunks(text, config.language, config.max_phonemes, config.vocab)
     frontend_s = time.perf_counter() - start
@@ -263,10 +262,16 @@ def plot(report: dict[str, Any], path: str | Path) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from ggtts.api import resolve_model_path
+    from ggtts.families import family_for
+    from ggtts.families.base import import_target
+    from ggtts.gguf import GGUFFile
 
     peers = parse_peers(args.against)
     model_path = resolve_model_path(args.model)
-    report = benchmark(model_path, args.text or BENCH_PARAGRAPH, peers, args.runs)
+    family = family_for(GGUFFile(model_path))
+    if family.bench is None:
+        raise GGTTSError(f"{model_path}: no benchmark for the {family.name} family yet")
+    report = import_target(family.bench)(model_path, args.text or BENCH_PARAGRAPH, peers, args.runs)
     if args.json:
         json.dump(report, sys.stdout, indent=2, ensure_ascii=False)
         print()
