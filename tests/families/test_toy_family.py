@@ -19,7 +19,7 @@ import ggtts
 from ggtts.audio import Audio
 from ggtts.cli import main
 from ggtts.families import register_family, unregister_family
-from ggtts.families.base import Capabilities, Family, TTSModel, check_speed, check_text, option
+from ggtts.families.base import Capabilities, Family, TTSModel, check_text, option
 from ggtts.gguf import GGUFFile, ModelWriter
 
 ARCH = "toy-sine"
@@ -50,7 +50,7 @@ class SineModel(TTSModel):
     def stream(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Iterator[Audio]:
         FAMILY.check_options(options)
         pitch = SineOptions(**options).pitch
-        speed = check_speed(speed)
+        speed = FAMILY.check_speed(speed)
         self.resolve_voice(voice)
         n = round(SECONDS_PER_WORD * SAMPLE_RATE / speed)
         for _ in check_text(text, FAMILY.capabilities.max_input_chars).split():
@@ -112,6 +112,7 @@ def test_info_names_the_family_and_its_voices(toy: Path, capsys: pytest.CaptureF
     assert f"architecture: {ARCH}\n" in out
     assert "family: toy (a sine per word, for the tests)" in out
     assert "voices (1): hum" in out
+    assert "capabilities: speed 0.5 to 2; up to 200 characters; streaming" in out
     assert ggtts.list_families()[-1] == "toy" and ARCH in ggtts.architectures()
 
 
@@ -124,6 +125,10 @@ def test_option_and_voice_errors(toy: Path, tmp_path: Path, capsys: pytest.Captu
         model.synthesize("hello", pich=300)
     with pytest.raises(ggtts.InputError, match=r"unknown voice 'nobody'; choose one of hum"):
         model.synthesize("hello", voice="nobody")
+    with pytest.raises(ggtts.InputError, match=r"toy cannot blend voices; choose one of hum"):
+        model.synthesize("hello", voice="hum:0.5,hum:0.5")  # its capabilities say it does not blend
+    with pytest.raises(ggtts.InputError, match=r"speed 2.5 is out of range; use 0.5 to 2.0"):
+        model.synthesize("hello", speed=2.5)
     out = tmp_path / "x.wav"
     assert main(["speak", "-m", str(toy), "hello", "--seed", "3", "-o", str(out)]) == 1
     assert "unknown option 'seed' for toy; known: pitch" in capsys.readouterr().err
@@ -150,6 +155,9 @@ def test_server_lists_and_speaks(toy: Path) -> None:
         assert rate == SAMPLE_RATE and len(samples) == 3 * SECONDS_PER_WORD * SAMPLE_RATE
         bad = client.post("/v1/audio/speech", json={"model": "sine", "input": "a", "voice": "nobody"})
         assert bad.status_code == 400 and "choose one of: hum" in bad.json()["error"]["message"]
+        blend = client.post("/v1/audio/speech", json={"model": "sine", "input": "a", "voice": "hum,hum"})
+        assert blend.status_code == 400 and blend.json()["error"]["param"] == "voice"
+        assert "toy cannot blend voices" in blend.json()["error"]["message"]
 
 
 def test_measurement_commands_come_from_the_records(toy: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -31,13 +31,14 @@ WEIGHT_SEPARATOR = ":"  # "a:0.7,b:0.3" gives them weights
 
 
 # ---- checks every pipeline shares ------------------------------------------------------------------------------
-def check_speed(speed: float | str) -> float:
+def check_speed(speed: float | str, limits: tuple[float, float] = (MIN_SPEED, MAX_SPEED)) -> float:
     try:
         speed = float(speed)
     except (TypeError, ValueError):
         raise InputError(f"speed must be a number, got {speed!r}") from None
-    if not MIN_SPEED <= speed <= MAX_SPEED:
-        raise InputError(f"speed {speed} is out of range; use {MIN_SPEED} to {MAX_SPEED}")
+    low, high = limits
+    if not low <= speed <= high:
+        raise InputError(f"speed {speed} is out of range; use {low} to {high}")
     return speed
 
 
@@ -57,6 +58,10 @@ class UnknownVoiceError(InputError):
         self.name, self.voices = name, list(voices)
         choices = f"choose one of {', '.join(voices)}" if voices else "this model has no voices; leave voice out"
         super().__init__(f"unknown voice '{name}'; {choices}")
+
+
+class VoiceBlendError(InputError):
+    """A blend of voices asked of a model whose family cannot blend them."""
 
 
 class VoiceWeightError(InputError):
@@ -143,11 +148,15 @@ class TTSModel(ABC):
         return voices[0] if voices else None
 
     def resolve_voice(self, voice: str | None) -> VoiceMix | None:
-        """The voice asked for, checked against the model's voices (``None``: the default voice)."""
+        """The voice asked for, checked against the model's voices (``None``: the default voice); a blend only
+        where the family blends voices."""
         if voice is None:
             default = self.default_voice
             return None if default is None else VoiceMix(((default, 1.0),))
-        return parse_voice(voice, self.voices)
+        mix = parse_voice(voice, self.voices)
+        if mix.single is None and self.family is not None and not self.family.capabilities.blending:
+            raise VoiceBlendError(f"{self.family.name} cannot blend voices; choose one of {', '.join(self.voices)}")
+        return mix
 
     @abstractmethod
     def stream(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Iterator[Audio]: ...
@@ -236,6 +245,26 @@ class Family:
     def converter(self, name: str) -> Callable[[list[Path], Path, str], Path]:
         converter: Callable[[list[Path], Path, str], Path] = import_target(self.converters[name])
         return converter
+
+    def check_speed(self, speed: float | str) -> float:
+        """``speed`` checked against the family's range (a family without speed control takes only its one)."""
+        low, high = self.capabilities.speed
+        if low == high:
+            value = check_speed(speed, (min(low, MIN_SPEED), max(high, MAX_SPEED)))
+            if value != low:
+                raise InputError(f"{self.name} has no speed control; use speed {low:g}")
+            return value
+        return check_speed(speed, (low, high))
+
+    def describe_capabilities(self) -> str:
+        c = self.capabilities
+        parts = [f"speed {c.speed[0]:g} to {c.speed[1]:g}" if c.speed[0] != c.speed[1] else "fixed speed"]
+        parts += ["voice blends"] if c.blending else []
+        parts += ["phoneme input"] if c.phonemes else []
+        parts += [f"languages {', '.join(c.languages)}"] if c.languages else []
+        parts += [f"up to {c.max_input_chars} characters"]
+        parts += ["streaming"] if c.streaming else []
+        return "; ".join(parts)
 
     def option_names(self) -> list[str]:
         return [f.name for f in dataclasses.fields(self.options)]

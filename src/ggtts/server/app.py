@@ -216,6 +216,8 @@ def _check_voice(worker: ModelWorker, voice: str | None) -> str | None:
         ) from None
     except VoiceWeightError as e:
         raise ApiError(400, str(e), code="invalid_voice_weight", param="voice") from None
+    except InputError as e:  # a blend asked of a family that cannot blend
+        raise ApiError(400, str(e), code="invalid_voice", param="voice") from None
     return None if mix is None else str(mix)
 
 

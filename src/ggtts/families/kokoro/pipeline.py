@@ -11,7 +11,7 @@ import torch
 
 from ggtts.audio import Audio
 from ggtts.errors import InputError
-from ggtts.families.base import TTSModel, check_speed, check_text
+from ggtts.families.base import TTSModel, check_text
 from ggtts.families.kokoro import FAMILY, MAX_TEXT_CHARS
 from ggtts.gguf import GGUFFile
 from ggtts.models.kokoro.config import KokoroConfig
@@ -148,7 +148,7 @@ class KokoroTTS(TTSModel):
         seed: int = 0,
     ) -> Audio:
         """One phoneme chunk (at most ``config.max_phonemes`` phonemes) -> audio."""
-        speed = check_speed(speed)
+        speed = FAMILY.check_speed(speed)
         generator = torch.Generator(device=self.device).manual_seed(seed)
         samples = self._run(phonemes, self.voicepack(voice), speed, generator)
         return Audio(samples=samples, sample_rate=self.sample_rate)
@@ -172,7 +172,7 @@ class KokoroTTS(TTSModel):
         """
         FAMILY.check_options(options)  # those it takes are the named arguments above: any other is unknown
         text = check_text(text, MAX_TEXT_CHARS)
-        speed = check_speed(speed)
+        speed = FAMILY.check_speed(speed)
         pack = self.voicepack(voice)  # fail on a bad voice before any work
         vocab = frozenset(self.vocab)
         limit = self.config.max_phonemes

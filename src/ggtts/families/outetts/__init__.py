@@ -60,7 +60,7 @@ FAMILY = Family(
     architectures=(Qwen2.ARCH,),
     pipeline="ggtts.families.outetts.pipeline:OuteTTS",
     options=OuteTTSOptions,
-    capabilities=Capabilities(max_input_chars=MAX_CHARS),
+    capabilities=Capabilities(speed=(1.0, 1.0), max_input_chars=MAX_CHARS),
     recognize=recognize,
     companions=(
         Companion(

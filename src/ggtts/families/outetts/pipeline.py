@@ -20,7 +20,7 @@ import torch
 
 from ggtts.audio import Audio
 from ggtts.errors import GGTTSError, GGUFError, InputError
-from ggtts.families.base import TTSModel, check_speed, check_text
+from ggtts.families.base import TTSModel, check_text
 from ggtts.families.outetts import FAMILY, MAX_CHARS
 from ggtts.families.outetts.prompt import (
     CODE_TOKEN,
@@ -229,8 +229,7 @@ class OuteTTS(TTSModel):
     def stream(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Iterator[Audio]:
         """Audio chunks while generating (windowed decoding; see :mod:`ggtts.runtime.streaming`)."""
         check_options(options, STREAM_OPTIONS)
-        if check_speed(speed) != 1.0:
-            raise InputError("OuteTTS has no speed control; use speed 1.0")
+        FAMILY.check_speed(speed)
         vocoder = self._require_vocoder(options)
         windowed = WindowedDecoder(
             lambda c: vocoder(c.to(self.device)).cpu(),
@@ -252,8 +251,7 @@ class OuteTTS(TTSModel):
     def synthesize(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Audio:
         """One-shot: generate every code, then decode them all at once (exactly hop samples per code)."""
         check_options(options, SYNTHESIZE_OPTIONS)
-        if check_speed(speed) != 1.0:
-            raise InputError("OuteTTS has no speed control; use speed 1.0")
+        FAMILY.check_speed(speed)
         vocoder = self._require_vocoder(options)
         codes = [c for chunk in self.generate_codes(text, voice, **options) for c in chunk]
         audio = decode_codes(vocoder, codes)
