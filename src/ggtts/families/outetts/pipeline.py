@@ -21,7 +21,7 @@ import torch
 from ggtts.audio import Audio
 from ggtts.errors import GGTTSError, GGUFError, InputError
 from ggtts.families.base import TTSModel, check_text
-from ggtts.families.outetts import FAMILY, MAX_CHARS
+from ggtts.families.outetts import FAMILY, MAX_CHARS, OuteTTSOptions
 from ggtts.families.outetts.prompt import (
     CODE_TOKEN,
     OuteTTSVersion,
@@ -277,7 +277,7 @@ def _sampling(options: dict[str, Any]) -> SamplingParams:
         min_p=float(options.get("min_p", d.min_p)),
         repetition_penalty=float(options.get("repetition_penalty", d.repetition_penalty)),
         repetition_window=int(options.get("repetition_window", d.repetition_window)),
-        seed=options.get("seed"),
+        seed=int(options.get("seed", OuteTTSOptions.seed)),  # seeded by default: a run is reproducible
     )
 
 
