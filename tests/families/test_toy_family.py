@@ -62,6 +62,18 @@ def _voices(gguf: GGUFFile) -> list[str]:
     return [str(v) for v in gguf.get(VOICES_KEY) or []]
 
 
+def write_toy(path: Path, gain: float) -> Path:
+    writer = ModelWriter(path, ARCH)
+    writer.add(VOICES_KEY, ["hum"])
+    writer.add_tensor("gain", torch.tensor([gain]))
+    return writer.write()
+
+
+def convert_toy(sources: list[Path], out: Path, out_type: str) -> Path:
+    """The toy's "upstream checkpoint": a text file holding the gain."""
+    return write_toy(out, float(sources[0].read_text()))
+
+
 FAMILY = Family(
     name="toy",
     description="a sine per word, for the tests",
@@ -70,17 +82,14 @@ FAMILY = Family(
     options=SineOptions,
     capabilities=Capabilities(max_input_chars=200),
     voices=_voices,
+    converters={"toy": f"{__name__}:convert_toy"},
 )
 SineModel.family = FAMILY
 
 
 @pytest.fixture
 def toy(tmp_path: Path) -> Iterator[Path]:
-    path = tmp_path / "toy.gguf"
-    writer = ModelWriter(path, ARCH)
-    writer.add(VOICES_KEY, ["hum"])
-    writer.add_tensor("gain", torch.tensor([0.5]))
-    writer.write()
+    path = write_toy(tmp_path / "toy.gguf", 0.5)
     register_family(FAMILY)
     try:
         yield path
@@ -165,3 +174,15 @@ def test_measurement_commands_come_from_the_records(toy: Path, capsys: pytest.Ca
     assert f"{toy}: no benchmark for the toy family yet" in capsys.readouterr().err
     assert main(["parity", "toy"]) == 1
     assert "no parity check for 'toy'; available: kokoro" in capsys.readouterr().err
+
+
+def test_convert_names_come_from_the_records(toy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "gain.txt"
+    source.write_text("0.25")
+    out = tmp_path / "converted.gguf"
+    assert main(["convert", "toy", str(source), "-o", str(out)]) == 0
+    assert float(GGUFFile(out).tensor("gain")[0]) == 0.25
+    assert main(["convert", "tacotron", str(source), "-o", str(tmp_path / "t.gguf")]) == 1
+    assert (
+        "unknown model family 'tacotron'; choose one of kokoro, outetts, wavtokenizer, toy" in capsys.readouterr().err
+    )
