@@ -16,9 +16,9 @@ import pytest
 import torch
 
 from ggtts.convert.kokoro_onnx import NOT_IN_EXPORT, convert_onnx, state_dict_from_onnx
+from ggtts.families.kokoro.parity import StageResult, kokoro_stages, print_table
 from ggtts.families.kokoro.pipeline import KokoroTTS
 from ggtts.gguf import GGUFFile
-from ggtts.measure.parity import StageResult, kokoro_stages, print_table
 
 pytestmark = [pytest.mark.needs_weights, pytest.mark.needs_reference, pytest.mark.slow]
 
@@ -32,7 +32,7 @@ def both(kokoro_int8_onnx: Path, kokoro_voices_npz: Path, tmp_path_factory: pyte
     pytest.importorskip("kokoro")
     from kmodel_reference import build_kmodel
 
-    from ggtts.measure.kokoro_upstream import load_folded
+    from ggtts.families.kokoro.upstream import load_folded
 
     state = state_dict_from_onnx(kokoro_int8_onnx)
     gguf = convert_onnx(kokoro_int8_onnx, [kokoro_voices_npz], tmp_path_factory.mktemp("kmodel") / "k.gguf")

@@ -10,7 +10,7 @@ import pytest
 
 from ggtts.cli import main
 from ggtts.errors import GGTTSError
-from ggtts.measure import bench
+from ggtts.families.kokoro import bench
 from ggtts.measure import eval as eval_cmd
 
 

@@ -10,8 +10,8 @@ import torch
 pytest.importorskip("kokoro")
 pytest.importorskip("transformers")
 
-from ggtts.measure import kokoro_upstream
-from ggtts.measure.parity import kokoro_parity
+from ggtts.families.kokoro import upstream as kokoro_upstream
+from ggtts.families.kokoro.parity import kokoro_parity
 
 pytestmark = pytest.mark.needs_reference
 

@@ -40,7 +40,7 @@ KOKORO_NAME = "tiny"
 
 def _write_tiny_kokoro(path: Path) -> None:
     from ggtts.convert.kokoro_gguf import write_kokoro_gguf
-    from ggtts.measure.kokoro_upstream import build_upstream, random_voices, tiny_config
+    from ggtts.families.kokoro.upstream import build_upstream, random_voices, tiny_config
 
     config = tiny_config()
     state = build_upstream(config).folded_state()

@@ -232,7 +232,7 @@ class Family:
     converters: Mapping[str, str] = field(default_factory=dict)  # `ggtts convert NAME` -> "module:function"
     decoder: str | None = None  # "module:function" for `ggtts decode` (codes -> audio), if the family has one
     # measurement parts ("module:function"), where the family has them: `ggtts parity NAME` runs ``parity()`` ->
-    # a list of stage results; `ggtts bench` on one of its files runs ``bench(model_path, text, peers, runs)``
+    # a list of stage results; `ggtts bench` on one of its files runs ``bench(args, model_path)`` -> exit status
     parity: str | None = None
     bench: str | None = None
 

@@ -37,6 +37,6 @@ FAMILY = Family(
     capabilities=Capabilities(blending=True, phonemes=True, languages=LANGUAGES, max_input_chars=MAX_TEXT_CHARS),
     voices=_voices,
     converters={"kokoro": "ggtts.convert.kokoro_files:convert_kokoro"},
-    parity="ggtts.measure.parity:kokoro_parity",
-    bench="ggtts.measure.bench:benchmark",
+    parity="ggtts.families.kokoro.parity:kokoro_parity",
+    bench="ggtts.families.kokoro.bench:run",
 )

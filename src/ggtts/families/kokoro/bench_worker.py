@@ -1,8 +1,9 @@
 """One engine's timings, in a process of its own so that its peak memory is its own.
 
-Run as ``python -m ggtts.measure.bench_worker SPEC.json RESULT.json`` by :mod:`ggtts.measure.bench`. The spec
-names the engine, the GGUF file, the voice, the phoneme chunks of the text and of each batch item, and the
-number of warm-up and measured runs; the result holds the seconds of every run and the peak resident memory.
+Run as ``python -m ggtts.families.kokoro.bench_worker SPEC.json RESULT.json`` by
+:mod:`ggtts.families.kokoro.bench`. The spec names the engine, the GGUF file, the voice, the phoneme chunks of
+the text and of each batch item, and the number of warm-up and measured runs; the result holds the seconds of
+every run and the peak resident memory.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ggtts.measure.peers import ENGINES, Synthesize, version
+from ggtts.families.kokoro.peers import ENGINES, Synthesize, version
 
 KIB_PER_MIB = 1024  # Linux reports ru_maxrss in KiB
 
@@ -91,7 +92,7 @@ def measure(spec: Spec) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m ggtts.measure.bench_worker SPEC.json RESULT.json", file=sys.stderr)
+        print("usage: python -m ggtts.families.kokoro.bench_worker SPEC.json RESULT.json", file=sys.stderr)
         return 2
     result = measure(Spec.load(argv[0]))
     Path(argv[1]).write_text(json.dumps(result), encoding="utf-8")
