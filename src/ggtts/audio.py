@@ -79,12 +79,15 @@ class Audio:
     def save(self, path: str | os.PathLike[str], *, float_wav: bool = False) -> Path:
         """Write to ``path`` (format from the suffix; ``.wav`` is 16-bit PCM unless ``float_wav``).
 
-        The file is written under a temporary name and renamed, so a failure leaves nothing under ``path``.
+        The file is written under a temporary name and renamed, so a failure leaves nothing under ``path``; one
+        that cannot be written is an :class:`~ggtts.fsutil.OutputError` naming it.
         """
         path = Path(path)
         suffix = check_output_suffix(path)
-        with atomic_output(path) as tmp, tmp.open("wb") as f:
-            self.write_to(f, suffix, float_wav=float_wav)
+        encoded = io.BytesIO()  # encoded first: a full disk is then one OSError, not soundfile's callback tracebacks
+        self.write_to(encoded, suffix, float_wav=float_wav)
+        with atomic_output(path) as tmp:
+            tmp.write_bytes(encoded.getbuffer())
         return path
 
 

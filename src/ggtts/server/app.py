@@ -22,7 +22,7 @@ from ggtts import __version__
 from ggtts.api import TTSModel
 from ggtts.audio import Audio
 from ggtts.errors import GGTTSError, InputError
-from ggtts.families.base import UnknownVoiceError, VoiceWeightError
+from ggtts.families.base import UnknownVoiceError, VoiceWeightError, check_unicode
 from ggtts.server.errors import ApiError
 from ggtts.server.guard import GuardMiddleware
 from ggtts.server.schemas import (
@@ -161,12 +161,12 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
             # Built before a queue place is taken: a failure here has no ticket to give back.
             encoder = _start_encoder(fmt, model.sample_rate)
             try:
-                ticket = worker.admit()
+                ticket = worker.admit(len(text))
             except BaseException:
                 encoder.close()
                 raise
             return await _streamed(ticket, chunks, encoder, deadline, headers, fmt)
-        audio = await _whole(worker.admit(), chunks, deadline)
+        audio = await _whole(worker.admit(len(text)), chunks, deadline)
         data = await asyncio.to_thread(audio.encode, fmt)
         log.info(
             "%s: %d chars -> %.2f s of audio as %s in %.2f s",
@@ -232,7 +232,10 @@ def _check_input(text: str, max_chars: int) -> str:
         )
     if not text.strip():
         raise ApiError(400, "input is empty; give the text to speak", code="empty_input", param="input")
-    return text
+    try:
+        return check_unicode(text)
+    except InputError as e:
+        raise ApiError(400, f"input: {e}", code="invalid_input", param="input") from None
 
 
 def _synthesis_error(exc: Exception) -> ApiError:
@@ -301,8 +304,8 @@ async def _streamed(
         if isinstance(exc, Exception) and not isinstance(exc, ClientGone):
             raise _synthesis_error(exc) from exc
         raise
-    # From here Starlette cancels the body when the client disconnects; no need to poll for it.
-    deadline.is_disconnected = None
+    # The deadline goes on polling for a disconnect while each step runs: Starlette (ASGI 2.4) only notices one
+    # when a send fails, which would be after the chunk in progress, however long it takes.
     return AbortableStreamingResponse(_stream_body(first, steps, encoder), media_type=MEDIA_TYPES[fmt], headers=headers)
 
 
@@ -317,6 +320,8 @@ async def _stream_body(first: bytes, steps: Steps[bytes], encoder: StreamEncoder
         while (data := await steps.next()) is not None:
             if data:
                 yield data
+    except ClientGone:
+        raise StreamAborted("the client left") from None
     except Exception as exc:
         error = _synthesis_error(exc)
         log.warning("stream cut after it started: %s", error.message)

@@ -1,14 +1,22 @@
-"""Checks made before a request reaches a route: the API key, and the size of the body."""
+"""Checks made before a request reaches a route: the Host header, the API key, and the size of the body.
+
+The Host check stops DNS rebinding: a web page on another site that resolves its own name to 127.0.0.1 could
+otherwise drive a keyless server on this machine from the visitor's browser. Only the names the server is
+meant to be reached by are accepted (the loopback names by default, ``--allowed-hosts`` for others).
+
+The size check counts bytes as they arrive, so a body without ``Content-Length`` (chunked) is cut off at the
+limit too, instead of being read whole into memory first.
+"""
 
 from __future__ import annotations
 
 import hmac
 
 from fastapi.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ggtts.server.errors import AUTHENTICATION, ApiError
-from ggtts.server.settings import ServerSettings
+from ggtts.server.settings import ServerSettings, host_name
 
 # Reachable without the key: the health check, and the web page (static files holding no data; the page asks
 # for the key and sends it with every API call).
@@ -16,25 +24,81 @@ PUBLIC_PATHS = frozenset({"/health", "/"})
 PUBLIC_PREFIXES = ("/static/",)
 
 
+def _too_large(settings: ServerSettings, size: int | None) -> ApiError:
+    said = f"is {size} bytes" if size is not None else "goes on"
+    return ApiError(
+        413,
+        f"the request body {said}, more than any valid request can be ({settings.max_body_bytes} bytes); "
+        f"this server takes at most {settings.max_input_chars} characters of input",
+        code="input_too_long",
+        param="input",
+        headers={"Connection": "close"},  # the rest of the body is not read: the connection cannot go on
+    )
+
+
+async def _send_error(error: ApiError, scope: Scope, receive: Receive, send: Send) -> None:
+    response = JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+    await response(scope, receive, send)
+
+
 class GuardMiddleware:
-    """Answers 401 without the right ``Authorization: Bearer`` key, 413 for a body too large to be valid."""
+    """Answers 400 for a Host this server is not meant to be reached by, 401 without the right
+    ``Authorization: Bearer`` key, 413 for a body too large to be valid (as soon as it is)."""
 
     def __init__(self, app: ASGIApp, settings: ServerSettings) -> None:
         self.app = app
         self.settings = settings
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            error = self.check(scope)
-            if error is not None:
-                response = JSONResponse(error.body(), status_code=error.status, headers=error.headers)
-                await response(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        error = self.check(scope)
+        if error is not None:
+            await _send_error(error, scope, receive, send)
+            return
+        await self._call_counting(scope, receive, send)
+
+    async def _call_counting(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on, answering 413 the moment its body passes the limit; the route then sees a
+        disconnect and whatever it tries to send is dropped."""
+        limit = self.settings.max_body_bytes
+        state = {"received": 0, "refused": False, "started": False}
+
+        async def counted_receive() -> Message:
+            if state["refused"]:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                state["received"] += len(message.get("body", b""))
+                if state["received"] > limit:
+                    state["refused"] = True
+                    if not state["started"]:
+                        await _send_error(_too_large(self.settings, None), scope, _disconnected, send)
+                        state["started"] = True
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            if state["refused"]:
                 return
-        await self.app(scope, receive, send)
+            if message["type"] == "http.response.start":
+                state["started"] = True
+            await send(message)
+
+        await self.app(scope, counted_receive, guarded_send)
 
     def check(self, scope: Scope) -> ApiError | None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         path: str = scope["path"]
+        allowed = self.settings.allowed_hosts
+        if allowed is not None and host_name(headers.get("host", "")) not in allowed:
+            return ApiError(
+                400,
+                f"this server does not answer to the host name '{host_name(headers.get('host', ''))}'; "
+                "start it with --allowed-hosts to add names",
+                code="invalid_host",
+            )
         key = self.settings.api_key
         public = path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
         if key is not None and not public and not _authorized(headers.get("authorization", ""), key):
@@ -47,14 +111,12 @@ class GuardMiddleware:
             )
         length = headers.get("content-length", "")
         if length.isdigit() and int(length) > self.settings.max_body_bytes:
-            return ApiError(
-                413,
-                f"the request body is {int(length)} bytes, more than any valid request can be; "
-                f"this server takes at most {self.settings.max_input_chars} characters of input",
-                code="input_too_long",
-                param="input",
-            )
+            return _too_large(self.settings, int(length))
         return None
+
+
+async def _disconnected() -> Message:
+    return {"type": "http.disconnect"}
 
 
 def _authorized(header: str, key: str) -> bool:

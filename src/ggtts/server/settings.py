@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from ggtts.errors import InputError
@@ -16,12 +17,14 @@ API_KEY_ENV = "GGTTS_API_KEY"
 
 @dataclass(frozen=True)
 class ServerSettings:
-    """What the server accepts: access key, queue depth, input size and time per request."""
+    """What the server accepts: access key, queue depth, input size and time per request, and the host names
+    it answers to (``None``: any; ``ggtts serve`` sets the loopback names unless told otherwise)."""
 
     api_key: str | None = None
     max_queue: int = DEFAULT_MAX_QUEUE
     max_input_chars: int = DEFAULT_MAX_INPUT_CHARS
     timeout_s: float = DEFAULT_TIMEOUT_S
+    allowed_hosts: frozenset[str] | None = None
 
     def __post_init__(self) -> None:
         if self.max_queue < 0:
@@ -43,3 +46,21 @@ class ServerSettings:
 
 
 BODY_OVERHEAD_BYTES = 16 * 1024  # room for the JSON fields other than `input`
+
+
+def host_name(host_header: str) -> str:
+    """The name in a Host header, lower case, without the port: "[::1]:8000" -> "::1"."""
+    host = host_header.strip().lower()
+    if host.startswith("["):  # an IPv6 literal
+        return host[1 : host.find("]")] if "]" in host else host
+    if host.count(":") > 1:  # a bare IPv6 address
+        return host
+    name, _, port = host.rpartition(":")
+    return name if name and port.isdigit() else host
+
+
+def allowed_host_names(bound_to: str, extra: Iterable[str] = ()) -> frozenset[str]:
+    """The names a server bound to ``bound_to`` answers to: loopback names, the bound address, ``extra``."""
+    names = {"localhost", "127.0.0.1", "::1", host_name(bound_to)}
+    names.update(host_name(h) for h in extra if h.strip())
+    return frozenset(names)

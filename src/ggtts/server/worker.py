@@ -2,8 +2,9 @@
 
 torch inference is CPU-bound and a model may keep state between the steps of one utterance, so each model has
 a single worker thread and one request holds it from its first chunk to its last. The event loop only waits:
-between chunks it checks the request's deadline and whether the client is still there, and a request that is
-given up stops before its next chunk; the model stays taken until the step already running has finished.
+while a step runs it checks the request's deadline and whether the client is still there. A request that is
+given up is cancelled (:mod:`ggtts.runtime.cancel`): the step running on the model's thread stops at its next
+layer, so the model is free for the next request within moments, not after the chunk would have finished.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from ggtts.api import TTSModel
+from ggtts.runtime.cancel import CancelToken, cancellable
 from ggtts.server.errors import ApiError
 
 log = logging.getLogger("ggtts.server")
@@ -24,7 +26,10 @@ log = logging.getLogger("ggtts.server")
 T = TypeVar("T")
 POLL_S = 0.1  # how often a waiting request looks at its client and its deadline
 RETRY_AFTER_MAX_S = 300
-_EMA_WEIGHT = 0.2  # weight of the newest request in the running mean of request durations
+_EMA_WEIGHT = 0.2  # weight of the newest request in the running mean of seconds per input character
+# Seconds of synthesis per input character before any request has finished here (Kokoro on two cores takes
+# about 0.01-0.02); replaced by what this server measures as soon as requests complete.
+INITIAL_SECONDS_PER_CHAR = 0.02
 
 
 class RequestTimeout(ApiError):
@@ -50,7 +55,8 @@ class ModelWorker:
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"ggtts-{name}")
         self._turn = asyncio.Lock()
         self._admitted = 0
-        self._mean_duration_s = 1.0
+        self._running: Ticket | None = None
+        self.seconds_per_char = INITIAL_SECONDS_PER_CHAR
 
     @property
     def busy(self) -> bool:
@@ -60,26 +66,39 @@ class ModelWorker:
     def waiting(self) -> int:
         return max(0, self._admitted - 1)
 
-    def admit(self) -> Ticket:
-        """A place in this model's queue, or 503 with Retry-After when the queue is full."""
+    def seconds_until_free(self) -> float:
+        """When the running request should end (a place in the queue frees up then): its length times the
+        measured seconds per character, less the time it has already run."""
+        running = self._running
+        if running is None:
+            return 0.0
+        elapsed = time.monotonic() - running.started
+        return max(0.0, running.chars * self.seconds_per_char - elapsed)
+
+    def admit(self, chars: int = 1) -> Ticket:
+        """A place in this model's queue for ``chars`` characters of input, or 503 with Retry-After when the
+        queue is full."""
         if self._admitted >= 1 + self.max_queue:
-            # a place frees up when the running request ends: about one request's time from now
-            retry_after = min(RETRY_AFTER_MAX_S, max(1, math.ceil(self._mean_duration_s)))
+            retry_after = min(RETRY_AFTER_MAX_S, max(1, math.ceil(self.seconds_until_free())))
             raise ApiError(
                 503,
-                f"model '{self.name}' is busy: {self.waiting} requests are already waiting; retry later",
+                f"model '{self.name}' is busy: {self.waiting} requests are already waiting; "
+                f"retry in about {retry_after} s",
                 code="queue_full",
                 headers={"Retry-After": str(retry_after)},
             )
         self._admitted += 1
-        return Ticket(self)
+        return Ticket(self, chars)
 
-    def _done(self, duration_s: float | None, holding_turn: bool) -> None:
+    def _done(self, ticket: Ticket, duration_s: float | None, finished: bool) -> None:
         self._admitted -= 1
-        if holding_turn:
+        if ticket.has_turn:
+            if self._running is ticket:
+                self._running = None
             self._turn.release()
-        if duration_s is not None:
-            self._mean_duration_s += _EMA_WEIGHT * (duration_s - self._mean_duration_s)
+        if duration_s is not None and finished and ticket.chars > 0:
+            rate = duration_s / ticket.chars
+            self.seconds_per_char += _EMA_WEIGHT * (rate - self.seconds_per_char)
 
     def shutdown(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
@@ -88,11 +107,13 @@ class ModelWorker:
 class Ticket:
     """One request's place on a worker: wait for the turn, then run steps on the model's thread."""
 
-    def __init__(self, worker: ModelWorker) -> None:
+    def __init__(self, worker: ModelWorker, chars: int = 1) -> None:
         self.worker = worker
-        self._has_turn = False
+        self.chars = max(1, chars)
+        self.has_turn = False
+        self.finished = False  # ran to its end (its duration then says how fast this model is)
         self._released = False
-        self._started = 0.0
+        self.started = 0.0
 
     async def take_turn(self, deadline: Deadline) -> None:
         acquire = asyncio.ensure_future(self.worker._turn.acquire())
@@ -104,21 +125,22 @@ class Ticket:
             else:
                 acquire.cancel()
             raise
-        self._has_turn = True
-        self._started = time.monotonic()
+        self.has_turn = True
+        self.started = time.monotonic()
+        self.worker._running = self
 
     def release(self, cleanup: Callable[[], None] | None = None) -> None:
         """Give the place back; ``cleanup`` runs on the model's thread first, after any step still running."""
         if self._released:
             return
         self._released = True
-        duration = time.monotonic() - self._started if self._has_turn else None
-        if cleanup is None or not self._has_turn:
-            self.worker._done(duration, self._has_turn)
+        duration = time.monotonic() - self.started if self.has_turn else None
+        if cleanup is None or not self.has_turn:
+            self.worker._done(self, duration, self.finished)
             return
         loop = asyncio.get_running_loop()
         future = self.worker.executor.submit(_logged(cleanup))
-        future.add_done_callback(lambda _: loop.call_soon_threadsafe(self.worker._done, duration, self._has_turn))
+        future.add_done_callback(lambda _: loop.call_soon_threadsafe(self.worker._done, self, duration, self.finished))
 
 
 def _logged(fn: Callable[[], None]) -> Callable[[], None]:
@@ -143,28 +165,42 @@ class Deadline:
         while True:
             remaining = self.at - time.monotonic()
             if remaining <= 0:
+                _abandon(future)
                 raise RequestTimeout(self.timeout_s)
             done, _ = await asyncio.wait({future}, timeout=min(remaining, POLL_S))
             if done:
                 return future.result()
             if self.is_disconnected is not None and await self.is_disconnected():
+                _abandon(future)
                 raise ClientGone
+        _abandon(future)
+
+
+def _abandon(future: asyncio.Future[Any]) -> None:
+    """Nobody will read ``future``'s result: take its exception when it comes (it is cancelled work)."""
+    future.add_done_callback(lambda f: f.cancelled() or f.exception())
 
 
 class Steps(Generic[T]):
-    """An iterator run one ``next`` at a time on the worker's thread, holding the ticket's turn."""
+    """An iterator run one ``next`` at a time on the worker's thread, holding the ticket's turn; closing it
+    cancels the step that may be running."""
 
     def __init__(self, ticket: Ticket, iterator_factory: Callable[[], Iterator[T]], deadline: Deadline) -> None:
         self.ticket = ticket
         self.deadline = deadline
         self._factory = iterator_factory
         self._iterator: Iterator[T] | None = None
+        self.token = CancelToken()
         self.closed = False
 
     def _step(self) -> T | None:
-        if self._iterator is None:
-            self._iterator = self._factory()
-        return next(self._iterator, None)
+        with cancellable(self.token):
+            if self._iterator is None:
+                self._iterator = self._factory()
+            item = next(self._iterator, None)
+        if item is None:
+            self.ticket.finished = True
+        return item
 
     async def next(self) -> T | None:
         """The next item, or None at the end."""
@@ -176,6 +212,7 @@ class Steps(Generic[T]):
         if self.closed:
             return
         self.closed = True
+        self.token.cancel("the request was given up")
 
         def cleanup() -> None:
             close = getattr(self._iterator, "close", None)

@@ -14,6 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from ggtts.errors import InputError
+from ggtts.runtime.cancel import check_cancelled
 from ggtts.text.g2p import G2PToken, get_g2p
 
 KOKORO_MAX_PHONEMES = 510  # 512 positions minus BOS and EOS
@@ -31,6 +32,10 @@ _SPACES = re.compile(r"\s+")
 _RUNS_OF_SPACES = re.compile(" {2,}")
 _BLANK_LINE = re.compile(r"\n\s*\n")
 _RAW_PIECE = re.compile(r"\S+\s*")
+# The tagger and G2P see a line at most this long at a time (cut at sentence ends): memory stays bounded and
+# a cancelled request stops between pieces.
+MAX_G2P_CHARS = 1000
+_SENTENCE_BREAK = re.compile(r"[.!?…][\"”’')\]]*\s")
 
 
 @dataclass(frozen=True)
@@ -151,6 +156,20 @@ def chunk_pieces(lines: Sequence[Sequence[G2PToken]], max_phonemes: int) -> Iter
             yield chunk
 
 
+def g2p_segments(line: str, max_chars: int = MAX_G2P_CHARS) -> Iterator[str]:
+    """``line`` in pieces of at most ``max_chars`` characters for the tagger, cut after sentence ends where
+    possible, else at a space, else anywhere; the pieces joined with spaces give ``line`` back."""
+    while len(line) > max_chars:
+        window = line[: max_chars + 1]
+        ends = [m.end() for m in _SENTENCE_BREAK.finditer(window)]
+        cut = ends[-1] if ends else window.rfind(" ") + 1
+        cut = cut if cut > 0 else max_chars
+        yield line[:cut].strip()
+        line = line[cut:].lstrip()
+    if line:
+        yield line
+
+
 def iter_chunks(text: str, lang: str = "a", max_phonemes: int = KOKORO_MAX_PHONEMES) -> Iterator[Chunk]:
     """Phonemize ``text`` (already normalized, see ``frontend``) and split it into chunks under the limit.
 
@@ -160,7 +179,11 @@ def iter_chunks(text: str, lang: str = "a", max_phonemes: int = KOKORO_MAX_PHONE
     g2p = get_g2p(lang)
     for paragraph in _BLANK_LINE.split(text):
         lines = [_SPACES.sub(" ", line).strip() for line in paragraph.split("\n")]
-        tokens = [g2p.tokens(line) for line in lines if line]
+        tokens = []
+        for line in lines:
+            for segment in g2p_segments(line):
+                check_cancelled()  # the G2P is no torch module: a cancelled request stops between segments
+                tokens.append(g2p.tokens(segment))
         yield from chunk_pieces([t for t in tokens if t], max_phonemes)
 
 

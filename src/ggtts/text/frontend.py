@@ -9,6 +9,7 @@ from collections.abc import Iterator, Set
 from ggtts.text.chunking import KOKORO_MAX_PHONEMES, Chunk, is_spoken, iter_chunks, iter_phoneme_chunks
 from ggtts.text.g2p import BRITISH, resolve_language
 from ggtts.text.normalize import normalize
+from ggtts.text.sanitize import bound_marks, break_long_runs
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +44,10 @@ def text_to_phoneme_chunks(
     ``lang`` is ``"a"`` (American) or ``"b"`` (British) or an alias (``"en-us"``, ``"en-gb"``). With
     ``vocab``, symbols outside it are removed (the limit still holds: filtering only shortens). Chunks left
     with nothing to say (no phonemes, or only punctuation) are skipped; empty text yields nothing.
+    The cost is linear in the length of ``text``, whatever it holds (see :mod:`ggtts.text.sanitize`).
     """
     code = resolve_language(lang)
-    normalized = normalize(text, british=code == BRITISH)
+    normalized = break_long_runs(normalize(bound_marks(text), british=code == BRITISH))
     yield from _keep_vocab(iter_chunks(normalized, lang=code, max_phonemes=max_phonemes), vocab)
 
 

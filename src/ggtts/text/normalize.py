@@ -41,7 +41,7 @@ _MAX_CARDINAL_DIGITS = 9  # longer digit strings without commas are IDs, read di
 _MAX_FRACTION_DENOMINATOR = 10  # "3/4" is "three quarters"; "3/15" is read "three fifteen"
 _SENTENCE_GOES_ON = re.compile(r"\s+[A-Z\"“‘'(]")
 # misaki's syntax for a pronunciation override, kept away from the rules.
-_MARKDOWN_LINK = re.compile(r"\[[^\]]+\]\([^)]*\)")
+_MARKDOWN_LINK = re.compile(r"\[[^\[\]]+\]\([^()\s]*\)")  # brackets and parens excluded inside: linear
 
 
 def _alternation(words: list[str]) -> str:
@@ -210,10 +210,10 @@ def _currency(m: re.Match[str], british: bool) -> str:
     if len(cents) > 2 or (cents and currency.subunit is None):
         return f"{minus}{numbers.decimal(amount, british=british)} {currency.units}"
     parts = []
-    units, subunits = int(whole or "0"), int(cents.ljust(2, "0") or "0")
+    units, subunits = whole.lstrip("0"), int(cents.ljust(2, "0") or "0")
     if units or not subunits:
-        name = currency.unit if units == 1 else currency.units
-        parts.append(f"{numbers.cardinal(units, british=british)} {name}")
+        name = currency.unit if units == "1" else currency.units
+        parts.append(f"{numbers.whole(units or '0', british=british)} {name}")
     if subunits and currency.subunit is not None and currency.subunits is not None:
         name = currency.subunit if subunits == 1 else currency.subunits
         parts.append(f"{numbers.cardinal(subunits, british=british)} {name}")
@@ -249,7 +249,7 @@ def _unit(m: re.Match[str], british: bool) -> str:
 
 
 def _ordinal(m: re.Match[str], british: bool) -> str:
-    return numbers.ordinal(int(m[1].replace(",", "")), british=british)
+    return numbers.whole_ordinal(m[1], british=british)
 
 
 def _decade(m: re.Match[str], british: bool) -> str:
@@ -290,9 +290,9 @@ def _number_range(m: re.Match[str], british: bool) -> str:
 
 
 def _slash_numbers(m: re.Match[str], british: bool) -> str:
-    top, bottom = int(m[1]), int(m[2])
-    if 0 < top < bottom <= _MAX_FRACTION_DENOMINATOR:
-        return numbers.fraction(top, bottom, british=british)
+    top, bottom = m[1].lstrip("0"), m[2].lstrip("0")
+    if len(bottom) <= 2 and 0 < int(top or "0") < int(bottom or "0") <= _MAX_FRACTION_DENOMINATOR:
+        return numbers.fraction(int(top), int(bottom), british=british)
     return f"{say_number(m[1], british=british)} {say_number(m[2], british=british)}"  # "24/7", "50/50"
 
 
@@ -328,7 +328,7 @@ _RULES: list[tuple[re.Pattern[str], Speaker]] = [
     (re.compile(r"\b(?:https?://|www\.)[^\s<>\"'()\[\]]+", re.IGNORECASE), _url),
     (
         re.compile(
-            r"(?<![\w@])(?:[a-z0-9-]+\.)+(?:com|org|net|edu|gov|io|dev|ai|app|co|uk|info|me|tv)\b"
+            r"(?<![\w@.-])(?:[a-z0-9-]+\.)+(?:com|org|net|edu|gov|io|dev|ai|app|co|uk|info|me|tv)\b"
             r"(?:/[^\s<>\"'()]*)?",
             re.IGNORECASE,
         ),

@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import re
 
-from ggtts.text.numbers import cardinal, digits
+from ggtts.text.numbers import digits, whole
 
-MAX_SCALED_DIGITS = 36  # up to "nine hundred ninety-nine decillion ...": longer integers are read digit by digit
 NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")
 
 
 def number_to_words(text: str) -> str:
     """``"1,234.05"`` -> ``"one thousand two hundred thirty-four point zero five"``."""
-    whole, _, frac = text.replace(",", "").partition(".")
-    words = digits(whole, zero="zero") if len(whole) > MAX_SCALED_DIGITS else cardinal(int(whole))
+    integer, _, frac = text.replace(",", "").partition(".")
+    words = whole(integer)
     return f"{words} point {digits(frac, zero='zero')}" if frac else words
 
 

@@ -13,6 +13,10 @@ from num2words import num2words
 DIGIT_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 # How a zero is read inside a digit string (phone numbers, codes) and inside years ("nineteen oh five").
 ZERO_IN_DIGIT_STRING = "oh"
+# Whole numbers up to "nine hundred ninety-nine decillion ..." are read with scale words; longer ones digit by
+# digit (num2words overflows a little beyond, and nobody says "undecillion"). It also keeps every int() here
+# far below Python's 4300-digit conversion limit.
+MAX_SCALED_DIGITS = 36
 
 # Denominators read with a special word instead of the ordinal ("half", not "second").
 _FRACTION_DENOMINATORS = {2: ("half", "halves"), 4: ("quarter", "quarters")}
@@ -28,20 +32,48 @@ def _tidy(words: str, british: bool) -> str:
     return " ".join(words.split())
 
 
+def _too_long(n: int) -> bool:
+    return abs(n) >= 10**MAX_SCALED_DIGITS
+
+
 def cardinal(n: int, *, british: bool = False) -> str:
-    """``-1205`` -> "minus one thousand two hundred five" (British: "... two hundred and five")."""
-    words = _tidy(num2words(abs(n)), british)
+    """``-1205`` -> "minus one thousand two hundred five" (British: "... two hundred and five").
+
+    Beyond :data:`MAX_SCALED_DIGITS` digits, the digits one by one.
+    """
+    words = digits(str(abs(n)), zero="zero") if _too_long(n) else _tidy(num2words(abs(n)), british)
     return f"minus {words}" if n < 0 else words
 
 
 def ordinal(n: int, *, british: bool = False) -> str:
-    """``22`` -> "twenty-second"."""
+    """``22`` -> "twenty-second"; beyond :data:`MAX_SCALED_DIGITS` digits, the digits then "th"."""
+    if _too_long(n):
+        return f"{digits(str(n), zero='zero')} th"
     return _tidy(num2words(n, to="ordinal"), british)
+
+
+def whole(text: str, *, british: bool = False) -> str:
+    """A written whole number of any length, ``"1,000,000"`` or 5000 digits, as a cardinal (or digit by digit
+    when longer than :data:`MAX_SCALED_DIGITS`); characters other than digits are ignored."""
+    bare = "".join(c for c in text if c.isdecimal())
+    if not bare:
+        return ""
+    if len(bare.lstrip("0")) > MAX_SCALED_DIGITS:
+        return digits(bare, zero="zero")
+    return cardinal(int(bare), british=british)
+
+
+def whole_ordinal(text: str, *, british: bool = False) -> str:
+    """``"1,000th"``'s number part, ``"1,000"``, as an ordinal, whatever its length."""
+    bare = "".join(c for c in text if c.isdecimal())
+    if len(bare.lstrip("0")) > MAX_SCALED_DIGITS:
+        return f"{digits(bare, zero='zero')} th"
+    return ordinal(int(bare or "0"), british=british)
 
 
 def digits(text: str, *, zero: str = ZERO_IN_DIGIT_STRING) -> str:
     """``"0451"`` -> "oh four five one": each digit of ``text`` on its own; other characters are skipped."""
-    return " ".join(zero if c == "0" else DIGIT_WORDS[int(c)] for c in text if c.isdigit())
+    return " ".join(zero if c == "0" else DIGIT_WORDS[int(c)] for c in text if c.isdecimal())
 
 
 def decimal(text: str, *, british: bool = False) -> str:
@@ -52,10 +84,10 @@ def decimal(text: str, *, british: bool = False) -> str:
     """
     text = text.replace(",", "")
     negative = text.startswith("-")
-    whole, _, fraction = text.lstrip("+-").partition(".")
+    integer, _, fraction = text.lstrip("+-").partition(".")
     parts = []
-    if whole:
-        parts.append(cardinal(int(whole), british=british))
+    if integer:
+        parts.append(whole(integer, british=british))
     if fraction:
         parts.append("point " + digits(fraction, zero="zero"))
     words = " ".join(parts)

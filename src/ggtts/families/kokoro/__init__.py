@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ggtts.families.base import Capabilities, Family, option
+from ggtts.families.base import Capabilities, Family, check_seed, option
 from ggtts.gguf.keys import Kokoro as K
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ LANGUAGES = ("a", "b", "j", "z")
 class KokoroOptions:
     phonemes: bool = option(False, "the input is phonemes, not text", flag="--phonemes")
     lang: str | None = option(None, "G2P language code: 'a' American, 'b' British English", flag="--lang")
-    seed: int = option(0, "random seed: the vocoder's noise, the sampling (default 0)", flag="--seed")
+    seed: int = option(0, "random seed: the vocoder's noise, the sampling (default 0)", flag="--seed", check=check_seed)
     progress: bool = option(False, "show a progress bar", flag="--progress")
 
 

@@ -10,13 +10,14 @@ import numpy as np
 import torch
 
 from ggtts.audio import Audio
-from ggtts.errors import InputError
-from ggtts.families.base import TTSModel, check_text
+from ggtts.errors import GGTTSError, InputError
+from ggtts.families.base import NothingToSay, TTSModel, check_text
 from ggtts.families.kokoro import FAMILY, MAX_TEXT_CHARS
 from ggtts.gguf import GGUFFile
 from ggtts.models.kokoro.config import KokoroConfig
 from ggtts.models.kokoro.load import load_kokoro
 from ggtts.models.kokoro.model import KokoroModel
+from ggtts.models.layers.validate import damaged_weights_error
 
 # When streaming, a long first chunk is cut at its first clause or sentence break, so the first audio comes
 # after a short synthesis instead of a whole 510-phoneme chunk. Only at punctuation: a cut between two words
@@ -100,6 +101,7 @@ class KokoroTTS(TTSModel):
         self.device = torch.device(device)
         self.sample_rate = config.sample_rate
         self.phonemizer: Phonemizer = phonemizer or _text_frontend
+        self.source: str | None = None  # the file it came from, named when its weights turn out damaged
 
     @classmethod
     def from_gguf(cls, gguf: GGUFFile, device: str = "cpu", **options: Any) -> KokoroTTS:
@@ -108,7 +110,9 @@ class KokoroTTS(TTSModel):
         if options:
             raise InputError(f"unknown option '{next(iter(options))}' for kokoro; known: phonemizer")
         config, model, voicepacks, vocab = load_kokoro(gguf, device)
-        return cls(config, model, voicepacks, vocab, device, phonemizer)
+        tts = cls(config, model, voicepacks, vocab, device, phonemizer)
+        tts.source = str(gguf.path)
+        return tts
 
     @property
     def voices(self) -> list[str]:
@@ -170,7 +174,7 @@ class KokoroTTS(TTSModel):
         The chunks concatenate to exactly what :meth:`synthesize` returns (it is built from them).
         ``progress`` shows a bar over the chunks (the whole text is phonemized first to count them).
         """
-        FAMILY.check_options(options)  # those it takes are the named arguments above: any other is unknown
+        FAMILY.check_options({**options, "seed": seed})  # the others it takes are named above: any other is unknown
         text = check_text(text, MAX_TEXT_CHARS)
         speed = FAMILY.check_speed(speed)
         pack = self.voicepack(voice)  # fail on a bad voice before any work
@@ -187,10 +191,14 @@ class KokoroTTS(TTSModel):
             chunks = tqdm(list(chunks), desc="speaking", unit="chunk", leave=False)
         generator = torch.Generator(device=self.device).manual_seed(seed)
         fade = round(EDGE_FADE_S * self.sample_rate)
+        said = False
         for chunk in chunks:
             samples = self._run(chunk, pack, speed, generator)
             if len(samples):
+                said = True
                 yield Audio(samples=fade_edges(samples, fade), sample_rate=self.sample_rate)
+        if not said:
+            raise NothingToSay(text)
 
     def _run(self, phonemes: str, pack: torch.Tensor, speed: float, generator: torch.Generator) -> Any:
         ids = self.token_ids(phonemes)
@@ -201,5 +209,12 @@ class KokoroTTS(TTSModel):
         edge = self.config.bos_eos_id
         input_ids = torch.tensor([[edge, *ids, edge]], dtype=torch.long, device=self.device)
         with torch.inference_mode():
-            audio, _ = self.model(input_ids, pack[row], speed, generator)
+            try:
+                audio, _ = self.model(input_ids, pack[row], speed, generator)
+            except RuntimeError as e:  # NaN durations, say: a damaged file, or a bug
+                raise (damaged_weights_error(self.model, self.source) or e) from e
+            if not bool(torch.isfinite(audio).all()):
+                raise damaged_weights_error(self.model, self.source) or GGTTSError(
+                    "synthesis produced non-finite audio (inf or NaN)"
+                )
         return audio.float().cpu().numpy()

@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ggtts.families.base import Capabilities, Companion, Family, option
+from ggtts.families.base import Capabilities, Companion, Family, check_seed, option
 from ggtts.gguf.keys import Qwen2, WavTokenizerDec
 from ggtts.gguf.keys import Tokenizer as TK
 
@@ -33,7 +33,7 @@ class OuteTTSOptions:
     min_p: float | None = option(None, "minimum probability relative to the most likely token")
     repetition_penalty: float | None = option(None, "penalty for repeated tokens")
     repetition_window: int | None = option(None, "how many recent tokens the penalty looks at")
-    seed: int = option(0, "seed for sampling (default 0)", flag="--seed")
+    seed: int = option(0, "seed for sampling (default 0)", flag="--seed", check=check_seed)
     progress: bool = option(False, "show a progress bar", flag="--progress")
     vocoder: str | None = option(None, "the vocoder GGUF (wavtokenizer-dec)", flag="--vocoder")
     silence_start_s: float | None = option(None, "seconds zeroed at the start (a click; default 0.25)")

@@ -27,6 +27,7 @@ from ggtts.errors import InputError
 from ggtts.families.outetts import CODE_TOKEN
 from ggtts.families.outetts.default_speaker import DEFAULT_SPEAKER_NAME, DEFAULT_SPEAKER_WORDS
 from ggtts.text.number_words import replace_numbers
+from ggtts.text.sanitize import break_long_runs
 
 IM_START = "<|im_start|>"
 TEXT_START, TEXT_END = "<|text_start|>", "<|text_end|>"
@@ -111,13 +112,13 @@ def process_text(text: str, version: OuteTTSVersion) -> str:
     """llama.cpp's ``process_text``: numbers to words, lowercase, ``-_/,.\\`` to spaces, drop other
     non-letters,
     words joined by the separator token. Accented letters are kept as their base letter (llama.cpp drops
-    them).
+    them). A "word" longer than any real one is read in pieces, so tokenizing stays linear in the text.
     """
     text = replace_numbers(text)
     text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii").lower()
     text = re.sub(r"[-_/,.\\]", " ", text)
     text = re.sub(r"[^a-z\s]", "", text)
-    return version.separator.join(text.split())
+    return version.separator.join(break_long_runs(text).split())
 
 
 def audio_text(speaker: Speaker, version: OuteTTSVersion) -> str:

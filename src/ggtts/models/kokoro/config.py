@@ -11,6 +11,7 @@ import numpy as np
 from ggtts.errors import ConversionError, GGUFError
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Kokoro as K
+from ggtts.models.layers import validate as V
 
 SAMPLE_RATE = 24000  # Hz; upstream hard-codes it in the harmonic source
 DECODER_HIDDEN_DIM = 1024  # upstream hard-codes the decoder's AdaIN stack width
@@ -19,6 +20,21 @@ VOICED_THRESHOLD = 10.0  # Hz
 ALBERT_ACTIVATION = "gelu_new"  # the tanh approximation of GELU, the only one ported
 BOS_EOS_ID = 0  # upstream wraps every utterance as [0, *ids, 0]
 TOKEN_ID_FIELDS = frozenset({"bos_eos_id"})
+
+# What a file may claim, per field (inclusive); every other integer field is a size (V.SIZE). Upsampling rates
+# and dilations set strides and paddings no tensor shape checks, so they get ranges of their own.
+_BOUNDS: dict[str, V.Bounds] = {
+    "sample_rate": V.SAMPLE_RATE,
+    "n_layer": V.LAYER_COUNT,
+    "plbert_layers": V.LAYER_COUNT,
+    "plbert_heads": V.HEAD_COUNT,
+    "plbert_layer_norm_eps": V.NORM_EPSILON,
+    "hop_length": V.HOP_LENGTH,
+    "upsample_rates": V.Bounds(1, 1024, "an upsampling rate"),
+    "resblock_dilation_sizes": V.Bounds(1, 1024, "a dilation"),
+    "harmonic_num": V.Bounds(1, 256, "a harmonic count"),
+    "voiced_threshold": V.Bounds(0.0, V.SAMPLE_RATE.high / 2, "a voicing threshold", " Hz"),
+}
 
 
 def _as_float32(value: Any) -> float:
@@ -101,14 +117,18 @@ class KokoroConfig:
         values: dict[str, Any] = {}
         for f in cls._fields():
             key = f.metadata["key"]
+            bounds = _BOUNDS.get(f.name, V.SIZE)
             if f.name in TOKEN_ID_FIELDS:  # an id, not a size: 0 is valid, and older files lack the key
                 values[f.name] = gguf.get_int(key, f.metadata["default"])
             elif f.type in ("int", int):
-                values[f.name] = _positive_integer(gguf, key)
+                values[f.name] = bounds.check(gguf.path, key, _positive_integer(gguf, key))
             elif f.type in ("float", float):
-                values[f.name] = gguf.get_float(key)
+                values[f.name] = bounds.check(gguf.path, key, gguf.get_float(key))
             else:  # tuples of integers
-                values[f.name] = _integers(gguf, key)
+                values[f.name] = bounds.check_each(gguf.path, key, _integers(gguf, key))
+        token_id = V.Bounds(0, values["n_token"] - 1, "a token id")
+        for name in TOKEN_ID_FIELDS:
+            token_id.check(gguf.path, cls.__dataclass_fields__[name].metadata["key"], values[name])
         kernels, flat = values["resblock_kernel_sizes"], values["resblock_dilation_sizes"]
         if len(flat) % len(kernels):
             raise GGUFError(
@@ -194,6 +214,8 @@ class KokoroConfig:
         bad = [i for i in self.vocab.values() if not 0 <= i < self.n_token]
         if bad:
             raise ValueError(f"vocab ids {bad[:5]} are outside 0..{self.n_token - 1}")
+        if self.hop_length > self.n_fft:
+            raise ValueError(f"the iSTFT hop {self.hop_length} is longer than its window n_fft {self.n_fft}")
 
 
 def _positive_integer(gguf: GGUFFile, key: str) -> int:

@@ -11,6 +11,7 @@ from ggtts.gguf.keys import Kokoro as K
 from ggtts.models.kokoro.config import KokoroConfig
 from ggtts.models.kokoro.model import KokoroModel
 from ggtts.models.layers.gguf_state import load_module_from_gguf
+from ggtts.models.layers.validate import check_finite
 
 VOICE_PREFIX = K.VOICE_TENSOR.format(name="")
 
@@ -40,6 +41,11 @@ def _load_voices(gguf: GGUFFile, config: KokoroConfig, device: torch.device) -> 
     width = 2 * config.style_dim
     for name in names:
         tensor_name = K.VOICE_TENSOR.format(name=name)
-        rows = gguf.info(tensor_name).shape[0]
-        voices[name] = gguf.tensor(tensor_name, shape=(rows, 1, width)).to(device)
+        label = f"voice '{name}' (tensor '{tensor_name}')"
+        rows = gguf.info(tensor_name).shape[0] if gguf.info(tensor_name).shape else 0
+        if rows == 0:
+            raise GGUFError(f"{gguf.path}: {label} holds no style vectors")
+        voice = gguf.tensor(tensor_name, shape=(rows, 1, width))
+        check_finite(gguf.path, tensor_name, voice, label=label)
+        voices[name] = voice.to(device)
     return voices

@@ -1,8 +1,9 @@
 """Fill an ``nn.Module`` from a GGUF file: the one strict loader every architecture uses.
 
-A tensor the module needs and the file lacks, a tensor in the file the module has no place for, or one of the
-wrong shape is an error naming the tensor. The one shape transform allowed is llama.cpp's broadcast layout for
-per-channel vectors: ``(C, 1)`` (ggml ``{1, C}``) is accepted for a ``(C,)`` parameter.
+A tensor the module needs and the file lacks, a tensor in the file the module has no place for, one of the wrong
+shape, or a small one (a norm, a bias: see ``validate.FINITE_CHECK_MAX_ELEMENTS``) holding inf or NaN is an error
+naming the tensor. The one shape transform allowed is llama.cpp's broadcast layout for per-channel vectors:
+``(C, 1)`` (ggml ``{1, C}``) is accepted for a ``(C,)`` parameter.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ from torch import nn
 
 from ggtts.errors import GGUFError
 from ggtts.gguf import GGUFFile
+from ggtts.models.layers.validate import check_finite_if_small
 
 
 def _fit(name: str, tensor: torch.Tensor, want: torch.Size, gguf: GGUFFile) -> torch.Tensor:
+    """The file's tensor ``name`` in the module's shape ``want``, checked finite when small."""
+    check_finite_if_small(gguf.path, name, tensor)
     if tensor.shape == want:
         return tensor
     if len(want) == 1 and tensor.shape == (want[0], 1):  # llama.cpp stores conv biases and norms as (C, 1)

@@ -7,9 +7,11 @@ from dataclasses import dataclass
 from ggtts.errors import GGUFError
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Qwen2 as K
+from ggtts.models.layers import validate as V
 
 DEFAULT_ROPE_THETA = 10_000.0  # llama.cpp's default when qwen2.rope.freq_base is absent
 DEFAULT_RMS_EPS = 1e-6
+ROPE_THETA = V.Bounds(1.0, 1e12, "a RoPE base frequency")
 
 
 @dataclass(frozen=True)
@@ -44,17 +46,21 @@ class Qwen2Config:
         scaling = gguf.get(K.ROPE_SCALING_TYPE)
         if scaling not in (None, "none"):
             raise GGUFError(f"{gguf.path}: RoPE scaling '{scaling}' is not supported for qwen2")
-        n_vocab, _ = gguf.info(K.TOKEN_EMBD + ".weight").shape
-        n_heads = gguf.get_int(K.HEAD_COUNT)
+        embd = gguf.info(K.TOKEN_EMBD + ".weight")
+        if len(embd.shape) != 2:
+            raise GGUFError(f"{gguf.path}: tensor '{embd.name}' has shape {list(embd.shape)}; it must be 2-D")
+        n_vocab = embd.shape[0]
+        path = gguf.path
+        n_heads = V.HEAD_COUNT.check(path, K.HEAD_COUNT, gguf.get_int(K.HEAD_COUNT))
         return cls(
             n_vocab=n_vocab,
-            dim=gguf.get_int(K.EMBEDDING_LENGTH),
-            n_layers=gguf.get_int(K.BLOCK_COUNT),
+            dim=V.SIZE.check(path, K.EMBEDDING_LENGTH, gguf.get_int(K.EMBEDDING_LENGTH)),
+            n_layers=V.LAYER_COUNT.check(path, K.BLOCK_COUNT, gguf.get_int(K.BLOCK_COUNT)),
             n_heads=n_heads,
-            n_kv_heads=gguf.get_int(K.HEAD_COUNT_KV, n_heads),
-            n_ff=gguf.get_int(K.FEED_FORWARD_LENGTH),
-            context_length=gguf.get_int(K.CONTEXT_LENGTH),
-            rms_eps=gguf.get_float(K.RMS_EPS, DEFAULT_RMS_EPS),
-            rope_theta=gguf.get_float(K.ROPE_FREQ_BASE, DEFAULT_ROPE_THETA),
+            n_kv_heads=V.HEAD_COUNT.check(path, K.HEAD_COUNT_KV, gguf.get_int(K.HEAD_COUNT_KV, n_heads)),
+            n_ff=V.SIZE.check(path, K.FEED_FORWARD_LENGTH, gguf.get_int(K.FEED_FORWARD_LENGTH)),
+            context_length=V.CONTEXT_LENGTH.check(path, K.CONTEXT_LENGTH, gguf.get_int(K.CONTEXT_LENGTH)),
+            rms_eps=V.NORM_EPSILON.check(path, K.RMS_EPS, gguf.get_float(K.RMS_EPS, DEFAULT_RMS_EPS)),
+            rope_theta=ROPE_THETA.check(path, K.ROPE_FREQ_BASE, gguf.get_float(K.ROPE_FREQ_BASE, DEFAULT_ROPE_THETA)),
             tied_output=(K.OUTPUT + ".weight") not in gguf,
         )

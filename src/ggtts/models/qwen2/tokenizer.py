@@ -75,12 +75,18 @@ class BPETokenizer:
         model = gguf.get(K.MODEL)
         if model != "gpt2":
             raise GGUFError(f"{gguf.path}: tokenizer model '{model}' is not byte-level BPE ('gpt2')")
-        return cls(
-            gguf.require(K.TOKENS),
-            gguf.require(K.MERGES),
-            gguf.get(K.TOKEN_TYPE),
-            pre=str(gguf.get(K.PRE, "qwen2")),
-        )
+        tokens, merges = _strings(gguf, K.TOKENS), _strings(gguf, K.MERGES)
+        types = gguf.get(K.TOKEN_TYPE)
+        if types is not None and (
+            not isinstance(types, list)
+            or len(types) != len(tokens)
+            or not all(isinstance(t, int) and not isinstance(t, bool) for t in types)
+        ):
+            raise GGUFError(f"{gguf.path}: metadata '{K.TOKEN_TYPE}' must hold one integer per token ({len(tokens)})")
+        try:
+            return cls(tokens, merges, types, pre=str(gguf.get(K.PRE, "qwen2")))
+        except GGUFError as e:
+            raise GGUFError(f"{gguf.path}: {e}") from None
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -144,3 +150,10 @@ class BPETokenizer:
             else:
                 out.extend(self._unbytes.get(c, ord("?")) for c in piece)
         return out.decode("utf-8", errors="replace")
+
+
+def _strings(gguf: GGUFFile, key: str) -> list[str]:
+    values = gguf.get_list(key)
+    if not values or not all(isinstance(v, str) for v in values):
+        raise GGUFError(f"{gguf.path}: metadata '{key}' must be a non-empty list of strings")
+    return values

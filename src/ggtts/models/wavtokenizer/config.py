@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ggtts.errors import GGUFError
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import WavTokenizerDec as K
+from ggtts.models.layers import validate as V
 
 # llama.cpp's files carry neither of these; WavTokenizer "75 tokens/s" (the OuteTTS vocoder) uses these
 # values.
@@ -18,6 +19,7 @@ POSNET_LAYOUT = ("resnet", "resnet", "attn", "resnet", "resnet", "norm")
 CONV1D_KERNEL = 7  # the input ("embed") convolution
 CONVNEXT_KERNEL = 7  # depthwise convolution in each ConvNeXt block
 POSNET_KERNEL = 3  # convolutions in the posnet ResNet blocks
+GROUP_COUNT = V.Bounds(1, 1 << 16, "a group count")
 
 
 @dataclass(frozen=True)
@@ -61,18 +63,23 @@ class WavTokenizerConfig:
     def from_gguf(cls, gguf: GGUFFile) -> WavTokenizerConfig:
         if gguf.architecture != K.ARCH:
             raise GGUFError(f"{gguf.path}: architecture is '{gguf.architecture}', expected '{K.ARCH}'")
+        path = gguf.path
+
+        def size(key: str) -> int:
+            return V.SIZE.check(path, key, gguf.get_int(key))
+
         return cls(
-            n_vocab=gguf.get_int(K.VOCAB_SIZE),
-            n_features=gguf.get_int(K.FEATURES_LENGTH),
-            posnet_dim=gguf.get_int(K.POSNET_EMBEDDING_LENGTH),
-            posnet_layers=gguf.get_int(K.POSNET_BLOCK_COUNT),
-            convnext_dim=gguf.get_int(K.CONVNEXT_EMBEDDING_LENGTH),
-            convnext_layers=gguf.get_int(K.CONVNEXT_BLOCK_COUNT),
-            n_ff=gguf.get_int(K.FEED_FORWARD_LENGTH),
-            n_out=gguf.get_int(K.EMBEDDING_LENGTH),
-            layer_norm_eps=gguf.get_float(K.LAYER_NORM_EPS),
-            group_norm_eps=gguf.get_float(K.GROUP_NORM_EPS),
-            group_norm_groups=gguf.get_int(K.GROUP_NORM_GROUPS),
-            hop_length=gguf.get_int(K.HOP_LENGTH, DEFAULT_HOP_LENGTH),
-            sample_rate=gguf.get_int(K.SAMPLE_RATE, DEFAULT_SAMPLE_RATE),
+            n_vocab=size(K.VOCAB_SIZE),
+            n_features=size(K.FEATURES_LENGTH),
+            posnet_dim=size(K.POSNET_EMBEDDING_LENGTH),
+            posnet_layers=V.LAYER_COUNT.check(path, K.POSNET_BLOCK_COUNT, gguf.get_int(K.POSNET_BLOCK_COUNT)),
+            convnext_dim=size(K.CONVNEXT_EMBEDDING_LENGTH),
+            convnext_layers=V.LAYER_COUNT.check(path, K.CONVNEXT_BLOCK_COUNT, gguf.get_int(K.CONVNEXT_BLOCK_COUNT)),
+            n_ff=size(K.FEED_FORWARD_LENGTH),
+            n_out=size(K.EMBEDDING_LENGTH),
+            layer_norm_eps=V.NORM_EPSILON.check(path, K.LAYER_NORM_EPS, gguf.get_float(K.LAYER_NORM_EPS)),
+            group_norm_eps=V.NORM_EPSILON.check(path, K.GROUP_NORM_EPS, gguf.get_float(K.GROUP_NORM_EPS)),
+            group_norm_groups=GROUP_COUNT.check(path, K.GROUP_NORM_GROUPS, gguf.get_int(K.GROUP_NORM_GROUPS)),
+            hop_length=V.HOP_LENGTH.check(path, K.HOP_LENGTH, gguf.get_int(K.HOP_LENGTH, DEFAULT_HOP_LENGTH)),
+            sample_rate=V.SAMPLE_RATE.check(path, K.SAMPLE_RATE, gguf.get_int(K.SAMPLE_RATE, DEFAULT_SAMPLE_RATE)),
         )
