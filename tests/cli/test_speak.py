@@ -46,6 +46,7 @@ def test_speak_file_and_stdin_to_stdout_stream(tmp_path: Path) -> None:
 
 BAD = [
     (["   "], "the text is empty"),
+    (["...?! — ''"], "the text has nothing to say"),
     (["hello", "-v", "nobody"], "unknown voice 'nobody'; choose one of jf_alpha"),
     (["hello", "-v", "jf_alpha:x"], "voice weight 'x' of 'jf_alpha' is not a number"),
     (["x" * 100_001], "the limit is 100000"),
@@ -78,3 +79,12 @@ def test_stdout_stream_writes_nothing_on_bad_input() -> None:
 def test_speed_out_of_range_is_rejected() -> None:
     r = _speak("hello", "-s", "3")
     assert r.returncode == 2 and b"3.0 is out of range; use 0.5 to 2.0" in r.stderr
+
+
+def test_nothing_to_say_leaves_an_existing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "keep.wav"
+    out.write_bytes(b"the audio that was here")
+    assert main(["speak", "!!! ... ???", "-o", str(out)]) == 1
+    assert "nothing to say" in capsys.readouterr().err
+    assert out.read_bytes() == b"the audio that was here"
+    assert [p.name for p in tmp_path.iterdir()] == ["keep.wav"]

@@ -226,3 +226,9 @@ def test_hostile_text_does_not_stall_the_next_request(strict_kokoro_server: Serv
     after = _hello_seconds(strict_kokoro_server)
     print(f"\n{hostile[:12]!r}...: Hello. took {after:.2f} s after it ({normal:.2f} s before)")
     assert time.monotonic() - start < normal + KOKORO_TIMEOUT_S
+
+
+def test_text_with_nothing_to_say_is_a_400(strict_kokoro_server: Server) -> None:
+    response = post(strict_kokoro_server, {"input": "... ?! —", "response_format": "wav"})
+    assert response.status_code == 400
+    assert "nothing to say" in response.json()["error"]["message"]
