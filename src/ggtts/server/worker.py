@@ -173,7 +173,6 @@ class Deadline:
             if self.is_disconnected is not None and await self.is_disconnected():
                 _abandon(future)
                 raise ClientGone
-        _abandon(future)
 
 
 def _abandon(future: asyncio.Future[Any]) -> None:
