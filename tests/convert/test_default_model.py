@@ -15,6 +15,7 @@ import torch
 from ggtts.convert import default_model
 from ggtts.errors import ConversionError
 from ggtts.gguf import ModelWriter
+from ggtts.gguf.keys import Kokoro
 
 
 @pytest.fixture
@@ -37,8 +38,8 @@ def test_cache_dir_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 
 def write_small_kokoro(path: Path) -> Path:
     """A small file that passes the cache check: the kokoro architecture, voices listed, tensor data to the end."""
-    writer = ModelWriter(path, default_model.ARCHITECTURE)
-    writer.add(default_model.VOICES_KEY, ["af_test"])
+    writer = ModelWriter(path, Kokoro.ARCH)
+    writer.add(Kokoro.VOICE_NAMES, ["af_test"])
     writer.add_tensor("voice.af_test", torch.ones(4, 1, 8))
     writer.add_tensor("a.weight", torch.arange(40.0).reshape(5, 8))
     return writer.write()

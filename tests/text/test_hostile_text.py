@@ -101,6 +101,7 @@ def test_scale_words_stop_where_num2words_does() -> None:
 def test_bound_marks() -> None:
     assert bound_marks("e" + "\u0301" * 3000) == "\u00e9" + "\u0301" * MAX_COMBINING_MARKS  # NFC composes é first
     assert bound_marks("x" + "\u0301\u0302\u0303\u0304") == "x\u0301\u0302"
+    assert bound_marks("x" + "\u20dd" * 10) == "x" + "\u20dd" * MAX_COMBINING_MARKS  # enclosing marks: class 0
     assert bound_marks("Wait!!!!!!! What?!?!?!") == "Wait!!! What?!?"
     assert bound_marks("'" * 600) == "'" * MAX_PUNCTUATION_RUN
     assert bound_marks("Dr. Smith's café… (really)") == "Dr. Smith's café… (really)"  # ordinary text unchanged

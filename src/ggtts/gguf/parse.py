@@ -241,10 +241,10 @@ def tensor_type(raw: RawTensor) -> GGMLQuantizationType | None:
     return _TENSOR_TYPES.get(raw.type_id)
 
 
-def stored_bytes(dims: tuple[int, ...], qtype: GGMLQuantizationType) -> tuple[int, int]:
-    """(elements, bytes) of a tensor with ggml dimensions ``dims`` stored as ``qtype``."""
+def stored_bytes(dims: tuple[int, ...], qtype: GGMLQuantizationType) -> int:
+    """Bytes of a tensor with ggml dimensions ``dims`` stored as ``qtype``."""
     elements = 1
     for d in dims:
         elements *= d
     block, type_size = GGML_QUANT_SIZES[qtype]
-    return elements, elements // block * type_size
+    return elements // block * type_size

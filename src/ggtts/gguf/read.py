@@ -69,7 +69,7 @@ def _tensor_info(path: Path, raw: RawTensor, header: Header, file_size: int) -> 
             f"{path}: tensor '{shown(raw.name)}' has inner dimension {inner}, not a multiple of the {qtype.name} block "
             f"size {block}"
         )
-    _, n_bytes = stored_bytes(raw.dims, qtype)
+    n_bytes = stored_bytes(raw.dims, qtype)
     start = header.data_offset + raw.offset
     if start + n_bytes > file_size:
         raise GGUFError(

@@ -22,6 +22,7 @@ from ggtts.server.settings import (
     DEFAULT_MAX_QUEUE,
     DEFAULT_PORT,
     DEFAULT_TIMEOUT_S,
+    LOOPBACK_HOSTS,
     ServerSettings,
     allowed_host_names,
 )
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
     from ggtts.api import TTSModel
 
 log = logging.getLogger("ggtts.server")
-LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
 ANY_HOST = "*"
 

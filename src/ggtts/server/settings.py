@@ -13,6 +13,7 @@ DEFAULT_MAX_QUEUE = 16  # requests waiting per model, beyond the one being synth
 DEFAULT_MAX_INPUT_CHARS = 4096
 DEFAULT_TIMEOUT_S = 120.0
 API_KEY_ENV = "GGTTS_API_KEY"
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,6 @@ def host_name(host_header: str) -> str:
 
 def allowed_host_names(bound_to: str, extra: Iterable[str] = ()) -> frozenset[str]:
     """The names a server bound to ``bound_to`` answers to: loopback names, the bound address, ``extra``."""
-    names = {"localhost", "127.0.0.1", "::1", host_name(bound_to)}
+    names = {*LOOPBACK_HOSTS, host_name(bound_to)}
     names.update(host_name(h) for h in extra if h.strip())
     return frozenset(names)

@@ -90,13 +90,13 @@ class ModelWorker:
         self._admitted += 1
         return Ticket(self, chars)
 
-    def _done(self, ticket: Ticket, duration_s: float | None, finished: bool) -> None:
+    def _done(self, ticket: Ticket, duration_s: float | None) -> None:
         self._admitted -= 1
         if ticket.has_turn:
             if self._running is ticket:
                 self._running = None
             self._turn.release()
-        if duration_s is not None and finished and ticket.chars > 0:
+        if duration_s is not None and ticket.finished:
             rate = duration_s / ticket.chars
             self.seconds_per_char += _EMA_WEIGHT * (rate - self.seconds_per_char)
 
@@ -136,11 +136,11 @@ class Ticket:
         self._released = True
         duration = time.monotonic() - self.started if self.has_turn else None
         if cleanup is None or not self.has_turn:
-            self.worker._done(self, duration, self.finished)
+            self.worker._done(self, duration)
             return
         loop = asyncio.get_running_loop()
         future = self.worker.executor.submit(_logged(cleanup))
-        future.add_done_callback(lambda _: loop.call_soon_threadsafe(self.worker._done, self, duration, self.finished))
+        future.add_done_callback(lambda _: loop.call_soon_threadsafe(self.worker._done, self, duration))
 
 
 def _logged(fn: Callable[[], None]) -> Callable[[], None]:

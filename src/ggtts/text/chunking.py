@@ -35,7 +35,7 @@ _RAW_PIECE = re.compile(r"\S+\s*")
 # The tagger and G2P see a line at most this long at a time (cut at sentence ends): memory stays bounded and
 # a cancelled request stops between pieces.
 MAX_G2P_CHARS = 1000
-_SENTENCE_BREAK = re.compile(r"[.!?…][\"”’')\]]*\s")
+_SENTENCE_BREAK = re.compile(f"[{re.escape(''.join(SENTENCE_END))}][{re.escape(''.join(CLOSING))}]*\\s")
 
 
 @dataclass(frozen=True)

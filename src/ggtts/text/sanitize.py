@@ -31,11 +31,16 @@ _RUN = re.compile(r"\S+")
 _PIECE = re.compile(r"\w+|[^\w\s]")
 
 
+def _is_mark(char: str) -> bool:
+    """A combining character: a nonzero combining class, or a nonspacing or enclosing mark."""
+    return bool(unicodedata.combining(char)) or unicodedata.category(char) in ("Mn", "Me")
+
+
 def _cap_combining_marks(text: str) -> str:
     out: list[str] = []
     marks = 0
     for char in text:
-        if unicodedata.combining(char) or unicodedata.category(char) in ("Mn", "Me"):
+        if _is_mark(char):
             marks += 1
             if marks > MAX_COMBINING_MARKS:
                 continue
@@ -48,7 +53,7 @@ def _cap_combining_marks(text: str) -> str:
 def bound_marks(text: str) -> str:
     """NFC, at most :data:`MAX_COMBINING_MARKS` marks per character, runs of punctuation cut to three."""
     text = unicodedata.normalize("NFC", text)
-    if any(unicodedata.combining(c) for c in text):
+    if any(_is_mark(c) for c in text):
         text = _cap_combining_marks(text)
     return _PUNCTUATION_RUN.sub(lambda m: m[0][:MAX_PUNCTUATION_RUN], text)
 

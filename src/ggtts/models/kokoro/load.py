@@ -42,7 +42,8 @@ def _load_voices(gguf: GGUFFile, config: KokoroConfig, device: torch.device) -> 
     for name in names:
         tensor_name = K.VOICE_TENSOR.format(name=name)
         label = f"voice '{name}' (tensor '{tensor_name}')"
-        rows = gguf.info(tensor_name).shape[0] if gguf.info(tensor_name).shape else 0
+        shape = gguf.info(tensor_name).shape
+        rows = shape[0] if shape else 0
         if rows == 0:
             raise GGUFError(f"{gguf.path}: {label} holds no style vectors")
         voice = gguf.tensor(tensor_name, shape=(rows, 1, width))
