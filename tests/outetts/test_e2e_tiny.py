@@ -188,3 +188,11 @@ def test_progress_bar_over_tokens(tts: OuteTTS, capsys: pytest.CaptureFixture[st
         without = tts.synthesize("one two", progress=False, **OPTS).samples
     np.testing.assert_array_equal(with_bar, without)
     assert "token" in capsys.readouterr().err
+
+
+def test_text_with_nothing_to_say_is_an_input_error(tts: OuteTTS) -> None:
+    """build_prompt's own check (tests/outetts/test_prompt.py), seen through synthesize and stream."""
+    with pytest.raises(InputError, match="nothing to speak"):
+        tts.synthesize("... ?! —")
+    with pytest.raises(InputError, match="nothing to speak"):
+        next(tts.stream("''' !!!"))

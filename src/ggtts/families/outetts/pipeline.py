@@ -20,7 +20,7 @@ import torch
 
 from ggtts.audio import Audio
 from ggtts.errors import GGTTSError, GGUFError, InputError
-from ggtts.families.base import NothingToSay, TTSModel, check_text
+from ggtts.families.base import TTSModel, check_text
 from ggtts.families.outetts import FAMILY, MAX_CHARS, OuteTTSOptions
 from ggtts.families.outetts.prompt import (
     CODE_TOKEN,
@@ -150,8 +150,6 @@ class OuteTTS(TTSModel):
         if missing:
             raise InputError(f"speaker '{speaker.name}' needs the token {missing[0]}, which this model lacks")
         prompt = build_prompt(text, speaker, version)
-        if not any(prompt.words):
-            raise NothingToSay(text)
         ids = self.tokenizer.encode(prompt.text)
         guide = [] if prompt.ends_with_newline else self.tokenizer.encode(NEWLINE)[:1]
         guide += [self.tokenizer.encode(w)[0] for w in prompt.words if w]
