@@ -17,7 +17,7 @@ from ggtts.errors import InputError
 from ggtts.fsutil import atomic_output
 
 # suffix -> (soundfile format, subtype)
-_FORMATS: dict[str, tuple[str, str]] = {
+FILE_FORMATS: dict[str, tuple[str, str]] = {
     ".wav": ("WAV", "PCM_16"),
     ".flac": ("FLAC", "PCM_16"),
     ".ogg": ("OGG", "VORBIS"),
@@ -68,12 +68,7 @@ class Audio:
         return buf.getvalue()
 
     def write_to(self, stream: BinaryIO, suffix: str, *, float_wav: bool = False) -> None:
-        suffix = suffix.lower()
-        if suffix not in _FORMATS:
-            raise InputError(f"unsupported audio format '{suffix}'; supported: {', '.join(sorted(_FORMATS))}")
-        fmt, subtype = _FORMATS[suffix]
-        if suffix == ".wav" and float_wav:
-            subtype = "FLOAT"
+        fmt, subtype = soundfile_format(suffix, float_wav=float_wav)
         sf.write(stream, self.samples, self.sample_rate, format=fmt, subtype=subtype)
 
     def save(self, path: str | os.PathLike[str], *, float_wav: bool = False) -> Path:
@@ -91,11 +86,20 @@ class Audio:
         return path
 
 
+def soundfile_format(suffix: str, *, float_wav: bool = False) -> tuple[str, str]:
+    """soundfile's (format, subtype) for a file suffix (``.wav`` is 16-bit PCM unless ``float_wav``)."""
+    suffix = suffix.lower()
+    if suffix not in FILE_FORMATS:
+        raise InputError(f"unsupported audio format '{suffix}'; supported: {', '.join(sorted(FILE_FORMATS))}")
+    fmt, subtype = FILE_FORMATS[suffix]
+    return (fmt, "FLOAT") if suffix == ".wav" and float_wav else (fmt, subtype)
+
+
 def check_output_suffix(path: str | os.PathLike[str]) -> str:
     """The audio format suffix of ``path``, or an InputError naming the supported ones."""
     suffix = Path(path).suffix.lower()
-    if suffix not in _FORMATS:
-        raise InputError(f"{path}: unsupported audio format '{suffix}'; use one of {', '.join(sorted(_FORMATS))}")
+    if suffix not in FILE_FORMATS:
+        raise InputError(f"{path}: unsupported audio format '{suffix}'; use one of {', '.join(sorted(FILE_FORMATS))}")
     return suffix
 
 

@@ -103,13 +103,14 @@ def _read_text(args: argparse.Namespace) -> str:
     return sys.stdin.read() if stdin is None else _decode_utf8(stdin.read(), "standard input")
 
 
-def _speak_options(args: argparse.Namespace) -> dict[str, Any]:
+def family_options(args: argparse.Namespace) -> dict[str, Any]:
     """The family options given on the command line (flags left out are not passed: the model's defaults hold),
     their values checked by every family that declares them, so a bad one fails before the model loads."""
     from ggtts.families import families
     from ggtts.families.base import check_option_values
 
-    options = {name: getattr(args, name) for name in _family_flags() if getattr(args, name) is not None}
+    options = {name: getattr(args, name, None) for name in _family_flags()}
+    options = {name: value for name, value in options.items() if value is not None}
     for family in families():
         check_option_values(family.options, options)
     return options
@@ -133,8 +134,10 @@ def _family_flags() -> dict[str, tuple[str, Any, str]]:
     }
 
 
-def _add_family_flags(parser: argparse.ArgumentParser) -> None:
+def _add_family_flags(parser: argparse.ArgumentParser, skip: Sequence[str] = ()) -> None:
     for name, (flag, default, text) in _family_flags().items():
+        if name in skip:
+            continue
         if isinstance(default, bool):
             parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=text)
         else:
@@ -151,7 +154,7 @@ def cmd_speak(args: argparse.Namespace) -> int:
         check_output_suffix(args.output)
         check_writable(args.output)
     text = _read_text(args)
-    options = _speak_options(args)
+    options = family_options(args)
     model = ggtts.load(args.model)
     if args.output == "-":
         if args.float:
@@ -283,6 +286,16 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("-o", "--output", default="out.wav", help="audio file to write (.wav, .flac ...)")
     d.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     d.set_defaults(func=cmd_decode)
+
+    from ggtts.batch.cli import add_arguments as add_batch_arguments
+
+    t = sub.add_parser("batch", help="speak many texts into many files, resumably (locally or on Ray)")
+    t.add_argument("-m", "--model", default=None, help=f"GGUF file or built-in name (default: {DEFAULT_MODEL})")
+    t.add_argument("-v", "--voice", default=None, help="voice for items that name none")
+    t.add_argument("-s", "--speed", type=_speed, default=1.0, help="speed for items that give none (default 1.0)")
+    add_batch_arguments(t)
+    _add_family_flags(t, skip=("progress",))
+    t.set_defaults(func=_delegate("ggtts.batch.cli", "run"))
 
     r = sub.add_parser("parity", help="compare a model family with its upstream reference")
     r.add_argument("family")

@@ -1,0 +1,111 @@
+"""``ggtts batch``: the command-line face of :mod:`ggtts.batch.job`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+from pathlib import Path
+
+from ggtts.errors import GGTTSError
+
+SHOWN_FAILURES = 5  # failed items listed at the end; the manifest has them all
+EXIT_FAILED_ITEMS = 1
+EXIT_INTERRUPTED = 130
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from ggtts.batch.items import SPLITS
+    from ggtts.batch.work import FORMATS
+
+    p.add_argument("input", help="a text file, a folder of .txt files, or a .jsonl file (id, text, voice, speed, ...)")
+    p.add_argument("--out", required=True, metavar="DIR", help="folder for the audio files and manifest.jsonl")
+    p.add_argument("--format", default="wav", choices=FORMATS, help="audio format of each item (default wav)")
+    p.add_argument("--float", action="store_true", help="32-bit float WAV instead of 16-bit PCM")
+    p.add_argument("--split", default="auto", choices=SPLITS, help="a text file's items: lines, paragraphs, or auto")
+    p.add_argument("--retry-failed", action="store_true", help="speak again the items an earlier run failed")
+    p.add_argument("--workers", type=int, default=None, help="worker processes (default 1; with --ray, all CPUs)")
+    p.add_argument("--threads", type=int, default=None, help="torch threads per worker (default: cores / workers)")
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ADDRESS",
+        help="run on a Ray cluster (its address, 'auto', or 'local' for a new one here); --out must be shared",
+    )
+    p.add_argument("--join", default=None, metavar="OUT", help="also write all items as one file, with chapters")
+    p.add_argument("--pause", type=float, default=0.5, help="seconds of silence between joined items (default 0.5)")
+    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    from ggtts.audio import check_output_suffix
+    from ggtts.batch.items import read_items
+    from ggtts.batch.job import check_job, run_batch, stop_on_signals
+    from ggtts.batch.join import join_outputs
+    from ggtts.batch.manifest import MANIFEST_NAME
+    from ggtts.batch.work import JobSettings
+    from ggtts.cli import PROG, family_options
+    from ggtts.fsutil import check_writable
+
+    out_dir = Path(args.out)
+    if args.join is not None:
+        check_output_suffix(args.join)
+        check_writable(args.join)
+    check_writable(out_dir / MANIFEST_NAME)  # before any work
+    items = read_items(args.input, args.split)
+    options = family_options(args)  # no --progress here: the batch has its own bar
+    settings = JobSettings(
+        out_dir=out_dir,
+        model=args.model,
+        voice=args.voice,
+        speed=args.speed,
+        options=options,
+        format=args.format,
+        float_wav=args.float,
+        device=args.device,
+    )
+    if args.float and args.format != "wav":
+        raise GGTTSError("--float applies to WAV only; leave it out or use --format wav")
+    check_job(settings)
+    stop = threading.Event()
+    workers = args.workers if args.workers is not None else (0 if args.ray is not None else 1)
+
+    def say(message: str) -> None:
+        print(f"{PROG}: {message}", file=sys.stderr)
+
+    with stop_on_signals(stop, say):
+        result = run_batch(
+            items,
+            settings,
+            workers=workers,
+            threads=args.threads,
+            ray=args.ray,
+            retry_failed=args.retry_failed,
+            stop=stop,
+            progress=not args.no_progress,
+        )
+    rtf = f", RTF {result.seconds / result.audio_seconds:.2f}" if result.audio_seconds else ""
+    say(
+        f"{result.done} done, {result.failed} failed this run; {result.skipped_done} done before"
+        + (f", {result.skipped_failed} failed before (--retry-failed to try again)" if result.skipped_failed else "")
+        + f"; {result.audio_seconds:.1f} s of audio in {result.seconds:.1f} s{rtf}; manifest: {out_dir / MANIFEST_NAME}"
+    )
+    if result.interrupted:
+        say(f"stopped with {result.total - len(result.records)} items to go; run the same command to resume")
+        return EXIT_INTERRUPTED
+    failures = result.failures()
+    for item_id, error in failures[:SHOWN_FAILURES]:
+        say(f"failed: {item_id}: {error}")
+    if failures:
+        more = f" ({len(failures) - SHOWN_FAILURES} more in the manifest)" if len(failures) > SHOWN_FAILURES else ""
+        say(f"{len(failures)} items have no audio{more}")
+        if args.join is not None:
+            say(f"not joined: {args.join} needs every item")
+        return EXIT_FAILED_ITEMS
+    if args.join is not None:
+        chapters = join_outputs(items, result.records, out_dir, Path(args.join), args.pause)
+        say(f"joined {len(chapters)} items into {args.join} (chapters beside it)")
+    return 0

@@ -1,0 +1,215 @@
+"""A batch job: which items still need doing (from the manifest), who does them (this process, local worker
+processes, or Ray), and one writer that records each finished item in the manifest and the progress bar.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+from ggtts.batch.items import Item
+from ggtts.batch.manifest import DONE, Manifest, job_lock, remove_stale_parts
+from ggtts.batch.work import FORMATS, JobSettings
+from ggtts.errors import InputError
+
+
+@dataclass
+class BatchResult:
+    """What a run did. ``records`` holds the latest record of every item of the input (those skipped too)."""
+
+    total: int
+    done: int = 0  # finished in this run
+    failed: int = 0  # failed in this run
+    skipped_done: int = 0  # already done by an earlier run
+    skipped_failed: int = 0  # failed in an earlier run, not retried (``retry_failed=False``)
+    interrupted: bool = False
+    audio_seconds: float = 0.0  # spoken in this run
+    seconds: float = 0.0  # wall time of this run
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def complete(self) -> bool:
+        """Every item of the input has its audio."""
+        return all(r.get("status") == DONE for r in self.records.values()) and len(self.records) == self.total
+
+    def failures(self) -> list[tuple[str, str]]:
+        return [(i, str(r.get("error"))) for i, r in self.records.items() if r.get("status") != DONE]
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop: threading.Event, message: Callable[[str], None]) -> Iterator[None]:
+    """Ctrl-C (or SIGTERM) sets ``stop``: the job finishes the items in progress and ends cleanly; a second
+    Ctrl-C aborts at once (nothing half-written is left: every output is written atomically)."""
+
+    def first(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        message("stopping after the items in progress (Ctrl-C again to abort); run the same command to resume")
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.signal(s, first) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+class _Progress:
+    """Items, seconds of audio and the real-time factor (wall time over audio time) as items finish."""
+
+    def __init__(self, total: int, enabled: bool) -> None:
+        from tqdm import tqdm
+
+        self.start = time.perf_counter()
+        self.audio = 0.0
+        self.bar = tqdm(total=total, unit="item", desc="speaking", disable=not enabled or total == 0, file=sys.stderr)
+
+    def update(self, record: dict[str, Any]) -> None:
+        self.audio += float(record.get("audio_seconds", 0.0))
+        elapsed = time.perf_counter() - self.start
+        rtf = f"{elapsed / self.audio:.2f}" if self.audio else "-"
+        self.bar.set_postfix_str(f"audio {self.audio:.1f} s, RTF {rtf}", refresh=False)
+        self.bar.update(1)
+
+    def write(self, message: str) -> None:
+        self.bar.write(message, file=sys.stderr)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def check_job(settings: JobSettings) -> None:
+    """The job-wide model, voice, speed and options checked from the model's metadata (no weights read), so a
+    mistake there is one error before any work, not a failure recorded for every item."""
+    from ggtts.api import resolve_model_path
+    from ggtts.families import family_for
+    from ggtts.families.base import parse_voice
+    from ggtts.gguf import GGUFFile
+
+    gguf = GGUFFile(resolve_model_path(settings.model))
+    family = family_for(gguf)
+    family.check_speed(settings.speed)
+    family.check_options(settings.options)
+    if settings.voice is not None:
+        parse_voice(settings.voice, family.voices(gguf))
+
+
+def run_batch(
+    items: Sequence[Item],
+    settings: JobSettings,
+    *,
+    workers: int = 1,
+    threads: int | None = None,
+    ray: str | None = None,
+    retry_failed: bool = False,
+    stop: threading.Event | None = None,
+    progress: bool = False,
+    on_record: Callable[[dict[str, Any]], None] | None = None,
+) -> BatchResult:
+    """Speak ``items`` into ``settings.out_dir``, skipping those the manifest shows done (and, unless
+    ``retry_failed``, those it shows failed for the same request).
+
+    ``workers`` > 1 runs that many local processes, each with ``threads`` torch threads (default: this machine's
+    cores shared out). ``ray`` runs on Ray instead (``""``: ``ray.init()``'s own choice of cluster, else its
+    address; ``"local"`` starts one here), with ``workers`` actors (0: as many as the cluster's CPUs allow).
+    Setting ``stop`` (a signal handler may) ends the run after the items in progress. ``on_record`` sees each
+    record after it is in the manifest.
+    """
+    if settings.format not in FORMATS:
+        raise InputError(f"unsupported audio format '{settings.format}'; use one of {', '.join(FORMATS)}")
+    if workers < 0 or (workers == 0 and ray is None):
+        raise InputError(f"workers must be at least 1, got {workers}")
+    if threads is not None and threads < 1:
+        raise InputError(f"threads must be at least 1, got {threads}")
+    stop = stop or threading.Event()
+    started = time.perf_counter()
+    with job_lock(settings.out_dir):
+        remove_stale_parts(settings.out_dir)
+        manifest = Manifest(settings.out_dir)
+        try:
+            result = _run(items, settings, manifest, workers, threads, ray, retry_failed, stop, progress, on_record)
+        finally:
+            manifest.close()
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _run(
+    items: Sequence[Item],
+    settings: JobSettings,
+    manifest: Manifest,
+    workers: int,
+    threads: int | None,
+    ray: str | None,
+    retry_failed: bool,
+    stop: threading.Event,
+    progress: bool,
+    on_record: Callable[[dict[str, Any]], None] | None,
+) -> BatchResult:
+    result = BatchResult(total=len(items))
+    todo: list[Item] = []
+    for item in items:
+        key = settings.key(item)
+        if manifest.is_done(item.id, key):
+            result.skipped_done += 1
+        elif manifest.has_failed(item.id, key) and not retry_failed:
+            result.skipped_failed += 1
+        else:
+            todo.append(item)
+            continue
+        result.records[item.id] = manifest.records[item.id]
+    wanted = {item.id for item in todo}
+    bar = _Progress(len(todo), progress)
+
+    def record(rec: dict[str, Any]) -> None:
+        if rec["id"] not in wanted:  # a runner can only report items it was given, and each once
+            raise RuntimeError(f"unexpected record for item {rec['id']!r}")
+        wanted.discard(rec["id"])
+        manifest.append(rec)
+        result.records[rec["id"]] = rec
+        if rec["status"] == DONE:
+            result.done += 1
+            result.audio_seconds += rec["audio_seconds"]
+        else:
+            result.failed += 1
+            bar.write(f"{rec['id']}: failed: {rec['error']}")
+        bar.update(rec)
+        if on_record is not None:
+            on_record(rec)
+
+    try:
+        if todo:
+            _runner(workers, threads, ray)(todo, settings, record, stop)
+    finally:
+        bar.close()
+    result.interrupted = bool(wanted)
+    return result
+
+
+Runner = Callable[[Sequence[Item], JobSettings, Callable[[dict[str, Any]], None], threading.Event], None]
+
+
+def _runner(workers: int, threads: int | None, ray: str | None) -> Runner:
+    if ray is not None:
+        from ggtts.batch.ray_run import run_on_ray
+
+        return functools.partial(run_on_ray, address=ray, workers=workers, threads=threads)
+    from ggtts.batch.local import run_here, run_processes
+
+    if workers == 1:
+        return functools.partial(run_here, threads=threads)
+    per_worker = threads or max(1, (os.cpu_count() or 1) // workers)
+    return functools.partial(run_processes, workers=workers, threads=per_worker)

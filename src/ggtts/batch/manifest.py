@@ -1,0 +1,137 @@
+"""The job's manifest: ``manifest.jsonl`` in the output folder, one JSON line per finished item (appended and
+synced to disk as each item finishes; the last line for an id is its state).
+
+An item counts as done only when its last record says ``done`` for the same request (the text, voice, speed,
+model, options and format: the ``key``) and its file is there with the recorded size and sha256. So a re-run
+skips exactly the items whose audio is on disk, redoes an item whose text changed or whose file was deleted or
+damaged, and never trusts a file name alone. A line cut short by a kill is ignored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from ggtts.errors import GGTTSError
+
+MANIFEST_NAME = "manifest.jsonl"
+LOCK_NAME = ".ggtts-batch.lock"
+DONE = "done"
+FAILED = "failed"
+_HASH_BLOCK = 1 << 20
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(_HASH_BLOCK):
+            h.update(block)
+    return h.hexdigest()
+
+
+class Manifest:
+    """The records of one output folder, read at start and appended to as items finish (by one process only)."""
+
+    def __init__(self, out_dir: Path) -> None:
+        self.out_dir = out_dir
+        self.path = out_dir / MANIFEST_NAME
+        self.records: dict[str, dict[str, Any]] = {}
+        self.damaged_lines = 0
+        self._file: IO[str] | None = None
+        if self.path.exists():
+            self._read()
+
+    def _read(self) -> None:
+        try:
+            text = self.path.read_text(encoding="utf-8", errors="replace")
+        except OSError as e:
+            raise GGTTSError(f"{self.path}: cannot read the manifest ({e.strerror})") from None
+        for line in text.splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                self.damaged_lines += 1  # a line cut short by a kill: that item is simply not done
+                continue
+            if isinstance(record, dict) and isinstance(record.get("id"), str):
+                self.records[record["id"]] = record
+
+    def is_done(self, item_id: str, key: str) -> bool:
+        """Whether the item's audio for this exact request is on disk, as the manifest recorded it."""
+        record = self.records.get(item_id)
+        if not record or record.get("status") != DONE or record.get("key") != key:
+            return False
+        output = self.out_dir / str(record.get("output", ""))
+        try:
+            if not output.is_file() or output.stat().st_size != record.get("bytes"):
+                return False
+            return file_sha256(output) == record.get("sha256")
+        except OSError:
+            return False
+
+    def has_failed(self, item_id: str, key: str) -> bool:
+        record = self.records.get(item_id)
+        return bool(record) and record.get("status") == FAILED and record.get("key") == key  # type: ignore[union-attr]
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Add ``record`` as one line, flushed and synced: after a kill, what was appended is there."""
+        if self._file is None:
+            self._file = self._open()
+        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        self.records[record["id"]] = record
+
+    def _open(self) -> IO[str]:
+        try:
+            f = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - kept open for the job
+            if f.tell() > 0:  # a last line cut short by a kill must not run into the next record
+                f.seek(f.tell() - 1)
+                if f.read(1) != "\n":
+                    f.write("\n")
+            return f
+        except OSError as e:
+            raise GGTTSError(f"{self.path}: cannot write the manifest ({e.strerror})") from None
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+@contextlib.contextmanager
+def job_lock(out_dir: Path) -> Iterator[None]:
+    """Hold the output folder for this job; a second job on the same folder is refused instead of interleaving
+    its records and files with ours."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        yield
+        return
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / LOCK_NAME, "a+") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise GGTTSError(f"{out_dir}: another ggtts batch job is writing to this folder") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def remove_stale_parts(out_dir: Path) -> int:
+    """Remove the temporary files a killed job left behind (``.NAME.xxxx.part``, see :mod:`ggtts.fsutil`);
+    only while holding the folder's lock, so never another job's."""
+    from ggtts.fsutil import PART_SUFFIX
+
+    removed = 0
+    for part in out_dir.rglob(f".*{PART_SUFFIX}"):
+        with contextlib.suppress(OSError):
+            part.unlink()
+            removed += 1
+    return removed

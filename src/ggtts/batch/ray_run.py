@@ -1,0 +1,110 @@
+"""Running items on a Ray cluster: one actor per worker, each holding its loaded model, writing each item's file
+straight into the output folder (which must be shared storage, at the same path on every node), and returning
+the item's record to the driver, the manifest's only writer.
+
+Fault tolerance is Ray's: actors restart when their process dies (``max_restarts=-1``) and Ray retries the calls
+they held (``max_task_retries``). An item whose worker died while speaking it is spoken again, and its file,
+written atomically, is there once; an item that kills its worker :data:`MAX_ATTEMPTS` times is recorded failed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ggtts.batch.items import Item
+from ggtts.batch.local import IN_FLIGHT_PER_WORKER, MAX_ATTEMPTS, POLL_S, crashed_record, error_record, set_threads
+from ggtts.batch.work import ItemWorker, JobSettings
+from ggtts.errors import GGTTSError
+
+INSTALL_HINT = "--ray needs Ray, which is not installed: pip install 'ggtts[ray]' (or pip install ray)"
+DEFAULT_THREADS = 1  # torch threads per actor: one actor per CPU gives the most items per second
+
+
+class BatchActor:
+    """A Ray actor: one model, loaded on first use and kept, for many items."""
+
+    def __init__(self, settings: dict[str, Any], threads: int) -> None:
+        set_threads(threads)
+        self.worker = ItemWorker(JobSettings.from_dict(settings))
+
+    def run(self, item: Item) -> dict[str, Any]:
+        return self.worker.run(item)
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise GGTTSError(INSTALL_HINT) from None
+    return ray
+
+
+def run_on_ray(
+    items: Sequence[Item],
+    settings: JobSettings,
+    on_record: Callable[[dict[str, Any]], None],
+    stop: threading.Event,
+    *,
+    address: str,
+    workers: int,
+    threads: int | None,
+) -> None:
+    """Items over ``workers`` actors (0: as many as the cluster's CPUs hold at ``threads`` each) on the cluster at
+    ``address`` (``""``: Ray's default, a running cluster or else a new local one; ``"local"``: a new local one)."""
+    ray = _import_ray()
+    threads = threads or DEFAULT_THREADS
+    started_here = not ray.is_initialized()
+    if started_here:
+        try:
+            ray.init(address=address or None, logging_level=logging.WARNING, include_dashboard=False)
+        except (ConnectionError, ValueError, RuntimeError) as e:
+            where = f"at {address}" if address else "(no address given, none running here)"
+            raise GGTTSError(f"cannot start or reach the Ray cluster {where}: {e}") from None
+    try:
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        count = workers or max(1, cpus // threads)
+        actor_class = ray.remote(BatchActor).options(
+            num_cpus=threads, max_restarts=-1, max_task_retries=MAX_ATTEMPTS - 1
+        )
+        actors = [actor_class.remote(settings.to_dict(), threads) for _ in range(count)]
+        _dispatch(ray, actors, items, settings, on_record, stop)
+        for actor in actors:
+            ray.kill(actor)
+    finally:
+        if started_here:
+            ray.shutdown()
+
+
+def _dispatch(
+    ray: Any,
+    actors: list[Any],
+    items: Sequence[Item],
+    settings: JobSettings,
+    on_record: Callable[[dict[str, Any]], None],
+    stop: threading.Event,
+) -> None:
+    """Keep every actor :data:`IN_FLIGHT_PER_WORKER` items deep; record results as they come."""
+    queue = deque(items)
+    in_flight: dict[Any, tuple[Item, int]] = {}  # object ref -> (item, actor index)
+    load = [0] * len(actors)
+    while (queue and not stop.is_set()) or in_flight:
+        while queue and not stop.is_set() and min(load) < IN_FLIGHT_PER_WORKER:
+            index = load.index(min(load))
+            item = queue.popleft()
+            in_flight[actors[index].run.remote(item)] = (item, index)
+            load[index] += 1
+        ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=POLL_S)
+        for ref in ready:
+            item, index = in_flight.pop(ref)
+            load[index] -= 1
+            try:
+                record = ray.get(ref)
+            except ray.exceptions.RayActorError:  # its worker died MAX_ATTEMPTS times with this item
+                record = crashed_record(item, settings, MAX_ATTEMPTS)
+            except ray.exceptions.RayError as e:
+                record = error_record(item, settings, e)
+            on_record(record)

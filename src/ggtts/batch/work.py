@@ -1,0 +1,139 @@
+"""One item into one file: what every worker (this process, a local worker process, a Ray actor) runs.
+
+A worker loads each model it is asked for once and keeps it. The audio is encoded in memory, then written under a
+temporary name and renamed (:func:`ggtts.fsutil.atomic_output`), so a file under an item's name is always whole.
+The result is the item's manifest record: ``done`` with the file's size and sha256, or ``failed`` with the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ggtts.audio import FILE_FORMATS
+from ggtts.batch.items import Item
+from ggtts.batch.manifest import DONE, FAILED
+from ggtts.errors import GGTTSError
+
+LOAD_NOTED_S = 0.01  # a model lookup slower than this was a load, recorded as ``load_seconds``
+FORMATS = tuple(suffix[1:] for suffix in FILE_FORMATS)  # wav, flac, ogg, opus, mp3
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """What applies to every item unless the item says otherwise (model, voice, speed)."""
+
+    out_dir: Path
+    model: str | None = None  # a GGUF path or built-in name; None: the default model
+    voice: str | None = None
+    speed: float = 1.0
+    options: dict[str, Any] = field(default_factory=dict)  # family options (lang, seed, ...)
+    format: str = "wav"
+    float_wav: bool = False
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "out_dir", Path(self.out_dir))  # a str is welcome too
+
+    def request(self, item: Item) -> dict[str, Any]:
+        """Everything that decides an item's audio: equal requests give the same file."""
+        return {
+            "text": item.text,
+            "model": item.model if item.model is not None else self.model,
+            "voice": item.voice if item.voice is not None else self.voice,
+            "speed": item.speed if item.speed is not None else self.speed,
+            "options": self.options,
+            "format": self.format,
+            "float": self.float_wav,
+        }
+
+    def key(self, item: Item) -> str:
+        blob = json.dumps(self.request(item), sort_keys=True, ensure_ascii=False)
+        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+    def output(self, item: Item) -> str:
+        """The item's file, relative to the output folder."""
+        return f"{item.id}.{self.format}"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["out_dir"] = str(self.out_dir)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> JobSettings:
+        return cls(**{**d, "out_dir": Path(d["out_dir"])})
+
+
+def worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+class ItemWorker:
+    """Synthesizes items into files; loads each model once (a model that fails to load fails its items)."""
+
+    def __init__(self, settings: JobSettings) -> None:
+        self.settings = settings
+        self._models: dict[str | None, Any] = {}
+
+    def model(self, name: str | None) -> Any:
+        if name not in self._models:
+            import ggtts
+
+            try:
+                self._models[name] = ggtts.load(name, device=self.settings.device)
+            except GGTTSError as e:
+                self._models[name] = e
+        model = self._models[name]
+        if isinstance(model, GGTTSError):
+            raise model
+        return model
+
+    def run(self, item: Item) -> dict[str, Any]:
+        """The item spoken into its file; its manifest record (``failed`` with one line on any error)."""
+        from ggtts.fsutil import atomic_output
+
+        s = self.settings
+        request = s.request(item)
+        record: dict[str, Any] = {"id": item.id, "key": s.key(item), "worker": worker_name()}
+        try:
+            loading = time.perf_counter()
+            model = self.model(request["model"])  # loaded on first use: its time is not the item's
+            if time.perf_counter() - loading > LOAD_NOTED_S:
+                record["load_seconds"] = _since(loading)
+            start = time.perf_counter()
+            audio = model.synthesize(item.text, voice=request["voice"], speed=request["speed"], **s.options)
+            data = audio.encode(s.format, float_wav=s.float_wav)
+            output = s.output(item)
+            with atomic_output(s.out_dir / output) as tmp:
+                tmp.write_bytes(data)
+        except GGTTSError as e:
+            return record | {"status": FAILED, "error": str(e), "time": _now()}
+        except Exception as e:  # a bug, not bad input: the item fails, the job goes on
+            error = f"internal error: {type(e).__name__}: {e}"
+            return record | {"status": FAILED, "error": error, "time": _now()}
+        return record | {
+            "status": DONE,
+            "output": output,
+            "bytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "audio_seconds": round(audio.duration, 3),
+            "sample_rate": audio.sample_rate,
+            "seconds": _since(start),
+            "time": _now(),
+        }
+
+
+def _since(start: float) -> float:
+    return round(time.perf_counter() - start, 3)
