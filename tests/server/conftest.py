@@ -38,23 +38,14 @@ def tone_server(tmp_path_factory: pytest.TempPathFactory, tone_log: Path) -> Ite
 KOKORO_NAME = "tiny"
 
 
-def _write_tiny_kokoro(path: Path) -> None:
-    from ggtts.convert.kokoro_gguf import write_kokoro_gguf
-    from ggtts.families.kokoro.upstream import build_upstream, random_voices, tiny_config
-
-    config = tiny_config()
-    state = build_upstream(config).folded_state()
-    write_kokoro_gguf(path, config, state, random_voices(config), "f32", name=KOKORO_NAME)
-
-
 @pytest.fixture(scope="session")
 def kokoro_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random Kokoro GGUF written by the real converter from hexgrad's modules."""
     pytest.importorskip("kokoro")
     pytest.importorskip("transformers")
-    path = tmp_path_factory.mktemp("kokoro") / "tiny.gguf"
-    _write_tiny_kokoro(path)
-    return path
+    from ggtts.families.kokoro.upstream import write_tiny_gguf
+
+    return write_tiny_gguf(tmp_path_factory.mktemp("kokoro") / "tiny.gguf", name=KOKORO_NAME)
 
 
 @pytest.fixture(scope="session")

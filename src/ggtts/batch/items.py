@@ -132,9 +132,13 @@ def _jsonl_items(path: Path) -> Iterator[Item]:
         item_id = obj.get("id", str(n).zfill(max(4, width)))
         if isinstance(item_id, int) and not isinstance(item_id, bool):
             item_id = str(item_id)
+        if not isinstance(item_id, str):
+            raise InputFileError(f"{where}: 'id' must be a str or a whole number, got {json.dumps(item_id)[:40]}")
+        if not isinstance(obj["text"], str):
+            raise InputFileError(f"{where}: 'text' must be a str, got {json.dumps(obj['text'])[:40]}")
         yield Item(
-            id=check_id(_field(obj, "id", str, where, item_id), where),
-            text=_field(obj, "text", str, where),
+            id=check_id(item_id, where),
+            text=obj["text"],
             voice=_field(obj, "voice", str, where),
             speed=_speed(obj.get("speed"), where),
             model=_model(_field(obj, "model", str, where), path.parent),
@@ -143,8 +147,8 @@ def _jsonl_items(path: Path) -> Iterator[Item]:
         )
 
 
-def _field(obj: dict[str, Any], name: str, kind: type, where: str, value: Any = None) -> Any:
-    value = obj.get(name) if value is None else value
+def _field(obj: dict[str, Any], name: str, kind: type, where: str) -> Any:
+    value = obj.get(name)
     if value is not None and not isinstance(value, kind):
         raise InputFileError(f"{where}: '{name}' must be a {kind.__name__}, got {json.dumps(value)[:40]}")
     return value

@@ -75,7 +75,8 @@ class _Progress:
 
         self.start = time.perf_counter()
         self.audio = 0.0
-        self.bar = tqdm(total=total, unit="item", desc="speaking", disable=not enabled or total == 0, file=sys.stderr)
+        shown = enabled and total > 0 and sys.stderr.isatty()  # no carriage-return bars in log files
+        self.bar = tqdm(total=total, unit="item", desc="speaking", disable=not shown, file=sys.stderr)
 
     def update(self, record: dict[str, Any]) -> None:
         self.audio += float(record.get("audio_seconds", 0.0))

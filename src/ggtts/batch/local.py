@@ -1,5 +1,7 @@
 """Running items on this machine: in this process, or in ``workers`` processes, each with its own model and
-``threads`` torch threads (spawned, not forked: torch's thread pools do not survive a fork).
+``threads`` torch threads (spawned, not forked: torch's thread pools do not survive a fork). Each worker holds
+one item at a time, so when a worker dies the item it held is known: that one alone is handed out again (and
+recorded failed after :data:`MAX_ATTEMPTS` deaths), and a replacement worker starts.
 
 A runner hands each finished item's record to ``on_record`` (the job's single manifest writer) and stops handing
 out items once ``stop`` is set; the items it already started finish first.
@@ -7,13 +9,16 @@ out items once ``stop`` is set; the items it already started finish first.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import multiprocessing
+import queue as queue_module
 import signal
 import threading
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from multiprocessing.context import SpawnProcess
 from typing import Any
 
 from ggtts.batch.items import Item
@@ -22,10 +27,11 @@ from ggtts.batch.work import ItemWorker, JobSettings
 from ggtts.errors import GGTTSError
 
 OnRecord = Callable[[dict[str, Any]], None]
-MAX_ATTEMPTS = 3  # an item in flight when its worker died this many times is recorded as failed
-MAX_BROKEN_POOLS = 3  # pools in a row that die before finishing a single item: the workers cannot run at all
-IN_FLIGHT_PER_WORKER = 2  # queued per worker, so a worker never waits for the next item
-POLL_S = 0.2  # how often the loop looks at ``stop`` while items run
+MAX_ATTEMPTS = 3  # an item whose worker died this many times while speaking it is recorded as failed
+MAX_STARTUP_DEATHS = 3  # workers that die before they are ready: they cannot run here at all
+IN_FLIGHT_PER_WORKER = 2  # Ray actors: calls queued per actor, so an actor never waits for the next item
+POLL_S = 0.2  # how often the loops look at ``stop`` and at their workers while items run
+EXIT_WAIT_S = 5.0  # how long a finished worker gets to exit before it is terminated
 
 
 def set_threads(threads: int | None) -> None:
@@ -48,23 +54,27 @@ def run_here(
 
 
 # ---- worker processes ------------------------------------------------------------------------------------------
-_WORKER: ItemWorker | None = None
-
-
-def _init_worker(settings: dict[str, Any], threads: int | None) -> None:
+def _worker_main(
+    serial: int, settings: dict[str, Any], threads: int | None, tasks: Any, results: Any
+) -> None:  # pragma: no cover - runs in the worker process
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
     set_threads(threads)
-    global _WORKER
-    _WORKER = ItemWorker(JobSettings.from_dict(settings))
+    worker = ItemWorker(JobSettings.from_dict(settings))
+    results.put((serial, None))  # ready
+    while (item := tasks.get()) is not None:
+        results.put((serial, worker.run(item)))
 
 
-def _run_item(item: Item) -> dict[str, Any]:
-    assert _WORKER is not None, "worker not initialised"
-    return _WORKER.run(item)
+@dataclass
+class _Worker:
+    process: SpawnProcess
+    tasks: Any  # its own queue: it is given one item at a time
+    item: Item | None = None  # the item it holds
+    ready: bool = False
 
 
 def error_record(item: Item, settings: JobSettings, error: BaseException) -> dict[str, Any]:
-    """The record of an item whose worker could not even return a result (an unpicklable one, say)."""
+    """The record of an item whose worker could not even return a result."""
     message = f"internal error: {type(error).__name__}: {error}"
     return {"id": item.id, "key": settings.key(item), "status": FAILED, "error": message}
 
@@ -78,6 +88,74 @@ def crashed_record(item: Item, settings: JobSettings, attempts: int) -> dict[str
     }
 
 
+class _Pool:
+    """``count`` worker processes, each given one item at a time; dead ones are replaced."""
+
+    def __init__(self, count: int, settings: JobSettings, threads: int | None) -> None:
+        self.context = multiprocessing.get_context("spawn")
+        self.settings, self.threads = settings, threads
+        self.results = self.context.Queue()
+        self.serials = itertools.count()
+        self.workers: dict[int, _Worker] = {}
+        for _ in range(count):
+            self.start()
+
+    def start(self) -> None:
+        serial = next(self.serials)
+        tasks = self.context.Queue()
+        args = (serial, self.settings.to_dict(), self.threads, tasks, self.results)
+        process = self.context.Process(target=_worker_main, args=args, daemon=True, name=f"ggtts-batch-{serial}")
+        process.start()
+        self.workers[serial] = _Worker(process, tasks)
+
+    def give(self, worker: _Worker, item: Item) -> None:
+        worker.item = item
+        worker.tasks.put(item)
+
+    def idle(self) -> list[_Worker]:
+        """Ready workers without an item: a worker gets its first item only once it said it is ready, so one that
+        dies holding an item died speaking it, and one that dies before is a start-up failure."""
+        return [w for w in self.workers.values() if w.ready and w.item is None]
+
+    def busy(self) -> bool:
+        return any(w.item is not None for w in self.workers.values())
+
+    def collect(self, timeout: float) -> list[dict[str, Any]]:
+        """Records that arrived (waiting up to ``timeout`` for the first); marks workers ready or free."""
+        records = []
+        with contextlib.suppress(queue_module.Empty):
+            message = self.results.get(timeout=timeout)
+            while True:
+                serial, record = message
+                worker = self.workers[serial]
+                if record is None:
+                    worker.ready = True
+                else:
+                    worker.item = None
+                    records.append(record)
+                message = self.results.get_nowait()
+        return records
+
+    def reap(self) -> tuple[list[dict[str, Any]], list[_Worker]]:
+        """Workers that died, removed from the pool, and the records they sent before dying."""
+        dead = [s for s, w in self.workers.items() if not w.process.is_alive()]
+        records = self.collect(0) if dead else []  # a dead process has written all it ever will
+        return records, [self.workers.pop(s) for s in dead]
+
+    def close(self, now: bool = False) -> None:
+        for w in self.workers.values():
+            if now:
+                w.process.terminate()
+            else:
+                with contextlib.suppress(ValueError, OSError):
+                    w.tasks.put(None)
+        for w in self.workers.values():
+            w.process.join(0 if now else EXIT_WAIT_S)
+            if w.process.is_alive():
+                w.process.terminate()
+                w.process.join()
+
+
 def run_processes(
     items: Sequence[Item],
     settings: JobSettings,
@@ -87,47 +165,36 @@ def run_processes(
     workers: int,
     threads: int | None,
 ) -> None:
-    """Items over ``workers`` processes. A worker that dies (killed, out of memory) is replaced; the items it held
-    are handed out again, and one that was in flight through :data:`MAX_ATTEMPTS` deaths is recorded as failed."""
-    queue = deque(items)
+    """Items over ``workers`` processes. A worker that dies (killed, out of memory) is replaced, and the one item
+    it held is handed out again; an item held through :data:`MAX_ATTEMPTS` deaths is recorded as failed."""
+    todo = deque(items)
     attempts: Counter[str] = Counter()
-    broken_in_a_row = 0
-    context = multiprocessing.get_context("spawn")
-    while queue and not stop.is_set():
-        pool = ProcessPoolExecutor(workers, context, initializer=_init_worker, initargs=(settings.to_dict(), threads))
-        in_flight: dict[Future[dict[str, Any]], Item] = {}
-        finished = 0
-        lost: list[Item] = []
-        try:
-            while (queue and not stop.is_set()) or in_flight:
-                while queue and not stop.is_set() and len(in_flight) < IN_FLIGHT_PER_WORKER * workers:
-                    item = queue.popleft()
-                    in_flight[pool.submit(_run_item, item)] = item
-                done, _ = wait(in_flight, timeout=POLL_S, return_when=FIRST_COMPLETED)
-                if any(isinstance(f.exception(), BrokenProcessPool) for f in done):
-                    done = set(wait(in_flight).done)  # a dead pool settles every future at once
-                for future in done:
-                    item = in_flight.pop(future)
-                    error = future.exception()
-                    if isinstance(error, BrokenProcessPool):
-                        lost.append(item)
-                        continue
-                    finished += 1
-                    on_record(future.result() if error is None else error_record(item, settings, error))
-                if lost:
-                    break
-        except BaseException:  # Ctrl-C twice, or a failure here: stop the workers now, mid-item
-            for child in multiprocessing.active_children():
-                child.terminate()
-            raise
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-        broken_in_a_row = 0 if finished or not lost else broken_in_a_row + 1
-        if broken_in_a_row >= MAX_BROKEN_POOLS:
-            raise GGTTSError(f"the worker processes died {broken_in_a_row} times without finishing an item")
-        for item in reversed(lost):
-            attempts[item.id] += 1
-            if attempts[item.id] >= MAX_ATTEMPTS:
-                on_record(crashed_record(item, settings, attempts[item.id]))
-            else:
-                queue.appendleft(item)
+    startup_deaths = 0
+    pool = _Pool(workers, settings, threads)
+    try:
+        while (todo and not stop.is_set()) or pool.busy():
+            for worker in pool.idle():
+                if todo and not stop.is_set():
+                    pool.give(worker, todo.popleft())
+            for record in pool.collect(POLL_S):
+                on_record(record)
+            last_records, dead = pool.reap()
+            for record in last_records:
+                on_record(record)
+            for worker in dead:
+                startup_deaths = startup_deaths if worker.ready else startup_deaths + 1
+                if startup_deaths >= MAX_STARTUP_DEATHS:
+                    raise GGTTSError(f"{startup_deaths} worker processes died before they were ready")
+                item = worker.item
+                if item is not None:
+                    attempts[item.id] += 1
+                    if attempts[item.id] >= MAX_ATTEMPTS:
+                        on_record(crashed_record(item, settings, attempts[item.id]))
+                    else:
+                        todo.appendleft(item)
+                if todo and not stop.is_set():
+                    pool.start()
+    except BaseException:  # Ctrl-C twice, or a failure here: stop the workers now, mid-item
+        pool.close(now=True)
+        raise
+    pool.close()

@@ -74,8 +74,8 @@ class Manifest:
             return False
 
     def has_failed(self, item_id: str, key: str) -> bool:
-        record = self.records.get(item_id)
-        return bool(record) and record.get("status") == FAILED and record.get("key") == key  # type: ignore[union-attr]
+        record = self.records.get(item_id) or {}
+        return record.get("status") == FAILED and record.get("key") == key
 
     def append(self, record: dict[str, Any]) -> None:
         """Add ``record`` as one line, flushed and synced: after a kill, what was appended is there."""
@@ -88,14 +88,21 @@ class Manifest:
 
     def _open(self) -> IO[str]:
         try:
-            f = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - kept open for the job
-            if f.tell() > 0:  # a last line cut short by a kill must not run into the next record
-                f.seek(f.tell() - 1)
-                if f.read(1) != "\n":
-                    f.write("\n")
+            f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the job
+            if not self._ends_a_line():  # a last line cut short by a kill must not run into the next record
+                f.write("\n")
             return f
         except OSError as e:
             raise GGTTSError(f"{self.path}: cannot write the manifest ({e.strerror})") from None
+
+    def _ends_a_line(self) -> bool:
+        """Whether the file is empty or ends with a newline (read as bytes: a cut may split a character)."""
+        with open(self.path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            if size == 0:
+                return True
+            f.seek(size - 1)
+            return f.read(1) == b"\n"
 
     def close(self) -> None:
         if self._file is not None:

@@ -46,7 +46,7 @@ class JobSettings:
         """Everything that decides an item's audio: equal requests give the same file."""
         return {
             "text": item.text,
-            "model": item.model if item.model is not None else self.model,
+            "model": model_id(item.model if item.model is not None else self.model),
             "voice": item.voice if item.voice is not None else self.voice,
             "speed": item.speed if item.speed is not None else self.speed,
             "options": self.options,
@@ -70,6 +70,16 @@ class JobSettings:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> JobSettings:
         return cls(**{**d, "out_dir": Path(d["out_dir"])})
+
+
+def model_id(name: str | None) -> str | None:
+    """One name per model: None for the default, an absolute path for a file (however the path was written)."""
+    from ggtts.api import DEFAULT_MODEL
+
+    if name is None or name == DEFAULT_MODEL:
+        return None
+    path = Path(name).expanduser()
+    return str(path.resolve()) if path.exists() else name
 
 
 def worker_name() -> str:

@@ -322,3 +322,14 @@ def upstream_source(reference: Any, f0: torch.Tensor, seed: int) -> tuple[torch.
     excitation = excitation.transpose(1, 2).squeeze(1)
     magnitude, phase = generator.stft.transform(excitation)
     return excitation, torch.cat([magnitude, phase], dim=1)
+
+
+def write_tiny_gguf(path: Path, name: str = "tiny") -> Path:
+    """A tiny random upstream Kokoro (:func:`tiny_config`, voices ``v_one`` and ``v_two``) through our converter
+    into a real GGUF file at ``path``: the model the tests run commands and servers on."""
+    from ggtts.convert.kokoro_gguf import write_kokoro_gguf
+
+    config = tiny_config()
+    return write_kokoro_gguf(
+        path, config, build_upstream(config).folded_state(), random_voices(config), "f32", name=name
+    )

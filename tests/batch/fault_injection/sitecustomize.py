@@ -1,0 +1,27 @@
+"""Fault injection for tests/batch/test_batch_workers.py: put this folder on PYTHONPATH and set
+GGTTS_TEST_DIE_ON_ITEM=ID, and a process that starts speaking item ID dies at once, before writing anything (as a
+segfault or the out-of-memory killer would end it). With GGTTS_TEST_DIE_ONCE=PATH it dies only the first time:
+it writes its pid to PATH, and later attempts, which find PATH, speak the item. What is tested is how the pool
+of workers handles the death."""
+
+import os
+from pathlib import Path
+
+_DIE_ON = os.environ.get("GGTTS_TEST_DIE_ON_ITEM")
+_ONCE = os.environ.get("GGTTS_TEST_DIE_ONCE")
+if _DIE_ON:
+    import ggtts.batch.work as _work
+
+    _run = _work.ItemWorker.run
+
+    def _dying_run(self, item):  # type: ignore[no-untyped-def]
+        if item.id == _DIE_ON:
+            if _ONCE is None:
+                os._exit(139)
+            marker = Path(_ONCE)
+            if not marker.exists():
+                marker.write_text(str(os.getpid()))
+                os._exit(139)
+        return _run(self, item)
+
+    _work.ItemWorker.run = _dying_run  # type: ignore[method-assign]

@@ -1,0 +1,426 @@
+"""``ggtts batch`` end to end: the real command (a subprocess of this venv's entry point) on a tiny random Kokoro.
+
+One text job is spoken once per module (``text_job``); the tests that change it work on a copy, so each run here
+speaks only what its test is about.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import soundfile as sf
+from batch_support import (
+    RUN_TIMEOUT_S,
+    TinyModel,
+    batch_command,
+    check_recorded_file,
+    count_done_lines,
+    done_records,
+    manifest_lines,
+    manifest_records,
+    mtimes,
+    part_files,
+    run_batch_cli,
+)
+
+from ggtts.batch.manifest import job_lock
+
+# Characters that ffmpeg's metadata format escapes ('=', ';', '#', '\') appear in the chapter titles.
+TEXT_LINES = [
+    "Hello there.",
+    "Second line = two; here.",
+    "Number #3 comes next.",
+    "A back\\slash is four.",
+    "Five is here.",
+    "Six, and done.",
+]
+IDS = [f"{n:04d}" for n in range(1, len(TEXT_LINES) + 1)]
+WAIT_S = 120.0  # for a job to reach a point (a number of done records): far above its normal time
+POLL_S = 0.005
+
+
+@dataclass(frozen=True)
+class Job:
+    root: Path  # the working folder of the command
+    input: Path
+    out: Path
+    stderr: str
+    returncode: int
+    pid: int  # of the ``ggtts`` process
+
+    def copy(self, to: Path) -> Job:
+        """The job's folder copied (modification times kept): a test may change it without touching others."""
+        shutil.copytree(self.root, to)
+        return Job(to, to / self.input.name, to / self.out.name, self.stderr, self.returncode, self.pid)
+
+
+def _start(root: Path, source: str, model: TinyModel, *more: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        batch_command(source, "--out", "out", "-m", model.path, *more),
+        cwd=root,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def text_job(tmp_path_factory: pytest.TempPathFactory, tiny_model: TinyModel) -> Job:
+    """Six lines of a text file spoken into ``out/`` by two worker processes:
+    ``ggtts batch in.txt --out out -m tiny.gguf --workers 2 --threads 1`` (the re-runs use one, in-process)."""
+    root = tmp_path_factory.mktemp("text-job")
+    source = root / "in.txt"
+    source.write_text("\n".join(TEXT_LINES) + "\n", encoding="utf-8")
+    process = _start(root, source.name, tiny_model, "--workers", "2", "--threads", "1")
+    _, stderr = process.communicate(timeout=RUN_TIMEOUT_S)
+    return Job(root, source, root / "out", stderr, process.returncode, process.pid)
+
+
+def _rerun(job: Job, model: TinyModel, *more: str) -> subprocess.CompletedProcess[str]:
+    return run_batch_cli(job.input.name, "--out", job.out.name, "-m", model.path, *more, cwd=job.root)
+
+
+def _one_done_record_each(out: Path, ids: list[str]) -> dict[str, dict[str, Any]]:
+    """Every id has exactly one ``done`` record in the whole manifest, its file whole; nothing else is done."""
+    done = done_records(out)
+    counts = Counter(r["id"] for r in done)
+    assert sorted(counts) == sorted(ids)
+    assert [i for i, n in counts.items() if n != 1] == []
+    for record in done:
+        check_recorded_file(out, record)
+    return {r["id"]: r for r in done}
+
+
+# ---- a text file, then re-runs ---------------------------------------------------------------------------------
+def test_text_file_job_writes_every_item(text_job: Job, tiny_model: TinyModel) -> None:
+    assert text_job.returncode == 0, text_job.stderr
+    assert "6 done, 0 failed this run; 0 done before" in text_job.stderr
+    records = manifest_records(text_job.out)
+    assert sorted(r["id"] for r in records) == IDS  # one record per item (two workers: in any order)
+    assert {r["status"] for r in records} == {"done"}
+    assert len({r["key"] for r in records}) == len(IDS)
+    for record in records:
+        check_recorded_file(text_job.out, record)
+        info = sf.info(text_job.out / record["output"])
+        assert record["output"] == f"{record['id']}.wav"
+        assert (info.samplerate, info.channels, info.subtype) == (tiny_model.sample_rate, 1, "PCM_16")
+        assert info.frames > 0
+        assert record["sample_rate"] == tiny_model.sample_rate
+        assert record["audio_seconds"] == pytest.approx(info.frames / info.samplerate, abs=0.001)
+        samples, _ = sf.read(text_job.out / record["output"], dtype="float32")
+        assert np.isfinite(samples).all() and np.abs(samples).max() > 0
+    files = sorted(p.relative_to(text_job.out).as_posix() for p in text_job.out.rglob("*") if p.is_file())
+    assert files == [".ggtts-batch.lock", *(f"{i}.wav" for i in IDS), "manifest.jsonl"]
+
+
+def test_two_worker_processes_share_the_items(text_job: Job) -> None:
+    """``--workers 2``: the items were spoken in two worker processes, not in the command's own."""
+    assert text_job.returncode == 0, text_job.stderr
+    pids = {int(r["worker"].rpartition(":")[2]) for r in manifest_records(text_job.out)}
+    assert len(pids) == 2, pids
+    assert text_job.pid not in pids and os.getpid() not in pids
+
+
+def test_rerun_does_nothing(text_job: Job, tiny_model: TinyModel, tmp_path: Path) -> None:
+    job = text_job.copy(tmp_path / "job")
+    stale = job.out / ".0003.wav.k2j3h4.part"  # a killed run's temporary file
+    stale.write_bytes(b"half a file")
+    before, manifest = mtimes(job.out), (job.out / "manifest.jsonl").read_bytes()
+    result = _rerun(job, tiny_model)
+    assert result.returncode == 0, result.stderr
+    assert "0 done, 0 failed this run; 6 done before" in result.stderr
+    assert mtimes(job.out) == before  # nothing rewritten
+    assert (job.out / "manifest.jsonl").read_bytes() == manifest  # nothing recorded
+    assert not stale.exists()
+
+
+def _flip_a_sample_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x55  # the last sample: the file is still a valid WAV of the same size
+    path.write_bytes(bytes(data))
+
+
+def test_changed_deleted_and_corrupted_items_are_redone(text_job: Job, tiny_model: TinyModel, tmp_path: Path) -> None:
+    job = text_job.copy(tmp_path / "job")
+    old = {r["id"]: r for r in manifest_records(job.out)}
+    lines = list(TEXT_LINES)
+    lines[1] = "The second line, changed."
+    job.input.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (job.out / "0004.wav").unlink()
+    corrupted = job.out / "0005.wav"
+    size = corrupted.stat().st_size
+    _flip_a_sample_byte(corrupted)
+    assert corrupted.stat().st_size == size
+    untouched = {k: v for k, v in mtimes(job.out).items() if k in ("0001.wav", "0003.wav", "0006.wav")}
+    manifest = (job.out / "manifest.jsonl").read_bytes()
+
+    result = _rerun(job, tiny_model)
+    assert result.returncode == 0, result.stderr
+    assert "3 done, 0 failed this run; 3 done before" in result.stderr
+    assert (job.out / "manifest.jsonl").read_bytes().startswith(manifest)  # appended to, never rewritten
+    new = manifest_records(job.out)[len(IDS) :]
+    assert sorted(r["id"] for r in new) == ["0002", "0004", "0005"]
+    assert {r["status"] for r in new} == {"done"}
+    by_id = {r["id"]: r for r in new}
+    assert by_id["0002"]["key"] != old["0002"]["key"]  # a new request
+    assert by_id["0004"]["key"] == old["0004"]["key"] and by_id["0005"]["key"] == old["0005"]["key"]
+    for record in new:
+        check_recorded_file(job.out, record)
+    assert {k: v for k, v in mtimes(job.out).items() if k in untouched} == untouched
+
+
+# ---- --join ----------------------------------------------------------------------------------------------------
+def _parse_ffmetadata(text: str) -> list[dict[str, str]]:
+    """The [CHAPTER] sections of an ffmetadata file, keys and values unescaped (a backslash takes the next
+    character as it is: '=', ';', '#', '\\' or a newline)."""
+    header, _, body = text.partition("\n")
+    assert header == ";FFMETADATA1"
+    sections: list[dict[str, str]] = []
+    key, value, in_value, i = "", "", False, 0
+    while i < len(body):
+        ch = body[i]
+        if ch == "\\":
+            if in_value:
+                value += body[i + 1]
+            else:
+                key += body[i + 1]
+            i += 2
+            continue
+        i += 1
+        if ch == "\n":
+            if in_value:
+                sections[-1][key] = value
+            elif key == "[CHAPTER]":
+                sections.append({})
+            else:
+                assert key == "", f"a line that is neither a section nor KEY=VALUE: {key!r}"
+            key, value, in_value = "", "", False
+        elif ch == "=" and not in_value:
+            in_value = True
+        elif in_value:
+            value += ch
+        else:
+            key += ch
+    assert (key, in_value) == ("", False), "the last line has no newline"
+    return sections
+
+
+def test_join_writes_the_items_in_order_with_pauses(text_job: Job, tiny_model: TinyModel, tmp_path: Path) -> None:
+    job = text_job.copy(tmp_path / "job")
+    result = _rerun(job, tiny_model, "--join", "book.wav", "--pause", "0.25")
+    assert result.returncode == 0, result.stderr
+    assert "joined 6 items into book.wav" in result.stderr
+    rate = tiny_model.sample_rate
+    pause = round(0.25 * rate)
+    items = [sf.read(job.out / f"{i}.wav", dtype="int16")[0] for i in IDS]
+    book, book_rate = sf.read(job.root / "book.wav", dtype="int16")
+    assert book_rate == rate
+    assert len(book) == sum(len(s) for s in items) + pause * (len(items) - 1)
+
+    doc = json.loads((job.root / "book.chapters.json").read_text(encoding="utf-8"))
+    assert doc["audio"] == "book.wav"
+    chapters = doc["chapters"]
+    assert [(c["id"], c["title"]) for c in chapters] == list(zip(IDS, TEXT_LINES, strict=True))
+    position = 0
+    for n, (chapter, samples) in enumerate(zip(chapters, items, strict=True)):
+        if n:
+            assert not book[position : position + pause].any()  # the pause is silence
+            position += pause
+        assert chapter["start"] == pytest.approx(position / rate, abs=1e-9)
+        assert chapter["end"] == pytest.approx((position + len(samples)) / rate, abs=1e-9)
+        segment = book[position : position + len(samples)].astype(np.int32)
+        assert np.abs(segment - samples.astype(np.int32)).max() <= 1  # the item itself, in its place
+        position += len(samples)
+    assert position == len(book)
+
+    text = (job.root / "book.ffmetadata").read_text(encoding="utf-8")
+    assert "title=Second line \\= two\\; here." in text and "title=Number \\#3 comes next." in text
+    assert "title=A back\\\\slash is four." in text
+    sections = _parse_ffmetadata(text)
+    assert [s["title"] for s in sections] == TEXT_LINES
+    for section, chapter in zip(sections, chapters, strict=True):
+        assert section["TIMEBASE"] == "1/1000"
+        assert int(section["START"]) == round(chapter["start"] * 1000)
+        assert int(section["END"]) == round(chapter["end"] * 1000)
+    assert all(int(a["END"]) <= int(b["START"]) for a, b in itertools.pairwise(sections))
+
+
+# ---- items that fail -------------------------------------------------------------------------------------------
+JSONL_ITEMS = [
+    {"id": "good1", "text": "Hello."},
+    {"id": "empty", "text": "   "},
+    {"id": "good2", "text": "Bye now.", "voice": "v_two"},
+    {"id": "nobody", "text": "Hi.", "voice": "nobody"},
+    {"id": "good3", "text": "Third.", "speed": 1.5},
+]
+
+
+def test_failed_items_are_recorded_and_the_job_goes_on(tiny_model: TinyModel, tmp_path: Path) -> None:
+    source = tmp_path / "items.jsonl"
+    source.write_text("".join(json.dumps(item) + "\n" for item in JSONL_ITEMS), encoding="utf-8")
+
+    def run(*more: str) -> subprocess.CompletedProcess[str]:
+        return run_batch_cli(source.name, "--out", "out", "-m", tiny_model.path, *more, cwd=tmp_path)
+
+    first = run("--join", "book.wav")
+    out = tmp_path / "out"
+    assert first.returncode == 1, first.stderr
+    assert "3 done, 2 failed this run" in first.stderr
+    records = {r["id"]: r for r in manifest_records(out)}
+    assert sorted(records) == sorted(item["id"] for item in JSONL_ITEMS)
+    assert {i for i, r in records.items() if r["status"] == "done"} == {"good1", "good2", "good3"}
+    assert records["empty"]["status"] == "failed" and "empty" in records["empty"]["error"]
+    assert records["nobody"]["status"] == "failed" and "unknown voice 'nobody'" in records["nobody"]["error"]
+    for item_id in ("good1", "good2", "good3"):
+        check_recorded_file(out, records[item_id])
+    assert not (out / "empty.wav").exists() and not (out / "nobody.wav").exists()
+    assert "not joined: book.wav needs every item" in first.stderr
+    assert not list(tmp_path.glob("book*"))
+
+    manifest, before = (out / "manifest.jsonl").read_bytes(), mtimes(out)
+    again = run()
+    assert again.returncode == 1, again.stderr
+    assert "0 done, 0 failed this run; 3 done before, 2 failed before (--retry-failed" in again.stderr
+    assert (out / "manifest.jsonl").read_bytes() == manifest
+
+    retry = run("--retry-failed")
+    assert retry.returncode == 1, retry.stderr
+    assert "0 done, 2 failed this run; 3 done before" in retry.stderr
+    assert (out / "manifest.jsonl").read_bytes().startswith(manifest)
+    new = manifest_records(out)[len(JSONL_ITEMS) :]
+    assert sorted((r["id"], r["status"]) for r in new) == [("empty", "failed"), ("nobody", "failed")]
+    assert mtimes(out) == before
+
+
+# ---- job-wide mistakes: one line, no work ----------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        pytest.param(["-v", "nobody"], "unknown voice 'nobody'", id="unknown-voice"),
+        pytest.param(["-m", "missing.gguf"], "missing.gguf", id="missing-model"),
+        pytest.param(["-m", "in.txt"], "not a GGUF file", id="model-not-gguf"),
+        pytest.param(["--float", "--format", "flac"], "--float applies to WAV only", id="float-flac"),
+        pytest.param(["--join", "book.xyz"], "unsupported audio format '.xyz'", id="join-format"),
+        pytest.param(["--input", "bad.jsonl"], "bad.jsonl:2: not a JSON object", id="bad-input-line"),
+    ],
+)
+def test_job_wide_errors(tiny_model: TinyModel, tmp_path: Path, args: list[str], message: str) -> None:
+    (tmp_path / "in.txt").write_text("One.\nTwo.\n", encoding="utf-8")
+    (tmp_path / "bad.jsonl").write_text('{"text": "fine"}\n{"text": oops}\n', encoding="utf-8")
+    source = "in.txt"
+    if args[0] == "--input":
+        source, args = args[1], []
+    model = [] if "-m" in args else ["-m", str(tiny_model.path)]
+    result = run_batch_cli(source, "--out", "out", *model, *args, cwd=tmp_path)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ggtts: "), result.stderr
+    assert message in lines[0]
+    assert not (tmp_path / "out" / "manifest.jsonl").exists()
+    assert not list(tmp_path.rglob("*.wav"))
+
+
+def test_a_second_job_on_the_same_folder_is_refused(text_job: Job, tiny_model: TinyModel, tmp_path: Path) -> None:
+    job = text_job.copy(tmp_path / "job")
+    manifest = (job.out / "manifest.jsonl").read_bytes()
+    (job.out / "0001.wav").unlink()  # work to do, were the folder free
+    with job_lock(job.out):  # another job holds the folder (a separate open file description of the lock)
+        result = _rerun(job, tiny_model)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"ggtts: error: {job.out.name}: another ggtts batch job is writing to this folder"
+    ]
+    assert (job.out / "manifest.jsonl").read_bytes() == manifest
+    assert not (job.out / "0001.wav").exists()
+
+
+# ---- interrupted jobs ------------------------------------------------------------------------------------------
+def _wait_for_done(process: subprocess.Popen[str], out: Path, count: int) -> int:
+    """Poll the manifest until it holds ``count`` done records; the number seen. The job must still be running."""
+    deadline = time.monotonic() + WAIT_S
+    while (seen := count_done_lines(out)) < count:
+        if process.poll() is not None:
+            pytest.fail(f"the job ended ({process.returncode}) before {count} items were done: {process.stderr.read()}")
+        if time.monotonic() > deadline:
+            process.kill()
+            pytest.fail(f"fewer than {count} items done after {WAIT_S} s")
+        time.sleep(POLL_S)
+    return seen
+
+
+SHORT_ITEMS = 150  # a few hundredths of a second each: a kill lands with most of the job to go
+# ~700 characters: about a third of a second each, so a signal lands in the middle of an item
+LONG_TEXT = "The quick brown fox jumps over the lazy dog, and then it runs far away into the woods. " * 8
+LONG_ITEMS = 6
+
+
+def test_resume_after_a_kill_and_after_ctrl_c(tiny_model: TinyModel, tmp_path: Path) -> None:
+    """One job, three runs (a fresh process costs seconds, so the two interruptions share it): SIGKILL mid-job;
+    the same command, stopped by SIGINT (Ctrl-C) after the item in progress; the same command to the end. Every
+    item ends with exactly one done record in the whole manifest and one whole file; nothing is spoken twice."""
+    lines = [f"Line {n}." for n in range(SHORT_ITEMS)] + [f"Item {n}. {LONG_TEXT}" for n in range(LONG_ITEMS)]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    total = len(lines)
+    ids = [f"{n:04d}" for n in range(1, total + 1)]
+    out = tmp_path / "out"
+
+    # run 1: SIGKILL once three items are done
+    process = _start(tmp_path, "in.txt", tiny_model)
+    try:
+        _wait_for_done(process, out, 3)
+        process.send_signal(signal.SIGKILL)
+    finally:
+        _, stderr = process.communicate(timeout=RUN_TIMEOUT_S)
+    assert process.returncode == -signal.SIGKILL, stderr
+    first = done_records(out)
+    assert 3 <= len(first) < SHORT_ITEMS, "the first run was not cut short"
+
+    # run 2: resumes (run 1's items are skipped, not spoken again); SIGINT in the middle of a long item
+    process = _start(tmp_path, "in.txt", tiny_model)
+    try:
+        _wait_for_done(process, out, SHORT_ITEMS + 2)
+        time.sleep(0.05)  # into the next (long) item
+        at_signal = count_done_lines(out)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=RUN_TIMEOUT_S)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 130, stderr
+    assert "stopping after the items in progress" in stderr
+    text = (out / "manifest.jsonl").read_text(encoding="utf-8")
+    assert text.endswith("\n")  # the last line is whole
+    done = done_records(out)  # every line parses
+    assert at_signal + 1 <= len(done) <= at_signal + 2, "not stopped right after the item in progress"
+    assert len(done) < total
+    assert Counter(r["id"] for r in done).most_common(1)[0][1] == 1  # nothing spoken twice so far
+    assert all(r in done for r in first)
+    assert f"{len(done) - len(first)} done, 0 failed this run; {len(first)} done before" in stderr
+    assert f"stopped with {total - len(done)} items to go" in stderr
+    for record in done:
+        check_recorded_file(out, record)
+    assert sorted(p.name for p in out.glob("*.wav")) == sorted(r["output"] for r in done)
+    assert part_files(out) == []
+
+    # run 3: the rest
+    last = run_batch_cli("in.txt", "--out", "out", "-m", tiny_model.path, cwd=tmp_path)
+    assert last.returncode == 0, last.stderr
+    assert f"{total - len(done)} done, 0 failed this run; {len(done)} done before" in last.stderr
+    final = _one_done_record_each(out, ids)
+    assert all(final[r["id"]] == r for r in done)  # the records of runs 1 and 2 stand
+    assert sorted(p.name for p in out.glob("*.wav")) == [f"{i}.wav" for i in ids]
+    assert part_files(out) == []
+    assert len(manifest_lines(out)) == len(manifest_records(out))
