@@ -144,6 +144,7 @@ def run_batch(
             result = _run(items, settings, manifest, workers, threads, ray, retry_failed, stop, progress, on_record)
         finally:
             manifest.close()
+            remove_stale_parts(settings.out_dir)  # a worker killed mid-write leaves its temporary file
     result.seconds = time.perf_counter() - started
     return result
 
