@@ -97,7 +97,8 @@ def test_disconnect_cancels_a_stream_mid_chunk(tone_server: Server, tone_log: Pa
     body = {"model": "slow", "input": "flow HEAVY", "response_format": "pcm", "stream": True}
     with httpx.stream("POST", tone_server.url + SPEECH, json=body, headers=tone_server.headers) as response:
         assert response.status_code == 200
-        next(response.iter_bytes())  # the first chunk came; the heavy one is next
+        chunks = response.iter_bytes()  # kept: a dropped iterator is closed at once, and the connection with it
+        next(chunks)  # the first chunk came; the heavy one is next
         wait_until(lambda: _log_has(tone_log, "flow heavy-start"))
     idle_after = wait_until(lambda: not health(tone_server)["slow"]["busy"], timeout_s=10)
     assert idle_after < IDLE_WITHIN_S

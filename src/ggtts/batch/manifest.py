@@ -81,9 +81,12 @@ class Manifest:
         """Add ``record`` as one line, flushed and synced: after a kill, what was appended is there."""
         if self._file is None:
             self._file = self._open()
-        self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        try:
+            self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
+            self._file.flush()
+            os.fsync(self._file.fileno())
+        except OSError as e:  # a full disk, say: the job cannot go on without its record
+            raise GGTTSError(f"{self.path}: cannot write the manifest ({e.strerror or e})") from None
         self.records[record["id"]] = record
 
     def _open(self) -> IO[str]:

@@ -61,7 +61,9 @@ def _before_forward(module: Any, args: Any) -> None:
     check_cancelled()
 
 
-def _install_hook() -> None:
+def install_hook() -> None:
+    """Make every torch module call a cancellation point (once per process; imports torch). A server calls it at
+    start, so that no request pays torch's import inside its time limit."""
     global _hook_installed
     with _hook_lock:
         if _hook_installed:
@@ -75,7 +77,7 @@ def _install_hook() -> None:
 @contextlib.contextmanager
 def cancellable(token: CancelToken) -> Iterator[None]:
     """Run the block so that ``token.cancel()`` stops it at its next cancellation point."""
-    _install_hook()
+    install_hook()
     previous = getattr(_local, "token", None)
     _local.token = token
     try:
