@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import resource
 import shutil
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -217,3 +219,27 @@ def test_fixture_folder_can_be_copied(out_dir: Path, tmp_path: Path) -> None:
     moved = tmp_path / "moved"
     shutil.copytree(out_dir, moved)
     assert Manifest(moved).is_done("sub/a", KEY)
+
+
+def test_a_manifest_that_cannot_be_read_is_one_error(out_dir: Path) -> None:
+    (out_dir / MANIFEST_NAME).unlink()
+    (out_dir / MANIFEST_NAME).mkdir()
+    with pytest.raises(GGTTSError, match=r"manifest\.jsonl: cannot read the manifest \(Is a directory\)"):
+        Manifest(out_dir)
+
+
+def test_a_manifest_that_cannot_be_written_is_one_error(out_dir: Path) -> None:
+    """A full disk, as the file-size limit makes one: the write fails (EFBIG) and the error names the manifest."""
+    size = (out_dir / MANIFEST_NAME).stat().st_size
+    manifest = Manifest(out_dir)
+    manifest.append(_done_record("b", "b.wav", AUDIO))  # opened and written once, within any limit
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead of killing
+    try:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size + 4096, hard))
+        with pytest.raises(GGTTSError, match=r"manifest\.jsonl: cannot write the manifest \(File too large\)"):
+            manifest.append({"id": "c", "status": "done", "padding": "x" * 8192})
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+    assert "c" not in manifest.records

@@ -18,8 +18,8 @@ import pytest
 from batch_support import TinyModel
 
 from ggtts.batch.items import Item
-from ggtts.batch.local import IN_FLIGHT_PER_WORKER
 from ggtts.batch.manifest import DONE, LOCK_NAME, MANIFEST_NAME
+from ggtts.batch.ray_run import IN_FLIGHT_PER_WORKER
 from ggtts.batch.work import JobSettings
 from time_limit import time_limit
 

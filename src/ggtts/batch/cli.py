@@ -44,17 +44,20 @@ def run(args: argparse.Namespace) -> int:
     from ggtts.audio import check_output_suffix
     from ggtts.batch.items import read_items
     from ggtts.batch.job import check_job, run_batch, stop_on_signals
-    from ggtts.batch.join import join_outputs
+    from ggtts.batch.join import check_pause, join_outputs
     from ggtts.batch.manifest import MANIFEST_NAME
     from ggtts.batch.work import JobSettings
     from ggtts.cli import PROG, family_options
     from ggtts.fsutil import check_writable
 
-    out_dir = Path(args.out)
+    out_dir = Path(args.out)  # everything here is checked before any work
+    if args.float and args.format != "wav":
+        raise GGTTSError("--float applies to WAV only; leave it out or use --format wav")
     if args.join is not None:
         check_output_suffix(args.join)
+        check_pause(args.pause)
         check_writable(args.join)
-    check_writable(out_dir / MANIFEST_NAME)  # before any work
+    check_writable(out_dir / MANIFEST_NAME)
     items = read_items(args.input, args.split)
     options = family_options(args)  # no --progress here: the batch has its own bar
     settings = JobSettings(
@@ -67,8 +70,6 @@ def run(args: argparse.Namespace) -> int:
         float_wav=args.float,
         device=args.device,
     )
-    if args.float and args.format != "wav":
-        raise GGTTSError("--float applies to WAV only; leave it out or use --format wav")
     check_job(settings)
     stop = threading.Event()
     workers = args.workers if args.workers is not None else (0 if args.ray is not None else 1)

@@ -22,6 +22,7 @@ from ggtts.fsutil import atomic_output
 
 TITLE_CHARS = 60  # an item without a title is named by the start of its text
 MS_PER_S = 1000
+MAX_PAUSE_S = 60.0  # between two items; more is a mistake (or a job for an audio editor)
 
 
 def chapter_title(item: Item) -> str:
@@ -31,13 +32,19 @@ def chapter_title(item: Item) -> str:
     return words if len(words) <= TITLE_CHARS else words[: TITLE_CHARS - 1].rsplit(" ", 1)[0] + "…"
 
 
+def check_pause(pause_s: float) -> float:
+    """``pause_s`` if it is a pause a join can make (0 to :data:`MAX_PAUSE_S` seconds), else an InputError."""
+    if not 0 <= pause_s <= MAX_PAUSE_S:  # NaN fails both comparisons
+        raise InputError(f"the pause must be 0 to {MAX_PAUSE_S:g} seconds, got {pause_s}")
+    return pause_s
+
+
 def join_outputs(
     items: Sequence[Item], records: dict[str, dict[str, Any]], out_dir: Path, target: Path, pause_s: float
 ) -> list[dict[str, Any]]:
     """Write ``target`` and its chapter files; the chapters. Every item must be done."""
     suffix = check_output_suffix(target)
-    if not pause_s >= 0:
-        raise InputError(f"the pause must be 0 seconds or more, got {pause_s}")
+    check_pause(pause_s)
     missing = [item.id for item in items if records.get(item.id, {}).get("status") != DONE]
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")

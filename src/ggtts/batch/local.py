@@ -22,14 +22,12 @@ from multiprocessing.context import SpawnProcess
 from typing import Any
 
 from ggtts.batch.items import Item
-from ggtts.batch.manifest import FAILED
-from ggtts.batch.work import ItemWorker, JobSettings
+from ggtts.batch.work import ItemWorker, JobSettings, failed_record
 from ggtts.errors import GGTTSError
 
 OnRecord = Callable[[dict[str, Any]], None]
 MAX_ATTEMPTS = 3  # an item whose worker died this many times while speaking it is recorded as failed
 MAX_STARTUP_DEATHS = 3  # workers that die before they are ready: they cannot run here at all
-IN_FLIGHT_PER_WORKER = 2  # Ray actors: calls queued per actor, so an actor never waits for the next item
 POLL_S = 0.2  # how often the loops look at ``stop`` and at their workers while items run
 EXIT_WAIT_S = 5.0  # how long a finished worker gets to exit before it is terminated
 
@@ -73,19 +71,8 @@ class _Worker:
     ready: bool = False
 
 
-def error_record(item: Item, settings: JobSettings, error: BaseException) -> dict[str, Any]:
-    """The record of an item whose worker could not even return a result."""
-    message = f"internal error: {type(error).__name__}: {error}"
-    return {"id": item.id, "key": settings.key(item), "status": FAILED, "error": message}
-
-
-def crashed_record(item: Item, settings: JobSettings, attempts: int) -> dict[str, Any]:
-    return {
-        "id": item.id,
-        "key": settings.key(item),
-        "status": FAILED,
-        "error": f"the worker process died while speaking this item ({attempts} times); out of memory?",
-    }
+def crash_message(attempts: int) -> str:
+    return f"the worker process died while speaking this item ({attempts} times); out of memory?"
 
 
 class _Pool:
@@ -189,7 +176,7 @@ def run_processes(
                 if item is not None:
                     attempts[item.id] += 1
                     if attempts[item.id] >= MAX_ATTEMPTS:
-                        on_record(crashed_record(item, settings, attempts[item.id]))
+                        on_record(failed_record(item.id, settings.key(item), crash_message(attempts[item.id])))
                     else:
                         todo.appendleft(item)
                 if todo and not stop.is_set():

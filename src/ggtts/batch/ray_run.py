@@ -16,11 +16,12 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ggtts.batch.items import Item
-from ggtts.batch.local import IN_FLIGHT_PER_WORKER, MAX_ATTEMPTS, POLL_S, crashed_record, error_record, set_threads
-from ggtts.batch.work import ItemWorker, JobSettings
+from ggtts.batch.local import MAX_ATTEMPTS, POLL_S, crash_message, set_threads
+from ggtts.batch.work import ItemWorker, JobSettings, error_message, failed_record
 from ggtts.errors import GGTTSError
 
 INSTALL_HINT = "--ray needs Ray, which is not installed: pip install 'ggtts[ray]' (or pip install ray)"
+IN_FLIGHT_PER_WORKER = 2  # calls queued per actor, so an actor never waits for its next item
 DEFAULT_THREADS = 1  # torch threads per actor: one actor per CPU gives the most items per second
 
 
@@ -104,7 +105,7 @@ def _dispatch(
             try:
                 record = ray.get(ref)
             except ray.exceptions.RayActorError:  # its worker died MAX_ATTEMPTS times with this item
-                record = crashed_record(item, settings, MAX_ATTEMPTS)
+                record = failed_record(item.id, settings.key(item), crash_message(MAX_ATTEMPTS))
             except ray.exceptions.RayError as e:
-                record = error_record(item, settings, e)
+                record = failed_record(item.id, settings.key(item), error_message(e))
             on_record(record)

@@ -128,11 +128,8 @@ class ItemWorker:
             output = s.output(item)
             with atomic_output(s.out_dir / output) as tmp:
                 tmp.write_bytes(data)
-        except GGTTSError as e:
-            return record | {"status": FAILED, "error": str(e), "time": _now()}
-        except Exception as e:  # a bug, not bad input: the item fails, the job goes on
-            error = f"internal error: {type(e).__name__}: {e}"
-            return record | {"status": FAILED, "error": error, "time": _now()}
+        except Exception as e:  # bad input (a GGTTSError) or a bug: the item fails, the job goes on
+            return record | failed_record(item.id, record["key"], error_message(e))
         return record | {
             "status": DONE,
             "output": output,
@@ -143,6 +140,16 @@ class ItemWorker:
             "seconds": _since(start),
             "time": _now(),
         }
+
+
+def error_message(error: BaseException) -> str:
+    """One line for a failed item: a GGTTSError's own sentence, anything else named as an internal error."""
+    return str(error) if isinstance(error, GGTTSError) else f"internal error: {type(error).__name__}: {error}"
+
+
+def failed_record(item_id: str, key: str, error: str) -> dict[str, Any]:
+    """The manifest record of an item that has no audio, and why."""
+    return {"id": item_id, "key": key, "status": FAILED, "error": error, "time": _now()}
 
 
 def _since(start: float) -> float:
