@@ -1,22 +1,32 @@
-"""Decode speed and peak memory of ggtts's Qwen2 (F16 and Q8_0 GGUF) vs transformers, on a random 0.5B-shaped
-Qwen2 (OuteTTS-0.2-500M's shape: 24 layers, 896 wide, 14 heads / 2 KV heads, 4864 FFN, 151936 tokens, tied).
+"""Qwen2 speed and memory: ggtts, transformers and llama.cpp's ``llama-bench`` on the same GGUF files, on a random
+0.5B-shaped Qwen2 (OuteTTS-0.2-500M's shape: 24 layers, 896 wide, 14 heads / 2 KV heads, 4864 FFN, 151936 tokens,
+tied embeddings) converted by ggtts's OuteTTS converter to F16, Q8_0 and Q4_0.
 
-    python benchmarks/bench_qwen2.py [--prompt 512] [--new 64] [--threads 2] [--small]
+    python benchmarks/bench_qwen2.py [--prompt 128] [--new 32] [--threads 1] [--small] [--dir DIR]
+        [--llama-cpp ../shared/tools/llama.cpp] [--float32]
 
-Each variant runs in its own process so that peak RSS is its own. ggtts dequantizes GGUF weights to float32 at
-load time, so the file type changes load size, not compute; the figures show what that costs.
+Each variant runs in its own process so that its peak RSS is its own; "base" is the ggtts process's RSS before
+the model loads (Python, torch, ggml), so peak - base is what the model costs. ggtts multiplies F16 and block
+weights as stored with ggml's kernels; ``--float32`` adds ggtts with every weight widened to float32 (as before
+quantized kernels) for comparison. llama-bench reports no load time; its memory is the peak RSS of its process.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
+
+FILE_TYPES = ("f16", "q8_0", "q4_0")
+DEFAULT_LLAMA_CPP = Path(__file__).resolve().parents[2] / "shared" / "tools" / "llama.cpp"
+N_MERGES = 200  # a few BPE merges: llama.cpp refuses a gpt2 vocabulary without any
 
 SHAPE_0_5B = {
     "vocab_size": 151936,
@@ -33,32 +43,72 @@ SHAPE_SMALL = {
 }  # a quick check that the script works
 
 
+def byte_bpe_tokenizer(n_merges: int) -> dict[str, Any]:
+    """A tokenizer.json: the 256 byte tokens and up to ``n_merges`` merges of two ASCII letters."""
+    from ggtts.models.qwen2.tokenizer import PRE_TOKENIZERS, byte_to_unicode
+
+    chars = list(byte_to_unicode().values())
+    vocab = {c: i for i, c in enumerate(chars)}
+    letters = [c for c in chars if c.isascii() and c.isalpha()]
+    merges = [f"{a} {b}" for a in letters for b in letters][:n_merges]
+    for m in merges:
+        vocab[m.replace(" ", "")] = len(vocab)
+    return {
+        "model": {"type": "BPE", "vocab": vocab, "merges": merges},
+        "pre_tokenizer": {"type": "Split", "pattern": {"Regex": PRE_TOKENIZERS["qwen2"]}},
+        "added_tokens": [],
+    }
+
+
 def build(directory: Path, shape: dict[str, int]) -> None:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from ggtts.convert.outetts_hf import convert_outetts_hf
-    from ggtts.models.qwen2.tokenizer import PRE_TOKENIZERS, byte_to_unicode
 
     hf_dir = directory / "hf"
     torch.manual_seed(0)
     cfg = Qwen2Config(**shape, max_position_embeddings=4096, rope_theta=1e6, tie_word_embeddings=True)
     Qwen2ForCausalLM(cfg).save_pretrained(hf_dir, safe_serialization=True)
-    vocab = {c: i for i, c in enumerate(byte_to_unicode().values())}  # bytes only; the rest become [PAD] tokens
-    tok = {
-        "model": {"type": "BPE", "vocab": vocab, "merges": []},
-        "pre_tokenizer": {"type": "Split", "pattern": {"Regex": PRE_TOKENIZERS["qwen2"]}},
-        "added_tokens": [],
-    }
-    (hf_dir / "tokenizer.json").write_text(json.dumps(tok))
-    for out_type in ("f16", "q8_0"):
+    # bytes and a few merges; the rest of the vocabulary become [PAD] tokens
+    (hf_dir / "tokenizer.json").write_text(json.dumps(byte_bpe_tokenizer(N_MERGES)))
+    for out_type in FILE_TYPES:
         convert_outetts_hf(hf_dir, directory / f"qwen2-{out_type}.gguf", out_type)
 
 
-def run(variant: str, directory: Path, n_prompt: int, n_new: int, threads: int) -> dict[str, float | str]:
+def rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def run_llama_bench(tools: Path, gguf: Path, n_prompt: int, n_new: int, threads: int) -> dict[str, float | str]:
+    cmd = [str(tools / "llama-bench"), "-m", str(gguf), "-p", str(n_prompt), "-n", str(n_new)]
+    cmd += ["-t", str(threads), "-r", "2", "-o", "json"]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    rows = json.loads(out)
+    speed = {("prefill" if r["n_prompt"] else "decode"): r["avg_ts"] for r in rows}
+    return {
+        "load_s": "-",
+        "prefill_tok_s": round(speed["prefill"], 1),
+        "decode_tok_s": round(speed["decode"], 2),
+        "base_rss_mib": "-",
+        "peak_rss_mib": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024),
+    }
+
+
+def run(variant: str, directory: Path, n_prompt: int, n_new: int, threads: int, tools: Path) -> dict[str, float | str]:
+    if variant.startswith("llama.cpp "):
+        file_type = variant.split()[1]
+        return {
+            "variant": variant,
+            **run_llama_bench(tools, directory / f"qwen2-{file_type}.gguf", n_prompt, n_new, threads),
+        }
     import torch
 
+    import ggtts.runtime.ggml_kernels  # noqa: F401  (in the base RSS: it is part of every ggtts process)
+
     torch.set_num_threads(threads)
+    base = rss_mib()
     prompt = torch.randint(0, 256, (1, n_prompt), generator=torch.Generator().manual_seed(0))
     t0 = time.perf_counter()
     if variant == "transformers":
@@ -79,7 +129,10 @@ def run(variant: str, directory: Path, n_prompt: int, n_new: int, threads: int) 
         from ggtts.gguf import GGUFFile
         from ggtts.models.qwen2.model import Qwen2Model
 
-        model = Qwen2Model.from_gguf(GGUFFile(directory / f"qwen2-{variant}.gguf"), max_len=n_prompt + n_new + 1)
+        file_type, _, widened = variant.removeprefix("ggtts ").partition(" ")
+        model = Qwen2Model.from_gguf(
+            GGUFFile(directory / f"qwen2-{file_type}.gguf"), max_len=n_prompt + n_new + 1, stored_weights=not widened
+        )
         load_s = time.perf_counter() - t0
         cache = model.new_cache(n_prompt + n_new + 1)
         with torch.inference_mode():
@@ -95,35 +148,59 @@ def run(variant: str, directory: Path, n_prompt: int, n_new: int, threads: int) 
         "load_s": round(load_s, 2),
         "prefill_tok_s": round(n_prompt / (t2 - t1), 1),
         "decode_tok_s": round(n_new / (t3 - t2), 2),
+        "base_rss_mib": round(base),
         "peak_rss_mib": round(peak_mib),
     }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--prompt", type=int, default=512)
-    ap.add_argument("--new", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompt", type=int, default=128)
+    ap.add_argument("--new", type=int, default=32)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--llama-cpp", type=Path, default=DEFAULT_LLAMA_CPP, help="folder with llama-bench")
+    ap.add_argument("--float32", action="store_true", help="also ggtts with weights widened to float32")
     ap.add_argument("--small", action="store_true", help="2 layers and 4096 tokens: only checks the script runs")
     ap.add_argument("--dir", type=Path, help="reuse (or keep) the generated checkpoint and GGUF files here")
     ap.add_argument("--run", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.run:
-        print(json.dumps(run(args.run, args.dir, args.prompt, args.new, args.threads)))
+        print(json.dumps(run(args.run, args.dir, args.prompt, args.new, args.threads, args.llama_cpp)))
         return
     directory = args.dir or Path(tempfile.mkdtemp(prefix="bench-qwen2-"))
-    if not (directory / "qwen2-q8_0.gguf").exists():
+    if not all((directory / f"qwen2-{t}.gguf").exists() for t in FILE_TYPES):
         build(directory, SHAPE_SMALL if args.small else SHAPE_0_5B)
+    variants = ["transformers"]
+    for t in FILE_TYPES:
+        variants += [f"ggtts {t}"] + ([f"ggtts {t} float32"] if args.float32 else [])
+    has_llama = (args.llama_cpp / "llama-bench").exists()
+    variants += [f"llama.cpp {t}" for t in FILE_TYPES] if has_llama else []
     print(f"files in {directory}; prompt {args.prompt} tokens, {args.new} new tokens, {args.threads} threads")
-    print(f"{'variant':14} {'load s':>7} {'prefill tok/s':>14} {'decode tok/s':>13} {'peak RSS MiB':>13}")
-    for variant in ("transformers", "f16", "q8_0"):
-        cmd = [sys.executable, __file__, "--run", variant, "--dir", str(directory)]
+    print(f"CPU: {cpu_model()}")
+    if not has_llama:
+        print(f"llama.cpp: no llama-bench in {args.llama_cpp} (--llama-cpp DIR): its rows are left out")
+    print(
+        f"{'variant':22} {'file MiB':>9} {'load s':>7} {'prefill tok/s':>14} {'decode tok/s':>13} "
+        f"{'base RSS MiB':>13} {'peak RSS MiB':>13}"
+    )
+    for variant in variants:
+        file_type = variant.split()[1] if " " in variant else None
+        size = f"{(directory / f'qwen2-{file_type}.gguf').stat().st_size / 2**20:.0f}" if file_type else "-"
+        cmd = [sys.executable, __file__, "--run", variant, "--dir", str(directory), "--llama-cpp", str(args.llama_cpp)]
         cmd += ["--prompt", str(args.prompt), "--new", str(args.new), "--threads", str(args.threads)]
         r = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1])
         print(
-            f"{r['variant']:14} {r['load_s']:>7} {r['prefill_tok_s']:>14} {r['decode_tok_s']:>13} "
-            f"{r['peak_rss_mib']:>13}"
+            f"{r['variant']:22} {size:>9} {r['load_s']:>7} {r['prefill_tok_s']:>14} {r['decode_tok_s']:>13} "
+            f"{r['base_rss_mib']:>13} {r['peak_rss_mib']:>13}"
         )
+
+
+def cpu_model() -> str:
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return "unknown"
 
 
 if __name__ == "__main__":

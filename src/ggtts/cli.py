@@ -230,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ggtts import __version__
     from ggtts.api import DEFAULT_MODEL
     from ggtts.convert.dispatch import converter_names
+    from ggtts.gguf.write import OutType
 
     p = argparse.ArgumentParser(prog=PROG, description="Local text-to-speech with GGUF models.")
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
@@ -250,7 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("family", help=f"which converter: {', '.join(converter_names())}")
     c.add_argument("sources", nargs="+", help="upstream files (weights, config, voices)")
     c.add_argument("-o", "--output", required=True, help="output .gguf file")
-    c.add_argument("--type", default="f32", choices=["f32", "f16", "bf16", "q8_0"], help="tensor type")
+    c.add_argument(
+        "--type", default="f32", choices=[t.value for t in OutType], help="stored type of the large weight matrices"
+    )
     c.set_defaults(func=cmd_convert)
 
     i = sub.add_parser("info", help="describe a GGUF file")

@@ -55,7 +55,16 @@ def test_writer_roundtrip_every_type(tmp_path, out_type):
     else:
         ref = w.numpy().astype(np.float16).astype(np.float32)
     np.testing.assert_array_equal(got.numpy(), ref)
-    tolerance = {OutType.F16: 1e-3, OutType.BF16: 1e-2, OutType.Q8_0: 2e-2}[out_type]
+    # half a rounding step of each type, relative to the largest value (a block's scale is at most the maximum's)
+    tolerance = {
+        OutType.F16: 1e-3,
+        OutType.BF16: 1e-2,
+        OutType.Q8_0: 2e-2,
+        OutType.Q5_1: 3.5e-2,
+        OutType.Q5_0: 3.5e-2,
+        OutType.Q4_1: 7e-2,
+        OutType.Q4_0: 7e-2,
+    }[out_type]
     assert (got - w).abs().max().item() <= tolerance * w.abs().max().item()
 
 

@@ -108,3 +108,22 @@ def test_speak_rejects_phonemes_for_outetts(models: tuple[Path, Path], tmp_path:
     out = tmp_path / "x.wav"
     r = ggtts("speak", "-m", lm, "--vocoder", voc, "-v", TINY_SPEAKER, "--phonemes", "hello", "-o", out)
     assert r.returncode != 0 and "not phonemes" in r.stderr and not out.exists()
+
+
+def test_convert_low_bit_types_for_the_language_model_only(models: tuple[Path, Path], tmp_path: Path) -> None:
+    from ggtts.gguf import GGUFFile
+
+    hf = models[0].parent / "hf"
+    out = tmp_path / "lm-q4_0.gguf"
+    r = ggtts("convert", "outetts", hf, "-o", out, "--type", "q4_0")
+    assert r.returncode == 0, r.stderr
+    g = GGUFFile(out)
+    assert g.info("blk.0.ffn_up.weight").type.name == "Q4_0"
+    assert g.info("blk.0.attn_norm.weight").type.name == "F32"  # norms and biases stay float
+    assert g.get("general.file_type") == 2  # llama.cpp's MOSTLY_Q4_0
+    assert g.get("tokenizer.ggml.merges"), "llama.cpp refuses a gpt2 vocabulary without merges"
+    r = ggtts("convert", "wavtokenizer", hf.parent / "w.ckpt", "-o", tmp_path / "voc.gguf", "--type", "q4_0")
+    assert r.returncode != 0 and "not offered for the WavTokenizer decoder" in r.stderr
+    assert not (tmp_path / "voc.gguf").exists()
+    r = ggtts("convert", "kokoro", tmp_path / "k.onnx", "-o", tmp_path / "k.gguf", "--type", "q4_1")
+    assert r.returncode != 0 and "not offered for Kokoro" in r.stderr

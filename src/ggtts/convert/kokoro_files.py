@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ggtts.errors import ConversionError
+from ggtts.gguf.write import refuse_low_bit
 
 
 def _by_suffix(sources: list[Path]) -> dict[str, list[Path]]:
@@ -24,6 +25,7 @@ def _one(groups: dict[str, list[Path]], suffix: str, what: str) -> Path | None:
 
 
 def convert_kokoro(sources: list[Path], out: Path, out_type: str) -> Path:
+    refuse_low_bit(out_type, "Kokoro")
     groups = _by_suffix(sources)
     config = _one(groups, ".json", "config.json")
     onnx = _one(groups, ".onnx", "ONNX model")

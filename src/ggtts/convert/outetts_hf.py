@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -138,6 +139,12 @@ def convert_outetts_hf(
     m.add_tokenizer_pre(_pre_tokenizer_name(tokenizer))
     m.add_token_list(tokens)
     m.add_token_types(types)
+    if not merges:  # GGUF cannot hold an empty array, and llama.cpp refuses a gpt2 vocabulary without the key
+        warnings.warn(
+            "tokenizer.json has no BPE merges: the file has no 'tokenizer.ggml.merges' and llama.cpp will refuse it "
+            "(ggtts loads it)",
+            stacklevel=2,
+        )
     m.add_token_merges(merges)
     specials = {
         "eos": _token_content(tok_config.get("eos_token")),

@@ -18,7 +18,7 @@ import torch
 
 from ggtts.errors import ConversionError
 from ggtts.gguf.keys import WavTokenizerDec as K
-from ggtts.gguf.write import ModelWriter, OutType
+from ggtts.gguf.write import ModelWriter, OutType, refuse_low_bit
 from ggtts.models.wavtokenizer.config import DEFAULT_HOP_LENGTH, DEFAULT_SAMPLE_RATE
 
 CODEBOOK = "feature_extractor.encodec.quantizer.vq.layers.0._codebook.embed"
@@ -194,6 +194,7 @@ def _group_norm_groups(state: dict[str, torch.Tensor]) -> int:
 
 def convert_wavtokenizer(sources: list[Path], out: Path, out_type: str) -> Path:
     """``ggtts convert wavtokenizer CKPT -o OUT.gguf``: one .ckpt (or OuteTTS decoder_model.pt)."""
+    refuse_low_bit(out_type, "the WavTokenizer decoder")
     ckpts = [s for s in sources if s.suffix.lower() in (".ckpt", ".pt", ".pth", ".bin")]
     if len(ckpts) != 1:
         raise ConversionError("give exactly one WavTokenizer checkpoint (.ckpt, or OuteTTS's decoder_model.pt)")

@@ -129,6 +129,11 @@ class GGUFFile:
         except ValueError as e:  # mmap of a file emptied since stat
             raise GGUFError(f"{path}: cannot map the file into memory ({e})") from None
 
+    @property
+    def byte_order(self) -> str:
+        """``"<"`` for little-endian files (all llama.cpp writes), ``">"`` for big-endian ones."""
+        return self._order
+
     # ---- metadata -------------------------------------------------------------------------------------------
     @property
     def architecture(self) -> str:
@@ -209,6 +214,15 @@ class GGUFFile:
             dtype = np.dtype(np.uint8)
             count, shape = info.n_bytes, gguf_quants.quant_shape_to_byte_shape(info.shape or (1,), info.type)
         return np.frombuffer(self._map, dtype=dtype, count=count, offset=info.offset).reshape(shape)
+
+    def release(self, name: str) -> None:
+        """Unmap the whole pages of a tensor's bytes from this process (they come back from the page cache if
+        read again): for weights copied elsewhere at load, so their memory is not counted twice."""
+        info = self.info(name)
+        start = -(-info.offset // mmap.PAGESIZE) * mmap.PAGESIZE
+        end = (info.offset + info.n_bytes) // mmap.PAGESIZE * mmap.PAGESIZE
+        if end > start and hasattr(mmap, "MADV_DONTNEED"):
+            self._map.madvise(mmap.MADV_DONTNEED, start, end - start)
 
     def tensor(self, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
         """Dequantize one tensor to a float32 torch tensor (torch dimension order).

@@ -16,6 +16,7 @@ import numpy as np
 from gguf import GGMLQuantizationType, GGUFWriter, LlamaFileType
 from gguf import quants as gguf_quants
 
+from ggtts.errors import ConversionError
 from ggtts.fsutil import atomic_output
 from ggtts.gguf import keys
 
@@ -27,12 +28,17 @@ MIN_QUANT_ELEMENTS = 1024
 
 
 class OutType(StrEnum):
-    """The ``--type`` choices of every converter."""
+    """The ``--type`` choices of the converters: llama.cpp's legacy block types, quantized by ``gguf``'s port of
+    ggml's reference quantizers (the same bytes ``llama-quantize`` writes for these types)."""
 
     F32 = "f32"
     F16 = "f16"
     BF16 = "bf16"
     Q8_0 = "q8_0"
+    Q5_1 = "q5_1"
+    Q5_0 = "q5_0"
+    Q4_1 = "q4_1"
+    Q4_0 = "q4_0"
 
     @property
     def ggml_type(self) -> GGMLQuantizationType:
@@ -48,13 +54,35 @@ _GGML_TYPE = {
     OutType.F16: GGMLQuantizationType.F16,
     OutType.BF16: GGMLQuantizationType.BF16,
     OutType.Q8_0: GGMLQuantizationType.Q8_0,
+    OutType.Q5_1: GGMLQuantizationType.Q5_1,
+    OutType.Q5_0: GGMLQuantizationType.Q5_0,
+    OutType.Q4_1: GGMLQuantizationType.Q4_1,
+    OutType.Q4_0: GGMLQuantizationType.Q4_0,
 }
 _FILE_TYPE = {
     OutType.F32: LlamaFileType.ALL_F32,
     OutType.F16: LlamaFileType.MOSTLY_F16,
     OutType.BF16: LlamaFileType.MOSTLY_BF16,
     OutType.Q8_0: LlamaFileType.MOSTLY_Q8_0,
+    OutType.Q5_1: LlamaFileType.MOSTLY_Q5_1,
+    OutType.Q5_0: LlamaFileType.MOSTLY_Q5_0,
+    OutType.Q4_1: LlamaFileType.MOSTLY_Q4_1,
+    OutType.Q4_0: LlamaFileType.MOSTLY_Q4_0,
 }
+
+
+# Below 8 bits: for autoregressive language models (their linear layers run as stored); convolutional vocoders are
+# widened to float at load and lose quality for no speed, so their converters refuse these types.
+LOW_BIT_TYPES = frozenset({OutType.Q5_1, OutType.Q5_0, OutType.Q4_1, OutType.Q4_0})
+
+
+def refuse_low_bit(out_type: OutType | str, what: str) -> None:
+    """ConversionError when ``out_type`` is one of :data:`LOW_BIT_TYPES` for a model that should not use them."""
+    if OutType(out_type) in LOW_BIT_TYPES:
+        raise ConversionError(
+            f"--type {OutType(out_type).value} is not offered for {what} (a convolutional model: it would lose "
+            "quality and gain no speed); use q8_0, bf16, f16 or f32"
+        )
 
 
 def choose_type(name: str, shape: tuple[int, ...], out_type: OutType) -> GGMLQuantizationType:

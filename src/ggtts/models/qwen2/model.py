@@ -16,6 +16,7 @@ from ggtts.gguf import GGUFFile
 from ggtts.models.layers.gguf_state import load_module_from_gguf
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.qwen2.config import Qwen2Config
+from ggtts.runtime.stored_weights import StoredEmbedding, stored_weights_plan, use_stored_weights
 
 
 class RMSNorm(nn.Module):
@@ -105,6 +106,7 @@ class Qwen2Model(nn.Module):
         self.output_norm = RMSNorm(cfg.dim, cfg.rms_eps)
         self.output = None if cfg.tied_output else nn.Linear(cfg.dim, cfg.n_vocab, bias=False)
         self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, max_len or cfg.context_length)
+        self.weights_note: str | None = None  # why weights were widened to float, when they were
 
     @classmethod
     def from_gguf(
@@ -114,15 +116,25 @@ class Qwen2Model(nn.Module):
         *,
         dtype: torch.dtype = torch.float32,
         max_len: int | None = None,
+        stored_weights: bool = True,
     ) -> Qwen2Model:
-        model = cls(Qwen2Config.from_gguf(gguf), max_len=max_len)
-        load_module_from_gguf(model, gguf)
+        """The model of a ``qwen2`` file. Weights the file stores as F16, BF16 or blocks (Q8_0, Q4_0, K-quants...)
+        stay so and are multiplied by ggml's kernels on CPU; ``stored_weights=False``, a GPU ``device``, or ggml
+        not installed widen them to ``dtype`` instead (``weights_note`` says why)."""
+        cfg = Qwen2Config.from_gguf(gguf)
+        plan = stored_weights_plan(device, stored_weights)
+        with torch.device("meta"):  # no memory or random initialisation for weights about to be replaced
+            model = cls(cfg, max_len=max_len)
+        model.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, max_len or cfg.context_length)
+        consumed = use_stored_weights(model, gguf) if plan.stored else set()
+        load_module_from_gguf(model, gguf, ignore=consumed)
+        model.weights_note = plan.reason
         return model.to(device=device, dtype=dtype).eval()
 
     def new_cache(self, max_len: int, *, batch: int = 1) -> KVCache:
         if max_len > self.rope.cos.shape[0]:
             raise ValueError(f"max_len {max_len} exceeds the model's {self.rope.cos.shape[0]} rotary positions")
-        p = self.token_embd.weight
+        p = self.output_norm.weight
         return KVCache(
             self.cfg.n_layers,
             self.cfg.n_kv_heads,
@@ -134,8 +146,12 @@ class Qwen2Model(nn.Module):
         )
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
-        weight = self.token_embd.weight if self.output is None else self.output.weight
-        return F.linear(self.output_norm(h), weight)
+        h = self.output_norm(h)
+        if self.output is not None:
+            return self.output(h)
+        if isinstance(self.token_embd, StoredEmbedding):  # tied to a stored table: multiply by it as stored
+            return self.token_embd.as_linear()(h)
+        return F.linear(h, self.token_embd.weight)
 
     def forward(self, tokens: torch.Tensor, cache: KVCache, *, last_only: bool = False) -> torch.Tensor:
         """Tokens ``(B, T)`` at ``cache.length..`` -> logits ``(B, T, V)`` (``(B, 1, V)`` with last_only).

@@ -1,0 +1,140 @@
+"""Linear and embedding layers that keep a GGUF file's weights as stored (F16, BF16, Q8_0, Q4_0, K-quants...).
+
+:func:`use_stored_weights` swaps a module's ``nn.Linear`` and ``nn.Embedding`` layers for these where the file
+stores their weight in a type ggml multiplies (:mod:`ggtts.runtime.ggml_kernels`), before the strict loader fills
+the rest. The weights stay in the memory-mapped file: loading costs the file's pages, not a float32 copy.
+Where ggml's kernels are not installed, or the model runs on a GPU, nothing is swapped and the weights are widened
+to float as before (:func:`stored_weights_plan` says which, and why).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from gguf import GGMLQuantizationType
+from gguf import quants as gguf_quants
+from torch import nn
+
+from ggtts.gguf import GGUFFile
+from ggtts.runtime.ggml_kernels import MatMul, multiplies, unavailable_reason
+
+__all__ = ["StoredEmbedding", "StoredLinear", "StoredWeightsPlan", "stored_weights_plan", "use_stored_weights"]
+
+
+def _float_rows(raw: np.ndarray, qtype: GGMLQuantizationType, rows: np.ndarray) -> np.ndarray:
+    """Rows ``rows`` of a stored 2-D weight, widened to float32."""
+    picked = raw[rows]
+    if qtype == GGMLQuantizationType.F16:
+        return picked.view(np.float16).astype(np.float32)
+    if qtype == GGMLQuantizationType.BF16:
+        return (picked.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    with np.errstate(all="ignore"):
+        return gguf_quants.dequantize(picked, qtype).astype(np.float32, copy=False)
+
+
+def _stored_2d(gguf: GGUFFile, name: str) -> tuple[np.ndarray, GGMLQuantizationType, int, int]:
+    """A 2-D weight's stored bytes as ``(rows, bytes per row)``, its type, and its (rows, columns)."""
+    info = gguf.info(name)
+    n_out, n_in = info.shape
+    raw = gguf.raw(name)
+    return raw.view(np.uint8).reshape(n_out, -1), info.type, n_out, n_in
+
+
+class StoredLinear(nn.Module):
+    """``F.linear`` with the weight as the file stores it; the bias (if any) is an ordinary float parameter."""
+
+    def __init__(
+        self, raw: np.ndarray, qtype: GGMLQuantizationType, out_features: int, in_features: int, bias: bool
+    ) -> None:
+        super().__init__()
+        self.in_features, self.out_features, self.qtype = in_features, out_features, qtype
+        self.matmul = MatMul(raw, qtype, out_features, in_features)
+        self.bias = nn.Parameter(torch.zeros(out_features)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.matmul(x)
+        if self.bias is not None:
+            y += self.bias
+        return y.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, stored={self.qtype.name}"
+
+
+class StoredEmbedding(nn.Module):
+    """A token-embedding table as stored: looked-up rows are widened; :meth:`as_linear` multiplies by it
+    (tied output projections)."""
+
+    def __init__(self, raw: np.ndarray, qtype: GGMLQuantizationType, num_embeddings: int, dim: int) -> None:
+        super().__init__()
+        self.raw, self.qtype, self.num_embeddings, self.embedding_dim = raw, qtype, num_embeddings, dim
+        self._linear: StoredLinear | None = None
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        flat = ids.reshape(-1).cpu().numpy()
+        if flat.size and (flat.min() < 0 or flat.max() >= self.num_embeddings):
+            raise IndexError(f"token id out of range for an embedding of {self.num_embeddings} rows")
+        rows = torch.from_numpy(_float_rows(self.raw, self.qtype, flat).reshape(flat.size, self.embedding_dim))
+        return rows.reshape(*ids.shape, self.embedding_dim)
+
+    def as_linear(self) -> StoredLinear:
+        if self._linear is None:
+            self._linear = StoredLinear(self.raw, self.qtype, self.num_embeddings, self.embedding_dim, bias=False)
+        return self._linear
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}, stored={self.qtype.name}"
+
+
+@dataclass(frozen=True)
+class StoredWeightsPlan:
+    """Whether a model's weights run as stored, and if not, the one-line reason."""
+
+    stored: bool
+    reason: str | None = None
+
+
+def stored_weights_plan(device: str | torch.device, requested: bool = True) -> StoredWeightsPlan:
+    if not requested:
+        return StoredWeightsPlan(False, "weights widened to float32 on request")
+    if torch.device(device).type != "cpu":
+        return StoredWeightsPlan(False, f"ggml's CPU kernels do not run on {device}: weights widened to float")
+    reason = unavailable_reason()
+    return StoredWeightsPlan(reason is None, reason)
+
+
+def use_stored_weights(
+    module: nn.Module, gguf: GGUFFile, *, gguf_name: Callable[[str], str] = lambda name: name
+) -> set[str]:
+    """Swap each ``nn.Linear`` / ``nn.Embedding`` of ``module`` whose weight the file stores in a type ggml
+    multiplies for a :class:`StoredLinear` / :class:`StoredEmbedding` over the file's bytes.
+
+    ``gguf_name`` maps a module parameter name to the file's tensor name. Returns the file tensor names consumed,
+    for the strict loader to ignore (biases stay parameters and are loaded by it).
+    """
+    consumed: set[str] = set()
+    for parent_name, parent in list(module.named_modules()):
+        for child_name, child in list(parent.named_children()):
+            if not isinstance(child, nn.Linear | nn.Embedding):
+                continue
+            path = f"{parent_name}.{child_name}" if parent_name else child_name
+            name = gguf_name(f"{path}.weight")
+            if name not in gguf or not multiplies(gguf.info(name).type) or gguf.byte_order != "<":
+                continue
+            info = gguf.info(name)
+            if tuple(info.shape) != tuple(child.weight.shape):
+                continue  # left to the strict loader, which names the mismatch
+            raw, qtype, n_out, n_in = _stored_2d(gguf, name)
+            if isinstance(child, nn.Linear):
+                linear = StoredLinear(raw, qtype, n_out, n_in, bias=child.bias is not None)
+                if linear.matmul.repacked:  # ggml holds an interleaved copy: the file's pages are not needed
+                    gguf.release(name)
+                swapped: nn.Module = linear
+            else:
+                swapped = StoredEmbedding(raw, qtype, n_out, n_in)
+            setattr(parent, child_name, swapped)
+            consumed.add(name)
+    return consumed
