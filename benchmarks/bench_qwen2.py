@@ -3,12 +3,13 @@
 tied embeddings) converted by ggtts's OuteTTS converter to F16, Q8_0 and Q4_0.
 
     python benchmarks/bench_qwen2.py [--prompt 128] [--new 32] [--threads 1] [--small] [--dir DIR]
-        [--llama-cpp ../shared/tools/llama.cpp] [--float32]
+        [--llama-cpp ../shared/tools/llama.cpp] [--modules] [--float32]
 
 Each variant runs in its own process so that its peak RSS is its own; "base" is the ggtts process's RSS before
-the model loads (Python, torch, ggml), so peak - base is what the model costs. ggtts multiplies F16 and block
-weights as stored with ggml's kernels; ``--float32`` adds ggtts with every weight widened to float32 (as before
-quantized kernels) for comparison. llama-bench reports no load time; its memory is the peak RSS of its process.
+the model loads (Python, torch, ggml), so peak - base is what the model costs. ggtts runs each step as one ggml
+graph on the weights as stored; ``--modules`` adds ggtts running its torch modules op by op (ggml only for the
+linear layers), ``--float32`` ggtts with every weight widened to float32 (as before quantized kernels).
+llama-bench reports no load time; its memory is the peak RSS of its process.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 
 FILE_TYPES = ("f16", "q8_0", "q4_0")
 DEFAULT_LLAMA_CPP = Path(__file__).resolve().parents[2] / "shared" / "tools" / "llama.cpp"
+WARMUP_TOKENS = 8
 N_MERGES = 200  # a few BPE merges: llama.cpp refuses a gpt2 vocabulary without any
 
 SHAPE_0_5B = {
@@ -76,6 +78,16 @@ def build(directory: Path, shape: dict[str, int]) -> None:
         convert_outetts_hf(hf_dir, directory / f"qwen2-{out_type}.gguf", out_type)
 
 
+def peak_rss_mib() -> float:
+    """This process's peak RSS since it started (VmHWM: unlike ru_maxrss, not inherited across exec from the
+    parent that built the files)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def rss_mib() -> float:
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
@@ -117,6 +129,7 @@ def run(variant: str, directory: Path, n_prompt: int, n_new: int, threads: int, 
         hf = Qwen2ForCausalLM.from_pretrained(directory / "hf", torch_dtype=torch.float32).eval()
         load_s = time.perf_counter() - t0
         with torch.inference_mode():
+            hf(prompt[:, :WARMUP_TOKENS])  # like llama-bench's warm-up run: weights touched, kernels chosen
             t1 = time.perf_counter()
             out = hf(prompt, use_cache=True)
             past, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
@@ -129,20 +142,27 @@ def run(variant: str, directory: Path, n_prompt: int, n_new: int, threads: int, 
         from ggtts.gguf import GGUFFile
         from ggtts.models.qwen2.model import Qwen2Model
 
-        file_type, _, widened = variant.removeprefix("ggtts ").partition(" ")
+        file_type, _, how = variant.removeprefix("ggtts ").partition(" ")
         model = Qwen2Model.from_gguf(
-            GGUFFile(directory / f"qwen2-{file_type}.gguf"), max_len=n_prompt + n_new + 1, stored_weights=not widened
+            GGUFFile(directory / f"qwen2-{file_type}.gguf"),
+            max_len=n_prompt + n_new + 1,
+            stored_weights=how != "float32",
+            graph=not how,
         )
         load_s = time.perf_counter() - t0
-        cache = model.new_cache(n_prompt + n_new + 1)
         with torch.inference_mode():
+            warm = model.new_cache(n_prompt + n_new + 1)
+            model(prompt[:, :WARMUP_TOKENS], warm)  # like llama-bench's warm-up run: weights touched
+            for _ in range(2):
+                model(prompt[:, :1], warm)
+            cache = model.new_cache(n_prompt + n_new + 1)
             t1 = time.perf_counter()
             token = model(prompt, cache, last_only=True)[:, -1:].argmax(-1)
             t2 = time.perf_counter()
             for _ in range(n_new):
                 token = model(token, cache, last_only=True)[:, -1:].argmax(-1)
             t3 = time.perf_counter()
-    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak_mib = peak_rss_mib()
     return {
         "variant": variant,
         "load_s": round(load_s, 2),
@@ -160,6 +180,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--llama-cpp", type=Path, default=DEFAULT_LLAMA_CPP, help="folder with llama-bench")
     ap.add_argument("--float32", action="store_true", help="also ggtts with weights widened to float32")
+    ap.add_argument("--modules", action="store_true", help="also ggtts running torch modules instead of ggml graphs")
     ap.add_argument("--small", action="store_true", help="2 layers and 4096 tokens: only checks the script runs")
     ap.add_argument("--dir", type=Path, help="reuse (or keep) the generated checkpoint and GGUF files here")
     ap.add_argument("--run", help=argparse.SUPPRESS)
@@ -172,7 +193,8 @@ def main() -> None:
         build(directory, SHAPE_SMALL if args.small else SHAPE_0_5B)
     variants = ["transformers"]
     for t in FILE_TYPES:
-        variants += [f"ggtts {t}"] + ([f"ggtts {t} float32"] if args.float32 else [])
+        variants += [f"ggtts {t}"] + ([f"ggtts {t} modules"] if args.modules else [])
+        variants += [f"ggtts {t} float32"] if args.float32 else []
     has_llama = (args.llama_cpp / "llama-bench").exists()
     variants += [f"llama.cpp {t}" for t in FILE_TYPES] if has_llama else []
     print(f"files in {directory}; prompt {args.prompt} tokens, {args.new} new tokens, {args.threads} threads")

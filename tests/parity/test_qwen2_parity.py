@@ -15,6 +15,7 @@ from _tiny_outetts import build_qwen2_checkpoint
 
 from ggtts.convert.outetts_hf import convert_outetts_hf
 from ggtts.gguf import GGUFFile
+from ggtts.models.qwen2.ggml_graph import KV_STEP
 from ggtts.models.qwen2.model import Qwen2Model
 from ggtts.runtime.frames import generate_tokens
 from ggtts.runtime.sampling import Sampler, SamplingParams
@@ -161,3 +162,41 @@ def test_q8_0_greedy_tokens_equal_the_widened_model_with_rounded_activations(qua
         runs.append(list(generate_tokens(model, prompt, model.new_cache(128), sampler, max_new_tokens=n_new)))
     assert len(set(runs[1])) > 3, "the generation is degenerate; the test would prove little"
     assert runs[0] == runs[1]
+
+
+@pytest.mark.parametrize("out_type", ["f32", "q8_0", "q4_0"])
+def test_ggml_graph_steps_equal_the_torch_modules(
+    pair: tuple[torch.nn.Module, Path], quantized: dict[str, Path], out_type: str
+) -> None:
+    """The one-graph-per-step path and the torch modules, on the same weights: a prompt in two chunks, then single
+    steps across a padded-cache boundary (the graph attends over the cache up to the next multiple of KV_STEP)."""
+    _, f32_path = pair
+    gguf = GGUFFile(f32_path if out_type == "f32" else quantized[out_type])
+    graph = Qwen2Model.from_gguf(gguf, max_len=KV_STEP + 64)
+    modules = Qwen2Model.from_gguf(gguf, max_len=KV_STEP + 64, graph=False)
+    assert graph.graph is not None and modules.graph is None
+    # This checkpoint's norm weights are all one, so rows of a Q4_0 embedding (multiples of one scale per block)
+    # reach the first layer as Q8_0 activations lying exactly halfway between two steps, where a 1e-7 difference
+    # (ggml's RoPE angles vs torch's table) picks the side. The same random scales on both sides end the ties;
+    # the graph reads the parameters' own memory, so scaling them in place reaches it.
+    scales = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for (name, p), q in zip(graph.named_parameters(), modules.parameters(), strict=True):
+            if name.endswith("norm.weight"):
+                factor = 1 + 0.3 * torch.rand(p.shape, generator=scales)
+                p.mul_(factor)
+                q.mul_(factor)
+    n_prompt = KV_STEP - 6
+    ids = torch.randint(0, graph.cfg.n_vocab, (1, n_prompt + 12), generator=torch.Generator().manual_seed(2))
+    outs = []
+    with torch.no_grad():
+        for model in (graph, modules):
+            cache = model.new_cache(KV_STEP + 64)
+            parts = [model(ids[:, :100], cache), model(ids[:, 100:n_prompt], cache, last_only=True)]
+            parts += [model(ids[:, i : i + 1], cache) for i in range(n_prompt, ids.shape[1])]
+            outs.append(torch.cat(parts, dim=1))
+            assert cache.length == ids.shape[1]
+    error = _relative(outs[0], outs[1])
+    print(f"{out_type}: relative difference {error:.1e}")
+    # float32 weights: float noise; block types: the same, plus a Q8_0 activation rounding flipped by it now and then
+    assert error < (1e-5 if out_type == "f32" else 2e-3)

@@ -119,6 +119,11 @@ class _ThreadPools:
 _POOLS = _ThreadPools()
 
 
+def thread_pool(n_threads: int) -> int:
+    """ggml's shared pool of ``n_threads`` threads (created on first use)."""
+    return _POOLS.get(n_threads)
+
+
 class _WorkBuffer(threading.local):
     """Scratch memory for ggml (activations converted to the weight's dot-product format), one per thread."""
 
@@ -132,6 +137,11 @@ class _WorkBuffer(threading.local):
 
 
 _WORK = _WorkBuffer()
+
+
+def work_buffer(n_bytes: int) -> int:
+    """The address of this thread's scratch buffer for ggml, at least ``n_bytes`` long."""
+    return _WORK.at_least(n_bytes)
 
 
 class _Graph:
@@ -155,13 +165,25 @@ class _Graph:
     def run(self, x_ptr: int, out_ptr: int, n_threads: int) -> None:
         plan = self._plans.get(n_threads)
         if plan is None:
-            plan = self.lib.ggml_graph_plan(self.graph, n_threads, _POOLS.get(n_threads))
+            plan = self.lib.ggml_graph_plan(self.graph, n_threads, thread_pool(n_threads))
             self._plans[n_threads] = plan
-        plan.work_data = ctypes.cast(_WORK.at_least(plan.work_size), ctypes.POINTER(ctypes.c_uint8))
+        plan.work_data = ctypes.cast(work_buffer(plan.work_size), ctypes.POINTER(ctypes.c_uint8))
         self.x.data, self.out.data = x_ptr, out_ptr
         status = self.lib.ggml_graph_compute(self.graph, ctypes.byref(plan))
         if status != GGML_STATUS_SUCCESS:
             raise RuntimeError(f"ggml's matrix multiplication failed (status {status})")
+
+
+def cpu_device() -> int:
+    lib = kernels()
+    return int(lib.ggml_backend_reg_dev_get(lib.ggml_backend_cpu_reg(), 0))
+
+
+@functools.cache
+def cpu_buffer_type() -> int:
+    """ggml's plain CPU buffer type (through the device: ggml-python's ``ggml_backend_cpu_buffer_type`` binding
+    declares a result type that truncates the pointer)."""
+    return int(kernels().ggml_backend_dev_buffer_type(cpu_device()))
 
 
 @functools.cache
@@ -174,7 +196,7 @@ def _repack_buffer_type() -> int | None:
     if not address:
         return None
     extra_bufts = ctypes.CFUNCTYPE(ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)(address)
-    bufts = extra_bufts(lib.ggml_backend_reg_dev_get(reg, 0))
+    bufts = extra_bufts(cpu_device())
     i = 0
     while bufts[i]:
         if lib.ggml_backend_buft_name(bufts[i]) == REPACK_BUFFER_NAME:
@@ -245,6 +267,11 @@ class MatMul:
     @property
     def repacked(self) -> bool:
         return self._weight.repacked
+
+    @property
+    def tensor(self) -> Any:
+        """The weight as a ggml tensor (for graphs that use it: :mod:`ggtts.models.qwen2.ggml_graph`)."""
+        return self._weight.tensor
 
     def _graph(self, rows: int) -> _Graph:
         graph = self._graphs.get(rows)

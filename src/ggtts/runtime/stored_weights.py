@@ -9,6 +9,7 @@ to float as before (:func:`stored_weights_plan` says which, and why).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -68,10 +69,18 @@ class StoredEmbedding(nn.Module):
     """A token-embedding table as stored: looked-up rows are widened; :meth:`as_linear` multiplies by it
     (tied output projections)."""
 
-    def __init__(self, raw: np.ndarray, qtype: GGMLQuantizationType, num_embeddings: int, dim: int) -> None:
+    def __init__(
+        self,
+        raw: np.ndarray,
+        qtype: GGMLQuantizationType,
+        num_embeddings: int,
+        dim: int,
+        release: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__()
         self.raw, self.qtype, self.num_embeddings, self.embedding_dim = raw, qtype, num_embeddings, dim
         self._linear: StoredLinear | None = None
+        self._release = release  # drops the table's file pages once ggml holds a repacked copy
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         flat = ids.reshape(-1).cpu().numpy()
@@ -83,6 +92,8 @@ class StoredEmbedding(nn.Module):
     def as_linear(self) -> StoredLinear:
         if self._linear is None:
             self._linear = StoredLinear(self.raw, self.qtype, self.num_embeddings, self.embedding_dim, bias=False)
+            if self._linear.matmul.repacked and self._release is not None:
+                self._release()  # lookups fault back in only the rows they read
         return self._linear
 
     def extra_repr(self) -> str:
@@ -134,7 +145,7 @@ def use_stored_weights(
                     gguf.release(name)
                 swapped: nn.Module = linear
             else:
-                swapped = StoredEmbedding(raw, qtype, n_out, n_in)
+                swapped = StoredEmbedding(raw, qtype, n_out, n_in, release=functools.partial(gguf.release, name))
             setattr(parent, child_name, swapped)
             consumed.add(name)
     return consumed

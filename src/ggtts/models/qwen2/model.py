@@ -8,6 +8,9 @@ has no ``output`` tensor. State lives in a :class:`~ggtts.models.layers.kv_cache
 
 from __future__ import annotations
 
+import warnings
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -17,6 +20,9 @@ from ggtts.models.layers.gguf_state import load_module_from_gguf
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.qwen2.config import Qwen2Config
 from ggtts.runtime.stored_weights import StoredEmbedding, stored_weights_plan, use_stored_weights
+
+if TYPE_CHECKING:
+    from ggtts.models.qwen2.ggml_graph import Qwen2Graph
 
 
 class RMSNorm(nn.Module):
@@ -107,6 +113,7 @@ class Qwen2Model(nn.Module):
         self.output = None if cfg.tied_output else nn.Linear(cfg.dim, cfg.n_vocab, bias=False)
         self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, max_len or cfg.context_length)
         self.weights_note: str | None = None  # why weights were widened to float, when they were
+        self.graph: Qwen2Graph | None = None  # steps as ggml graphs (from_gguf sets it where ggml runs)
 
     @classmethod
     def from_gguf(
@@ -117,10 +124,13 @@ class Qwen2Model(nn.Module):
         dtype: torch.dtype = torch.float32,
         max_len: int | None = None,
         stored_weights: bool = True,
+        graph: bool = True,
     ) -> Qwen2Model:
         """The model of a ``qwen2`` file. Weights the file stores as F16, BF16 or blocks (Q8_0, Q4_0, K-quants...)
         stay so and are multiplied by ggml's kernels on CPU; ``stored_weights=False``, a GPU ``device``, or ggml
-        not installed widen them to ``dtype`` instead (``weights_note`` says why)."""
+        not installed widen them to ``dtype`` instead (``weights_note`` says why). Where ggml runs, each step is
+        one ggml graph (:class:`~ggtts.models.qwen2.ggml_graph.Qwen2Graph`) unless ``graph=False``: the torch
+        modules then run op by op (the same maths, with torch's per-operation overhead)."""
         cfg = Qwen2Config.from_gguf(gguf)
         plan = stored_weights_plan(device, stored_weights)
         with torch.device("meta"):  # no memory or random initialisation for weights about to be replaced
@@ -129,7 +139,19 @@ class Qwen2Model(nn.Module):
         consumed = use_stored_weights(model, gguf) if plan.stored else set()
         load_module_from_gguf(model, gguf, ignore=consumed)
         model.weights_note = plan.reason
-        return model.to(device=device, dtype=dtype).eval()
+        widened = sorted({i.type.name for i in gguf.infos() if i.type.name not in ("F32", "F64")})
+        if stored_weights and not plan.stored and widened:
+            warnings.warn(
+                f"{gguf.path}: {plan.reason}: its {'/'.join(widened)} weights are widened to float32 (more memory, "
+                "slower)",
+                stacklevel=2,
+            )
+        model = model.to(device=device, dtype=dtype).eval()
+        if graph and plan.stored and dtype == torch.float32:
+            from ggtts.models.qwen2.ggml_graph import Qwen2Graph
+
+            model.graph = Qwen2Graph(model)
+        return model
 
     def new_cache(self, max_len: int, *, batch: int = 1) -> KVCache:
         if max_len > self.rope.cos.shape[0]:
@@ -158,6 +180,8 @@ class Qwen2Model(nn.Module):
 
         Commits the ``T`` new positions to the cache.
         """
+        if self.graph is not None and tokens.shape[0] == 1 and cache.k.dtype == torch.float32:
+            return self.graph.forward(tokens, cache, last_only=last_only)
         start = cache.length
         h = self.token_embd(tokens)
         for i, block in enumerate(self.blk):
