@@ -15,6 +15,7 @@ from _tiny_outetts import build_qwen2_checkpoint
 
 from ggtts.convert.outetts_hf import convert_outetts_hf
 from ggtts.gguf import GGUFFile
+from ggtts.models.layers.kv_cache import KVCacheFullError
 from ggtts.models.qwen2.ggml_graph import KV_STEP
 from ggtts.models.qwen2.model import Qwen2Model
 from ggtts.runtime.frames import generate_tokens
@@ -200,3 +201,32 @@ def test_ggml_graph_steps_equal_the_torch_modules(
     print(f"{out_type}: relative difference {error:.1e}")
     # float32 weights: float noise; block types: the same, plus a Q8_0 activation rounding flipped by it now and then
     assert error < (1e-5 if out_type == "f32" else 2e-3)
+
+
+def test_without_ggml_quantized_weights_are_widened_with_a_warning(
+    quantized: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ggtts.runtime import ggml_kernels
+
+    gguf = GGUFFile(quantized["q8_0"])
+    ids = torch.arange(1, 9).unsqueeze(0)
+    widened = Qwen2Model.from_gguf(gguf, max_len=32, stored_weights=False)
+    with torch.no_grad():
+        expected = widened(ids, widened.new_cache(16))
+    monkeypatch.setattr(ggml_kernels, "_load", lambda: "ggml-python is not installed: install the quant extra")
+    with pytest.warns(UserWarning, match=r"not installed.*Q8_0 weights are widened to float32"):
+        model = Qwen2Model.from_gguf(gguf, max_len=32)
+    assert model.graph is None and not isinstance(model.blk[0].ffn_up, StoredLinear)
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids, model.new_cache(16)), expected)
+
+
+def test_a_full_cache_is_refused_by_the_graph_too(quantized: dict[str, Path]) -> None:
+    model = Qwen2Model.from_gguf(GGUFFile(quantized["q8_0"]), max_len=32)
+    assert model.graph is not None
+    cache = model.new_cache(8)
+    with torch.no_grad():
+        model(torch.arange(1, 7).unsqueeze(0), cache)
+        with pytest.raises(KVCacheFullError, match="holds 8 positions"):
+            model(torch.arange(1, 4).unsqueeze(0), cache)
+    assert cache.length == 6

@@ -94,6 +94,9 @@ def test_linear_matches_widened_weights(qtype: T, rows: int, weight: np.ndarray,
     gguf = write_weights(tmp_path / "w.gguf", {"w": (raw, qtype)})
     assert gguf.info("w").type == qtype
     layer = StoredLinear(*_stored(gguf, "w"), bias=False)
+    # x86 CPUs with AVX2 get Q4_0 and Q4_K interleaved (llama.cpp's repack): both layouts are what is tested here
+    interleaved = qtype in ggml_kernels.REPACKED_TYPES and bool(ggml_kernels.kernels().ggml_cpu_has_avx2())
+    assert layer.matmul.repacked == interleaved
     x = torch.from_numpy(np.random.default_rng(rows).standard_normal((rows, N_IN)).astype(np.float32))
     got = layer(x).double().numpy()
     ref = x.double().numpy() @ widened(raw, qtype).T

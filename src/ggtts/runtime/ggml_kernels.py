@@ -29,6 +29,7 @@ from gguf import GGMLQuantizationType
 __all__ = ["KernelsUnavailable", "MatMul", "kernels", "multiplies", "unavailable_reason"]
 
 INSTALL_HINT = "install ggtts's quant extra (`pip install 'ggtts[quant]'`, which builds ggml for this machine)"
+GGML_PYTHON_VERSION = "0.0.45"  # the pin in pyproject.toml's quant extra
 GRAPH_NODES = 4  # one mul_mat and its inputs
 GRAPHS_PER_WEIGHT = 8  # row counts kept per weight (decoding uses one; prompts add a few)
 THREAD_POLL = 0  # ggml's spin level between graphs: 0 sleeps at once, leaving the cores to torch's work in between
@@ -36,6 +37,9 @@ GGML_STATUS_SUCCESS = 0
 REPACK_BUFFER_NAME = b"CPU_REPACK"
 GGML_LOG_LEVEL_WARN, GGML_LOG_LEVEL_ERROR = 3, 4
 _LOG_CALLBACK: Any = None
+# types whose interleaved layouts (where ggml has one for the CPU) the tests cover; ggml also interleaves IQ4_NL,
+# MXFP4 and Q2_K on some CPUs, which are left as stored here
+REPACKED_TYPES = frozenset({GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_K})
 # float32 weights stay with torch (already the compute type); F64 and the integer types are never weights
 _NOT_MULTIPLIED = frozenset(GGMLQuantizationType[name] for name in ("F32", "F64", "I8", "I16", "I32", "I64"))
 
@@ -49,11 +53,15 @@ def _load() -> ModuleType | str:
     """The ggml-python module, initialised; or why it cannot be had."""
     global _LOG_CALLBACK
     try:
+        import ggml  # type: ignore[import-not-found,unused-ignore]
         from ggml import ggml as lib  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         return f"ggml-python is not installed: {INSTALL_HINT}"
-    except OSError as e:  # the shared library is there but does not load
+    except (OSError, RuntimeError) as e:  # the shared library is there but does not load
         return f"ggml's library does not load ({e}): reinstall ggml-python on this machine"
+    version = getattr(ggml, "__version__", "unknown")
+    if version != GGML_PYTHON_VERSION:  # its ctypes structures must match the ones this module writes
+        return f"ggml-python {version} is installed; ggtts needs {GGML_PYTHON_VERSION}: {INSTALL_HINT}"
     _LOG_CALLBACK = lib.ggml_log_callback(_log)  # kept referenced: ggml calls it for the life of the process
     lib.ggml_log_set(_LOG_CALLBACK, None)
     lib.ggml_cpu_init()
@@ -220,15 +228,15 @@ class _Weight:
         if lib.ggml_nbytes(self.tensor) != raw.nbytes:
             raise ValueError(f"{raw.nbytes} stored bytes for a {n_out} x {n_in} {qtype.name} weight")
         self.raw: np.ndarray | None = raw
-        self.repacked = self._repack(lib, raw)
+        self.repacked = self._repack(lib, raw, qtype)
         if self.repacked:
             self.raw = None  # ggml holds its own interleaved copy
         else:
             self.tensor.contents.data = raw.ctypes.data
 
-    def _repack(self, lib: ModuleType, raw: np.ndarray) -> bool:
+    def _repack(self, lib: ModuleType, raw: np.ndarray, qtype: GGMLQuantizationType) -> bool:
         buft = _repack_buffer_type()
-        if buft is None:
+        if buft is None or qtype not in REPACKED_TYPES:
             return False
         size = lib.ggml_nbytes(self.tensor)
         buffer = lib.ggml_backend_buft_alloc_buffer(buft, size)
