@@ -1,7 +1,7 @@
 """OuteTTS's real-time factor at the real shapes: the 0.5B Qwen2 writing codes, WavTokenizer-large turning them
 into audio (random weights of both; the language model from bench_qwen2.py's files: F16, Q8_0 and Q4_0).
 
-    python benchmarks/bench_outetts.py [--seconds 10] [--prompt 300] [--threads 2] [--dir DIR]
+    python benchmarks/bench_outetts.py [--seconds 10] [--prompt 300] [--threads 2] [--cache f32|f16] [--dir DIR]
 
 OuteTTS speaks 75 codes per second of audio, and its prompts (speaker reference plus text) run to a few hundred
 tokens. For each file type this times, in one process: the prompt's prefill, then greedy decoding of 75 x seconds
@@ -32,6 +32,7 @@ def main() -> None:
     ap.add_argument("--prompt", type=int, default=300)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dir", type=Path, help="bench_qwen2.py's files (built there when missing)")
+    ap.add_argument("--cache", choices=("f32", "f16"), default="f32", help="KV cache type (llama.cpp's default: f16)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     directory = args.dir or Path(tempfile.mkdtemp(prefix="bench-outetts-"))
@@ -55,7 +56,10 @@ def main() -> None:
         vocoder_s = time.perf_counter() - t0
     seconds = audio.shape[-1] / LARGE_75.sample_rate
     prompt = torch.randint(0, 256, (1, args.prompt), generator=torch.Generator().manual_seed(1))
-    print(f"{seconds:.1f} s of audio ({n_codes} codes) after a {args.prompt}-token prompt, {args.threads} threads")
+    print(
+        f"{seconds:.1f} s of audio ({n_codes} codes) after a {args.prompt}-token prompt, {args.threads} threads, "
+        f"{args.cache} KV cache"
+    )
     print(f"WavTokenizer-large: {vocoder_s:.2f} s (RTF {vocoder_s / seconds:.3f})")
     print(f"{'LM file':8} {'prefill s':>10} {'decode tok/s':>13} {'LM RTF':>7} {'total RTF':>10} {'first audio s':>14}")
     for file_type in FILE_TYPES:
@@ -63,7 +67,8 @@ def main() -> None:
         with torch.inference_mode():
             warm = model.new_cache(args.prompt + n_codes + 1)
             model(prompt[:, :8], warm)  # weights touched once, as a server's first request would have done
-            cache = model.new_cache(args.prompt + n_codes + 1)
+            cache_type = torch.float16 if args.cache == "f16" else torch.float32
+            cache = model.new_cache(args.prompt + n_codes + 1, dtype=cache_type)
             t0 = time.perf_counter()
             token = model(prompt, cache, last_only=True)[:, -1:].argmax(-1)
             prefill_s = time.perf_counter() - t0

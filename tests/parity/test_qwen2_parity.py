@@ -230,3 +230,25 @@ def test_a_full_cache_is_refused_by_the_graph_too(quantized: dict[str, Path]) ->
         with pytest.raises(KVCacheFullError, match="holds 8 positions"):
             model(torch.arange(1, 4).unsqueeze(0), cache)
     assert cache.length == 6
+
+
+def test_a_float16_cache_rounds_keys_and_values_in_both_paths(pair: tuple[torch.nn.Module, Path]) -> None:
+    """An F16 cache (llama.cpp's default): both paths store rounded keys and values; ggml's attention on F16 keys
+    also rounds the queries to F16, torch's does not, so the two differ by F16 rounding, not more."""
+    _, path = pair
+    gguf = GGUFFile(path)
+    graph = Qwen2Model.from_gguf(gguf, max_len=64)
+    modules = Qwen2Model.from_gguf(gguf, max_len=64, graph=False)
+    ids = torch.randint(0, graph.cfg.n_vocab, (1, 30), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        exact = modules(ids, modules.new_cache(40))
+        outs = []
+        for model in (graph, modules):
+            cache = model.new_cache(40, dtype=torch.float16)
+            outs.append(
+                torch.cat([model(ids[:, :20], cache)] + [model(ids[:, i : i + 1], cache) for i in range(20, 30)], 1)
+            )
+            assert cache.k.dtype == torch.float16 and cache.length == 30
+    assert _relative(outs[0], exact) < 1e-2 and _relative(outs[1], exact) < 1e-2
+    assert _relative(outs[1], exact) > 1e-5  # the rounding is really there
+    assert _relative(outs[0], outs[1]) < 1e-2

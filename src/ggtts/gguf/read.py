@@ -223,6 +223,8 @@ class GGUFFile:
         end = (info.offset + info.n_bytes) // mmap.PAGESIZE * mmap.PAGESIZE
         if end > start and hasattr(mmap, "MADV_DONTNEED"):
             self._map.madvise(mmap.MADV_DONTNEED, start, end - start)
+            # what is read again is read a row at a time (embedding lookups): no read-ahead around each one
+            self._map.madvise(mmap.MADV_RANDOM, start, end - start)
 
     def tensor(self, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
         """Dequantize one tensor to a float32 torch tensor (torch dimension order).

@@ -37,6 +37,7 @@ PARAMS_PER_LAYER = 16  # float tensors a layer may hand ggml: 7 weights (float32
 ROPE_NEOX = 2  # ggml's GGML_ROPE_TYPE_NEOX: the two halves of each head rotate together (Qwen2's layout)
 ROPE_BETA_FAST, ROPE_BETA_SLOW = 32.0, 1.0  # YaRN parameters ggml takes; inert with ext_factor 0
 MASKED = -math.inf
+CACHE_TYPES = {torch.float32: 0, torch.float16: 1}  # torch dtype -> ggml type (GGML_TYPE_F32, GGML_TYPE_F16)
 
 
 class Qwen2Graph:
@@ -123,8 +124,9 @@ class _StepGraph:
         model, lib = owner.model, owner.lib
         cfg = model.cfg
         self.lib, self.n_tokens, self.kv_len = lib, n_tokens, kv_len
-        if cache.k.dtype != torch.float32 or cache.k.shape[1] != 1:
-            raise ValueError("ggml graphs take a float32 cache for one sequence")
+        if cache.k.dtype not in CACHE_TYPES or cache.k.shape[1] != 1:
+            raise ValueError("ggml graphs take a float32 or float16 cache for one sequence")
+        self.cache_type = CACHE_TYPES[cache.k.dtype]
         n_nodes = NODES_PER_LAYER * cfg.n_layers + 64
         size = (n_nodes + 16) * lib.ggml_tensor_overhead() + lib.ggml_graph_overhead_custom(n_nodes, False)
         ctx = lib.ggml_init(lib.ggml_init_params(mem_size=size, mem_buffer=None, no_alloc=True))
@@ -201,7 +203,7 @@ class _StepGraph:
         """Write ``new`` [D, H, T] into ``cache`` (H, max_len, D) at ``rows``; the first kv_len positions, after."""
         lib = self.lib
         n_heads, max_len, d = cache.shape
-        whole = lib.ggml_new_tensor_3d(ctx, lib.GGML_TYPE_F32, d, max_len, n_heads)
+        whole = lib.ggml_new_tensor_3d(ctx, self.cache_type, d, max_len, n_heads)
         whole.contents.data = cache.data_ptr()
         owner._keep.append(cache)
         written = lib.ggml_set_rows(ctx, whole, lib.ggml_permute(ctx, new, 0, 2, 1, 3), rows)  # a view of whole

@@ -24,6 +24,8 @@ from ggtts.runtime.stored_weights import StoredEmbedding, stored_weights_plan, u
 if TYPE_CHECKING:
     from ggtts.models.qwen2.ggml_graph import Qwen2Graph
 
+GRAPH_CACHE_DTYPES = (torch.float32, torch.float16)  # the KV caches ggml graphs read and write
+
 
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float) -> None:
@@ -87,6 +89,7 @@ class Block(nn.Module):
         v = self.attn_v(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q, k = rope(q, start), rope(k, start)
         keys, values = cache.update(layer, start, k, v)  # (B, Hkv, start + T, D)
+        keys, values = keys.to(q.dtype), values.to(q.dtype)  # a float16 cache holds rounded keys and values
         gqa = self.n_heads != self.n_kv_heads
         if t == 1:
             out = F.scaled_dot_product_attention(q, keys, values, enable_gqa=gqa)
@@ -153,7 +156,9 @@ class Qwen2Model(nn.Module):
             model.graph = Qwen2Graph(model)
         return model
 
-    def new_cache(self, max_len: int, *, batch: int = 1) -> KVCache:
+    def new_cache(self, max_len: int, *, batch: int = 1, dtype: torch.dtype | None = None) -> KVCache:
+        """A cache for ``max_len`` positions, in the model's dtype unless ``dtype`` says otherwise (``float16``
+        halves it and is what llama.cpp keeps by default; keys and values are then rounded to it)."""
         if max_len > self.rope.cos.shape[0]:
             raise ValueError(f"max_len {max_len} exceeds the model's {self.rope.cos.shape[0]} rotary positions")
         p = self.output_norm.weight
@@ -163,7 +168,7 @@ class Qwen2Model(nn.Module):
             self.cfg.head_dim,
             max_len,
             batch=batch,
-            dtype=p.dtype,
+            dtype=dtype or p.dtype,
             device=p.device,
         )
 
@@ -180,7 +185,7 @@ class Qwen2Model(nn.Module):
 
         Commits the ``T`` new positions to the cache.
         """
-        if self.graph is not None and tokens.shape[0] == 1 and cache.k.dtype == torch.float32:
+        if self.graph is not None and tokens.shape[0] == 1 and cache.k.dtype in GRAPH_CACHE_DTYPES:
             return self.graph.forward(tokens, cache, last_only=last_only)
         start = cache.length
         h = self.token_embd(tokens)
