@@ -73,6 +73,7 @@ def main() -> None:
             token = model(prompt, cache, last_only=True)[:, -1:].argmax(-1)
             prefill_s = time.perf_counter() - t0
             t1 = time.perf_counter()
+            first_codes_s = float("nan")  # fewer codes than one streaming window: no first-window figure
             for i in range(n_codes):
                 token = model(token, cache, last_only=True)[:, -1:].argmax(-1)
                 if i + 1 == FIRST_WINDOW:

@@ -18,6 +18,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,7 +28,8 @@ from typing import Any
 
 FILE_TYPES = ("f16", "q8_0", "q4_0")
 DEFAULT_LLAMA_CPP = Path(__file__).resolve().parents[2] / "shared" / "tools" / "llama.cpp"
-WARMUP_TOKENS = 8
+WARMUP_TOKENS = 8  # transformers' warm-up prompt
+RUNS = 3  # ggtts: the median of 3 timed runs; llama-bench: -r 3 (its mean)
 N_MERGES = 200  # a few BPE merges: llama.cpp refuses a gpt2 vocabulary without any
 
 SHAPE_0_5B = {
@@ -98,7 +100,7 @@ def run_llama_bench(tools: Path, gguf: Path, n_prompt: int, n_new: int, threads:
     (``-d``: decoding after the prompt, as ours; its plain tg test decodes from an empty cache, which is faster)."""
 
     def bench(*flags: str) -> float:
-        cmd = [str(tools / "llama-bench"), "-m", str(gguf), "-t", str(threads), "-r", "2", "-o", "json", *flags]
+        cmd = [str(tools / "llama-bench"), "-m", str(gguf), "-t", str(threads), "-r", str(RUNS), "-o", "json", *flags]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         return float(json.loads(out)[0]["avg_ts"])
 
@@ -122,8 +124,9 @@ def run(variant: str, directory: Path, n_prompt: int, n_new: int, threads: int, 
         }
     import torch
 
-    import ggtts.runtime.ggml_kernels  # noqa: F401  (in the base RSS: it is part of every ggtts process)
+    from ggtts.runtime import ggml_kernels
 
+    ggml_kernels.unavailable_reason()  # loads ggml: in the base RSS, as in every ggtts process that runs a model
     torch.set_num_threads(threads)
     base = rss_mib()
     prompt = torch.randint(0, 256, (1, n_prompt), generator=torch.Generator().manual_seed(0))
@@ -136,13 +139,14 @@ def run(variant: str, directory: Path, n_prompt: int, n_new: int, threads: int, 
         with torch.inference_mode():
             hf(prompt[:, :WARMUP_TOKENS])  # like llama-bench's warm-up run: weights touched, kernels chosen
             t1 = time.perf_counter()
-            out = hf(prompt, use_cache=True)
+            out = hf(prompt, use_cache=True, logits_to_keep=1)  # the last position's logits, as the others
             past, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
             t2 = time.perf_counter()
             for _ in range(n_new):
                 out = hf(token, past_key_values=past, use_cache=True)
                 past, token = out.past_key_values, out.logits[:, -1:].argmax(-1)
             t3 = time.perf_counter()
+        prefill_time, decode_time = t2 - t1, t3 - t2
     else:
         from ggtts.gguf import GGUFFile
         from ggtts.models.qwen2.model import Qwen2Model
@@ -156,23 +160,29 @@ def run(variant: str, directory: Path, n_prompt: int, n_new: int, threads: int, 
         )
         load_s = time.perf_counter() - t0
         with torch.inference_mode():
-            warm = model.new_cache(n_prompt + n_new + 1)
-            model(prompt[:, :WARMUP_TOKENS], warm)  # like llama-bench's warm-up run: weights touched
-            for _ in range(2):
-                model(prompt[:, :1], warm)
+            # like llama-bench's warm-up run, on the cache that is timed (ggml graphs are made per cache): weights
+            # touched, the prompt's and the decoding step's graphs built; then the cache is emptied
             cache = model.new_cache(n_prompt + n_new + 1)
-            t1 = time.perf_counter()
-            token = model(prompt, cache, last_only=True)[:, -1:].argmax(-1)
-            t2 = time.perf_counter()
-            for _ in range(n_new):
-                token = model(token, cache, last_only=True)[:, -1:].argmax(-1)
-            t3 = time.perf_counter()
+            model(prompt, cache, last_only=True)
+            model(prompt[:, :1], cache, last_only=True)
+            prefill_s, decode_s = [], []
+            for _ in range(RUNS):  # the median of RUNS, as llama-bench averages its repetitions
+                cache.length = 0
+                t1 = time.perf_counter()
+                token = model(prompt, cache, last_only=True)[:, -1:].argmax(-1)
+                t2 = time.perf_counter()
+                for _ in range(n_new):
+                    token = model(token, cache, last_only=True)[:, -1:].argmax(-1)
+                t3 = time.perf_counter()
+                prefill_s.append(t2 - t1)
+                decode_s.append(t3 - t2)
+            prefill_time, decode_time = statistics.median(prefill_s), statistics.median(decode_s)
     peak_mib = peak_rss_mib()
     return {
         "variant": variant,
         "load_s": round(load_s, 2),
-        "prefill_tok_s": round(n_prompt / (t2 - t1), 1),
-        "decode_tok_s": round(n_new / (t3 - t2), 2),
+        "prefill_tok_s": round(n_prompt / prefill_time, 1),
+        "decode_tok_s": round(n_new / decode_time, 2),
         "base_rss_mib": round(base),
         "peak_rss_mib": round(peak_mib),
     }

@@ -113,7 +113,11 @@ def main() -> int:
         for prompt in prompts:
             ours = ggtts_text(path, prompt, args.new)[len(prompt) :]
             theirs = llama_text(args.llama_cpp, path, prompt, args.new)[len(prompt) :]
-            agreed.append(next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), len(ours)))
+            if not ours or not theirs:
+                print(f"{t}: an empty continuation for {prompt!r} (ggtts {ours!r}, llama.cpp {theirs!r})")
+                return 1
+            common = min(len(ours), len(theirs))
+            agreed.append(next((i for i, (a, b) in enumerate(zip(ours, theirs, strict=False)) if a != b), common))
             identical += ours == theirs
         first = sum(n > 0 for n in agreed) / len(agreed)
         failed |= first < MIN_FIRST_AGREEMENT

@@ -252,3 +252,20 @@ def test_a_float16_cache_rounds_keys_and_values_in_both_paths(pair: tuple[torch.
     assert _relative(outs[0], exact) < 1e-2 and _relative(outs[1], exact) < 1e-2
     assert _relative(outs[1], exact) > 1e-5  # the rounding is really there
     assert _relative(outs[0], outs[1]) < 1e-2
+
+
+def test_the_graph_lets_go_of_old_caches(quantized: dict[str, Path]) -> None:
+    """Each synthesis makes a new cache; the graphs written for old ones go (and with them the caches' memory)."""
+    import gc
+    import weakref
+
+    model = Qwen2Model.from_gguf(GGUFFile(quantized["q8_0"]), max_len=32)
+    first = model.new_cache(16)
+    gone = weakref.ref(first.k)
+    with torch.no_grad():
+        model(torch.arange(1, 5).unsqueeze(0), first)
+        del first
+        for _ in range(6):  # more caches than the graphs kept
+            model(torch.arange(1, 5).unsqueeze(0), model.new_cache(16))
+    gc.collect()
+    assert gone() is None

@@ -19,6 +19,7 @@ import sys
 import threading
 import weakref
 from collections import OrderedDict
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -32,7 +33,9 @@ INSTALL_HINT = "install ggtts's quant extra (`pip install 'ggtts[quant]'`, which
 GGML_PYTHON_VERSION = "0.0.45"  # the pin in pyproject.toml's quant extra
 GRAPH_NODES = 4  # one mul_mat and its inputs
 GRAPHS_PER_WEIGHT = 8  # row counts kept per weight (decoding uses one; prompts add a few)
-THREAD_POLL = 0  # ggml's spin level between graphs: 0 sleeps at once, leaving the cores to torch's work in between
+# ggml's spin level between graphs when it is built with its own thread pool (0: its threads sleep at once, leaving
+# the cores to torch's work in between); an OpenMP build of ggml (the default) leaves waiting to the OpenMP runtime
+THREAD_POLL = 0
 GGML_STATUS_SUCCESS = 0
 REPACK_BUFFER_NAME = b"CPU_REPACK"
 GGML_LOG_LEVEL_WARN, GGML_LOG_LEVEL_ERROR = 3, 4
@@ -103,33 +106,51 @@ def multiplies(qtype: GGMLQuantizationType) -> bool:
     return bool(traits.vec_dot)
 
 
+@dataclass(frozen=True)
+class _Pool:
+    address: int
+    lock: threading.Lock  # ggml keeps the running graph's state in its pool: one graph at a time per pool
+
+
 class _ThreadPools:
-    """One ggml thread pool per thread count, shared by every weight (created on first use)."""
+    """One ggml thread pool per thread count, shared by every weight and graph (created on first use)."""
 
     def __init__(self) -> None:
-        self._pools: dict[int, int] = {}
+        self._pools: dict[int, _Pool] = {}
         self._lock = threading.Lock()
 
-    def get(self, n_threads: int) -> int:
+    def get(self, n_threads: int) -> _Pool:
         with self._lock:
             pool = self._pools.get(n_threads)
             if pool is None:
                 lib = kernels()
                 params = lib.ggml_threadpool_params_default(n_threads)
                 params.poll = THREAD_POLL
-                pool = lib.ggml_threadpool_new(ctypes.byref(params))
-                if not pool:
+                address = lib.ggml_threadpool_new(ctypes.byref(params))
+                if not address:
                     raise KernelsUnavailable(f"ggml could not start a pool of {n_threads} threads")
-                self._pools[n_threads] = pool
+                pool = self._pools[n_threads] = _Pool(int(address), threading.Lock())
             return pool
 
 
 _POOLS = _ThreadPools()
 
 
-def thread_pool(n_threads: int) -> int:
-    """ggml's shared pool of ``n_threads`` threads (created on first use)."""
-    return _POOLS.get(n_threads)
+def compute(graph: Any, plans: dict[int, Any], n_threads: int) -> None:
+    """Run ``graph`` on the shared pool of ``n_threads`` threads (``plans`` caches its plan per thread count).
+
+    Graphs from any thread (two models served at once, a torch-path call beside a graph-path one) take turns on a
+    pool: ggml keeps a running graph's state in it."""
+    lib = kernels()
+    pool = _POOLS.get(n_threads)
+    plan = plans.get(n_threads)
+    if plan is None:
+        plan = plans[n_threads] = lib.ggml_graph_plan(graph, n_threads, pool.address)
+    with pool.lock:
+        plan.work_data = ctypes.cast(_WORK.at_least(plan.work_size), ctypes.POINTER(ctypes.c_uint8))
+        status = lib.ggml_graph_compute(graph, ctypes.byref(plan))
+    if status != GGML_STATUS_SUCCESS:
+        raise RuntimeError(f"ggml could not compute a graph (status {status})")
 
 
 class _WorkBuffer(threading.local):
@@ -145,11 +166,6 @@ class _WorkBuffer(threading.local):
 
 
 _WORK = _WorkBuffer()
-
-
-def work_buffer(n_bytes: int) -> int:
-    """The address of this thread's scratch buffer for ggml, at least ``n_bytes`` long."""
-    return _WORK.at_least(n_bytes)
 
 
 class _Graph:
@@ -171,15 +187,8 @@ class _Graph:
         self._plans: dict[int, Any] = {}
 
     def run(self, x_ptr: int, out_ptr: int, n_threads: int) -> None:
-        plan = self._plans.get(n_threads)
-        if plan is None:
-            plan = self.lib.ggml_graph_plan(self.graph, n_threads, thread_pool(n_threads))
-            self._plans[n_threads] = plan
-        plan.work_data = ctypes.cast(work_buffer(plan.work_size), ctypes.POINTER(ctypes.c_uint8))
         self.x.data, self.out.data = x_ptr, out_ptr
-        status = self.lib.ggml_graph_compute(self.graph, ctypes.byref(plan))
-        if status != GGML_STATUS_SUCCESS:
-            raise RuntimeError(f"ggml's matrix multiplication failed (status {status})")
+        compute(self.graph, self._plans, n_threads)
 
 
 def cpu_device() -> int:
@@ -243,8 +252,10 @@ class _Weight:
         if not buffer:
             return False
         free = weakref.finalize(self, lib.ggml_backend_buffer_free, buffer)
-        lib.ggml_backend_tensor_alloc(buffer, self.tensor, lib.ggml_backend_buffer_get_base(buffer))
-        if not self.tensor.contents.extra:  # ggml has no interleaved layout for this type, shape or CPU
+        status = lib.ggml_backend_tensor_alloc(buffer, self.tensor, lib.ggml_backend_buffer_get_base(buffer))
+        if (
+            status != GGML_STATUS_SUCCESS or not self.tensor.contents.extra
+        ):  # ggml has no interleaved layout for this type, shape or CPU
             self.tensor.contents.buffer = None
             self.tensor.contents.data = None
             free()

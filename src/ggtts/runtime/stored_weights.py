@@ -10,6 +10,7 @@ to float as before (:func:`stored_weights_plan` says which, and why).
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -81,6 +82,7 @@ class StoredEmbedding(nn.Module):
         self.raw, self.qtype, self.num_embeddings, self.embedding_dim = raw, qtype, num_embeddings, dim
         self._linear: StoredLinear | None = None
         self._release = release  # drops the table's file pages once ggml holds a repacked copy
+        self._lock = threading.Lock()
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         flat = ids.reshape(-1).cpu().numpy()
@@ -90,11 +92,12 @@ class StoredEmbedding(nn.Module):
         return rows.reshape(*ids.shape, self.embedding_dim)
 
     def as_linear(self) -> StoredLinear:
-        if self._linear is None:
-            self._linear = StoredLinear(self.raw, self.qtype, self.num_embeddings, self.embedding_dim, bias=False)
-            if self._linear.matmul.repacked and self._release is not None:
-                self._release()  # lookups fault back in only the rows they read
-        return self._linear
+        with self._lock:  # made once, on first use, whichever thread gets there first
+            if self._linear is None:
+                self._linear = StoredLinear(self.raw, self.qtype, self.num_embeddings, self.embedding_dim, bias=False)
+                if self._linear.matmul.repacked and self._release is not None:
+                    self._release()  # lookups fault back in only the rows they read
+            return self._linear
 
     def extra_repr(self) -> str:
         return f"{self.num_embeddings}, {self.embedding_dim}, stored={self.qtype.name}"

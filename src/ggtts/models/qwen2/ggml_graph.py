@@ -54,7 +54,7 @@ class Qwen2Graph:
         if not self._ctx:
             raise ggml_kernels.KernelsUnavailable("ggml could not create a context")
         self._free = weakref.finalize(self, lib.ggml_free, self._ctx)
-        self._graphs: OrderedDict[tuple[int, int, int, int, int, bool], _StepGraph] = OrderedDict()
+        self._graphs: OrderedDict[tuple[Any, ...], _StepGraph] = OrderedDict()
         self._lock = threading.Lock()  # a step graph's input buffers are filled, then read: one step at a time
         self._floats: dict[tuple[int, tuple[int, ...]], Any] = {}
 
@@ -104,8 +104,8 @@ class Qwen2Graph:
         return logits.unsqueeze(0)
 
     def _graph(self, cache: KVCache, n: int, kv_len: int, last_only: bool) -> _StepGraph:
-        # the graph holds the cache's addresses and extent: a new cache (even at a freed one's address) gets its own
-        key = (cache.k.data_ptr(), cache.v.data_ptr(), cache.max_len, n, kv_len, last_only)
+        # a graph writes into one cache (it keeps that cache's memory alive): a new cache gets graphs of its own
+        key = (cache.k.data_ptr(), cache.v.data_ptr(), cache.k.dtype, cache.max_len, n, kv_len, last_only)
         graph = self._graphs.get(key)
         if graph is None:
             graph = _StepGraph(self, cache, n, kv_len, last_only)
@@ -124,8 +124,10 @@ class _StepGraph:
         model, lib = owner.model, owner.lib
         cfg = model.cfg
         self.lib, self.n_tokens, self.kv_len = lib, n_tokens, kv_len
-        if cache.k.dtype not in CACHE_TYPES or cache.k.shape[1] != 1:
-            raise ValueError("ggml graphs take a float32 or float16 cache for one sequence")
+        if cache.k.dtype not in CACHE_TYPES or cache.k.shape[1] != 1 or cache.k.device.type != "cpu":
+            raise ValueError("ggml graphs take a float32 or float16 CPU cache for one sequence")
+        if not (cache.k.is_contiguous() and cache.v.is_contiguous()):
+            raise ValueError("ggml graphs take a contiguous cache")
         self.cache_type = CACHE_TYPES[cache.k.dtype]
         n_nodes = NODES_PER_LAYER * cfg.n_layers + 64
         size = (n_nodes + 16) * lib.ggml_tensor_overhead() + lib.ggml_graph_overhead_custom(n_nodes, False)
@@ -134,6 +136,7 @@ class _StepGraph:
             raise ggml_kernels.KernelsUnavailable("ggml could not create a context")
         self._free_ctx = weakref.finalize(self, lib.ggml_free, ctx)
 
+        self._cache_views: list[torch.Tensor] = []
         # inputs, in buffers of ours
         self.x_buf = np.zeros((n_tokens, cfg.dim), dtype=np.float32)
         self.pos_buf = np.zeros(n_tokens, dtype=np.int32)
@@ -205,7 +208,7 @@ class _StepGraph:
         n_heads, max_len, d = cache.shape
         whole = lib.ggml_new_tensor_3d(ctx, self.cache_type, d, max_len, n_heads)
         whole.contents.data = cache.data_ptr()
-        owner._keep.append(cache)
+        self._cache_views.append(cache)  # alive as long as this graph, which writes into it
         written = lib.ggml_set_rows(ctx, whole, lib.ggml_permute(ctx, new, 0, 2, 1, 3), rows)  # a view of whole
         nb = written.contents.nb
         return lib.ggml_view_3d(ctx, written, d, self.kv_len, n_heads, nb[1], nb[2], 0)
@@ -217,14 +220,6 @@ class _StepGraph:
         self.rows_buf[:] = self.pos_buf
         visible = np.arange(self.kv_len)[None, :] <= self.pos_buf[:, None]  # causal: up to each token's position
         self.mask_buf[:] = np.where(visible, 0.0, MASKED)
-        threads = torch.get_num_threads()
-        plan = self._plans.get(threads)
-        if plan is None:
-            plan = self.lib.ggml_graph_plan(self.graph, threads, ggml_kernels.thread_pool(threads))
-            self._plans[threads] = plan
-        plan.work_data = ctypes.cast(ggml_kernels.work_buffer(plan.work_size), ctypes.POINTER(ctypes.c_uint8))
-        status = self.lib.ggml_graph_compute(self.graph, ctypes.byref(plan))
-        if status != ggml_kernels.GGML_STATUS_SUCCESS:
-            raise RuntimeError(f"ggml's graph failed (status {status})")
+        ggml_kernels.compute(self.graph, self._plans, torch.get_num_threads())
         data = (ctypes.c_float * (self.n_out * self.n_vocab)).from_address(self.logits.contents.data)
         return torch.from_numpy(np.array(data, dtype=np.float32).reshape(self.n_out, self.n_vocab))

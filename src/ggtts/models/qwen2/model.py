@@ -143,10 +143,10 @@ class Qwen2Model(nn.Module):
         load_module_from_gguf(model, gguf, ignore=consumed)
         model.weights_note = plan.reason
         widened = sorted({i.type.name for i in gguf.infos() if i.type.name not in ("F32", "F64")})
-        if stored_weights and not plan.stored and widened:
+        if stored_weights and not plan.stored and widened and torch.device(device).type == "cpu":
             warnings.warn(
-                f"{gguf.path}: {plan.reason}: its {'/'.join(widened)} weights are widened to float32 (more memory, "
-                "slower)",
+                f"{gguf.path}: {plan.reason}: its {'/'.join(widened)} weights are widened to {str(dtype)[6:]} (more "
+                "memory, slower)",
                 stacklevel=2,
             )
         model = model.to(device=device, dtype=dtype).eval()
@@ -185,7 +185,12 @@ class Qwen2Model(nn.Module):
 
         Commits the ``T`` new positions to the cache.
         """
-        if self.graph is not None and tokens.shape[0] == 1 and cache.k.dtype in GRAPH_CACHE_DTYPES:
+        if (
+            self.graph is not None
+            and tokens.shape[0] == 1
+            and cache.k.dtype in GRAPH_CACHE_DTYPES
+            and cache.k.device.type == "cpu"
+        ):
             return self.graph.forward(tokens, cache, last_only=last_only)
         start = cache.length
         h = self.token_embd(tokens)
