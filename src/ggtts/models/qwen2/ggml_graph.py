@@ -41,7 +41,8 @@ CACHE_TYPES = {torch.float32: 0, torch.float16: 1}  # torch dtype -> ggml type (
 
 
 class Qwen2Graph:
-    """Runs :class:`~ggtts.models.qwen2.model.Qwen2Model` steps as ggml graphs (CPU, float32, batch 1)."""
+    """Runs :class:`~ggtts.models.qwen2.model.Qwen2Model` steps as ggml graphs (CPU, float32 activations, a float32
+    or float16 cache, one sequence)."""
 
     def __init__(self, model: Qwen2Model) -> None:
         self.model = model
