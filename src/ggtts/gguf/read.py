@@ -19,12 +19,22 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from gguf import quants as gguf_quants
 
 from ggtts.errors import GGUFError
-from ggtts.gguf.parse import GGUF_MAGIC, HEADER_BYTES, Header, RawTensor, parse_header, shown, stored_bytes, tensor_type
+from ggtts.gguf.parse import (
+    GGUF_MAGIC,
+    HEADER_BYTES,
+    ByteOrder,
+    Header,
+    RawTensor,
+    parse_header,
+    shown,
+    stored_bytes,
+    tensor_type,
+)
 
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["GGUF_MAGIC", "HEADER_BYTES", "GGUFFile", "TensorInfo", "dequantizable_types"]
+__all__ = ["GGUF_MAGIC", "HEADER_BYTES", "GGUFFile", "TensorInfo", "dequantizable_types", "widen"]
 
 # Plain numeric storage types handed to torch as they are (then cast to float32).
 _PLAIN_TYPES: dict[GGMLQuantizationType, type[np.generic]] = {
@@ -41,6 +51,19 @@ _PLAIN_TYPES: dict[GGMLQuantizationType, type[np.generic]] = {
 def dequantizable_types() -> frozenset[GGMLQuantizationType]:
     """Every tensor type this reader turns into float: plain types plus whatever ``gguf`` can dequantize."""
     return frozenset(_PLAIN_TYPES) | frozenset(gguf_quants._type_traits)
+
+
+def widen(data: np.ndarray, qtype: GGMLQuantizationType, byte_order: ByteOrder = "<") -> np.ndarray:
+    """Stored values as float32: ``data`` as :meth:`GGUFFile.raw` gives it (or any whole rows of it, or the same
+    as bytes); block types come back with their last dimension counted in values, not bytes."""
+    if qtype in _PLAIN_TYPES:
+        return data.view(np.dtype(_PLAIN_TYPES[qtype]).newbyteorder(byte_order)).astype(np.float32)
+    if qtype == GGMLQuantizationType.BF16:
+        # bf16 is the top half of a float32: widen the raw 16-bit words without a detour through numpy floats
+        words = data.view(np.dtype(np.uint16).newbyteorder(byte_order)).astype(np.uint32) << 16
+        return words.view(np.float32)
+    with np.errstate(all="ignore"):  # damaged scales decode to inf or NaN, which the caller checks
+        return gguf_quants.dequantize(data, qtype)
 
 
 @dataclass(frozen=True)
@@ -130,7 +153,7 @@ class GGUFFile:
             raise GGUFError(f"{path}: cannot map the file into memory ({e})") from None
 
     @property
-    def byte_order(self) -> str:
+    def byte_order(self) -> ByteOrder:
         """``"<"`` for little-endian files (all llama.cpp writes), ``">"`` for big-endian ones."""
         return self._order
 
@@ -234,16 +257,7 @@ class GGUFFile:
         info = self.info(name)
         if shape is not None and tuple(shape) != info.shape:
             raise GGUFError(f"{self.path}: tensor '{name}' has shape {list(info.shape)}, expected {list(shape)}")
-        data = self.raw(name)
-        if info.type in _PLAIN_TYPES:
-            array = np.asarray(data, dtype=np.float32)
-        elif info.type == GGMLQuantizationType.BF16:
-            # bf16 is the top half of a float32: widen the raw 16-bit words without a detour through numpy floats
-            words = data.view(np.dtype(np.uint16).newbyteorder(self._order)).astype(np.uint32) << 16
-            array = words.view(np.float32)
-        else:
-            with np.errstate(all="ignore"):  # damaged scales decode to inf or NaN, which the caller checks
-                array = gguf_quants.dequantize(data, info.type)
+        array = widen(self.raw(name), info.type, self._order)
         import torch  # here, not at the top: reading a file's metadata (`ggtts info`, recognising it) needs none
 
         # a private, writable copy: the memory map stays read-only and torch owns what it gets

@@ -19,9 +19,10 @@ import sys
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
@@ -45,6 +46,10 @@ _LOG_CALLBACK: Any = None
 REPACKED_TYPES = frozenset({GGMLQuantizationType.Q4_0, GGMLQuantizationType.Q4_K})
 # float32 weights stay with torch (already the compute type); F64 and the integer types are never weights
 _NOT_MULTIPLIED = frozenset(GGMLQuantizationType[name] for name in ("F32", "F64", "I8", "I16", "I32", "I64"))
+
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class KernelsUnavailable(RuntimeError):
@@ -104,6 +109,29 @@ def multiplies(qtype: GGMLQuantizationType) -> bool:
     except (ValueError, AttributeError):
         return False
     return bool(traits.vec_dot)
+
+
+def new_context(owner: object, size: int) -> Any:
+    """A ggml context of ``size`` bytes for tensor and graph descriptions only (their data lives elsewhere),
+    freed when ``owner`` is."""
+    lib = kernels()
+    ctx = lib.ggml_init(lib.ggml_init_params(mem_size=size, mem_buffer=None, no_alloc=True))
+    if not ctx:
+        raise KernelsUnavailable("ggml could not create a context")
+    weakref.finalize(owner, lib.ggml_free, ctx)
+    return ctx
+
+
+def cached(graphs: OrderedDict[K, V], key: K, build: Callable[[], V], keep: int) -> V:
+    """``graphs[key]``, built on a miss; beyond ``keep`` entries the least recently used one goes."""
+    graph = graphs.get(key)
+    if graph is None:
+        graph = graphs[key] = build()
+        if len(graphs) > keep:
+            graphs.popitem(last=False)
+    else:
+        graphs.move_to_end(key)
+    return graph
 
 
 @dataclass(frozen=True)
@@ -172,13 +200,8 @@ class _Graph:
     """``out (m, N) = x (m, K) @ W.T`` as a ggml graph whose input and output pointers are set per call."""
 
     def __init__(self, weight: Any, n_in: int, rows: int) -> None:
-        lib = self.lib = kernels()
-        size = 2 * lib.ggml_tensor_overhead() + lib.ggml_graph_overhead_custom(GRAPH_NODES, False)
-        params = lib.ggml_init_params(mem_size=size, mem_buffer=None, no_alloc=True)
-        ctx = lib.ggml_init(params)
-        if not ctx:
-            raise KernelsUnavailable("ggml could not create a context")
-        self._free = weakref.finalize(self, lib.ggml_free, ctx)
+        lib = kernels()
+        ctx = new_context(self, 2 * lib.ggml_tensor_overhead() + lib.ggml_graph_overhead_custom(GRAPH_NODES, False))
         self.x = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, n_in, rows).contents
         out_ptr = lib.ggml_mul_mat(ctx, weight, ctypes.pointer(self.x))  # the weight lives in MatMul's context
         self.out = out_ptr.contents
@@ -228,12 +251,7 @@ class _Weight:
 
     def __init__(self, raw: np.ndarray, qtype: GGMLQuantizationType, n_out: int, n_in: int) -> None:
         lib = kernels()
-        params = lib.ggml_init_params(mem_size=lib.ggml_tensor_overhead(), mem_buffer=None, no_alloc=True)
-        ctx = lib.ggml_init(params)
-        if not ctx:
-            raise KernelsUnavailable("ggml could not create a context")
-        self._free_ctx = weakref.finalize(self, lib.ggml_free, ctx)
-        self.tensor = lib.ggml_new_tensor_2d(ctx, int(qtype), n_in, n_out)
+        self.tensor = lib.ggml_new_tensor_2d(new_context(self, lib.ggml_tensor_overhead()), int(qtype), n_in, n_out)
         if lib.ggml_nbytes(self.tensor) != raw.nbytes:
             raise ValueError(f"{raw.nbytes} stored bytes for a {n_out} x {n_in} {qtype.name} weight")
         self.raw: np.ndarray | None = raw
@@ -292,17 +310,6 @@ class MatMul:
         """The weight as a ggml tensor (for graphs that use it: :mod:`ggtts.models.qwen2.ggml_graph`)."""
         return self._weight.tensor
 
-    def _graph(self, rows: int) -> _Graph:
-        graph = self._graphs.get(rows)
-        if graph is None:
-            graph = _Graph(self._weight.tensor, self.n_in, rows)
-            self._graphs[rows] = graph
-            if len(self._graphs) > GRAPHS_PER_WEIGHT:
-                self._graphs.popitem(last=False)
-        else:
-            self._graphs.move_to_end(rows)
-        return graph
-
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x.device.type != "cpu":
             raise ValueError(f"ggml's CPU kernels got a tensor on {x.device}")
@@ -312,5 +319,8 @@ class MatMul:
         out = torch.empty(rows, self.n_out, dtype=torch.float32)
         if rows:
             with self._lock:
-                self._graph(rows).run(x2.data_ptr(), out.data_ptr(), torch.get_num_threads())
+                graph = cached(
+                    self._graphs, rows, lambda: _Graph(self._weight.tensor, self.n_in, rows), GRAPHS_PER_WEIGHT
+                )
+                graph.run(x2.data_ptr(), out.data_ptr(), torch.get_num_threads())
         return out.reshape(*lead, self.n_out)

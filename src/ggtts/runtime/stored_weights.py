@@ -17,24 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from gguf import GGMLQuantizationType
-from gguf import quants as gguf_quants
 from torch import nn
 
 from ggtts.gguf import GGUFFile
+from ggtts.gguf.read import widen
 from ggtts.runtime.ggml_kernels import MatMul, multiplies, unavailable_reason
 
 __all__ = ["StoredEmbedding", "StoredLinear", "StoredWeightsPlan", "stored_weights_plan", "use_stored_weights"]
-
-
-def _float_rows(raw: np.ndarray, qtype: GGMLQuantizationType, rows: np.ndarray) -> np.ndarray:
-    """Rows ``rows`` of a stored 2-D weight, widened to float32."""
-    picked = raw[rows]
-    if qtype == GGMLQuantizationType.F16:
-        return picked.view(np.float16).astype(np.float32)
-    if qtype == GGMLQuantizationType.BF16:
-        return (picked.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
-    with np.errstate(all="ignore"):
-        return gguf_quants.dequantize(picked, qtype).astype(np.float32, copy=False)
 
 
 def _stored_2d(gguf: GGUFFile, name: str) -> tuple[np.ndarray, GGMLQuantizationType, int, int]:
@@ -88,7 +77,7 @@ class StoredEmbedding(nn.Module):
         flat = ids.reshape(-1).cpu().numpy()
         if flat.size and (flat.min() < 0 or flat.max() >= self.num_embeddings):
             raise IndexError(f"token id out of range for an embedding of {self.num_embeddings} rows")
-        rows = torch.from_numpy(_float_rows(self.raw, self.qtype, flat).reshape(flat.size, self.embedding_dim))
+        rows = torch.from_numpy(widen(self.raw[flat], self.qtype).reshape(flat.size, self.embedding_dim))
         return rows.reshape(*ids.shape, self.embedding_dim)
 
     def as_linear(self) -> StoredLinear:

@@ -35,11 +35,15 @@ class KVCache:
         self.max_len = max_len
         self.length = 0  # positions filled and committed
 
+    def check_fits(self, end: int) -> None:
+        """KVCacheFullError unless positions up to ``end`` (exclusive) fit."""
+        if end > self.max_len:
+            raise KVCacheFullError(f"the KV cache holds {self.max_len} positions; position {end - 1} does not fit")
+
     def update(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Store ``k, v`` ``(B, H, T, D)`` at ``start..start+T``; return the keys/values of ``0..start+T``."""
         end = start + k.shape[2]
-        if end > self.max_len:
-            raise KVCacheFullError(f"the KV cache holds {self.max_len} positions; position {end - 1} does not fit")
+        self.check_fits(end)
         self.k[layer, :, :, start:end] = k
         self.v[layer, :, :, start:end] = v
         return self.k[layer, :, :, :end], self.v[layer, :, :, :end]

@@ -37,7 +37,7 @@ PARAMS_PER_LAYER = 16  # float tensors a layer may hand ggml: 7 weights (float32
 ROPE_NEOX = 2  # ggml's GGML_ROPE_TYPE_NEOX: the two halves of each head rotate together (Qwen2's layout)
 ROPE_BETA_FAST, ROPE_BETA_SLOW = 32.0, 1.0  # YaRN parameters ggml takes; inert with ext_factor 0
 MASKED = -math.inf
-CACHE_TYPES = {torch.float32: 0, torch.float16: 1}  # torch dtype -> ggml type (GGML_TYPE_F32, GGML_TYPE_F16)
+CACHE_DTYPES = (torch.float32, torch.float16)  # the KV caches a graph reads and writes
 
 
 class Qwen2Graph:
@@ -46,15 +46,10 @@ class Qwen2Graph:
 
     def __init__(self, model: Qwen2Model) -> None:
         self.model = model
-        self.lib = ggml_kernels.kernels()
+        self.lib = lib = ggml_kernels.kernels()
         self._keep: list[Any] = []  # torch tensors whose memory ggml tensors point at
-        lib = self.lib
         n_params = PARAMS_PER_LAYER * (len(model.blk) + 2)
-        params = lib.ggml_init_params(mem_size=n_params * lib.ggml_tensor_overhead(), mem_buffer=None, no_alloc=True)
-        self._ctx = lib.ggml_init(params)
-        if not self._ctx:
-            raise ggml_kernels.KernelsUnavailable("ggml could not create a context")
-        self._free = weakref.finalize(self, lib.ggml_free, self._ctx)
+        self._ctx = ggml_kernels.new_context(self, n_params * lib.ggml_tensor_overhead())
         self._graphs: OrderedDict[tuple[Any, ...], _StepGraph] = OrderedDict()
         self._lock = threading.Lock()  # a step graph's input buffers are filled, then read: one step at a time
         self._floats: dict[tuple[int, tuple[int, ...]], Any] = {}
@@ -87,15 +82,27 @@ class Qwen2Graph:
         self._floats[key] = g
         return g
 
+    @staticmethod
+    def takes(tokens: torch.Tensor, cache: KVCache) -> bool:
+        """Whether a step fits a graph: one sequence, a contiguous float32 or float16 cache in CPU memory (other
+        steps run the torch modules)."""
+        k, v = cache.k, cache.v
+        return (
+            tokens.shape[0] == 1
+            and k.dtype in CACHE_DTYPES
+            and k.device.type == "cpu"
+            and k.is_contiguous()
+            and v.is_contiguous()
+        )
+
     def forward(self, tokens: torch.Tensor, cache: KVCache, *, last_only: bool = False) -> torch.Tensor:
         """Tokens ``(1, T)`` at ``cache.length..`` -> logits ``(1, T, V)`` (``(1, 1, V)`` with last_only)."""
+        if not self.takes(tokens, cache):
+            raise ValueError("ggml graphs take one sequence and a contiguous float32 or float16 CPU cache")
         n = tokens.shape[1]
         start = cache.length
         end = start + n
-        if end > cache.max_len:
-            from ggtts.models.layers.kv_cache import KVCacheFullError
-
-            raise KVCacheFullError(f"the KV cache holds {cache.max_len} positions; position {end - 1} does not fit")
+        cache.check_fits(end)
         kv_len = min(-(-end // KV_STEP) * KV_STEP, cache.max_len)
         with torch.inference_mode():
             embeddings = self.model.token_embd(tokens[0])  # (T, dim)
@@ -107,15 +114,9 @@ class Qwen2Graph:
     def _graph(self, cache: KVCache, n: int, kv_len: int, last_only: bool) -> _StepGraph:
         # a graph writes into one cache (it keeps that cache's memory alive): a new cache gets graphs of its own
         key = (cache.k.data_ptr(), cache.v.data_ptr(), cache.k.dtype, cache.max_len, n, kv_len, last_only)
-        graph = self._graphs.get(key)
-        if graph is None:
-            graph = _StepGraph(self, cache, n, kv_len, last_only)
-            self._graphs[key] = graph
-            if len(self._graphs) > GRAPHS_KEPT:
-                self._graphs.popitem(last=False)
-        else:
-            self._graphs.move_to_end(key)
-        return graph
+        return ggml_kernels.cached(
+            self._graphs, key, lambda: _StepGraph(self, cache, n, kv_len, last_only), GRAPHS_KEPT
+        )
 
 
 class _StepGraph:
@@ -125,17 +126,11 @@ class _StepGraph:
         model, lib = owner.model, owner.lib
         cfg = model.cfg
         self.lib, self.n_tokens, self.kv_len = lib, n_tokens, kv_len
-        if cache.k.dtype not in CACHE_TYPES or cache.k.shape[1] != 1 or cache.k.device.type != "cpu":
-            raise ValueError("ggml graphs take a float32 or float16 CPU cache for one sequence")
-        if not (cache.k.is_contiguous() and cache.v.is_contiguous()):
-            raise ValueError("ggml graphs take a contiguous cache")
-        self.cache_type = CACHE_TYPES[cache.k.dtype]
+        self.cache_type = lib.GGML_TYPE_F16 if cache.k.dtype == torch.float16 else lib.GGML_TYPE_F32
         n_nodes = NODES_PER_LAYER * cfg.n_layers + 64
-        size = (n_nodes + 16) * lib.ggml_tensor_overhead() + lib.ggml_graph_overhead_custom(n_nodes, False)
-        ctx = lib.ggml_init(lib.ggml_init_params(mem_size=size, mem_buffer=None, no_alloc=True))
-        if not ctx:
-            raise ggml_kernels.KernelsUnavailable("ggml could not create a context")
-        self._free_ctx = weakref.finalize(self, lib.ggml_free, ctx)
+        ctx = ggml_kernels.new_context(
+            self, (n_nodes + 16) * lib.ggml_tensor_overhead() + lib.ggml_graph_overhead_custom(n_nodes, False)
+        )
 
         self._cache_views: list[torch.Tensor] = []
         # inputs, in buffers of ours

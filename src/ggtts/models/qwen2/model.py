@@ -24,8 +24,6 @@ from ggtts.runtime.stored_weights import StoredEmbedding, stored_weights_plan, u
 if TYPE_CHECKING:
     from ggtts.models.qwen2.ggml_graph import Qwen2Graph
 
-GRAPH_CACHE_DTYPES = (torch.float32, torch.float16)  # the KV caches ggml graphs read and write
-
 
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float) -> None:
@@ -142,13 +140,15 @@ class Qwen2Model(nn.Module):
         consumed = use_stored_weights(model, gguf) if plan.stored else set()
         load_module_from_gguf(model, gguf, ignore=consumed)
         model.weights_note = plan.reason
-        widened = sorted({i.type.name for i in gguf.infos() if i.type.name not in ("F32", "F64")})
-        if stored_weights and not plan.stored and widened and torch.device(device).type == "cpu":
-            warnings.warn(
-                f"{gguf.path}: {plan.reason}: its {'/'.join(widened)} weights are widened to {str(dtype)[6:]} (more "
-                "memory, slower)",
-                stacklevel=2,
-            )
+        if stored_weights and not plan.stored and torch.device(device).type == "cpu":
+            widened = sorted({i.type.name for i in gguf.infos() if i.type.name not in ("F32", "F64")})
+            if widened:
+                to = str(dtype).removeprefix("torch.")
+                warnings.warn(
+                    f"{gguf.path}: {plan.reason}: its {'/'.join(widened)} weights are widened to {to} (more memory, "
+                    "slower)",
+                    stacklevel=2,
+                )
         model = model.to(device=device, dtype=dtype).eval()
         if graph and plan.stored and dtype == torch.float32:
             from ggtts.models.qwen2.ggml_graph import Qwen2Graph
@@ -185,12 +185,7 @@ class Qwen2Model(nn.Module):
 
         Commits the ``T`` new positions to the cache.
         """
-        if (
-            self.graph is not None
-            and tokens.shape[0] == 1
-            and cache.k.dtype in GRAPH_CACHE_DTYPES
-            and cache.k.device.type == "cpu"
-        ):
+        if self.graph is not None and self.graph.takes(tokens, cache):
             return self.graph.forward(tokens, cache, last_only=last_only)
         start = cache.length
         h = self.token_embd(tokens)
