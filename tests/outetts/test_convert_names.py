@@ -42,3 +42,19 @@ def test_a_tensor_without_a_place_is_named(checkpoint: Path, tmp_path: Path, ext
     with pytest.raises(ConversionError, match=rf"extra\.safetensors: unexpected tensor '{extra}' for a Qwen2 model"):
         convert_outetts_hf(bad, tmp_path / "bad.gguf", "f32")
     assert not (tmp_path / "bad.gguf").exists()
+
+
+def test_a_tokenizer_without_merges_is_converted_with_a_warning(checkpoint: Path, tmp_path: Path) -> None:
+    import json
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for item in checkpoint.iterdir():
+        (bare / item.name).write_bytes(item.read_bytes())
+    tokenizer = json.loads((bare / "tokenizer.json").read_text())
+    tokenizer["model"]["merges"] = []
+    (bare / "tokenizer.json").write_text(json.dumps(tokenizer))
+    with pytest.warns(UserWarning, match="no BPE merges.*llama.cpp will refuse it"):
+        out = convert_outetts_hf(bare, tmp_path / "m.gguf", "f32")
+    assert "tokenizer.ggml.merges" not in GGUFFile(out).metadata
+    assert GGUFFile(convert_outetts_hf(checkpoint, tmp_path / "n.gguf", "f32")).get("tokenizer.ggml.merges")

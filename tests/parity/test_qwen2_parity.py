@@ -269,3 +269,18 @@ def test_the_graph_lets_go_of_old_caches(quantized: dict[str, Path]) -> None:
             model(torch.arange(1, 5).unsqueeze(0), model.new_cache(16))
     gc.collect()
     assert gone() is None
+
+
+def test_steps_the_graph_does_not_take_run_the_torch_modules(quantized: dict[str, Path]) -> None:
+    model = Qwen2Model.from_gguf(GGUFFile(quantized["q8_0"]), max_len=32)
+    assert model.graph is not None
+    two = torch.arange(1, 9).reshape(2, 4)
+    batch = model.new_cache(8, batch=2)
+    assert not model.graph.takes(two, batch)
+    with pytest.raises(ValueError, match="one sequence and a contiguous float32 or float16 CPU cache"):
+        model.graph.forward(two, batch)
+    with torch.no_grad():
+        logits = model(two, batch)  # the torch modules, with the same stored weights
+        single = model(two[:1], model.new_cache(8))
+    assert logits.shape == (2, 4, model.cfg.n_vocab)
+    assert _relative(logits[:1], single) < 2e-3

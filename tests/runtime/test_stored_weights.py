@@ -213,3 +213,36 @@ def test_threads_take_turns_on_the_shared_pool(weight: np.ndarray, tmp_path: Pat
     for t in threads:
         t.join()
     assert not wrong
+
+
+def test_stored_bytes_that_do_not_fit_the_shape_are_refused(weight: np.ndarray) -> None:
+    raw = quantize(weight, T.Q8_0)
+    with pytest.raises(ValueError, match=r"stored bytes for a 48 x 256 Q8_0 weight"):
+        ggml_kernels.MatMul(raw, T.Q8_0, N_OUT, N_IN // 2)
+    with pytest.raises(ValueError, match="contiguous bytes"):
+        ggml_kernels.MatMul(raw[:, ::2], T.Q8_0, N_OUT, N_IN)
+    layer = ggml_kernels.MatMul(raw, T.Q8_0, N_OUT, N_IN)
+    with pytest.raises(ValueError, match="CPU kernels got a tensor on meta"):
+        layer(torch.empty(1, N_IN, device="meta"))
+
+
+def test_a_ggml_python_of_another_version_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ggtts writes ggml-python's ctypes structures: another version is refused before anything is called."""
+    import sys
+    import types
+
+    fake = types.ModuleType("ggml")
+    fake.__version__ = "0.0.1"  # type: ignore[attr-defined]
+    fake.ggml = types.ModuleType("ggml.ggml")  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "ggml", fake)
+    monkeypatch.setitem(sys.modules, "ggml.ggml", fake.ggml)  # type: ignore[attr-defined]
+    ggml_kernels._load.cache_clear()
+    try:
+        reason = ggml_kernels.unavailable_reason()
+    finally:
+        ggml_kernels._load.cache_clear()
+        monkeypatch.undo()
+        assert ggml_kernels.unavailable_reason() is None  # the real one loads again
+    assert reason == (
+        f"ggml-python 0.0.1 is installed; ggtts needs {ggml_kernels.GGML_PYTHON_VERSION}: {ggml_kernels.INSTALL_HINT}"
+    )

@@ -70,8 +70,9 @@ def _load() -> ModuleType | str:
     version = getattr(ggml, "__version__", "unknown")
     if version != GGML_PYTHON_VERSION:  # its ctypes structures must match the ones this module writes
         return f"ggml-python {version} is installed; ggtts needs {GGML_PYTHON_VERSION}: {INSTALL_HINT}"
-    _LOG_CALLBACK = lib.ggml_log_callback(_log)  # kept referenced: ggml calls it for the life of the process
-    lib.ggml_log_set(_LOG_CALLBACK, None)
+    callback = lib.ggml_log_callback(_log)
+    lib.ggml_log_set(callback, None)
+    _LOG_CALLBACK = callback  # kept referenced: ggml calls it for the life of the process
     lib.ggml_cpu_init()
     return lib
 
