@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import os
 import struct
@@ -28,11 +29,32 @@ PCM16_MAX = 32767
 
 
 @dataclass(frozen=True)
+class WordTiming:
+    """When a word is said: ``start`` and ``end`` in seconds from the start of the utterance. ``text`` is the word
+    as the user wrote it, without the punctuation around it ("$5" is one word, though spoken as two)."""
+
+    text: str
+    start: float
+    end: float
+    ends_sentence: bool = False  # sentence-final punctuation follows it in the text
+
+    def as_dict(self) -> dict[str, str | float]:
+        return {"word": self.text, "start": round(self.start, 3), "end": round(self.end, 3)}
+
+
+@dataclass(frozen=True)
 class Audio:
-    """Mono float32 samples in [-1, 1] at ``sample_rate`` Hz."""
+    """Mono float32 samples in [-1, 1] at ``sample_rate`` Hz.
+
+    ``words`` are the words said in it with their times, where the model gives them (Kokoro does); times count
+    from the start of the utterance, and ``offset`` is where this audio starts in it (a streamed chunk's offset is
+    the duration of the chunks before it; a whole utterance's is 0).
+    """
 
     samples: np.ndarray
     sample_rate: int
+    words: tuple[WordTiming, ...] = ()
+    offset: float = 0.0
 
     def __post_init__(self) -> None:
         samples = np.ascontiguousarray(self.samples, dtype=np.float32).reshape(-1)
@@ -47,13 +69,22 @@ class Audio:
 
     @staticmethod
     def concatenate(parts: Iterable[Audio]) -> Audio:
+        """The parts one after another, starting where the first starts; each part's words move to where the part
+        now stands (the chunks of one stream are already there: their words keep their times)."""
         parts = list(parts)
         if not parts:
             raise ValueError("no audio to concatenate")
         rates = {p.sample_rate for p in parts}
         if len(rates) != 1:
             raise ValueError(f"cannot concatenate audio of different sample rates {sorted(rates)}")
-        return Audio(np.concatenate([p.samples for p in parts]), parts[0].sample_rate)
+        rate, offset = parts[0].sample_rate, parts[0].offset
+        words: list[WordTiming] = []
+        position = 0
+        for part in parts:
+            shift = offset + position / rate - part.offset
+            words += [dataclasses.replace(w, start=w.start + shift, end=w.end + shift) for w in part.words]
+            position += len(part.samples)
+        return Audio(np.concatenate([p.samples for p in parts]), rate, tuple(words), offset)
 
     def pcm16(self) -> bytes:
         """Little-endian signed 16-bit samples, clipped."""

@@ -148,14 +148,20 @@ def _add_family_flags(parser: argparse.ArgumentParser, skip: Sequence[str] = ())
 def cmd_speak(args: argparse.Namespace) -> int:
     import ggtts
     from ggtts.audio import Audio, check_output_suffix, wav_header
+    from ggtts.captions import check_caption_suffix, save_timestamps
     from ggtts.fsutil import check_writable
 
     if args.output != "-":  # before any work
         check_output_suffix(args.output)
         check_writable(args.output)
+    if args.timestamps is not None:
+        check_caption_suffix(args.timestamps)
+        check_writable(args.timestamps)
     text = _read_text(args)
     options = family_options(args)
     model = ggtts.load(args.model)
+    if args.timestamps is not None and not (model.family and model.family.capabilities.timestamps):
+        raise GGTTSError(f"{model.family_name} gives no word timestamps; leave out --timestamps")
     if args.output == "-":
         if args.float:
             raise GGTTSError("--float needs a file: the stream on standard output is 16-bit PCM WAV")
@@ -163,13 +169,20 @@ def cmd_speak(args: argparse.Namespace) -> int:
         first = next(chunks, None)  # bad input fails here, before a single byte reaches standard output
         out = sys.stdout.buffer
         out.write(wav_header(model.sample_rate, None))
+        words = []
         for chunk in itertools.chain([] if first is None else [first], chunks):
             out.write(chunk.pcm16())
             out.flush()
+            words += chunk.words
+        if args.timestamps is not None:
+            save_timestamps(words, args.timestamps)
         return 0
     audio: Audio = model.synthesize(text, voice=args.voice, speed=args.speed, **options)
     path = audio.save(args.output, float_wav=args.float)
     print(f"{PROG}: wrote {path} ({audio.duration:.2f} s at {audio.sample_rate} Hz)", file=sys.stderr)
+    if args.timestamps is not None:
+        stamps = save_timestamps(audio.words, args.timestamps)
+        print(f"{PROG}: wrote {stamps} ({len(audio.words)} words)", file=sys.stderr)
     return 0
 
 
@@ -244,6 +257,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("-o", "--output", default="out.wav", help="output file (.wav/.flac/.ogg/.mp3), '-' for stdout")
     s.add_argument("-f", "--file", default=None, help="read the text from this UTF-8 file")
     s.add_argument("--float", action="store_true", help="write 32-bit float WAV instead of 16-bit PCM")
+    s.add_argument(
+        "--timestamps", default=None, metavar="FILE", help="also write word timestamps (.json, .srt or .vtt captions)"
+    )
     _add_family_flags(s)
     s.set_defaults(func=cmd_speak)
 

@@ -12,11 +12,12 @@ from tiny_kokoro_config import CONFIG, VOCAB
 
 from ggtts.convert.kokoro_gguf import fold_weight_norm, write_kokoro_gguf
 from ggtts.errors import ConversionError, GGUFError, InputError
-from ggtts.families.kokoro.pipeline import FIRST_CHUNK_PHONEMES, KokoroTTS, _quick_start, fade_edges
+from ggtts.families.kokoro.pipeline import FIRST_CHUNK_PHONEMES, KokoroTTS, _as_chunk, _quick_start, fade_edges
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Kokoro as K
 from ggtts.gguf.write import ModelWriter
 from ggtts.models.kokoro import KokoroConfig, KokoroModel, load_kokoro
+from ggtts.text.chunking import Chunk, SpokenWord
 
 
 def _state() -> dict[str, torch.Tensor]:
@@ -154,14 +155,34 @@ def test_pipeline_voice_blend_and_errors(tts: KokoroTTS) -> None:
         tts.token_ids("a" * 31)
 
 
+def _quick(*chunks: str | Chunk) -> list[str]:
+    return [c.phonemes for c in _quick_start(map(_as_chunk, chunks))]
+
+
 def test_quick_start_cuts_the_first_chunk_at_its_first_clause() -> None:
     first = "abc defg hij, klm nop. qrs tuv wx"
-    assert list(_quick_start([first, "ab cd."])) == ["abc defg hij,", "klm nop. qrs tuv wx", "ab cd."]
+    assert _quick(first, "ab cd.") == ["abc defg hij,", "klm nop. qrs tuv wx", "ab cd."]
     # no punctuation break within reach: never cut between words
     long_clause = "abc " * (FIRST_CHUNK_PHONEMES // 4 + 1) + "de, fg"
-    assert list(_quick_start([long_clause])) == [long_clause]
-    assert list(_quick_start(["abc defg hij."])) == ["abc defg hij."]  # the break at the very end: nothing to cut
-    assert list(_quick_start([])) == []
+    assert _quick(long_clause) == [long_clause]
+    assert _quick("abc defg hij.") == ["abc defg hij."]  # the break at the very end: nothing to cut
+    assert _quick() == []
+
+
+def test_quick_start_never_cuts_inside_one_written_word() -> None:
+    """A phone number is one written word said with pauses: the cut goes to the first break after it, and each
+    part keeps its own words."""
+    words = (
+        SpokenWord("call", ("kɔl",), 0),
+        SpokenWord("555-1234", ("fIv", "fIv", "wʌn", "tu"), 1),
+        SpokenWord("now", ("naʊ",), 2),
+        SpokenWord("please", ("pliz",), 3),
+    )
+    chunk = Chunk("call 555-1234 now, please", "kɔl fIv fIv, wʌn tu naʊ, pliz", words=words)
+    head, tail = _quick_start([chunk])
+    assert (head.phonemes, tail.phonemes) == ("kɔl fIv fIv, wʌn tu naʊ,", "pliz")
+    assert [w.text for w in head.words] == ["call", "555-1234", "now"]
+    assert [w.text for w in tail.words] == ["please"]
 
 
 def _metadata_rewrite(src: Path, dst: Path, **changes: object) -> Path:

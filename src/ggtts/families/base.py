@@ -224,6 +224,7 @@ class Capabilities:
     languages: tuple[str, ...] = ()  # codes the ``lang`` option takes (empty: no such option)
     max_input_chars: int = 100_000
     streaming: bool = True
+    timestamps: bool = False  # its audio carries word timestamps (``Audio.words``)
 
 
 @dataclass(frozen=True)
@@ -312,6 +313,7 @@ class Family:
         parts += [f"languages {', '.join(c.languages)}"] if c.languages else []
         parts += [f"up to {c.max_input_chars} characters"]
         parts += ["streaming"] if c.streaming else []
+        parts += ["word timestamps"] if c.timestamps else []
         return "; ".join(parts)
 
     def option_names(self) -> list[str]:

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import functools
+import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -20,13 +23,15 @@ from starlette.types import Send
 
 from ggtts import __version__
 from ggtts.api import TTSModel
-from ggtts.audio import Audio
+from ggtts.audio import Audio, WordTiming
 from ggtts.errors import GGTTSError, InputError
 from ggtts.families.base import UnknownVoiceError, VoiceWeightError, check_unicode
 from ggtts.server.errors import ApiError
 from ggtts.server.guard import GuardMiddleware
 from ggtts.server.schemas import (
     MEDIA_TYPES,
+    NDJSON,
+    CaptionedSpeechRequest,
     Health,
     ModelCard,
     ModelHealth,
@@ -133,10 +138,9 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
             data=[ModelVoices(model=w.name, voices=w.model.voices, default_voice=w.model.default_voice) for w in chosen]
         )
 
-    @app.post("/v1/audio/speech", response_model=None)
-    async def speech(body: SpeechRequest, request: Request) -> Response:
+    def prepare(body: SpeechRequest) -> tuple[ModelWorker, str | None, str]:
+        """The checks every speech request passes before any work: model, voice, input, format."""
         worker = worker_for(body.model)
-        model = worker.model
         voice = _check_voice(worker, body.voice)
         text = _check_input(body.input, settings.max_input_chars)
         fmt = body.response_format
@@ -147,9 +151,16 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
                 code="unsupported_value",
                 param="response_format",
             )
-        rate_problem = unsupported_rate_message(fmt, model.sample_rate)
+        rate_problem = unsupported_rate_message(fmt, worker.model.sample_rate)
         if rate_problem is not None:
             raise ApiError(400, rate_problem, code="unsupported_value", param="response_format")
+        return worker, voice, text
+
+    @app.post("/v1/audio/speech", response_model=None)
+    async def speech(body: SpeechRequest, request: Request) -> Response:
+        worker, voice, text = prepare(body)
+        model = worker.model
+        fmt = body.response_format
 
         def chunks() -> Iterator[Audio]:
             return model.stream(text, voice=voice, speed=body.speed)
@@ -158,14 +169,9 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
         headers = {"X-Sample-Rate": str(model.sample_rate)}
         started = time.monotonic()
         if body.streaming:
-            # Built before a queue place is taken: a failure here has no ticket to give back.
-            encoder = _start_encoder(fmt, model.sample_rate)
-            try:
-                ticket = worker.admit(len(text))
-            except BaseException:
-                encoder.close()
-                raise
-            return await _streamed(ticket, chunks, encoder, deadline, headers, fmt)
+            return await _streamed(
+                worker, text, fmt, lambda encoder: _encoded(chunks(), encoder), deadline, headers, MEDIA_TYPES[fmt]
+            )
         audio = await _whole(worker.admit(len(text)), chunks, deadline)
         data = await asyncio.to_thread(audio.encode, fmt)
         log.info(
@@ -177,6 +183,40 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
             time.monotonic() - started,
         )
         return Response(data, media_type=MEDIA_TYPES[fmt], headers=headers)
+
+    async def captioned_speech(body: CaptionedSpeechRequest, request: Request) -> Response:
+        """Audio and its word timestamps as JSON, in the shape of Kokoro-FastAPI's ``/dev/captioned_speech``:
+        ``{"audio": base64, "audio_format": media type, "timestamps": [{"word", "start_time", "end_time"}]}``;
+        streamed (the default, as there), one such object per line for each chunk, whose ``audio`` fields join
+        into one file of the format asked for."""
+        worker, voice, text = prepare(body)
+        model = worker.model
+        fmt = body.response_format
+        if body.return_timestamps and not (model.family and model.family.capabilities.timestamps):
+            raise ApiError(
+                400,
+                f"model '{worker.name}' ({model.family_name}) gives no word timestamps; "
+                "ask with return_timestamps false, or use /v1/audio/speech",
+                code="unsupported_value",
+                param="return_timestamps",
+            )
+        options = {} if body.lang_code is None else {"lang": body.lang_code}
+
+        def chunks() -> Iterator[Audio]:
+            return model.stream(text, voice=voice, speed=body.speed, **options)
+
+        deadline = Deadline(settings.timeout_s, request.is_disconnected)
+        headers = {"X-Sample-Rate": str(model.sample_rate)}
+        keep = body.return_timestamps
+        if body.streaming:
+            produce = lambda encoder: _captioned(chunks(), encoder, fmt=fmt, keep=keep)  # noqa: E731
+            return await _streamed(worker, text, fmt, produce, deadline, headers, NDJSON)
+        audio = await _whole(worker.admit(len(text)), chunks, deadline)
+        data = await asyncio.to_thread(audio.encode, fmt)
+        return JSONResponse(_caption_body(data, fmt, audio.words if keep else ()), headers=headers)
+
+    for path in ("/v1/audio/captioned_speech", "/dev/captioned_speech"):
+        app.post(path, response_model=None)(captioned_speech)
 
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:
@@ -272,28 +312,63 @@ async def _whole(ticket: Ticket, chunks: Callable[[], Iterator[Audio]], deadline
     return Audio.concatenate(parts)
 
 
-def _encoded(chunks: Iterator[Audio], encoder: StreamEncoder) -> Iterator[bytes]:
-    """Runs on the model's thread: each chunk as encoded bytes (the format's header in front of the first)."""
+def _caption_body(data: bytes, fmt: str, words: Sequence[WordTiming]) -> dict[str, object]:
+    return {
+        "audio": base64.b64encode(data).decode("ascii"),
+        "audio_format": MEDIA_TYPES[fmt],
+        "timestamps": [{"word": w.text, "start_time": w.start, "end_time": w.end} for w in words],
+    }
+
+
+def _captioned(chunks: Iterator[Audio], encoder: StreamEncoder, *, fmt: str, keep: bool) -> Iterator[bytes]:
+    """Runs on the model's thread: one JSON line per chunk, its encoded audio and its words (see
+    ``captioned_speech``); the encoder's last bytes come in a line of their own."""
+    for data, words in _encoded_with_words(chunks, encoder):
+        yield json.dumps(_caption_body(data, fmt, words if keep else ()), ensure_ascii=False).encode() + b"\n"
+
+
+Encoded = Iterator[tuple[bytes, Sequence[WordTiming]]]
+
+
+def _encoded_with_words(chunks: Iterator[Audio], encoder: StreamEncoder) -> Encoded:
+    """Each chunk's encoded bytes (the format's header in front of the first) and its words; the encoder's last
+    bytes with no words."""
     head = encoder.start()
     for chunk in chunks:
-        yield head + encoder.feed(chunk)
+        yield head + encoder.feed(chunk), chunk.words
         head = b""
-    yield head + encoder.finish()
+    yield head + encoder.finish(), ()
+
+
+def _encoded(chunks: Iterator[Audio], encoder: StreamEncoder) -> Iterator[bytes]:
+    """Runs on the model's thread: each chunk as encoded bytes (the format's header in front of the first)."""
+    for data, _ in _encoded_with_words(chunks, encoder):
+        yield data
 
 
 async def _streamed(
-    ticket: Ticket,
-    chunks: Callable[[], Iterator[Audio]],
-    encoder: StreamEncoder,
+    worker: ModelWorker,
+    text: str,
+    fmt: str,
+    produce: Callable[[StreamEncoder], Iterator[bytes]],
     deadline: Deadline,
     headers: dict[str, str],
-    fmt: str,
+    media_type: str,
 ) -> Response:
-    """Waits for the first chunk (so early failures still get an error status), then streams the rest."""
+    """A streamed response of ``produce(encoder)``'s pieces: waits for the first (so early failures still get an
+    error status), then streams the rest; the ``fmt`` encoder is closed at the end, whatever happens."""
+    # Built before a queue place is taken: a failure here has no ticket to give back.
+    encoder = _start_encoder(fmt, worker.model.sample_rate)
+    try:
+        ticket = worker.admit(len(text))
+    except BaseException:
+        encoder.close()
+        raise
+    body = functools.partial(produce, encoder)
     steps: Steps[bytes] | None = None
     try:
         await ticket.take_turn(deadline)
-        steps = Steps(ticket, lambda: _encoded(chunks(), encoder), deadline)
+        steps = Steps(ticket, body, deadline)
         first = await steps.next() or b""
     except BaseException as exc:
         if steps is not None:
@@ -306,7 +381,7 @@ async def _streamed(
         raise
     # The deadline goes on polling for a disconnect while each step runs: Starlette (ASGI 2.4) only notices one
     # when a send fails, which would be after the chunk in progress, however long it takes.
-    return AbortableStreamingResponse(_stream_body(first, steps, encoder), media_type=MEDIA_TYPES[fmt], headers=headers)
+    return AbortableStreamingResponse(_stream_body(first, steps, encoder), media_type=media_type, headers=headers)
 
 
 class StreamAborted(Exception):

@@ -44,6 +44,18 @@ class SpeechRequest(BaseModel):
         return self.stream or self.stream_format == "audio"
 
 
+NDJSON = "application/x-ndjson"  # one JSON object per line
+
+
+class CaptionedSpeechRequest(SpeechRequest):
+    """``POST /v1/audio/captioned_speech`` (also at Kokoro-FastAPI's ``/dev/captioned_speech``): speech with word
+    timestamps. Streams by default, as Kokoro-FastAPI does."""
+
+    stream: bool = Field(default=True, description="one JSON line per chunk as it is synthesized")
+    return_timestamps: bool = Field(default=True, description="give each word's start_time and end_time")
+    lang_code: str | None = Field(default=None, description="the model's language code (Kokoro: a, b, j, z)")
+
+
 class ModelCard(BaseModel):
     id: str
     object: Literal["model"] = "model"

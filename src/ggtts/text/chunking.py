@@ -40,10 +40,31 @@ _SENTENCE_BREAK = re.compile(f"[{re.escape(''.join(SENTENCE_END))}][{re.escape('
 
 @dataclass(frozen=True)
 class Chunk:
-    """A stretch of normalized text and its phonemes (at most the chunker's ``max_phonemes`` characters)."""
+    """A stretch of normalized text and its phonemes (at most the chunker's ``max_phonemes`` characters).
+
+    ``tokens`` are the G2P tokens it was made from, in order (a word cut in pieces for being longer than the
+    limit: its text with the first piece); ``words`` are the spoken words the frontend traced back to the
+    user's text, for timestamps.
+    """
 
     text: str
     phonemes: str
+    tokens: tuple[G2PToken, ...] = ()
+    words: tuple[SpokenWord, ...] = ()
+
+
+@dataclass(frozen=True)
+class SpokenWord:
+    """A word as the user wrote it (``text``, punctuation around it removed) and the phonemes that say it in a
+    chunk: one string per G2P token ("$5": "fˈIv", "dˈɑləɹz"), in the order they stand in the chunk's phonemes
+    (which may hold punctuation between them: "555-1234" is said with a pause). ``source`` numbers the written
+    words it comes from (the same number in two chunks: one written word spoken across a chunk boundary);
+    ``None`` for a word that could not be traced back."""
+
+    text: str
+    phonemes: tuple[str, ...]
+    source: int | None = None
+    ends_sentence: bool = False  # sentence-final punctuation follows it
 
 
 @dataclass(frozen=True)
@@ -151,7 +172,8 @@ def chunk_pieces(lines: Sequence[Sequence[G2PToken]], max_phonemes: int) -> Iter
             phonemes = token.phonemes + (space if token.phonemes else "")
             pieces.append(_Piece(token.text + space, phonemes, boundary))
     for run in _pack(pieces, max_phonemes):
-        chunk = Chunk(text="".join(p.text for p in run).strip(), phonemes=_phonemes(run))
+        tokens = tuple(G2PToken(p.text.rstrip(), p.phonemes.strip(), p.text[len(p.text.rstrip()) :]) for p in run)
+        chunk = Chunk(text="".join(p.text for p in run).strip(), phonemes=_phonemes(run), tokens=tokens)
         if is_spoken(chunk.phonemes):
             yield chunk
 

@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import logging
 import re
 from collections.abc import Iterator, Set
 
-from ggtts.text.chunking import KOKORO_MAX_PHONEMES, Chunk, is_spoken, iter_chunks, iter_phoneme_chunks
-from ggtts.text.g2p import BRITISH, resolve_language
-from ggtts.text.normalize import normalize
+from ggtts.runtime.cancel import check_cancelled
+from ggtts.text.chunking import (
+    KOKORO_MAX_PHONEMES,
+    Chunk,
+    SpokenWord,
+    chunk_pieces,
+    is_spoken,
+    iter_chunks,
+    iter_phoneme_chunks,
+)
+from ggtts.text.g2p import BRITISH, G2PToken, resolve_language
+from ggtts.text.normalize import normalize_tracked
 from ggtts.text.sanitize import bound_marks, break_long_runs
+from ggtts.text.tracking import SourceCursor, Tracked
 
 log = logging.getLogger(__name__)
 
 _RUNS_OF_SPACES = re.compile(" {2,}")
+_SENTENCE_END = re.compile("[.!?…]")
+_BLANK_LINE = re.compile(r"\n\s*\n")
 
 
 def filter_phonemes(phonemes: str, vocab: Set[str]) -> str:
@@ -27,9 +41,44 @@ def filter_phonemes(phonemes: str, vocab: Set[str]) -> str:
 def _keep_vocab(chunks: Iterator[Chunk], vocab: Set[str] | None) -> Iterator[Chunk]:
     for chunk in chunks:
         if vocab is not None:
-            chunk = Chunk(text=chunk.text, phonemes=filter_phonemes(chunk.phonemes, vocab))
+            words = tuple(_filtered_word(w, vocab) for w in chunk.words)
+            words = tuple(w for w in words if w.phonemes)
+            chunk = Chunk(chunk.text, filter_phonemes(chunk.phonemes, vocab), chunk.tokens, words)
         if is_spoken(chunk.phonemes):
             yield chunk
+
+
+def _filtered_word(word: SpokenWord, vocab: Set[str]) -> SpokenWord:
+    parts = (filter_phonemes(p, vocab) for p in word.phonemes)
+    return dataclasses.replace(word, phonemes=tuple(p for p in parts if is_spoken(p)))
+
+
+def _trace_words(chunks: Iterator[Chunk], cursor: SourceCursor) -> Iterator[Chunk]:
+    """The chunks with their spoken words, each traced back to the written words it says.
+
+    Tokens that say one written word ("five" and "dollars" from "$5", the pieces of a cut word) become one
+    word; punctuation says nothing and is no word; a token the cursor cannot place is a word of its own.
+    """
+    for chunk in chunks:
+        words: list[SpokenWord] = []
+        span: tuple[int, int] | None = None  # the written words the last word covers
+        for token in chunk.tokens:
+            place = cursor.locate(token.text) if token.text else None
+            if not is_spoken(token.phonemes):
+                if words and _SENTENCE_END.search(token.phonemes):
+                    words[-1] = dataclasses.replace(words[-1], ends_sentence=True)
+                continue
+            joins = words and (not token.text or (place is not None and span is not None and place.first <= span[1]))
+            if joins and place is not None and span is not None:
+                span = (span[0], max(span[1], place.last))
+                words[-1] = SpokenWord(cursor.shown(*span), (*words[-1].phonemes, token.phonemes), span[0])
+            elif joins:
+                words[-1] = SpokenWord(words[-1].text, (*words[-1].phonemes, token.phonemes), words[-1].source)
+            else:
+                span = None if place is None else (place.first, place.last)
+                text = token.text if place is None else place.text
+                words.append(SpokenWord(text, (token.phonemes,), None if place is None else place.first))
+        yield Chunk(chunk.text, chunk.phonemes, chunk.tokens, tuple(words))
 
 
 def text_to_phoneme_chunks(
@@ -47,12 +96,61 @@ def text_to_phoneme_chunks(
     The cost is linear in the length of ``text``, whatever it holds (see :mod:`ggtts.text.sanitize`).
     """
     code = resolve_language(lang)
-    normalized = break_long_runs(normalize(bound_marks(text), british=code == BRITISH))
-    yield from _keep_vocab(iter_chunks(normalized, lang=code, max_phonemes=max_phonemes), vocab)
+    source = bound_marks(text)  # what the words' texts are taken from: ``text`` itself, unless it was sanitized
+    tracked = normalize_tracked(source, british=code == BRITISH)
+    normalized = break_long_runs(tracked.text)  # only adds spaces: the cursor still finds every token
+    chunks = iter_chunks(normalized, lang=code, max_phonemes=max_phonemes)
+    yield from _keep_vocab(_trace_words(chunks, SourceCursor(tracked, source)), vocab)
 
 
 def phonemes_to_chunks(
     phonemes: str, max_phonemes: int = KOKORO_MAX_PHONEMES, *, vocab: Set[str] | None = None
 ) -> Iterator[Chunk]:
-    """Phonemes the user wrote -> chunks under the limit, split at punctuation then spaces."""
-    yield from _keep_vocab(iter_phoneme_chunks(phonemes, max_phonemes), vocab)
+    """Phonemes the user wrote -> chunks under the limit, split at punctuation then spaces; the words are the
+    phoneme words as written."""
+    chunks = iter_phoneme_chunks(phonemes, max_phonemes)
+    yield from _keep_vocab(_trace_words(chunks, SourceCursor(Tracked.of(phonemes), phonemes)), vocab)
+
+
+# Japanese sentences end at these marks, with no space after them.
+_JAPANESE_SENTENCE = re.compile(r"[^。！？!?]*[。！？!?]+[」』”）)]*|[^。！？!?]+")
+
+
+def _spaced(tokens: list[G2PToken]) -> list[G2PToken]:
+    """Japanese tokens with a space after each word that its phonemes have a space after (the text has none):
+    the chunker splits only where there is whitespace, and the words of a written run are found by it."""
+    from ggtts.text.japanese import join_japanese_phonemes
+
+    spoken = [i for i, t in enumerate(tokens) if t.phonemes]
+    space = {
+        i
+        for i, j in itertools.pairwise(spoken)
+        if " " in join_japanese_phonemes([tokens[i], tokens[j]])[len(tokens[i].phonemes) :][:1]
+    }
+    return [G2PToken(t.text.strip(), t.phonemes, " " if i in space else "") for i, t in enumerate(tokens)]
+
+
+def japanese_to_phoneme_chunks(
+    text: str, max_phonemes: int = KOKORO_MAX_PHONEMES, *, vocab: Set[str] | None = None
+) -> Iterator[Chunk]:
+    """Japanese text -> chunks of at most ``max_phonemes`` phonemes, cut at sentence ends (。！？), then at 、,
+    then between words; each word (as the G2P finds them, with its punctuation) is a word for timestamps.
+
+    Numbers, dates and counters are read by :mod:`ggtts.text.japanese`; a blank line ends a paragraph and a line
+    break is a boundary, as for English.
+    """
+    from ggtts.text.japanese import JapaneseG2P
+
+    g2p = JapaneseG2P()
+    for paragraph in _BLANK_LINE.split(bound_marks(text)):
+        sentences: list[list[G2PToken]] = []
+        for line in paragraph.split("\n"):
+            for sentence in _JAPANESE_SENTENCE.findall(line.strip()):
+                check_cancelled()  # the G2P is no torch module: a cancelled request stops between sentences
+                tokens = _spaced(g2p.tokens(sentence))
+                if tokens:
+                    sentences.append(tokens)
+        # the words are the tokens: the source the cursor reads is the tokens' texts, spaced like their phonemes
+        source = "\n".join("".join(t.text + t.whitespace for t in tokens) for tokens in sentences)
+        chunks = chunk_pieces(sentences, max_phonemes)
+        yield from _keep_vocab(_trace_words(chunks, SourceCursor(Tracked.of(source), source)), vocab)

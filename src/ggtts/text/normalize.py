@@ -16,6 +16,7 @@ import re
 from collections.abc import Callable
 
 from ggtts.text import numbers
+from ggtts.text.tracking import Tracked
 from ggtts.text.words import (
     ABBREVIATIONS,
     ALWAYS_TITLES,
@@ -365,14 +366,33 @@ _RULES: list[tuple[re.Pattern[str], Speaker]] = [
 ]
 
 
-def _apply(pattern: re.Pattern[str], speak: Speaker, text: str, british: bool) -> str:
-    return pattern.sub(lambda m: speak(m, british), text)
+_UNICODE_SPACES = re.compile("[\u00a0\u2009]")
+_INLINE_SPACE = re.compile(r"[^\S\n]+")
+_LINE_EDGE = re.compile(r" ?\n ?")
+_TEXT_EDGE = re.compile(r"^\s+|\s+$")
 
 
-def _normalize_plain(text: str, british: bool) -> str:
+def _normalize_plain(text: Tracked, british: bool) -> Tracked:
     for pattern, speak in _RULES:
-        text = _apply(pattern, speak, text, british)
+        text = text.sub(pattern, lambda m, speak=speak: speak(m, british))  # type: ignore[misc]
     return text
+
+
+def normalize_tracked(text: str, *, british: bool = False) -> Tracked:
+    """:func:`normalize`, each character of the result knowing the span of ``text`` it was made from."""
+    tracked = Tracked.of(text).sub(re.compile("\u2212"), lambda m: "-").sub(_UNICODE_SPACES, lambda m: " ")
+    pieces, last = [], 0
+    for link in _MARKDOWN_LINK.finditer(tracked.text):
+        pieces.append(_normalize_plain(tracked[last : link.start()], british))
+        pieces.append(tracked[link.start() : link.end()])
+        last = link.end()
+    pieces.append(_normalize_plain(tracked[last:], british))
+    joined = pieces[0]
+    for piece in pieces[1:]:
+        joined = joined + piece
+    # each line's runs of spaces become one space, lines are stripped, and so is the whole
+    joined = joined.sub(_INLINE_SPACE, lambda m: " ").sub(_LINE_EDGE, lambda m: "\n")
+    return joined.sub(_TEXT_EDGE, lambda m: "")
 
 
 def normalize(text: str, *, british: bool = False) -> str:
@@ -380,12 +400,4 @@ def normalize(text: str, *, british: bool = False) -> str:
 
     Line breaks are kept (the chunker treats them as boundaries); runs of spaces become one space.
     """
-    text = text.replace("\u2212", "-").replace("\u00a0", " ").replace("\u2009", " ")
-    pieces, last = [], 0
-    for link in _MARKDOWN_LINK.finditer(text):
-        pieces.append(_normalize_plain(text[last : link.start()], british))
-        pieces.append(link[0])
-        last = link.end()
-    pieces.append(_normalize_plain(text[last:], british))
-    lines = ("".join(pieces)).split("\n")
-    return "\n".join(" ".join(line.split()) for line in lines).strip()
+    return normalize_tracked(text, british=british).text

