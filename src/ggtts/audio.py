@@ -37,6 +37,8 @@ class WordTiming:
     start: float
     end: float
     ends_sentence: bool = False  # sentence-final punctuation follows it in the text
+    # the rest of a word begun in the audio before (a chunk boundary fell inside it): joined by merge_words
+    continues: bool = False
 
     def as_dict(self) -> dict[str, str | float]:
         return {"word": self.text, "start": round(self.start, 3), "end": round(self.end, 3)}
@@ -84,7 +86,7 @@ class Audio:
             shift = offset + position / rate - part.offset
             words += [dataclasses.replace(w, start=w.start + shift, end=w.end + shift) for w in part.words]
             position += len(part.samples)
-        return Audio(np.concatenate([p.samples for p in parts]), rate, tuple(words), offset)
+        return Audio(np.concatenate([p.samples for p in parts]), rate, merge_words(words), offset)
 
     def pcm16(self) -> bytes:
         """Little-endian signed 16-bit samples, clipped."""
@@ -154,3 +156,17 @@ def wav_header(sample_rate: int, n_samples: int | None = None, *, bits: int = 16
         + b"data"
         + struct.pack("<I", data_size & 0xFFFFFFFF)
     )
+
+
+def merge_words(words: Iterable[WordTiming]) -> tuple[WordTiming, ...]:
+    """``words`` with each continuation (``continues``) joined to the word before it: one word, from the first
+    part's start to the last part's end."""
+    merged: list[WordTiming] = []
+    for word in words:
+        if word.continues and merged:
+            last = merged[-1]
+            text = word.text if len(word.text) > len(last.text) else last.text
+            merged[-1] = dataclasses.replace(last, text=text, end=word.end, ends_sentence=word.ends_sentence)
+        else:
+            merged.append(dataclasses.replace(word, continues=False) if word.continues else word)
+    return tuple(merged)

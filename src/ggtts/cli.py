@@ -147,7 +147,7 @@ def _add_family_flags(parser: argparse.ArgumentParser, skip: Sequence[str] = ())
 
 def cmd_speak(args: argparse.Namespace) -> int:
     import ggtts
-    from ggtts.audio import Audio, check_output_suffix, wav_header
+    from ggtts.audio import Audio, check_output_suffix, merge_words, wav_header
     from ggtts.captions import check_caption_suffix, save_timestamps
     from ggtts.fsutil import check_writable
 
@@ -175,7 +175,7 @@ def cmd_speak(args: argparse.Namespace) -> int:
             out.flush()
             words += chunk.words
         if args.timestamps is not None:
-            save_timestamps(words, args.timestamps)
+            save_timestamps(merge_words(words), args.timestamps)
         return 0
     audio: Audio = model.synthesize(text, voice=args.voice, speed=args.speed, **options)
     path = audio.save(args.output, float_wav=args.float)

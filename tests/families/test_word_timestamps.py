@@ -75,9 +75,27 @@ def test_streamed_chunks_carry_their_words_with_absolute_times(tts: KokoroTTS) -
         assert all(position <= w.start < w.end <= position + part.duration + 1e-9 for w in part.words)
         position += part.duration
     whole = tts.synthesize(text, voice="v_one")
-    assert Audio.concatenate(parts).words == whole.words
     counted = ["One", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
     assert [w.text for w in whole.words] == counted * 3
+
+
+def test_a_word_across_a_chunk_boundary_is_one_word(tts: KokoroTTS) -> None:
+    """The tiny model takes 62 phonemes: the number is said across chunks, and timed once, start to end."""
+    parts = list(tts.stream("I paid $1,234,567.89 today.", voice="v_one"))
+    said = [w for p in parts for w in p.words]
+    assert [w.continues for w in said].count(True) >= 1  # a later chunk goes on with it
+    whole = Audio.concatenate(parts)
+    assert [w.text for w in whole.words] == ["I", "paid", "$1,234,567.89", "today"]
+    number = whole.words[2]
+    pieces = [w for w in said if w.text == "$1,234,567.89"]
+    assert (number.start, number.end) == (pieces[0].start, pieces[-1].end)
+
+
+def test_a_custom_phonemizer_of_strings_still_speaks_each_chunk(tts: KokoroTTS) -> None:
+    """Plain strings (trailing space and all): the first chunk ends with its break and is spoken whole."""
+    custom = KokoroTTS(tts.config, tts.model, tts.voicepacks, tts.vocab, phonemizer=lambda *a: ["hˈI ðˈɛɹ. ", "wˈʌn"])
+    audio = custom.synthesize("anything", voice="v_one")
+    assert [w.text for w in audio.words] == ["hˈI", "ðˈɛɹ.", "wˈʌn"]
 
 
 def test_phoneme_input_gets_its_phoneme_words(tts: KokoroTTS) -> None:
@@ -140,3 +158,25 @@ def test_cli_writes_timestamps_in_each_format(tts: KokoroTTS, tmp_path: Path) ->
     assert '"word": "$5"' in (tmp_path / "t.json").read_text()
     assert (tmp_path / "t.srt").read_text().startswith("1\n00:00:00,")
     assert (tmp_path / "t.vtt").read_text().startswith("WEBVTT\n\n00:00:00.")
+
+
+def test_merge_words_joins_continuations() -> None:
+    from ggtts.audio import merge_words
+
+    words = [WordTiming("$5", 1.0, 1.4), WordTiming("$5", 1.6, 2.0, ends_sentence=True, continues=True)]
+    assert merge_words(words) == (WordTiming("$5", 1.0, 2.0, ends_sentence=True),)
+    assert merge_words([WordTiming("a", 0, 1, continues=True)]) == (WordTiming("a", 0, 1),)  # nothing to join
+
+
+def test_japanese_is_chosen_only_for_japanese_text(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ggtts.errors import InputError
+    from ggtts.families.kokoro import pipeline
+    from ggtts.text import japanese
+
+    assert pipeline.default_language("今日は晴れです。", "a") == "j" or not japanese.japanese_installed()
+    assert pipeline.default_language("Hello there.", "a") == "a"
+    assert pipeline.default_language("Hello there.", "j") == "a"  # a file of Japanese voices, English text
+    monkeypatch.setattr(japanese, "japanese_installed", lambda: False)
+    assert pipeline.default_language("今日は晴れです。", "a") == "a"  # without the extra: a warning, and English
+    with pytest.raises(InputError, match=r"Japanese \(lang 'j'\) is not installed here.*ggtts\[ja\]"):
+        list(pipeline._text_frontend("今日は", "j", 62, frozenset("abc")))

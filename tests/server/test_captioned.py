@@ -69,3 +69,10 @@ def test_bad_requests_are_400s(kokoro_server: Server) -> None:
     assert _post(kokoro_server, {"input": TEXT, "lang_code": "xx", "stream": False}).status_code == 400
     unknown = _post(kokoro_server, {"input": TEXT, "unknown": 1})
     assert unknown.status_code == 422 and unknown.json()["error"]["param"] == "unknown"
+
+
+def test_an_unknown_field_lists_this_routes_fields(kokoro_server: Server) -> None:
+    response = _post(kokoro_server, {"input": TEXT, "volume_multiplier": 2})
+    assert response.status_code == 422
+    message = response.json()["error"]["message"]
+    assert "'volume_multiplier' is not a field" in message and "return_timestamps" in message

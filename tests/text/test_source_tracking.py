@@ -49,11 +49,19 @@ def test_a_tracked_string_needs_one_span_per_character() -> None:
         "It's \u22125°C, 20% off, the 1990s, 5-10 km, No. 7 vs #8.",
     ],
 )
-def test_normalize_is_the_tracked_texts_text(text: str) -> None:
+def test_every_normalized_character_comes_from_a_span_of_the_text(text: str) -> None:
     tracked = normalize_tracked(text)
-    assert tracked.text == normalize(text)
-    assert len(tracked.starts) == len(tracked.text)
+    assert len(tracked.starts) == len(tracked.text) == len(tracked.ends)
     assert all(0 <= s <= e <= len(text) for s, e in zip(tracked.starts, tracked.ends, strict=True))
+
+
+def test_normalize_stays_linear_on_blank_lines_and_links() -> None:
+    """Stripping the text's ends and joining the pieces between markdown links each take one pass."""
+    from time_limit import time_limit
+
+    with time_limit(5):
+        assert normalize("Hello." + "\n" * 80_000 + "Bye.") == "Hello." + "\n" * 80_000 + "Bye."
+        assert normalize("[x](y) 5 " * 8_000).startswith("[x](y) five [x](y) five")
 
 
 def test_the_cursor_finds_each_tokens_written_words_in_order() -> None:
@@ -94,6 +102,25 @@ def test_the_spoken_words_are_the_written_words() -> None:
     expected = ["The", "quick", "brown", "fox", "it's", "5", "years", "old", "paid", "$5.50", "for", "3"]
     expected += ["apples", "on", "March 5", "2024"]  # "March 5" is one date: read as a whole, one word here
     assert _spoken(text) == expected
+
+
+def test_a_word_cut_by_a_chunk_boundary_is_the_same_word_on_both_sides() -> None:
+    """A long number is one written word said in many tokens; cut across chunks, each part keeps its source."""
+    chunks = list(text_to_phoneme_chunks("I paid $1,234,567.89 today.", max_phonemes=40))
+    assert len(chunks) > 2
+    words = [w for c in chunks for w in c.words]
+    assert {w.text for w in words} == {"I", "paid", "$1,234,567.89", "today"}
+    number = [w for w in words if w.text == "$1,234,567.89"]
+    assert len(number) > 1 and len({w.source for w in number}) == 1
+    assert all(w.text for w in words)
+
+
+def test_a_single_token_longer_than_a_chunk_keeps_its_text_in_every_part() -> None:
+    chunks = list(text_to_phoneme_chunks("a supercalifragilisticexpialidocious day", max_phonemes=12))
+    words = [w for c in chunks for w in c.words]
+    assert all(w.text for w in words)
+    long = [w for w in words if w.text == "supercalifragilisticexpialidocious"]
+    assert len(long) > 1 and len({w.source for w in long}) == 1
 
 
 def test_words_are_not_lost_or_repeated_across_chunks() -> None:

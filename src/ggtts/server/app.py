@@ -48,6 +48,7 @@ from ggtts.server.worker import ClientGone, Deadline, ModelWorker, Steps, Ticket
 log = logging.getLogger("ggtts.server")
 
 STATIC_DIR = Path(__file__).parent / "static"
+CAPTIONED_PATHS = ("/v1/audio/captioned_speech", "/dev/captioned_speech")  # ours, and Kokoro-FastAPI's
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that left first; only ever seen in logs
 
 
@@ -81,7 +82,8 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
-        error = validation_error(exc.errors())
+        body = CaptionedSpeechRequest if request.url.path in CAPTIONED_PATHS else SpeechRequest
+        error = validation_error(exc.errors(), body.model_fields)
         return JSONResponse(error.body(), status_code=error.status)
 
     @app.exception_handler(StarletteHTTPException)
@@ -215,7 +217,7 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
         data = await asyncio.to_thread(audio.encode, fmt)
         return JSONResponse(_caption_body(data, fmt, audio.words if keep else ()), headers=headers)
 
-    for path in ("/v1/audio/captioned_speech", "/dev/captioned_speech"):
+    for path in CAPTIONED_PATHS:
         app.post(path, response_model=None)(captioned_speech)
 
     @app.get("/", include_in_schema=False)
@@ -316,7 +318,11 @@ def _caption_body(data: bytes, fmt: str, words: Sequence[WordTiming]) -> dict[st
     return {
         "audio": base64.b64encode(data).decode("ascii"),
         "audio_format": MEDIA_TYPES[fmt],
-        "timestamps": [{"word": w.text, "start_time": w.start, "end_time": w.end} for w in words],
+        "timestamps": [
+            {"word": w.text, "start_time": round(w.start, 3), "end_time": round(w.end, 3)}
+            for w in words
+            if not w.continues  # streamed: the rest of a word the line before began (its start is what counts)
+        ],
     }
 
 

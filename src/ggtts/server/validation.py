@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ggtts.server.errors import ApiError
@@ -18,7 +18,7 @@ def _field(error: dict[str, Any]) -> str | None:
     return ".".join(loc) or None
 
 
-def _describe(error: dict[str, Any]) -> str:
+def _describe(error: dict[str, Any], fields: Iterable[str]) -> str:
     kind = error.get("type", "")
     field = _field(error)
     if kind == "json_invalid":
@@ -33,16 +33,18 @@ def _describe(error: dict[str, Any]) -> str:
     if kind == "missing":
         return f"'{field}' is required"
     if kind == "extra_forbidden":
-        known = ", ".join(SpeechRequest.model_fields)
+        known = ", ".join(fields)
         return f"'{field}' is not a field of this request; the fields are: {known}"
     return f"'{field}': {error.get('msg', 'invalid value')}"
 
 
-def validation_error(errors: Sequence[dict[str, Any]]) -> ApiError:
-    """One 422 error for all of ``errors``, with the first one's field as ``param``."""
+def validation_error(errors: Sequence[dict[str, Any]], fields: Iterable[str] = SpeechRequest.model_fields) -> ApiError:
+    """One 422 error for all of ``errors``, with the first one's field as ``param``; an unknown field's message
+    lists ``fields``, the request's own."""
     if not errors:
         return ApiError(UNPROCESSABLE, "the request is invalid", code="invalid_request")
     first = errors[0]
-    message = "; ".join(dict.fromkeys(_describe(e) for e in errors))
+    fields = list(fields)
+    message = "; ".join(dict.fromkeys(_describe(e, fields) for e in errors))
     code = "invalid_json" if first.get("type") == "json_invalid" else "invalid_value"
     return ApiError(UNPROCESSABLE, message, code=code, param=_field(first))

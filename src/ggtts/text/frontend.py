@@ -21,7 +21,7 @@ from ggtts.text.chunking import (
 from ggtts.text.g2p import BRITISH, G2PToken, resolve_language
 from ggtts.text.normalize import normalize_tracked
 from ggtts.text.sanitize import bound_marks, break_long_runs
-from ggtts.text.tracking import SourceCursor, Tracked
+from ggtts.text.tracking import SourceCursor, Tracked, written_words
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +57,11 @@ def _trace_words(chunks: Iterator[Chunk], cursor: SourceCursor) -> Iterator[Chun
     """The chunks with their spoken words, each traced back to the written words it says.
 
     Tokens that say one written word ("five" and "dollars" from "$5", the pieces of a cut word) become one
-    word; punctuation says nothing and is no word; a token the cursor cannot place is a word of its own.
+    word; punctuation says nothing and is no word; a token the cursor cannot place is a word of its own. A
+    written word whose tokens fall in two chunks is a word in each, with the same ``source`` (the pipeline
+    joins their timings).
     """
+    previous: SpokenWord | None = None  # the last word of the chunk before
     for chunk in chunks:
         words: list[SpokenWord] = []
         span: tuple[int, int] | None = None  # the written words the last word covers
@@ -74,10 +77,13 @@ def _trace_words(chunks: Iterator[Chunk], cursor: SourceCursor) -> Iterator[Chun
                 words[-1] = SpokenWord(cursor.shown(*span), (*words[-1].phonemes, token.phonemes), span[0])
             elif joins:
                 words[-1] = SpokenWord(words[-1].text, (*words[-1].phonemes, token.phonemes), words[-1].source)
+            elif not token.text and previous is not None:  # the rest of a word cut for being over the limit
+                words.append(SpokenWord(previous.text, (token.phonemes,), previous.source))
             else:
                 span = None if place is None else (place.first, place.last)
                 text = token.text if place is None else place.text
                 words.append(SpokenWord(text, (token.phonemes,), None if place is None else place.first))
+        previous = words[-1] if words else previous
         yield Chunk(chunk.text, chunk.phonemes, chunk.tokens, tuple(words))
 
 
@@ -113,7 +119,7 @@ def phonemes_to_chunks(
 
 
 # Japanese sentences end at these marks, with no space after them.
-_JAPANESE_SENTENCE = re.compile(r"[^。！？!?]*[。！？!?]+[」』”）)]*|[^。！？!?]+")
+_JAPANESE_SENTENCE = re.compile(r"[^。．！？!?]*[。．！？!?]+[」』”）)]*|[^。．！？!?]+")
 
 
 def _spaced(tokens: list[G2PToken]) -> list[G2PToken]:
@@ -142,6 +148,7 @@ def japanese_to_phoneme_chunks(
     from ggtts.text.japanese import JapaneseG2P
 
     g2p = JapaneseG2P()
+    done = 0  # written words in the paragraphs before
     for paragraph in _BLANK_LINE.split(bound_marks(text)):
         sentences: list[list[G2PToken]] = []
         for line in paragraph.split("\n"):
@@ -153,4 +160,8 @@ def japanese_to_phoneme_chunks(
         # the words are the tokens: the source the cursor reads is the tokens' texts, spaced like their phonemes
         source = "\n".join("".join(t.text + t.whitespace for t in tokens) for tokens in sentences)
         chunks = chunk_pieces(sentences, max_phonemes)
-        yield from _keep_vocab(_trace_words(chunks, SourceCursor(Tracked.of(source), source)), vocab)
+        for chunk in _keep_vocab(_trace_words(chunks, SourceCursor(Tracked.of(source), source)), vocab):
+            # numbered across paragraphs, so that two paragraphs' words never look like one word's parts
+            words = [w if w.source is None else dataclasses.replace(w, source=w.source + done) for w in chunk.words]
+            yield dataclasses.replace(chunk, words=tuple(words))
+        done += len(written_words(source))

@@ -56,7 +56,7 @@ def resolve_language(lang: str) -> str:
     code = LANGUAGE_ALIASES.get(lang.strip().lower())
     if code is None:
         known = ", ".join(sorted(LANGUAGE_ALIASES))
-        raise InputError(f"Unknown English language code {lang!r}; use one of: {known}.")
+        raise InputError(f"Unknown language code {lang!r}; use one of: {known}, or j (Japanese).")
     return code
 
 

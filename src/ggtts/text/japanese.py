@@ -189,6 +189,17 @@ class _Word:
     kind: str  # "said" (a rule's output), "kana" (a tagged word), "latin", "symbol", "unknown"
 
 
+JAPANESE_MODULES = ("misaki", "fugashi", "mojimoji", "jaconv", "pyopenjtalk", "unidic_lite")
+
+
+@functools.cache
+def japanese_installed() -> bool:
+    """Whether the ``ja`` extra's modules are installed (found, not imported)."""
+    import importlib.util
+
+    return all(importlib.util.find_spec(name) is not None for name in JAPANESE_MODULES)
+
+
 def _import_japanese() -> tuple[Any, Any]:
     try:
         import jaconv

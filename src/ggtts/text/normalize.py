@@ -369,7 +369,6 @@ _RULES: list[tuple[re.Pattern[str], Speaker]] = [
 _UNICODE_SPACES = re.compile("[\u00a0\u2009]")
 _INLINE_SPACE = re.compile(r"[^\S\n]+")
 _LINE_EDGE = re.compile(r" ?\n ?")
-_TEXT_EDGE = re.compile(r"^\s+|\s+$")
 
 
 def _normalize_plain(text: Tracked, british: bool) -> Tracked:
@@ -387,12 +386,10 @@ def normalize_tracked(text: str, *, british: bool = False) -> Tracked:
         pieces.append(tracked[link.start() : link.end()])
         last = link.end()
     pieces.append(_normalize_plain(tracked[last:], british))
-    joined = pieces[0]
-    for piece in pieces[1:]:
-        joined = joined + piece
     # each line's runs of spaces become one space, lines are stripped, and so is the whole
-    joined = joined.sub(_INLINE_SPACE, lambda m: " ").sub(_LINE_EDGE, lambda m: "\n")
-    return joined.sub(_TEXT_EDGE, lambda m: "")
+    joined = Tracked.join(pieces).sub(_INLINE_SPACE, lambda m: " ").sub(_LINE_EDGE, lambda m: "\n")
+    first = len(joined.text) - len(joined.text.lstrip())
+    return joined[first : len(joined.text.rstrip())]
 
 
 def normalize(text: str, *, british: bool = False) -> str:

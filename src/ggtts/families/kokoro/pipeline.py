@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -19,6 +20,8 @@ from ggtts.models.kokoro.load import load_kokoro
 from ggtts.models.kokoro.model import KokoroModel
 from ggtts.models.layers.validate import damaged_weights_error
 from ggtts.text.chunking import Chunk, SpokenWord
+
+log = logging.getLogger(__name__)
 
 # When streaming, a long first chunk is cut at its first clause or sentence break, so the first audio comes
 # after a short synthesis instead of a whole 510-phoneme chunk. Only at punctuation: a cut between two words
@@ -53,6 +56,10 @@ def _text_frontend(text: str, lang: str, max_phonemes: int, vocab: frozenset[str
     from ggtts.text.frontend import japanese_to_phoneme_chunks, text_to_phoneme_chunks
 
     if lang.strip().lower() in JAPANESE:
+        from ggtts.text.japanese import INSTALL_HINT, japanese_installed
+
+        if not japanese_installed():
+            raise InputError(f"Japanese (lang {lang!r}) is not installed here; {INSTALL_HINT}")
         yield from japanese_to_phoneme_chunks(text, max_phonemes, vocab=vocab)
     else:
         yield from text_to_phoneme_chunks(text, _english(lang), max_phonemes, vocab=vocab)
@@ -69,10 +76,17 @@ def _english(lang: str) -> str:
 
 
 def default_language(text: str, configured: str) -> str:
-    """The language to read ``text`` in when none is asked for: Japanese for Japanese text, else the file's."""
-    from ggtts.text.japanese import is_japanese
+    """The language to read ``text`` in when none is asked for: Japanese for Japanese text (where the ``ja`` extra
+    is installed; else the file's, with a warning), else the file's (American English for a file that says its
+    voices are Japanese: the text is not)."""
+    from ggtts.text.japanese import is_japanese, japanese_installed
 
-    return JAPANESE[0] if is_japanese(text) else configured
+    if not is_japanese(text):
+        return "a" if configured.strip().lower() in JAPANESE else configured
+    if japanese_installed():
+        return JAPANESE[0]
+    log.warning("the text looks Japanese, but the Japanese frontend is not installed (pip install 'ggtts[ja]')")
+    return configured
 
 
 def _phoneme_input(phonemes: str, max_phonemes: int, vocab: frozenset[str]) -> Iterator[Chunk]:
@@ -89,39 +103,35 @@ def _as_chunk(chunk: str | Chunk) -> Chunk:
     return Chunk(chunk, chunk, words=words)
 
 
-def _split_chunk(chunk: Chunk, cut: int, rest: int) -> tuple[Chunk, Chunk]:
-    """``chunk`` as two: its phonemes before ``cut`` and from ``rest`` on, each with the words said there (words
-    never straddle the cut: :func:`_quick_start` cuts between words)."""
+def _cut_first(chunk: Chunk) -> tuple[Chunk, ...]:
+    """``chunk``, or its phonemes before and after its first punctuation break (within FIRST_CHUNK_PHONEMES) that
+    falls between two words and before its end, each part with the words said in it."""
     from ggtts.families.kokoro.timing import phoneme_spans
 
     spans = phoneme_spans(chunk.phonemes, chunk.words)
-    head = tuple(w for w, span in zip(chunk.words, spans, strict=True) if span is not None and span[1] <= cut)
-    tail = tuple(w for w, span in zip(chunk.words, spans, strict=True) if span is None or span[1] > cut)
-    first = Chunk(chunk.text, chunk.phonemes[:cut], words=head)
-    return first, Chunk(chunk.text, chunk.phonemes[rest:], words=tail)
+    inside = [span for span in spans if span is not None]
+    for brk in _FIRST_BREAK.finditer(chunk.phonemes, 0, FIRST_CHUNK_PHONEMES):
+        if brk.end() >= len(chunk.phonemes):
+            break  # the break at the very end: nothing to cut
+        if any(start < brk.start() < end for start, end in inside):
+            continue  # a pause inside one written word ("555-1234") is no place to cut
+        cut = brk.start() + len(brk[0].rstrip())
+        head = tuple(w for w, span in zip(chunk.words, spans, strict=True) if span is not None and span[1] <= cut)
+        tail = tuple(w for w, span in zip(chunk.words, spans, strict=True) if span is None or span[1] > cut)
+        return (
+            Chunk(" ".join(w.text for w in head), chunk.phonemes[:cut], words=head),
+            Chunk(" ".join(w.text for w in tail), chunk.phonemes[brk.end() :], words=tail),
+        )
+    return (chunk,)
 
 
 def _quick_start(chunks: Iterable[Chunk]) -> Iterator[Chunk]:
-    """The same phonemes, with a long first chunk cut at its first punctuation break (FIRST_CHUNK_PHONEMES) that
-    falls between two words (a pause inside one written word, "555-1234", is no place to cut)."""
-    from ggtts.families.kokoro.timing import phoneme_spans
-
+    """The same phonemes, with a long first chunk cut at its first punctuation break (see :func:`_cut_first`)."""
     it = iter(chunks)
     first = next(it, None)
-    if first is None:
-        return
-    inside = [span for span in phoneme_spans(first.phonemes, first.words) if span is not None]
-    for brk in _FIRST_BREAK.finditer(first.phonemes, 0, FIRST_CHUNK_PHONEMES):
-        if brk.end() >= len(first.phonemes):
-            break
-        if any(start < brk.start() < end for start, end in inside):
-            continue
-        cut = brk.start() + len(brk[0].rstrip())
-        yield from _split_chunk(first, cut, brk.end())
-        break
-    else:
-        yield first
-    yield from it
+    if first is not None:
+        yield from _cut_first(first)
+        yield from it
 
 
 class KokoroTTS(TTSModel):
@@ -236,9 +246,11 @@ class KokoroTTS(TTSModel):
         generator = torch.Generator(device=self.device).manual_seed(seed)
         fade = round(EDGE_FADE_S * self.sample_rate)
         done = 0  # samples yielded so far
+        last: int | None = None  # the source of the last word said: a word cut by a chunk boundary goes on
         for chunk in chunks:
             offset = done / self.sample_rate
-            samples, words = self._run(chunk, pack, speed, generator, offset)
+            samples, words = self._run(chunk, pack, speed, generator, offset, last)
+            last = chunk.words[-1].source if chunk.words else last
             if len(samples):
                 done += len(samples)
                 yield Audio(fade_edges(samples, fade), self.sample_rate, words, offset)
@@ -246,9 +258,16 @@ class KokoroTTS(TTSModel):
             raise NothingToSay(text)
 
     def _run(
-        self, chunk: Chunk, pack: torch.Tensor, speed: float, generator: torch.Generator, offset: float
+        self,
+        chunk: Chunk,
+        pack: torch.Tensor,
+        speed: float,
+        generator: torch.Generator,
+        offset: float,
+        continues: int | None = None,
     ) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
-        """One chunk -> its samples and its words' times (``offset`` seconds added)."""
+        """One chunk -> its samples and its words' times (``offset`` seconds added; ``continues``: the source of
+        the word said last, see :func:`word_timings`)."""
         from ggtts.families.kokoro.timing import word_timings
 
         phonemes = chunk.phonemes
@@ -270,5 +289,5 @@ class KokoroTTS(TTSModel):
                 )
         frames = durations.tolist()
         seconds_per_frame = audio.shape[-1] / max(sum(frames), 1) / self.sample_rate
-        words = word_timings(phonemes, chunk.words, frames, self.vocab, seconds_per_frame, offset)
+        words = word_timings(phonemes, chunk.words, frames, self.vocab, seconds_per_frame, offset, continues)
         return audio.float().cpu().numpy(), tuple(words)

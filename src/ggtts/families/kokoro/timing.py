@@ -54,8 +54,12 @@ def word_timings(
     vocab: Set[str],
     seconds_per_frame: float,
     offset: float = 0.0,
+    continues: int | None = None,
 ) -> list[WordTiming]:
     """The words of one chunk with their times, ``offset`` seconds after the utterance's start.
+
+    ``continues``: the ``source`` of the last word of the chunk before; a first word with the same source is the
+    rest of that word (``WordTiming.continues``).
 
     ``durations`` are the frames of the ids the model read: BOS, then one per symbol of ``phonemes`` in ``vocab``
     (others are dropped before the model, as :meth:`KokoroTTS.token_ids` does), then EOS.
@@ -69,7 +73,7 @@ def word_timings(
     for d in durations:
         frames.append(frames[-1] + int(d))
     timings = []
-    for word, span in zip(words, phoneme_spans(phonemes, words), strict=True):
+    for i, (word, span) in enumerate(zip(words, phoneme_spans(phonemes, words), strict=True)):
         if span is None:
             continue
         first, last = 1 + before[span[0]], 1 + before[span[1]]  # ids of the word: [first, last), after BOS
@@ -79,6 +83,7 @@ def word_timings(
                 offset + frames[first] * seconds_per_frame,
                 offset + frames[last] * seconds_per_frame,
                 word.ends_sentence,
+                continues=i == 0 and word.source is not None and word.source == continues,
             )
         )
     return timings
