@@ -180,3 +180,23 @@ def test_japanese_is_chosen_only_for_japanese_text(monkeypatch: pytest.MonkeyPat
     assert pipeline.default_language("今日は晴れです。", "a") == "a"  # without the extra: a warning, and English
     with pytest.raises(InputError, match=r"Japanese \(lang 'j'\) is not installed here.*ggtts\[ja\]"):
         list(pipeline._text_frontend("今日は", "j", 62, frozenset("abc")))
+
+
+def test_warm_up_builds_the_files_english_g2p(tts: KokoroTTS, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ggtts.text import g2p
+
+    built: list[str] = []
+
+    class Recorder:
+        def __init__(self, lang: str) -> None:
+            self.lang = lang
+
+        def load(self) -> None:
+            built.append(self.lang)
+
+    monkeypatch.setattr(g2p, "get_g2p", Recorder)
+    tts.warm_up()
+    assert built == [tts.config.language]
+    custom = KokoroTTS(tts.config, tts.model, tts.voicepacks, tts.vocab, phonemizer=lambda *a: ["a"])
+    custom.warm_up()  # a phonemizer of its own: nothing of ours to build
+    assert built == [tts.config.language]

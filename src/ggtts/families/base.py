@@ -200,6 +200,11 @@ class TTSModel(ABC):
     @abstractmethod
     def stream(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Iterator[Audio]: ...
 
+    def warm_up(self) -> None:
+        """Load now what the first request would otherwise load on its own time (text frontends, dictionaries);
+        a server calls it at start. Nothing by default."""
+        return None
+
     def synthesize(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Audio:
         parts = list(self.stream(text, voice=voice, speed=speed, **options))
         if not parts:

@@ -79,6 +79,7 @@ def load_models(specs: Sequence[str]) -> dict[str, TTSModel]:
     for name, source in model_names(specs):
         log.info("loading model '%s' from %s", name, source)
         models[name] = load(None if source == DEFAULT_MODEL else source)
+        models[name].warm_up()  # the first request does not pay for the text frontend
     return models
 
 

@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 FIRST_CHUNK_PHONEMES = 120  # the break must come within this many phonemes (about eight seconds of speech)
 _FIRST_BREAK = re.compile(r"[.!?…;:,—]+[\"')\]]*\s+")
 
+WARM_UP_PHONEMES = "hˈI ðˈɛɹ."  # "hi there": what warm_up speaks
+
 # Each chunk is synthesized on its own, so its first and last samples need not meet its neighbours' at zero:
 # a few milliseconds of raised-cosine fade at both ends keeps the joins free of clicks.
 EDGE_FADE_S = 0.003
@@ -169,6 +171,17 @@ class KokoroTTS(TTSModel):
     @property
     def voices(self) -> list[str]:
         return list(self.voicepacks)
+
+    def warm_up(self) -> None:
+        """Build the English G2P (spaCy's tagger, misaki's lexicons: 2-4 s) of the file's language and speak a
+        word, when the built-in frontend is in use (torch's first convolutions set up their kernels: ~0.5 s);
+        Japanese dictionaries load on the first Japanese text."""
+        if self.phonemizer is _text_frontend:
+            from ggtts.text import g2p
+
+            language = self.config.language.strip().lower()
+            g2p.get_g2p("a" if language in JAPANESE else _english(language)).load()
+            self.synthesize_phonemes(WARM_UP_PHONEMES)
 
     # ---- inputs --------------------------------------------------------------------------------------------
     def voicepack(self, voice: str | None) -> torch.Tensor:
