@@ -12,6 +12,7 @@ Every engine gets the same phoneme chunks and the same voicepack, so the work is
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib.metadata
 import tempfile
 from collections.abc import Callable, Iterator
@@ -26,13 +27,14 @@ from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Kokoro as K
 from ggtts.models.kokoro.config import DECODER_HIDDEN_DIM, KokoroConfig
 
-PEERS = ("ggtts", "onnx", "reference")
+PEERS = ("ggtts", "onnx", "reference", "bf16")
 LABELS = {
     "ggtts": "ggtts (torch)",
+    "bf16": "ggtts (torch, bf16 convs)",
     "onnx": "kokoro-onnx (onnxruntime, int8)",
     "reference": "kokoro KModel (hexgrad, torch)",
 }
-DISTRIBUTIONS = {"ggtts": "ggtts", "onnx": "kokoro-onnx", "reference": "kokoro"}
+DISTRIBUTIONS = {"ggtts": "ggtts", "onnx": "kokoro-onnx", "reference": "kokoro", "bf16": "ggtts"}
 UPSTREAM_REPO_ID = "hexgrad/Kokoro-82M"  # only a label: nothing is downloaded
 UPSTREAM_DROPOUT = 0.2  # config.json's "dropout"; inactive in eval mode
 SEED = 0
@@ -60,10 +62,10 @@ def voicepack(gguf: GGUFFile, voice: str) -> np.ndarray:
 
 # ---- ggtts -------------------------------------------------------------------------------------------------
 @contextlib.contextmanager
-def ggtts_engine(model_path: str, voice: str) -> Iterator[Synthesize]:
+def ggtts_engine(model_path: str, voice: str, precision: str = "float32") -> Iterator[Synthesize]:
     import ggtts
 
-    model = ggtts.load(model_path)
+    model = ggtts.load(model_path, precision=precision)
 
     def synthesize(chunk: str) -> Iterator[np.ndarray]:
         for audio in model.stream(chunk, voice=voice, phonemes=True, seed=SEED):
@@ -206,4 +208,5 @@ ENGINES: dict[str, Callable[[str, str], contextlib.AbstractContextManager[Synthe
     "ggtts": ggtts_engine,
     "onnx": onnx_engine,
     "reference": reference_engine,
+    "bf16": functools.partial(ggtts_engine, precision="bfloat16"),
 }

@@ -159,11 +159,23 @@ class KokoroTTS(TTSModel):
 
     @classmethod
     def from_gguf(cls, gguf: GGUFFile, device: str = "cpu", **options: Any) -> KokoroTTS:
-        """``options``: ``phonemizer`` (text, language) -> phoneme chunks, replacing the built-in frontend."""
+        """``options``: ``phonemizer`` (text, language) -> phoneme chunks, replacing the built-in frontend;
+        ``precision``: ``"float32"`` (default) or ``"bfloat16"``, the vocoder's resblock and noise-path
+        convolutions in bfloat16 (faster where the hardware has it, refused where it does not; see
+        :mod:`ggtts.models.kokoro.precision`)."""
+        from ggtts.models.kokoro.precision import PRECISIONS, bfloat16_supported, use_bfloat16_convolutions
+
         phonemizer = options.pop("phonemizer", None)
+        precision = options.pop("precision", "float32")
         if options:
-            raise InputError(f"unknown option '{next(iter(options))}' for kokoro; known: phonemizer")
+            raise InputError(f"unknown option '{next(iter(options))}' for kokoro; known: phonemizer, precision")
+        if precision not in PRECISIONS:
+            raise InputError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
+        if precision == "bfloat16" and not bfloat16_supported(device):
+            raise InputError(f"this {device} has no native bfloat16 convolutions; use precision float32")
         config, model, voicepacks, vocab = load_kokoro(gguf, device)
+        if precision == "bfloat16":
+            use_bfloat16_convolutions(model.decoder.generator)
         tts = cls(config, model, voicepacks, vocab, device, phonemizer)
         tts.source = str(gguf.path)
         return tts

@@ -1,0 +1,79 @@
+"""``precision="bfloat16"``: the vocoder's resblock and noise-path convolutions in bfloat16, the rest float32."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from torch import nn
+
+import ggtts
+from ggtts.errors import InputError
+from ggtts.families.kokoro.pipeline import KokoroTTS
+from ggtts.models.kokoro import precision
+from ggtts.models.kokoro.precision import BFloat16Conv1d
+
+TEXT = "hˈI ðˈɛɹ, wˈʌn tˈu θɹˈi."
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("kokoro")
+    from ggtts.families.kokoro.upstream import write_tiny_gguf
+
+    return write_tiny_gguf(tmp_path_factory.mktemp("kokoro") / "tiny.gguf", name="tiny")
+
+
+def _audio(path: Path, bfloat16: bool = False, **options: str) -> np.ndarray:
+    """The tiny model's audio; ``bfloat16``: with its convolutions converted, whatever this CPU has (where it has
+    no native bfloat16, torch emulates it: slower, same rounding)."""
+    model = ggtts.load(str(path), **options)
+    assert isinstance(model, KokoroTTS)
+    if bfloat16:
+        precision.use_bfloat16_convolutions(model.model.decoder.generator)
+    return model.synthesize(TEXT, voice="v_one", phonemes=True).samples
+
+
+def test_only_the_resblock_and_noise_convolutions_change(tiny: Path) -> None:
+    model = ggtts.load(str(tiny), precision="bfloat16") if precision.bfloat16_supported() else None
+    reference = ggtts.load(str(tiny))
+    assert isinstance(reference, KokoroTTS)
+    count = precision.use_bfloat16_convolutions(reference.model.decoder.generator)
+    generator = reference.model.decoder.generator
+    converted = [m for m in generator.modules() if isinstance(m, BFloat16Conv1d)]
+    assert count == len(converted) > 0
+    assert type(generator.conv_post) is nn.Conv1d  # its outputs go through exp and sin: float32
+    assert all(type(m) is not BFloat16Conv1d for m in reference.model.decoder.encode.modules())
+    assert "weight_bf16" not in "".join(generator.state_dict())  # the file's tensors, under the same names
+    if model is not None:
+        assert isinstance(model, KokoroTTS)
+        assert len([m for m in model.model.modules() if isinstance(m, BFloat16Conv1d)]) == count
+
+
+def test_bfloat16_audio_is_close_to_float32_but_not_equal(tiny: Path) -> None:
+    f32, bf16 = _audio(tiny), _audio(tiny, bfloat16=True)
+    assert len(f32) == len(bf16)
+    relative = np.linalg.norm(bf16 - f32) / np.linalg.norm(f32)
+    print(f"relative L2 difference {relative:.4f}")
+    assert 0 < relative < 0.05, relative
+    assert np.array_equal(_audio(tiny, precision="float32"), f32)  # the default is float32 exactly
+
+
+def test_bad_precisions_are_refused(tiny: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(InputError, match="unknown precision 'int4'; use one of float32, bfloat16"):
+        ggtts.load(str(tiny), precision="int4")
+    monkeypatch.setattr(precision, "bfloat16_supported", lambda device="cpu": False)
+    with pytest.raises(InputError, match="no native bfloat16"):
+        ggtts.load(str(tiny), precision="bfloat16")
+
+
+def test_the_bench_peer_loads_bfloat16(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ggtts.families.kokoro import bench, peers
+
+    asked: list[dict[str, str]] = []
+    monkeypatch.setattr(ggtts, "load", lambda path, **options: asked.append(options))
+    with peers.ENGINES["bf16"]("model.gguf", "v_one"):
+        pass
+    assert asked == [{"precision": "bfloat16"}]
+    assert bench.parse_peers("onnx,bf16") == ["ggtts", "onnx", "bf16"]
