@@ -82,6 +82,11 @@ def main() -> int:
     parser.add_argument("--no-wer", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    from ggtts.models.kokoro.precision import bfloat16_supported
+
+    if not bfloat16_supported():
+        print("this CPU has no native bfloat16 (AVX-512 BF16 or AMX): nothing to compare", file=sys.stderr)
+        return 1
     models = {p: ggtts.load(args.model, precision=p) for p in PRECISIONS}
     rate = models["float32"].sample_rate
     rows = {p: timed(m, args.runs) for p, m in models.items()}

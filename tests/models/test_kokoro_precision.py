@@ -77,3 +77,19 @@ def test_the_bench_peer_loads_bfloat16(monkeypatch: pytest.MonkeyPatch) -> None:
         pass
     assert asked == [{"precision": "bfloat16"}]
     assert bench.parse_peers("onnx,bf16") == ["ggtts", "onnx", "bf16"]
+
+
+def test_weights_changed_after_conversion_are_used(tiny: Path) -> None:
+    import torch
+
+    model = ggtts.load(str(tiny))
+    assert isinstance(model, KokoroTTS)
+    precision.use_bfloat16_convolutions(model.model.decoder.generator)
+    before = model.synthesize(TEXT, voice="v_one", phonemes=True).samples
+    conv = next(m for m in model.model.modules() if isinstance(m, BFloat16Conv1d))
+    with torch.no_grad():
+        conv.weight.mul_(0.5)
+    after = model.synthesize(TEXT, voice="v_one", phonemes=True).samples
+    assert not np.array_equal(before, after)
+    model.model.float()  # the copies are no buffers: casting the module leaves them alone
+    assert np.array_equal(model.synthesize(TEXT, voice="v_one", phonemes=True).samples, after)

@@ -79,7 +79,10 @@ def load_models(specs: Sequence[str]) -> dict[str, TTSModel]:
     for name, source in model_names(specs):
         log.info("loading model '%s' from %s", name, source)
         models[name] = load(None if source == DEFAULT_MODEL else source)
-        models[name].warm_up()  # the first request does not pay for the text frontend
+        try:
+            models[name].warm_up()  # the first request does not pay for the text frontend
+        except GGTTSError as exc:  # a request that needs what failed will say so; the others can be served
+            log.warning("could not warm up model '%s' (%s): %s", name, source, exc)
     return models
 
 
