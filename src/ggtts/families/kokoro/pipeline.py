@@ -77,6 +77,11 @@ def _english(lang: str) -> str:
     return _ENGLISH_FOR_VOICE_LANGUAGE.get(lang.strip().lower(), lang)
 
 
+def _not_japanese(configured: str) -> str:
+    """The language text that is not Japanese is read in: the file's, American English for a Japanese file."""
+    return "a" if configured.strip().lower() in JAPANESE else configured
+
+
 def default_language(text: str, configured: str) -> str:
     """The language to read ``text`` in when none is asked for: Japanese for Japanese text (where the ``ja`` extra
     is installed; else the file's, with a warning), else the file's (American English for a file that says its
@@ -84,7 +89,7 @@ def default_language(text: str, configured: str) -> str:
     from ggtts.text.japanese import is_japanese, japanese_installed
 
     if not is_japanese(text):
-        return "a" if configured.strip().lower() in JAPANESE else configured
+        return _not_japanese(configured)
     if japanese_installed():
         return JAPANESE[0]
     log.warning("the text looks Japanese, but the Japanese frontend is not installed (pip install 'ggtts[ja]')")
@@ -191,8 +196,7 @@ class KokoroTTS(TTSModel):
         if self.phonemizer is _text_frontend:
             from ggtts.text import g2p
 
-            language = self.config.language.strip().lower()
-            g2p.get_g2p("a" if language in JAPANESE else _english(language)).load()
+            g2p.get_g2p(_english(_not_japanese(self.config.language))).load()
             self.synthesize_phonemes(WARM_UP_PHONEMES)
 
     # ---- inputs --------------------------------------------------------------------------------------------
