@@ -59,3 +59,20 @@ def test_speak_refuses_bad_timestamp_paths_before_any_work(tmp_path: Path, capsy
     assert "unknown timestamp format '.txt'" in capsys.readouterr().err
     assert main(["speak", "hi", "-o", str(out), "--timestamps", str(tmp_path)]) != 0
     assert not out.exists()
+
+
+def test_speak_refuses_timestamps_from_a_model_without_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ggtts
+    from ggtts.families.base import Capabilities
+
+    class NoTimings:
+        family_name = "tone"
+        family = type("Family", (), {"capabilities": Capabilities(timestamps=False)})()
+
+    monkeypatch.setattr(ggtts, "load", lambda model: NoTimings())
+    out = tmp_path / "a.wav"
+    assert main(["speak", "hi", "-o", str(out), "--timestamps", str(tmp_path / "t.srt")]) != 0
+    assert "tone gives no word timestamps; leave out --timestamps" in capsys.readouterr().err
+    assert not out.exists() and not (tmp_path / "t.srt").exists()
