@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ggtts.errors import UnsupportedArchitectureError
-from ggtts.families import kokoro, outetts
+from ggtts.families import kokoro, magpie, outetts
 from ggtts.families.base import Family
 
 if TYPE_CHECKING:
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 _FAMILIES: list[Family] = [
     kokoro.FAMILY,
     outetts.FAMILY,
+    magpie.FAMILY,
 ]
 
 

@@ -255,6 +255,23 @@ def check_option_values(options_type: type, options: Mapping[str, Any]) -> None:
             check(options[f.name])
 
 
+def find_beside(model_path: Path, architecture: str) -> Path | None:
+    """The only GGUF of ``architecture`` in the model's folder, if there is exactly one (a companion file)."""
+    from ggtts.errors import GGTTSError
+    from ggtts.gguf import GGUFFile
+
+    found = []
+    for p in sorted(model_path.parent.glob("*.gguf")):
+        if p == model_path:
+            continue
+        try:
+            if GGUFFile(p).architecture == architecture:
+                found.append(p)
+        except GGTTSError:
+            continue
+    return found[0] if len(found) == 1 else None
+
+
 def _accept(gguf: GGUFFile) -> str | None:
     return None
 

@@ -215,3 +215,78 @@ class WavTokenizerDec:
     CONVNEXT_GAMMA = _tensor_name(MODEL_TENSOR.CONVNEXT_GAMMA)
     OUTPUT_NORM = _tensor_name(MODEL_TENSOR.OUTPUT_NORM)
     OUTPUT = _tensor_name(MODEL_TENSOR.OUTPUT)
+
+
+# ---- magpie (m1el/magpie-tts.cpp's architecture: NVIDIA Magpie TTS, text -> nano-codec codes) --------------------
+class Magpie:
+    """magpie-tts.cpp's ``magpie`` keys, so files its converter wrote load here (and ours load there).
+
+    Its tensors keep NeMo's state-dict names (``decoder.layers.0.cross_attention.q_net.weight``); the module
+    attributes of :mod:`ggtts.models.magpie.model` are those names. Its converter writes the keys in the first
+    block (every integer UINT32); the rest are ggtts additions for what it hard-codes (its files lack them, and
+    the reader then takes the value that project's loader assumes, or reads it off a tensor's shape).
+    """
+
+    ARCH = "magpie"
+
+    # written by magpie-tts.cpp's converter
+    SAMPLE_RATE = "magpie.sample_rate"
+    NUM_CODEBOOKS = "magpie.num_codebooks"
+    CODEBOOK_SIZE = "magpie.codebook_size"  # codec codes per codebook (the special tokens follow)
+    TOKENS_PER_CODEBOOK = "magpie.vocab_size_per_codebook"  # codes + special tokens (NeMo: 2016 + 8)
+    TEXT_VOCAB_SIZE = "magpie.text_vocab_size"
+    D_MODEL = "magpie.d_model"
+    D_FFN = "magpie.d_ffn"
+    ENCODER_LAYERS = "magpie.encoder_layers"
+    DECODER_LAYERS = "magpie.decoder_layers"
+    ENCODER_HEADS = "magpie.encoder_heads"
+    DECODER_SA_HEADS = "magpie.decoder_sa_heads"
+    DECODER_XA_HEADS = "magpie.decoder_xa_heads"
+    LT_DIM = "magpie.local_transformer_dim"
+    LT_LAYERS = "magpie.local_transformer_layers"
+    N_SPEAKERS = "magpie.num_baked_speakers"
+    CONTEXT_FRAMES = "magpie.baked_context_frames"
+    TEXT_BOS_ID = "magpie.text_bos_id"
+    TEXT_EOS_ID = "magpie.text_eos_id"
+    AUDIO_BOS_ID = "magpie.audio_bos_id"
+    AUDIO_EOS_ID = "magpie.audio_eos_id"
+    CONTEXT_AUDIO_BOS_ID = "magpie.context_audio_bos_id"
+    CONTEXT_AUDIO_EOS_ID = "magpie.context_audio_eos_id"
+    MASK_TOKEN_ID = "magpie.mask_token_id"
+    TOKENIZER_VOCAB = "magpie.tokenizer.vocab"  # the English IPA tokenizer's tokens, one per line (id = line)
+    TOKENIZER_DICT = "magpie.tokenizer.dict"  # "WORD\tIPA" lines
+    TOKENIZER_PAD = "magpie.tokenizer.pad"
+    TOKENIZER_OOV = "magpie.tokenizer.oov"
+    TOKENIZER_SPACE = "magpie.tokenizer.space"
+    # every tokenizer of the checkpoint (ggtts): names in NeMo's order, then per name ``{TOKENIZERS}.<name>.kind``
+    # ("ipa" or "sized"), ``.offset``, ``.size``, ``.config`` (JSON), and for IPA ones ``.tokens``, ``.dict``,
+    # ``.heteronyms`` (ggtts.families.magpie.text)
+    TOKENIZERS = "magpie.tokenizers"
+    LANGUAGES = "magpie.tokenizers.languages"  # "lang=tokenizer" items from the checkpoint's own mapping
+
+    # ggtts additions (magpie-tts.cpp's loader assumes: heads 1 for the local transformer, kernels 3 / 1,
+    # cross-attention head width 128, no frame stacking, eps 1e-5; shapes give the widths)
+    DECODER_XA_D_HEAD = "magpie.decoder_xa_d_head"
+    ENCODER_KERNEL = "magpie.encoder_kernel_size"
+    DECODER_KERNEL = "magpie.decoder_kernel_size"
+    LT_HEADS = "magpie.local_transformer_heads"
+    FRAME_STACKING = "magpie.frame_stacking_factor"  # codec frames per decoder step
+    SPEAKER_NAMES = "magpie.speaker_names"  # array of strings, one per baked speaker (the .nemo's speaker map)
+    CONTEXT_LENGTHS = "magpie.baked_context_lengths"  # array: each speaker's context length (<= frames)
+    # inference defaults from the checkpoint's ``inference_parameters`` (NeMo's ModelInferenceParameters)
+    TEMPERATURE = "magpie.inference.temperature"
+    TOP_K = "magpie.inference.top_k"
+    CFG_SCALE = "magpie.inference.cfg_scale"
+    MAX_DECODER_STEPS = "magpie.inference.max_decoder_steps"  # codec frames
+    MIN_GENERATED_FRAMES = "magpie.inference.min_generated_frames"
+    PRIOR = "magpie.inference.apply_attention_prior"
+    PRIOR_EPSILON = "magpie.inference.attention_prior_epsilon"
+    PRIOR_LOOKAHEAD = "magpie.inference.attention_prior_lookahead_window"
+    PRIOR_LAYERS = "magpie.inference.apply_prior_to_layers"  # empty: every decoder layer
+    ALIGNMENT_LAYERS = "magpie.inference.estimate_alignment_from_layers"  # empty: every decoder layer
+    PRIOR_START = "magpie.inference.start_prior_after_n_audio_steps"
+    EOS_METHOD = "magpie.inference.eos_detection_method"
+
+    BAKED_CONTEXT = "baked_context_embedding.weight"
+    TEXT_EMBEDDING = "text_embedding.weight"
+    AUDIO_EMBEDDING = "audio_embeddings.{i}.weight"

@@ -20,7 +20,7 @@ import torch
 
 from ggtts.audio import Audio
 from ggtts.errors import GGTTSError, GGUFError, InputError
-from ggtts.families.base import TTSModel, check_text
+from ggtts.families.base import TTSModel, check_text, find_beside
 from ggtts.families.outetts import FAMILY, MAX_CHARS, OuteTTSOptions
 from ggtts.families.outetts.prompt import (
     CODE_TOKEN,
@@ -60,16 +60,7 @@ def check_options(options: dict[str, Any], known: frozenset[str]) -> None:
 
 def find_vocoder(model_path: Path) -> Path | None:
     """The only ``wavtokenizer-dec`` GGUF in the model's folder, if there is exactly one."""
-    found = []
-    for p in sorted(model_path.parent.glob("*.gguf")):
-        if p == model_path:
-            continue
-        try:
-            if GGUFFile(p).architecture == WavTokenizerDec.ARCH:
-                found.append(p)
-        except GGTTSError:
-            continue
-    return found[0] if len(found) == 1 else None
+    return find_beside(model_path, WavTokenizerDec.ARCH)
 
 
 class CodeTable:

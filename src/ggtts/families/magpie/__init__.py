@@ -1,0 +1,59 @@
+"""Magpie TTS (NVIDIA NeMo, 357M multilingual): the family record.
+
+Two files make one voice, as in NeMo and m1el/magpie-tts.cpp: the ``magpie`` model (text encoder, decoder, local
+transformer, baked speakers, tokenizers) and the ``nano-codec`` decoder (codes -> 22.05 kHz audio), found beside
+the model or named with ``codec=``. They stay two files so that the files magpie-tts.cpp's users have load here
+and ours load there (its loaders each read every tensor of the file they are given), and one codec serves every
+model trained on it. Pipeline: :mod:`ggtts.families.magpie.pipeline`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ggtts.families.base import Capabilities, Companion, Family, check_seed, option
+from ggtts.gguf.keys import Magpie as K
+
+MAX_CHARS = 5000
+LANGUAGES = ("en", "es", "de", "fr", "it", "vi", "zh", "hi", "ja", "pt", "ko", "ar")  # what checkpoints may hold
+CODEC_ARCH = "nano-codec"
+
+
+@dataclass(frozen=True)
+class MagpieOptions:
+    lang: str | None = option(None, "language of the text (default: en); the file's tokenizers decide which work")
+    temperature: float | None = option(None, "sampling temperature; 0 is greedy (default: the file's, NeMo 0.7)")
+    top_k: int | None = option(None, "sample from the k most likely codes (default: the file's, NeMo 80)")
+    cfg_scale: float | None = option(None, "classifier-free guidance scale (default: the file's, NeMo 2.5)")
+    guidance: bool = option(True, "classifier-free guidance on (off halves the work)")
+    prior: bool | None = option(None, "the attention prior (default: the file's setting)")
+    max_frames: int | None = option(None, "most codec frames per sentence (default: the file's, NeMo 500)")
+    seed: int = option(0, "seed for sampling (default 0)", flag="--seed", check=check_seed)
+    codec: str | None = option(None, "the codec GGUF (nano-codec)", flag="--codec")
+    chunk_frames: int | None = option(None, "codec frames per streamed chunk (default 4)")
+
+
+def voices(gguf: object) -> list[str]:
+    from ggtts.gguf import GGUFFile
+
+    assert isinstance(gguf, GGUFFile)
+    n = int(gguf.info(K.BAKED_CONTEXT).shape[0]) if K.BAKED_CONTEXT in gguf else 0
+    return list(gguf.get_list(K.SPEAKER_NAMES, [f"speaker{i}" for i in range(n)]))
+
+
+FAMILY = Family(
+    name="magpie",
+    description="NVIDIA Magpie TTS: an encoder-decoder transformer writing NeMo nano-codec codes (22.05 kHz)",
+    architectures=(K.ARCH,),
+    pipeline="ggtts.families.magpie.pipeline:MagpieTTSPipeline",
+    options=MagpieOptions,
+    capabilities=Capabilities(speed=(1.0, 1.0), languages=LANGUAGES, max_input_chars=MAX_CHARS),
+    voices=voices,  # type: ignore[arg-type]
+    companions=(
+        Companion("codec", CODEC_ARCH, "codec GGUF for Magpie (nano-codec); default: the only one beside the model"),
+    ),
+    converters={
+        "magpie": "ggtts.convert.magpie_nemo:convert_magpie",
+        "nanocodec": "ggtts.convert.nanocodec_nemo:convert_nanocodec",
+    },
+)

@@ -1,0 +1,243 @@
+"""Magpie's generation loop, as NeMo's ``MagpieTTSModel.infer_batch`` runs it for one utterance.
+
+Each decoder step takes one *stack* of ``S`` codec frames (``frame_stacking``) and gives the next:
+
+1. the decoder runs over the new row (the first step: the speaker's baked context and the BOS stack) with its
+   self-attention cache; the text memory's keys and values are computed once;
+2. with classifier-free guidance a second batch row runs with the text zeroed (its cross-attention output is
+   exactly zero: NeMo's null memory gives zero keys and values) and a zero speaker context; logits combine as
+   ``scale * cond + (1 - scale) * uncond`` in both heads;
+3. the local transformer draws the ``C * S`` codes one after another (top-k, temperature, forbidden special
+   tokens, EOS forbidden before ``min_generated_frames``); the parallel head's argmax is the second EOS stream;
+4. EOS (``argmax_or_multinomial_any`` by default): the first frame of the stack where any codebook says EOS in
+   either stream ends the utterance; that frame and the rest are dropped;
+5. the attention prior (when on) reads the step's cross-attention probabilities of the alignment layers, finds
+   the attended text position in a lookahead window, and builds the next step's prior: 1 around it, epsilon
+   elsewhere, with NeMo's attention-sink rules.
+
+``cached=False`` recomputes every step from scratch over the whole sequence (each row with the prior it had when
+it was new), the reference the cached path must equal. NeMo's own uncached loop instead applies the newest prior
+to every row; with the prior on, its codes can therefore differ from its cached loop's (and ours), which match
+NeMo's ``use_kv_cache_for_inference``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from ggtts.models.layers.kv_cache import KVCache
+from ggtts.models.magpie.model import LayerInputs, MagpieTTS, new_cache
+
+SINK_SKIP = 8  # NeMo: a text position attended this often is skipped as an attention sink
+SINK_PENALTY = 10  # NeMo: positions up to one attended this often get epsilon in the prior
+SHORT_TEXT = 5  # NeMo: texts of at most this many tokens get a flat prior
+END_MARGIN = 3  # NeMo: the lookahead window ignores the last tokens
+
+
+@dataclass(frozen=True)
+class GenerationParams:
+    temperature: float = 0.7  # 0: greedy
+    top_k: int = 80
+    cfg_scale: float | None = 2.5  # None: no guidance
+    prior: bool = True
+    prior_epsilon: float = 0.1
+    prior_lookahead: int = 5
+    prior_layers: tuple[int, ...] = ()  # empty: all decoder layers
+    alignment_layers: tuple[int, ...] = ()  # empty: all decoder layers
+    prior_start: int = 0
+    max_frames: int = 500
+    min_frames: int = 4
+    eos_method: str = "argmax_or_multinomial_any"
+    seed: int | None = 0
+    cached: bool = True
+
+
+@dataclass
+class _PriorState:
+    last: int = 1  # NeMo starts at text position 1
+    counts: dict[int, int] = field(default_factory=dict)
+
+
+def _eos_frame(codes: torch.Tensor, eos: int, method: str) -> int | None:
+    """First frame (column) of ``codes`` (C, S) that says EOS under ``method``'s rule ("any", "all", "zero_cb")."""
+    hit = codes == eos
+    if method.endswith("_all"):
+        per_frame = hit.all(dim=0)
+    elif method.endswith("_zero_cb"):
+        per_frame = hit[0]
+    else:
+        per_frame = hit.any(dim=0)
+    found = per_frame.nonzero()
+    return int(found[0]) if len(found) else None
+
+
+class MagpieGenerator:
+    def __init__(self, model: MagpieTTS, params: GenerationParams) -> None:
+        self.model, self.params, self.cfg = model, params, model.cfg
+        self.generator = torch.Generator(device=model.text_embedding.weight.device)
+        if params.seed is not None:
+            self.generator.manual_seed(params.seed)
+
+    # ---- sampling --------------------------------------------------------------------------------------------
+    def _filter(self, logits: torch.Tensor, forbid_eos: bool) -> torch.Tensor:
+        """Forbidden special tokens to -inf, then NeMo's top-k (everything below the k-th value)."""
+        logits = logits.clone()
+        logits[..., list(self.cfg.forbidden_ids)] = float("-inf")
+        if forbid_eos:
+            logits[..., self.cfg.audio_eos_id] = float("-inf")
+        k = min(self.params.top_k, logits.shape[-1])
+        kth = torch.topk(logits, k, dim=-1).values[..., -1:]
+        return logits.masked_fill(logits < kth, float("-inf"))
+
+    def _draw(self, logits: torch.Tensor) -> torch.Tensor:
+        """(rows, V) filtered -> (rows,) codes."""
+        if self.params.temperature <= 0:
+            return logits.argmax(dim=-1)
+        probs = torch.softmax(logits / self.params.temperature, dim=-1)
+        return torch.multinomial(probs, 1, generator=self.generator)[:, 0]
+
+    def _guided(self, logits: torch.Tensor) -> torch.Tensor:
+        """(rows, ...) -> (1, ...): guidance over the first two rows, or the only row."""
+        scale = self.params.cfg_scale
+        if scale is None:
+            return logits[:1]
+        return scale * logits[:1] + (1.0 - scale) * logits[1:2]
+
+    def local_codes(self, hidden: torch.Tensor, forbid_eos: bool) -> torch.Tensor:
+        """The last decoder rows (rows, D) -> codes (C, S) drawn by the local transformer."""
+        m, lt = self.model, self.cfg.local_transformer
+        rows = hidden.shape[0]
+        cache = new_cache(lt, self.cfg.tables + 1, rows, hidden.device)
+        x, start, codes = m.local_input(hidden), 0, []
+        for table in range(self.cfg.tables):
+            h = m.local_step(x, cache, start)
+            start += x.shape[1]
+            logits = self._guided(m.local_logits(table, h))
+            code = self._draw(self._filter(logits, forbid_eos))  # (1,)
+            codes.append(int(code))
+            x = m.local_code_input(table, code.expand(rows))
+        # table index = codebook + frame_in_stack * C
+        return torch.tensor(codes, device=hidden.device).reshape(self.cfg.frame_stacking, self.cfg.num_codebooks).T
+
+    def argmax_codes(self, logits: torch.Tensor, forbid_eos: bool) -> torch.Tensor:
+        """The parallel head's logits (1, S*C, V) -> its argmax codes (C, S) (NeMo's EOS stream)."""
+        best = self._filter(logits[0], forbid_eos).argmax(dim=-1)  # (S*C,)
+        return best.reshape(self.cfg.frame_stacking, self.cfg.num_codebooks).T
+
+    # ---- the attention prior ---------------------------------------------------------------------------------
+    def _alignment(self, probs: list[torch.Tensor | None]) -> torch.Tensor:
+        """Cross-attention probabilities of the last row, averaged over heads then layers -> (S_text,)."""
+        chosen = self.params.alignment_layers or tuple(range(len(probs)))
+        per_layer = []
+        for i in chosen:
+            p = probs[i]
+            assert p is not None
+            per_layer.append(p[:1, :, -1:].mean(dim=1))  # (1, 1, S)
+        return torch.stack(per_layer, dim=1).mean(dim=1)[0, -1]
+
+    def _next_prior(self, scores: torch.Tensor, state: _PriorState, text_len: int) -> torch.Tensor:
+        last = state.last
+        if state.counts.get(last, 0) >= SINK_SKIP:
+            last += 1
+        end = min(last + self.params.prior_lookahead, text_len - END_MARGIN)
+        window = scores[last:end]
+        attended = text_len - 1 if window.numel() == 0 else int(window.argmax()) + last
+        state.counts[attended] = state.counts.get(attended, 0) + 1
+        state.last = attended
+        eps = self.params.prior_epsilon
+        prior = torch.full((text_len,), eps, device=scores.device)
+        if text_len <= SHORT_TEXT:
+            prior[:] = 1.0
+        else:
+            prior[max(1, attended - 1)] = 1.0
+            prior[attended] = 1.0
+            for d in range(1, self.params.prior_lookahead + 1):
+                prior[min(attended + d, text_len - 1)] = 1.0
+        for position, count in state.counts.items():
+            if count >= SINK_PENALTY:
+                prior[: position + 1] = eps
+        return prior
+
+    def _layer_priors(self, prior: torch.Tensor | None) -> list[torch.Tensor | None] | None:
+        if prior is None:
+            return None
+        chosen = set(self.params.prior_layers or range(self.cfg.decoder.n_layers))
+        return [prior if i in chosen else None for i in range(self.cfg.decoder.n_layers)]
+
+    # ---- the loop ------------------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def frames(self, text_ids: list[int], speaker: int) -> Iterator[torch.Tensor]:
+        """Yield the codes (C, n) of each decoder step (n = S, fewer at the end); stop at EOS or the frame limit."""
+        m, p, cfg = self.model, self.params, self.cfg
+        device = m.text_embedding.weight.device
+        rows = 1 if p.cfg_scale is None else 2
+        text = torch.tensor([text_ids], device=device)
+        memory = m.memory_kv(m.encode_text(text))
+        context = m.speaker_context(speaker)  # (Tc, D)
+        tc = context.shape[0]
+        steps = -(-p.max_frames // cfg.frame_stacking)
+        max_len = tc + steps + 1
+        key_valid = torch.ones(rows, max_len, dtype=torch.bool, device=device)
+        key_valid[0, cfg.context_lengths[speaker] : tc] = False
+        prefix = torch.stack([context, torch.zeros_like(context)])[:rows]  # (rows, Tc, D): CFG's null context
+        bos = torch.full((1, cfg.num_codebooks, cfg.frame_stacking), cfg.audio_bos_id, device=device)
+        history = [m.embed_frames(bos).expand(rows, -1, -1)]  # decoder input rows after the context
+        row_priors: list[torch.Tensor | None] = [None]  # the prior each audio row was computed with
+        cache = new_cache(cfg.decoder, max_len, rows, device)
+        prior: torch.Tensor | None = None
+        state = _PriorState()
+        for step in range(steps):
+            inputs = LayerInputs(cache=cache, key_valid=key_valid, memory=memory, cross_rows=1)
+            if p.cached:
+                x = history[-1] if step else torch.cat([prefix, history[0]], dim=1)
+                inputs.start = tc + step if step else 0
+                inputs.priors = self._layer_priors(None if prior is None else prior[None, None])
+            else:
+                x = torch.cat([prefix, *history], dim=1)
+                inputs.priors = self._layer_priors(self._prior_rows(row_priors, tc, text.shape[1], device))
+            hidden, probs = m.decode(x, inputs)
+            last = hidden[:, -1]  # (rows, D)
+            forbid_eos = step * cfg.frame_stacking < p.min_frames
+            codes = self.local_codes(last, forbid_eos)
+            argmax = self.argmax_codes(self._guided(m.logits(last)), forbid_eos)
+            if p.prior and step >= p.prior_start:
+                prior = self._next_prior(self._alignment(probs), state, text.shape[1])
+            ends = [_eos_frame(c, cfg.audio_eos_id, p.eos_method) for c in self._eos_streams(codes, argmax)]
+            end = min((e for e in ends if e is not None), default=None)
+            frames_left = p.max_frames - step * cfg.frame_stacking
+            keep = min(cfg.frame_stacking if end is None else end, frames_left)
+            if keep > 0:
+                yield codes[:, :keep]
+            if end is not None or keep < cfg.frame_stacking:
+                return
+            history.append(m.embed_frames(codes[None]).expand(rows, -1, -1))
+            row_priors.append(prior)
+
+    def _eos_streams(self, codes: torch.Tensor, argmax: torch.Tensor) -> list[torch.Tensor]:
+        if self.params.eos_method.startswith("argmax_or_multinomial"):
+            return [codes, argmax]
+        return [argmax]
+
+    def _prior_rows(
+        self, row_priors: list[torch.Tensor | None], tc: int, text_len: int, device: torch.device
+    ) -> torch.Tensor | None:
+        """For the uncached pass: (1, Tc + rows, S) priors, each audio row with its own (ones where none)."""
+        if all(r is None for r in row_priors):
+            return None
+        ones = torch.ones(text_len, device=device)
+        rows = [ones] * tc + [ones if r is None else r for r in row_priors]
+        return torch.stack(rows)[None]
+
+
+def generate_codes(model: MagpieTTS, text_ids: list[int], speaker: int, params: GenerationParams) -> torch.Tensor:
+    """All codes (C, frames) of one utterance."""
+    parts = list(MagpieGenerator(model, params).frames(text_ids, speaker))
+    if not parts:
+        return torch.zeros(model.cfg.num_codebooks, 0, dtype=torch.long)
+    return torch.cat(parts, dim=1)
+
+
+__all__ = ["GenerationParams", "KVCache", "MagpieGenerator", "generate_codes"]

@@ -1,0 +1,166 @@
+"""Magpie TTS: text -> tokens (the file's own tokenizer for the language) -> codes (:mod:`.generate`) -> the nano
+codec -> audio, sentence by sentence, streamed a few frames at a time (the codec is causal: its streamed audio
+equals one-shot decoding).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ggtts.audio import Audio
+from ggtts.errors import GGUFError, InputError
+from ggtts.families.base import NothingToSay, TTSModel, check_text, find_beside
+from ggtts.families.magpie import CODEC_ARCH, FAMILY, MAX_CHARS
+from ggtts.families.magpie.generate import GenerationParams, MagpieGenerator
+from ggtts.families.magpie.text import MagpieText
+from ggtts.gguf import GGUFFile
+from ggtts.models.magpie.model import MagpieTTS, load_magpie
+from ggtts.models.nanocodec.model import NanoCodec
+
+DEFAULT_CHUNK_FRAMES = 4  # codec frames per streamed chunk (0.19 s at 21.5 frames/s)
+MAX_SENTENCE_WORDS = 45  # NeMo's English chunking threshold (LanguageThresholds)
+_SENTENCE = re.compile(r"(?<=[.!?;。！？])\s+")
+
+
+def find_codec(model_path: Path) -> Path | None:
+    """The only ``nano-codec`` GGUF in the model's folder, if there is exactly one."""
+    return find_beside(model_path, CODEC_ARCH)
+
+
+def sentences(text: str, max_words: int = MAX_SENTENCE_WORDS) -> list[str]:
+    """Sentences of ``text``, joined while short and cut at word boundaries when longer than ``max_words``."""
+    out: list[str] = []
+    for piece in _SENTENCE.split(text.strip()):
+        words = piece.split()
+        for i in range(0, len(words), max_words):
+            part = " ".join(words[i : i + max_words])
+            if out and len(out[-1].split()) + len(part.split()) <= max_words and out[-1][-1:] not in ".!?。！？":
+                out[-1] = f"{out[-1]} {part}"
+            elif part:
+                out.append(part)
+    return out
+
+
+class MagpieTTSPipeline(TTSModel):
+    family = FAMILY
+
+    def __init__(self, model: MagpieTTS, gguf: GGUFFile, device: str = "cpu") -> None:
+        self.model, self.device, self.path = model, device, gguf.path
+        self.text = MagpieText(gguf, model.cfg.text_eos_id)
+        self.codec: NanoCodec | None = None
+        self.sample_rate = model.cfg.sample_rate
+
+    @classmethod
+    def from_gguf(cls, gguf: GGUFFile, device: str = "cpu", **options: Any) -> MagpieTTSPipeline:
+        """``options``: ``codec`` (a nano-codec GGUF path; default: the only one beside the model)."""
+        codec = options.pop("codec", None)
+        if options:
+            raise InputError(f"unknown option '{next(iter(options))}' for Magpie; known: codec")
+        pipeline = cls(load_magpie(gguf, device), gguf, device)
+        codec = codec if codec is not None else find_codec(Path(gguf.path))
+        if codec is not None:
+            pipeline.with_codec(codec)
+        return pipeline
+
+    def with_codec(self, path: str | os.PathLike[str]) -> MagpieTTSPipeline:
+        g = GGUFFile(path)
+        if g.architecture != CODEC_ARCH:
+            raise GGUFError(f"{path}: a Magpie codec must be a '{CODEC_ARCH}' GGUF, not '{g.architecture}'")
+        codec = NanoCodec.from_gguf(g, self.device)
+        cfg = self.model.cfg
+        if codec.cfg.num_codebooks != cfg.num_codebooks or codec.cfg.codebook_size != cfg.codebook_size:
+            raise GGUFError(
+                f"{path}: this codec has {codec.cfg.num_codebooks} codebooks of {codec.cfg.codebook_size} codes; the "
+                f"model writes {cfg.num_codebooks} of {cfg.codebook_size}"
+            )
+        self.codec, self.sample_rate = codec, codec.cfg.sample_rate
+        return self
+
+    @property
+    def voices(self) -> list[str]:
+        return list(self.model.cfg.speaker_names)
+
+    def info(self) -> dict[str, Any]:
+        return {**super().info(), "languages": list(self.text.spoken), "codec": self.codec is not None}
+
+    def params(self, options: dict[str, Any]) -> GenerationParams:
+        d = self.model.cfg.inference
+        temperature = d.temperature if options.get("temperature") is None else float(options["temperature"])
+        scale = d.cfg_scale if options.get("cfg_scale") is None else float(options["cfg_scale"])
+        max_frames = d.max_decoder_steps if options.get("max_frames") is None else int(options["max_frames"])
+        top_k = d.top_k if options.get("top_k") is None else int(options["top_k"])
+        if temperature < 0 or top_k < 1 or max_frames < 1:
+            raise InputError("temperature must be >= 0, top_k >= 1 and max_frames >= 1")
+        return GenerationParams(
+            temperature=temperature,
+            top_k=top_k,
+            cfg_scale=scale if options.get("guidance", True) else None,
+            prior=d.apply_attention_prior if options.get("prior") is None else bool(options["prior"]),
+            prior_epsilon=d.prior_epsilon,
+            prior_lookahead=d.prior_lookahead,
+            prior_layers=d.prior_layers,
+            alignment_layers=d.alignment_layers,
+            prior_start=d.prior_start,
+            max_frames=max_frames,
+            min_frames=d.min_generated_frames,
+            eos_method=d.eos_method,
+            seed=int(options.get("seed") or 0),
+        )
+
+    def stream(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Iterator[Audio]:
+        FAMILY.check_options(options)
+        FAMILY.check_speed(speed)
+        check_text(text, MAX_CHARS)
+        if self.codec is None:
+            raise InputError(
+                f"{self.path}: no codec: put the nano-codec GGUF beside the model or name it with --codec / codec="
+            )
+        mix = self.resolve_voice(voice)
+        speaker = self.voices.index(mix.single if mix is not None and mix.single else self.voices[0])
+        language = options.get("lang") or "en"
+        tokenizer_ids = [self.text.encode(s, language) for s in sentences(self._normalize(text, language))]
+        tokenizer_ids = [ids for ids in tokenizer_ids if len(ids) > 1]
+        if not tokenizer_ids:
+            raise NothingToSay(text)
+        limit = self.model.cfg.encoder.max_positions
+        if any(len(ids) > limit for ids in tokenizer_ids):
+            raise InputError(f"a sentence is longer than the model's {limit} text tokens; split it")
+        params = self.params(options)
+        chunk = int(options.get("chunk_frames") or DEFAULT_CHUNK_FRAMES)
+        return self._stream(tokenizer_ids, speaker, params, chunk)
+
+    def _normalize(self, text: str, language: str) -> str:
+        if language != "en":
+            return text
+        from ggtts.text.normalize import normalize
+
+        return normalize(text)
+
+    def _stream(
+        self, sentences_ids: list[list[int]], speaker: int, params: GenerationParams, chunk: int
+    ) -> Iterator[Audio]:
+        assert self.codec is not None
+        offset = 0.0
+        for i, ids in enumerate(sentences_ids):
+            generator = MagpieGenerator(
+                self.model, GenerationParams(**{**params.__dict__, "seed": (params.seed or 0) + i})
+            )
+            stream = self.codec.stream()
+            pending: list[torch.Tensor] = []
+            for codes in generator.frames(ids, speaker):
+                pending.append(codes)
+                if sum(c.shape[1] for c in pending) >= chunk:
+                    audio = Audio(stream.push(torch.cat(pending, dim=1)).cpu().numpy(), self.sample_rate, offset=offset)
+                    offset += audio.duration
+                    pending = []
+                    yield audio
+            if pending:
+                audio = Audio(stream.push(torch.cat(pending, dim=1)).cpu().numpy(), self.sample_rate, offset=offset)
+                offset += audio.duration
+                yield audio

@@ -1,0 +1,192 @@
+"""Magpie's text side: the checkpoint's own tokenizers, stored in the GGUF file and run without NeMo.
+
+NeMo aggregates several tokenizers (``text_tokenizers`` in the config, in order; each one's ids follow the ones
+before it) and picks one per language. The converter stores, for each: its kind, offset and size, its config as
+JSON, and for IPA tokenizers (:mod:`ggtts.text.nemo_ipa`) the token list, the phoneme dictionary and the
+heteronyms. magpie-tts.cpp's own keys (the English tokens one per line, the dictionary as ``word\\tIPA`` lines, the
+pad/OOV/space ids) are written too, so its runtime reads our files. Kinds ggtts cannot run yet (byt5 bytes,
+Mandarin, Japanese, Arabic characters) are stored with their size, so the ids of the others stay right, and a
+request in their language is refused naming the tokenizer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from ggtts.errors import ConversionError, GGUFError, InputError
+from ggtts.gguf.keys import Magpie as K
+
+if TYPE_CHECKING:
+    from ggtts.convert.nemo_archive import NemoArchive
+    from ggtts.gguf import GGUFFile
+    from ggtts.gguf.write import ModelWriter
+    from ggtts.text.nemo_ipa import IpaTokenizer
+
+IPA = "ipa"
+SIZED = "sized"  # known size only: not runnable here
+IPA_TARGET = "IPATokenizer"
+ENGLISH = "english_phoneme"  # the tokenizer magpie-tts.cpp's keys describe
+# NeMo's LANGUAGE_TOKENIZER_MAP (tts_dataset_utils.py): language -> tokenizer name candidates, first present wins
+LANGUAGE_CANDIDATES: dict[str, tuple[str, ...]] = {
+    "en": ("english_phoneme", "english"),
+    "de": ("german_phoneme", "german"),
+    "es": ("spanish_phoneme", "spanish"),
+    "fr": ("french_chartokenizer", "french"),
+    "it": ("italian_phoneme", "italian", "italian_chartokenizer"),
+    "vi": ("vietnamese_phoneme", "vietnamese", "vietnamese_chartokenizer"),
+    "zh": ("mandarin_phoneme", "mandarin", "chinese"),
+    "hi": ("hindi_phoneme", "hindi_chartokenizer", "hindi"),
+    "ja": ("japanese_phoneme", "japanese"),
+    "pt": ("portuguese_Brazilian_phoneme", "portuguese"),
+    "ko": ("korean_chartokenizer", "korean"),
+    "ar": ("arabic_MSA_chartokenizer", "arabic"),
+}
+
+
+def _key(name: str, field: str) -> str:
+    return f"{K.TOKENIZERS}.{name}.{field}"
+
+
+# ---- conversion ------------------------------------------------------------------------------------------------
+def _target(cfg: Mapping[str, Any]) -> str:
+    return str(cfg.get("_target_", "")).rsplit(".", 1)[-1]
+
+
+def add_tokenizers(writer: ModelWriter, archive: NemoArchive, n_tokens: int) -> None:
+    """Store the checkpoint's tokenizers; their sizes must add up to the text embedding's ``n_tokens``."""
+    from ggtts.text import nemo_ipa
+
+    configs = archive.config.get("text_tokenizers") or {}
+    if not configs and "text_tokenizer" in archive.config:  # older English-only checkpoints
+        configs = {ENGLISH: archive.config["text_tokenizer"]}
+    if not configs:
+        raise ConversionError(f"{archive.path}: the Magpie config has no text_tokenizers")
+    names, offset, unknown = list(configs), 0, []
+    sizes: dict[str, int | None] = {}
+    for name in names:
+        cfg = configs[name]
+        if _target(cfg) == IPA_TARGET:
+            try:
+                spec = nemo_ipa.IpaTokenizerSpec.from_config(cfg)
+            except ValueError as e:
+                raise ConversionError(f"{archive.path}: tokenizer '{name}': {e}") from None
+            g2p = cfg.get("g2p") or {}
+            dictionary = archive.artifact_text(str(g2p["phoneme_dict"])) if g2p.get("phoneme_dict") else ""
+            heteronyms = archive.artifact_text(str(g2p["heteronyms"])) if g2p.get("heteronyms") else ""
+            tokens = nemo_ipa.build_ipa_tokens(spec, dictionary, heteronyms or None)
+            writer.add(_key(name, "tokens"), tokens)
+            writer.add(_key(name, "dict"), dictionary)
+            writer.add(_key(name, "heteronyms"), heteronyms)
+            writer.add(_key(name, "kind"), IPA)
+            sizes[name] = len(tokens)
+            if name == ENGLISH and offset == 0:  # magpie-tts.cpp's keys
+                writer.add(K.TOKENIZER_VOCAB, "\n".join(tokens))
+                writer.add(K.TOKENIZER_DICT, nemo_ipa.dict_to_tsv(dictionary))
+                writer.add(K.TOKENIZER_SPACE, tokens.index(spec.space))
+                writer.add(K.TOKENIZER_PAD, tokens.index("<pad>"))
+                writer.add(K.TOKENIZER_OOV, tokens.index("<oov>"))
+        else:
+            sizes[name] = nemo_ipa.tokenizer_size(name, cfg)
+            writer.add(_key(name, "kind"), SIZED)
+            if sizes[name] is None:
+                unknown.append(name)
+        writer.add(_key(name, "config"), json.dumps(cfg, ensure_ascii=False, sort_keys=True))
+        offset += sizes[name] or 0
+    if len(unknown) > 1:
+        raise ConversionError(f"{archive.path}: cannot tell the vocabulary sizes of tokenizers {', '.join(unknown)}")
+    if unknown:  # the one tokenizer of unknown size takes what the embedding has left
+        sizes[unknown[0]] = n_tokens - offset
+    if sum(s or 0 for s in sizes.values()) != n_tokens or any((s or 0) <= 0 for s in sizes.values()):
+        raise ConversionError(
+            f"{archive.path}: the tokenizers' vocabularies ({', '.join(f'{n} {sizes[n]}' for n in names)}) do not add "
+            f"up to the text embedding's {n_tokens} tokens"
+        )
+    writer.add(K.TOKENIZERS, names)
+    offset = 0
+    for name in names:
+        writer.add(_key(name, "offset"), offset)
+        writer.add(_key(name, "size"), int(sizes[name] or 0))
+        offset += int(sizes[name] or 0)
+    mapping = archive.config.get("language_to_tokenizer_mapping") or {}
+    writer.add(K.LANGUAGES, [f"{lang}={tok}" for lang, tok in mapping.items() if tok in names])
+
+
+# ---- runtime ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TokenizerEntry:
+    name: str
+    kind: str
+    offset: int
+    size: int
+    config: dict[str, Any]
+
+
+class MagpieText:
+    """The file's tokenizers; ``encode(text, language)`` -> text token ids, EOS included (NeMo's inference)."""
+
+    def __init__(self, gguf: GGUFFile, eos_id: int) -> None:
+        self.path, self.eos_id = gguf.path, eos_id
+        self.entries: dict[str, TokenizerEntry] = {}
+        self._gguf = gguf
+        for name in gguf.get_list(K.TOKENIZERS, []):
+            try:
+                config = json.loads(gguf.get_str(_key(name, "config"), "{}"))
+            except json.JSONDecodeError:
+                raise GGUFError(f"{gguf.path}: tokenizer '{name}' has a config that is not JSON") from None
+            self.entries[name] = TokenizerEntry(
+                name, gguf.get_str(_key(name, "kind")), gguf.get_int(_key(name, "offset")),
+                gguf.get_int(_key(name, "size")), config,
+            )  # fmt: skip
+        mapping = dict(item.split("=", 1) for item in gguf.get_list(K.LANGUAGES, []) if "=" in item)
+        self.languages: dict[str, str] = {}
+        for lang, candidates in LANGUAGE_CANDIDATES.items():
+            name = mapping.get(lang) or next((c for c in candidates if c in self.entries), None)
+            if name is not None and name in self.entries:
+                self.languages[lang] = name
+        if not self.entries and K.TOKENIZER_VOCAB in gguf:
+            self._cpp_english(gguf)
+        self._ipa: dict[str, IpaTokenizer] = {}
+
+    def _cpp_english(self, gguf: GGUFFile) -> None:
+        """A file from magpie-tts.cpp: its English tokens and dictionary (``word\\tIPA``) keys."""
+        tokens = gguf.get_str(K.TOKENIZER_VOCAB).split("\n")
+        self.entries[ENGLISH] = TokenizerEntry(ENGLISH, "cpp", 0, len(tokens), {})
+        self.languages["en"] = ENGLISH
+
+    @cached_property
+    def spoken(self) -> tuple[str, ...]:
+        """Languages this file can speak here."""
+        return tuple(lang for lang, name in self.languages.items() if self.entries[name].kind == IPA)
+
+    def tokenizer(self, language: str) -> IpaTokenizer:
+        from ggtts.text import nemo_ipa
+
+        name = self.languages.get(language)
+        if name is None:
+            raise InputError(
+                f"this Magpie model has no tokenizer for language '{language}'; it speaks {', '.join(self.spoken)}"
+            )
+        entry = self.entries[name]
+        if entry.kind != IPA:
+            raise InputError(
+                f"language '{language}' uses tokenizer '{name}', which ggtts cannot run yet; it speaks "
+                f"{', '.join(self.spoken)}"
+            )
+        if name not in self._ipa:
+            g = self._gguf
+            spec = nemo_ipa.IpaTokenizerSpec.from_config(entry.config)
+            heteronyms = g.get_str(_key(name, "heteronyms"), "")
+            self._ipa[name] = nemo_ipa.IpaTokenizer(
+                spec, list(g.get_list(_key(name, "tokens"))), g.get_str(_key(name, "dict"), ""), heteronyms or None
+            )
+        return self._ipa[name]
+
+    def encode(self, text: str, language: str) -> list[int]:
+        name = self.languages.get(language, "")
+        ids = self.tokenizer(language).encode(text)
+        offset = self.entries[name].offset
+        return [offset + i for i in ids] + [self.eos_id]

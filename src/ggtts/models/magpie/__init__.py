@@ -1,0 +1,1 @@
+"""Magpie TTS (NVIDIA NeMo): see :mod:`ggtts.models.magpie.model`."""

@@ -1,0 +1,294 @@
+"""Magpie TTS (NVIDIA NeMo ``MagpieTTSModel``, ``decoder_ce``): text encoder, decoder, local transformer.
+
+Module attribute names follow NeMo's state-dict names (``encoder.layers.0.self_attention.qkv_net.weight``); the
+GGUF file's names map onto them (:mod:`ggtts.models.magpie.names`). Every stack is NeMo's ``transformer_2501``:
+pre-norm layers with bias-free LayerNorms, fused-QKV self-attention (causal in all three stacks, the text
+encoder included), optional cross-attention with its own head count and width and its own norms for the query
+and the memory, and a feed-forward made of two causal convolutions (kernel 3 in the encoder, 1 elsewhere) with
+tanh-GELU between them. Learned absolute positions are added at each stack's input.
+
+The decoder runs over ``[speaker context ; audio frames]`` with a pre-allocated self-attention cache
+(:class:`~ggtts.models.layers.kv_cache.KVCache`) and the text memory's keys and values computed once per
+utterance. Positions of a speaker context shorter than the baked table are masked out as keys (NeMo's padding
+mask) but keep their position numbers. The attention prior (inference-time alignment help) multiplies a
+step's cross-attention probabilities and renormalises them, as NeMo does in eval mode.
+
+This module maps tensors to tensors; sampling, guidance and stopping are the pipeline's
+(:mod:`ggtts.families.magpie.generate`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ggtts.gguf import GGUFFile
+from ggtts.models.layers.gguf_state import load_module_from_gguf
+from ggtts.models.layers.kv_cache import KVCache
+from ggtts.models.magpie.config import MagpieConfig, StackConfig
+
+LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which NeMo uses
+
+
+def _layer_norm(d: int) -> nn.LayerNorm:
+    return nn.LayerNorm(d, eps=LAYER_NORM_EPS, bias=False)
+
+
+class CausalConv(nn.Module):
+    """NeMo's ``ConvolutionLayer`` with ``is_causal``: left padding of ``kernel - 1``, no bias."""
+
+    def __init__(self, d_in: int, d_out: int, kernel: int) -> None:
+        super().__init__()
+        self.kernel = kernel
+        self.conv = nn.Conv1d(d_in, d_out, kernel, bias=False)
+
+    def forward(self, x: torch.Tensor, history: torch.Tensor | None = None) -> torch.Tensor:
+        """``x`` (B, C, T); ``history`` (B, C, kernel - 1): the inputs before ``x`` (zeros at the start)."""
+        if self.kernel == 1:
+            return F.linear(x.transpose(1, 2), self.conv.weight[:, :, 0]).transpose(1, 2)
+        x = F.pad(x, (self.kernel - 1, 0)) if history is None else torch.cat([history, x], dim=2)
+        return self.conv(x)
+
+
+class PositionwiseConvFF(nn.Module):
+    def __init__(self, d_model: int, d_ffn: int, kernel: int) -> None:
+        super().__init__()
+        self.proj = CausalConv(d_model, d_ffn, kernel)
+        self.o_net = CausalConv(d_ffn, d_model, kernel)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` (B, T, C), a whole sequence (a kernel wider than 1 needs its neighbours)."""
+        h = F.gelu(self.proj(x.transpose(1, 2)), approximate="tanh")
+        return self.o_net(h).transpose(1, 2)
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, d_model: int, n_heads: int) -> None:
+        super().__init__()
+        self.n_heads, self.d_head = n_heads, d_model // n_heads
+        self.qkv_net = nn.Linear(d_model, 3 * d_model, bias=False)
+        self.o_net = nn.Linear(d_model, d_model, bias=False)
+
+    def forward(
+        self, x: torch.Tensor, cache: KVCache | None, layer: int, start: int, key_valid: torch.Tensor | None
+    ) -> torch.Tensor:
+        """``x`` (B, T, C) at positions ``start..start+T``; causal. ``key_valid`` (B, start+T) bool or None."""
+        b, t, _ = x.shape
+        qkv = self.qkv_net(x).reshape(b, t, 3, self.n_heads, self.d_head)
+        q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # (B, H, T, Dh)
+        if cache is not None:
+            k, v = cache.update(layer, start, k, v)
+        s = k.shape[2]
+        score = torch.matmul(q, k.transpose(2, 3)) * self.d_head**-0.5  # (B, H, T, S)
+        allowed = torch.ones(t, s, dtype=torch.bool, device=x.device).tril(s - t)  # causal: key <= query
+        mask = allowed[None, None]
+        if key_valid is not None:
+            mask = mask & key_valid[:, None, None, :s]
+        score = score.masked_fill(~mask, float("-inf"))
+        prob = torch.softmax(score, dim=-1).nan_to_num(0.0)  # a query with no key (a masked position) -> zeros
+        y = torch.matmul(prob, v).transpose(1, 2).reshape(b, t, -1)
+        return self.o_net(y)
+
+
+class CrossAttention(nn.Module):
+    def __init__(self, d_model: int, d_memory: int, n_heads: int, d_head: int) -> None:
+        super().__init__()
+        self.n_heads, self.d_head = n_heads, d_head
+        self.q_net = nn.Linear(d_model, n_heads * d_head, bias=False)
+        self.kv_net = nn.Linear(d_memory, 2 * n_heads * d_head, bias=False)
+        self.o_net = nn.Linear(n_heads * d_head, d_model, bias=False)
+
+    def memory_kv(self, memory: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The (normed) memory ``(B, S, C)`` -> keys and values ``(B, H, S, Dh)``."""
+        b, s, _ = memory.shape
+        kv = self.kv_net(memory).reshape(b, s, 2, self.n_heads, self.d_head)
+        return kv[:, :, 0].transpose(1, 2), kv[:, :, 1].transpose(1, 2)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        kv: tuple[torch.Tensor, torch.Tensor],
+        memory_valid: torch.Tensor | None,
+        prior: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x`` (B, T, C); ``prior`` (B, T or 1, S) or None. -> (output, probabilities (B, H, T, S))."""
+        b, t, _ = x.shape
+        k, v = kv
+        q = self.q_net(x).reshape(b, t, self.n_heads, self.d_head).transpose(1, 2)
+        score = torch.matmul(q, k.transpose(2, 3)) * self.d_head**-0.5
+        if memory_valid is not None:
+            score = score.masked_fill(~memory_valid[:, None, None, :], float("-inf"))
+        prob = torch.softmax(score, dim=-1)
+        if prior is not None:
+            prob = prob * (prior[:, None] + torch.finfo(prior.dtype).tiny)
+            prob = prob / prob.sum(dim=-1, keepdim=True)
+        if memory_valid is not None:
+            prob = prob.masked_fill(~memory_valid[:, None, None, :], 0.0)
+        y = torch.matmul(prob, v).transpose(1, 2).reshape(b, t, -1)
+        return self.o_net(y), prob
+
+
+@dataclass
+class LayerInputs:
+    """What one decoder step gives every layer besides ``x``."""
+
+    cache: KVCache | None = None
+    start: int = 0  # position of the first row of x
+    key_valid: torch.Tensor | None = None  # (B, >= start+T) bool: positions that may be attended to
+    memory: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # per layer: cross-attention keys, values
+    memory_valid: torch.Tensor | None = None  # (B, S) bool
+    cross_rows: int | None = None  # only the first rows of the batch cross-attend (the rest: CFG's null text)
+    priors: list[torch.Tensor | None] | None = None  # per layer: (rows, 1 or T, S) or None
+
+
+class TransformerLayer(nn.Module):
+    def __init__(self, cfg: StackConfig) -> None:
+        super().__init__()
+        self.has_xattn = cfg.has_xattn
+        self.norm_self = _layer_norm(cfg.d_model)
+        self.self_attention = SelfAttention(cfg.d_model, cfg.n_heads)
+        if cfg.has_xattn:
+            self.norm_xattn_query = _layer_norm(cfg.d_model)
+            self.cross_attention = CrossAttention(cfg.d_model, cfg.xa_d_memory, cfg.xa_n_heads, cfg.xa_d_head)
+            self.norm_xattn_memory = _layer_norm(cfg.xa_d_memory)
+        self.norm_pos_ff = _layer_norm(cfg.d_model)
+        self.pos_ff = PositionwiseConvFF(cfg.d_model, cfg.d_ffn, cfg.kernel_size)
+
+    def forward(self, x: torch.Tensor, index: int, inputs: LayerInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
+        x = x + self.self_attention(self.norm_self(x), inputs.cache, index, inputs.start, inputs.key_valid)
+        prob = None
+        if self.has_xattn and inputs.memory is not None:
+            rows = x.shape[0] if inputs.cross_rows is None else inputs.cross_rows
+            prior = inputs.priors[index] if inputs.priors is not None else None
+            memory_valid = inputs.memory_valid[:rows] if inputs.memory_valid is not None else None
+            y, prob = self.cross_attention(self.norm_xattn_query(x[:rows]), inputs.memory[index], memory_valid, prior)
+            # the other rows attend to an all-zero memory (CFG's null text): keys and values 0, output exactly 0
+            x = torch.cat([x[:rows] + y, x[rows:]]) if rows < x.shape[0] else x + y
+        x = x + self.pos_ff(self.norm_pos_ff(x))
+        return x, prob
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: StackConfig, apply_norm_out: bool) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.layers = nn.ModuleList(TransformerLayer(cfg) for _ in range(cfg.n_layers))
+        self.position_embeddings = nn.Embedding(cfg.max_positions, cfg.d_model)
+        self.norm_out: nn.Module = _layer_norm(cfg.d_model) if apply_norm_out else nn.Identity()
+
+    def memory_kv(self, memory: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's cross-attention keys and values of ``memory`` (B, S, C), through its own memory norm."""
+        out = []
+        for layer in self.layers:
+            out.append(layer.cross_attention.memory_kv(layer.norm_xattn_memory(memory)))
+        return out
+
+    def forward(
+        self, x: torch.Tensor, inputs: LayerInputs | None = None
+    ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        """``x`` (B, T, C) at positions ``inputs.start..`` -> (output (B, T, C), per-layer cross-attn probs)."""
+        inputs = inputs if inputs is not None else LayerInputs()
+        positions = torch.arange(inputs.start, inputs.start + x.shape[1], device=x.device)
+        x = x + self.position_embeddings(positions)[None]
+        probs = []
+        for index, layer in enumerate(self.layers):
+            x, prob = layer(x, index, inputs)
+            probs.append(prob)
+        return self.norm_out(x), probs
+
+
+class MagpieTTS(nn.Module):
+    """The weights of a Magpie TTS file, and the three stacks' forward passes (no sampling here)."""
+
+    def __init__(self, cfg: MagpieConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        tables = cfg.num_codebooks * cfg.frame_stacking
+        self.text_embedding = nn.Embedding(cfg.text_vocab_size, cfg.d_model)
+        self.audio_embeddings = nn.ModuleList(nn.Embedding(cfg.tokens_per_codebook, cfg.d_model) for _ in range(tables))
+        self.encoder = Transformer(cfg.encoder, apply_norm_out=True)
+        self.decoder = Transformer(cfg.decoder, apply_norm_out=True)
+        self.final_proj = nn.Linear(cfg.d_model, tables * cfg.tokens_per_codebook)
+        lt = cfg.local_transformer
+        self.local_transformer_in_projection: nn.Module = (
+            nn.Linear(cfg.d_model, lt.d_model) if lt.d_model != cfg.d_model else nn.Identity()
+        )
+        self.local_transformer = Transformer(lt, apply_norm_out=False)
+        self.local_transformer_out_projections = nn.ModuleList(
+            nn.Linear(lt.d_model, cfg.tokens_per_codebook) for _ in range(tables)
+        )
+        # (speakers, T * D) as NeMo stores it; rows are reshaped to (T, D) when used
+        self.baked_context_embedding = nn.Embedding(cfg.n_speakers, cfg.context_frames * cfg.d_model)
+
+    # ---- text --------------------------------------------------------------------------------------------
+    def encode_text(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Token ids (B, T) (EOS included) -> the text memory (B, T, D). The encoder is causal."""
+        x, _ = self.encoder(self.text_embedding(tokens))
+        return x
+
+    # ---- decoder -----------------------------------------------------------------------------------------
+    def speaker_context(self, speaker: int) -> torch.Tensor:
+        """The baked context of ``speaker``: (T, D), all T rows (a shorter speaker's tail is masked by length)."""
+        row = self.baked_context_embedding.weight[speaker]
+        return row.reshape(self.cfg.context_frames, self.cfg.d_model)
+
+    def embed_frames(self, codes: torch.Tensor) -> torch.Tensor:
+        """Codes (B, C, S * T) of T stacks of S frames -> (B, T, D): the mean of the C * S tables' embeddings."""
+        c, s = self.cfg.num_codebooks, self.cfg.frame_stacking
+        total: torch.Tensor | None = None
+        for i in range(s):
+            for q in range(c):
+                e = self.audio_embeddings[q + i * c](codes[:, q, i::s])
+                total = e if total is None else total + e
+        assert total is not None
+        return total / (c * s)
+
+    def memory_kv(self, memory: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return self.decoder.memory_kv(memory)
+
+    def decode(self, x: torch.Tensor, inputs: LayerInputs) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        """Decoder input rows (B, T, D) -> (hidden (B, T, D), per-layer cross-attention probabilities)."""
+        return self.decoder(x, inputs)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The parallel head: hidden (..., D) -> (..., S * C, V), table order (frame in stack, codebook)."""
+        out = self.final_proj(hidden)
+        return out.reshape(*hidden.shape[:-1], -1, self.cfg.tokens_per_codebook)
+
+    # ---- local transformer -------------------------------------------------------------------------------
+    def local_step(self, x: torch.Tensor, cache: KVCache, start: int) -> torch.Tensor:
+        """Local transformer rows (B, T, D_lt) at ``start..`` (cached) -> last row's hidden (B, D_lt)."""
+        out, _ = self.local_transformer(x, LayerInputs(cache=cache, start=start))
+        return out[:, -1]
+
+    def local_input(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Decoder hidden (B, D) -> the local transformer's first row (B, 1, D_lt)."""
+        return self.local_transformer_in_projection(hidden[:, None])
+
+    def local_code_input(self, table: int, codes: torch.Tensor) -> torch.Tensor:
+        """Codes (B,) drawn for ``table`` -> the next local-transformer row (B, 1, D_lt)."""
+        return self.local_transformer_in_projection(self.audio_embeddings[table](codes)[:, None])
+
+    def local_logits(self, table: int, hidden: torch.Tensor) -> torch.Tensor:
+        return self.local_transformer_out_projections[table](hidden)
+
+
+def new_cache(stack: StackConfig, max_len: int, batch: int, device: torch.device | str) -> KVCache:
+    return KVCache(stack.n_layers, stack.n_heads, stack.d_model // stack.n_heads, max_len, batch=batch, device=device)
+
+
+def parameter_count(model: nn.Module) -> int:
+    return sum(math.prod(p.shape) for p in model.parameters())
+
+
+def load_magpie(gguf: GGUFFile, device: str | torch.device = "cpu") -> MagpieTTS:
+    """The model of a ``magpie`` file, strictly loaded (a missing or unexpected tensor is an error naming it)."""
+    cfg = MagpieConfig.from_gguf(gguf)
+    with torch.device("meta"):
+        model = MagpieTTS(cfg)
+    load_module_from_gguf(model, gguf, device=device)
+    return model.eval()

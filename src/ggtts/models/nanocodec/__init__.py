@@ -1,0 +1,1 @@
+"""NeMo nano codec decoder (GGUF architecture ``nano-codec``): FSQ codes -> causal HiFi-GAN -> waveform."""

@@ -1,0 +1,299 @@
+"""NeMo nano codec decoder: FSQ codes -> latent -> causal HiFi-GAN (HalfSnake activations) -> waveform.
+
+Module attribute names are NeMo's (``AudioCodecModel.vector_quantizer`` and ``.audio_decoder``, weight norm folded
+into plain ``weight``), so ``state_dict()`` keys are the upstream names and the GGUF names are their magpie-tts.cpp
+shortening (``NanoCodec.tensor_name``). Every convolution is causal: it pads on the left only, and a transposed
+convolution drops the samples that spill past the input's end. So the audio of a frame depends on that frame and
+those before it, and decoding in chunks with enough left context (:class:`NanoCodecStream`) gives the same samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ggtts.convert.nanocodec_keys import NanoCodec as K
+from ggtts.errors import GGUFError, InputError
+from ggtts.gguf import GGUFFile
+from ggtts.models.layers.gguf_state import load_module_from_gguf
+from ggtts.models.nanocodec.config import NanoCodecConfig
+
+SNAKE_EPS = 1e-9  # NeMo's snake(): x + sin(alpha x)^2 / (alpha + eps)
+LEAKY_RELU_SLOPE = 0.01  # torch.nn.LeakyReLU's default, which NeMo's "lrelu" and HalfSnake use
+CLAMP_RANGE = (-1.0, 1.0)  # NeMo's ClampActivation
+
+
+# ---- activations (NeMo's CodecActivation and what it wraps) ------------------------------------------------------
+class Snake(nn.Module):
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.alpha = nn.Parameter(torch.ones(1, channels, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, C, T)
+        return x + (self.alpha + SNAKE_EPS).reciprocal() * torch.sin(self.alpha * x).pow(2)
+
+
+class HalfSnake(nn.Module):
+    """Snake on the first ``channels // 2`` channels, leaky ReLU on the rest (the larger half when odd)."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.snake_channels = channels // 2
+        self.snake_act = Snake(self.snake_channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        head, tail = x[:, : self.snake_channels], x[:, self.snake_channels :]
+        return torch.cat([self.snake_act(head), F.leaky_relu(tail, LEAKY_RELU_SLOPE)], dim=1)
+
+
+def _activation(name: str, channels: int) -> nn.Module:
+    if name == "half_snake":
+        return HalfSnake(channels)
+    if name == "snake":
+        return Snake(channels)
+    if name == "lrelu":
+        return nn.LeakyReLU(LEAKY_RELU_SLOPE)
+    return nn.ELU()  # NanoCodecConfig admits no other name
+
+
+class CodecActivation(nn.Module):
+    def __init__(self, name: str, channels: int) -> None:
+        super().__init__()
+        self.activation = _activation(name, channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.activation(x)
+
+
+# ---- causal convolutions -----------------------------------------------------------------------------------------
+class CausalConv1d(nn.Module):
+    """Stride-1 convolution padded with ``(kernel - 1) * dilation`` zeros on the left: output length = input length."""
+
+    def __init__(self, c_in: int, c_out: int, kernel: int, dilation: int = 1) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(c_in, c_out, kernel, dilation=dilation)
+        self.left_pad = (kernel - 1) * dilation
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(F.pad(x, (self.left_pad, 0)))
+
+
+class CausalConvTranspose1d(nn.Module):
+    """Upsampling by ``rate``: one grouped transposed convolution (kernel ``2 * rate``, a group per output channel),
+    its last ``kernel - rate`` samples (the spill past the input's end) dropped: output length = rate * input."""
+
+    def __init__(self, c_in: int, c_out: int, rate: int) -> None:
+        super().__init__()
+        self.conv = nn.ConvTranspose1d(c_in, c_out, 2 * rate, stride=rate, groups=c_out)
+        self.rate = rate
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, C_in, T) -> (B, C_out, T * rate)
+        return self.conv(x)[..., : x.shape[-1] * self.rate]
+
+
+# ---- residual layers ---------------------------------------------------------------------------------------------
+class ResidualBlock(nn.Module):
+    def __init__(self, channels: int, kernel: int, dilation: int, activation: str) -> None:
+        super().__init__()
+        self.input_activation = CodecActivation(activation, channels)
+        self.input_conv = CausalConv1d(channels, channels, kernel, dilation)
+        self.skip_activation = CodecActivation(activation, channels)
+        self.skip_conv = CausalConv1d(channels, channels, kernel)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.input_conv(self.input_activation(x))
+        return x + self.skip_conv(self.skip_activation(h))
+
+
+class HiFiGANResBlock(nn.Module):
+    """One kernel size: a residual block per dilation, in sequence."""
+
+    def __init__(self, channels: int, kernel: int, dilations: tuple[int, ...], activation: str) -> None:
+        super().__init__()
+        self.res_blocks = nn.ModuleList(ResidualBlock(channels, kernel, d, activation) for d in dilations)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.res_blocks:
+            x = block(x)
+        return x
+
+
+class HiFiGANResLayer(nn.Module):
+    """A branch per kernel size, averaged (summed in NeMo's order, then divided)."""
+
+    def __init__(self, channels: int, cfg: NanoCodecConfig) -> None:
+        super().__init__()
+        self.res_blocks = nn.ModuleList(
+            HiFiGANResBlock(channels, k, cfg.resblock_dilations, cfg.activation) for k in cfg.resblock_kernel_sizes
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return sum((block(x) for block in self.res_blocks), torch.zeros_like(x)) / len(self.res_blocks)
+
+
+class CausalHiFiGANDecoder(nn.Module):
+    def __init__(self, cfg: NanoCodecConfig) -> None:
+        super().__init__()
+        self.pre_conv = CausalConv1d(cfg.latent_dim, cfg.base_channels, cfg.in_kernel_size)
+        n = len(cfg.up_sample_rates)
+        self.activations = nn.ModuleList(CodecActivation(cfg.activation, cfg.channels(i)) for i in range(n))
+        self.up_sample_conv_layers = nn.ModuleList(
+            CausalConvTranspose1d(cfg.channels(i), cfg.channels(i + 1), rate)
+            for i, rate in enumerate(cfg.up_sample_rates)
+        )
+        self.res_layers = nn.ModuleList(HiFiGANResLayer(cfg.channels(i + 1), cfg) for i in range(n))
+        self.post_activation = CodecActivation(cfg.activation, cfg.channels(n))
+        self.post_conv = CausalConv1d(cfg.channels(n), 1, cfg.out_kernel_size)
+        self.output_activation = cfg.output_activation
+
+    def forward(self, latent: torch.Tensor) -> torch.Tensor:  # (B, latent_dim, T) -> (B, T * hop)
+        x = self.pre_conv(latent)
+        for act, up, res in zip(self.activations, self.up_sample_conv_layers, self.res_layers, strict=True):
+            x = res(up(act(x)))  # (B, C / 2, T * rate)
+        x = self.post_conv(self.post_activation(x)).squeeze(1)  # (B, T * hop)
+        return torch.tanh(x) if self.output_activation == "tanh" else x.clamp(*CLAMP_RANGE)
+
+
+# ---- FSQ ---------------------------------------------------------------------------------------------------------
+class FSQBuffers(nn.Module):
+    """One group's FSQ constants as NeMo stores them, ``(1, D, 1)``: read from the file and checked, not used."""
+
+    def __init__(self, dims: int) -> None:
+        super().__init__()
+        self.register_buffer("dim_base_index", torch.zeros(1, dims, 1))
+        self.register_buffer("num_levels", torch.zeros(1, dims, 1))
+
+
+class GroupFiniteScalarQuantizer(nn.Module):
+    """Codes ``(B, G, T)`` -> latent ``(B, G * D, T)``: each code's mixed-radix digits (the first dimension varies
+    fastest), centred and scaled into [-1, 1] per dimension as NeMo's ``FiniteScalarQuantizer.decode`` does."""
+
+    def __init__(self, cfg: NanoCodecConfig) -> None:
+        super().__init__()
+        self.fsqs = nn.ModuleList(FSQBuffers(len(cfg.fsq_levels)) for _ in range(cfg.num_codebooks))
+        levels = torch.tensor(cfg.fsq_levels, dtype=torch.long)
+        base = torch.cumprod(torch.cat([torch.ones(1, dtype=torch.long), levels[:-1]]), 0)
+        self.register_buffer("levels", levels.view(1, 1, -1, 1), persistent=False)  # (1, 1, D, 1)
+        self.register_buffer("base", base.view(1, 1, -1, 1), persistent=False)
+
+    def check_buffers(self, path: object) -> None:
+        """GGUFError unless the file's FSQ tensors are the levels and bases of the metadata's ``fsq_levels``."""
+        for i, fsq in enumerate(self.fsqs):
+            for name, want in (("num_levels", self.levels), ("dim_base_index", self.base)):
+                got = getattr(fsq, name)
+                if not torch.equal(got.flatten().cpu(), want.flatten().to(got.dtype).cpu()):
+                    tensor = K.tensor_name(f"vector_quantizer.fsqs.{i}.{name}")
+                    raise GGUFError(
+                        f"{path}: tensor '{tensor}' is {got.flatten().tolist()}, but the FSQ levels "
+                        f"{self.levels.flatten().tolist()} give {want.flatten().tolist()}"
+                    )
+
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        digits = (codes.unsqueeze(2) // self.base) % self.levels  # (B, G, D, T)
+        half = self.levels // 2
+        latent = (digits - half) / half  # true division: float32, as NeMo's
+        return latent.flatten(1, 2)  # (B, G * D, T): the groups one after another
+
+
+# ---- the codec ---------------------------------------------------------------------------------------------------
+class NanoCodec(nn.Module):
+    def __init__(self, cfg: NanoCodecConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.vector_quantizer = GroupFiniteScalarQuantizer(cfg)
+        self.audio_decoder = CausalHiFiGANDecoder(cfg)
+
+    @classmethod
+    def from_gguf(cls, gguf: GGUFFile, device: str | torch.device = "cpu") -> NanoCodec:
+        model = cls(NanoCodecConfig.from_gguf(gguf))
+        load_module_from_gguf(model, gguf, gguf_name=K.tensor_name)
+        model.vector_quantizer.check_buffers(gguf.path)
+        return model.to(device).eval()
+
+    @property
+    def device(self) -> torch.device:
+        return self.audio_decoder.post_conv.conv.weight.device
+
+    def check_codes(self, codes: torch.Tensor) -> None:
+        """InputError unless ``codes`` is an integer ``(codebooks, frames)`` or ``(batch, codebooks, frames)``
+        tensor of this codec's codebook count and code range."""
+        cfg = self.cfg
+        if codes.dtype.is_floating_point or codes.dtype.is_complex or codes.dtype == torch.bool:
+            raise InputError(f"audio codes must be integers, not {codes.dtype}")
+        if codes.dim() not in (2, 3):
+            raise InputError(
+                f"audio codes have shape {list(codes.shape)}; expected (codebooks, frames) or "
+                "(batch, codebooks, frames)"
+            )
+        if codes.shape[-2] != cfg.num_codebooks:
+            raise InputError(
+                f"audio codes have {codes.shape[-2]} codebooks (shape {list(codes.shape)}); this codec decodes "
+                f"{cfg.num_codebooks}"
+            )
+        if codes.numel():
+            bad = (codes < 0) | (codes >= cfg.codebook_size)
+            if bool(bad.any()):
+                where = bad.nonzero()[0].tolist()
+                raise InputError(
+                    f"audio code {int(codes[tuple(where)])} at {where} is out of range: this codec has codes "
+                    f"0..{cfg.codebook_size - 1}"
+                )
+
+    def dequantize(self, codes: torch.Tensor) -> torch.Tensor:
+        """Codes ``(B, codebooks, T)`` -> the decoder's input ``(B, latent_dim, T)``."""
+        self.check_codes(codes)
+        return self.vector_quantizer(codes.to(self.device, torch.long))
+
+    @torch.inference_mode()
+    def decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """Codes ``(codebooks, T)`` -> float32 audio ``(T * hop,)``; ``(B, codebooks, T)`` -> ``(B, T * hop)``."""
+        self.check_codes(codes)
+        batched = codes if codes.dim() == 3 else codes.unsqueeze(0)
+        if batched.shape[-1] == 0:
+            audio = torch.zeros(batched.shape[0], 0, device=self.device)
+        else:
+            audio = self.audio_decoder(self.vector_quantizer(batched.to(self.device, torch.long))).float()
+        return audio if codes.dim() == 3 else audio.squeeze(0)
+
+    def stream(self, left_context_frames: int | None = None) -> NanoCodecStream:
+        return NanoCodecStream(self, left_context_frames)
+
+    def decode_stream(
+        self, codes: torch.Tensor, chunk_frames: int, *, left_context_frames: int | None = None
+    ) -> Iterator[torch.Tensor]:
+        """``decode(codes)`` in pieces of ``chunk_frames`` frames (the last may be shorter), each decoded with the
+        frames before it as left context; their concatenation equals ``decode(codes)`` up to float rounding."""
+        if chunk_frames < 1:
+            raise InputError(f"chunk_frames must be at least 1, not {chunk_frames}")
+        self.check_codes(codes)
+        stream = self.stream(left_context_frames)
+        for start in range(0, codes.shape[-1], chunk_frames):
+            yield stream.push(codes[..., start : start + chunk_frames])
+
+
+class NanoCodecStream:
+    """Incremental decoding: ``push`` new frames of codes, get their audio. The last ``left_context_frames`` frames
+    (default: the decoder's receptive field, which makes the result exact) are decoded again with each push."""
+
+    def __init__(self, codec: NanoCodec, left_context_frames: int | None = None) -> None:
+        context = codec.cfg.receptive_field_frames if left_context_frames is None else left_context_frames
+        if context < 0:
+            raise InputError(f"left_context_frames must be at least 0, not {context}")
+        self.codec = codec
+        self.left_context_frames = context
+        self._history: torch.Tensor | None = None  # (..., codebooks, <= context) codes already decoded
+
+    def push(self, codes: torch.Tensor) -> torch.Tensor:
+        """Codes ``(codebooks, n)`` or ``(B, codebooks, n)`` -> their ``n * hop`` samples (per batch item)."""
+        self.codec.check_codes(codes)
+        history = self._history
+        if history is not None and history.shape[:-1] != codes.shape[:-1]:
+            raise InputError(f"pushed codes of shape {list(codes.shape)} after codes of shape {list(history.shape)}")
+        window = codes if history is None else torch.cat([history, codes.to(history.device)], dim=-1)
+        keep = min(self.left_context_frames, window.shape[-1])
+        self._history = window[..., window.shape[-1] - keep :]
+        audio = self.codec.decode(window)
+        return audio[..., audio.shape[-1] - codes.shape[-1] * self.codec.cfg.hop_length :]
