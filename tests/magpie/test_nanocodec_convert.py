@@ -224,6 +224,25 @@ def test_unsupported_nemo_is_refused(tmp_path: Path, config: dict[str, Any], mes
     _no_output(out)
 
 
+def test_missing_settings_are_named(tmp_path: Path) -> None:
+    config = _codec_config()
+    del config["vector_quantizer"]["num_groups"]
+    with pytest.raises(ConversionError, match=r"model_config\.yaml has no setting 'num_groups'"):
+        convert_nanocodec([_write_nemo(tmp_path / "m.nemo", config)], tmp_path / "o.gguf", "f32")
+
+
+@pytest.mark.needs_reference
+def test_weights_that_do_not_fit_the_config_are_named(tiny_codec: TinyCodec, tmp_path: Path) -> None:
+    with tarfile.open(tiny_codec.nemo) as tar:
+        config = yaml.safe_load(tar.extractfile("./model_config.yaml").read())  # type: ignore[union-attr]
+        weights = torch.load(tar.extractfile("./model_weights.ckpt"), weights_only=True)  # type: ignore[arg-type]
+    config["audio_decoder"]["base_channels"] = 2 * BASE
+    out = tmp_path / "o.gguf"
+    with pytest.raises(ConversionError, match=r"'audio_decoder\.pre_conv\.conv\.weight' has shape \[24, 16, 7\]"):
+        convert_nanocodec([_write_nemo(tmp_path / "m.nemo", config, weights)], out, "f32")
+    _no_output(out)
+
+
 def test_interpolated_config_values_are_resolved(tmp_path: Path) -> None:
     config = {**_codec_config(), "rates": RATES}
     config["audio_decoder"]["up_sample_rates"] = "${rates}"
@@ -244,7 +263,10 @@ def test_not_a_nemo_archive(tmp_path: Path, what: str) -> None:
             info = tarfile.TarInfo("./model_config.yaml")
             tar.addfile(info, io.BytesIO(b""))
     out = tmp_path / "out.gguf"
-    with pytest.raises(ConversionError, match=r"not a \.nemo archive \(a tar file\)$|has no model_weights\.ckpt") as e:
+    with pytest.raises(
+        ConversionError,
+        match=r"not a \.nemo archive \(a tar file\)$|has no model_weights\.ckpt|is not a mapping of settings",
+    ) as e:
         convert_nanocodec([nemo], out, "f32")
     assert len(str(e.value).splitlines()) == 1
     _no_output(out)

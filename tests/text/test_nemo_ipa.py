@@ -177,6 +177,17 @@ não  ˈnɐ̃w̃
 coração  koɾaˈsɐ̃w̃
 """
 
+FR_DICT = """\
+homme  ɔm
+ami  ami
+eau  o
+il  il
+elle  ɛl
+est  ɛ
+un  œ̃
+jour  ʒuʁ
+"""
+
 HI_DICT = """\
 नमस्ते  nəməsteː
 भारत  bʱaːrət
@@ -274,6 +285,12 @@ CONFIGS: dict[str, tuple[dict[str, Any], list[str], str | None]] = {
             locale_specific_punct=False,
         ),
         [PT_DICT],
+        None,
+    ),
+    # French is a ByT5 tokenizer in Magpie, but IpaG2p has French rules (elisions) of its own
+    "french_ipa": (
+        _ipa("fr-FR", {"use_chars": True, "grapheme_prefix": "#", "ignore_ambiguous_words": False}, apostrophe=True),
+        [FR_DICT],
         None,
     ),
     # code-switching: two dictionaries merged in order
@@ -383,6 +400,8 @@ SENTENCES = [
     "Bäume über Häuser",
     "Olá mundo, você não está?",
     "Coração CORAÇÃO",
+    "L'homme, l'ami, c'est l'eau; qu'il jusqu'au jour, puisqu'elle est là.",
+    "L'HOMME D'UN JOUR, J'AI l'hommes l' x'homme",
     "नमस्ते भारत",
     "मैं हिंदी में बात करता हूँ। है॥",
     "नमस्ते, hello world!",
@@ -428,6 +447,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "de": DE_DICT,
         "de_het": DE_HETERONYMS,
         "pt": PT_DICT,
+        "fr": FR_DICT,
         "hi": HI_DICT,
     }
     paths = {}
@@ -440,7 +460,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 def _with_files(name: str, files: dict[str, Path]) -> dict[str, Any]:
     """The config of ``name`` with NeMo's file paths filled in."""
     cfg, dicts, heteronyms = CONFIGS[name]
-    by_text = {EN_DICT: "en", ES_DICT: "es", DE_DICT: "de", PT_DICT: "pt", HI_DICT: "hi"}
+    by_text = {EN_DICT: "en", ES_DICT: "es", DE_DICT: "de", PT_DICT: "pt", FR_DICT: "fr", HI_DICT: "hi"}
     paths = [str(files[by_text[text]]) for text in dicts]
     g2p = {**cfg["g2p"], "phoneme_dict": paths[0] if len(paths) == 1 else paths}
     if heteronyms is not None:

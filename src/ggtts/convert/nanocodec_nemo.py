@@ -10,24 +10,20 @@ are NeMo's to the bit).
 
 from __future__ import annotations
 
-import io
 import math
-import posixpath
-import re
-import tarfile
-import zlib
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ggtts.convert.nanocodec_keys import NanoCodec as K
+from ggtts.convert.nemo_archive import CONFIG as NEMO_CONFIG
+from ggtts.convert.nemo_archive import one_line as _one_line
+from ggtts.convert.nemo_archive import open_nemo
 from ggtts.errors import ConversionError, GGUFError
 from ggtts.gguf.write import ModelWriter, OutType, refuse_low_bit
 from ggtts.models.nanocodec.config import NanoCodecConfig
 
-NEMO_CONFIG = "model_config.yaml"
-NEMO_WEIGHTS = "model_weights.ckpt"
 CODEC_CLASS = "AudioCodecModel"
 QUANTIZER_CLASS = "GroupFiniteScalarQuantizer"
 DECODER_CLASS = "CausalHiFiGANDecoder"
@@ -47,105 +43,14 @@ WEIGHT_NORM_PAIRS = (  # (magnitude suffix, direction suffix) -> ".weight"
     (".parametrizations.weight.original0", ".parametrizations.weight.original1"),
     (".weight_g", ".weight_v"),
 )
-MAX_CONFIG_DEPTH = 64  # nesting plus interpolation hops: a loop of ${...} references stops here
-_INTERPOLATION = re.compile(r"\$\{([A-Za-z0-9_.]+)\}")
-
-
-# ---- reading the archive -----------------------------------------------------------------------------------------
-def _member(tar: tarfile.TarFile, name: str) -> tarfile.TarInfo | None:
-    """The archive member ``name`` at the top level (NeMo writes ``./name``)."""
-    for member in tar.getmembers():
-        if member.isfile() and posixpath.normpath(member.name) == name:
-            return member
-    return None
-
-
-def _read_member(path: Path, tar: tarfile.TarFile, name: str) -> bytes:
-    member = _member(tar, name)
-    if member is None:
-        raise ConversionError(f"{path}: the .nemo archive has no {name}: is this a NeMo model file?")
-    handle = tar.extractfile(member)
-    assert handle is not None  # a regular file
-    data = handle.read()
-    if len(data) != member.size:
-        raise ConversionError(f"{path}: {name} in the .nemo archive is truncated")
-    return data
-
-
-def _resolve(node: Any, root: dict[str, Any], path: Path, depth: int = 0) -> Any:
-    """OmegaConf's ``${a.b}`` interpolations (a whole value, from the config's root) replaced by their values."""
-    if depth > MAX_CONFIG_DEPTH:
-        raise ConversionError(f"{path}: {NEMO_CONFIG} nests or refers to itself too deeply")
-    if isinstance(node, dict):
-        return {k: _resolve(v, root, path, depth + 1) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_resolve(v, root, path, depth + 1) for v in node]
-    if isinstance(node, str) and (m := _INTERPOLATION.fullmatch(node)):
-        value: Any = root
-        for part in m.group(1).split("."):
-            if not isinstance(value, dict) or part not in value:
-                raise ConversionError(f"{path}: {NEMO_CONFIG} refers to '{node}', which it does not define")
-            value = value[part]
-        return _resolve(value, root, path, depth + 1)
-    return node
-
-
-TAR_MAGIC = (257, b"ustar")  # offset and bytes of the POSIX tar magic in the first header
-GZIP_MAGIC = b"\x1f\x8b"  # NeMo can also write gzip-compressed archives
-
-
-def _starts_like_an_archive(path: Path) -> bool:
-    with path.open("rb") as f:
-        head = f.read(512)
-    offset, magic = TAR_MAGIC
-    return head[offset : offset + len(magic)] == magic or head.startswith(GZIP_MAGIC)
-
-
-def _one_line(e: BaseException) -> str:
-    lines = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {lines[0]}" if lines else type(e).__name__
 
 
 def read_nemo(path: str | Path) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """The model config (interpolations resolved) and the state dict of a ``.nemo`` file."""
-    import yaml  # gguf's dependency
-
-    path = Path(path)
-    if not path.is_file():
-        raise ConversionError(f"{path}: no such file")
-    opened = False
-    try:
-        with tarfile.open(path, "r:*") as tar:
-            opened = True
-            config_bytes = _read_member(path, tar, NEMO_CONFIG)
-            weights_bytes = _read_member(path, tar, NEMO_WEIGHTS)
-    except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
-        if not opened:  # tarfile's reason is a list of every compression it tried
-            if not _starts_like_an_archive(path):
-                raise ConversionError(f"{path}: not a .nemo archive (a tar file)") from None
-            raise ConversionError(f"{path}: the .nemo archive is truncated or damaged") from None
-        raise ConversionError(f"{path}: the .nemo archive is truncated or damaged ({_one_line(e)})") from None
-    try:
-        config = yaml.safe_load(config_bytes)
-    except yaml.YAMLError as e:
-        raise ConversionError(f"{path}: {NEMO_CONFIG} is not valid YAML ({type(e).__name__})") from None
-    if not isinstance(config, dict):
-        raise ConversionError(f"{path}: {NEMO_CONFIG} is not a mapping of settings")
-    try:
-        state = torch.load(io.BytesIO(weights_bytes), map_location="cpu", weights_only=True)
-    except Exception as e:  # a damaged zip, or pickled objects beyond tensors
-        raise ConversionError(
-            f"{path}: {NEMO_WEIGHTS} is not a readable state dict, is it truncated? ({_one_line(e)})"
-        ) from None
-    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
-        state = state["state_dict"]
-    if not isinstance(state, dict):
-        raise ConversionError(f"{path}: {NEMO_WEIGHTS} holds no state dict of tensors")
-    tensors = {k: v for k, v in state.items() if isinstance(v, torch.Tensor)}
-    return _resolve(config, config, path), tensors
+    with open_nemo(Path(path)) as archive:
+        return archive.config, archive.state_dict()
 
 
-# ---- the decoder's layout ----------------------------------------------------------------------------------------
 def _class_name(section: Any) -> str:
     target = section.get("_target_", "") if isinstance(section, dict) else ""
     return str(target).rsplit(".", 1)[-1]
@@ -153,6 +58,15 @@ def _class_name(section: Any) -> str:
 
 def codec_metadata(config: dict[str, Any], path: Path) -> dict[str, Any]:
     """The ``nano-codec`` metadata of a NeMo codec config; ConversionError naming what is not supported."""
+    try:
+        return _codec_metadata(config, path)
+    except KeyError as e:
+        raise ConversionError(f"{path}: {NEMO_CONFIG} has no setting {e}, which the codec needs") from None
+    except (TypeError, ValueError) as e:
+        raise ConversionError(f"{path}: {NEMO_CONFIG} has a setting of the wrong kind ({_one_line(e)})") from None
+
+
+def _codec_metadata(config: dict[str, Any], path: Path) -> dict[str, Any]:
     target = str(config.get("target", "")).rsplit(".", 1)[-1]
     if target and target != CODEC_CLASS:
         raise ConversionError(f"{path}: the .nemo holds a {target}, not a NeMo audio codec ({CODEC_CLASS})")
@@ -246,7 +160,7 @@ def fold_weight_norm(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
                     raise ConversionError(
                         f"weight norm of '{base}' is not over dimension 0 (magnitude {list(g.shape)})"
                     )
-                out[base + ".weight"] = v  # what torch's weight_norm runs at each forward
+                out[base + ".weight"] = torch._weight_norm(v, g, 0)  # what torch's weight_norm runs at each forward
                 break
         else:
             out[name] = tensor.float()
@@ -258,7 +172,10 @@ def decoder_tensors(state: dict[str, torch.Tensor], cfg: NanoCodecConfig, path: 
     against it by name and shape."""
     from ggtts.models.nanocodec.model import NanoCodec
 
-    kept = fold_weight_norm({k: v for k, v in state.items() if k.startswith(K.UPSTREAM_PREFIXES)})
+    try:
+        kept = fold_weight_norm({k: v for k, v in state.items() if k.startswith(K.UPSTREAM_PREFIXES)})
+    except ConversionError as e:
+        raise ConversionError(f"{path}: {e}") from None
     with torch.device("meta"):
         want = NanoCodec(cfg).state_dict()
     for i in range(cfg.num_codebooks):  # constants of FSQ: derived if a checkpoint does not carry them

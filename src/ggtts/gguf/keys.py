@@ -262,6 +262,7 @@ class Magpie:
     # ("ipa" or "sized"), ``.offset``, ``.size``, ``.config`` (JSON), and for IPA ones ``.tokens``, ``.dict``,
     # ``.heteronyms`` (ggtts.families.magpie.text)
     TOKENIZERS = "magpie.tokenizers"
+    NEMO_VERSION = "magpie.nemo_version"  # the config's stamp: it dates tokenizer defaults NeMo changed (2.8.0)
     LANGUAGES = "magpie.tokenizers.languages"  # "lang=tokenizer" items from the checkpoint's own mapping
 
     # ggtts additions (magpie-tts.cpp's loader assumes: heads 1 for the local transformer, kernels 3 / 1,

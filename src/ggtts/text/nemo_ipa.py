@@ -53,6 +53,21 @@ _DICT_ENTRY_START = re.compile(rf"[{_LATIN}{_LATIN_ACCENTED}'{_INDIC}{_KOREAN}]"
 _VARIANT_MARK = re.compile(r"\([0-9]+\)")  # "WORD(1)" is the second pronunciation of WORD
 
 _STRESS_MARKS = "ˈˌ"
+# fr-FR elisions the G2P knows, as written (before the apostrophe) and as said
+_FRENCH_ELISIONS = (
+    ("l", "l"),
+    ("c", "s"),
+    ("d", "d"),
+    ("j", "ʒ"),
+    ("m", "m"),
+    ("n", "n"),
+    ("qu", "k"),
+    ("s", "s"),
+    ("t", "t"),
+    ("puisqu", "pyisk"),
+    ("lorsqu", "loʁsk"),
+    ("jusqu", "ʒysk"),
+)
 _SYNOGLYPHS = str.maketrans({"’": "'", "”": '"', "“": '"'})  # en-US; other locales map only "’"
 
 # --- punctuation and locales (nemo/collections/common/tokenizers/text_to_speech/ipa_lexicon.py) -------------
@@ -534,6 +549,10 @@ class IpaTokenizer:
             found = self._english_suffix(word)
             if found is not None:
                 return found, True
+        if spec.g2p_locale == "fr-FR":
+            found = self._french_elision(word)
+            if found is not None:
+                return found, True
         if word in self._words and self._usable(word):
             return list(self._words[word][0]), True
         if spec.grapheme_case == "mixed" and word not in self._words and word.upper() in self._words:
@@ -556,11 +575,21 @@ class IpaTokenizer:
                 return list(self._words[stem][0] + ("s" if stem[-1] in "Tt" else "z"))
         return None
 
+    def _french_elision(self, word: str) -> list[str] | None:
+        """fr-FR: "l'homme" from "homme" when only that is in the dictionary, the elided word's sound first."""
+        for written, said in _FRENCH_ELISIONS:
+            starter = written + "'"
+            if len(word) > 2 and (word.startswith(starter) or word.startswith(starter.upper())):
+                rest = self._stem(word, -len(starter))
+                if rest is not None:
+                    return list(said + self._words[rest][0])
+        return None
+
     def _stem(self, word: str, cut: int) -> str | None:
-        """The dictionary form of ``word`` without its last ``cut`` characters, if only that form is known."""
+        """``word`` less its last ``cut`` characters (negative: first), as the dictionary has it, if only it is."""
         if word in self._words or word.upper() in self._words:
             return None
-        stem = word[:-cut]
+        stem = word[:-cut] if cut > 0 else word[-cut:]
         if stem not in self._words:
             stem = stem.upper()
             if stem not in self._words:

@@ -54,6 +54,7 @@ class MagpieTTSPipeline(TTSModel):
         self.model, self.device, self.path = model, device, gguf.path
         self.text = MagpieText(gguf, model.cfg.text_eos_id)
         self.codec: NanoCodec | None = None
+        self.codec_path: str | None = None
         self.sample_rate = model.cfg.sample_rate
 
     @classmethod
@@ -79,7 +80,7 @@ class MagpieTTSPipeline(TTSModel):
                 f"{path}: this codec has {codec.cfg.num_codebooks} codebooks of {codec.cfg.codebook_size} codes; the "
                 f"model writes {cfg.num_codebooks} of {cfg.codebook_size}"
             )
-        self.codec, self.sample_rate = codec, codec.cfg.sample_rate
+        self.codec, self.sample_rate, self.codec_path = codec, codec.cfg.sample_rate, str(path)
         return self
 
     @property
@@ -117,6 +118,8 @@ class MagpieTTSPipeline(TTSModel):
         FAMILY.check_options(options)
         FAMILY.check_speed(speed)
         check_text(text, MAX_CHARS)
+        if options.get("codec") is not None and options["codec"] != self.codec_path:
+            self.with_codec(options["codec"])
         if self.codec is None:
             raise InputError(
                 f"{self.path}: no codec: put the nano-codec GGUF beside the model or name it with --codec / codec="

@@ -65,13 +65,16 @@ def add_tokenizers(writer: ModelWriter, archive: NemoArchive, n_tokens: int) -> 
         configs = {ENGLISH: archive.config["text_tokenizer"]}
     if not configs:
         raise ConversionError(f"{archive.path}: the Magpie config has no text_tokenizers")
+    version = archive.config.get("nemo_version")
+    version = None if version is None else str(version)
+    writer.add(K.NEMO_VERSION, version or "")
     names, offset, unknown = list(configs), 0, []
     sizes: dict[str, int | None] = {}
     for name in names:
         cfg = configs[name]
         if _target(cfg) == IPA_TARGET:
             try:
-                spec = nemo_ipa.IpaTokenizerSpec.from_config(cfg)
+                spec = nemo_ipa.IpaTokenizerSpec.from_config(cfg, nemo_version=version)
             except ValueError as e:
                 raise ConversionError(f"{archive.path}: tokenizer '{name}': {e}") from None
             g2p = cfg.get("g2p") or {}
@@ -90,7 +93,7 @@ def add_tokenizers(writer: ModelWriter, archive: NemoArchive, n_tokens: int) -> 
                 writer.add(K.TOKENIZER_PAD, tokens.index("<pad>"))
                 writer.add(K.TOKENIZER_OOV, tokens.index("<oov>"))
         else:
-            sizes[name] = nemo_ipa.tokenizer_size(name, cfg)
+            sizes[name] = nemo_ipa.tokenizer_size(name, cfg, nemo_version=version)
             writer.add(_key(name, "kind"), SIZED)
             if sizes[name] is None:
                 unknown.append(name)
@@ -178,7 +181,9 @@ class MagpieText:
             )
         if name not in self._ipa:
             g = self._gguf
-            spec = nemo_ipa.IpaTokenizerSpec.from_config(entry.config)
+            spec = nemo_ipa.IpaTokenizerSpec.from_config(
+                entry.config, nemo_version=g.get_str(K.NEMO_VERSION, "") or None
+            )
             heteronyms = g.get_str(_key(name, "heteronyms"), "")
             self._ipa[name] = nemo_ipa.IpaTokenizer(
                 spec, list(g.get_list(_key(name, "tokens"))), g.get_str(_key(name, "dict"), ""), heteronyms or None

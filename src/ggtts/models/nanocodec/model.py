@@ -10,6 +10,7 @@ those before it, and decoding in chunks with enough left context (:class:`NanoCo
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -161,6 +162,9 @@ class CausalHiFiGANDecoder(nn.Module):
 class FSQBuffers(nn.Module):
     """One group's FSQ constants as NeMo stores them, ``(1, D, 1)``: read from the file and checked, not used."""
 
+    dim_base_index: torch.Tensor
+    num_levels: torch.Tensor
+
     def __init__(self, dims: int) -> None:
         super().__init__()
         self.register_buffer("dim_base_index", torch.zeros(1, dims, 1))
@@ -171,6 +175,9 @@ class GroupFiniteScalarQuantizer(nn.Module):
     """Codes ``(B, G, T)`` -> latent ``(B, G * D, T)``: each code's mixed-radix digits (the first dimension varies
     fastest), centred and scaled into [-1, 1] per dimension as NeMo's ``FiniteScalarQuantizer.decode`` does."""
 
+    levels: torch.Tensor  # (1, 1, D, 1) levels per dimension
+    base: torch.Tensor  # (1, 1, D, 1) place value of each dimension's digit
+
     def __init__(self, cfg: NanoCodecConfig) -> None:
         super().__init__()
         self.fsqs = nn.ModuleList(FSQBuffers(len(cfg.fsq_levels)) for _ in range(cfg.num_codebooks))
@@ -179,7 +186,7 @@ class GroupFiniteScalarQuantizer(nn.Module):
         self.register_buffer("levels", levels.view(1, 1, -1, 1), persistent=False)  # (1, 1, D, 1)
         self.register_buffer("base", base.view(1, 1, -1, 1), persistent=False)
 
-    def check_buffers(self, path: object) -> None:
+    def check_buffers(self, path: Path | str) -> None:
         """GGUFError unless the file's FSQ tensors are the levels and bases of the metadata's ``fsq_levels``."""
         for i, fsq in enumerate(self.fsqs):
             for name, want in (("num_levels", self.levels), ("dim_base_index", self.base)):
@@ -243,9 +250,10 @@ class NanoCodec(nn.Module):
                 )
 
     def dequantize(self, codes: torch.Tensor) -> torch.Tensor:
-        """Codes ``(B, codebooks, T)`` -> the decoder's input ``(B, latent_dim, T)``."""
+        """Codes ``([B,] codebooks, T)`` -> the decoder's input ``([B,] latent_dim, T)``."""
         self.check_codes(codes)
-        return self.vector_quantizer(codes.to(self.device, torch.long))
+        latent = self.vector_quantizer(codes.to(self.device, torch.long).reshape(-1, *codes.shape[-2:]))
+        return latent if codes.dim() == 3 else latent.squeeze(0)
 
     @torch.inference_mode()
     def decode(self, codes: torch.Tensor) -> torch.Tensor:
@@ -289,6 +297,8 @@ class NanoCodecStream:
     def push(self, codes: torch.Tensor) -> torch.Tensor:
         """Codes ``(codebooks, n)`` or ``(B, codebooks, n)`` -> their ``n * hop`` samples (per batch item)."""
         self.codec.check_codes(codes)
+        if codes.shape[-1] == 0:
+            return torch.zeros(*codes.shape[:-2], 0, device=self.codec.device)
         history = self._history
         if history is not None and history.shape[:-1] != codes.shape[:-1]:
             raise InputError(f"pushed codes of shape {list(codes.shape)} after codes of shape {list(history.shape)}")
