@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ggtts.measure.bench import cpu_model
 from ggtts.measure.wer import ErrorCounts, char_errors
 
 SENTENCES = (
@@ -78,17 +79,6 @@ class Result:
     reading: str = ""
     seconds: float = 0.0
     errors: ErrorCounts = field(default_factory=ErrorCounts)
-
-
-def cpu_model() -> str:
-    """The processor's name from /proc/cpuinfo ("unknown" elsewhere)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def reading(text: str) -> str:

@@ -20,3 +20,16 @@ def run(args: argparse.Namespace) -> int:
         raise GGTTSError(f"{model_path}: no benchmark for the {family.name} family yet")
     status: int = import_target(family.bench)(args, model_path)
     return status
+
+
+def cpu_model() -> str:
+    """The processor's name from /proc/cpuinfo ("unknown" elsewhere): benchmarks print it beside their figures."""
+    from pathlib import Path
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"

@@ -191,15 +191,17 @@ class MagpieGenerator:
         state = _PriorState()
         for step in range(steps):
             inputs = LayerInputs(cache=cache, key_valid=key_valid, memory=memory, cross_rows=1)
-            if p.cached:
-                x = history[-1] if step else torch.cat([prefix, history[0]], dim=1)
-                inputs.start = tc + step if step else 0
+            if p.cached and step == 0:
+                last, probs = self._prefill(prefix[0], history[0][:1], cache, key_valid, memory)
+            elif p.cached:
+                inputs.start = tc + step
                 inputs.priors = self._layer_priors(None if prior is None else prior[None, None])
+                hidden, probs = m.decode(history[-1], inputs)
+                last = hidden[:, -1]  # (rows, D)
             else:
-                x = torch.cat([prefix, *history], dim=1)
                 inputs.priors = self._layer_priors(self._prior_rows(row_priors, tc, text.shape[1], device))
-            hidden, probs = m.decode(x, inputs)
-            last = hidden[:, -1]  # (rows, D)
+                hidden, probs = m.decode(torch.cat([prefix, *history], dim=1), inputs)
+                last = hidden[:, -1]
             forbid_eos = step * cfg.frame_stacking < p.min_frames
             codes = self.local_codes(last, forbid_eos)
             argmax = self.argmax_codes(self._guided(m.logits(last)), forbid_eos)
@@ -215,6 +217,31 @@ class MagpieGenerator:
                 return
             history.append(m.embed_frames(codes[None]).expand(rows, -1, -1))
             row_priors.append(prior)
+
+    def _prefill(
+        self,
+        context: torch.Tensor,
+        bos: torch.Tensor,
+        cache: KVCache,
+        key_valid: torch.Tensor,
+        memory: list[tuple[torch.Tensor, torch.Tensor]],
+    ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        """The first step: the speaker's context and the BOS stack through the decoder, filling the cache.
+
+        With guidance the null row's context (zeros, no text) is the same for every utterance: its keys and values
+        come from :meth:`MagpieTTS.null_context_kv`, computed once per model, and only its BOS row runs here."""
+        m = self.model
+        tc = context.shape[0]
+        cond = LayerInputs(cache=cache.rows(0, 1), key_valid=key_valid[:1], memory=memory, cross_rows=1)
+        hidden, probs = m.decode(torch.cat([context[None], bos], dim=1), cond)
+        if cache.k.shape[1] == 1:
+            return hidden[:, -1], probs
+        null_k, null_v = m.null_context_kv()
+        cache.k[:, 1:2, :, :tc] = null_k
+        cache.v[:, 1:2, :, :tc] = null_v
+        null = LayerInputs(cache=cache.rows(1, 2), key_valid=key_valid[1:2], start=tc)
+        null_hidden, _ = m.decode(bos, null)
+        return torch.cat([hidden[:, -1], null_hidden[:, -1]]), probs
 
     def _eos_streams(self, codes: torch.Tensor, argmax: torch.Tensor) -> list[torch.Tensor]:
         if self.params.eos_method.startswith("argmax_or_multinomial"):

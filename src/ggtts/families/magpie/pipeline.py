@@ -23,7 +23,8 @@ from ggtts.gguf import GGUFFile
 from ggtts.models.magpie.model import MagpieTTS, load_magpie
 from ggtts.models.nanocodec.model import NanoCodec
 
-DEFAULT_CHUNK_FRAMES = 4  # codec frames per streamed chunk (0.19 s at 21.5 frames/s)
+DEFAULT_CHUNK_FRAMES = 4  # codec frames per streamed chunk (0.19 s at 21.5 frames/s); the first goes out alone
+WARM_UP_FRAMES = 4
 MAX_SENTENCE_WORDS = 45  # NeMo's English chunking threshold (LanguageThresholds)
 _SENTENCE = re.compile(r"(?<=[.!?;。！？])\s+")
 
@@ -63,7 +64,9 @@ class MagpieTTSPipeline(TTSModel):
         codec = options.pop("codec", None)
         if options:
             raise InputError(f"unknown option '{next(iter(options))}' for Magpie; known: codec")
-        pipeline = cls(load_magpie(gguf, device), gguf, device)
+        model = load_magpie(gguf, device)
+        model.null_context_kv()  # guidance's null row over the context: the same for every request, computed once
+        pipeline = cls(model, gguf, device)
         codec = codec if codec is not None else find_codec(Path(gguf.path))
         if codec is not None:
             pipeline.with_codec(codec)
@@ -86,6 +89,18 @@ class MagpieTTSPipeline(TTSModel):
     @property
     def voices(self) -> list[str]:
         return list(self.model.cfg.speaker_names)
+
+    def warm_up(self) -> None:
+        """Parse the English tokenizer's dictionary now (the real one has 125k words) and speak a few frames (ggml's
+        graphs and the codec's kernels are set up on first use), so the first request does not pay for it."""
+        if "en" in self.text.spoken:
+            self.text.tokenizer("en")
+        if self.codec is not None:
+            ids = [self.model.cfg.text_eos_id]
+            warm = GenerationParams(max_frames=WARM_UP_FRAMES, min_frames=WARM_UP_FRAMES + 1)
+            stream = self.codec.stream()
+            for codes in MagpieGenerator(self.model, warm).frames(ids, 0):
+                stream.push(codes)
 
     def info(self) -> dict[str, Any]:
         return {**super().info(), "languages": list(self.text.spoken), "codec": self.codec is not None}
@@ -158,7 +173,8 @@ class MagpieTTSPipeline(TTSModel):
             pending: list[torch.Tensor] = []
             for codes in generator.frames(ids, speaker):
                 pending.append(codes)
-                if sum(c.shape[1] for c in pending) >= chunk:
+                # the utterance's first step goes out at once (first audio), later ones in chunks
+                if sum(c.shape[1] for c in pending) >= (chunk if offset or i else 1):
                     audio = Audio(stream.push(torch.cat(pending, dim=1)).cpu().numpy(), self.sample_rate, offset=offset)
                     offset += audio.duration
                     pending = []

@@ -43,10 +43,17 @@ def _up_sample_rates(samples_per_frame: int) -> list[int]:
 
 
 def tiny_codec_config(
-    *, num_groups: int = 4, samples_per_frame: int = 64, activation: str = "half_snake", output_activation: str = "tanh"
+    *,
+    num_groups: int = 4,
+    samples_per_frame: int = 64,
+    activation: str = "half_snake",
+    output_activation: str = "tanh",
+    decoder_channels: int | None = None,
+    up_sample_rates: list[int] | None = None,
 ) -> dict[str, Any]:
-    """An ``AudioCodecModel`` config (as in a ``.nemo``'s ``model_config.yaml``) with small widths."""
-    rates = _up_sample_rates(samples_per_frame)
+    """An ``AudioCodecModel`` config (as in a ``.nemo``'s ``model_config.yaml``) with small widths, unless
+    ``decoder_channels`` and ``up_sample_rates`` ask for others (the real nano codec: 864, [8, 8, 4, 2, 2])."""
+    rates = up_sample_rates or _up_sample_rates(samples_per_frame)
     if math.prod(rates) != samples_per_frame:
         raise ValueError(f"samples_per_frame {samples_per_frame} does not factor into upsampling rates")
     latent_dim = num_groups * len(TINY_FSQ_LEVELS)
@@ -69,7 +76,7 @@ def tiny_codec_config(
             "_target_": f"{_CODEC_MODULES}.CausalHiFiGANDecoder",
             "input_dim": latent_dim,
             "up_sample_rates": rates,
-            "base_channels": TINY_DECODER_CHANNELS * 2 ** max(0, len(rates) - 3),
+            "base_channels": decoder_channels or TINY_DECODER_CHANNELS * 2 ** max(0, len(rates) - 3),
             "activation": activation,
             "output_activation": output_activation,
         },
@@ -100,25 +107,13 @@ def _randomize_decoder(decoder: torch.nn.Module, seed: int) -> None:
                 p.copy_(torch.randn(p.shape, generator=gen) * BIAS_STD)
 
 
-def build_tiny_codec(
-    path: Path,
-    *,
-    seed: int = 0,
-    num_groups: int = 4,
-    samples_per_frame: int = 64,
-    activation: str = "half_snake",
-    output_activation: str = "tanh",
-) -> Path:
-    """A tiny random NeMo ``AudioCodecModel`` (nano codec layout) saved by NeMo as the ``.nemo`` file ``path``."""
+def build_tiny_codec(path: Path, *, seed: int = 0, **layout: Any) -> Path:
+    """A tiny random NeMo ``AudioCodecModel`` (nano codec layout) saved by NeMo as the ``.nemo`` file ``path``;
+    ``layout`` takes :func:`tiny_codec_config`'s arguments (another size, activation, ...)."""
     from nemo.collections.tts.models import AudioCodecModel
     from omegaconf import OmegaConf
 
-    cfg = tiny_codec_config(
-        num_groups=num_groups,
-        samples_per_frame=samples_per_frame,
-        activation=activation,
-        output_activation=output_activation,
-    )
+    cfg = tiny_codec_config(**layout)
     torch.manual_seed(seed)  # the encoder's own initialisation
     model = AudioCodecModel(OmegaConf.create(cfg))
     _randomize_decoder(model.audio_decoder, seed)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,31 @@ D_MODEL = 32
 CONTEXT_FRAMES = 7
 CONTEXT_LENGTHS = (7, 5, 6)  # speaker 0 fills the table: NeMo's own loop runs only such speakers
 SPEAKERS = {"Jason": 0, "Aria": 1, "Leo": 2}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The sizes of a Magpie checkpoint (the tiny one by default)."""
+
+    d_model: int = D_MODEL
+    heads: int = 2
+    encoder_layers: int = 2
+    decoder_layers: int = 2
+    xa_d_head: int = 16
+    lt_layers: int = 1
+    lt_dim: int = 16
+    lt_heads: int = 1
+    frame_stacking: int = 2
+    context_frames: int = CONTEXT_FRAMES
+    context_lengths: tuple[int, ...] = CONTEXT_LENGTHS
+    max_positions: int = 256
+
+
+# nvidia/magpie_tts_multilingual_357m's sizes (its model_config.yaml, as the seed notes and NeMo's code read it)
+REAL_357M = Shape(
+    d_model=768, heads=12, encoder_layers=6, decoder_layers=12, xa_d_head=128, lt_layers=2, lt_dim=768, lt_heads=12,
+    frame_stacking=2, context_frames=217, context_lengths=(217, 217, 217), max_positions=2048,
+)  # fmt: skip
 TINY_DICTIONARY = """\
 HELLO  həˈloʊ
 WORLD  ˈwɝld
@@ -44,27 +70,28 @@ INFERENCE = {
 }
 
 
-def _stack(**kw: Any) -> dict[str, Any]:
-    base = {"p_dropout": 0.0, "p_dropout_out": 0.0, "max_length_causal_mask": 256, "use_learnable_pos_emb": True,
-            "apply_norm_out": True, "d_model": D_MODEL, "d_ffn": 4 * D_MODEL, "sa_n_heads": 2}  # fmt: skip
+def _stack(shape: Shape, **kw: Any) -> dict[str, Any]:
+    base = {"p_dropout": 0.0, "p_dropout_out": 0.0, "max_length_causal_mask": shape.max_positions,
+            "use_learnable_pos_emb": True, "apply_norm_out": True, "d_model": shape.d_model,
+            "d_ffn": 4 * shape.d_model, "sa_n_heads": shape.heads}  # fmt: skip
     return {**base, **kw}
 
 
-def tiny_magpie_config(codec: Path, dictionary: Path, *, frame_stacking: int = 2, lt_dim: int = 16) -> dict[str, Any]:
+def magpie_config(codec: Path, dictionary: Path, shape: Shape = Shape()) -> dict[str, Any]:
     ipa = "nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers.IPATokenizer"
     return {
         "model_type": "decoder_ce",
-        "embedding_dim": D_MODEL,
+        "embedding_dim": shape.d_model,
         "codecmodel_path": str(codec),
         "prior_end_step": 0,
         "prior_scaledown_start_step": 0,
         "prior_scaling_factor": None,
         "alignment_loss_scale": 0.0,
-        "frame_stacking_factor": frame_stacking,
+        "frame_stacking_factor": shape.frame_stacking,
         "local_transformer_type": "autoregressive",
-        "local_transformer_n_layers": 1,
-        "local_transformer_n_heads": 1,
-        "local_transformer_hidden_dim": lt_dim,
+        "local_transformer_n_layers": shape.lt_layers,
+        "local_transformer_n_heads": shape.lt_heads,
+        "local_transformer_hidden_dim": shape.lt_dim,
         "inference_parameters": dict(INFERENCE),
         "text_tokenizers": {
             "english_phoneme": {
@@ -82,15 +109,16 @@ def tiny_magpie_config(codec: Path, dictionary: Path, *, frame_stacking: int = 2
                 },
             }
         },
-        "encoder": _stack(n_layers=2, kernel_size=3, has_xattn=False, is_causal=True),
-        "context_encoder": _stack(n_layers=1, kernel_size=3, has_xattn=False, is_causal=False),
+        "encoder": _stack(shape, n_layers=shape.encoder_layers, kernel_size=3, has_xattn=False, is_causal=True),
+        "context_encoder": _stack(shape, n_layers=1, kernel_size=3, has_xattn=False, is_causal=False),
         "decoder": _stack(
-            n_layers=2,
+            shape,
+            n_layers=shape.decoder_layers,
             kernel_size=1,
             has_xattn=True,
-            xa_d_memory=D_MODEL,
+            xa_d_memory=shape.d_model,
             xa_n_heads=1,
-            xa_d_head=16,
+            xa_d_head=shape.xa_d_head,
             is_causal=True,
             apply_norm_to_cond=True,
         ),
@@ -116,8 +144,9 @@ def _randomize(model: torch.nn.Module, seed: int) -> None:
                 p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(fan_in))
 
 
-def build_tiny_magpie(path: Path, codec: Path, *, seed: int = 0, frame_stacking: int = 2, lt_dim: int = 16) -> Path:
-    """A tiny random ``MagpieTTSModel`` saved to ``path`` (.nemo) by NeMo; ``codec`` is a tiny codec ``.nemo``."""
+def build_tiny_magpie(path: Path, codec: Path, *, seed: int = 0, shape: Shape = Shape()) -> Path:
+    """A random ``MagpieTTSModel`` (tiny unless ``shape`` says otherwise) saved to ``path`` (.nemo) by NeMo;
+    ``codec`` is a codec ``.nemo`` (its codebooks decide the model's)."""
     from nemo.collections.tts.models import MagpieTTSModel
     from omegaconf import OmegaConf, open_dict
 
@@ -127,15 +156,16 @@ def build_tiny_magpie(path: Path, codec: Path, *, seed: int = 0, frame_stacking:
     speakers = work / "tiny_speakers.json"
     speakers.write_text(json.dumps(SPEAKERS), encoding="utf-8")
     torch.manual_seed(seed)
-    cfg = OmegaConf.create(tiny_magpie_config(codec, dictionary, frame_stacking=frame_stacking, lt_dim=lt_dim))
+    cfg = OmegaConf.create(magpie_config(codec, dictionary, shape))
     model = MagpieTTSModel(cfg)
     _randomize(model, seed)
     state = model.state_dict()
     g = torch.Generator().manual_seed(seed + 1)
-    state["baked_context_embedding.weight"] = torch.randn(len(SPEAKERS), CONTEXT_FRAMES * D_MODEL, generator=g)
-    state["_baked_embedding_T"] = torch.tensor(CONTEXT_FRAMES)
-    state["_baked_embedding_D"] = torch.tensor(D_MODEL)
-    state["baked_context_embedding_len"] = torch.tensor(CONTEXT_LENGTHS)
+    n = len(shape.context_lengths)
+    state["baked_context_embedding.weight"] = torch.randn(n, shape.context_frames * shape.d_model, generator=g)
+    state["_baked_embedding_T"] = torch.tensor(shape.context_frames)
+    state["_baked_embedding_D"] = torch.tensor(shape.d_model)
+    state["baked_context_embedding_len"] = torch.tensor(shape.context_lengths)
     model.load_state_dict(state, strict=True)
     with open_dict(model.cfg):
         model.cfg.speaker_map = model.register_artifact("speaker_map", str(speakers))

@@ -48,6 +48,13 @@ class KVCache:
         self.v[layer, :, :, start:end] = v
         return self.k[layer, :, :, :end], self.v[layer, :, :, :end]
 
+    def rows(self, start: int, end: int) -> KVCache:
+        """The batch rows ``start..end`` of this cache, sharing its storage (a step that runs some rows alone)."""
+        view = KVCache.__new__(KVCache)
+        view.k, view.v = self.k[:, start:end], self.v[:, start:end]
+        view.max_len, view.length = self.max_len, self.length
+        return view
+
     def advance(self, n: int) -> None:
         """Commit ``n`` positions written by the last step (called once per step, after all layers)."""
         self.length += n

@@ -20,8 +20,10 @@ This module maps tensors to tensors; sampling, guidance and stopping are the pip
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -39,15 +41,22 @@ def _layer_norm(d: int) -> nn.LayerNorm:
 
 
 class CausalConv(nn.Module):
-    """NeMo's ``ConvolutionLayer`` with ``is_causal``: left padding of ``kernel - 1``, no bias."""
+    """NeMo's ``ConvolutionLayer`` with ``is_causal``: left padding of ``kernel - 1``, no bias.
+
+    A kernel-1 convolution is a linear map; ``stored`` (set at load, :func:`store_pointwise`) multiplies it with
+    ggml's kernels in a stored type instead, and the float weight is dropped."""
 
     def __init__(self, d_in: int, d_out: int, kernel: int) -> None:
         super().__init__()
         self.kernel = kernel
-        self.conv = nn.Conv1d(d_in, d_out, kernel, bias=False)
+        self.conv: nn.Conv1d | None = nn.Conv1d(d_in, d_out, kernel, bias=False)
+        self.stored: Callable[[torch.Tensor], torch.Tensor] | None = None
 
     def forward(self, x: torch.Tensor, history: torch.Tensor | None = None) -> torch.Tensor:
         """``x`` (B, C, T); ``history`` (B, C, kernel - 1): the inputs before ``x`` (zeros at the start)."""
+        if self.stored is not None:
+            return self.stored(x.transpose(1, 2)).transpose(1, 2)
+        assert self.conv is not None
         if self.kernel == 1:
             return F.linear(x.transpose(1, 2), self.conv.weight[:, :, 0]).transpose(1, 2)
         x = F.pad(x, (self.kernel - 1, 0)) if history is None else torch.cat([history, x], dim=2)
@@ -223,6 +232,7 @@ class MagpieTTS(nn.Module):
         )
         # (speakers, T * D) as NeMo stores it; rows are reshaped to (T, D) when used
         self.baked_context_embedding = nn.Embedding(cfg.n_speakers, cfg.context_frames * cfg.d_model)
+        self._null_kv: tuple[torch.Tensor, torch.Tensor] | None = None
 
     # ---- text --------------------------------------------------------------------------------------------
     def encode_text(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -249,6 +259,19 @@ class MagpieTTS(nn.Module):
 
     def memory_kv(self, memory: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return self.decoder.memory_kv(memory)
+
+    def null_context_kv(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every decoder layer's self-attention keys and values ``(L, 1, H, T, Dh)`` of classifier-free guidance's
+        null row over the context: a zero context and no text (NeMo's null memory gives a cross-attention output of
+        exactly zero). The same for every speaker and text: computed once, kept."""
+        if self._null_kv is None:
+            tc, d = self.cfg.context_frames, self.cfg.d_model
+            device = self.text_embedding.weight.device
+            cache = new_cache(self.cfg.decoder, tc, 1, device)
+            with torch.inference_mode():
+                self.decoder(torch.zeros(1, tc, d, device=device), LayerInputs(cache=cache))
+            self._null_kv = (cache.k.clone(), cache.v.clone())
+        return self._null_kv
 
     def decode(self, x: torch.Tensor, inputs: LayerInputs) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
         """Decoder input rows (B, T, D) -> (hidden (B, T, D), per-layer cross-attention probabilities)."""
@@ -285,10 +308,54 @@ def parameter_count(model: nn.Module) -> int:
     return sum(math.prod(p.shape) for p in model.parameters())
 
 
-def load_magpie(gguf: GGUFFile, device: str | torch.device = "cpu") -> MagpieTTS:
-    """The model of a ``magpie`` file, strictly loaded (a missing or unexpected tensor is an error naming it)."""
+def store_pointwise(model: nn.Module, gguf: GGUFFile) -> set[str]:
+    """Kernel-1 feed-forward convolutions multiplied by ggml in a stored type: as the file stores them where that is
+    F16 or BF16 (the bytes of an ``(out, in, 1)`` weight are those of ``(out, in)``), quantized to Q8_0 at load in
+    a Q8_0 file (GGUF blocks run along the kernel axis, so converters, magpie-tts.cpp's too, leave these F32).
+    Returns the file tensor names now held this way, for the strict loader to ignore."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
+    from gguf.quants import quantize
+
+    Q8 = GGMLQuantizationType.Q8_0
+    Q8_BLOCK = GGML_QUANT_SIZES[Q8][0]
+
+    from ggtts.runtime.ggml_kernels import MatMul, multiplies
+
+    q8_file = gguf.get("general.file_type") == int(LlamaFileType.MOSTLY_Q8_0) and multiplies(Q8)
+    consumed: set[str] = set()
+    for path, module in model.named_modules():
+        if not isinstance(module, CausalConv) or module.kernel != 1 or module.conv is None:
+            continue
+        name = f"{path}.conv.weight"
+        if name not in gguf or gguf.byte_order != "<":
+            continue
+        info = gguf.info(name)
+        n_out, n_in, _ = info.shape
+        if info.type in (GGMLQuantizationType.F16, GGMLQuantizationType.BF16) and multiplies(info.type):
+            raw, qtype = gguf.raw(name).view(np.uint8).reshape(n_out, -1), info.type
+        elif q8_file and info.type == GGMLQuantizationType.F32 and n_in % Q8_BLOCK == 0:
+            weight = gguf.tensor(name).reshape(n_out, n_in).numpy()
+            raw, qtype = quantize(weight, Q8), Q8
+        else:
+            continue
+        module.stored = MatMul(np.ascontiguousarray(raw), qtype, n_out, n_in)
+        module.conv = None
+        consumed.add(name)
+    return consumed
+
+
+def load_magpie(gguf: GGUFFile, device: str | torch.device = "cpu", *, stored_weights: bool = True) -> MagpieTTS:
+    """The model of a ``magpie`` file, strictly loaded (a missing or unexpected tensor is an error naming it).
+
+    Linear maps whose weights the file stores as F16, BF16 or Q8_0 keep them so and are multiplied by ggml's CPU
+    kernels (where the ``quant`` extra is installed and the device is the CPU); so are the pointwise feed-forwards
+    of a Q8_0 file (:func:`store_pointwise`). Otherwise weights are widened to float32."""
+    from ggtts.runtime.stored_weights import stored_weights_plan, use_stored_weights
+
     cfg = MagpieConfig.from_gguf(gguf)
     with torch.device("meta"):
         model = MagpieTTS(cfg)
-    load_module_from_gguf(model, gguf, device=device)
+    plan = stored_weights_plan(device, stored_weights)
+    consumed = use_stored_weights(model, gguf) | store_pointwise(model, gguf) if plan.stored else set()
+    load_module_from_gguf(model, gguf, ignore=consumed, device=device)
     return model.eval()

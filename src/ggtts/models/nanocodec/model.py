@@ -22,6 +22,7 @@ from ggtts.gguf import GGUFFile
 from ggtts.models.layers.gguf_state import load_module_from_gguf
 from ggtts.models.nanocodec.config import NanoCodecConfig
 
+StreamState = dict[nn.Module, torch.Tensor]  # each causal layer's past inputs (or overlap spill) between pushes
 SNAKE_EPS = 1e-9  # NeMo's snake(): x + sin(alpha x)^2 / (alpha + eps)
 LEAKY_RELU_SLOPE = 0.01  # torch.nn.LeakyReLU's default, which NeMo's "lrelu" and HalfSnake use
 CLAMP_RANGE = (-1.0, 1.0)  # NeMo's ClampActivation
@@ -78,8 +79,15 @@ class CausalConv1d(nn.Module):
         self.conv = nn.Conv1d(c_in, c_out, kernel, dilation=dilation)
         self.left_pad = (kernel - 1) * dilation
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.conv(F.pad(x, (self.left_pad, 0)))
+    def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
+        """``state`` (streaming): the last inputs of the previous call stand in for the zero padding."""
+        if state is None:
+            return self.conv(F.pad(x, (self.left_pad, 0)))
+        past = state.get(self)
+        x = torch.cat([x.new_zeros(*x.shape[:-1], self.left_pad) if past is None else past, x], dim=-1)
+        if self.left_pad:
+            state[self] = x[..., x.shape[-1] - self.left_pad :]
+        return self.conv(x)
 
 
 class CausalConvTranspose1d(nn.Module):
@@ -91,8 +99,20 @@ class CausalConvTranspose1d(nn.Module):
         self.conv = nn.ConvTranspose1d(c_in, c_out, 2 * rate, stride=rate, groups=c_out)
         self.rate = rate
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, C_in, T) -> (B, C_out, T * rate)
-        return self.conv(x)[..., : x.shape[-1] * self.rate]
+    def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
+        """(B, C_in, T) -> (B, C_out, T * rate). ``state`` (streaming): the previous call's spill past its end is
+        added to this call's first samples (overlap-add), and this call's spill is kept."""
+        n = x.shape[-1] * self.rate
+        if state is None:
+            return self.conv(x)[..., :n]
+        c = self.conv
+        y = F.conv_transpose1d(x, c.weight, None, c.stride, 0, 0, c.groups)  # (B, C_out, n + kernel - rate)
+        spill = state.get(self)
+        if spill is not None:
+            y[..., : spill.shape[-1]] += spill
+        state[self] = y[..., n:]
+        out = y[..., :n]
+        return out if c.bias is None else out + c.bias[:, None]
 
 
 # ---- residual layers ---------------------------------------------------------------------------------------------
@@ -104,9 +124,9 @@ class ResidualBlock(nn.Module):
         self.skip_activation = CodecActivation(activation, channels)
         self.skip_conv = CausalConv1d(channels, channels, kernel)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.input_conv(self.input_activation(x))
-        return x + self.skip_conv(self.skip_activation(h))
+    def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
+        h = self.input_conv(self.input_activation(x), state)
+        return x + self.skip_conv(self.skip_activation(h), state)
 
 
 class HiFiGANResBlock(nn.Module):
@@ -116,9 +136,9 @@ class HiFiGANResBlock(nn.Module):
         super().__init__()
         self.res_blocks = nn.ModuleList(ResidualBlock(channels, kernel, d, activation) for d in dilations)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
         for block in self.res_blocks:
-            x = block(x)
+            x = block(x, state)
         return x
 
 
@@ -131,8 +151,8 @@ class HiFiGANResLayer(nn.Module):
             HiFiGANResBlock(channels, k, cfg.resblock_dilations, cfg.activation) for k in cfg.resblock_kernel_sizes
         )
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return sum((block(x) for block in self.res_blocks), torch.zeros_like(x)) / len(self.res_blocks)
+    def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
+        return sum((block(x, state) for block in self.res_blocks), torch.zeros_like(x)) / len(self.res_blocks)
 
 
 class CausalHiFiGANDecoder(nn.Module):
@@ -150,11 +170,12 @@ class CausalHiFiGANDecoder(nn.Module):
         self.post_conv = CausalConv1d(cfg.channels(n), 1, cfg.out_kernel_size)
         self.output_activation = cfg.output_activation
 
-    def forward(self, latent: torch.Tensor) -> torch.Tensor:  # (B, latent_dim, T) -> (B, T * hop)
-        x = self.pre_conv(latent)
+    def forward(self, latent: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
+        """(B, latent_dim, T) -> (B, T * hop); ``state`` carries every causal layer's past between calls."""
+        x = self.pre_conv(latent, state)
         for act, up, res in zip(self.activations, self.up_sample_conv_layers, self.res_layers, strict=True):
-            x = res(up(act(x)))  # (B, C / 2, T * rate)
-        x = self.post_conv(self.post_activation(x)).squeeze(1)  # (B, T * hop)
+            x = res(up(act(x), state), state)  # (B, C / 2, T * rate)
+        x = self.post_conv(self.post_activation(x), state).squeeze(1)  # (B, T * hop)
         return torch.tanh(x) if self.output_activation == "tanh" else x.clamp(*CLAMP_RANGE)
 
 
@@ -266,44 +287,42 @@ class NanoCodec(nn.Module):
             audio = self.audio_decoder(self.vector_quantizer(batched.to(self.device, torch.long))).float()
         return audio if codes.dim() == 3 else audio.squeeze(0)
 
-    def stream(self, left_context_frames: int | None = None) -> NanoCodecStream:
-        return NanoCodecStream(self, left_context_frames)
+    def stream(self) -> NanoCodecStream:
+        return NanoCodecStream(self)
 
-    def decode_stream(
-        self, codes: torch.Tensor, chunk_frames: int, *, left_context_frames: int | None = None
-    ) -> Iterator[torch.Tensor]:
-        """``decode(codes)`` in pieces of ``chunk_frames`` frames (the last may be shorter), each decoded with the
-        frames before it as left context; their concatenation equals ``decode(codes)`` up to float rounding."""
+    def decode_stream(self, codes: torch.Tensor, chunk_frames: int) -> Iterator[torch.Tensor]:
+        """``decode(codes)`` in pieces of ``chunk_frames`` frames (the last may be shorter), each decoded with every
+        causal layer's state from the pieces before; their concatenation equals ``decode(codes)`` up to float
+        rounding."""
         if chunk_frames < 1:
             raise InputError(f"chunk_frames must be at least 1, not {chunk_frames}")
         self.check_codes(codes)
-        stream = self.stream(left_context_frames)
+        stream = self.stream()
         for start in range(0, codes.shape[-1], chunk_frames):
             yield stream.push(codes[..., start : start + chunk_frames])
 
 
 class NanoCodecStream:
-    """Incremental decoding: ``push`` new frames of codes, get their audio. The last ``left_context_frames`` frames
-    (default: the decoder's receptive field, which makes the result exact) are decoded again with each push."""
+    """Incremental decoding: ``push`` new frames of codes, get their audio. Each causal convolution keeps the inputs
+    its next call needs in place of zero padding (and each transposed convolution its overlap past the end), so a
+    push costs what its own frames cost in one-shot decoding, and the pieces join to the one-shot audio."""
 
-    def __init__(self, codec: NanoCodec, left_context_frames: int | None = None) -> None:
-        context = codec.cfg.receptive_field_frames if left_context_frames is None else left_context_frames
-        if context < 0:
-            raise InputError(f"left_context_frames must be at least 0, not {context}")
+    def __init__(self, codec: NanoCodec) -> None:
         self.codec = codec
-        self.left_context_frames = context
-        self._history: torch.Tensor | None = None  # (..., codebooks, <= context) codes already decoded
+        self._state: StreamState = {}
+        self._shape: torch.Size | None = None  # the leading shape of the codes pushed so far
 
+    @torch.inference_mode()
     def push(self, codes: torch.Tensor) -> torch.Tensor:
         """Codes ``(codebooks, n)`` or ``(B, codebooks, n)`` -> their ``n * hop`` samples (per batch item)."""
-        self.codec.check_codes(codes)
+        codec = self.codec
+        codec.check_codes(codes)
+        if self._shape is not None and self._shape != codes.shape[:-1]:
+            raise InputError(f"pushed codes of shape {list(codes.shape)} after codes of shape {list(self._shape)}")
+        self._shape = codes.shape[:-1]
         if codes.shape[-1] == 0:
-            return torch.zeros(*codes.shape[:-2], 0, device=self.codec.device)
-        history = self._history
-        if history is not None and history.shape[:-1] != codes.shape[:-1]:
-            raise InputError(f"pushed codes of shape {list(codes.shape)} after codes of shape {list(history.shape)}")
-        window = codes if history is None else torch.cat([history, codes.to(history.device)], dim=-1)
-        keep = min(self.left_context_frames, window.shape[-1])
-        self._history = window[..., window.shape[-1] - keep :]
-        audio = self.codec.decode(window)
-        return audio[..., audio.shape[-1] - codes.shape[-1] * self.codec.cfg.hop_length :]
+            return torch.zeros(*codes.shape[:-2], 0, device=codec.device)
+        batched = codes if codes.dim() == 3 else codes.unsqueeze(0)
+        latent = codec.vector_quantizer(batched.to(codec.device, torch.long))
+        audio = codec.audio_decoder(latent, self._state).float()
+        return audio if codes.dim() == 3 else audio.squeeze(0)
