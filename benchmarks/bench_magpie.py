@@ -12,10 +12,12 @@ its own) on the same 41 text tokens with guidance on, then off: EOS is held off 
 ``--frames`` codec frames (86 = 4.0 s of audio; 21.5 frames/s is real time).
 
 - ggtts is warmed up first as ``ggtts serve`` warms a model (a few frames of another text), then streams as its
-  pipeline does (the first decoder step's frames at once, then 4 frames a chunk): first audio
-  is when the first chunk's samples exist;
-- NeMo runs ``infer_batch`` with the local transformer as ``do_tts`` does, decoder uncached as the released
-  config ships it (``use_kv_cache_for_inference`` false), then its codec; it gives no audio before the end.
+  pipeline does (the first decoder step's frames at once, then 4 frames a chunk), twice: first audio is when the
+  first chunk's samples exist, for a text length it has not seen ("first audio": ggml builds its graphs for the
+  new input length) and for the same text once more ("again");
+- NeMo runs ``infer_batch`` with the local transformer as ``do_tts`` does, then its codec; it gives no audio before
+  the end, and it is not warmed up. ``nemo``: the decoder uncached, as ``do_tts`` and the released config run it;
+  ``nemo-cached``: with its KV cache (``use_kv_cache_for_inference``, as its batch inference runner sets it).
 """
 
 from __future__ import annotations
@@ -29,13 +31,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from ggtts.measure.bench import cpu_model
 
 TEXT_TOKENS = 40  # plus EOS: a sentence of about ten words
-PEERS = ("ggtts-f32", "ggtts-q8_0", "nemo")
+PEERS = ("ggtts-f32", "ggtts-q8_0", "nemo", "nemo-cached")
 REAL_TIME_FPS = 22_050 / 1024
 
 
@@ -80,6 +83,16 @@ def run_ggtts(directory: Path, kind: str, frames: int, guidance: bool) -> dict[s
         temperature=d.temperature, top_k=d.top_k, cfg_scale=d.cfg_scale if guidance else None, prior=True,
         max_frames=frames, min_frames=frames + 1, seed=0,
     )  # fmt: skip
+    measured = [_utterance(model, codec, params, ids, frames) for _ in range(2)]  # a new text length, then again
+    n, model_time, total, first = measured[0]
+    return {"frames": n, "model_fps": n / model_time, "rtf": total / (n / REAL_TIME_FPS), "first_audio": first,
+            "first_again": measured[1][3], "load": load, "peak_mib": peak_mib()}  # fmt: skip
+
+
+def _utterance(model: Any, codec: Any, params: Any, ids: list[int], frames: int) -> tuple[int, float, float, float]:
+    """(frames, model seconds, total seconds, first-audio seconds) of one streamed utterance."""
+    from ggtts.families.magpie.generate import MagpieGenerator
+
     stream = codec.stream()
     start = time.perf_counter()
     first = model_time = 0.0
@@ -96,12 +109,10 @@ def run_ggtts(directory: Path, kind: str, frames: int, guidance: bool) -> dict[s
             if not first:
                 first = time.perf_counter() - start
     total = time.perf_counter() - start
-    model_time += total
-    return {"frames": n, "model_fps": n / model_time, "rtf": total / (n / REAL_TIME_FPS), "first_audio": first,
-            "load": load, "peak_mib": peak_mib()}  # fmt: skip
+    return n, model_time + total, total, first
 
 
-def run_nemo(directory: Path, frames: int, guidance: bool) -> dict[str, float]:
+def run_nemo(directory: Path, frames: int, guidance: bool, cached: bool) -> dict[str, float]:
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -112,6 +123,7 @@ def run_nemo(directory: Path, frames: int, guidance: bool) -> dict[str, float]:
     load = time.perf_counter() - t0
     p = model.inference_parameters
     p.max_decoder_steps, p.min_generated_frames = frames, frames + 1
+    model.use_kv_cache_for_inference = cached
     text = torch.tensor([[*range(TEXT_TOKENS), model.eos_id]])
     batch = {"text": text, "text_lens": torch.tensor([text.shape[1]]), "speaker_indices": 0}
     start = time.perf_counter()
@@ -131,8 +143,8 @@ def run_nemo(directory: Path, frames: int, guidance: bool) -> dict[str, float]:
 def worker(args: argparse.Namespace) -> None:
     torch.set_num_threads(args.threads)
     guidance = args.guidance == "on"
-    if args.worker == "nemo":
-        result = run_nemo(args.dir, args.frames, guidance)
+    if args.worker in ("nemo", "nemo-cached"):
+        result = run_nemo(args.dir, args.frames, guidance, cached=args.worker == "nemo-cached")
     else:
         result = run_ggtts(args.dir, args.worker.removeprefix("ggtts-"), args.frames, guidance)
     print(json.dumps(result))
@@ -154,7 +166,8 @@ def main() -> None:
         print(f"building the 357M-shape model and codec in {directory} ...", file=sys.stderr)
         build(directory)
     print(f"CPU: {cpu_model()}; {args.threads} threads; {args.frames} frames ({args.frames / REAL_TIME_FPS:.1f} s)")
-    print(f"{'peer':<12}{'guidance':>9}{'frames/s':>10}{'RTF':>8}{'first audio':>13}{'load s':>8}{'peak MiB':>10}")
+    print(f"{'peer':<12}{'guidance':>9}{'frames/s':>10}{'RTF':>8}{'first audio':>13}{'again':>8}{'load s':>8}"
+          f"{'peak MiB':>10}")  # fmt: skip
     guidances = ("on", "off") if args.guidance == "both" else (args.guidance,)
     for guidance in guidances:
         for peer in args.peers.split(","):
@@ -165,8 +178,9 @@ def main() -> None:
                 print(f"{peer:<12}{guidance:>9}  failed: {done.stderr.strip().splitlines()[-1:]}")
                 continue
             r = json.loads(done.stdout.strip().splitlines()[-1])
+            again = f"{r['first_again']:.2f}s" if "first_again" in r else "-"
             print(f"{peer:<12}{guidance:>9}{r['model_fps']:>10.2f}{r['rtf']:>8.2f}{r['first_audio']:>12.2f}s"
-                  f"{r['load']:>8.1f}{r['peak_mib']:>10.0f}")  # fmt: skip
+                  f"{again:>8}{r['load']:>8.1f}{r['peak_mib']:>10.0f}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -77,6 +77,9 @@ def test_guidance_and_the_prior_change_the_codes(pair: Pair) -> None:
     plain = our_codes(pair.ours, text, cfg=False, prior=False)
     assert not torch.equal(our_codes(pair.ours, text, cfg=True, prior=False), plain)
     assert not torch.equal(our_codes(pair.ours, text, cfg=False, prior=True), plain)
+    # and NeMo's uncached loop (the newest prior over every row) differs from its cached one on this model
+    own = our_codes(pair.ours, text, cfg=True, prior=True, cached=False)
+    assert not torch.equal(our_codes(pair.ours, text, cfg=True, prior=True, cached=False, prior_rows="latest"), own)
 
 
 def test_a_codec_checkpoint_is_refused_by_the_magpie_converter(pair: Pair, tmp_path: Path) -> None:
@@ -86,3 +89,58 @@ def test_a_codec_checkpoint_is_refused_by_the_magpie_converter(pair: Pair, tmp_p
     with pytest.raises(ConversionError, match="not a Magpie TTS one"):
         convert_magpie([pair.work / "codec.nemo"], tmp_path / "x.gguf", "f32")
     assert not (tmp_path / "x.gguf").exists()
+
+
+def _draw_at_quantile(probs: torch.Tensor, num_samples: int, **_: object) -> torch.Tensor:
+    """A deterministic stand-in for torch.multinomial: the token where the cumulative probability passes 0.37.
+    Both sides then "sample" the same token from the same distribution, so temperature and top-k are compared."""
+    cumulative = probs.cumsum(-1)
+    index = (cumulative < 0.37 * cumulative[..., -1:]).sum(-1, keepdim=True)
+    return index.clamp(max=probs.shape[-1] - 1).expand(*probs.shape[:-1], num_samples)
+
+
+def test_sampling_with_temperature_and_top_k_equals_nemo(pair: Pair, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ggtts.families.magpie.generate import GenerationParams, generate_codes
+    from ggtts.families.magpie.parity import FRAMES, text_ids
+
+    monkeypatch.setattr(torch, "multinomial", _draw_at_quantile)
+    text = text_ids(pair.nemo)
+    d = pair.ours.cfg.inference
+    p = pair.nemo.inference_parameters
+    p.temperature, p.topk, p.apply_attention_prior, p.max_decoder_steps = d.temperature, d.top_k, True, FRAMES
+    pair.nemo.use_kv_cache_for_inference = True
+    batch = {"text": text, "text_lens": torch.tensor([text.shape[1]]), "speaker_indices": 0}
+    out = pair.nemo.infer_batch(batch, use_cfg=True, use_local_transformer_for_inference=True)
+    ref = out.predicted_codes[0, :, : out.predicted_codes_lens[0]]
+    params = GenerationParams(
+        temperature=d.temperature, top_k=d.top_k, cfg_scale=d.cfg_scale, prior=True, prior_epsilon=d.prior_epsilon,
+        prior_lookahead=d.prior_lookahead, prior_layers=d.prior_layers, alignment_layers=d.alignment_layers,
+        max_frames=FRAMES,
+    )  # fmt: skip
+    ours = generate_codes(pair.ours, text[0].tolist(), 0, params)
+    greedy = generate_codes(pair.ours, text[0].tolist(), 0, GenerationParams(**{**params.__dict__, "temperature": 0.0}))
+    assert ref.shape[1] == FRAMES and torch.equal(ours, ref)
+    assert not torch.equal(ours, greedy)  # the draw is not the argmax: sampling was compared
+
+
+@pytest.mark.parametrize("table", [0, 4], ids=["eos-first-frame-of-stack", "eos-second-frame-of-stack"])
+def test_eos_ends_the_utterance_where_nemo_ends_it(pair: Pair, table: int) -> None:
+    """The local transformer made to say EOS for one (frame, codebook) table: forbidden for the first 4 frames,
+    then it ends the utterance at that frame of the stack (4 or 5 frames kept), as in NeMo."""
+    from ggtts.families.magpie.parity import nemo_codes, our_codes, text_ids
+
+    eos = pair.ours.cfg.audio_eos_id
+    heads = (pair.nemo.local_transformer_out_projections[table], pair.ours.local_transformer_out_projections[table])
+    text = text_ids(pair.nemo)
+    with torch.no_grad():
+        for head in heads:
+            head.bias[eos] += 1000.0
+    try:
+        ref = nemo_codes(pair.nemo, text, cfg=True, prior=True)
+        ours = our_codes(pair.ours, text, cfg=True, prior=True)
+    finally:
+        with torch.no_grad():
+            for head in heads:
+                head.bias[eos] -= 1000.0
+    assert ref.shape[1] == 4 + table // pair.ours.cfg.num_codebooks
+    assert torch.equal(ours, ref)

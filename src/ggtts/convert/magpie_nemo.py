@@ -102,9 +102,21 @@ def _inference(writer: ModelWriter, cfg: dict[str, Any]) -> None:
         writer.add(key, float(params.get(name, defaults[name])))
     for name, key in ints.items():
         writer.add(key, int(params.get(name, defaults[name])))
-    writer.add(K.PRIOR, bool(params.get("apply_attention_prior", True)))
-    writer.add(K.PRIOR_LAYERS, [int(i) for i in params.get("apply_prior_to_layers") or []])
-    writer.add(K.ALIGNMENT_LAYERS, [int(i) for i in params.get("estimate_alignment_from_layers") or []])
+    prior_layers = params.get("apply_prior_to_layers")
+    alignment_layers = params.get("estimate_alignment_from_layers")
+    if alignment_layers is not None and not alignment_layers:
+        raise ConversionError("estimate_alignment_from_layers is empty: the prior would read no layer (NeMo fails)")
+    if not params.get("ignore_finished_sentence_tracking", True):
+        raise ConversionError(
+            "ignore_finished_sentence_tracking is false: NeMo's finished-text EOS forcing is not supported by ggtts"
+        )
+    # an empty list applies the prior to no layer: the same codes as no prior. (GGUF stores no empty arrays:
+    # a missing key means every layer.)
+    writer.add(K.PRIOR, bool(params.get("apply_attention_prior", True)) and prior_layers != [])
+    if prior_layers:
+        writer.add(K.PRIOR_LAYERS, [int(i) for i in prior_layers])
+    if alignment_layers:
+        writer.add(K.ALIGNMENT_LAYERS, [int(i) for i in alignment_layers])
     writer.add(K.EOS_METHOD, str(params.get("eos_detection_method", "argmax_or_multinomial_any")))
 
 
@@ -152,6 +164,10 @@ def _hparams(writer: ModelWriter, cfg: dict[str, Any], state: dict[str, torch.Te
     for key, offset in ((K.AUDIO_BOS_ID, 0), (K.AUDIO_EOS_ID, 1), (K.CONTEXT_AUDIO_BOS_ID, 2),
                         (K.CONTEXT_AUDIO_EOS_ID, 3), (K.MASK_TOKEN_ID, 4)):  # fmt: skip
         writer.add(key, codebook_size + offset)
+    if int(decoder["kernel_size"]) != 1:
+        raise ConversionError(
+            f"{archive.path}: the decoder's feed-forward kernel is {decoder['kernel_size']}; ggtts runs kernel 1"
+        )
     for stack_name, stack in (("encoder", encoder), ("decoder", decoder)):
         if not stack.get("is_causal", True):
             raise ConversionError(f"{archive.path}: a non-causal {stack_name} is not supported (NeMo's are causal)")

@@ -9,8 +9,11 @@ model trained on it. Pipeline: :mod:`ggtts.families.magpie.pipeline`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
+from ggtts.errors import InputError
 from ggtts.families.base import Capabilities, Companion, Family, check_seed, option
 from ggtts.gguf.keys import Magpie as K
 
@@ -19,18 +22,54 @@ LANGUAGES = ("en", "es", "de", "fr", "it", "vi", "zh", "hi", "ja", "pt", "ko", "
 CODEC_ARCH = "nano-codec"
 
 
+def _number(name: str, low: float, whole: bool = False) -> Any:
+    """A check: a finite number (a whole one if ``whole``) of at least ``low``."""
+
+    def check(value: object) -> None:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= low
+        if not ok or (whole and not float(value).is_integer()):
+            kind = "a whole number" if whole else "a finite number"
+            raise InputError(f"{name} must be {kind} of at least {low:g}, got {value!r}")
+
+    return check
+
+
+def _flag(name: str) -> Any:
+    def check(value: object) -> None:
+        if not isinstance(value, bool):
+            raise InputError(f"{name} must be true or false, got {value!r}")
+
+    return check
+
+
 @dataclass(frozen=True)
 class MagpieOptions:
-    lang: str | None = option(None, "language of the text (default: en); the file's tokenizers decide which work")
-    temperature: float | None = option(None, "sampling temperature; 0 is greedy (default: the file's, NeMo 0.7)")
-    top_k: int | None = option(None, "sample from the k most likely codes (default: the file's, NeMo 80)")
-    cfg_scale: float | None = option(None, "classifier-free guidance scale (default: the file's, NeMo 2.5)")
-    guidance: bool = option(True, "classifier-free guidance on (off halves the work)")
-    prior: bool | None = option(None, "the attention prior (default: the file's setting)")
-    max_frames: int | None = option(None, "most codec frames per sentence (default: the file's, NeMo 500)")
+    lang: str | None = option(
+        None, "language of the text (default: en); the file's tokenizers decide which work", flag="--lang"
+    )
+    temperature: float | None = option(
+        None, "sampling temperature; 0 is greedy (default: the file's, NeMo 0.7)", check=_number("temperature", 0)
+    )
+    top_k: int | None = option(
+        None, "sample from the k most likely codes (default: the file's, NeMo 80)", check=_number("top_k", 1, True)
+    )
+    cfg_scale: float | None = option(
+        None, "classifier-free guidance scale (default: the file's, NeMo 2.5)", check=_number("cfg_scale", 0)
+    )
+    guidance: bool = option(
+        True, "classifier-free guidance (default on; off halves the work)", flag="--guidance", check=_flag("guidance")
+    )
+    prior: bool | None = option(None, "the attention prior (default: the file's setting)", check=_flag("prior"))
+    max_frames: int | None = option(
+        None,
+        "most codec frames per chunk of text (default: the file's, NeMo 500)",
+        check=_number("max_frames", 1, True),
+    )
     seed: int = option(0, "seed for sampling (default 0)", flag="--seed", check=check_seed)
     codec: str | None = option(None, "the codec GGUF (nano-codec)", flag="--codec")
-    chunk_frames: int | None = option(None, "codec frames per streamed chunk (default 4)")
+    chunk_frames: int | None = option(
+        None, "codec frames per streamed chunk (default 4)", check=_number("chunk_frames", 1, True)
+    )
 
 
 def voices(gguf: object) -> list[str]:

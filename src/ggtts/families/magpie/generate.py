@@ -16,9 +16,11 @@ Each decoder step takes one *stack* of ``S`` codec frames (``frame_stacking``) a
    elsewhere, with NeMo's attention-sink rules.
 
 ``cached=False`` recomputes every step from scratch over the whole sequence (each row with the prior it had when
-it was new), the reference the cached path must equal. NeMo's own uncached loop instead applies the newest prior
-to every row; with the prior on, its codes can therefore differ from its cached loop's (and ours), which match
-NeMo's ``use_kv_cache_for_inference``.
+it was new), the reference the cached path must equal: both match NeMo's ``infer_batch`` with its KV cache
+(``use_kv_cache_for_inference``, which NeMo's batch inference runner turns on). NeMo's uncached loop, the one
+``do_tts`` runs, instead recomputes every row at every step under the newest prior: with the prior on, its codes
+differ from its own cached loop's after a few frames. ``prior_rows="latest"`` (with ``cached=False``) does that
+too, code for code, at a cost that grows with the square of the length.
 """
 
 from __future__ import annotations
@@ -53,6 +55,16 @@ class GenerationParams:
     eos_method: str = "argmax_or_multinomial_any"
     seed: int | None = 0
     cached: bool = True
+    # "own": each decoder row keeps the prior it was computed with (NeMo with its KV cache; cached = uncached);
+    # "latest": every step recomputes all rows with the newest prior (NeMo without the cache, as do_tts runs it;
+    # needs cached=False: the cost grows with the square of the length)
+    prior_rows: str = "own"
+
+    def __post_init__(self) -> None:
+        if self.prior_rows not in ("own", "latest"):
+            raise ValueError(f"prior_rows must be 'own' or 'latest', got {self.prior_rows!r}")
+        if self.prior_rows == "latest" and self.cached:
+            raise ValueError("prior_rows='latest' recomputes every row at every step: it needs cached=False")
 
 
 @dataclass
@@ -178,7 +190,7 @@ class MagpieGenerator:
         memory = m.memory_kv(m.encode_text(text))
         context = m.speaker_context(speaker)  # (Tc, D)
         tc = context.shape[0]
-        steps = -(-p.max_frames // cfg.frame_stacking)
+        steps = max(1, p.max_frames // cfg.frame_stacking)  # NeMo: max_decoder_steps // frame_stacking_factor
         max_len = tc + steps + 1
         key_valid = torch.ones(rows, max_len, dtype=torch.bool, device=device)
         key_valid[0, cfg.context_lengths[speaker] : tc] = False
@@ -198,6 +210,10 @@ class MagpieGenerator:
                 inputs.priors = self._layer_priors(None if prior is None else prior[None, None])
                 hidden, probs = m.decode(history[-1], inputs)
                 last = hidden[:, -1]  # (rows, D)
+            elif p.prior_rows == "latest":
+                inputs.priors = self._layer_priors(None if prior is None else prior[None, None])
+                hidden, probs = m.decode(torch.cat([prefix, *history], dim=1), inputs)
+                last = hidden[:, -1]
             else:
                 inputs.priors = self._layer_priors(self._prior_rows(row_priors, tc, text.shape[1], device))
                 hidden, probs = m.decode(torch.cat([prefix, *history], dim=1), inputs)
@@ -232,7 +248,7 @@ class MagpieGenerator:
         come from :meth:`MagpieTTS.null_context_kv`, computed once per model, and only its BOS row runs here."""
         m = self.model
         tc = context.shape[0]
-        cond = LayerInputs(cache=cache.rows(0, 1), key_valid=key_valid[:1], memory=memory, cross_rows=1)
+        cond = LayerInputs(cache=cache.rows(0, 1), key_valid=key_valid[:1], memory=memory, cross_rows=1, last_rows=1)
         hidden, probs = m.decode(torch.cat([context[None], bos], dim=1), cond)
         if cache.k.shape[1] == 1:
             return hidden[:, -1], probs

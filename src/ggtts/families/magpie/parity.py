@@ -10,7 +10,9 @@ the same inputs at every stage:
 - ``final_proj``: the parallel head's logits; ``audio_emb``: the mean of the codebook embeddings;
 - ``local``: the local transformer's logits for every codebook of a frame stack (teacher-forced);
 - ``codes``, ``codes_cfg``, ``codes_prior``: whole greedy generations (120 frames) against NeMo's ``infer_batch``
-  with its KV cache, compared code for code (tolerance 0: any different code fails);
+  with its KV cache, compared code for code (tolerance 0: any different code fails); ``codes_prior_nemo_uncached``:
+  NeMo's loop without the cache (the newest prior over every row, as ``do_tts`` runs) against ggtts's
+  ``prior_rows="latest"``;
 - ``codec``: the nano codec's audio for the generated codes.
 
 Tolerances are on ``max |ours - NeMo| / max |NeMo|`` in float32; every stage measures 0.0 or float rounding
@@ -128,11 +130,13 @@ def _stage_tensors(nemo: Any, ours: Any, text: torch.Tensor) -> dict[str, tuple[
     return pairs
 
 
-def nemo_codes(nemo: Any, text: torch.Tensor, *, cfg: bool, prior: bool, frames: int = FRAMES) -> torch.Tensor:
-    """NeMo's greedy generation for speaker 0, with its decoder KV cache (codes (C, T))."""
+def nemo_codes(
+    nemo: Any, text: torch.Tensor, *, cfg: bool, prior: bool, frames: int = FRAMES, cached: bool = True
+) -> torch.Tensor:
+    """NeMo's greedy generation for speaker 0, with its decoder KV cache or without (codes (C, T))."""
     p = nemo.inference_parameters
     p.temperature, p.apply_attention_prior, p.max_decoder_steps = 0.0, prior, frames
-    nemo.use_kv_cache_for_inference = True
+    nemo.use_kv_cache_for_inference = cached
     batch = {"text": text, "text_lens": torch.tensor([text.shape[1]]), "speaker_indices": 0}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -141,7 +145,14 @@ def nemo_codes(nemo: Any, text: torch.Tensor, *, cfg: bool, prior: bool, frames:
 
 
 def our_codes(
-    ours: Any, text: torch.Tensor, *, cfg: bool, prior: bool, cached: bool = True, frames: int = FRAMES
+    ours: Any,
+    text: torch.Tensor,
+    *,
+    cfg: bool,
+    prior: bool,
+    cached: bool = True,
+    frames: int = FRAMES,
+    prior_rows: str = "own",
 ) -> torch.Tensor:
     from ggtts.families.magpie.generate import GenerationParams, generate_codes
 
@@ -149,7 +160,7 @@ def our_codes(
     params = GenerationParams(
         temperature=0.0, cfg_scale=d.cfg_scale if cfg else None, prior=prior, prior_epsilon=d.prior_epsilon,
         prior_lookahead=d.prior_lookahead, prior_layers=d.prior_layers, alignment_layers=d.alignment_layers,
-        max_frames=frames, cached=cached,
+        max_frames=frames, cached=cached, prior_rows=prior_rows,
     )  # fmt: skip
     return generate_codes(ours, text[0].tolist(), 0, params)
 
@@ -160,6 +171,12 @@ def magpie_stages(nemo: Any, nemo_codec: Any, ours: Any, our_codec: Any) -> list
     for name, cfg, prior in (("codes", False, False), ("codes_cfg", True, False), ("codes_prior", True, True)):
         ref = nemo_codes(nemo, text, cfg=cfg, prior=prior)
         pairs[name] = (our_codes(ours, text, cfg=cfg, prior=prior), ref)
+    # NeMo without its cache (do_tts's loop): the newest prior over every row, which ggtts's "latest" mode follows
+    ref = nemo_codes(nemo, text, cfg=True, prior=True, cached=False)
+    pairs["codes_prior_nemo_uncached"] = (
+        our_codes(ours, text, cfg=True, prior=True, cached=False, prior_rows="latest"),
+        ref,
+    )
     codes = pairs["codes_prior"][1]
     with torch.inference_mode():
         ref_audio, _ = nemo_codec.decode(tokens=codes[None], tokens_len=torch.tensor([codes.shape[1]]))

@@ -1,6 +1,9 @@
 """Magpie TTS: text -> tokens (the file's own tokenizer for the language) -> codes (:mod:`.generate`) -> the nano
-codec -> audio, sentence by sentence, streamed a few frames at a time (the codec is causal: its streamed audio
-equals one-shot decoding).
+codec -> audio, streamed a few frames at a time (the codec is causal and streams with each layer's state: its
+streamed audio equals one-shot decoding).
+
+Text is spoken as NeMo's ``do_tts`` chunks it: whole while under its word threshold, else sentence by sentence
+(NeMo carries text and audio history between the chunks of a long text; ggtts starts each chunk afresh).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import torch
 
 from ggtts.audio import Audio
 from ggtts.errors import GGUFError, InputError
-from ggtts.families.base import NothingToSay, TTSModel, check_text, find_beside
+from ggtts.families.base import MAX_SEED, NothingToSay, TTSModel, check_text, find_beside
 from ggtts.families.magpie import CODEC_ARCH, FAMILY, MAX_CHARS
 from ggtts.families.magpie.generate import GenerationParams, MagpieGenerator
 from ggtts.families.magpie.text import MagpieText
@@ -27,6 +30,7 @@ DEFAULT_CHUNK_FRAMES = 4  # codec frames per streamed chunk (0.19 s at 21.5 fram
 WARM_UP_FRAMES = 4
 MAX_SENTENCE_WORDS = 45  # NeMo's English chunking threshold (LanguageThresholds)
 _SENTENCE = re.compile(r"(?<=[.!?;。！？])\s+")
+_SENTENCE_END = ".!?。！？"
 
 
 def find_codec(model_path: Path) -> Path | None:
@@ -35,13 +39,17 @@ def find_codec(model_path: Path) -> Path | None:
 
 
 def sentences(text: str, max_words: int = MAX_SENTENCE_WORDS) -> list[str]:
-    """Sentences of ``text``, joined while short and cut at word boundaries when longer than ``max_words``."""
+    """The chunks ``text`` is spoken in, as NeMo's ``do_tts`` chunks it: the whole text while it has fewer than
+    ``max_words`` words; else its sentences, joined while short and cut at word boundaries when longer."""
+    text = text.strip()
+    if len(text.split()) < max_words:
+        return [text] if text else []
     out: list[str] = []
-    for piece in _SENTENCE.split(text.strip()):
+    for piece in _SENTENCE.split(text):
         words = piece.split()
         for i in range(0, len(words), max_words):
             part = " ".join(words[i : i + max_words])
-            if out and len(out[-1].split()) + len(part.split()) <= max_words and out[-1][-1:] not in ".!?。！？":
+            if out and len(out[-1].split()) + len(part.split()) <= max_words and out[-1][-1:] not in _SENTENCE_END:
                 out[-1] = f"{out[-1]} {part}"
             elif part:
                 out.append(part)
@@ -56,6 +64,7 @@ class MagpieTTSPipeline(TTSModel):
         self.text = MagpieText(gguf, model.cfg.text_eos_id)
         self.codec: NanoCodec | None = None
         self.codec_path: str | None = None
+        self._codecs: dict[str, NanoCodec] = {}  # codecs named by requests (``codec=``), by path
         self.sample_rate = model.cfg.sample_rate
 
     @classmethod
@@ -73,6 +82,12 @@ class MagpieTTSPipeline(TTSModel):
         return pipeline
 
     def with_codec(self, path: str | os.PathLike[str]) -> MagpieTTSPipeline:
+        """Make the codec at ``path`` this pipeline's own (a request may still name another with ``codec=``)."""
+        codec = self._load_codec(path)
+        self.codec, self.sample_rate, self.codec_path = codec, codec.cfg.sample_rate, str(path)
+        return self
+
+    def _load_codec(self, path: str | os.PathLike[str]) -> NanoCodec:
         g = GGUFFile(path)
         if g.architecture != CODEC_ARCH:
             raise GGUFError(f"{path}: a Magpie codec must be a '{CODEC_ARCH}' GGUF, not '{g.architecture}'")
@@ -83,8 +98,15 @@ class MagpieTTSPipeline(TTSModel):
                 f"{path}: this codec has {codec.cfg.num_codebooks} codebooks of {codec.cfg.codebook_size} codes; the "
                 f"model writes {cfg.num_codebooks} of {cfg.codebook_size}"
             )
-        self.codec, self.sample_rate, self.codec_path = codec, codec.cfg.sample_rate, str(path)
-        return self
+        return codec
+
+    def _request_codec(self, path: str) -> NanoCodec:
+        """The codec a request names, loaded once per path; the pipeline's own codec is left as it is."""
+        if path == self.codec_path and self.codec is not None:
+            return self.codec
+        if path not in self._codecs:
+            self._codecs[path] = self._load_codec(path)
+        return self._codecs[path]
 
     @property
     def voices(self) -> list[str]:
@@ -106,13 +128,17 @@ class MagpieTTSPipeline(TTSModel):
         return {**super().info(), "languages": list(self.text.spoken), "codec": self.codec is not None}
 
     def params(self, options: dict[str, Any]) -> GenerationParams:
+        """One request's generation settings: its options (checked by the family record) over the file's."""
         d = self.model.cfg.inference
         temperature = d.temperature if options.get("temperature") is None else float(options["temperature"])
         scale = d.cfg_scale if options.get("cfg_scale") is None else float(options["cfg_scale"])
         max_frames = d.max_decoder_steps if options.get("max_frames") is None else int(options["max_frames"])
         top_k = d.top_k if options.get("top_k") is None else int(options["top_k"])
-        if temperature < 0 or top_k < 1 or max_frames < 1:
-            raise InputError("temperature must be >= 0, top_k >= 1 and max_frames >= 1")
+        limit = self.model.cfg.max_frames
+        if max_frames > limit:
+            raise InputError(f"max_frames {max_frames} is more than this model's decoder positions allow ({limit})")
+        if options.get("guidance") is False and options.get("cfg_scale") is not None:
+            raise InputError("cfg_scale is the guidance's scale: leave it out with guidance off")
         return GenerationParams(
             temperature=temperature,
             top_k=top_k,
@@ -133,12 +159,13 @@ class MagpieTTSPipeline(TTSModel):
         FAMILY.check_options(options)
         FAMILY.check_speed(speed)
         check_text(text, MAX_CHARS)
-        if options.get("codec") is not None and options["codec"] != self.codec_path:
-            self.with_codec(options["codec"])
-        if self.codec is None:
+        codec = self.codec if options.get("codec") is None else self._request_codec(str(options["codec"]))
+        if codec is None:
             raise InputError(
                 f"{self.path}: no codec: put the nano-codec GGUF beside the model or name it with --codec / codec="
             )
+        if not any(ch.isalnum() for ch in text):  # punctuation alone: the tokenizers would speak its symbols
+            raise NothingToSay(text)
         mix = self.resolve_voice(voice)
         speaker = self.voices.index(mix.single if mix is not None and mix.single else self.voices[0])
         language = options.get("lang") or "en"
@@ -151,7 +178,7 @@ class MagpieTTSPipeline(TTSModel):
             raise InputError(f"a sentence is longer than the model's {limit} text tokens; split it")
         params = self.params(options)
         chunk = int(options.get("chunk_frames") or DEFAULT_CHUNK_FRAMES)
-        return self._stream(tokenizer_ids, speaker, params, chunk)
+        return self._stream(tokenizer_ids, speaker, params, chunk, codec)
 
     def _normalize(self, text: str, language: str) -> str:
         if language != "en":
@@ -160,26 +187,32 @@ class MagpieTTSPipeline(TTSModel):
 
         return normalize(text)
 
+    def _codec_codes(self, pending: list[torch.Tensor]) -> torch.Tensor:
+        """Generated codes as the codec takes them. A frame kept under a non-default EOS rule (``*_all``,
+        ``*_zero_cb``) can hold EOS in some codebook: NeMo's FSQ decodes such a code wrapped around the codebook
+        (its digits modulo the levels), which is the code modulo the codebook size; so here too."""
+        codes = torch.cat(pending, dim=1)
+        size = self.model.cfg.codebook_size
+        return torch.where(codes >= size, codes % size, codes)
+
     def _stream(
-        self, sentences_ids: list[list[int]], speaker: int, params: GenerationParams, chunk: int
+        self, chunks: list[list[int]], speaker: int, params: GenerationParams, frames_per_chunk: int, codec: NanoCodec
     ) -> Iterator[Audio]:
-        assert self.codec is not None
-        offset = 0.0
-        for i, ids in enumerate(sentences_ids):
-            generator = MagpieGenerator(
-                self.model, GenerationParams(**{**params.__dict__, "seed": (params.seed or 0) + i})
-            )
-            stream = self.codec.stream()
+        offset, rate = 0.0, codec.cfg.sample_rate
+        for i, ids in enumerate(chunks):
+            seed = ((params.seed or 0) + i) % (MAX_SEED + 1)
+            generator = MagpieGenerator(self.model, GenerationParams(**{**params.__dict__, "seed": seed}))
+            stream = codec.stream()
             pending: list[torch.Tensor] = []
             for codes in generator.frames(ids, speaker):
                 pending.append(codes)
                 # the utterance's first step goes out at once (first audio), later ones in chunks
-                if sum(c.shape[1] for c in pending) >= (chunk if offset or i else 1):
-                    audio = Audio(stream.push(torch.cat(pending, dim=1)).cpu().numpy(), self.sample_rate, offset=offset)
+                if sum(c.shape[1] for c in pending) >= (frames_per_chunk if offset or i else 1):
+                    audio = Audio(stream.push(self._codec_codes(pending)).cpu().numpy(), rate, offset=offset)
                     offset += audio.duration
                     pending = []
                     yield audio
             if pending:
-                audio = Audio(stream.push(torch.cat(pending, dim=1)).cpu().numpy(), self.sample_rate, offset=offset)
+                audio = Audio(stream.push(self._codec_codes(pending)).cpu().numpy(), rate, offset=offset)
                 offset += audio.duration
                 yield audio

@@ -26,11 +26,35 @@ if TYPE_CHECKING:
     from ggtts.gguf.write import ModelWriter
     from ggtts.text.nemo_ipa import IpaTokenizer
 
-IPA = "ipa"
+IPA = "ipa"  # NeMo's IPATokenizer over IpaG2p (ggtts.text.nemo_ipa)
 SIZED = "sized"  # known size only: not runnable here
+CPP = "cpp"  # magpie-tts.cpp's English keys only
+BYT5 = "byt5"  # google/byt5-small: UTF-8 bytes
+BYT5_OFFSET = 3  # ByT5's ids: <pad> 0, </s> 1, <unk> 2, then the 256 byte values
+BYT5_EOS = 1  # Hugging Face's encode() ends with </s>, and NeMo's aggregated tokenizer keeps it
+RUNNABLE = frozenset({"ipa", "cpp", "byt5"})
+# nvidia/magpie_tts_multilingual_357m's English tokenizer settings (NeMo's magpietts_multilingual_v1.yaml): how a
+# file from magpie-tts.cpp, which stores the tokens and dictionary but no settings, is read
+CPP_ENGLISH_CONFIG: dict[str, Any] = {
+    "_target_": "nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers.IPATokenizer",
+    "punct": True,
+    "apostrophe": True,
+    "pad_with_space": False,
+    "g2p": {
+        "_target_": "nemo.collections.tts.g2p.models.i18n_ipa.IpaG2p",
+        "phoneme_dict": "ipa_cmudict-0.7b_nv23.01.txt",  # a name only: the words come from the file's key
+        "phoneme_probability": 0.8,
+        "ignore_ambiguous_words": False,
+        "use_chars": True,
+        "use_stresses": True,
+    },
+}
 IPA_TARGET = "IPATokenizer"
 ENGLISH = "english_phoneme"  # the tokenizer magpie-tts.cpp's keys describe
-# NeMo's LANGUAGE_TOKENIZER_MAP (tts_dataset_utils.py): language -> tokenizer name candidates, first present wins
+# language -> tokenizer name candidates, first present wins, where the checkpoint's own language_to_tokenizer_mapping
+# says nothing: NeMo 3.0's LANGUAGE_TOKENIZER_MAP (tts_dataset_utils.py), with the names the multilingual 357M
+# checkpoint gives its Italian, Vietnamese, Hindi, Portuguese, Korean and Arabic tokenizers added (NeMo's map lacks
+# them and falls back to English for those languages)
 LANGUAGE_CANDIDATES: dict[str, tuple[str, ...]] = {
     "en": ("english_phoneme", "english"),
     "de": ("german_phoneme", "german"),
@@ -94,7 +118,8 @@ def add_tokenizers(writer: ModelWriter, archive: NemoArchive, n_tokens: int) -> 
                 writer.add(K.TOKENIZER_OOV, tokens.index("<oov>"))
         else:
             sizes[name] = nemo_ipa.tokenizer_size(name, cfg, nemo_version=version)
-            writer.add(_key(name, "kind"), SIZED)
+            byt5 = _target(cfg) in ("AutoTokenizer", "T5Tokenizer") and sizes[name] == nemo_ipa.BYT5_VOCAB_SIZE
+            writer.add(_key(name, "kind"), BYT5 if byt5 else SIZED)
             if sizes[name] is None:
                 unknown.append(name)
         writer.add(_key(name, "config"), json.dumps(cfg, ensure_ascii=False, sort_keys=True))
@@ -119,6 +144,19 @@ def add_tokenizers(writer: ModelWriter, archive: NemoArchive, n_tokens: int) -> 
 
 
 # ---- runtime ---------------------------------------------------------------------------------------------------
+class ByteTokenizer:
+    """google/byt5-small as NeMo's aggregated tokenizer calls it: each UTF-8 byte + 3, then </s>."""
+
+    def encode(self, text: str) -> list[int]:
+        return [b + BYT5_OFFSET for b in text.encode("utf-8")] + [BYT5_EOS]
+
+
+def tsv_to_dict(tsv: str) -> str:
+    """magpie-tts.cpp's ``word\\tIPA`` lines as a NeMo dictionary (upper-case words, as NeMo's English one)."""
+    lines = (line.split("\t", 1) for line in tsv.splitlines() if "\t" in line)
+    return "".join(f"{word.upper()}  {ipa}\n" for word, ipa in lines)
+
+
 @dataclass(frozen=True)
 class TokenizerEntry:
     name: str
@@ -144,28 +182,37 @@ class MagpieText:
                 name, gguf.get_str(_key(name, "kind")), gguf.get_int(_key(name, "offset")),
                 gguf.get_int(_key(name, "size")), config,
             )  # fmt: skip
+        rows = gguf.info(K.TEXT_EMBEDDING).shape[0] if K.TEXT_EMBEDDING in gguf else 0
+        for entry in self.entries.values():
+            if entry.offset < 0 or entry.size < 1 or entry.offset + entry.size > rows - 2:
+                last = entry.offset + entry.size - 1
+                raise GGUFError(
+                    f"{gguf.path}: tokenizer '{entry.name}' claims ids {entry.offset}..{last}, beyond the {rows}-token "
+                    "text embedding (less BOS and EOS)"
+                )
         mapping = dict(item.split("=", 1) for item in gguf.get_list(K.LANGUAGES, []) if "=" in item)
         self.languages: dict[str, str] = {}
         for lang, candidates in LANGUAGE_CANDIDATES.items():
             name = mapping.get(lang) or next((c for c in candidates if c in self.entries), None)
             if name is not None and name in self.entries:
                 self.languages[lang] = name
-        if not self.entries and K.TOKENIZER_VOCAB in gguf:
+        if not self.entries and gguf.get(K.TOKENIZER_VOCAB) is not None:
             self._cpp_english(gguf)
         self._ipa: dict[str, IpaTokenizer] = {}
 
     def _cpp_english(self, gguf: GGUFFile) -> None:
-        """A file from magpie-tts.cpp: its English tokens and dictionary (``word\\tIPA``) keys."""
+        """A file from magpie-tts.cpp: its English tokens and dictionary (``word\\tIPA``) keys, read with NeMo's
+        English settings for this checkpoint (:data:`CPP_ENGLISH_CONFIG`); such files carry no heteronym list."""
         tokens = gguf.get_str(K.TOKENIZER_VOCAB).split("\n")
-        self.entries[ENGLISH] = TokenizerEntry(ENGLISH, "cpp", 0, len(tokens), {})
+        self.entries[ENGLISH] = TokenizerEntry(ENGLISH, CPP, 0, len(tokens), dict(CPP_ENGLISH_CONFIG))
         self.languages["en"] = ENGLISH
 
     @cached_property
     def spoken(self) -> tuple[str, ...]:
         """Languages this file can speak here."""
-        return tuple(lang for lang, name in self.languages.items() if self.entries[name].kind == IPA)
+        return tuple(lang for lang, name in self.languages.items() if self.entries[name].kind in RUNNABLE)
 
-    def tokenizer(self, language: str) -> IpaTokenizer:
+    def tokenizer(self, language: str) -> IpaTokenizer | ByteTokenizer:
         from ggtts.text import nemo_ipa
 
         name = self.languages.get(language)
@@ -174,20 +221,25 @@ class MagpieText:
                 f"this Magpie model has no tokenizer for language '{language}'; it speaks {', '.join(self.spoken)}"
             )
         entry = self.entries[name]
-        if entry.kind != IPA:
+        if entry.kind not in RUNNABLE:
             raise InputError(
                 f"language '{language}' uses tokenizer '{name}', which ggtts cannot run yet; it speaks "
                 f"{', '.join(self.spoken)}"
             )
+        if entry.kind == BYT5:
+            return ByteTokenizer()
         if name not in self._ipa:
             g = self._gguf
             spec = nemo_ipa.IpaTokenizerSpec.from_config(
                 entry.config, nemo_version=g.get_str(K.NEMO_VERSION, "") or None
             )
-            heteronyms = g.get_str(_key(name, "heteronyms"), "")
-            self._ipa[name] = nemo_ipa.IpaTokenizer(
-                spec, list(g.get_list(_key(name, "tokens"))), g.get_str(_key(name, "dict"), ""), heteronyms or None
-            )
+            if entry.kind == CPP:
+                tokens = g.get_str(K.TOKENIZER_VOCAB).split("\n")
+                self._ipa[name] = nemo_ipa.IpaTokenizer(spec, tokens, tsv_to_dict(g.get_str(K.TOKENIZER_DICT, "")))
+            else:
+                heteronyms = g.get_str(_key(name, "heteronyms"), "") or None
+                tokens = list(g.get_list(_key(name, "tokens")))
+                self._ipa[name] = nemo_ipa.IpaTokenizer(spec, tokens, g.get_str(_key(name, "dict"), ""), heteronyms)
         return self._ipa[name]
 
     def encode(self, text: str, language: str) -> list[int]:

@@ -58,7 +58,7 @@ class InferenceDefaults:
     cfg_scale: float = DEFAULT_CFG_SCALE
     max_decoder_steps: int = DEFAULT_MAX_DECODER_STEPS
     min_generated_frames: int = DEFAULT_MIN_GENERATED_FRAMES
-    apply_attention_prior: bool = False
+    apply_attention_prior: bool = True  # NeMo's default (magpie-tts.cpp's files carry no setting)
     prior_epsilon: float = DEFAULT_PRIOR_EPSILON
     prior_lookahead: int = DEFAULT_PRIOR_LOOKAHEAD
     prior_layers: tuple[int, ...] = ()  # empty: all layers
@@ -89,6 +89,11 @@ class MagpieConfig:
     forbidden_ids: tuple[int, ...]  # special tokens never sampled (EOS apart)
     sample_rate: int
     inference: InferenceDefaults = field(default_factory=InferenceDefaults)
+
+    @property
+    def max_frames(self) -> int:
+        """The most codec frames one utterance can have: the decoder's positions after the context and BOS."""
+        return (self.decoder.max_positions - self.context_frames - 1) * self.frame_stacking
 
     @property
     def tables(self) -> int:
@@ -150,6 +155,8 @@ class MagpieConfig:
                 "xa_d_head": xa_d_head,
             }
         )
+        if decoder.kernel_size != 1:  # a wider kernel would need the previous rows at every cached step
+            raise GGUFError(f"{path}: the decoder's feed-forward kernel is {decoder.kernel_size}; ggtts runs kernel 1")
         lt = stack("local_transformer", layers(K.LT_LAYERS), heads(K.LT_HEADS, CPP_LT_HEADS), None, 1)
         if lt.kernel_size != 1:
             raise GGUFError(f"{path}: the local transformer's convolutions have kernel {lt.kernel_size}; NeMo's is 1")
@@ -188,9 +195,12 @@ class MagpieConfig:
             temperature=gguf.get_float(K.TEMPERATURE, DEFAULT_TEMPERATURE),
             top_k=gguf.get_int(K.TOP_K, DEFAULT_TOP_K),
             cfg_scale=gguf.get_float(K.CFG_SCALE, DEFAULT_CFG_SCALE),
-            max_decoder_steps=gguf.get_int(K.MAX_DECODER_STEPS, DEFAULT_MAX_DECODER_STEPS),
+            # a file without the key (magpie-tts.cpp's) gets NeMo's 500, or as many as the positions allow
+            max_decoder_steps=gguf.get_int(
+                K.MAX_DECODER_STEPS, min(DEFAULT_MAX_DECODER_STEPS, (decoder.max_positions - frames - 1) * stacking)
+            ),
             min_generated_frames=gguf.get_int(K.MIN_GENERATED_FRAMES, DEFAULT_MIN_GENERATED_FRAMES),
-            apply_attention_prior=bool(gguf.get(K.PRIOR, False)),
+            apply_attention_prior=bool(gguf.get(K.PRIOR, True)),
             prior_epsilon=gguf.get_float(K.PRIOR_EPSILON, DEFAULT_PRIOR_EPSILON),
             prior_lookahead=gguf.get_int(K.PRIOR_LOOKAHEAD, DEFAULT_PRIOR_LOOKAHEAD),
             prior_layers=tuple(gguf.get_list(K.PRIOR_LAYERS, [])),
@@ -204,7 +214,7 @@ class MagpieConfig:
         ):
             if any(not 0 <= i < decoder.n_layers for i in layer_list):
                 raise GGUFError(f"{path}: {key} names a layer outside 0..{decoder.n_layers - 1}")
-        return cls(
+        config = cls(
             d_model=d_model,
             text_vocab_size=text_vocab,
             num_codebooks=num_codebooks,
@@ -226,3 +236,11 @@ class MagpieConfig:
             sample_rate=V.SAMPLE_RATE.check(path, K.SAMPLE_RATE, gguf.get_int(K.SAMPLE_RATE)),
             inference=inference,
         )
+        if not 0 <= config.text_eos_id < text_vocab or not 0 <= config.text_bos_id < text_vocab:
+            raise GGUFError(f"{path}: text BOS/EOS ids are outside the {text_vocab}-token text embedding")
+        if config.max_frames < 1 or inference.max_decoder_steps > config.max_frames:
+            raise GGUFError(
+                f"{path}: {K.MAX_DECODER_STEPS} is {inference.max_decoder_steps} frames, but the decoder's positions "
+                f"allow {config.max_frames} after the {frames}-frame context"
+            )
+        return config

@@ -43,24 +43,29 @@ def _layer_norm(d: int) -> nn.LayerNorm:
 class CausalConv(nn.Module):
     """NeMo's ``ConvolutionLayer`` with ``is_causal``: left padding of ``kernel - 1``, no bias.
 
-    A kernel-1 convolution is a linear map; ``stored`` (set at load, :func:`store_pointwise`) multiplies it with
-    ggml's kernels in a stored type instead, and the float weight is dropped."""
+    It is a sum of ``kernel`` linear maps of shifted inputs (one, for kernel 1); ``stored`` (set at load,
+    :func:`store_convolutions`) holds them as ggml multiplies them in a stored type, and the float weight is
+    dropped."""
 
     def __init__(self, d_in: int, d_out: int, kernel: int) -> None:
         super().__init__()
         self.kernel = kernel
         self.conv: nn.Conv1d | None = nn.Conv1d(d_in, d_out, kernel, bias=False)
-        self.stored: Callable[[torch.Tensor], torch.Tensor] | None = None
+        self.stored: list[Callable[[torch.Tensor], torch.Tensor]] | None = None  # per kernel tap
 
-    def forward(self, x: torch.Tensor, history: torch.Tensor | None = None) -> torch.Tensor:
-        """``x`` (B, C, T); ``history`` (B, C, kernel - 1): the inputs before ``x`` (zeros at the start)."""
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x`` (B, C, T) -> (B, C_out, T), each output from its input and the ``kernel - 1`` before it."""
         if self.stored is not None:
-            return self.stored(x.transpose(1, 2)).transpose(1, 2)
+            t = x.shape[2]
+            rows = F.pad(x.transpose(1, 2), (0, 0, self.kernel - 1, 0))  # (B, kernel - 1 + T, C)
+            y = self.stored[0](rows[:, :t])
+            for tap in range(1, self.kernel):
+                y = y + self.stored[tap](rows[:, tap : tap + t])
+            return y.transpose(1, 2)
         assert self.conv is not None
         if self.kernel == 1:
             return F.linear(x.transpose(1, 2), self.conv.weight[:, :, 0]).transpose(1, 2)
-        x = F.pad(x, (self.kernel - 1, 0)) if history is None else torch.cat([history, x], dim=2)
-        return self.conv(x)
+        return self.conv(F.pad(x, (self.kernel - 1, 0)))
 
 
 class PositionwiseConvFF(nn.Module):
@@ -83,14 +88,23 @@ class SelfAttention(nn.Module):
         self.o_net = nn.Linear(d_model, d_model, bias=False)
 
     def forward(
-        self, x: torch.Tensor, cache: KVCache | None, layer: int, start: int, key_valid: torch.Tensor | None
+        self,
+        x: torch.Tensor,
+        cache: KVCache | None,
+        layer: int,
+        start: int,
+        key_valid: torch.Tensor | None,
+        last: int | None = None,
     ) -> torch.Tensor:
-        """``x`` (B, T, C) at positions ``start..start+T``; causal. ``key_valid`` (B, start+T) bool or None."""
+        """``x`` (B, T, C) at positions ``start..start+T``; causal. ``key_valid`` (B, start+T) bool or None.
+        ``last``: only the last rows' outputs (every row's keys and values still go to the cache)."""
         b, t, _ = x.shape
         qkv = self.qkv_net(x).reshape(b, t, 3, self.n_heads, self.d_head)
         q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # (B, H, T, Dh)
         if cache is not None:
             k, v = cache.update(layer, start, k, v)
+        if last is not None:
+            q, t = q[:, :, t - last :], last
         s = k.shape[2]
         score = torch.matmul(q, k.transpose(2, 3)) * self.d_head**-0.5  # (B, H, T, S)
         allowed = torch.ones(t, s, dtype=torch.bool, device=x.device).tril(s - t)  # causal: key <= query
@@ -152,6 +166,9 @@ class LayerInputs:
     memory_valid: torch.Tensor | None = None  # (B, S) bool
     cross_rows: int | None = None  # only the first rows of the batch cross-attend (the rest: CFG's null text)
     priors: list[torch.Tensor | None] | None = None  # per layer: (rows, 1 or T, S) or None
+    # the final layer computes only these last rows (the rows before matter only as keys and values: a prefill);
+    # for stacks with pointwise feed-forwards
+    last_rows: int | None = None
 
 
 class TransformerLayer(nn.Module):
@@ -167,8 +184,13 @@ class TransformerLayer(nn.Module):
         self.norm_pos_ff = _layer_norm(cfg.d_model)
         self.pos_ff = PositionwiseConvFF(cfg.d_model, cfg.d_ffn, cfg.kernel_size)
 
-    def forward(self, x: torch.Tensor, index: int, inputs: LayerInputs) -> tuple[torch.Tensor, torch.Tensor | None]:
-        x = x + self.self_attention(self.norm_self(x), inputs.cache, index, inputs.start, inputs.key_valid)
+    def forward(
+        self, x: torch.Tensor, index: int, inputs: LayerInputs, last: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``last``: go on with the last rows only after the self-attention has cached every row's keys and values
+        (a pointwise feed-forward needs no neighbours)."""
+        y = self.self_attention(self.norm_self(x), inputs.cache, index, inputs.start, inputs.key_valid, last)
+        x = (x if last is None else x[:, x.shape[1] - last :]) + y
         prob = None
         if self.has_xattn and inputs.memory is not None:
             rows = x.shape[0] if inputs.cross_rows is None else inputs.cross_rows
@@ -204,8 +226,9 @@ class Transformer(nn.Module):
         positions = torch.arange(inputs.start, inputs.start + x.shape[1], device=x.device)
         x = x + self.position_embeddings(positions)[None]
         probs = []
+        final = len(self.layers) - 1
         for index, layer in enumerate(self.layers):
-            x, prob = layer(x, index, inputs)
+            x, prob = layer(x, index, inputs, inputs.last_rows if index == final else None)
             probs.append(prob)
         return self.norm_out(x), probs
 
@@ -308,37 +331,35 @@ def parameter_count(model: nn.Module) -> int:
     return sum(math.prod(p.shape) for p in model.parameters())
 
 
-def store_pointwise(model: nn.Module, gguf: GGUFFile) -> set[str]:
-    """Kernel-1 feed-forward convolutions multiplied by ggml in a stored type: as the file stores them where that is
-    F16 or BF16 (the bytes of an ``(out, in, 1)`` weight are those of ``(out, in)``), quantized to Q8_0 at load in
-    a Q8_0 file (GGUF blocks run along the kernel axis, so converters, magpie-tts.cpp's too, leave these F32).
-    Returns the file tensor names now held this way, for the strict loader to ignore."""
+def store_convolutions(model: nn.Module, gguf: GGUFFile) -> set[str]:
+    """The feed-forward convolutions multiplied by ggml in a stored type, one matrix per kernel tap: as the file
+    stores them where that is F16 or BF16, quantized to Q8_0 at load in a Q8_0 file (GGUF blocks run along the
+    kernel axis, so converters, magpie-tts.cpp's too, leave these F32). Returns the file tensor names now held this
+    way, for the strict loader to ignore."""
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
     from gguf.quants import quantize
 
-    Q8 = GGMLQuantizationType.Q8_0
-    Q8_BLOCK = GGML_QUANT_SIZES[Q8][0]
-
     from ggtts.runtime.ggml_kernels import MatMul, multiplies
 
-    q8_file = gguf.get("general.file_type") == int(LlamaFileType.MOSTLY_Q8_0) and multiplies(Q8)
+    q8 = GGMLQuantizationType.Q8_0
+    halves = (GGMLQuantizationType.F16, GGMLQuantizationType.BF16)
+    q8_file = gguf.get("general.file_type") == int(LlamaFileType.MOSTLY_Q8_0) and multiplies(q8)
     consumed: set[str] = set()
     for path, module in model.named_modules():
-        if not isinstance(module, CausalConv) or module.kernel != 1 or module.conv is None:
-            continue
         name = f"{path}.conv.weight"
-        if name not in gguf or gguf.byte_order != "<":
+        if not isinstance(module, CausalConv) or module.conv is None or name not in gguf or gguf.byte_order != "<":
             continue
         info = gguf.info(name)
-        n_out, n_in, _ = info.shape
-        if info.type in (GGMLQuantizationType.F16, GGMLQuantizationType.BF16) and multiplies(info.type):
-            raw, qtype = gguf.raw(name).view(np.uint8).reshape(n_out, -1), info.type
-        elif q8_file and info.type == GGMLQuantizationType.F32 and n_in % Q8_BLOCK == 0:
-            weight = gguf.tensor(name).reshape(n_out, n_in).numpy()
-            raw, qtype = quantize(weight, Q8), Q8
+        n_out, n_in, kernel = info.shape
+        if info.type in halves and multiplies(info.type):
+            stored = gguf.raw(name).view(np.uint16).reshape(n_out, n_in, kernel)
+            taps = [(np.ascontiguousarray(stored[:, :, i]).view(np.uint8), info.type) for i in range(kernel)]
+        elif q8_file and info.type == GGMLQuantizationType.F32 and n_in % GGML_QUANT_SIZES[q8][0] == 0:
+            weight = gguf.tensor(name).numpy()
+            taps = [(quantize(np.ascontiguousarray(weight[:, :, i]), q8), q8) for i in range(kernel)]
         else:
             continue
-        module.stored = MatMul(np.ascontiguousarray(raw), qtype, n_out, n_in)
+        module.stored = [MatMul(raw, qtype, n_out, n_in) for raw, qtype in taps]
         module.conv = None
         consumed.add(name)
     return consumed
@@ -349,13 +370,13 @@ def load_magpie(gguf: GGUFFile, device: str | torch.device = "cpu", *, stored_we
 
     Linear maps whose weights the file stores as F16, BF16 or Q8_0 keep them so and are multiplied by ggml's CPU
     kernels (where the ``quant`` extra is installed and the device is the CPU); so are the pointwise feed-forwards
-    of a Q8_0 file (:func:`store_pointwise`). Otherwise weights are widened to float32."""
+    of a Q8_0 file (:func:`store_convolutions`). Otherwise weights are widened to float32."""
     from ggtts.runtime.stored_weights import stored_weights_plan, use_stored_weights
 
     cfg = MagpieConfig.from_gguf(gguf)
     with torch.device("meta"):
         model = MagpieTTS(cfg)
     plan = stored_weights_plan(device, stored_weights)
-    consumed = use_stored_weights(model, gguf) | store_pointwise(model, gguf) if plan.stored else set()
+    consumed = use_stored_weights(model, gguf) | store_convolutions(model, gguf) if plan.stored else set()
     load_module_from_gguf(model, gguf, ignore=consumed, device=device)
     return model.eval()

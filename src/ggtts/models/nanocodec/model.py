@@ -4,7 +4,8 @@ Module attribute names are NeMo's (``AudioCodecModel.vector_quantizer`` and ``.a
 into plain ``weight``), so ``state_dict()`` keys are the upstream names and the GGUF names are their magpie-tts.cpp
 shortening (``NanoCodec.tensor_name``). Every convolution is causal: it pads on the left only, and a transposed
 convolution drops the samples that spill past the input's end. So the audio of a frame depends on that frame and
-those before it, and decoding in chunks with enough left context (:class:`NanoCodecStream`) gives the same samples.
+those before it, and decoding in chunks, each causal layer keeping its past between them (:class:`NanoCodecStream`),
+gives the same samples.
 """
 
 from __future__ import annotations
