@@ -12,7 +12,7 @@ its own) on the same 41 text tokens with guidance on, then off: EOS is held off 
 ``--frames`` codec frames (86 = 4.0 s of audio; 21.5 frames/s is real time).
 
 - ggtts is warmed up first as ``ggtts serve`` warms a model (a few frames of another text), then streams as its
-  pipeline does (the first decoder step's frames at once, then 4 frames a chunk), twice: first audio is when the
+  pipeline does (the very first frame at once, then 4 frames a chunk), twice: first audio is when the
   first chunk's samples exist, for a text length it has not seen ("first audio": ggml builds its graphs for the
   new input length) and for the same text once more ("again");
 - NeMo runs ``infer_batch`` with the local transformer as ``do_tts`` does, then its codec; it gives no audio before
@@ -101,13 +101,15 @@ def _utterance(model: Any, codec: Any, params: Any, ids: list[int], frames: int)
     for codes in MagpieGenerator(model, params).frames(ids, 0):
         pending.append(codes)
         n += codes.shape[1]
-        if sum(c.shape[1] for c in pending) >= (4 if first else 1) or n == frames:  # the pipeline's chunking
+        if not first:  # the pipeline's chunking: the very first frame at once, then 4 frames a chunk
+            stream.push(pending[0][:, :1])
+            first = time.perf_counter() - start
+            pending = [pending[0][:, 1:]]
+        if sum(c.shape[1] for c in pending) >= 4 or n == frames:
             t = time.perf_counter()
             stream.push(torch.cat(pending, dim=1))
             model_time -= time.perf_counter() - t  # the codec's share, counted apart
             pending = []
-            if not first:
-                first = time.perf_counter() - start
     total = time.perf_counter() - start
     return n, model_time + total, total, first
 

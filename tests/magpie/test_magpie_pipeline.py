@@ -36,7 +36,7 @@ def test_speaks_with_the_codec_found_beside_it(files: tuple[Path, Path]) -> None
 
 
 def test_streamed_chunks_join_to_the_one_shot_decoding_of_the_codes(files: tuple[Path, Path]) -> None:
-    """The stream (first step alone, then 3 frames a chunk) against the codec decoding all the utterance's codes at
+    """The stream (the first frame alone, then 3 frames a chunk) against the codec decoding all the utterance's codes at
     once, drawn with the same seed: the codec's per-layer streaming state makes the pieces join (float noise)."""
     import torch
 
@@ -46,7 +46,7 @@ def test_streamed_chunks_join_to_the_one_shot_decoding_of_the_codes(files: tuple
     tts = ggtts.load(files[0])
     text = "Hello world. This is a test of the magpie voice!"
     parts = list(tts.stream(text, voice="Leo", max_frames=12, chunk_frames=3, seed=5))
-    assert [len(p) // 64 for p in parts] == [2, 4, 4, 2]  # the tiny codec: 64 samples a frame
+    assert [len(p) // 64 for p in parts] == [1, 3, 4, 4]  # the tiny codec: 64 samples a frame
     assert [p.offset for p in parts] == [0.0, *np.cumsum([p.duration for p in parts[:-1]])]
     ids = tts.text.encode(text, "en")
     codes = generate_codes(tts.model, ids, 2, tts.params({"max_frames": 12, "seed": 5}))
@@ -207,36 +207,41 @@ def test_a_file_with_only_magpie_tts_cpp_keys_speaks_the_same(files: tuple[Path,
     assert torch.equal(generate_codes(a, ids, 0, params), generate_codes(b, ids, 0, params))
 
 
-def test_byte_tokenizers_follow_the_ipa_one_with_their_offsets(files: tuple[Path, Path], tmp_path: Path) -> None:
-    """A checkpoint whose second tokenizer is google/byt5-small (NeMo's French, Italian, Vietnamese, Korean): its
-    ids follow the English ones, each byte + 3 then </s>, as transformers' ByT5Tokenizer encodes; EOS is last."""
+ADDED_TOKENIZERS = {  # as nvidia/magpie_tts_multilingual_357m configures them (after its English one)
+    "french_chartokenizer": {"_target_": "AutoTokenizer", "pretrained_model": "google/byt5-small"},
+    "arabic_MSA_chartokenizer": {
+        "_target_": "nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers.ArabicCharsTokenizer",
+        "charset_version": 1,
+    },
+    "japanese_phoneme": {
+        "_target_": "nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers.JapanesePhonemeTokenizer",
+        "punct": True,
+        "apostrophe": True,
+        "pad_with_space": True,
+        "g2p": {"_target_": "nemo.collections.tts.g2p.models.ja_jp_ipa.JapaneseKatakanaAccentG2p"},
+    },
+}
+
+
+def _with_tokenizers(source: Path, out_path: Path, added: dict[str, dict[str, object]], rows: int) -> Path:
+    """The .nemo ``source`` with ``added`` tokenizers after its own and ``rows`` more text-embedding rows."""
     import io
     import tarfile
 
     import torch
     import yaml
 
-    from ggtts.convert.magpie_nemo import convert_magpie
-    from ggtts.families.magpie.text import MagpieText
-    from ggtts.gguf import GGUFFile
-
-    transformers = pytest.importorskip("transformers")
-    source = files[0].parent / "model.nemo"
-    patched = tmp_path / "two-tokenizers.nemo"
-    with tarfile.open(source) as tar, tarfile.open(patched, "w") as out:
+    with tarfile.open(source) as tar, tarfile.open(out_path, "w") as out:
         for member in tar.getmembers():
-            data = tar.extractfile(member).read() if member.isfile() else None
+            data = tar.extractfile(member).read() if member.isfile() else None  # type: ignore[union-attr]
             if member.name.endswith("model_config.yaml"):
                 cfg = yaml.safe_load(data)
-                cfg["text_tokenizers"]["french_chartokenizer"] = {
-                    "_target_": "AutoTokenizer",
-                    "pretrained_model": "google/byt5-small",
-                }
-                data = yaml.safe_dump(cfg).encode()
+                cfg["text_tokenizers"].update(added)
+                data = yaml.safe_dump(cfg, allow_unicode=True, sort_keys=False).encode()
             elif member.name.endswith("model_weights.ckpt"):
                 state = torch.load(io.BytesIO(data), weights_only=True)
                 table = state["text_embedding.weight"]
-                state["text_embedding.weight"] = torch.cat([table[:-2], torch.randn(384, table.shape[1]), table[-2:]])
+                state["text_embedding.weight"] = torch.cat([table[:-2], torch.randn(rows, table.shape[1]), table[-2:]])
                 buffer = io.BytesIO()
                 torch.save(state, buffer)
                 data = buffer.getvalue()
@@ -245,12 +250,43 @@ def test_byte_tokenizers_follow_the_ipa_one_with_their_offsets(files: tuple[Path
                 out.addfile(member, io.BytesIO(data))
             else:
                 out.addfile(member)
-    gguf = GGUFFile(convert_magpie([patched], tmp_path / "two.gguf", "f32"))
+    return out_path
+
+
+def test_the_other_tokenizers_encode_as_nemo_with_their_offsets(files: tuple[Path, Path], tmp_path: Path) -> None:
+    """A checkpoint with byte (ByT5), Arabic character and Japanese tokenizers after its English one, as the
+    multilingual 357M has: the converter sizes each from its config alone, and each language's ids are NeMo's
+    aggregated tokenizer's (NeMo's own classes; transformers' ByT5Tokenizer for the bytes) plus EOS."""
+    pytest.importorskip("pyopenjtalk")
+    transformers = pytest.importorskip("transformers")
+    from nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers import (
+        AggregatedTTSTokenizer,
+        ArabicCharsTokenizer,
+        JapanesePhonemeTokenizer,
+    )
+    from nemo.collections.tts.g2p.models.ja_jp_ipa import JapaneseKatakanaAccentG2p
+
+    from ggtts.convert.magpie_nemo import convert_magpie
+    from ggtts.families.magpie.text import MagpieText
+    from ggtts.gguf import GGUFFile
+
     english = GGUFFile(files[0]).get_int("magpie.tokenizers.english_phoneme.size")
+    byt5 = transformers.ByT5Tokenizer()
+    arabic = ArabicCharsTokenizer(charset_version=1)
+    japanese = JapanesePhonemeTokenizer(JapaneseKatakanaAccentG2p(), punct=True, apostrophe=True, pad_with_space=True)
+    sizes = [len(byt5.get_vocab()), len(arabic.tokens), len(japanese.tokens)]
+    source = files[0].parent / "model.nemo"
+    patched = _with_tokenizers(source, tmp_path / "four.nemo", ADDED_TOKENIZERS, sum(sizes))
+    gguf = GGUFFile(convert_magpie([patched], tmp_path / "four.gguf", "f32"))
     eos = gguf.get_int("magpie.text_eos_id")
+    assert eos == english + sum(sizes) + 1
     text = MagpieText(gguf, eos)
-    assert set(text.spoken) == {"en", "fr"}
-    phrase = "Ça va, l'été?"
-    expected = [english + i for i in transformers.ByT5Tokenizer().encode(phrase)] + [eos]
-    assert text.encode(phrase, "fr") == expected
-    assert eos == english + 384 + 1
+    assert set(text.spoken) == {"en", "fr", "ar", "ja"}
+    reference = AggregatedTTSTokenizer([byt5, arabic, japanese], list(ADDED_TOKENIZERS))
+    for language, name, phrase in (
+        ("fr", "french_chartokenizer", "Ça va, l'été?"),
+        ("ar", "arabic_MSA_chartokenizer", "مَرْحَبًا بِالْعَالَم، كيف حالك؟"),
+        ("ja", "japanese_phoneme", "今日は良い天気ですね。3時に会いましょう！"),
+    ):
+        expected = [english + i for i in reference.encode(phrase, name)] + [eos]
+        assert text.encode(phrase, language) == expected, language

@@ -14,10 +14,10 @@ import yaml
 from _nanocodec_tiny import TinyCodec
 from gguf import GGMLQuantizationType
 
-from ggtts.convert.nanocodec_keys import NanoCodec as K
 from ggtts.convert.nanocodec_nemo import convert_nanocodec, convert_nanocodec_nemo, fold_weight_norm
 from ggtts.errors import ConversionError, GGUFError
 from ggtts.gguf import GGUFFile, ModelWriter
+from ggtts.gguf.keys import NanoCodec as K
 from ggtts.models.nanocodec.config import CPP_DEFAULTS, NanoCodecConfig
 from ggtts.models.nanocodec.model import NanoCodec
 

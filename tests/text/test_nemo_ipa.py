@@ -7,9 +7,8 @@ dictionaries are small ones written here in NeMo's format (comments, "(1)" varia
 
 from __future__ import annotations
 
-import socket
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -419,22 +418,6 @@ SENTENCES = [
 _WORDS = ("dog", "dog's", "dogs", "Hello", "hola", "Hallo", "3", "x-y", "über", "'")
 _SEPARATORS = (" ", ", ", "-", "'", "  ", "’", ".", "")
 SENTENCES += [f"{a}{sep}{b}" for a in _WORDS for sep in _SEPARATORS for b in _WORDS[:4]]
-
-
-@pytest.fixture(scope="module")
-def no_network() -> Iterator[None]:
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError(f"network or download attempted: {args!r}")
-
-    with pytest.MonkeyPatch.context() as patch:
-        for target, name in [
-            (socket.socket, "connect"),
-            (socket.socket, "connect_ex"),
-            (socket, "create_connection"),
-            (socket, "getaddrinfo"),
-        ]:
-            patch.setattr(target, name, refuse)
-        yield
 
 
 @pytest.fixture(scope="module")

@@ -16,11 +16,11 @@ from typing import Any
 
 import torch
 
-from ggtts.convert.nanocodec_keys import NanoCodec as K
 from ggtts.convert.nemo_archive import CONFIG as NEMO_CONFIG
 from ggtts.convert.nemo_archive import one_line as _one_line
 from ggtts.convert.nemo_archive import open_nemo
 from ggtts.errors import ConversionError, GGUFError
+from ggtts.gguf.keys import NanoCodec as K
 from ggtts.gguf.write import ModelWriter, OutType, refuse_low_bit
 from ggtts.models.nanocodec.config import NanoCodecConfig
 

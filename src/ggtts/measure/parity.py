@@ -59,15 +59,16 @@ def compare(
 
 def print_table(results: list[StageResult], out: Any = None) -> None:
     out = out or sys.stdout
+    w = max([11, *(len(r.stage) + 1 for r in results)])
     print(
-        f"{'stage':<11}{'dtype':>8}{'shape':>10}{'max abs diff':>14}{'peak':>10}{'diff/peak':>11}"
+        f"{'stage':<{w}}{'dtype':>8}{'shape':>10}{'max abs diff':>14}{'peak':>10}{'diff/peak':>11}"
         f"{'correlation':>13}{'std ratio':>11}{'tolerance':>11}  ok",
         file=out,
     )
     for r in results:
         shape = "x".join(str(s) for s in r.shape) or "scalar"
         print(
-            f"{r.stage:<11}{r.dtype:>8}{shape:>10}{r.max_abs_diff:>14.3g}{r.peak:>10.4g}{r.relative:>11.3g}"
+            f"{r.stage:<{w}}{r.dtype:>8}{shape:>10}{r.max_abs_diff:>14.3g}{r.peak:>10.4g}{r.relative:>11.3g}"
             f"{r.correlation:>13.6f}{r.std_ratio:>11.6f}{r.tolerance:>11.0e}  {'yes' if r.ok else 'NO'}",
             file=out,
         )

@@ -187,19 +187,19 @@ class IpaTokenizerSpec:
         target = str(cfg.get("_target_", ""))
         if target.rsplit(".", 1)[-1] != "IPATokenizer":
             raise ValueError(f"not an IPATokenizer config (_target_ {target!r})")
-        _check_keys(cfg, _TOKENIZER_KEYS, "IPATokenizer")
+        check_keys(cfg, _TOKENIZER_KEYS, "IPATokenizer")
         g2p = cfg.get("g2p")
         if not isinstance(g2p, Mapping):
             raise ValueError("the IPATokenizer config has no g2p section; it needs an IpaG2p")
         g2p_target = str(g2p.get("_target_", ""))
         if g2p_target.rsplit(".", 1)[-1] != "IpaG2p":
             raise ValueError(f"IPATokenizer's g2p is {g2p_target!r}; only IpaG2p is supported")
-        _check_keys(g2p, _G2P_KEYS, "IpaG2p")
+        check_keys(g2p, _G2P_KEYS, "IpaG2p")
         if g2p.get("apply_to_oov_word") is not None:
             raise ValueError("IpaG2p's apply_to_oov_word (a Python callable) is not supported")
 
-        locale = _optional_str(cfg, "locale", "en-US")
-        punct_list = _optional_symbols(cfg, "non_default_punct_list")
+        locale = optional_str(cfg, "locale", "en-US")
+        punct_list = optional_symbols(cfg, "non_default_punct_list")
         locale_specific = cfg.get("locale_specific_punct")
         if locale_specific is None:  # NeMo reads an explicit null as unset too
             locale_specific = not (
@@ -222,20 +222,20 @@ class IpaTokenizerSpec:
             punct=bool(cfg.get("punct", True)),
             non_default_punct_list=punct_list,
             locale_specific_punct=bool(locale_specific),
-            fixed_vocab=_optional_symbols(cfg, "fixed_vocab") or None,  # NeMo treats an empty list as none
-            space=_required_str(cfg, "space", " "),
-            silence=_optional_str(cfg, "silence", None),
+            fixed_vocab=optional_symbols(cfg, "fixed_vocab") or None,  # NeMo treats an empty list as none
+            space=required_str(cfg, "space", " "),
+            silence=optional_str(cfg, "silence", None),
             apostrophe=bool(cfg.get("apostrophe", False)),
-            oov=_required_str(cfg, "oov", OOV),
-            sep=_required_str(cfg, "sep", "|"),
+            oov=required_str(cfg, "oov", OOV),
+            sep=required_str(cfg, "sep", "|"),
             add_blank_at=None if add_blank_at is None else str(add_blank_at),
             pad_with_space=bool(cfg.get("pad_with_space", False)),
-            g2p_locale=_optional_str(g2p, "locale", "en-US"),
+            g2p_locale=optional_str(g2p, "locale", "en-US"),
             use_chars=bool(g2p.get("use_chars", False)),
             phoneme_probability=None if probability is None else float(probability),
             ignore_ambiguous_words=bool(g2p.get("ignore_ambiguous_words", True)),
             use_stresses=bool(g2p.get("use_stresses", True)),
-            grapheme_case=_required_str(g2p, "grapheme_case", "upper"),
+            grapheme_case=required_str(g2p, "grapheme_case", "upper"),
             grapheme_prefix=prefix,
             heteronyms=_inline_heteronyms(g2p.get("heteronyms"), plain_lists),
             phoneme_dict_paths=_dict_paths(g2p.get("phoneme_dict"), plain_lists),
@@ -243,27 +243,27 @@ class IpaTokenizerSpec:
         )
 
 
-def _check_keys(cfg: Mapping[str, object], known: frozenset[str], what: str) -> None:
+def check_keys(cfg: Mapping[str, object], known: frozenset[str], what: str) -> None:
     unknown = sorted(set(cfg) - known)
     if unknown:
         raise ValueError(f"{what} setting(s) {', '.join(map(repr, unknown))} are not supported")
 
 
-def _optional_str(cfg: Mapping[str, object], key: str, default: str | None) -> str | None:
+def optional_str(cfg: Mapping[str, object], key: str, default: str | None) -> str | None:
     value = cfg.get(key, default)
     if value is not None and not isinstance(value, str):
         raise ValueError(f"{key} must be a string, not {value!r}")
     return value
 
 
-def _required_str(cfg: Mapping[str, object], key: str, default: str) -> str:
-    value = _optional_str(cfg, key, default)
+def required_str(cfg: Mapping[str, object], key: str, default: str) -> str:
+    value = optional_str(cfg, key, default)
     if value is None:
         raise ValueError(f"{key} must be a string, not null")
     return value
 
 
-def _optional_symbols(cfg: Mapping[str, object], key: str) -> tuple[str, ...] | None:
+def optional_symbols(cfg: Mapping[str, object], key: str) -> tuple[str, ...] | None:
     value = cfg.get(key)
     if value is None:
         return None
@@ -351,7 +351,7 @@ def _parse_dictionaries(dict_text: str | Sequence[str]) -> dict[str, Prons]:
     return merged
 
 
-def _set_case(text: str, case: str) -> str:
+def set_case(text: str, case: str) -> str:
     if case == "upper":
         return text.upper()
     if case == "lower":
@@ -376,7 +376,7 @@ class _Lexicon:
         unstress = str.maketrans("", "", _STRESS_MARKS)
         graphemes = spec.graphemes_in_vocab
         for word, prons in parsed.items():
-            cased = _set_case(word, spec.grapheme_case)
+            cased = set_case(word, spec.grapheme_case)
             if graphemes:
                 symbols.update(_with_prefix(_NOT_WORD_CHAR.sub("", cased), spec.grapheme_prefix))
             if not spec.use_stresses:
@@ -393,7 +393,7 @@ class _Lexicon:
         """``IpaG2p.replace_symbols`` (a ``fixed_vocab``): drop words and pronunciations outside ``symbols``."""
         for word in list(self.words):
             prons = self.words[word]
-            if not set(_with_prefix(_set_case(word, spec.grapheme_case), spec.grapheme_prefix)) <= symbols:
+            if not set(_with_prefix(set_case(word, spec.grapheme_case), spec.grapheme_prefix)) <= symbols:
                 del self.words[word]
                 continue
             legal = [pron for pron in prons if set(pron) <= symbols]
@@ -410,7 +410,7 @@ def _with_prefix(word: str, prefix: str) -> list[str]:
 
 def _preprocessor(locale: str | None) -> Callable[[str], str]:
     """The tokenizer's text normalization for its locale."""
-    return _english_text if locale == "en-US" else _any_locale_text
+    return _english_text if locale == "en-US" else any_locale_text
 
 
 def _english_text(text: str) -> str:
@@ -419,7 +419,7 @@ def _english_text(text: str) -> str:
     return "".join(c for c in decomposed if unicodedata.category(c) != "Mn").translate(_SYNOGLYPHS)
 
 
-def _any_locale_text(text: str) -> str:
+def any_locale_text(text: str) -> str:
     """Every other locale: compose (NFC), "’" -> "'"."""
     return _nfc(text).replace("’", "'")
 
@@ -450,13 +450,19 @@ def _vocabulary(spec: IpaTokenizerSpec, symbols: set[str]) -> list[str]:
         ordered.append(spec.space)
     if spec.silence is not None:
         ordered.append(spec.silence)
-    ordered.append(PAD)
-    if spec.add_blank_at is not None:
-        ordered.append(BLANK)
-    ordered.append(spec.oov)
-    if spec.add_blank_at == "last":
-        ordered[-1], ordered[-2] = ordered[-2], ordered[-1]
-    return ordered
+    return with_special_tokens(ordered, spec.add_blank_at, spec.oov)
+
+
+def with_special_tokens(tokens: list[str], add_blank_at: str | None, oov: str = OOV) -> list[str]:
+    """NeMo's ``BaseTokenizer`` ending of every vocabulary: ``<pad>``, then ``<blank>`` (if any) and the OOV token,
+    the blank after the OOV token when ``add_blank_at`` is "last". Extends and returns ``tokens``."""
+    tokens.append(PAD)
+    if add_blank_at is not None:
+        tokens.append(BLANK)
+    tokens.append(oov)
+    if add_blank_at == "last":
+        tokens[-1], tokens[-2] = tokens[-2], tokens[-1]
+    return tokens
 
 
 def _punctuation(spec: IpaTokenizerSpec) -> list[str]:
@@ -540,7 +546,7 @@ class IpaTokenizer:
     def _word(self, word: str) -> tuple[list[str], bool]:
         """``IpaG2p.parse_one_word``: the symbols of one word, and whether it was more than an OOV spelling."""
         spec = self.spec
-        word = _set_case(word, spec.grapheme_case)
+        word = set_case(word, spec.grapheme_case)
         if _HAS_WORD_CHAR.search(word) is None:  # punctuation and spaces
             return list(word), True
         if self._heteronyms and word in self._heteronyms:
@@ -608,7 +614,7 @@ def _heteronym_set(spec: IpaTokenizerSpec, heteronyms_text: str | None) -> froze
         words = spec.heteronyms
     else:
         return frozenset()
-    return frozenset(_set_case(word, spec.grapheme_case) for word in words)
+    return frozenset(set_case(word, spec.grapheme_case) for word in words)
 
 
 def dict_to_tsv(dict_text: str | Sequence[str]) -> str:
@@ -661,7 +667,7 @@ def tokenizer_size(name: str, cfg: Mapping[str, object], *, nemo_version: str | 
             raise ValueError(f"{name}: chars must be a string or a list, not {chars!r}")
         n_chars = len(chars)
     else:
-        version = _version(cfg, "charset_version", name, legacy)
+        version = config_version(cfg, "charset_version", name, legacy)
         latin = len(string.ascii_letters) if kind == "ArabicCharsTokenizer" or version == 2 else 26
         n_chars = graphemes * (2 if version == 1 else 1) + latin
     n_punct = 0
@@ -670,7 +676,7 @@ def tokenizer_size(name: str, cfg: Mapping[str, object], *, nemo_version: str | 
             "non_default_punct_list", ipa_punctuation(locale) if kind == "ArabicCharsTokenizer" else None
         )
         if punct_list is None and kind == "HindiCharsTokenizer":
-            version = _version(cfg, "punct_version", name, legacy)
+            version = config_version(cfg, "punct_version", name, legacy)
             punct_list = ipa_punctuation(locale) if version == 2 else DEFAULT_PUNCTUATION
         if not isinstance(punct_list, str | Sequence):
             punct_list = DEFAULT_PUNCTUATION  # an explicit null: the base class's list
@@ -680,7 +686,7 @@ def tokenizer_size(name: str, cfg: Mapping[str, object], *, nemo_version: str | 
     return 1 + n_chars + apostrophe + n_punct + 1 + blank + 1  # space, ..., pad, blank, oov
 
 
-def _version(cfg: Mapping[str, object], key: str, name: str, legacy: bool) -> int:
+def config_version(cfg: Mapping[str, object], key: str, name: str, legacy: bool) -> int:
     value = cfg.get(key)
     if value is None:
         return 1 if legacy else 2

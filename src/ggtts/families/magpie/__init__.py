@@ -16,10 +16,11 @@ from typing import Any
 from ggtts.errors import InputError
 from ggtts.families.base import Capabilities, Companion, Family, check_seed, option
 from ggtts.gguf.keys import Magpie as K
+from ggtts.gguf.keys import NanoCodec as NanoCodecKeys
 
 MAX_CHARS = 5000
 LANGUAGES = ("en", "es", "de", "fr", "it", "vi", "zh", "hi", "ja", "pt", "ko", "ar")  # what checkpoints may hold
-CODEC_ARCH = "nano-codec"
+CODEC_ARCH = NanoCodecKeys.ARCH
 
 
 def _number(name: str, low: float, whole: bool = False) -> Any:

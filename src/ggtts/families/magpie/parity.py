@@ -21,6 +21,8 @@ Tolerances are on ``max |ours - NeMo| / max |NeMo|`` in float32; every stage mea
 
 from __future__ import annotations
 
+import contextlib
+import io
 import tempfile
 import warnings
 from pathlib import Path
@@ -138,7 +140,7 @@ def nemo_codes(
     p.temperature, p.apply_attention_prior, p.max_decoder_steps = 0.0, prior, frames
     nemo.use_kv_cache_for_inference = cached
     batch = {"text": text, "text_lens": torch.tensor([text.shape[1]]), "speaker_indices": 0}
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):  # it prints every 20 steps
         warnings.simplefilter("ignore")
         out = nemo.infer_batch(batch, use_cfg=cfg, use_local_transformer_for_inference=True)
     return out.predicted_codes[0, :, : out.predicted_codes_lens[0]]

@@ -26,10 +26,13 @@ from ggtts.gguf import GGUFFile
 from ggtts.models.magpie.model import MagpieTTS, load_magpie
 from ggtts.models.nanocodec.model import NanoCodec
 
-DEFAULT_CHUNK_FRAMES = 4  # codec frames per streamed chunk (0.19 s at 21.5 frames/s); the first goes out alone
+DEFAULT_CHUNK_FRAMES = 4  # codec frames per streamed chunk (0.19 s at 21.5 frames/s); the very first goes out alone
 WARM_UP_FRAMES = 4
-MAX_SENTENCE_WORDS = 45  # NeMo's English chunking threshold (LanguageThresholds)
-_SENTENCE = re.compile(r"(?<=[.!?;。！？])\s+")
+# NeMo's LanguageThresholds (about 20 s of speech): text with fewer words (characters for zh, OpenJTalk's words
+# for ja) is spoken whole, longer text sentence by sentence
+CHUNK_WORDS = {"en": 45, "es": 73, "fr": 69, "de": 50, "it": 53, "vi": 50, "zh": 100, "hi": 50, "ja": 80}
+MAX_SENTENCE_WORDS = CHUNK_WORDS["en"]  # NeMo's default for the languages it lists none for
+_SENTENCE = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？])\s*")
 _SENTENCE_END = ".!?。！？"
 
 
@@ -38,11 +41,28 @@ def find_codec(model_path: Path) -> Path | None:
     return find_beside(model_path, CODEC_ARCH)
 
 
-def sentences(text: str, max_words: int = MAX_SENTENCE_WORDS) -> list[str]:
+def count_words(text: str, language: str) -> int:
+    """NeMo's ``LanguageThresholds.get_word_count``: characters for Chinese, OpenJTalk's words for Japanese (its
+    characters without OpenJTalk), whitespace-separated words otherwise."""
+    letters = sum(1 for c in text if not c.isspace())
+    if language == "zh":
+        return letters
+    if language == "ja":
+        try:
+            import pyopenjtalk
+        except ImportError:
+            return letters
+        words = sum(1 for w in pyopenjtalk.run_frontend(text) if isinstance(w, dict) and w.get("string", "").strip())
+        return words or letters
+    return len(text.split())
+
+
+def sentences(text: str, max_words: int = MAX_SENTENCE_WORDS, language: str = "en") -> list[str]:
     """The chunks ``text`` is spoken in, as NeMo's ``do_tts`` chunks it: the whole text while it has fewer than
-    ``max_words`` words; else its sentences, joined while short and cut at word boundaries when longer."""
+    ``max_words`` words (as the language counts them); else its sentences, joined while short and cut at word
+    boundaries when longer."""
     text = text.strip()
-    if len(text.split()) < max_words:
+    if count_words(text, language) < max_words:
         return [text] if text else []
     out: list[str] = []
     for piece in _SENTENCE.split(text):
@@ -169,7 +189,9 @@ class MagpieTTSPipeline(TTSModel):
         mix = self.resolve_voice(voice)
         speaker = self.voices.index(mix.single if mix is not None and mix.single else self.voices[0])
         language = options.get("lang") or "en"
-        tokenizer_ids = [self.text.encode(s, language) for s in sentences(self._normalize(text, language))]
+        words = CHUNK_WORDS.get(language, MAX_SENTENCE_WORDS)
+        chunks = sentences(self._normalize(text, language), words, language)
+        tokenizer_ids = [self.text.encode(s, language) for s in chunks]
         tokenizer_ids = [ids for ids in tokenizer_ids if len(ids) > 1]
         if not tokenizer_ids:
             raise NothingToSay(text)
@@ -181,6 +203,8 @@ class MagpieTTSPipeline(TTSModel):
         return self._stream(tokenizer_ids, speaker, params, chunk, codec)
 
     def _normalize(self, text: str, language: str) -> str:
+        if language == "ja":  # as NeMo's do_tts: its Japanese path drops whitespace
+            return re.sub(r"\s+", "", text)
         if language != "en":
             return text
         from ggtts.text.normalize import normalize
@@ -205,9 +229,13 @@ class MagpieTTSPipeline(TTSModel):
             stream = codec.stream()
             pending: list[torch.Tensor] = []
             for codes in generator.frames(ids, speaker):
+                if not offset and not i:  # the utterance's first frame goes out at once (first audio)
+                    audio = Audio(stream.push(self._codec_codes([codes[:, :1]])).cpu().numpy(), rate)
+                    offset += audio.duration
+                    yield audio
+                    codes = codes[:, 1:]
                 pending.append(codes)
-                # the utterance's first step goes out at once (first audio), later ones in chunks
-                if sum(c.shape[1] for c in pending) >= (frames_per_chunk if offset or i else 1):
+                if sum(c.shape[1] for c in pending) >= frames_per_chunk:
                     audio = Audio(stream.push(self._codec_codes(pending)).cpu().numpy(), rate, offset=offset)
                     offset += audio.duration
                     pending = []

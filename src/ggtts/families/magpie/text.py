@@ -12,10 +12,10 @@ request in their language is refused naming the tokenizer.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ggtts.errors import ConversionError, GGUFError, InputError
 from ggtts.gguf.keys import Magpie as K
@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from ggtts.convert.nemo_archive import NemoArchive
     from ggtts.gguf import GGUFFile
     from ggtts.gguf.write import ModelWriter
-    from ggtts.text.nemo_ipa import IpaTokenizer
 
 IPA = "ipa"  # NeMo's IPATokenizer over IpaG2p (ggtts.text.nemo_ipa)
 SIZED = "sized"  # known size only: not runnable here
@@ -32,7 +31,9 @@ CPP = "cpp"  # magpie-tts.cpp's English keys only
 BYT5 = "byt5"  # google/byt5-small: UTF-8 bytes
 BYT5_OFFSET = 3  # ByT5's ids: <pad> 0, </s> 1, <unk> 2, then the 256 byte values
 BYT5_EOS = 1  # Hugging Face's encode() ends with </s>, and NeMo's aggregated tokenizer keeps it
-RUNNABLE = frozenset({"ipa", "cpp", "byt5"})
+CHARS = "chars"  # NeMo's Arabic and Hindi character tokenizers (ggtts.text.nemo_chars)
+JAPANESE = "japanese"  # NeMo's JapanesePhonemeTokenizer over pyopenjtalk (ggtts.text.nemo_japanese; the ja extra)
+RUNNABLE = frozenset({"ipa", "cpp", "byt5", "chars", "japanese"})
 # nvidia/magpie_tts_multilingual_357m's English tokenizer settings (NeMo's magpietts_multilingual_v1.yaml): how a
 # file from magpie-tts.cpp, which stores the tokens and dictionary but no settings, is read
 CPP_ENGLISH_CONFIG: dict[str, Any] = {
@@ -76,6 +77,27 @@ def _key(name: str, field: str) -> str:
 
 
 # ---- conversion ------------------------------------------------------------------------------------------------
+def _chars_tokens(cfg: Mapping[str, Any], version: str | None) -> list[str]:
+    from ggtts.text import nemo_chars
+
+    return nemo_chars.build_chars_tokens(nemo_chars.CharsTokenizerSpec.from_config(cfg, nemo_version=version))
+
+
+def _japanese_tokens(cfg: Mapping[str, Any], version: str | None) -> list[str]:
+    from ggtts.text import nemo_japanese
+
+    spec = nemo_japanese.JapaneseTokenizerSpec.from_config(cfg, nemo_version=version)
+    return nemo_japanese.build_japanese_tokens(spec)
+
+
+# NeMo class -> (kind, its token list from its config): tokenizers whose vocabulary needs no file
+BUILT_TOKENS: dict[str, tuple[str, Callable[[Mapping[str, Any], str | None], list[str]]]] = {
+    "ArabicCharsTokenizer": (CHARS, _chars_tokens),
+    "HindiCharsTokenizer": (CHARS, _chars_tokens),
+    "JapanesePhonemeTokenizer": (JAPANESE, _japanese_tokens),
+}
+
+
 def _target(cfg: Mapping[str, Any]) -> str:
     return str(cfg.get("_target_", "")).rsplit(".", 1)[-1]
 
@@ -116,6 +138,15 @@ def add_tokenizers(writer: ModelWriter, archive: NemoArchive, n_tokens: int) -> 
                 writer.add(K.TOKENIZER_SPACE, tokens.index(spec.space))
                 writer.add(K.TOKENIZER_PAD, tokens.index("<pad>"))
                 writer.add(K.TOKENIZER_OOV, tokens.index("<oov>"))
+        elif _target(cfg) in BUILT_TOKENS:
+            kind, build = BUILT_TOKENS[_target(cfg)]
+            try:
+                tokens = build(cfg, version)
+            except ValueError as e:
+                raise ConversionError(f"{archive.path}: tokenizer '{name}': {e}") from None
+            writer.add(_key(name, "tokens"), tokens)
+            writer.add(_key(name, "kind"), kind)
+            sizes[name] = len(tokens)
         else:
             sizes[name] = nemo_ipa.tokenizer_size(name, cfg, nemo_version=version)
             byt5 = _target(cfg) in ("AutoTokenizer", "T5Tokenizer") and sizes[name] == nemo_ipa.BYT5_VOCAB_SIZE
@@ -144,6 +175,10 @@ def add_tokenizers(writer: ModelWriter, archive: NemoArchive, n_tokens: int) -> 
 
 
 # ---- runtime ---------------------------------------------------------------------------------------------------
+class Encoder(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+
+
 class ByteTokenizer:
     """google/byt5-small as NeMo's aggregated tokenizer calls it: each UTF-8 byte + 3, then </s>."""
 
@@ -198,7 +233,7 @@ class MagpieText:
                 self.languages[lang] = name
         if not self.entries and gguf.get(K.TOKENIZER_VOCAB) is not None:
             self._cpp_english(gguf)
-        self._ipa: dict[str, IpaTokenizer] = {}
+        self._ipa: dict[str, Encoder] = {}  # built on first use
 
     def _cpp_english(self, gguf: GGUFFile) -> None:
         """A file from magpie-tts.cpp: its English tokens and dictionary (``word\\tIPA``) keys, read with NeMo's
@@ -212,7 +247,7 @@ class MagpieText:
         """Languages this file can speak here."""
         return tuple(lang for lang, name in self.languages.items() if self.entries[name].kind in RUNNABLE)
 
-    def tokenizer(self, language: str) -> IpaTokenizer | ByteTokenizer:
+    def tokenizer(self, language: str) -> Encoder:
         from ggtts.text import nemo_ipa
 
         name = self.languages.get(language)
@@ -228,6 +263,8 @@ class MagpieText:
             )
         if entry.kind == BYT5:
             return ByteTokenizer()
+        if entry.kind in (CHARS, JAPANESE) and name not in self._ipa:
+            self._ipa[name] = self._built(entry)
         if name not in self._ipa:
             g = self._gguf
             spec = nemo_ipa.IpaTokenizerSpec.from_config(
@@ -241,6 +278,17 @@ class MagpieText:
                 tokens = list(g.get_list(_key(name, "tokens")))
                 self._ipa[name] = nemo_ipa.IpaTokenizer(spec, tokens, g.get_str(_key(name, "dict"), ""), heteronyms)
         return self._ipa[name]
+
+    def _built(self, entry: TokenizerEntry) -> Encoder:
+        from ggtts.text import nemo_chars, nemo_japanese
+
+        version = self._gguf.get_str(K.NEMO_VERSION, "") or None
+        tokens = list(self._gguf.get_list(_key(entry.name, "tokens")))
+        if entry.kind == CHARS:
+            spec = nemo_chars.CharsTokenizerSpec.from_config(entry.config, nemo_version=version)
+            return nemo_chars.CharsTokenizer(spec, tokens)
+        japanese = nemo_japanese.JapaneseTokenizerSpec.from_config(entry.config, nemo_version=version)
+        return nemo_japanese.JapaneseTokenizer(japanese, tokens)
 
     def encode(self, text: str, language: str) -> list[int]:
         name = self.languages.get(language, "")

@@ -6,9 +6,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ggtts.convert.nanocodec_keys import NanoCodec as K
 from ggtts.errors import GGUFError
 from ggtts.gguf import GGUFFile
+from ggtts.gguf.keys import NanoCodec as K
 from ggtts.models.layers import validate as V
 
 # What magpie-tts.cpp assumes for every file (its magpie_codec_hparams): the decoder of

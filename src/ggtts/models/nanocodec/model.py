@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ggtts.convert.nanocodec_keys import NanoCodec as K
 from ggtts.errors import GGUFError, InputError
 from ggtts.gguf import GGUFFile
+from ggtts.gguf.keys import NanoCodec as K
 from ggtts.models.layers.gguf_state import load_module_from_gguf
 from ggtts.models.nanocodec.config import NanoCodecConfig
 
