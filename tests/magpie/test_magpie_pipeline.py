@@ -213,6 +213,22 @@ ADDED_TOKENIZERS = {  # as nvidia/magpie_tts_multilingual_357m configures them (
         "_target_": "nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers.ArabicCharsTokenizer",
         "charset_version": 1,
     },
+    "mandarin_phoneme": {
+        "_target_": "nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers.ChinesePhonemesTokenizer",
+        "punct": True,
+        "apostrophe": True,
+        "pad_with_space": True,
+        "g2p": {
+            "_target_": "nemo.collections.tts.g2p.models.zh_cn_pinyin.ChineseG2p",
+            "phoneme_dict": "nemo:tiny_pinyin_dict.txt",
+            "word_segmenter": "jieba",
+            "phoneme_prefix": "",
+            "phoneme_case": "lower",
+            "tone_prefix": "#",
+            "ascii_letter_prefix": "",
+            "ascii_letter_case": "upper",
+        },
+    },
     "japanese_phoneme": {
         "_target_": "nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers.JapanesePhonemeTokenizer",
         "punct": True,
@@ -223,8 +239,12 @@ ADDED_TOKENIZERS = {  # as nvidia/magpie_tts_multilingual_357m configures them (
 }
 
 
+PINYIN_DICT = "ni\tn i\nhao\th au\nshi\tsh ir\njie\tj ie\nzhong\tzh ung\nwen\tw en\n"  # NeMo's format
+
+
 def _with_tokenizers(source: Path, out_path: Path, added: dict[str, dict[str, object]], rows: int) -> Path:
-    """The .nemo ``source`` with ``added`` tokenizers after its own and ``rows`` more text-embedding rows."""
+    """The .nemo ``source`` with ``added`` tokenizers after its own, ``rows`` more text-embedding rows, and a tiny
+    pinyin dictionary as the artifact ``tiny_pinyin_dict.txt``."""
     import io
     import tarfile
 
@@ -250,21 +270,27 @@ def _with_tokenizers(source: Path, out_path: Path, added: dict[str, dict[str, ob
                 out.addfile(member, io.BytesIO(data))
             else:
                 out.addfile(member)
+        artifact = tarfile.TarInfo("./tiny_pinyin_dict.txt")
+        artifact.size = len(PINYIN_DICT.encode())
+        out.addfile(artifact, io.BytesIO(PINYIN_DICT.encode()))
     return out_path
 
 
 def test_the_other_tokenizers_encode_as_nemo_with_their_offsets(files: tuple[Path, Path], tmp_path: Path) -> None:
-    """A checkpoint with byte (ByT5), Arabic character and Japanese tokenizers after its English one, as the
-    multilingual 357M has: the converter sizes each from its config alone, and each language's ids are NeMo's
-    aggregated tokenizer's (NeMo's own classes; transformers' ByT5Tokenizer for the bytes) plus EOS."""
+    """A checkpoint with byte (ByT5), Arabic character, Mandarin and Japanese tokenizers after its English one, as
+    the multilingual 357M has: the converter sizes each from its config (and the Mandarin dictionary), and each
+    language's ids are NeMo's aggregated tokenizer's (NeMo's own classes; transformers' ByT5Tokenizer for the
+    bytes) plus EOS."""
     pytest.importorskip("pyopenjtalk")
     transformers = pytest.importorskip("transformers")
     from nemo.collections.common.tokenizers.text_to_speech.tts_tokenizers import (
         AggregatedTTSTokenizer,
         ArabicCharsTokenizer,
+        ChinesePhonemesTokenizer,
         JapanesePhonemeTokenizer,
     )
     from nemo.collections.tts.g2p.models.ja_jp_ipa import JapaneseKatakanaAccentG2p
+    from nemo.collections.tts.g2p.models.zh_cn_pinyin import ChineseG2p
 
     from ggtts.convert.magpie_nemo import convert_magpie
     from ggtts.families.magpie.text import MagpieText
@@ -274,18 +300,25 @@ def test_the_other_tokenizers_encode_as_nemo_with_their_offsets(files: tuple[Pat
     byt5 = transformers.ByT5Tokenizer()
     arabic = ArabicCharsTokenizer(charset_version=1)
     japanese = JapanesePhonemeTokenizer(JapaneseKatakanaAccentG2p(), punct=True, apostrophe=True, pad_with_space=True)
-    sizes = [len(byt5.get_vocab()), len(arabic.tokens), len(japanese.tokens)]
+    pinyin = tmp_path / "pinyin.txt"
+    pinyin.write_text(PINYIN_DICT, encoding="utf-8")
+    zh_g2p = {k: v for k, v in ADDED_TOKENIZERS["mandarin_phoneme"]["g2p"].items() if k != "_target_"}  # type: ignore[union-attr]
+    mandarin = ChinesePhonemesTokenizer(
+        ChineseG2p(**{**zh_g2p, "phoneme_dict": str(pinyin)}), punct=True, apostrophe=True, pad_with_space=True
+    )
+    sizes = [len(byt5.get_vocab()), len(arabic.tokens), len(mandarin.tokens), len(japanese.tokens)]
     source = files[0].parent / "model.nemo"
-    patched = _with_tokenizers(source, tmp_path / "four.nemo", ADDED_TOKENIZERS, sum(sizes))
-    gguf = GGUFFile(convert_magpie([patched], tmp_path / "four.gguf", "f32"))
+    patched = _with_tokenizers(source, tmp_path / "five.nemo", ADDED_TOKENIZERS, sum(sizes))
+    gguf = GGUFFile(convert_magpie([patched], tmp_path / "five.gguf", "f32"))
     eos = gguf.get_int("magpie.text_eos_id")
     assert eos == english + sum(sizes) + 1
     text = MagpieText(gguf, eos)
-    assert set(text.spoken) == {"en", "fr", "ar", "ja"}
-    reference = AggregatedTTSTokenizer([byt5, arabic, japanese], list(ADDED_TOKENIZERS))
+    assert set(text.spoken) == {"en", "fr", "ar", "zh", "ja"}
+    reference = AggregatedTTSTokenizer([byt5, arabic, mandarin, japanese], list(ADDED_TOKENIZERS))
     for language, name, phrase in (
         ("fr", "french_chartokenizer", "Ça va, l'été?"),
         ("ar", "arabic_MSA_chartokenizer", "مَرْحَبًا بِالْعَالَم، كيف حالك؟"),
+        ("zh", "mandarin_phoneme", "你好，世界！中文 OK。"),
         ("ja", "japanese_phoneme", "今日は良い天気ですね。3時に会いましょう！"),
     ):
         expected = [english + i for i in reference.encode(phrase, name)] + [eos]

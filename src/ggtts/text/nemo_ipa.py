@@ -693,3 +693,22 @@ def config_version(cfg: Mapping[str, object], key: str, name: str, legacy: bool)
     if value == 1 or value == 2:
         return 1 if value == 1 else 2
     raise ValueError(f"{name}: {key} {value!r} is not 1 or 2")
+
+
+def checked_sections(
+    cfg: Mapping[str, object], tokenizer: str, tokenizer_keys: frozenset[str], g2p: str, g2p_keys: frozenset[str]
+) -> Mapping[str, object]:
+    """A tokenizer config's ``g2p`` section, once the config is checked to be a ``tokenizer`` over a ``g2p`` (class
+    names) with only the settings those take; a ValueError naming what is not."""
+    target = str(cfg.get("_target_", ""))
+    if target.rsplit(".", 1)[-1] != tokenizer:
+        raise ValueError(f"not a {tokenizer} config (_target_ {target!r})")
+    check_keys(cfg, tokenizer_keys, tokenizer)
+    section = cfg.get("g2p")
+    if not isinstance(section, Mapping):
+        raise ValueError(f"the {tokenizer} config has no g2p section; it needs a G2P")
+    g2p_target = str(section.get("_target_", ""))
+    if g2p_target.rsplit(".", 1)[-1] != g2p:
+        raise ValueError(f"{tokenizer}'s g2p is {g2p_target!r}; only {g2p} is supported")
+    check_keys(section, g2p_keys, g2p)
+    return section

@@ -36,7 +36,7 @@ from typing import Any
 
 from ggtts.errors import GGTTSError
 from ggtts.text.nemo_ipa import (
-    check_keys,
+    checked_sections,
     ipa_punctuation,
     optional_str,
     optional_symbols,
@@ -107,19 +107,7 @@ class JapaneseTokenizerSpec:
         Raises ValueError naming any class or setting this module cannot reproduce.
         """
         del nemo_version
-        target = str(cfg.get("_target_", ""))
-        if target.rsplit(".", 1)[-1] != JAPANESE_TOKENIZER:
-            raise ValueError(f"not a JapanesePhonemeTokenizer config (_target_ {target!r})")
-        check_keys(cfg, _TOKENIZER_KEYS, JAPANESE_TOKENIZER)
-        g2p = cfg.get("g2p")
-        if not isinstance(g2p, Mapping):
-            raise ValueError("the JapanesePhonemeTokenizer config has no g2p section; it needs a G2P")
-        g2p_target = str(g2p.get("_target_", ""))
-        if g2p_target.rsplit(".", 1)[-1] != KATAKANA_ACCENT_G2P:
-            raise ValueError(
-                f"JapanesePhonemeTokenizer's g2p is {g2p_target!r}; only {KATAKANA_ACCENT_G2P} is supported"
-            )
-        check_keys(g2p, _G2P_KEYS, KATAKANA_ACCENT_G2P)
+        g2p = checked_sections(cfg, JAPANESE_TOKENIZER, _TOKENIZER_KEYS, KATAKANA_ACCENT_G2P, _G2P_KEYS)
         for key in ("word_tokenize_func", "apply_to_oov_word"):
             if g2p.get(key) is not None:
                 raise ValueError(f"{KATAKANA_ACCENT_G2P}'s {key} (a Python callable) is not supported")

@@ -33,7 +33,9 @@ BYT5_OFFSET = 3  # ByT5's ids: <pad> 0, </s> 1, <unk> 2, then the 256 byte value
 BYT5_EOS = 1  # Hugging Face's encode() ends with </s>, and NeMo's aggregated tokenizer keeps it
 CHARS = "chars"  # NeMo's Arabic and Hindi character tokenizers (ggtts.text.nemo_chars)
 JAPANESE = "japanese"  # NeMo's JapanesePhonemeTokenizer over pyopenjtalk (ggtts.text.nemo_japanese; the ja extra)
-RUNNABLE = frozenset({"ipa", "cpp", "byt5", "chars", "japanese"})
+MANDARIN = "mandarin"  # NeMo's ChinesePhonemesTokenizer: jieba, pypinyin, a pinyin dictionary (the zh extra)
+MANDARIN_TARGET = "ChinesePhonemesTokenizer"
+RUNNABLE = frozenset({"ipa", "cpp", "byt5", "chars", "japanese", "mandarin"})
 # nvidia/magpie_tts_multilingual_357m's English tokenizer settings (NeMo's magpietts_multilingual_v1.yaml): how a
 # file from magpie-tts.cpp, which stores the tokens and dictionary but no settings, is read
 CPP_ENGLISH_CONFIG: dict[str, Any] = {
@@ -138,6 +140,20 @@ def add_tokenizers(writer: ModelWriter, archive: NemoArchive, n_tokens: int) -> 
                 writer.add(K.TOKENIZER_SPACE, tokens.index(spec.space))
                 writer.add(K.TOKENIZER_PAD, tokens.index("<pad>"))
                 writer.add(K.TOKENIZER_OOV, tokens.index("<oov>"))
+        elif _target(cfg) == MANDARIN_TARGET:
+            from ggtts.text import nemo_mandarin
+
+            try:
+                mandarin = nemo_mandarin.MandarinTokenizerSpec.from_config(cfg, nemo_version=version)
+            except ValueError as e:
+                raise ConversionError(f"{archive.path}: tokenizer '{name}': {e}") from None
+            g2p = cfg.get("g2p") or {}
+            dictionary = archive.artifact_text(str(g2p["phoneme_dict"])) if g2p.get("phoneme_dict") else ""
+            tokens = nemo_mandarin.build_mandarin_tokens(mandarin, dictionary)
+            writer.add(_key(name, "tokens"), tokens)
+            writer.add(_key(name, "dict"), dictionary)
+            writer.add(_key(name, "kind"), MANDARIN)
+            sizes[name] = len(tokens)
         elif _target(cfg) in BUILT_TOKENS:
             kind, build = BUILT_TOKENS[_target(cfg)]
             try:
@@ -263,7 +279,7 @@ class MagpieText:
             )
         if entry.kind == BYT5:
             return ByteTokenizer()
-        if entry.kind in (CHARS, JAPANESE) and name not in self._ipa:
+        if entry.kind in (CHARS, JAPANESE, MANDARIN) and name not in self._ipa:
             self._ipa[name] = self._built(entry)
         if name not in self._ipa:
             g = self._gguf
@@ -287,6 +303,12 @@ class MagpieText:
         if entry.kind == CHARS:
             spec = nemo_chars.CharsTokenizerSpec.from_config(entry.config, nemo_version=version)
             return nemo_chars.CharsTokenizer(spec, tokens)
+        if entry.kind == MANDARIN:
+            from ggtts.text import nemo_mandarin
+
+            mandarin = nemo_mandarin.MandarinTokenizerSpec.from_config(entry.config, nemo_version=version)
+            dictionary = self._gguf.get_str(_key(entry.name, "dict"), "")
+            return nemo_mandarin.MandarinTokenizer(mandarin, tokens, dictionary)
         japanese = nemo_japanese.JapaneseTokenizerSpec.from_config(entry.config, nemo_version=version)
         return nemo_japanese.JapaneseTokenizer(japanese, tokens)
 
