@@ -353,3 +353,24 @@ class NanoCodec:
         for old, new in cls.NAME_REPLACEMENTS:
             upstream = upstream.replace(old, new)
         return upstream
+
+
+# ---- qwen3-omni ------------------------------------------------------------------------------------------------
+# Three owners fill these classes (each edits only its own class): the thinker (llama.cpp's ``qwen3omnimoe``), the
+# talker with its code predictor (``qwen3omni-talker``), and code2wav (stored in the talker's file).
+
+
+class Qwen3OmniThinker:
+    """The thinker's text model: llama.cpp's ``qwen3omnimoe`` names and keys (filled by the thinker's owner)."""
+
+    ARCH = "qwen3omnimoe"
+
+
+class Qwen3OmniTalker:
+    """The talker and its code predictor, ``qwen3omni-talker`` (ggtts names, after the llama.cpp port's plan)."""
+
+    ARCH = "qwen3omni-talker"
+
+
+class Qwen3OmniCode2Wav:
+    """Code2wav, the codec decoder, stored in the talker's file (ggtts names)."""
