@@ -202,12 +202,20 @@ def cmd_decode(args: argparse.Namespace) -> int:
     from ggtts.families import families
     from ggtts.families.base import import_target
     from ggtts.fsutil import check_writable
+    from ggtts.gguf import GGUFFile
 
-    decoders = [f.decoder for f in families() if f.decoder]
-    if not decoders:
-        raise GGTTSError("no model family here decodes audio codes")
+    arch = GGUFFile(args.vocoder).architecture
+    decoders = {
+        a: f.decoder
+        for f in families()
+        if f.decoder
+        for a in (*f.architectures, *(c.architecture for c in f.companions))
+    }
+    if arch not in decoders:
+        known = ", ".join(sorted(decoders)) or "none"
+        raise GGTTSError(f"{args.vocoder}: no family here decodes codes with a '{arch}' file (decoders: {known})")
     check_writable(args.output)  # before any work
-    audio = import_target(decoders[0])(args.vocoder, args.codes, args.output, device=args.device)
+    audio = import_target(decoders[arch])(args.vocoder, args.codes, args.output, device=args.device)
     print(f"{PROG}: wrote {args.output} ({audio.duration:.2f} s at {audio.sample_rate} Hz)", file=sys.stderr)
     return 0
 
@@ -300,8 +308,18 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(func=_delegate("ggtts.measure.eval", "run"))
 
     d = sub.add_parser("decode", help="turn audio codes into audio with a codec GGUF")
-    d.add_argument("codes", nargs="?", default="-", help="codes (integers or <|N|> tokens), a file, or - for stdin")
-    d.add_argument("--vocoder", required=True, metavar="CODEC.gguf", help="the codec GGUF that decodes the codes")
+    d.add_argument(
+        "codes",
+        nargs="?",
+        default="-",
+        help="codes, a file, or - for stdin: WavTokenizer's integers or <|N|> tokens; Qwen3-Omni's one frame per line",
+    )
+    d.add_argument(
+        "--vocoder",
+        required=True,
+        metavar="CODEC.gguf",
+        help="the codec GGUF that decodes the codes (wavtokenizer-dec, or a Qwen3-Omni talker holding code2wav)",
+    )
     d.add_argument("-o", "--output", default="out.wav", help="audio file to write (.wav, .flac ...)")
     d.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     d.set_defaults(func=cmd_decode)

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from gguf import GGUFWriter
 
 from ggtts.errors import ConversionError
 from ggtts.gguf.keys import Qwen2 as K
@@ -103,6 +104,51 @@ def _rope_theta(config: dict[str, Any]) -> float:
     return float(theta)
 
 
+def write_bpe_tokenizer(
+    m: GGUFWriter,
+    tokenizer: dict[str, Any],
+    tok_config: dict[str, Any],
+    tokens: list[str],
+    types: list[int],
+    merges: list[str],
+    *,
+    eos_fallback: Any = None,
+    bos_fallback: Any = None,
+) -> None:
+    """A Qwen byte-level BPE vocabulary (from :func:`vocabulary`) as llama.cpp's ``tokenizer.ggml.*`` keys, with the
+    special tokens ``tokenizer_config.json`` names (ids in config.json as fallbacks) and its chat template."""
+    token_id = {t: i for i, t in enumerate(tokens)}
+    m.add_tokenizer_model("gpt2")
+    m.add_tokenizer_pre(_pre_tokenizer_name(tokenizer))
+    m.add_token_list(tokens)
+    m.add_token_types(types)
+    if not merges:  # GGUF cannot hold an empty array, and llama.cpp refuses a gpt2 vocabulary without the key
+        warnings.warn(
+            "tokenizer.json has no BPE merges: the file has no 'tokenizer.ggml.merges' and llama.cpp will refuse it "
+            "(ggtts loads it)",
+            stacklevel=2,
+        )
+    m.add_token_merges(merges)
+    specials = {
+        "eos": _token_content(tok_config.get("eos_token")),
+        "pad": _token_content(tok_config.get("pad_token")),
+        "bos": _token_content(tok_config.get("bos_token")),
+    }
+    eos = token_id.get(specials["eos"] or "", eos_fallback)
+    bos = token_id.get(specials["bos"] or "", bos_fallback)
+    pad = token_id.get(specials["pad"] or "")
+    if isinstance(eos, int):
+        m.add_eos_token_id(eos)
+    if isinstance(bos, int):
+        m.add_bos_token_id(bos)
+    if isinstance(pad, int):
+        m.add_pad_token_id(pad)
+    m.add_add_bos_token(False)
+    template = tok_config.get("chat_template")
+    if isinstance(template, str):
+        m.add_chat_template(template)
+
+
 def convert_outetts_hf(
     sources: list[Path] | Path,
     out: str | Path,
@@ -121,7 +167,6 @@ def convert_outetts_hf(
         raise ConversionError("the OuteTTS checkpoint has no .safetensors weights")
 
     tokens, types, merges = vocabulary(tokenizer, int(config["vocab_size"]))
-    token_id = {t: i for i, t in enumerate(tokens)}
     n_heads = int(config["num_attention_heads"])
 
     w = ModelWriter(out, K.ARCH, out_type)
@@ -135,35 +180,16 @@ def convert_outetts_hf(
     m.add_head_count_kv(int(config.get("num_key_value_heads", n_heads)))
     m.add_rope_freq_base(_rope_theta(config))
     m.add_layer_norm_rms_eps(float(config["rms_norm_eps"]))
-    m.add_tokenizer_model("gpt2")
-    m.add_tokenizer_pre(_pre_tokenizer_name(tokenizer))
-    m.add_token_list(tokens)
-    m.add_token_types(types)
-    if not merges:  # GGUF cannot hold an empty array, and llama.cpp refuses a gpt2 vocabulary without the key
-        warnings.warn(
-            "tokenizer.json has no BPE merges: the file has no 'tokenizer.ggml.merges' and llama.cpp will refuse it "
-            "(ggtts loads it)",
-            stacklevel=2,
-        )
-    m.add_token_merges(merges)
-    specials = {
-        "eos": _token_content(tok_config.get("eos_token")),
-        "pad": _token_content(tok_config.get("pad_token")),
-        "bos": _token_content(tok_config.get("bos_token")),
-    }
-    eos = token_id.get(specials["eos"] or "", config.get("eos_token_id"))
-    bos = token_id.get(specials["bos"] or "", config.get("bos_token_id"))
-    pad = token_id.get(specials["pad"] or "")
-    if isinstance(eos, int):
-        m.add_eos_token_id(eos)
-    if isinstance(bos, int):
-        m.add_bos_token_id(bos)
-    if isinstance(pad, int):
-        m.add_pad_token_id(pad)
-    m.add_add_bos_token(False)
-    template = tok_config.get("chat_template")
-    if isinstance(template, str):
-        m.add_chat_template(template)
+    write_bpe_tokenizer(
+        m,
+        tokenizer,
+        tok_config,
+        tokens,
+        types,
+        merges,
+        eos_fallback=config.get("eos_token_id"),
+        bos_fallback=config.get("bos_token_id"),
+    )
 
     tied = bool(config.get("tie_word_embeddings", False))
     names = K.tensor_name_map(int(config["num_hidden_layers"]))  # gguf-py's own HF -> llama.cpp name map

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ggtts.errors import UnsupportedArchitectureError
-from ggtts.families import kokoro, magpie, outetts
+from ggtts.families import kokoro, magpie, outetts, qwen3omni
 from ggtts.families.base import Family
 
 if TYPE_CHECKING:
@@ -19,6 +19,7 @@ _FAMILIES: list[Family] = [
     kokoro.FAMILY,
     outetts.FAMILY,
     magpie.FAMILY,
+    qwen3omni.FAMILY,
 ]
 
 

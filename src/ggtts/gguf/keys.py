@@ -361,16 +361,183 @@ class NanoCodec:
 
 
 class Qwen3OmniThinker:
-    """The thinker's text model: llama.cpp's ``qwen3omnimoe`` names and keys (filled by the thinker's owner)."""
+    """The thinker's text model: llama.cpp's ``qwen3omnimoe`` names and keys (the Qwen3-Omni llama.cpp port's
+    architecture, whose tensors and keys are ``qwen3moe``'s plus ``rope.dimension_sections``).
+
+    The same file written as ``qwen3moe`` (``MAINLINE_ARCH``) loads in mainline llama.cpp, which has no
+    ``qwen3omnimoe``: with text-only positions M-RoPE is plain NEOX RoPE. The metadata keys below are therefore
+    templates over the architecture name: ``key(BLOCK_COUNT, arch)``. ggtts additions (llama.cpp ignores them):
+    ``MLP_ONLY_LAYERS`` (layers with a dense SwiGLU feed-forward instead of experts: transformers'
+    ``mlp_only_layers`` and the layers ``decoder_sparse_step`` leaves dense; absent when every layer is MoE, as in
+    the published thinker). ``EXPERT_WEIGHTS_NORM`` is llama.cpp's key (``norm_topk_prob``); llama.cpp's qwen3moe
+    graph renormalises always, ggtts follows the key (absent: true).
+    """
 
     ARCH = "qwen3omnimoe"
+    MAINLINE_ARCH = MODEL_ARCH_NAMES[MODEL_ARCH.QWEN3MOE]
+    ARCHS = (ARCH, MAINLINE_ARCH)
+
+    @staticmethod
+    def key(template: str, arch: str) -> str:
+        return _llm_key(template, arch)
+
+    CONTEXT_LENGTH = Keys.LLM.CONTEXT_LENGTH
+    EMBEDDING_LENGTH = Keys.LLM.EMBEDDING_LENGTH
+    BLOCK_COUNT = Keys.LLM.BLOCK_COUNT
+    FEED_FORWARD_LENGTH = Keys.LLM.FEED_FORWARD_LENGTH  # intermediate_size: the dense layers' width
+    EXPERT_FEED_FORWARD_LENGTH = Keys.LLM.EXPERT_FEED_FORWARD_LENGTH  # moe_intermediate_size
+    EXPERT_COUNT = Keys.LLM.EXPERT_COUNT
+    EXPERT_USED_COUNT = Keys.LLM.EXPERT_USED_COUNT
+    EXPERT_WEIGHTS_NORM = Keys.LLM.EXPERT_WEIGHTS_NORM  # norm_topk_prob
+    HEAD_COUNT = Keys.Attention.HEAD_COUNT
+    HEAD_COUNT_KV = Keys.Attention.HEAD_COUNT_KV
+    KEY_LENGTH = Keys.Attention.KEY_LENGTH  # head_dim (not embedding_length / head_count in Qwen3)
+    VALUE_LENGTH = Keys.Attention.VALUE_LENGTH
+    RMS_EPS = Keys.Attention.LAYERNORM_RMS_EPS
+    ROPE_FREQ_BASE = Keys.Rope.FREQ_BASE
+    ROPE_SECTIONS = Keys.Rope.DIMENSION_SECTIONS  # M-RoPE [t, h, w, 0]; text-only positions make it plain RoPE
+    ROPE_SCALING_TYPE = Keys.Rope.SCALING_TYPE
+    MLP_ONLY_LAYERS = "{arch}.mlp_only_layers"  # ggtts addition: int32[] of dense layers, absent when none
+
+    TOKEN_EMBD = _tensor_name(MODEL_TENSOR.TOKEN_EMBD)
+    OUTPUT_NORM = _tensor_name(MODEL_TENSOR.OUTPUT_NORM)
+    OUTPUT = _tensor_name(MODEL_TENSOR.OUTPUT)  # absent when tied to token_embd
+    ATTN_NORM = _tensor_name(MODEL_TENSOR.ATTN_NORM)  # "blk.{bid}.attn_norm"
+    ATTN_Q = _tensor_name(MODEL_TENSOR.ATTN_Q)
+    ATTN_K = _tensor_name(MODEL_TENSOR.ATTN_K)
+    ATTN_V = _tensor_name(MODEL_TENSOR.ATTN_V)
+    ATTN_OUT = _tensor_name(MODEL_TENSOR.ATTN_OUT)
+    ATTN_Q_NORM = _tensor_name(MODEL_TENSOR.ATTN_Q_NORM)
+    ATTN_K_NORM = _tensor_name(MODEL_TENSOR.ATTN_K_NORM)
+    FFN_NORM = _tensor_name(MODEL_TENSOR.FFN_NORM)
+    FFN_GATE_INP = _tensor_name(MODEL_TENSOR.FFN_GATE_INP)  # router (E, D)
+    FFN_GATE_EXPS = _tensor_name(MODEL_TENSOR.FFN_GATE_EXP)  # (E, F, D)
+    FFN_UP_EXPS = _tensor_name(MODEL_TENSOR.FFN_UP_EXP)  # (E, F, D)
+    FFN_DOWN_EXPS = _tensor_name(MODEL_TENSOR.FFN_DOWN_EXP)  # (E, D, F)
+    FFN_GATE = _tensor_name(MODEL_TENSOR.FFN_GATE)  # dense layers
+    FFN_UP = _tensor_name(MODEL_TENSOR.FFN_UP)
+    FFN_DOWN = _tensor_name(MODEL_TENSOR.FFN_DOWN)
 
 
 class Qwen3OmniTalker:
-    """The talker and its code predictor, ``qwen3omni-talker`` (ggtts names, after the llama.cpp port's plan)."""
+    """The talker and its code predictor, ``qwen3omni-talker`` (ggtts names, after the llama.cpp port's plan).
+
+    The talker's transformer uses llama.cpp's qwen2moe/qwen3moe names (``blk.N.attn_q``, ``ffn_gate_exps``,
+    ``ffn_gate_shexp``, ``ffn_gate_inp_shexp``...), its codec embedding is ``token_embd`` and its first-codebook
+    head ``output``. The code predictor's dense layers live under ``cp.`` with the same names (``cp.blk.N.attn_q``),
+    its per-codebook tables and heads are ``cp.codec_embd.{i}`` and ``cp.output.{i}``; the projections of thinker
+    embeddings and hidden states are ``text_proj.*`` and ``hidden_proj.*``. The prompt's special token ids (of the
+    thinker's vocabulary and of the codec's), the speakers, and the sampling defaults transformers' ``generate``
+    uses are metadata, so the runtime hard-codes none of them. Code2wav's tensors sit in the same file
+    (:class:`Qwen3OmniCode2Wav`).
+    """
 
     ARCH = "qwen3omni-talker"
 
+    # the talker's transformer (llama.cpp key names under this architecture)
+    BLOCK_COUNT = _llm_key(Keys.LLM.BLOCK_COUNT, ARCH)
+    CONTEXT_LENGTH = _llm_key(Keys.LLM.CONTEXT_LENGTH, ARCH)
+    EMBEDDING_LENGTH = _llm_key(Keys.LLM.EMBEDDING_LENGTH, ARCH)
+    FEED_FORWARD_LENGTH = _llm_key(Keys.LLM.FEED_FORWARD_LENGTH, ARCH)  # intermediate_size: text_proj's width
+    EXPERT_FEED_FORWARD_LENGTH = _llm_key(Keys.LLM.EXPERT_FEED_FORWARD_LENGTH, ARCH)
+    EXPERT_SHARED_FEED_FORWARD_LENGTH = _llm_key(Keys.LLM.EXPERT_SHARED_FEED_FORWARD_LENGTH, ARCH)
+    EXPERT_COUNT = _llm_key(Keys.LLM.EXPERT_COUNT, ARCH)
+    EXPERT_USED_COUNT = _llm_key(Keys.LLM.EXPERT_USED_COUNT, ARCH)
+    EXPERT_WEIGHTS_NORM = _llm_key(Keys.LLM.EXPERT_WEIGHTS_NORM, ARCH)  # norm_topk_prob
+    HEAD_COUNT = _llm_key(Keys.Attention.HEAD_COUNT, ARCH)
+    HEAD_COUNT_KV = _llm_key(Keys.Attention.HEAD_COUNT_KV, ARCH)
+    KEY_LENGTH = _llm_key(Keys.Attention.KEY_LENGTH, ARCH)
+    RMS_EPS = _llm_key(Keys.Attention.LAYERNORM_RMS_EPS, ARCH)
+    ROPE_FREQ_BASE = _llm_key(Keys.Rope.FREQ_BASE, ARCH)
+    ROPE_SECTIONS = _llm_key(Keys.Rope.DIMENSION_SECTIONS, ARCH)  # M-RoPE; text-only positions make it plain
+
+    # the llama.cpp port's Keys.Talker
+    ACCEPT_HIDDEN_LAYER = f"{ARCH}.accept_hidden_layer"  # thinker layer whose states multimodal inputs project
+    TEXT_PROJ_DIM = f"{ARCH}.text_proj_dim"  # the thinker's hidden size (the projections' input)
+    CODEC_VOCAB_SIZE = f"{ARCH}.codec_vocab_size"
+    NUM_CODEBOOKS = f"{ARCH}.num_codebooks"  # num_code_groups: 1 from the talker + the code predictor's
+
+    # ggtts additions: the code predictor
+    CP_BLOCK_COUNT = f"{ARCH}.code_predictor.block_count"
+    CP_EMBEDDING_LENGTH = f"{ARCH}.code_predictor.embedding_length"
+    CP_FEED_FORWARD_LENGTH = f"{ARCH}.code_predictor.feed_forward_length"
+    CP_HEAD_COUNT = f"{ARCH}.code_predictor.attention.head_count"
+    CP_HEAD_COUNT_KV = f"{ARCH}.code_predictor.attention.head_count_kv"
+    CP_KEY_LENGTH = f"{ARCH}.code_predictor.attention.key_length"
+    CP_RMS_EPS = f"{ARCH}.code_predictor.attention.layer_norm_rms_epsilon"
+    CP_ROPE_FREQ_BASE = f"{ARCH}.code_predictor.rope.freq_base"
+    CP_VOCAB_SIZE = f"{ARCH}.code_predictor.vocab_size"
+
+    # ggtts additions: the prompt (ids in the thinker's vocabulary)
+    IM_START_ID = f"{ARCH}.prompt.im_start_token_id"
+    IM_END_ID = f"{ARCH}.prompt.im_end_token_id"
+    SYSTEM_ID = f"{ARCH}.prompt.system_token_id"
+    USER_ID = f"{ARCH}.prompt.user_token_id"
+    ASSISTANT_ID = f"{ARCH}.prompt.assistant_token_id"
+    TTS_BOS_ID = f"{ARCH}.prompt.tts_bos_token_id"
+    TTS_EOS_ID = f"{ARCH}.prompt.tts_eos_token_id"
+    TTS_PAD_ID = f"{ARCH}.prompt.tts_pad_token_id"
+    # ... and in the codec's vocabulary
+    CODEC_EOS_ID = f"{ARCH}.codec.eos_token_id"
+    CODEC_PAD_ID = f"{ARCH}.codec.pad_token_id"
+    CODEC_BOS_ID = f"{ARCH}.codec.bos_token_id"
+    CODEC_NOTHINK_ID = f"{ARCH}.codec.nothink_id"
+    CODEC_THINK_BOS_ID = f"{ARCH}.codec.think_bos_id"
+    CODEC_THINK_EOS_ID = f"{ARCH}.codec.think_eos_id"
+    SUPPRESSED_TAIL = f"{ARCH}.codec.suppressed_tail"  # the last N codec ids (but EOS) are never sampled
+    SPEAKER_NAMES = f"{ARCH}.speaker_names"  # speaker_id's keys (lower case, as transformers looks them up)
+    SPEAKER_IDS = f"{ARCH}.speaker_ids"  # their codec ids
+
+    # ggtts additions: sampling as Qwen3OmniMoeForConditionalGeneration.generate does it
+    TEMPERATURE = f"{ARCH}.sampling.temperature"
+    TOP_K = f"{ARCH}.sampling.top_k"
+    TOP_P = f"{ARCH}.sampling.top_p"
+    REPETITION_PENALTY = f"{ARCH}.sampling.repetition_penalty"
+    CP_TEMPERATURE = f"{ARCH}.sampling.code_predictor.temperature"
+    CP_TOP_K = f"{ARCH}.sampling.code_predictor.top_k"
+    CP_TOP_P = f"{ARCH}.sampling.code_predictor.top_p"
+
+    TOKEN_EMBD = "token_embd"  # the codec embedding (talker.model.codec_embedding)
+    OUTPUT_NORM = "output_norm"
+    OUTPUT = "output"  # codec_head: logits of the first codebook
+    TEXT_PROJ = "text_proj"  # .fc1 / .fc2 (weight and bias): thinker embeddings -> talker
+    HIDDEN_PROJ = "hidden_proj"  # the same for thinker hidden states (multimodal inputs)
+    CP_PREFIX = "cp"  # cp.blk.N.*, cp.output_norm, cp.codec_embd.{i}, cp.output.{i}
+
 
 class Qwen3OmniCode2Wav:
-    """Code2wav, the codec decoder, stored in the talker's file (ggtts names)."""
+    """Code2wav, the codec decoder, stored in the talker's file (ggtts names).
+
+    Keys follow the llama.cpp port's proposed ``Keys.Code2Wav`` (codebook size, quantizers, hidden size, decoder
+    dim, upsample rates, sliding window) under ``qwen3omni-talker.code2wav.*``, plus what the module needs besides.
+    (The checkpoint's ``codebook_dim`` is not the embedding width, which is ``hidden_size``: it is not stored.)
+    Tensor names are ``c2w.`` + the upstream name after ``code2wav.`` (``Qwen3OmniMoeCode2Wav.state_dict()``),
+    e.g. ``c2w.pre_transformer.layers.7.post_attention_layernorm.weight`` (60 bytes, the longest at 8 layers).
+    """
+
+    ARCH = "qwen3omni-talker"  # code2wav has no file of its own: it rides in the talker's (or alone, same arch)
+    _P = f"{ARCH}.code2wav"
+
+    CODEBOOK_SIZE = f"{_P}.codebook_size"  # codes per codebook
+    NUM_QUANTIZERS = f"{_P}.num_quantizers"  # codebooks per frame (16)
+    HIDDEN_SIZE = f"{_P}.hidden_size"  # transformer / ConvNeXt width (and the code embedding's)
+    DECODER_DIM = f"{_P}.decoder_dim"  # width after the input convolution, halved by each decoder block
+    UPSAMPLE_RATES = f"{_P}.upsample_rates"  # int32[]: one decoder block (SnakeBeta + transposed conv) per rate
+    UPSAMPLING_RATIOS = f"{_P}.upsampling_ratios"  # int32[]: one transposed conv + ConvNeXt block per ratio
+    SLIDING_WINDOW = f"{_P}.attention.sliding_window"  # positions each query sees, itself included
+    BLOCK_COUNT = f"{_P}.block_count"  # transformer layers
+    HEAD_COUNT = f"{_P}.attention.head_count"
+    HEAD_COUNT_KV = f"{_P}.attention.head_count_kv"
+    KEY_LENGTH = f"{_P}.attention.key_length"  # head dim
+    FEED_FORWARD_LENGTH = f"{_P}.feed_forward_length"  # SwiGLU intermediate size
+    RMS_EPS = f"{_P}.attention.layer_norm_rms_epsilon"
+    ROPE_FREQ_BASE = f"{_P}.rope.freq_base"
+    SAMPLE_RATE = f"{_P}.sample_rate"  # Hz of the decoded audio
+
+    PREFIX = "c2w."
+
+    @classmethod
+    def tensor_name(cls, upstream: str) -> str:
+        """``pre_transformer.norm.weight`` (or ``code2wav.pre_transformer.norm.weight``) ->
+        ``c2w.pre_transformer.norm.weight``."""
+        return cls.PREFIX + upstream.removeprefix("code2wav.")

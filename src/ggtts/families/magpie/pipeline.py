@@ -25,6 +25,7 @@ from ggtts.families.magpie.text import MagpieText
 from ggtts.gguf import GGUFFile
 from ggtts.models.magpie.model import MagpieTTS, load_magpie
 from ggtts.models.nanocodec.model import NanoCodec
+from ggtts.text.sentences import sentence_chunks
 
 DEFAULT_CHUNK_FRAMES = 4  # codec frames per streamed chunk (0.19 s at 21.5 frames/s); the very first goes out alone
 WARM_UP_FRAMES = 4
@@ -32,8 +33,6 @@ WARM_UP_FRAMES = 4
 # for ja) is spoken whole, longer text sentence by sentence
 CHUNK_WORDS = {"en": 45, "es": 73, "fr": 69, "de": 50, "it": 53, "vi": 50, "zh": 100, "hi": 50, "ja": 80}
 MAX_SENTENCE_WORDS = CHUNK_WORDS["en"]  # NeMo's default for the languages it lists none for
-_SENTENCE = re.compile(r"(?<=[.!?;])\s+|(?<=[。！？])\s*")
-_SENTENCE_END = ".!?。！？"
 
 
 def find_codec(model_path: Path) -> Path | None:
@@ -58,22 +57,9 @@ def count_words(text: str, language: str) -> int:
 
 
 def sentences(text: str, max_words: int = MAX_SENTENCE_WORDS, language: str = "en") -> list[str]:
-    """The chunks ``text`` is spoken in, as NeMo's ``do_tts`` chunks it: the whole text while it has fewer than
-    ``max_words`` words (as the language counts them); else its sentences, joined while short and cut at word
-    boundaries when longer."""
-    text = text.strip()
-    if count_words(text, language) < max_words:
-        return [text] if text else []
-    out: list[str] = []
-    for piece in _SENTENCE.split(text):
-        words = piece.split()
-        for i in range(0, len(words), max_words):
-            part = " ".join(words[i : i + max_words])
-            if out and len(out[-1].split()) + len(part.split()) <= max_words and out[-1][-1:] not in _SENTENCE_END:
-                out[-1] = f"{out[-1]} {part}"
-            elif part:
-                out.append(part)
-    return out
+    """The chunks ``text`` is spoken in, as NeMo's ``do_tts`` chunks it (words counted as the language counts
+    them)."""
+    return sentence_chunks(text, max_words, lambda t: count_words(t, language))
 
 
 class MagpieTTSPipeline(TTSModel):

@@ -18,50 +18,12 @@ from torch import nn
 from ggtts.gguf import GGUFFile
 from ggtts.models.layers.gguf_state import load_module_from_gguf
 from ggtts.models.layers.kv_cache import KVCache
+from ggtts.models.layers.transformer import RMSNorm, RotaryEmbedding, cached_attention, new_kv_cache
 from ggtts.models.qwen2.config import Qwen2Config
 from ggtts.runtime.stored_weights import StoredEmbedding, stored_weights_plan, use_stored_weights
 
 if TYPE_CHECKING:
     from ggtts.models.qwen2.ggml_graph import Qwen2Graph
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
-
-
-def rotate_half(x: torch.Tensor) -> torch.Tensor:
-    a, b = x.chunk(2, dim=-1)
-    return torch.cat((-b, a), dim=-1)
-
-
-class RotaryEmbedding(nn.Module):
-    """NEOX-style rotary embedding (the two halves of each head rotate together), cached up to ``max_len``."""
-
-    cos: torch.Tensor
-    sin: torch.Tensor
-
-    def __init__(self, head_dim: int, theta: float, max_len: int) -> None:
-        super().__init__()
-        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-        angles = torch.outer(torch.arange(max_len, dtype=torch.float32), inv_freq)  # (max_len, head_dim / 2)
-        angles = torch.cat((angles, angles), dim=-1)
-        self.register_buffer("cos", angles.cos(), persistent=False)
-        self.register_buffer("sin", angles.sin(), persistent=False)
-
-    def forward(self, x: torch.Tensor, start: int) -> torch.Tensor:  # x: (B, H, T, D)
-        t = x.shape[2]
-        cos = self.cos[start : start + t].to(x.dtype)
-        sin = self.sin[start : start + t].to(x.dtype)
-        return x * cos + rotate_half(x) * sin
 
 
 class Block(nn.Module):
@@ -85,17 +47,7 @@ class Block(nn.Module):
         q = self.attn_q(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
         k = self.attn_k(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
         v = self.attn_v(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        q, k = rope(q, start), rope(k, start)
-        keys, values = cache.update(layer, start, k, v)  # (B, Hkv, start + T, D)
-        keys, values = keys.to(q.dtype), values.to(q.dtype)  # a float16 cache holds rounded keys and values
-        gqa = self.n_heads != self.n_kv_heads
-        if t == 1:
-            out = F.scaled_dot_product_attention(q, keys, values, enable_gqa=gqa)
-        elif start == 0:
-            out = F.scaled_dot_product_attention(q, keys, values, is_causal=True, enable_gqa=gqa)
-        else:  # a chunk after earlier positions: causal within the chunk, everything before it visible
-            visible = torch.arange(start + t, device=x.device) <= (start + torch.arange(t, device=x.device))[:, None]
-            out = F.scaled_dot_product_attention(q, keys, values, attn_mask=visible, enable_gqa=gqa)
+        out = cached_attention(rope(q, start), rope(k, start), v, cache, layer, start)  # (B, H, T, D)
         return self.attn_output(out.transpose(1, 2).reshape(b, t, -1))
 
     def forward(self, x: torch.Tensor, rope: RotaryEmbedding, cache: KVCache, layer: int, start: int) -> torch.Tensor:
@@ -159,17 +111,9 @@ class Qwen2Model(nn.Module):
     def new_cache(self, max_len: int, *, batch: int = 1, dtype: torch.dtype | None = None) -> KVCache:
         """A cache for ``max_len`` positions, in the model's dtype unless ``dtype`` says otherwise (``float16``
         halves it and is what llama.cpp keeps by default; keys and values are then rounded to it)."""
-        if max_len > self.rope.cos.shape[0]:
-            raise ValueError(f"max_len {max_len} exceeds the model's {self.rope.cos.shape[0]} rotary positions")
-        p = self.output_norm.weight
-        return KVCache(
-            self.cfg.n_layers,
-            self.cfg.n_kv_heads,
-            self.cfg.head_dim,
-            max_len,
-            batch=batch,
-            dtype=dtype or p.dtype,
-            device=p.device,
+        c = self.cfg
+        return new_kv_cache(
+            c.n_layers, c.n_kv_heads, c.head_dim, max_len, self.rope, self.output_norm.weight, batch=batch, dtype=dtype
         )
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:

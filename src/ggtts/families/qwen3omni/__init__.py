@@ -1,0 +1,103 @@
+"""Qwen3-Omni (thinker -> talker -> code predictor -> code2wav): the family record.
+
+Two files: the thinker (llama.cpp's ``qwen3omnimoe``: the Qwen3 MoE language model and its tokenizer) is the model
+file; the talker (``qwen3omni-talker``: the talker, its code predictor and code2wav) is its companion, found beside
+it or named with ``talker=``. They stay two because the thinker is 30B parameters that llama.cpp users already have
+as a file of their own, and because speaking a given text needs only the thinker's tokenizer and token embeddings
+(``mode="say"``, the default): the thinker's transformer runs only when it is asked to answer (``mode="chat"``).
+Pipeline: :mod:`ggtts.families.qwen3omni.pipeline`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ggtts.errors import InputError
+from ggtts.families.base import Capabilities, Companion, Family, check_seed, find_beside, option
+from ggtts.gguf.keys import Qwen3OmniTalker as TalkerKeys
+from ggtts.gguf.keys import Qwen3OmniThinker as ThinkerKeys
+
+MAX_CHARS = 5000
+TALKER_ARCH = TalkerKeys.ARCH
+MODES = ("say", "chat")
+
+
+def _number(name: str, low: float, high: float = math.inf, whole: bool = False) -> Any:
+    def check(value: object) -> None:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if not ok or not low <= float(value) <= high or (whole and not float(value).is_integer()):
+            kind = "a whole number" if whole else "a number"
+            raise InputError(f"{name} must be {kind} from {low:g} to {high:g}, got {value!r}")
+
+    return check
+
+
+def _mode(value: object) -> None:
+    if value not in MODES:
+        raise InputError(f"mode must be one of {', '.join(MODES)}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Qwen3OmniOptions:
+    mode: str = option(
+        "say",
+        "say: speak the text as written (the thinker's transformer does not run); chat: the thinker answers the "
+        "text and the talker speaks the answer",
+        flag="--mode",
+        check=_mode,
+    )
+    system: str | None = option(None, "system prompt for mode=chat")
+    temperature: float | None = option(
+        None, "talker temperature; 0 is greedy throughout (default: the file's, 0.9)", check=_number("temperature", 0)
+    )
+    top_k: int | None = option(None, "talker top-k (default: the file's, 50)", check=_number("top_k", 1, whole=True))
+    top_p: float | None = option(None, "talker top-p (default: the file's, 1.0)", check=_number("top_p", 0.0, 1.0))
+    repetition_penalty: float | None = option(
+        None, "talker repetition penalty (default: the file's, 1.05)", check=_number("repetition_penalty", 0.01, 100)
+    )
+    max_frames: int = option(
+        4095, "most codec frames per chunk of text (80 ms each)", check=_number("max_frames", 1, 32000, whole=True)
+    )
+    max_reply_tokens: int = option(
+        1024, "most tokens the thinker writes in mode=chat", check=_number("max_reply_tokens", 1, 8192, whole=True)
+    )
+    seed: int = option(0, "seed for sampling (default 0)", flag="--seed", check=check_seed)
+    talker: str | None = option(None, "the talker GGUF (qwen3omni-talker)", flag="--talker")
+    chunk_frames: int = option(
+        4, "codec frames per streamed chunk (the first goes out alone)", check=_number("chunk_frames", 1, 1000, True)
+    )
+
+
+def voices(gguf: object) -> list[str]:
+    """The talker's speakers, from the talker file beside the thinker (none when there is none)."""
+    from pathlib import Path
+
+    from ggtts.gguf import GGUFFile
+
+    assert isinstance(gguf, GGUFFile)
+    if gguf.architecture == TALKER_ARCH:
+        return [str(n) for n in gguf.get_list(TalkerKeys.SPEAKER_NAMES, [])]
+    talker = find_beside(Path(gguf.path), TALKER_ARCH)
+    return voices(GGUFFile(talker)) if talker is not None else []
+
+
+FAMILY = Family(
+    name="qwen3omni",
+    description="Qwen3-Omni: a MoE thinker's text, spoken by its talker and code predictor through code2wav (24 kHz)",
+    architectures=(ThinkerKeys.ARCH,),
+    pipeline="ggtts.families.qwen3omni.pipeline:Qwen3OmniPipeline",
+    options=Qwen3OmniOptions,
+    capabilities=Capabilities(speed=(1.0, 1.0), max_input_chars=MAX_CHARS),
+    voices=voices,  # type: ignore[arg-type]
+    companions=(
+        Companion("talker", TALKER_ARCH, "talker GGUF for Qwen3-Omni (qwen3omni-talker); default: the one beside"),
+    ),
+    converters={
+        "qwen3omni-thinker": "ggtts.convert.qwen3omni_thinker:convert_qwen3omni_thinker",
+        "qwen3omni-talker": "ggtts.convert.qwen3omni_talker:convert_qwen3omni_talker",
+    },
+    decoder="ggtts.families.qwen3omni.decode:decode_codes_cli",
+    parity="ggtts.families.qwen3omni.parity:qwen3omni_parity",
+)

@@ -1,0 +1,86 @@
+"""The talker's generation loop, as transformers' ``Qwen3OmniMoeTalkerForConditionalGeneration.generate`` runs it.
+
+Each step: the talker's logits for the frame's first code go through the repetition penalty (over the first codes
+drawn so far), the suppressed ids (the codec vocabulary's tail but EOS), then temperature, top-k and top-p, and a
+draw (or argmax when greedy); the code predictor fills the frame's other codebooks from the talker's hidden state
+(top-k 50, top-p 0.8 at its own temperature, or argmax: it follows the talker's greedy setting, as upstream); the
+sum of the frame's code embeddings plus the next text row is the talker's next input. A first code equal to codec
+EOS ends the audio; so does the frame budget (upstream's ``max_new_tokens`` is one more than the frames it
+returns: the last code drawn never gets its other codebooks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ggtts.families.qwen3omni.prompt import TalkerInputs
+from ggtts.models.qwen3omni_talker.config import Sampling
+from ggtts.models.qwen3omni_talker.model import Talker
+from ggtts.runtime.cancel import check_cancelled
+from ggtts.runtime.sampling import apply_repetition_penalty, filter_top_k, filter_top_p
+
+# draws one id from probabilities (V,): torch.multinomial with the run's generator; tests swap in a fixed rule
+Draw = Callable[[torch.Tensor, torch.Generator], int]
+
+
+def multinomial(probs: torch.Tensor, generator: torch.Generator) -> int:
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+@dataclass(frozen=True)
+class TalkerSampling:
+    greedy: bool
+    talker: Sampling
+    code_predictor: Sampling
+    max_frames: int
+    seed: int = 0
+
+
+class HFSampler:
+    """transformers' logits processors in their order: repetition penalty, suppressed ids, then (sampling only)
+    temperature, top-k, top-p, softmax and a draw."""
+
+    def __init__(self, params: Sampling, greedy: bool, generator: torch.Generator, draw: Draw = multinomial) -> None:
+        self.params, self.greedy, self.generator, self.draw = params, greedy, generator, draw
+
+    def __call__(
+        self, logits: torch.Tensor, history: Sequence[int] = (), suppressed: torch.Tensor | None = None
+    ) -> int:
+        p = self.params
+        scores = apply_repetition_penalty(logits.float(), history, p.repetition_penalty)
+        if suppressed is not None:
+            scores = scores.index_fill(0, suppressed, float("-inf"))
+        if self.greedy:
+            return int(torch.argmax(scores))
+        scores = filter_top_p(filter_top_k(scores / p.temperature, p.top_k), p.top_p)
+        return self.draw(torch.softmax(scores, dim=-1), self.generator)
+
+
+def generate_frames(
+    talker: Talker, inputs: TalkerInputs, params: TalkerSampling, draw: Draw = multinomial
+) -> Iterator[list[int]]:
+    """Frames of codes (``n_codebooks`` each), one at a time, until codec EOS or ``max_frames``."""
+    cfg = talker.cfg
+    generator = torch.Generator().manual_seed(params.seed)
+    first = HFSampler(params.talker, params.greedy, generator, draw)
+    rest = HFSampler(params.code_predictor, params.greedy, generator, draw)
+    suppressed = torch.tensor(cfg.suppressed_ids, dtype=torch.long)
+    with torch.inference_mode():
+        cache = talker.new_cache(inputs.prefill.shape[1] + params.max_frames + 1)
+        cp_cache = talker.cp.new_cache()
+        hidden, logits = talker.step(inputs.prefill, cache)
+        drawn: list[int] = []
+        for step in range(params.max_frames + 1):
+            check_cancelled()
+            code = first(logits, drawn, suppressed)
+            if code == cfg.codec_eos or step == params.max_frames:
+                return
+            drawn.append(code)
+            embedded = talker.embed_codes(code)
+            codes, total = talker.cp.frame(hidden, embedded, lambda _j, lg: rest(lg), cp_cache)
+            yield [code, *codes]
+            text = inputs.trailing[:, step : step + 1] if step < inputs.trailing.shape[1] else inputs.pad
+            hidden, logits = talker.step(embedded + total + text, cache)

@@ -1,0 +1,167 @@
+"""Qwen3-Omni's parity check (``ggtts parity qwen3omni``): ggtts against transformers, stage by stage.
+
+A tiny random ``Qwen3OmniMoeForConditionalGeneration`` and its tokenizer are built and saved (:mod:`.upstream`),
+converted by our converters to real thinker and talker GGUF files, and loaded by our pipeline. Stages:
+
+- ``thinker.L`` / ``thinker.logits``: the thinker's hidden states after each layer and its logits over a chat
+  prompt; ``thinker.reply``: its greedy answer, token for token (tolerance 0);
+- ``talker.L`` / ``talker.logits``: the talker's layers and first-codebook logits over the prefill that
+  ``generate`` builds from that chat (the same inputs given to both);
+- ``codes``: the whole greedy ``generate(..., return_audio=True)`` path, code for code over every codebook
+  (:data:`FRAMES` frames; tolerance 0); ``audio``: its waveform against ours;
+- ``c2w.*``: code2wav's stages on the generated codes, and ``c2w.chunked``: ``chunked_decode(300, 25)`` on
+  :data:`CHUNKED_FRAMES` random frames (several chunks) against upstream's.
+
+Tolerances are on ``max |ours - upstream| / max |upstream|`` in float32. Besides the table, the difference between
+upstream's chunked decoding and one-shot decoding (which ggtts streams) is printed.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ggtts.errors import GGTTSError
+from ggtts.measure.parity import StageResult, compare
+
+FRAMES = 40
+CHUNKED_FRAMES = 400
+TOLERANCE = 1e-5
+PROMPT = "Hello, world! How are you today?"
+
+
+def build(work: Path) -> tuple[Any, Any]:
+    """(transformers model, ggtts pipeline) of a tiny random checkpoint built and converted in ``work``."""
+    try:
+        import transformers  # noqa: F401
+    except ModuleNotFoundError:
+        raise GGTTSError("parity needs transformers (pip install transformers)") from None
+    from ggtts.api import load
+    from ggtts.convert.hf_checkpoint import HFCheckpoint
+    from ggtts.convert.qwen3omni_talker import write_talker
+    from ggtts.convert.qwen3omni_thinker import write_thinker
+    from ggtts.families.qwen3omni.upstream import build_tiny_checkpoint
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        upstream = build_tiny_checkpoint(work / "checkpoint")
+    ckpt = HFCheckpoint([work / "checkpoint"], "tiny Qwen3-Omni")
+    write_thinker(work / "thinker.gguf", ckpt.config["thinker_config"], ckpt.tensors, work / "checkpoint", "f32")
+    write_talker(work / "talker.gguf", ckpt.config, ckpt.tensors, "f32")
+    return upstream, load(work / "thinker.gguf")
+
+
+def upstream_generate(model: Any, prompt: list[int], frames: int, reply_tokens: int) -> tuple[list[int], Any, Any]:
+    """transformers' greedy ``generate(..., return_audio=True)``: (reply, codes (1, Q, N), audio (S,))."""
+    seen: dict[str, torch.Tensor] = {}
+    original = model.code2wav.chunked_decode
+
+    def capture(codes: torch.Tensor, **kwargs: Any) -> torch.Tensor:
+        seen["codes"] = codes.clone()
+        return original(codes, **kwargs)
+
+    model.code2wav.chunked_decode = capture
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sequences, wav = model.generate(
+                input_ids=torch.tensor([prompt]),
+                return_audio=True,
+                speaker="ethan",
+                thinker_max_new_tokens=reply_tokens,
+                thinker_do_sample=False,
+                talker_do_sample=False,
+                talker_max_new_tokens=frames + 1,
+            )
+    finally:
+        model.code2wav.chunked_decode = original
+    return sequences[0, len(prompt) :].tolist(), seen["codes"], wav.reshape(-1)
+
+
+def _hidden(stack: Any, run: Any) -> tuple[list[torch.Tensor], Any]:
+    """Each layer's output of ``stack`` while ``run()`` runs, and what ``run()`` returned."""
+    out: list[torch.Tensor] = []
+    handles = [
+        layer.register_forward_hook(lambda _m, _a, o: out.append((o[0] if isinstance(o, tuple) else o).detach()))
+        for layer in stack
+    ]
+    try:
+        with torch.no_grad():
+            result = run()
+    finally:
+        for h in handles:
+            h.remove()
+    return out, result
+
+
+def stages(upstream: Any, tts: Any) -> list[StageResult]:
+    from ggtts.families.qwen3omni.generate import TalkerSampling, generate_frames
+    from ggtts.families.qwen3omni.prompt import chat_prompt, talker_inputs
+
+    talker, cfg = tts.talker, tts.talker.cfg
+    thinker = tts._load_thinker()
+    prompt = chat_prompt(lambda s: tts.tokenizer.encode(s, parse_special=False), cfg, PROMPT)
+    ids = torch.tensor([prompt])
+    pairs: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    tol: dict[str, tuple[str, float]] = {}
+
+    def add(name: str, ours: torch.Tensor, theirs: torch.Tensor, exact: bool = False) -> None:
+        pairs[name] = (ours.float() if not exact else ours, theirs.float() if not exact else theirs)
+        tol[name] = ("int64", 0.0) if exact else ("float32", TOLERANCE)
+
+    up_thinker = upstream.thinker
+    theirs_h, theirs_logits = _hidden(up_thinker.model.language_model.layers, lambda: up_thinker(input_ids=ids).logits)
+    out = thinker.run(ids, thinker.new_cache(len(prompt)), hidden_layers=range(1, thinker.cfg.n_layers))
+    for i in range(thinker.cfg.n_layers - 1):
+        add(f"thinker.{i}", out.hidden[i + 1], theirs_h[i])
+    add("thinker.logits", out.logits, theirs_logits)
+
+    reply, codes, audio = upstream_generate(upstream, prompt, FRAMES, 12)
+    ours_reply = thinker.greedy(prompt, 12, eos_ids=[cfg.im_end])
+    add("thinker.reply", torch.tensor(ours_reply), torch.tensor(reply), exact=True)
+
+    inputs = talker_inputs(talker, tts.embedding, prompt, reply, cfg.speakers["ethan"])
+    up_talker = upstream.talker
+    theirs_t, theirs_tl = _hidden(up_talker.model.layers, lambda: up_talker(inputs_embeds=inputs.prefill).logits)
+    ours_t, _ = _hidden(talker.blk, lambda: talker.step(inputs.prefill, talker.new_cache(inputs.prefill.shape[1])))
+    for i in range(cfg.talker.n_layers):
+        add(f"talker.{i}", ours_t[i], theirs_t[i])
+    with torch.no_grad():
+        add("talker.logits", talker.output(talker.output_norm(ours_t[-1])), theirs_tl)
+
+    greedy = TalkerSampling(True, cfg.sampling, cfg.cp_sampling, max_frames=FRAMES)
+    frames = list(generate_frames(talker, inputs, greedy))
+    add("codes", torch.tensor(frames, dtype=torch.long).T.unsqueeze(0), codes, exact=True)
+    ours_audio = tts.synthesize(PROMPT, voice="ethan", mode="chat", temperature=0, max_frames=FRAMES,
+                                max_reply_tokens=12).samples  # fmt: skip
+    add("audio", torch.from_numpy(ours_audio), audio)
+
+    from ggtts.models.qwen3omni_code2wav.parity import stage_outputs
+
+    mine, theirs = stage_outputs(tts.code2wav, upstream.code2wav, codes)
+    for name in mine:
+        add(f"c2w.{name}", mine[name], theirs[name])
+    c2w = tts.code2wav.cfg
+    shape = (1, c2w.num_quantizers, CHUNKED_FRAMES)
+    random_codes = torch.randint(0, c2w.codebook_size, shape, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        theirs_chunked = upstream.code2wav.chunked_decode(random_codes, chunk_size=300, left_context_size=25)
+        oneshot = upstream.code2wav(random_codes)
+    add("c2w.chunked", tts.code2wav.chunked_decode(random_codes), theirs_chunked)
+    n = theirs_chunked.shape[-1]
+    print(
+        f"parity: upstream chunked_decode(300, 25) vs one-shot on {CHUNKED_FRAMES} random frames: "
+        f"{oneshot.shape[-1] - n} samples shorter, max |diff| over the common start "
+        f"{float((theirs_chunked - oneshot[..., :n]).abs().max()):.3g} (ggtts streams the one-shot decoding)"
+    )
+    return [compare(name, a, b, tol) for name, (a, b) in pairs.items()]
+
+
+def qwen3omni_parity() -> list[StageResult]:
+    with tempfile.TemporaryDirectory() as tmp:
+        upstream, tts = build(Path(tmp))
+        return stages(upstream, tts)

@@ -1,0 +1,218 @@
+"""Qwen3-Omni: text -> the thinker's tokens (and, in ``mode="chat"``, its answer) -> the talker and code predictor
+(:mod:`.generate`) -> code2wav -> 24 kHz audio, streamed a few frames at a time.
+
+``mode="say"`` (default) speaks the text as written: the chat is laid out as if the thinker had answered the text
+with itself, so only the thinker's tokenizer and token embeddings are read (a 30B thinker file costs its embedding
+table's pages, not its weights). ``mode="chat"`` runs the thinker (greedy) on the text and speaks its answer; a
+thinker whose weights do not fit in memory is refused up front. Long text is spoken sentence by sentence (chunks
+of at most :data:`CHUNK_WORDS` words), each chunk a fresh chat. Code2wav streams with each layer's state, so the
+streamed audio is its one-shot decoding of the frames (upstream decodes in chunks of 300 frames after 25 of
+context, which differs from one-shot past 300 frames; :func:`ggtts.models.qwen3omni_code2wav` reports by how much).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from ggtts.audio import Audio
+from ggtts.errors import GGUFError, InputError
+from ggtts.families.base import MAX_SEED, NothingToSay, TTSModel, check_text, find_beside
+from ggtts.families.qwen3omni import FAMILY, MAX_CHARS, TALKER_ARCH
+from ggtts.families.qwen3omni.generate import TalkerSampling, generate_frames
+from ggtts.families.qwen3omni.prompt import chat_prompt, talker_inputs
+from ggtts.gguf import GGUFFile
+from ggtts.models.layers.gguf_state import load_module_from_gguf
+from ggtts.models.qwen2.tokenizer import BPETokenizer
+from ggtts.models.qwen3omni_code2wav.model import Code2Wav
+from ggtts.models.qwen3omni_talker.config import Sampling
+from ggtts.models.qwen3omni_talker.model import Talker
+from ggtts.runtime.stored_weights import stored_weights_plan, use_stored_weights
+from ggtts.text.sentences import sentence_chunks
+
+CHUNK_WORDS = 60  # a chunk of text spoken as one chat turn (about 20 s of speech)
+DEFAULT_VOICE = "ethan"  # transformers' generate() default speaker
+WARM_UP_FRAMES = 2
+TALKER_MAX_LEN = 8192  # talker positions allocated per chunk at most (prompt + frames)
+
+
+class ThinkerEmbedding(nn.Module):
+    """The thinker's token embedding table alone (``token_embd``), as stored (memory-mapped) where ggml runs."""
+
+    def __init__(self, gguf: GGUFFile, device: str) -> None:
+        super().__init__()
+        info = gguf.info("token_embd.weight")
+        with torch.device("meta"):
+            self.token_embd = nn.Embedding(*info.shape)
+        plan = stored_weights_plan(device)
+        consumed = use_stored_weights(self, gguf) if plan.stored else set()
+        keep = {"token_embd.weight"} - consumed
+        load_module_from_gguf(self, gguf, ignore=set(gguf.names()) - keep, device=device)
+
+    def forward(self, ids: list[int]) -> torch.Tensor:
+        return self.token_embd(torch.tensor(ids, dtype=torch.long)).float()  # (N, thinker dim)
+
+
+class Qwen3OmniPipeline(TTSModel):
+    family = FAMILY
+
+    def __init__(self, gguf: GGUFFile, talker: GGUFFile, device: str = "cpu") -> None:
+        self.path, self.talker_path, self.device = gguf.path, talker.path, device
+        self.thinker_gguf = gguf
+        self.tokenizer = BPETokenizer.from_gguf(gguf)
+        self.embedding = ThinkerEmbedding(gguf, device)
+        self.talker = Talker.from_gguf(talker, device)
+        self.code2wav = Code2Wav.from_gguf(talker, device)
+        if self.talker.cfg.thinker_dim != self.embedding.token_embd.embedding_dim:
+            raise GGUFError(
+                f"{talker.path}: the talker takes {self.talker.cfg.thinker_dim}-wide thinker states, but "
+                f"{gguf.path} embeds tokens {self.embedding.token_embd.embedding_dim} wide: not a matching pair"
+            )
+        if self.code2wav.cfg.codebook_size < self.talker.cfg.cp_vocab:
+            raise GGUFError(f"{talker.path}: the code predictor writes codes code2wav cannot decode")
+        self.sample_rate = self.code2wav.cfg.sample_rate
+        self._thinker: Any = None  # loaded on the first mode="chat" request
+
+    @classmethod
+    def from_gguf(cls, gguf: GGUFFile, device: str = "cpu", **options: Any) -> Qwen3OmniPipeline:
+        """``options``: ``talker`` (a qwen3omni-talker GGUF path; default: the only one beside the thinker)."""
+        talker = options.pop("talker", None)
+        if options:
+            raise InputError(f"unknown option '{next(iter(options))}' for Qwen3-Omni; known: talker")
+        path = talker if talker is not None else find_beside(Path(gguf.path), TALKER_ARCH)
+        if path is None:
+            raise InputError(
+                f"{gguf.path}: Qwen3-Omni speaks through its talker: put the qwen3omni-talker GGUF beside the "
+                "thinker or name it with --talker / talker="
+            )
+        talker_gguf = GGUFFile(path)
+        if talker_gguf.architecture != TALKER_ARCH:
+            raise GGUFError(f"{path}: the talker must be a '{TALKER_ARCH}' GGUF, not '{talker_gguf.architecture}'")
+        return cls(gguf, talker_gguf, device)
+
+    @property
+    def voices(self) -> list[str]:
+        return list(self.talker.cfg.speakers)
+
+    @property
+    def default_voice(self) -> str | None:
+        return DEFAULT_VOICE if DEFAULT_VOICE in self.talker.cfg.speakers else super().default_voice
+
+    def info(self) -> dict[str, Any]:
+        return {**super().info(), "talker": str(self.talker_path)}
+
+    def warm_up(self) -> None:
+        for _ in self.stream("Hello.", max_frames=WARM_UP_FRAMES, temperature=0):
+            pass
+
+    # ---- requests ----------------------------------------------------------------------------------------------
+    def _speaker(self, voice: str | None) -> int:
+        if voice is not None:
+            lowered = {v.lower(): v for v in self.voices}
+            voice = lowered.get(voice.lower(), voice)  # transformers looks speakers up in lower case
+        mix = self.resolve_voice(voice)
+        name = mix.single if mix is not None and mix.single else self.voices[0]
+        return self.talker.cfg.speakers[name]
+
+    def sampling(self, options: dict[str, Any]) -> TalkerSampling:
+        cfg = self.talker.cfg
+        t = cfg.sampling
+        temperature = t.temperature if options.get("temperature") is None else float(options["temperature"])
+        talker = Sampling(
+            temperature=temperature or 1.0,
+            top_k=t.top_k if options.get("top_k") is None else int(options["top_k"]),
+            top_p=t.top_p if options.get("top_p") is None else float(options["top_p"]),
+            repetition_penalty=(
+                t.repetition_penalty
+                if options.get("repetition_penalty") is None
+                else float(options["repetition_penalty"])
+            ),
+        )
+        return TalkerSampling(
+            greedy=temperature == 0,
+            talker=talker,
+            code_predictor=cfg.cp_sampling,
+            max_frames=int(options.get("max_frames") or 4095),
+            seed=int(options.get("seed") or 0),
+        )
+
+    def stream(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Iterator[Audio]:
+        FAMILY.check_options(options)
+        FAMILY.check_speed(speed)
+        check_text(text, MAX_CHARS)
+        if options.get("talker") not in (None, str(self.talker_path)):
+            raise InputError("talker= is a load option for Qwen3-Omni (ggtts.load(..., talker=PATH))")
+        if not any(ch.isalnum() for ch in text):
+            raise NothingToSay(text)
+        speaker = self._speaker(voice)
+        params = self.sampling(options)
+        mode = options.get("mode") or "say"
+        chunks = sentence_chunks(text, CHUNK_WORDS) if mode == "say" else [text.strip()]
+        system = options.get("system")
+        if mode == "chat":
+            self._load_thinker()
+        reply_tokens = int(options.get("max_reply_tokens") or 1024)
+        frames = int(options.get("chunk_frames") or 4)
+        return self._stream(chunks, speaker, params, mode, system, frames, reply_tokens)
+
+    def _load_thinker(self) -> Any:
+        if self._thinker is None:
+            from ggtts.models.qwen3omnimoe.model import Thinker, check_fits
+
+            check_fits(self.thinker_gguf, device=self.device)
+            self._thinker = Thinker.from_gguf(self.thinker_gguf, self.device)
+        return self._thinker
+
+    def _reply(self, prompt: list[int], text: str, mode: str, limit: int) -> list[int]:
+        cfg = self.talker.cfg
+        if mode == "say":
+            return [*self.tokenizer.encode(text, parse_special=False), cfg.im_end]
+        thinker = self._load_thinker()
+        return list(thinker.greedy(prompt, limit, eos_ids=[cfg.im_end]))
+
+    def _stream(
+        self,
+        chunks: list[str],
+        speaker: int,
+        params: TalkerSampling,
+        mode: str,
+        system: str | None,
+        frames_per_chunk: int,
+        reply_tokens: int,
+    ) -> Iterator[Audio]:
+        cfg, offset, rate = self.talker.cfg, 0.0, self.sample_rate
+
+        def encode(s: str) -> list[int]:
+            return self.tokenizer.encode(s, parse_special=False)
+
+        def out(stream: Any, pending: list[list[int]]) -> Audio:
+            nonlocal offset
+            codes = torch.tensor(pending, dtype=torch.long).T.unsqueeze(0)  # (1, Q, n)
+            audio = Audio(stream.push(codes)[0, 0].float().cpu().numpy(), rate, offset=offset)
+            offset += audio.duration
+            return audio
+
+        for i, text in enumerate(chunks):
+            prompt = chat_prompt(encode, cfg, text, system)
+            reply = self._reply(prompt, text, mode, reply_tokens)
+            if len(reply) < 2:
+                raise NothingToSay(text)
+            inputs = talker_inputs(self.talker, self.embedding, prompt, reply, speaker)
+            room = min(TALKER_MAX_LEN, self.talker.max_len) - inputs.prefill.shape[1] - 1
+            if room < 1:
+                raise InputError(f"a chunk of text is too long for the talker's {self.talker.max_len} positions")
+            seed = (params.seed + i) % (MAX_SEED + 1)
+            run = TalkerSampling(**{**params.__dict__, "seed": seed, "max_frames": min(params.max_frames, room)})
+            stream = self.code2wav.stream()
+            pending: list[list[int]] = []
+            for frame in generate_frames(self.talker, inputs, run):
+                pending.append(frame)
+                if (not offset and not i) or len(pending) >= frames_per_chunk:  # the very first frame alone
+                    yield out(stream, pending)
+                    pending = []
+            if pending:
+                yield out(stream, pending)

@@ -1,0 +1,84 @@
+"""RMSNorm, NEOX-style rotary embeddings and cached causal attention, shared by the Qwen decoders (``qwen2``, the
+Qwen3 blocks)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ggtts.models.layers.kv_cache import KVCache
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square norm over the last dimension, computed in float32, then scaled by ``weight``."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x.to(dtype)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat((-b, a), dim=-1)
+
+
+class RotaryEmbedding(nn.Module):
+    """NEOX-style rotary embedding (the two halves of each head rotate together), cached up to ``max_len``."""
+
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+    def __init__(self, head_dim: int, theta: float, max_len: int) -> None:
+        super().__init__()
+        inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+        angles = torch.outer(torch.arange(max_len, dtype=torch.float32), inv_freq)  # (max_len, head_dim / 2)
+        angles = torch.cat((angles, angles), dim=-1)
+        self.register_buffer("cos", angles.cos(), persistent=False)
+        self.register_buffer("sin", angles.sin(), persistent=False)
+
+    @property
+    def max_len(self) -> int:
+        return int(self.cos.shape[0])
+
+    def forward(self, x: torch.Tensor, start: int) -> torch.Tensor:  # x: (B, H, T, D)
+        t = x.shape[2]
+        cos = self.cos[start : start + t].to(x.dtype)
+        sin = self.sin[start : start + t].to(x.dtype)
+        return x * cos + rotate_half(x) * sin
+
+
+def cached_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache, layer: int, start: int
+) -> torch.Tensor:
+    """Causal grouped-query attention of queries ``q (B, H, T, D)`` at positions ``start..start+T`` over the
+    cache's keys and values of ``layer`` after writing ``k, v (B, Hkv, T, D)`` there -> ``(B, H, T, D)``."""
+    t = q.shape[2]
+    keys, values = cache.update(layer, start, k, v)  # (B, Hkv, start + T, D)
+    keys, values = keys.to(q.dtype), values.to(q.dtype)  # a float16 cache holds rounded keys and values
+    gqa = q.shape[1] != k.shape[1]
+    if t == 1:
+        return F.scaled_dot_product_attention(q, keys, values, enable_gqa=gqa)
+    if start == 0:
+        return F.scaled_dot_product_attention(q, keys, values, is_causal=True, enable_gqa=gqa)
+    # a chunk after earlier positions: causal within the chunk, everything before it visible
+    visible = torch.arange(start + t, device=q.device) <= (start + torch.arange(t, device=q.device))[:, None]
+    return F.scaled_dot_product_attention(q, keys, values, attn_mask=visible, enable_gqa=gqa)
+
+
+def new_kv_cache(
+    n_layers: int, n_kv_heads: int, head_dim: int, max_len: int, rope: RotaryEmbedding, like: torch.Tensor,
+    *, batch: int = 1, dtype: torch.dtype | None = None,
+) -> KVCache:  # fmt: skip
+    """A cache for ``max_len`` positions on ``like``'s device, in its dtype unless ``dtype`` says otherwise
+    (``float16`` halves it and is what llama.cpp keeps by default; keys and values are then rounded to it)."""
+    if max_len > rope.max_len:
+        raise ValueError(f"max_len {max_len} exceeds the model's {rope.max_len} rotary positions")
+    return KVCache(n_layers, n_kv_heads, head_dim, max_len, batch=batch, dtype=dtype or like.dtype, device=like.device)

@@ -1,0 +1,173 @@
+"""Qwen3-Omni code2wav: 16 codebooks of codes per 80 ms frame -> 24 kHz waveform.
+
+codes ``(B, Q, N)`` -> mean of Q code embeddings ``(B, N, hidden)`` -> sliding-window transformer -> upsampling
+stages (transposed conv + ConvNeXt, x4 for the published ratios) -> input conv -> decoder blocks (SnakeBeta,
+transposed conv, residual units; x480) -> SnakeBeta -> output conv -> clamp to [-1, 1].
+
+Output length (as transformers'): ``N * total_upsample - trailing_lag`` samples, ``N * 1920 - 555`` for the
+published model (:meth:`Code2WavConfig.output_length`). Every layer is causal but each decoder block's transposed
+convolution, whose last samples need the next frame: those are left out, not guessed. So the audio of N frames is
+a prefix of the audio of N + 1 frames, and :class:`Code2WavStream` yields exactly the one-shot samples as frames
+arrive. Upstream's :meth:`Code2Wav.chunked_decode` does not: each chunk loses its last ``trailing_lag`` samples
+(a gap at every chunk boundary) and the transformer sees only ``left_context_size`` frames of the past.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ggtts.errors import InputError
+from ggtts.gguf import GGUFFile
+from ggtts.gguf.keys import Qwen3OmniCode2Wav as K
+from ggtts.models.layers.gguf_state import load_module_from_gguf
+from ggtts.models.qwen3omni_code2wav.config import Code2WavConfig
+from ggtts.models.qwen3omni_code2wav.layers import (
+    DECODER_KERNEL,
+    CausalConvNet,
+    DecoderBlock,
+    SnakeBeta,
+    StreamState,
+    UpsampleStage,
+)
+from ggtts.models.qwen3omni_code2wav.transformer import TransformerModel
+
+CLAMP = (-1.0, 1.0)
+DEFAULT_CHUNK_SIZE = 300  # frames: upstream chunked_decode's defaults
+DEFAULT_LEFT_CONTEXT = 25
+
+
+class Code2Wav(nn.Module):
+    def __init__(self, cfg: Code2WavConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        h, n_blocks = cfg.hidden_size, len(cfg.upsample_rates)
+        self.code_embedding = nn.Embedding(cfg.codebook_size * cfg.num_quantizers, h)
+        self.pre_transformer = TransformerModel(cfg)
+        self.upsample = nn.ModuleList(UpsampleStage(h, r) for r in cfg.upsampling_ratios)
+        self.decoder = nn.ModuleList(
+            [
+                CausalConvNet(h, cfg.decoder_dim, DECODER_KERNEL),
+                *(
+                    DecoderBlock(cfg.decoder_width(i), cfg.decoder_width(i + 1), rate)
+                    for i, rate in enumerate(cfg.upsample_rates)
+                ),
+                SnakeBeta(cfg.decoder_width(n_blocks)),
+                CausalConvNet(cfg.decoder_width(n_blocks), 1, DECODER_KERNEL),
+            ]
+        )
+
+    @classmethod
+    def from_gguf(cls, gguf: GGUFFile, device: str | torch.device = "cpu", *, stored_weights: bool = True) -> Code2Wav:
+        """Code2wav from a ``qwen3omni-talker`` file (the talker's tensors beside it are left alone). Linear and
+        embedding weights stored as F16/BF16/Q8_0 stay so on CPU where ggml's kernels are installed; the rest are
+        widened to float32."""
+        from ggtts.runtime.stored_weights import stored_weights_plan, use_stored_weights
+
+        cfg = Code2WavConfig.from_gguf(gguf)
+        with torch.device("meta"):
+            model = cls(cfg)
+        plan = stored_weights_plan(device, stored_weights)
+        consumed = use_stored_weights(model, gguf, gguf_name=K.tensor_name) if plan.stored else set()
+        others = {n for n in gguf.names() if not n.startswith(K.PREFIX)}  # the talker's
+        load_module_from_gguf(model, gguf, gguf_name=K.tensor_name, ignore=consumed | others, device=device)
+        return model.eval()
+
+    @property
+    def device(self) -> torch.device:
+        return self.pre_transformer.norm.weight.device
+
+    def check_codes(self, codes: torch.Tensor) -> None:
+        """InputError unless ``codes`` is an integer ``(batch, codebooks, frames)`` tensor of this model's
+        codebook count and code range."""
+        cfg = self.cfg
+        if codes.dtype.is_floating_point or codes.dtype.is_complex or codes.dtype == torch.bool:
+            raise InputError(f"audio codes must be integers, not {codes.dtype}")
+        if codes.dim() != 3:
+            raise InputError(f"audio codes have shape {list(codes.shape)}; expected (batch, codebooks, frames)")
+        if codes.shape[1] != cfg.num_quantizers:
+            raise InputError(
+                f"audio codes have {codes.shape[1]} codebooks (shape {list(codes.shape)}); code2wav decodes "
+                f"{cfg.num_quantizers}"
+            )
+        bad = (codes < 0) | (codes >= cfg.codebook_size)
+        if codes.numel() and bool(bad.any()):
+            where = bad.nonzero()[0].tolist()
+            raise InputError(
+                f"audio code {int(codes[tuple(where)])} at {where} is out of range: code2wav has codes "
+                f"0..{cfg.codebook_size - 1}"
+            )
+
+    def embed(self, codes: torch.Tensor) -> torch.Tensor:
+        """Codes ``(B, Q, N)`` -> the mean of each frame's code embeddings ``(B, N, hidden)``."""
+        q = self.cfg.num_quantizers
+        offset = torch.arange(q, device=codes.device).view(1, q, 1) * self.cfg.codebook_size
+        return self.code_embedding(codes.to(torch.long) + offset).mean(1)  # (B, Q, N, hidden) -> (B, N, hidden)
+
+    def run(self, codes: torch.Tensor, start: int = 0, state: StreamState | None = None) -> torch.Tensor:
+        """The layers, without checks: codes ``(B, Q, N)`` at frame ``start`` -> ``(B, 1, samples)``."""
+        x = self.pre_transformer(self.embed(codes.to(self.device)), start, state).transpose(1, 2)  # (B, hidden, N)
+        for stage in self.upsample:
+            x = stage(x, state)
+        for layer in self.decoder:
+            x = layer(x, state)
+        return x.clamp(*CLAMP)
+
+    @torch.inference_mode()
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        """Codes ``(B, Q, N)`` -> float audio ``(B, 1, cfg.output_length(N))``, as transformers' forward."""
+        self.check_codes(codes)
+        if codes.shape[-1] == 0:
+            return torch.zeros(codes.shape[0], 1, 0, device=self.device)
+        return self.run(codes)
+
+    def chunked_decode(
+        self, codes: torch.Tensor, chunk_size: int = DEFAULT_CHUNK_SIZE, left_context_size: int = DEFAULT_LEFT_CONTEXT
+    ) -> torch.Tensor:
+        """Upstream's chunked decoding, sample for sample: chunks of ``chunk_size`` frames, each decoded one-shot
+        after up to ``left_context_size`` frames of context whose audio is then cut. Each chunk but the last is
+        ``trailing_lag`` samples short, so the result is ``(chunks - 1) * trailing_lag`` samples shorter than
+        :meth:`forward`'s (which :class:`Code2WavStream` reproduces instead)."""
+        if chunk_size < 1 or left_context_size < 0:
+            raise InputError(
+                f"chunk_size must be at least 1 and left_context_size at least 0, not {chunk_size} and "
+                f"{left_context_size}"
+            )
+        self.check_codes(codes)
+        hop, pieces, start = self.cfg.total_upsample, [], 0
+        while start < codes.shape[-1]:
+            end = min(start + chunk_size, codes.shape[-1])
+            context = left_context_size if start - left_context_size > 0 else start
+            pieces.append(self(codes[..., start - context : end])[..., context * hop :])
+            start = end
+        return torch.cat(pieces, dim=-1) if pieces else self(codes)
+
+    def stream(self) -> Code2WavStream:
+        return Code2WavStream(self)
+
+
+class Code2WavStream:
+    """Incremental decoding for first audio early: ``push`` new frames ``(B, Q, n)``, get the samples they settle
+    ``(B, 1, m)``. Each attention layer keeps the last ``sliding_window - 1`` keys and values, each causal
+    convolution its past inputs, each transposed convolution its overlap, so a push costs about what its own frames
+    cost one-shot, and the pushes' audio joined is :meth:`Code2Wav.forward`'s on all frames (float rounding
+    apart). The first push settles ``n * hop - trailing_lag`` samples, each later one ``n * hop``."""
+
+    def __init__(self, model: Code2Wav) -> None:
+        self.model = model
+        self.frames = 0  # pushed so far
+        self._state: StreamState = {}
+        self._shape: torch.Size | None = None
+
+    @torch.inference_mode()
+    def push(self, codes: torch.Tensor) -> torch.Tensor:
+        model = self.model
+        model.check_codes(codes)
+        if self._shape is not None and self._shape != codes.shape[:-1]:
+            raise InputError(f"pushed codes of shape {list(codes.shape)} after codes of shape {list(self._shape)}")
+        self._shape = codes.shape[:-1]
+        if codes.shape[-1] == 0:
+            return torch.zeros(codes.shape[0], 1, 0, device=model.device)
+        audio = model.run(codes, self.frames, self._state)
+        self.frames += codes.shape[-1]
+        return audio

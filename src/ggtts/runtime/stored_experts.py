@@ -1,0 +1,160 @@
+"""Mixture-of-experts weight stacks ``(E, N, K)``, multiplied as a GGUF file stores them (llama.cpp's
+``ffn_{gate,up,down}_exps``), or in float.
+
+Each row of the input goes through the few experts its router picked: ``y[t, j] = W[ids[t, j]] @ x[t, j]``.
+:class:`Experts` holds the stack as a float parameter and loops over the experts the batch hit (a decoding step hits
+``k`` of them, whatever ``E`` is). :class:`StoredExperts` keeps the file's bytes and runs ggml's ``mul_mat_id`` (the
+operation llama.cpp's MoE graphs use): one ggml call per projection, whatever ``k`` is, touching only the picked
+experts' rows. :func:`use_stored_experts` swaps the one for the other where ggml multiplies the file's type.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gguf import GGMLQuantizationType
+from torch import nn
+
+from ggtts.gguf import GGUFFile
+from ggtts.runtime.ggml_kernels import (
+    GRAPHS_PER_WEIGHT,
+    KernelsUnavailable,
+    cached,
+    compute,
+    kernels,
+    multiplies,
+    new_context,
+    unavailable_reason,
+)
+
+__all__ = ["Experts", "StoredExperts", "use_stored_experts"]
+
+GRAPH_NODES = 4  # one mul_mat_id and its inputs
+
+
+def _check(x: torch.Tensor, ids: torch.Tensor, n_in: int) -> None:
+    if x.dim() != 3 or x.shape[-1] != n_in or ids.dim() != 2 or x.shape[0] != ids.shape[0]:
+        raise ValueError(f"experts take x (T, S, {n_in}) and ids (T, k); got {list(x.shape)} and {list(ids.shape)}")
+    if x.shape[1] not in (1, ids.shape[1]):
+        raise ValueError(f"x has {x.shape[1]} slots per row; it needs 1 (shared by every pick) or k={ids.shape[1]}")
+
+
+class Experts(nn.Module):
+    """A stack of ``n_expert`` weights ``(n_out, n_in)`` as one float parameter ``weight (E, n_out, n_in)``."""
+
+    def __init__(self, n_expert: int, n_out: int, n_in: int) -> None:
+        super().__init__()
+        self.n_expert, self.n_out, self.n_in = n_expert, n_out, n_in
+        self.weight = nn.Parameter(torch.empty(n_expert, n_out, n_in))
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """``x (T, S, n_in)`` with ``S`` 1 or ``k``, ``ids (T, k)`` -> ``(T, k, n_out)``: row ``t``'s slot ``j``
+        through expert ``ids[t, j]``."""
+        _check(x, ids, self.n_in)
+        t, k = ids.shape
+        out = x.new_zeros(t, k, self.n_out)
+        for e in torch.unique(ids).tolist():  # the experts this batch hit: k of them for one token
+            rows, slots = (ids == e).nonzero(as_tuple=True)
+            picked = x[rows, slots if x.shape[1] > 1 else 0]
+            out[rows, slots] = F.linear(picked, self.weight[e])
+        return out
+
+    def extra_repr(self) -> str:
+        return f"n_expert={self.n_expert}, n_out={self.n_out}, n_in={self.n_in}"
+
+
+class _IdGraph:
+    """``out (n_out, k, T) = mul_mat_id(W, x (n_in, S, T), ids (k, T))`` as a ggml graph (pointers set per call)."""
+
+    def __init__(self, weight: Any, n_in: int, slots: int, k: int, rows: int) -> None:
+        lib = kernels()
+        ctx = new_context(self, 4 * lib.ggml_tensor_overhead() + lib.ggml_graph_overhead_custom(GRAPH_NODES, False))
+        self.x = lib.ggml_new_tensor_3d(ctx, lib.GGML_TYPE_F32, n_in, slots, rows).contents
+        self.ids = lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_I32, k, rows).contents
+        out_ptr = lib.ggml_mul_mat_id(ctx, weight, ctypes.pointer(self.x), ctypes.pointer(self.ids))
+        self.out = out_ptr.contents
+        self.graph = lib.ggml_new_graph_custom(ctx, GRAPH_NODES, False)
+        lib.ggml_build_forward_expand(self.graph, out_ptr)
+        self._plans: dict[int, Any] = {}
+
+    def run(self, x_ptr: int, ids_ptr: int, out_ptr: int, n_threads: int) -> None:
+        self.x.data, self.ids.data, self.out.data = x_ptr, ids_ptr, out_ptr
+        compute(self.graph, self._plans, n_threads)
+
+
+class StoredExperts(nn.Module):
+    """The same stack as a file stores it (``raw``: the tensor's bytes, typically a read-only view of the
+    memory-mapped file), multiplied by ggml's ``mul_mat_id``: only the picked experts' rows are read."""
+
+    def __init__(self, raw: np.ndarray, qtype: GGMLQuantizationType, n_expert: int, n_out: int, n_in: int) -> None:
+        super().__init__()
+        if not multiplies(qtype):
+            raise KernelsUnavailable(unavailable_reason() or f"ggml does not multiply {qtype.name} weights")
+        if not raw.flags.c_contiguous:
+            raise ValueError("stored weights must be contiguous bytes")
+        lib = kernels()
+        self.n_expert, self.n_out, self.n_in, self.qtype = n_expert, n_out, n_in, qtype
+        self._raw = raw  # ggml points at these bytes: keep them referenced
+        self._tensor = lib.ggml_new_tensor_3d(
+            new_context(self, lib.ggml_tensor_overhead()), int(qtype), n_in, n_out, n_expert
+        )
+        if lib.ggml_nbytes(self._tensor) != raw.nbytes:
+            raise ValueError(f"{raw.nbytes} stored bytes for {n_expert} x {n_out} x {n_in} {qtype.name} experts")
+        self._tensor.contents.data = raw.ctypes.data
+        self._graphs: OrderedDict[tuple[int, int, int], _IdGraph] = OrderedDict()
+        self._lock = threading.Lock()  # a graph's pointers are set then used: one call at a time
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """As :meth:`Experts.forward`."""
+        _check(x, ids, self.n_in)
+        if x.device.type != "cpu":
+            raise ValueError(f"ggml's CPU kernels got a tensor on {x.device}")
+        t, k = ids.shape
+        slots = x.shape[1]
+        x32 = x.to(torch.float32).contiguous()  # (T, S, n_in)
+        ids32 = ids.to(torch.int32).contiguous()  # (T, k)
+        out = torch.empty(t, k, self.n_out, dtype=torch.float32)
+        if t:
+            with self._lock:
+                graph = cached(
+                    self._graphs,
+                    (t, slots, k),
+                    lambda: _IdGraph(self._tensor, self.n_in, slots, k, t),
+                    GRAPHS_PER_WEIGHT,
+                )
+                graph.run(x32.data_ptr(), ids32.data_ptr(), out.data_ptr(), torch.get_num_threads())
+        return out.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"n_expert={self.n_expert}, n_out={self.n_out}, n_in={self.n_in}, stored={self.qtype.name}"
+
+
+def use_stored_experts(
+    module: nn.Module, gguf: GGUFFile, *, gguf_name: Callable[[str], str] = lambda name: name
+) -> set[str]:
+    """Swap each :class:`Experts` of ``module`` whose stack the file stores in a type ggml multiplies for a
+    :class:`StoredExperts` over the file's bytes. Returns the file tensor names consumed (for the strict loader to
+    ignore). A stack of the wrong shape is left to the strict loader, which names the mismatch."""
+    consumed: set[str] = set()
+    for parent_name, parent in list(module.named_modules()):
+        for child_name, child in list(parent.named_children()):
+            if not isinstance(child, Experts):
+                continue
+            path = f"{parent_name}.{child_name}" if parent_name else child_name
+            name = gguf_name(f"{path}.weight")
+            if name not in gguf or gguf.byte_order != "<":
+                continue
+            info = gguf.info(name)
+            if not multiplies(info.type) or tuple(info.shape) != tuple(child.weight.shape):
+                continue
+            raw = gguf.raw(name).view(np.uint8).reshape(-1)
+            setattr(parent, child_name, StoredExperts(raw, info.type, child.n_expert, child.n_out, child.n_in))
+            consumed.add(name)
+    return consumed

@@ -1,0 +1,275 @@
+"""Qwen3-Omni end to end against transformers: a tiny random ``Qwen3OmniMoeForConditionalGeneration`` and its
+tokenizer saved as a real checkpoint, converted by ``ggtts convert qwen3omni-thinker`` / ``qwen3omni-talker`` into
+real GGUF files, loaded by ``ggtts.load`` (:mod:`ggtts.families.qwen3omni.parity` builds it, as ``ggtts parity
+qwen3omni`` does). Greedy and sampled generations are compared code for code with transformers' ``generate(...,
+return_audio=True)``; the rest is the pipeline's behaviour (streaming, voices, modes, files, errors)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+pytestmark = pytest.mark.needs_reference
+
+TEXT = "Hello, world! How are you today?"
+
+
+@dataclass
+class Tiny:
+    upstream: Any
+    tts: Any
+    work: Path
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Tiny:
+    pytest.importorskip("transformers", reason="needs transformers to build the reference model")
+    from ggtts.families.qwen3omni.parity import build
+
+    work = tmp_path_factory.mktemp("qwen3omni")
+    upstream, tts = build(work)
+    return Tiny(upstream, tts, work)
+
+
+def _prompt(tts: Any, text: str = TEXT) -> list[int]:
+    from ggtts.families.qwen3omni.prompt import chat_prompt
+
+    return chat_prompt(lambda s: tts.tokenizer.encode(s, parse_special=False), tts.talker.cfg, text)
+
+
+def test_every_stage_matches_transformers(tiny: Tiny) -> None:
+    from ggtts.families.qwen3omni.parity import stages
+
+    results = stages(tiny.upstream, tiny.tts)
+    bad = [(r.stage, r.relative) for r in results if not r.ok]
+    assert not bad, bad
+    names = {r.stage for r in results}
+    assert {"thinker.logits", "thinker.reply", "talker.logits", "codes", "audio", "c2w.chunked"} <= names
+    codes = next(r for r in results if r.stage == "codes")
+    assert codes.shape == [1, 4, 40]  # all 40 frames, every codebook: no early EOS made the check short
+
+
+def test_chat_prompt_is_qwens_template_as_the_tokenizer_reads_it(tiny: Tiny) -> None:
+    from tokenizers import Tokenizer
+
+    hf = Tokenizer.from_file(str(tiny.work / "checkpoint" / "tokenizer.json"))
+    text = f"<|im_start|>user\n{TEXT}<|im_end|>\n<|im_start|>assistant\n"
+    assert _prompt(tiny.tts) == hf.encode(text).ids
+    from ggtts.families.qwen3omni.prompt import chat_prompt
+
+    with_system = chat_prompt(lambda s: tiny.tts.tokenizer.encode(s), tiny.tts.talker.cfg, "Hi", system="Be brief.")
+    expected = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+    assert with_system == hf.encode(expected).ids
+
+
+class FixedDraw:
+    """A deterministic stand-in for ``torch.multinomial`` (the inverse CDF at a fixed sequence of points), used
+    by both sides so that sampled generations can be compared draw for draw."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def point(self) -> float:
+        self.n += 1
+        return math.modf(self.n * 0.6180339887)[0]
+
+    def __call__(self, probs: torch.Tensor, *_args: Any, **_kwargs: Any) -> Any:
+        cdf = probs.double().cumsum(-1)
+        index = int(torch.searchsorted(cdf[..., :].reshape(-1), torch.tensor([self.point() * float(cdf[..., -1])],
+                                                                        dtype=torch.float64)))  # fmt: skip
+        return min(index, probs.shape[-1] - 1)
+
+
+def test_sampled_generation_matches_transformers_draw_for_draw(tiny: Tiny, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sampling as ``generate`` does it (repetition penalty 1.05 over the first codes, suppressed ids, temperature
+    0.9, top-k 50 for the talker; top-k 50, top-p 0.8 for the code predictor), with the same draws on both sides."""
+    from ggtts.families.qwen3omni.generate import TalkerSampling, generate_frames
+    from ggtts.families.qwen3omni.parity import upstream_generate
+    from ggtts.families.qwen3omni.prompt import talker_inputs
+
+    tts, cfg = tiny.tts, tiny.tts.talker.cfg
+    prompt = _prompt(tts)
+    upstream_draw = FixedDraw()
+    real_multinomial = torch.multinomial
+
+    def multinomial(probs: torch.Tensor, num_samples: int, *args: Any, **kwargs: Any) -> torch.Tensor:
+        assert num_samples == 1
+        return torch.tensor([[upstream_draw(row)] for row in probs.reshape(-1, probs.shape[-1])])
+
+    monkeypatch.setattr(torch, "multinomial", multinomial)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        seen: dict[str, torch.Tensor] = {}
+        original = tiny.upstream.code2wav.chunked_decode
+        monkeypatch.setattr(tiny.upstream.code2wav, "chunked_decode", lambda c, **k: seen.setdefault("c", c) * 0)
+        sequences, _ = tiny.upstream.generate(
+            input_ids=torch.tensor([prompt]), return_audio=True, speaker="chelsie", thinker_max_new_tokens=12,
+            thinker_do_sample=False, talker_do_sample=True, talker_max_new_tokens=31,
+        )  # fmt: skip
+        monkeypatch.setattr(tiny.upstream.code2wav, "chunked_decode", original)
+    monkeypatch.setattr(torch, "multinomial", real_multinomial)
+    reply = sequences[0, len(prompt) :].tolist()
+    frames_up = seen["c"].shape[-1]
+    assert frames_up >= 20 and upstream_draw.n >= frames_up * cfg.n_codebooks  # it sampled every codebook
+    inputs = talker_inputs(tts.talker, tts.embedding, prompt, reply, cfg.speakers["chelsie"])
+    params = TalkerSampling(False, cfg.sampling, cfg.cp_sampling, max_frames=30)
+    ours_draw = FixedDraw()
+    frames = list(generate_frames(tts.talker, inputs, params, draw=lambda p, _g: ours_draw(p)))
+    assert torch.equal(torch.tensor(frames).T.unsqueeze(0), seen["c"])
+    assert ours_draw.n == upstream_draw.n
+    del upstream_generate
+
+
+def test_say_mode_speaks_the_text_as_the_reply(tiny: Tiny) -> None:
+    """mode="say": the chat as if the thinker had answered the text with itself (its tokens, then <|im_end|>):
+    the same codes the talker writes for that reply in mode="chat"'s machinery (audio streamed vs one-shot: float
+    rounding apart)."""
+    from ggtts.families.qwen3omni.generate import TalkerSampling, generate_frames
+    from ggtts.families.qwen3omni.prompt import talker_inputs
+
+    tts, cfg = tiny.tts, tiny.tts.talker.cfg
+    reply = [*tts.tokenizer.encode(TEXT, parse_special=False), cfg.im_end]
+    inputs = talker_inputs(tts.talker, tts.embedding, _prompt(tts), reply, cfg.speakers["ethan"])
+    assert inputs.trailing.shape[1] == len(reply) - 1  # text after the first token, then tts_eos; no <|im_end|>
+    frames = list(generate_frames(tts.talker, inputs, TalkerSampling(True, cfg.sampling, cfg.cp_sampling, 20)))
+    codes = torch.tensor(frames, dtype=torch.long).T.unsqueeze(0)
+    audio = tts.synthesize(TEXT, voice="ethan", temperature=0, max_frames=20)
+    torch.testing.assert_close(torch.from_numpy(audio.samples), tts.code2wav(codes)[0, 0], rtol=0, atol=1e-9)
+
+
+def test_stream_joins_to_synthesize_and_the_first_chunk_is_one_frame(tiny: Tiny) -> None:
+    tts = tiny.tts
+    chunks = list(tts.stream(TEXT, voice="chelsie", seed=1, max_frames=30, chunk_frames=4))
+    whole = tts.synthesize(TEXT, voice="chelsie", seed=1, max_frames=30, chunk_frames=4)
+    assert np.array_equal(np.concatenate([c.samples for c in chunks]), whole.samples)
+    hop, lag = tts.code2wav.cfg.total_upsample, tts.code2wav.cfg.trailing_lag
+    assert len(chunks[0].samples) == hop - lag  # the first frame goes out alone
+    assert all(len(c.samples) <= 4 * hop for c in chunks[1:])
+    assert chunks[1].offset == pytest.approx(chunks[0].duration)
+    again = tts.synthesize(TEXT, voice="chelsie", seed=1, max_frames=30)
+    other = tts.synthesize(TEXT, voice="chelsie", seed=2, max_frames=30)
+    assert np.array_equal(again.samples, whole.samples) and not np.array_equal(other.samples, whole.samples)
+
+
+def test_voices_are_the_talkers_speakers(tiny: Tiny) -> None:
+    from ggtts.families import family_named
+    from ggtts.gguf import GGUFFile
+
+    tts = tiny.tts
+    assert sorted(tts.voices) == ["chelsie", "ethan"] and tts.default_voice == "ethan"
+    assert sorted(family_named("qwen3omni").voices(GGUFFile(tiny.work / "thinker.gguf"))) == ["chelsie", "ethan"]
+    a = tts.synthesize(TEXT, voice="Ethan", temperature=0, max_frames=6)
+    b = tts.synthesize(TEXT, voice="ethan", temperature=0, max_frames=6)
+    assert np.array_equal(a.samples, b.samples)  # transformers looks speakers up in lower case
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"text": ""}, "empty"),
+        ({"text": "?!"}, "nothing to say"),
+        ({"voice": "nobody"}, "nobody"),
+        ({"mode": "sing"}, "mode must be one of say, chat"),
+        ({"temperature": -1}, "temperature"),
+        ({"top_p": 1.5}, "top_p"),
+        ({"max_frames": 0}, "max_frames"),
+        ({"speed": 1.5}, "speed"),
+        ({"cfg_scale": 2.0}, "cfg_scale"),
+    ],
+)
+def test_bad_requests_get_one_clear_error(tiny: Tiny, kwargs: dict[str, Any], message: str) -> None:
+    from ggtts.errors import InputError
+
+    args = {"text": TEXT, **kwargs}
+    with pytest.raises(InputError, match=message):
+        list(tiny.tts.stream(args.pop("text"), **args))
+
+
+def test_files_that_do_not_pair_are_refused(tiny: Tiny, tmp_path: Path) -> None:
+    import shutil
+
+    from ggtts.api import load
+    from ggtts.errors import GGTTSError
+
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(tiny.work / "thinker.gguf", alone / "thinker.gguf")
+    with pytest.raises(GGTTSError, match="talker"):
+        load(alone / "thinker.gguf")
+    with pytest.raises(GGTTSError, match="qwen3omni-talker"):
+        load(alone / "thinker.gguf", talker=str(alone / "thinker.gguf"))
+    tts = load(alone / "thinker.gguf", talker=str(tiny.work / "talker.gguf"))
+    assert tts.voices == tiny.tts.voices
+
+
+def test_the_talker_file_carries_the_checkpoint_settings(tiny: Tiny) -> None:
+    from ggtts.gguf import GGUFFile
+    from ggtts.gguf.keys import Qwen3OmniTalker as K
+
+    g = GGUFFile(tiny.work / "talker.gguf")
+    cfg = json.loads((tiny.work / "checkpoint" / "config.json").read_text())
+    talker = cfg["talker_config"]
+    assert g.get(K.CODEC_EOS_ID) == talker["codec_eos_token_id"]
+    assert g.get(K.TTS_PAD_ID) == cfg["tts_pad_token_id"] and g.get(K.ASSISTANT_ID) == cfg["assistant_token_id"]
+    assert dict(zip(g.get_list(K.SPEAKER_NAMES), g.get_list(K.SPEAKER_IDS), strict=True)) == talker["speaker_id"]
+    assert g.get(K.NUM_CODEBOOKS) == talker["num_code_groups"]
+    assert g.get(K.TOP_K) == 50 and g.get(K.REPETITION_PENALTY) == pytest.approx(1.05)
+    assert g.info("blk.0.ffn_gate_exps.weight").shape == (4, 24, 32)  # (experts, ff, dim) as llama.cpp stacks them
+    assert "cp.output.2.weight" in g and "cp.blk.1.attn_q_norm.weight" in g and "c2w.code_embedding.weight" in g
+
+
+def test_q8_0_talker_runs_quantized_and_stays_close(tiny: Tiny, tmp_path: Path) -> None:
+    from ggtts.convert.hf_checkpoint import HFCheckpoint
+    from ggtts.convert.qwen3omni_talker import write_talker
+    from ggtts.families.qwen3omni.prompt import talker_inputs
+    from ggtts.gguf import GGUFFile
+    from ggtts.models.qwen3omni_talker.model import Talker
+    from ggtts.runtime.ggml_kernels import unavailable_reason
+
+    ckpt = HFCheckpoint([tiny.work / "checkpoint"], "tiny")
+    path = write_talker(tmp_path / "talker-q8_0.gguf", ckpt.config, ckpt.tensors, "q8_0")
+    assert GGUFFile(path).info("blk.0.ffn_up_exps.weight").type.name == "Q8_0"
+    q8 = Talker.from_gguf(GGUFFile(path))
+    assert (q8.weights_note is None) == (unavailable_reason() is None)
+    cfg = tiny.tts.talker.cfg
+    reply = [*tiny.tts.tokenizer.encode(TEXT, parse_special=False), cfg.im_end]
+    inputs = talker_inputs(tiny.tts.talker, tiny.tts.embedding, _prompt(tiny.tts), reply, cfg.speakers["ethan"])
+    with torch.inference_mode():
+        _, ref = tiny.tts.talker.step(inputs.prefill, tiny.tts.talker.new_cache(inputs.prefill.shape[1]))
+        _, got = q8.step(inputs.prefill, q8.new_cache(inputs.prefill.shape[1]))
+    rel = float((got - ref).abs().max() / ref.abs().max())
+    assert 0 < rel < 0.05, rel  # quantized (not identical), and close
+
+
+def test_cli_speaks_and_decodes_codes(tiny: Tiny, tmp_path: Path) -> None:
+    out = tmp_path / "hello.wav"
+    cmd = [sys.executable, "-m", "ggtts.cli", "speak", "-m", str(tiny.work / "thinker.gguf"), "-v", "chelsie"]
+    run = subprocess.run([*cmd, "--seed", "1", "-o", str(out), TEXT], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert out.stat().st_size > 44
+    codes = tmp_path / "codes.txt"
+    codes.write_text("1 2 3 4\n5 6 7 8\n63 0 0 63\n")
+    dec = tmp_path / "dec.wav"
+    decode = [sys.executable, "-m", "ggtts.cli", "decode", "--vocoder", str(tiny.work / "talker.gguf")]
+    run = subprocess.run([*decode, str(codes), "-o", str(dec)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    import soundfile
+
+    audio, rate = soundfile.read(dec)
+    assert rate == 24000 and len(audio) == tiny.tts.code2wav.cfg.output_length(3)
+    codes.write_text("1 2 3\n")
+    run = subprocess.run([*decode, str(codes), "-o", str(dec)], capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0 and "frame 1 has 3 codes" in run.stderr and "Traceback" not in run.stderr
+    codes.write_text("1 2 3 64\n")
+    run = subprocess.run([*decode, str(codes), "-o", str(dec)], capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0 and "64" in run.stderr and "Traceback" not in run.stderr

@@ -1,0 +1,237 @@
+"""Qwen3-Omni's thinker: transformers' Qwen3OmniMoeThinkerForConditionalGeneration vs ours, through our converter
+and a real GGUF file (a tiny random text model with a dense layer, 8 experts top-2, head size != dim / heads)."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from gguf import quants as gguf_quants
+from gguf.constants import GGMLQuantizationType
+
+pytest.importorskip("transformers")
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _thinker_tiny import EOS_TOKEN, PublishedLayout, build_thinker
+
+from ggtts.convert.qwen3omni_thinker import write_thinker
+from ggtts.errors import ConversionError, GGUFError
+from ggtts.gguf import GGUFFile
+from ggtts.gguf.keys import Qwen3OmniThinker as K
+from ggtts.gguf.keys import Tokenizer as T
+from ggtts.gguf.write import ModelWriter
+from ggtts.models.layers.qwen3 import gguf_name
+from ggtts.models.qwen3omnimoe import Thinker, ThinkerConfig, ThinkerTooLarge, required_bytes
+from ggtts.runtime.stored_experts import Experts, StoredExperts
+from ggtts.runtime.stored_weights import StoredLinear
+
+Q8_0 = GGMLQuantizationType.Q8_0
+PROMPT = [5, 17, 99, 3, 250, 41, 7]
+N_NEW = 24
+# Relative logit error of the q8_0 file against transformers in float32: measured 9.8e-2 run as stored (weights and
+# activations rounded to Q8_0 blocks by ggml, as llama.cpp does), 8.2e-2 widened (weights rounded only) on this
+# sharp random model, where rounding flips some of the router's picks (f16: 1.5e-3). A wrong kernel, expert or
+# layout is 0.5 and more.
+Q8_0_TOLERANCE = 0.15
+# ... and against the widened model fed Q8_0-rounded activations, which is what ggml computes: measured 1.2e-4
+ROUNDED_TOLERANCE = 1e-3
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> tuple[torch.nn.Module, dict, Path, Path, PublishedLayout]:
+    d = tmp_path_factory.mktemp("thinker")
+    hf, config, tok = build_thinker(d)
+    tensors = PublishedLayout(hf, config["text_config"]["moe_intermediate_size"])
+    path = write_thinker(d / "thinker-f32.gguf", config, tensors, tok, "f32")
+    return hf, config, tok, path, tensors
+
+
+def _ids(hf: torch.nn.Module, n: int, seed: int) -> torch.Tensor:
+    vocab = hf.config.text_config.vocab_size
+    return torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(seed))
+
+
+def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm())
+
+
+def test_the_file_holds_the_text_model_and_its_settings(pair: tuple) -> None:
+    hf, _, _, path, tensors = pair
+    gguf = GGUFFile(path)
+    cfg = ThinkerConfig.from_gguf(gguf)
+    assert gguf.architecture == K.ARCH == "qwen3omnimoe"
+    assert (cfg.head_dim, cfg.n_heads, cfg.n_kv_heads, cfg.dim) == (32, 4, 2, 64)
+    assert (cfg.n_expert, cfg.n_expert_used, cfg.n_ff_exp, cfg.n_ff) == (8, 2, 32, 96)
+    assert cfg.mlp_only_layers == (1,) and cfg.norm_topk_prob and not cfg.tied_output
+    assert cfg.rope_sections == (8, 4, 4, 0)
+    assert gguf.info("blk.0.ffn_gate_exps.weight").shape == (8, 32, 64)
+    assert gguf.info("blk.0.ffn_down_exps.weight").shape == (8, 64, 32)
+    assert "blk.1.ffn_gate.weight" in gguf and "blk.1.ffn_gate_inp.weight" not in gguf
+    # only the thinker's text model was read: no audio tower, vision encoder or talker tensor
+    assert tensors.read and not any(
+        n.startswith(("thinker.audio_tower", "thinker.visual", "talker")) for n in tensors.read
+    )
+    tokens = gguf.get(T.TOKENS)
+    assert len(tokens) == hf.config.text_config.vocab_size and tokens[gguf.get(T.EOS_ID)] == EOS_TOKEN
+
+
+def test_fused_expert_layout_gives_the_same_file(pair: tuple, tmp_path: Path) -> None:
+    """transformers 5's in-memory names and fused ``gate_up_proj`` stacks convert to the same tensors."""
+    hf, config, tok, path, _ = pair
+    fused = GGUFFile(write_thinker(tmp_path / "fused.gguf", config, hf.state_dict(), tok, "f32"))
+    published = GGUFFile(path)
+    assert sorted(fused.names()) == sorted(published.names())
+    for name in published.names():
+        assert torch.equal(fused.tensor(name), published.tensor(name)), name
+
+
+def test_prefill_logits_and_hidden_states_match(pair: tuple) -> None:
+    hf, _, _, path, _ = pair
+    ours = Thinker.from_gguf(GGUFFile(path), max_len=128)
+    ids = _ids(hf, 40, 0)
+    with torch.no_grad():
+        ref = hf(input_ids=ids, output_hidden_states=True)
+        got = ours.run(ids, ours.new_cache(64), hidden_layers=(0, 2, 4))
+    assert got.logits is not None and got.logits.shape == ref.logits.shape
+    torch.testing.assert_close(got.logits, ref.logits, rtol=1e-4, atol=1e-4)
+    for k in (0, 2, 4):  # embeddings, after layer 1 (the dense one), the final normed output
+        torch.testing.assert_close(got.hidden[k], ref.hidden_states[k], rtol=1e-4, atol=1e-4)
+
+
+def test_chunked_prefill_and_single_steps_match_one_pass(pair: tuple) -> None:
+    hf, _, _, path, _ = pair
+    ours = Thinker.from_gguf(GGUFFile(path), max_len=128)
+    ids = _ids(hf, 30, 1)
+    with torch.no_grad():
+        ref = hf(input_ids=ids).logits
+        one_shot = ours(ids, ours.new_cache(64))
+        cache = ours.new_cache(64)
+        parts = [ours(ids[:, :17], cache), ours(ids[:, 17:25], cache)]
+        parts += [ours(ids[:, i : i + 1], cache) for i in range(25, 30)]
+    torch.testing.assert_close(torch.cat(parts, dim=1), one_shot, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(torch.cat(parts, dim=1), ref, rtol=1e-4, atol=1e-4)
+    assert cache.length == 30
+
+
+def test_greedy_generation_is_identical(pair: tuple) -> None:
+    hf, _, _, path, _ = pair
+    ours = Thinker.from_gguf(GGUFFile(path), max_len=128)
+    with torch.no_grad():
+        ref = hf.generate(
+            torch.tensor([PROMPT]), max_new_tokens=N_NEW, do_sample=False, eos_token_id=None, pad_token_id=0
+        )[0, len(PROMPT) :].tolist()
+    got = ours.greedy(PROMPT, N_NEW)
+    assert len(set(ref)) > 3, "the reference generation is degenerate; the test would prove little"
+    assert got == ref
+
+
+def test_unnormalised_expert_weights_match(tmp_path: Path) -> None:
+    """``norm_topk_prob`` false (the talker's setting): the picked experts' softmax weights are used as they are."""
+    hf, config, tok = build_thinker(tmp_path, seed=1, norm_topk_prob=False)
+    ours = Thinker.from_gguf(GGUFFile(write_thinker(tmp_path / "t.gguf", config, hf.state_dict(), tok, "f32")))
+    assert not ours.cfg.norm_topk_prob
+    ids = _ids(hf, 24, 2)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids, ours.new_cache(32)), hf(input_ids=ids).logits, rtol=1e-4, atol=1e-4)
+
+
+def test_q8_0_runs_as_stored_and_stays_close(pair: tuple, tmp_path: Path) -> None:
+    hf, config, tok, _, _ = pair
+    gguf = GGUFFile(write_thinker(tmp_path / "q8_0.gguf", config, hf.state_dict(), tok, "q8_0"))
+    assert gguf.info("blk.0.ffn_gate_exps.weight").type.name == "Q8_0"
+    stored = Thinker.from_gguf(gguf, max_len=64)
+    widened = Thinker.from_gguf(gguf, max_len=64, stored_weights=False)
+    moe = stored.blk[0].ffn
+    assert isinstance(moe.ffn_gate_exps, StoredExperts) and isinstance(moe.ffn_down_exps, StoredExperts)
+    assert isinstance(stored.blk[0].attn.attn_q, StoredLinear) and isinstance(widened.blk[0].ffn.ffn_up_exps, Experts)
+    ids = _ids(hf, 32, 3)
+    with torch.no_grad():
+        ref = hf(input_ids=ids).logits
+        got = stored(ids, stored.new_cache(40))
+        wide = widened(ids, widened.new_cache(40))
+        cache = stored.new_cache(40)  # decoding one token at a time through the stored experts
+        steps = torch.cat([stored(ids[:, :28], cache)] + [stored(ids[:, i : i + 1], cache) for i in range(28, 32)], 1)
+    assert _relative(got, ref) < Q8_0_TOLERANCE
+    assert _relative(wide, ref) < Q8_0_TOLERANCE
+    assert _relative(steps, got) < 1e-5
+    rounded = _with_q8_0_activations(Thinker.from_gguf(gguf, max_len=64, stored_weights=False), gguf)
+    with torch.no_grad():
+        assert _relative(got, rounded(ids, rounded.new_cache(40))) < ROUNDED_TOLERANCE
+    assert stored.greedy(PROMPT, N_NEW) == rounded.greedy(PROMPT, N_NEW)
+
+
+def _round_to_q8_0(x: torch.Tensor) -> torch.Tensor:
+    """``x`` through Q8_0 blocks and back, by gguf's quantizer (llama.cpp's Python port of ggml's reference)."""
+    a = x.detach().float().contiguous().numpy()
+    return torch.from_numpy(gguf_quants.dequantize(gguf_quants.quantize(a, Q8_0), Q8_0).reshape(a.shape))
+
+
+def _with_q8_0_activations(model: Thinker, gguf: GGUFFile) -> Thinker:
+    """A widened model whose linear layers and expert stacks stored as Q8_0 see Q8_0-rounded inputs, as ggml's do."""
+    for name, module in model.named_modules():
+        file_name = gguf_name(f"{name}.weight")
+        if not name or file_name not in gguf or gguf.info(file_name).type != Q8_0:
+            continue
+        if isinstance(module, torch.nn.Linear):
+            module.register_forward_pre_hook(lambda _, args: (_round_to_q8_0(args[0]),))
+        elif isinstance(module, Experts):
+            module.register_forward_pre_hook(lambda _, args: (_round_to_q8_0(args[0]), args[1]))
+    return model
+
+
+def test_a_thinker_too_big_for_memory_is_refused_with_its_size(pair: tuple) -> None:
+    _, _, _, path, _ = pair
+    gguf = GGUFFile(path)
+    need = required_bytes(gguf)
+    assert need == sum(i.n_bytes for i in gguf.infos())  # float32 file: every tensor as stored
+    with pytest.raises(ThinkerTooLarge, match=r"needs about [\d.]+ GiB of memory and 0.0 GiB is available"):
+        Thinker.from_gguf(gguf, available=need // 2)
+    Thinker.from_gguf(gguf, available=2 * need)
+
+
+def _rewrite(src: Path, dst: Path, *, arch: str = K.ARCH, skip: str = "") -> Path:
+    gguf = GGUFFile(src)
+    w = ModelWriter(dst, arch)
+    for key, value in gguf.metadata.items():
+        if key not in ("general.architecture", "general.file_type") and not key.startswith("tokenizer."):
+            w.add(key.replace(f"{K.ARCH}.", f"{arch}."), value)
+    for name in gguf.names():
+        if name != skip:
+            w.add_tensor(name, gguf.tensor(name))
+    return w.write()
+
+
+def test_a_missing_tensor_or_another_architecture_is_refused(pair: tuple, tmp_path: Path) -> None:
+    _, _, _, path, _ = pair
+    missing = _rewrite(path, tmp_path / "missing.gguf", skip="blk.2.ffn_up_exps.weight")
+    with pytest.raises(GGUFError, match=re.escape("missing tensor 'blk.2.ffn_up_exps.weight'")):
+        Thinker.from_gguf(GGUFFile(missing))
+    other = _rewrite(path, tmp_path / "qwen2.gguf", arch="qwen2")
+    with pytest.raises(GGUFError, match=re.escape("architecture is 'qwen2', expected one of qwen3omnimoe, qwen3moe")):
+        Thinker.from_gguf(GGUFFile(other))
+
+
+def test_the_converter_refuses_a_missing_expert(pair: tuple, tmp_path: Path) -> None:
+    hf, config, tok, _, _ = pair
+    tensors = dict(PublishedLayout(hf, config["text_config"]["moe_intermediate_size"]))
+    del tensors["thinker.model.layers.3.mlp.experts.5.up_proj.weight"]
+    with pytest.raises(ConversionError, match=r"no 'layers.3.mlp.experts.5.up_proj.weight'"):
+        write_thinker(tmp_path / "x.gguf", config, tensors, tok, "f32")
+
+
+def test_mainline_llama_cpp_architecture(pair: tuple, tmp_path: Path) -> None:
+    """``thinker_arch="qwen3moe"`` (what mainline llama.cpp loads) holds the same model and loads here; it is refused
+    for a thinker qwen3moe cannot express (dense layers; unnormalised expert weights)."""
+    hf, config, tok, _, _ = pair
+    with pytest.raises(ConversionError, match="dense layers"):
+        write_thinker(tmp_path / "x.gguf", config, hf.state_dict(), tok, "f32", thinker_arch="qwen3moe")
+    hf, config, tok = build_thinker(tmp_path / "all-moe", seed=2, dense_layers=())
+    path = write_thinker(tmp_path / "qwen3moe.gguf", config, hf.state_dict(), tok, "f32", thinker_arch="qwen3moe")
+    ours = Thinker.from_gguf(GGUFFile(path))
+    assert ours.cfg.arch == "qwen3moe" and ours.cfg.mlp_only_layers == ()
+    ids = _ids(hf, 24, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids, ours.new_cache(32)), hf(input_ids=ids).logits, rtol=1e-4, atol=1e-4)
