@@ -204,6 +204,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
     from ggtts.fsutil import check_writable
     from ggtts.gguf import GGUFFile
 
+    check_writable(args.output)  # before any work
     arch = GGUFFile(args.vocoder).architecture
     decoders = {
         a: f.decoder
@@ -214,7 +215,6 @@ def cmd_decode(args: argparse.Namespace) -> int:
     if arch not in decoders:
         known = ", ".join(sorted(decoders)) or "none"
         raise GGTTSError(f"{args.vocoder}: no family here decodes codes with a '{arch}' file (decoders: {known})")
-    check_writable(args.output)  # before any work
     audio = import_target(decoders[arch])(args.vocoder, args.codes, args.output, device=args.device)
     print(f"{PROG}: wrote {args.output} ({audio.duration:.2f} s at {audio.sample_rate} Hz)", file=sys.stderr)
     return 0

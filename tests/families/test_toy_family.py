@@ -184,6 +184,6 @@ def test_convert_names_come_from_the_records(toy: Path, tmp_path: Path, capsys: 
     assert float(GGUFFile(out).tensor("gain")[0]) == 0.25
     assert main(["convert", "tacotron", str(source), "-o", str(tmp_path / "t.gguf")]) == 1
     assert (
-        "unknown model family 'tacotron'; choose one of kokoro, outetts, wavtokenizer, magpie, nanocodec, toy"
-        in capsys.readouterr().err
+        "unknown model family 'tacotron'; choose one of kokoro, outetts, wavtokenizer, magpie, nanocodec, "
+        "qwen3omni-thinker, qwen3omni-talker, toy" in capsys.readouterr().err
     )
