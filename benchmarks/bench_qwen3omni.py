@@ -95,7 +95,8 @@ def _talker_model() -> Any:
 
 
 def _code2wav_model() -> Any:
-    from transformers import Qwen3OmniMoeCode2Wav, Qwen3OmniMoeCode2WavConfig
+    from transformers import Qwen3OmniMoeCode2Wav
+    from transformers.models.qwen3_omni_moe.configuration_qwen3_omni_moe import Qwen3OmniMoeCode2WavConfig
 
     torch.manual_seed(1)
     model = Qwen3OmniMoeCode2Wav(Qwen3OmniMoeCode2WavConfig()).eval()

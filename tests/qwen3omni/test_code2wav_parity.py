@@ -23,11 +23,12 @@ from ggtts.gguf.keys import Qwen3OmniCode2Wav as K
 from ggtts.gguf.write import ModelWriter
 from ggtts.models.qwen3omni_code2wav import Code2Wav
 from ggtts.models.qwen3omni_code2wav import layers as c2w_layers
-from ggtts.models.qwen3omni_code2wav.parity import code2wav_parity_rows
+from ggtts.models.qwen3omni_code2wav.parity import code2wav_parity_rows, stage_outputs
 
 pytestmark = pytest.mark.needs_reference
 
-ATOL = 1e-5  # activations are O(1); measured 0 at every stage
+ATOL = 1e-5  # the audio (in [-1, 1]); measured 1e-7 (0 with one-dimensional convolutions on both sides)
+REL = 1e-5  # of a stage's peak: float32 rounding apart (the decoder's channels-last convolutions sum in another order)
 STREAM_ATOL = 2e-5  # measured 3.2e-6
 Q8_REL = 0.15  # relative RMS error of q8_0 audio against the f32 file; measured 0.078 (stored), 0.062 (widened)
 
@@ -56,8 +57,10 @@ def test_every_stage_matches_transformers(ours: Code2Wav, upstream: Any, frames:
     rows = code2wav_parity_rows(ours, upstream, codes)
     assert [name for name, _ in rows][:3] == ["pre_transformer", "upsample.0.1", "upsample.1.1"]
     assert rows[-1][0] == "audio" and len(rows) == 10
+    _, theirs = stage_outputs(ours, upstream, codes)
     for name, diff in rows:
-        assert diff <= ATOL, f"{name}: max |ours - transformers| = {diff:g}"
+        peak = float(theirs[name].abs().max())
+        assert diff <= REL * peak, f"{name}: max |ours - transformers| = {diff:g}, {diff / peak:g} of the peak {peak:g}"
     audio = ours(codes)
     assert audio.shape == (2, 1, frames * 1920 - 555) == (2, 1, ours.cfg.output_length(frames))
     assert float(audio.std()) > 0.05 and float((audio.abs() == 1).float().mean()) < 0.01  # audio, rarely clamped
@@ -126,7 +129,8 @@ def test_the_exp_of_snake_parameters_matters(ours: Code2Wav, upstream: Any, monk
         want = upstream(codes)
 
     def no_exp(self: c2w_layers.SnakeBeta, x: torch.Tensor, state: Any = None) -> torch.Tensor:
-        return x + (self.beta + c2w_layers.SNAKE_EPS).reciprocal()[:, None] * torch.sin(x * self.alpha[:, None]) ** 2
+        inv = c2w_layers._per_channel((self.beta + c2w_layers.SNAKE_EPS).reciprocal(), x)
+        return x + inv * torch.sin(x * c2w_layers._per_channel(self.alpha, x)) ** 2
 
     monkeypatch.setattr(c2w_layers.SnakeBeta, "forward", no_exp)
     assert float((ours(codes) - want).abs().max()) > 1000 * ATOL

@@ -4,6 +4,12 @@ Attribute names are transformers' (``Qwen3OmniMoeCode2Wav``), so ``state_dict()`
 after ``code2wav.``. Every layer takes an optional ``state`` (streaming): each causal convolution keeps the inputs
 its next call needs in place of its zero padding, each transposed convolution the overlap that spills past its
 input's end, so a stream of pushes yields the samples of one-shot decoding.
+
+The decoder runs in channels-last layout: its activations are 4-D ``(B, C, 1, T)`` tensors stored time-major and
+its convolutions are 2-D ones over that layout, with their weights kept in the same layout (:func:`to_channels_last`
+prepares them after loading). oneDNN runs these about twice as fast as the 1-D convolutions where the channels are
+few and the signal long (the last decoder blocks: 96 and 192 channels over 16-48 thousand samples a second of
+audio); the maths is the same. The 3-D path remains for modules not prepared.
 """
 
 from __future__ import annotations
@@ -21,6 +27,19 @@ DECODER_KERNEL = 7  # the decoder's input and output convolutions and each resid
 RESIDUAL_DILATIONS = (1, 3, 9)  # one residual unit per dilation, after each decoder block's upsampling
 
 
+CHANNELS_LAST = torch.channels_last
+
+
+def _weight_4d(weight: torch.Tensor) -> torch.Tensor:
+    """A (transposed) 1-D convolution's weight ``(A, B, k)`` as a channels-last 2-D one ``(A, B, 1, k)``."""
+    return weight.detach().unsqueeze(2).contiguous(memory_format=CHANNELS_LAST)
+
+
+def _per_channel(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A per-channel vector ``(C,)`` shaped to broadcast over ``like`` (``(B, C, T)`` or ``(B, C, 1, T)``)."""
+    return v.view(-1, *([1] * (like.dim() - 2)))
+
+
 class CausalConvNet(nn.Module):
     """Stride-1 convolution padded with ``(kernel - 1) * dilation`` zeros on the left: output length = input."""
 
@@ -28,17 +47,35 @@ class CausalConvNet(nn.Module):
         super().__init__()
         self.conv = nn.Conv1d(c_in, c_out, kernel, dilation=dilation, groups=groups)
         self.left_pad = (kernel - 1) * dilation
+        self.weight_4d: torch.Tensor | None = None  # channels-last copy (to_channels_last)
 
-    def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:  # (B, C, T)
+    def _pad(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.left_pad:
+            return x
+        if x.dim() == 3:
+            return F.pad(x, (self.left_pad, 0))
+        zeros = x.new_zeros(*x.shape[:-1], self.left_pad).contiguous(memory_format=CHANNELS_LAST)
+        return torch.cat([zeros, x], dim=-1)  # one copy (F.pad fills the whole output, then copies)
+
+    def _conv(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 3:
+            return self.conv(x)
+        assert self.weight_4d is not None
+        c = self.conv
+        if c.kernel_size[0] == 1 and c.groups == 1:  # pointwise: one matrix product over the time-major rows
+            return F.linear(x.permute(0, 2, 3, 1), self.weight_4d[:, :, 0, 0], c.bias).permute(0, 3, 1, 2)
+        return F.conv2d(x, self.weight_4d, c.bias, dilation=(1, c.dilation[0]), groups=c.groups)
+
+    def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:  # (B, C, [1,] T)
         if state is None:
-            return self.conv(F.pad(x, (self.left_pad, 0)))
+            return self._conv(self._pad(x))
         if x.shape[-1] == 0:
-            return x.new_zeros(x.shape[0], self.conv.out_channels, 0)
+            return x.new_zeros(x.shape[0], self.conv.out_channels, *x.shape[2:])
         past = state.get(self)
         x = torch.cat([x.new_zeros(*x.shape[:-1], self.left_pad) if past is None else past, x], dim=-1)
         if self.left_pad:
             state[self] = x[..., x.shape[-1] - self.left_pad :]
-        return self.conv(x)
+        return self._conv(x)
 
 
 class CausalTransConvNet(nn.Module):
@@ -52,21 +89,29 @@ class CausalTransConvNet(nn.Module):
         self.conv = nn.ConvTranspose1d(c_in, c_out, kernel, stride=stride)
         self.stride = stride
         self.trim = kernel - stride  # at each end
+        self.weight_4d: torch.Tensor | None = None  # channels-last copy (to_channels_last)
+
+    def _conv(self, x: torch.Tensor, bias: bool) -> torch.Tensor:
+        b = self.conv.bias if bias else None
+        if x.dim() == 3:
+            return F.conv_transpose1d(x, self.conv.weight, b, self.stride)
+        assert self.weight_4d is not None
+        return F.conv_transpose2d(x, self.weight_4d, b, stride=(1, self.stride))
 
     def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
         if state is None:
-            y = self.conv(x)  # (B, C_out, (T - 1) * stride + kernel)
+            y = self._conv(x, bias=True)  # (B, C_out, [1,] (T - 1) * stride + kernel)
             return y[..., self.trim : y.shape[-1] - self.trim]
         if x.shape[-1] == 0:
-            return x.new_zeros(x.shape[0], self.conv.out_channels, 0)
+            return x.new_zeros(x.shape[0], self.conv.out_channels, *x.shape[2:])
         first = self not in state
         c = self.conv
         n = x.shape[-1] * self.stride
-        y = F.conv_transpose1d(x, c.weight, None, self.stride)  # (B, C_out, n + trim)
+        y = self._conv(x, bias=False)  # (B, C_out, [1,] n + trim)
         if not first:
             y[..., : self.trim] += state[self]  # overlap-add the previous call's spill
         state[self] = y[..., n:]  # the spill: it needs the next frame's contribution too
-        out = y[..., :n] if c.bias is None else y[..., :n] + c.bias[:, None]
+        out = y[..., :n] if c.bias is None else y[..., :n] + _per_channel(c.bias, y)
         return out[..., self.trim :] if first else out  # upstream's left trim, once
 
 
@@ -78,11 +123,14 @@ class SnakeBeta(nn.Module):
         self.alpha = nn.Parameter(torch.zeros(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
 
-    def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:  # (B, C, T)
-        freq = torch.exp(self.alpha)[:, None]
-        inv_mag = (torch.exp(self.beta) + SNAKE_EPS).reciprocal()[:, None]
-        s = (x * freq).sin_().square_()
-        return s.mul_(inv_mag).add_(x)
+    def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:  # (B, C, [1,] T)
+        freq = torch.exp(self.alpha)
+        inv_mag = (torch.exp(self.beta) + SNAKE_EPS).reciprocal()
+        if x.dim() == 4:  # channels-last: work on the (B, 1, T, C) view, channels innermost (vectorised, no copy)
+            v = x.permute(0, 2, 3, 1)
+            return (v * freq).sin_().square_().mul_(inv_mag).add_(v).permute(0, 3, 1, 2)
+        s = (x * freq[:, None]).sin_().square_()
+        return s.mul_(inv_mag[:, None]).add_(x)
 
 
 class ConvNeXtBlock(nn.Module):
@@ -136,3 +184,11 @@ class DecoderBlock(nn.Module):
         for layer in self.block:
             x = layer(x, state)
         return x
+
+
+def to_channels_last(module: nn.Module) -> None:
+    """Give every (transposed) causal convolution under ``module`` its channels-last weight, so it takes 4-D
+    channels-last activations (call again after changing weights)."""
+    for m in module.modules():
+        if isinstance(m, CausalConvNet | CausalTransConvNet):
+            m.weight_4d = _weight_4d(m.conv.weight)

@@ -29,6 +29,7 @@ from ggtts.models.qwen3omni_code2wav.layers import (
     SnakeBeta,
     StreamState,
     UpsampleStage,
+    to_channels_last,
 )
 from ggtts.models.qwen3omni_code2wav.transformer import TransformerModel
 
@@ -56,6 +57,7 @@ class Code2Wav(nn.Module):
                 CausalConvNet(cfg.decoder_width(n_blocks), 1, DECODER_KERNEL),
             ]
         )
+        self.decoder_channels_last = False  # prepare() turns it on
 
     @classmethod
     def from_gguf(cls, gguf: GGUFFile, device: str | torch.device = "cpu", *, stored_weights: bool = True) -> Code2Wav:
@@ -71,7 +73,7 @@ class Code2Wav(nn.Module):
         consumed = use_stored_weights(model, gguf, gguf_name=K.tensor_name) if plan.stored else set()
         others = {n for n in gguf.names() if not n.startswith(K.PREFIX)}  # the talker's
         load_module_from_gguf(model, gguf, gguf_name=K.tensor_name, ignore=consumed | others, device=device)
-        return model.eval()
+        return model.eval().prepare()
 
     @property
     def device(self) -> torch.device:
@@ -109,9 +111,17 @@ class Code2Wav(nn.Module):
         x = self.pre_transformer(self.embed(codes.to(self.device)), start, state).transpose(1, 2)  # (B, hidden, N)
         for stage in self.upsample:
             x = stage(x, state)
+        if self.decoder_channels_last:
+            x = x.unsqueeze(2).contiguous(memory_format=torch.channels_last)  # (B, C, 1, T), time-major
         for layer in self.decoder:
             x = layer(x, state)
-        return x.clamp(*CLAMP)
+        return x.reshape(x.shape[0], 1, -1).clamp(*CLAMP)
+
+    def prepare(self) -> Code2Wav:
+        """Run the decoder in channels-last layout (:mod:`.layers`): call once the weights are in place."""
+        to_channels_last(self.decoder)
+        self.decoder_channels_last = True
+        return self
 
     @torch.inference_mode()
     def forward(self, codes: torch.Tensor) -> torch.Tensor:

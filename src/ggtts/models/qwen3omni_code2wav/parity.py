@@ -28,6 +28,8 @@ def stage_names(model: Code2Wav) -> list[str]:
 
 def _tensor(out: Any) -> torch.Tensor:
     out = getattr(out, "last_hidden_state", out)  # transformers' transformer returns a ModelOutput
+    if out.dim() == 4:  # ggtts's channels-last decoder: (B, C, 1, T) -> (B, C, T)
+        out = out.squeeze(2)
     return out.detach().float().clone()
 
 
