@@ -13,12 +13,14 @@ of its 48 layers. transformers builds each model (seeded), ggtts converts it to 
 process (its peak memory is its own), on ``--threads`` threads.
 
 - talker: frames per second of the talker with its code predictor (every codebook of every frame) over a prefill
-  of 40 rows and the same text rows, sampled as ``generate`` samples (EOS held off so every peer writes exactly
+  of 40 rows and 16 text rows, sampled as ``generate`` samples (EOS held off so every peer writes exactly
   ``--frames`` frames); transformers runs ``Qwen3OmniMoeTalkerForConditionalGeneration.generate`` as
   ``Qwen3OmniMoeForConditionalGeneration.generate`` calls it; ggtts runs its generation loop, and its first frame's
   time is reported.
 - code2wav: real-time factor of decoding ``--c2w-frames`` frames in one go (transformers' forward and ggtts's), of
-  transformers' ``chunked_decode(300, 25)``, and ggtts's first audio when it streams (the first frame pushed alone).
+  transformers' ``chunked_decode(300, 25)``, and ggtts's first audio when it streams (the first frame pushed alone);
+  ``ggtts-bf16`` is the f32 file with ``precision="bfloat16"`` (decoder convolutions in bfloat16; where the CPU has
+  no native bfloat16 it fails with that reason), with the relative RMS difference of its audio from float32's.
 - thinker: prefill tokens/s over 64 tokens and greedy decode tokens/s, and the memory the whole 48-layer thinker
   needs at each file type.
 """
@@ -67,8 +69,8 @@ THINKER_LAYERS = 48
 PREFILL, TEXT_ROWS = 40, 16
 FRAME_RATE = 12.5  # code2wav frames per second of audio
 PART_PEERS = {
-    "talker": ("transformers", "ggtts-q8_0", "ggtts-f16"),
-    "code2wav": ("transformers", "ggtts-f32", "ggtts-q8_0"),
+    "talker": ("transformers", "ggtts-q8_0", "ggtts-q4_0", "ggtts-f16"),
+    "code2wav": ("transformers", "ggtts-f32", "ggtts-q8_0", "ggtts-bf16"),
     "thinker": ("transformers", "ggtts-q8_0"),
 }
 
@@ -91,7 +93,17 @@ def _talker_model() -> Any:
     from transformers import Qwen3OmniMoeTalkerConfig, Qwen3OmniMoeTalkerForConditionalGeneration
 
     torch.manual_seed(0)
-    return Qwen3OmniMoeTalkerForConditionalGeneration(Qwen3OmniMoeTalkerConfig(**TALKER)).eval()
+    return _randomized(Qwen3OmniMoeTalkerForConditionalGeneration(Qwen3OmniMoeTalkerConfig(**TALKER)).eval())
+
+
+def _randomized(model: Any) -> Any:
+    """Every matrix random (transformers leaves the MoE routers and expert stacks at zero: every token would pick
+    the same experts, and zero pages cost no memory traffic)."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0, 0.02)
+    return model
 
 
 def _code2wav_model() -> Any:
@@ -131,7 +143,7 @@ def talker_transformers(directory: Path, frames: int) -> dict[str, float]:
     from ggtts.convert.qwen3omni_code2wav import write_code2wav
 
     talker, code2wav = _talker_model(), _code2wav_model()
-    _convert_talker(directory, talker, code2wav, ["q8_0", "f16"])
+    _convert_talker(directory, talker, code2wav, ["q8_0", "q4_0", "f16"])
     if not (directory / "code2wav-f32.gguf").exists():
         state = {f"code2wav.{k}": v for k, v in code2wav.state_dict().items()}
         write_code2wav(directory / "code2wav-f32.gguf", code2wav.config.to_dict(), state, "f32")
@@ -186,16 +198,21 @@ def code2wav_worker(directory: Path, peer: str, frames: int) -> dict[str, float]
     if peer == "transformers":
         model = _code2wav_model()
         with torch.inference_mode():
-            result["rtf"] = _seconds(lambda: model(codes), 2) / audio_s
+            result["rtf"] = _seconds(lambda: model(codes), 3) / audio_s
             result["rtf_chunked"] = _seconds(lambda: model.chunked_decode(codes, 300, 25)) / audio_s
         result["first"] = float("nan")
     else:
         from ggtts.gguf import GGUFFile
         from ggtts.models.qwen3omni_code2wav.model import Code2Wav
 
-        model = Code2Wav.from_gguf(GGUFFile(directory / f"code2wav-{peer.removeprefix('ggtts-')}.gguf"))
+        kind = peer.removeprefix("ggtts-")
+        file = GGUFFile(directory / f"code2wav-{'f32' if kind == 'bf16' else kind}.gguf")
+        model = Code2Wav.from_gguf(file, precision="bfloat16" if kind == "bf16" else "float32")
         model(codes[..., :4])  # warm-up
-        result["rtf"] = _seconds(lambda: model(codes), 2) / audio_s
+        result["rtf"] = _seconds(lambda: model(codes), 3) / audio_s
+        if kind == "bf16":  # how far bfloat16 convolutions move the audio from float32's
+            want = Code2Wav.from_gguf(file)(codes)
+            result["rel_rms"] = float((model(codes) - want).norm() / want.norm())
         stream = model.stream()
         t = time.perf_counter()
         stream.push(codes[..., :1])
@@ -211,20 +228,24 @@ def thinker_worker(directory: Path, peer: str, layers: int) -> dict[str, float]:
     new = 16
     if peer == "transformers":
         config = Qwen3OmniMoeThinkerConfig(text_config={**THINKER_TEXT, "num_hidden_layers": layers},
-                                           vision_config={"depth": 1}, audio_config={"encoder_layers": 1})  # fmt: skip
+                                           vision_config={"depth": 1}, audio_config={"encoder_layers": 1},
+                                           vision_start_token_id=151652)  # fmt: skip
         torch.manual_seed(5)
-        model = Qwen3OmniMoeThinkerForConditionalGeneration(config).eval()
+        model = _randomized(Qwen3OmniMoeThinkerForConditionalGeneration(config).eval())
         path = directory / f"thinker-{layers}l-q8_0.gguf"
         if not path.exists():
             from ggtts.convert.qwen3omni_thinker import write_thinker
 
             write_thinker(path, config.to_dict(), dict(model.state_dict()), None, "q8_0")
         lm = model
+
+        def generate(n: int) -> Any:
+            return lm.generate(input_ids=tokens, max_new_tokens=n, min_new_tokens=n, do_sample=False)
+
         with torch.inference_mode():
-            prefill = _seconds(lambda: lm(input_ids=tokens))
-            decode = _seconds(lambda: lm.generate(input_ids=tokens, max_new_tokens=new, min_new_tokens=new,
-                                                  do_sample=False))  # fmt: skip
-        decode_tps = new / max(decode - prefill, 1e-9)
+            generate(1)  # warm-up
+            prefill = _seconds(lambda: lm(input_ids=tokens), 2)
+            decode = _seconds(lambda: generate(new + 1), 2) - _seconds(lambda: generate(1), 2)
     else:
         from ggtts.gguf import GGUFFile
         from ggtts.models.qwen3omnimoe.model import Thinker
@@ -232,14 +253,10 @@ def thinker_worker(directory: Path, peer: str, layers: int) -> dict[str, float]:
         model = Thinker.from_gguf(GGUFFile(directory / f"thinker-{layers}l-q8_0.gguf"))
         ids = tokens[0].tolist()
         with torch.inference_mode():
-            model.greedy(ids[:8], 2)  # warm-up
-            prefill = _seconds(lambda: model(tokens, model.new_cache(64), last_only=True))
-            t = time.perf_counter()
-            cache = model.new_cache(64 + new)
-            model(tokens, cache, last_only=True)
-            for i in range(new):
-                model(torch.tensor([[ids[i]]]), cache, last_only=True)
-            decode_tps = new / (time.perf_counter() - t - prefill)
+            model.greedy(ids, 2)  # warm-up
+            prefill = _seconds(lambda: model(tokens, model.new_cache(64), last_only=True), 2)
+            decode = _seconds(lambda: model.greedy(ids, new + 1), 2) - _seconds(lambda: model.greedy(ids, 1), 2)
+    decode_tps = new / decode
     return {"prefill_tps": 64 / prefill, "decode_tps": decode_tps, "peak_mib": peak_mib()}
 
 
@@ -297,7 +314,8 @@ def main() -> None:
             elif part == "code2wav":
                 chunked = f"  chunked RTF {r['rtf_chunked']:.2f}" if r["rtf_chunked"] == r["rtf_chunked"] else ""
                 first = f"  first audio {r['first']:.2f}s" if r["first"] == r["first"] else ""
-                print(f"code2wav {peer:<14} RTF {r['rtf']:.2f}{chunked}{first}{r['peak_mib']:>8.0f} MiB peak")
+                rms = f"  {r['rel_rms']:.1e} relative RMS from f32" if "rel_rms" in r else ""
+                print(f"code2wav {peer:<14} RTF {r['rtf']:.2f}{chunked}{first}{r['peak_mib']:>8.0f} MiB peak{rms}")
             else:
                 print(f"thinker  {peer:<14}{r['prefill_tps']:>8.1f} prefill tok/s{r['decode_tps']:>8.2f} decode tok/s"
                       f"{r['peak_mib']:>8.0f} MiB peak ({args.thinker_layers} of {THINKER_LAYERS} layers)")  # fmt: skip

@@ -273,3 +273,23 @@ def test_cli_speaks_and_decodes_codes(tiny: Tiny, tmp_path: Path) -> None:
     codes.write_text("1 2 3 64\n")
     run = subprocess.run([*decode, str(codes), "-o", str(dec)], capture_output=True, text=True, timeout=300)
     assert run.returncode != 0 and "64" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_bfloat16_code2wav_where_native_else_one_clear_error(tiny: Tiny) -> None:
+    from ggtts.api import load
+    from ggtts.errors import InputError
+    from ggtts.runtime.precision import bfloat16_supported
+
+    path = tiny.work / "thinker.gguf"
+    with pytest.raises(InputError, match="unknown precision 'float8'"):
+        load(path, precision="float8")
+    if not bfloat16_supported():
+        with pytest.raises(InputError, match="no native bfloat16"):
+            load(path, precision="bfloat16")
+        return
+    bf16 = load(path, precision="bfloat16")
+    codes = torch.randint(0, 64, (1, 4, 30), generator=torch.Generator().manual_seed(7))
+    want, got = tiny.tts.code2wav(codes), bf16.code2wav(codes)
+    rel = float((got - want).norm() / want.norm())
+    assert 0 < rel < 0.05, rel  # bfloat16 arithmetic: close, not equal
+    assert bf16.code2wav.decoder[-1].weight_4d.dtype == torch.float32  # the output convolution stays float32

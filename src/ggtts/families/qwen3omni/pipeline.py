@@ -60,13 +60,13 @@ class ThinkerEmbedding(nn.Module):
 class Qwen3OmniPipeline(TTSModel):
     family = FAMILY
 
-    def __init__(self, gguf: GGUFFile, talker: GGUFFile, device: str = "cpu") -> None:
+    def __init__(self, gguf: GGUFFile, talker: GGUFFile, device: str = "cpu", precision: str = "float32") -> None:
         self.path, self.talker_path, self.device = gguf.path, talker.path, device
         self.thinker_gguf = gguf
         self.tokenizer = BPETokenizer.from_gguf(gguf)
         self.embedding = ThinkerEmbedding(gguf, device)
         self.talker = Talker.from_gguf(talker, device)
-        self.code2wav = Code2Wav.from_gguf(talker, device)
+        self.code2wav = Code2Wav.from_gguf(talker, device, precision=precision)
         if self.talker.cfg.thinker_dim != self.embedding.token_embd.embedding_dim:
             raise GGUFError(
                 f"{talker.path}: the talker takes {self.talker.cfg.thinker_dim}-wide thinker states, but "
@@ -79,10 +79,20 @@ class Qwen3OmniPipeline(TTSModel):
 
     @classmethod
     def from_gguf(cls, gguf: GGUFFile, device: str = "cpu", **options: Any) -> Qwen3OmniPipeline:
-        """``options``: ``talker`` (a qwen3omni-talker GGUF path; default: the only one beside the thinker)."""
+        """``options``: ``talker`` (a qwen3omni-talker GGUF path; default: the only one beside the thinker);
+        ``precision``: ``"float32"`` (default) or ``"bfloat16"``, code2wav's decoder convolutions in bfloat16 where
+        the device has it natively (:meth:`Code2Wav.prepare`)."""
+        from ggtts.models.qwen3omni_code2wav.model import PRECISIONS
+        from ggtts.runtime.precision import bfloat16_supported
+
         talker = options.pop("talker", None)
+        precision = options.pop("precision", "float32")
         if options:
-            raise InputError(f"unknown option '{next(iter(options))}' for Qwen3-Omni; known: talker")
+            raise InputError(f"unknown option '{next(iter(options))}' for Qwen3-Omni; known: talker, precision")
+        if precision not in PRECISIONS:
+            raise InputError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
+        if precision == "bfloat16" and not bfloat16_supported(device):
+            raise InputError(f"this {device} has no native bfloat16 convolutions; use precision float32")
         path = talker if talker is not None else find_beside(Path(gguf.path), TALKER_ARCH)
         if path is None:
             raise InputError(
@@ -92,7 +102,7 @@ class Qwen3OmniPipeline(TTSModel):
         talker_gguf = GGUFFile(path)
         if talker_gguf.architecture != TALKER_ARCH:
             raise GGUFError(f"{path}: the talker must be a '{TALKER_ARCH}' GGUF, not '{talker_gguf.architecture}'")
-        return cls(gguf, talker_gguf, device)
+        return cls(gguf, talker_gguf, device, precision)
 
     @property
     def voices(self) -> list[str]:

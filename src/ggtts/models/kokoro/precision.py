@@ -15,6 +15,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ggtts.runtime.precision import bfloat16_supported
+
+__all__ = ["PRECISIONS", "BFloat16Conv1d", "bfloat16_supported", "use_bfloat16_convolutions"]
+
 PRECISIONS = ("float32", "bfloat16")
 
 
@@ -47,17 +51,6 @@ class BFloat16Conv1d(nn.Conv1d):
             self.groups,
         )
         return y.to(x.dtype)
-
-
-def bfloat16_supported(device: torch.device | str = "cpu") -> bool:
-    """Whether convolutions in bfloat16 are native here: a CPU with AVX-512 BF16 or AMX, a GPU that has bfloat16
-    (elsewhere they are emulated: an AVX-512 CPU without BF16 runs them 2.6 times slower than float32)."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.is_available() and bool(torch.cuda.is_bf16_supported(including_emulation=False))
-    if device.type != "cpu":
-        return False
-    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 
 
 def use_bfloat16_convolutions(generator: nn.Module) -> int:

@@ -30,9 +30,9 @@ RESIDUAL_DILATIONS = (1, 3, 9)  # one residual unit per dilation, after each dec
 CHANNELS_LAST = torch.channels_last
 
 
-def _weight_4d(weight: torch.Tensor) -> torch.Tensor:
+def _weight_4d(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """A (transposed) 1-D convolution's weight ``(A, B, k)`` as a channels-last 2-D one ``(A, B, 1, k)``."""
-    return weight.detach().unsqueeze(2).contiguous(memory_format=CHANNELS_LAST)
+    return weight.detach().to(dtype).unsqueeze(2).contiguous(memory_format=CHANNELS_LAST)
 
 
 def _per_channel(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -60,11 +60,16 @@ class CausalConvNet(nn.Module):
     def _conv(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() == 3:
             return self.conv(x)
-        assert self.weight_4d is not None
+        w = self.weight_4d
+        assert w is not None
         c = self.conv
+        bias = None if c.bias is None else c.bias.to(w.dtype)
+        xw = x.to(w.dtype)  # bfloat16 where prepared so: float32 comes back
         if c.kernel_size[0] == 1 and c.groups == 1:  # pointwise: one matrix product over the time-major rows
-            return F.linear(x.permute(0, 2, 3, 1), self.weight_4d[:, :, 0, 0], c.bias).permute(0, 3, 1, 2)
-        return F.conv2d(x, self.weight_4d, c.bias, dilation=(1, c.dilation[0]), groups=c.groups)
+            y = F.linear(xw.permute(0, 2, 3, 1), w[:, :, 0, 0], bias).permute(0, 3, 1, 2)
+        else:
+            y = F.conv2d(xw, w, bias, dilation=(1, c.dilation[0]), groups=c.groups)
+        return y.to(x.dtype)
 
     def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:  # (B, C, [1,] T)
         if state is None:
@@ -95,8 +100,10 @@ class CausalTransConvNet(nn.Module):
         b = self.conv.bias if bias else None
         if x.dim() == 3:
             return F.conv_transpose1d(x, self.conv.weight, b, self.stride)
-        assert self.weight_4d is not None
-        return F.conv_transpose2d(x, self.weight_4d, b, stride=(1, self.stride))
+        w = self.weight_4d
+        assert w is not None
+        y = F.conv_transpose2d(x.to(w.dtype), w, None if b is None else b.to(w.dtype), stride=(1, self.stride))
+        return y.to(x.dtype)
 
     def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
         if state is None:
@@ -186,9 +193,10 @@ class DecoderBlock(nn.Module):
         return x
 
 
-def to_channels_last(module: nn.Module) -> None:
+def to_channels_last(module: nn.Module, dtype: torch.dtype = torch.float32, keep: tuple[nn.Module, ...] = ()) -> None:
     """Give every (transposed) causal convolution under ``module`` its channels-last weight, so it takes 4-D
-    channels-last activations (call again after changing weights)."""
+    channels-last activations (call again after changing weights). With ``dtype`` bfloat16 the convolutions (but
+    those in ``keep``) multiply in bfloat16 and give float32 back."""
     for m in module.modules():
         if isinstance(m, CausalConvNet | CausalTransConvNet):
-            m.weight_4d = _weight_4d(m.conv.weight)
+            m.weight_4d = _weight_4d(m.conv.weight, torch.float32 if m in keep else dtype)
