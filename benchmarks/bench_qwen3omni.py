@@ -16,7 +16,8 @@ process (its peak memory is its own), on ``--threads`` threads.
   of 40 rows and 16 text rows, sampled as ``generate`` samples (EOS held off so every peer writes exactly
   ``--frames`` frames); transformers runs ``Qwen3OmniMoeTalkerForConditionalGeneration.generate`` as
   ``Qwen3OmniMoeForConditionalGeneration.generate`` calls it; ggtts runs its generation loop, and its first frame's
-  time is reported.
+  time is reported; then again with the file's code2wav streaming as the pipeline does (the first frame alone, then
+  4, then 12 at a time): the real-time factor of speech and the time to first audio, on the same cores.
 - code2wav: real-time factor of decoding ``--c2w-frames`` frames in one go (transformers' forward and ggtts's), of
   transformers' ``chunked_decode(300, 25)``, and ggtts's first audio when it streams (the first frame pushed alone);
   ``ggtts-bf16`` is the f32 file with ``precision="bfloat16"`` (decoder convolutions in bfloat16; where the CPU has
@@ -173,7 +174,9 @@ def talker_ggtts(directory: Path, kind: str, frames: int) -> dict[str, float]:
     from ggtts.families.qwen3omni.prompt import TalkerInputs
     from ggtts.gguf import GGUFFile
     from ggtts.models.qwen3omni_talker.model import Talker
+    from ggtts.runtime.memory import tune_allocator
 
+    tune_allocator()  # as ggtts.load does
     t = time.perf_counter()
     talker = Talker.from_gguf(GGUFFile(directory / f"talker-{kind}.gguf"))
     load = time.perf_counter() - t
@@ -188,7 +191,25 @@ def talker_ggtts(directory: Path, kind: str, frames: int) -> dict[str, float]:
         if i == 0:
             first = time.perf_counter() - t
     seconds = time.perf_counter() - t
-    return {"frames": frames, "fps": frames / seconds, "first": first, "load": load, "peak_mib": peak_mib()}
+    # with code2wav (the file's own), as the pipeline streams: the first frame alone, then 4, then 12 at a time
+    from ggtts.families.qwen3omni.pipeline import DEFAULTS, chunk_size
+    from ggtts.models.qwen3omni_code2wav.model import Code2Wav
+
+    code2wav = Code2Wav.from_gguf(GGUFFile(directory / f"talker-{kind}.gguf"))
+    code2wav.stream().push(torch.zeros(1, 16, 2, dtype=torch.long))  # warm-up
+    stream, pending, first_audio, samples = code2wav.stream(), [], 0.0, 0
+    t = time.perf_counter()
+    for frame in generate_frames(talker, inputs, params):
+        pending.append(frame)
+        if len(pending) >= chunk_size(stream.frames, first=not first_audio, most=DEFAULTS["chunk_frames"]):
+            samples += stream.push(torch.tensor(pending).T.unsqueeze(0)).shape[-1]
+            pending = []
+            first_audio = first_audio or time.perf_counter() - t
+    if pending:
+        samples += stream.push(torch.tensor(pending).T.unsqueeze(0)).shape[-1]
+    rtf = (time.perf_counter() - t) / (frames / FRAME_RATE)
+    return {"frames": frames, "fps": frames / seconds, "first": first, "first_audio": first_audio, "rtf": rtf,
+            "load": load, "peak_mib": peak_mib()}  # fmt: skip
 
 
 def code2wav_worker(directory: Path, peer: str, frames: int) -> dict[str, float]:
@@ -290,6 +311,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dir", type=Path)
     ap.add_argument("--parts", default="talker,code2wav,thinker")
+    ap.add_argument("--peers", default="", help="only these peers (default: all)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
@@ -299,6 +321,8 @@ def main() -> None:
     print(f"CPU: {cpu_model()}; {args.threads} threads; files in {directory}")
     for part in args.parts.split(","):
         for peer in PART_PEERS[part]:
+            if args.peers and peer not in args.peers.split(","):
+                continue
             cmd = [sys.executable, __file__, "--worker", f"{part}:{peer}", "--dir", str(directory), "--frames",
                    str(args.frames), "--c2w-frames", str(args.c2w_frames), "--thinker-layers", str(args.thinker_layers),
                    "--threads", str(args.threads)]  # fmt: skip
@@ -309,8 +333,9 @@ def main() -> None:
             r = json.loads(done.stdout.strip().splitlines()[-1])
             if part == "talker":
                 first = f"{r['first']:.2f}s" if r["first"] == r["first"] else "-"
+                e2e = f"; with code2wav: RTF {r['rtf']:.2f}, first audio {r['first_audio']:.2f}s" if "rtf" in r else ""
                 print(f"talker   {peer:<14}{r['fps']:>8.2f} frames/s  (real time {FRAME_RATE}){first:>8} first frame"
-                      f"{r['peak_mib']:>8.0f} MiB peak")  # fmt: skip
+                      f"{r['peak_mib']:>8.0f} MiB peak{e2e}")  # fmt: skip
             elif part == "code2wav":
                 chunked = f"  chunked RTF {r['rtf_chunked']:.2f}" if r["rtf_chunked"] == r["rtf_chunked"] else ""
                 first = f"  first audio {r['first']:.2f}s" if r["first"] == r["first"] else ""

@@ -116,6 +116,19 @@ def family_options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
+def _companion_options(model: str | None, options: dict[str, Any]) -> dict[str, Any]:
+    """The options naming the model's companion files (``--vocoder``, ``--codec``, ``--talker``): they go to the
+    loader too, which needs them where the companion is not beside the model."""
+    from ggtts.api import resolve_model_path
+    from ggtts.families import families, family_for
+    from ggtts.gguf import GGUFFile
+
+    if not any(options.get(c.option) is not None for f in families() for c in f.companions):
+        return {}
+    family = family_for(GGUFFile(resolve_model_path(model)))
+    return {c.option: options[c.option] for c in family.companions if options.get(c.option) is not None}
+
+
 def _family_flags() -> dict[str, tuple[str, Any, str]]:
     """Option name -> (flag, default, help) for every family option that has a flag, help naming the families."""
     import dataclasses
@@ -159,7 +172,7 @@ def cmd_speak(args: argparse.Namespace) -> int:
         check_writable(args.timestamps)
     text = _read_text(args)
     options = family_options(args)
-    model = ggtts.load(args.model)
+    model = ggtts.load(args.model, **_companion_options(args.model, options))
     if args.timestamps is not None and not (model.family and model.family.capabilities.timestamps):
         raise GGTTSError(f"{model.family_name} gives no word timestamps; leave out --timestamps")
     if args.output == "-":

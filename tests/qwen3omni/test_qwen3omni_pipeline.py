@@ -185,6 +185,11 @@ def test_voices_are_the_talkers_speakers(tiny: Tiny) -> None:
         ({"max_frames": 0}, "max_frames"),
         ({"speed": 1.5}, "speed"),
         ({"cfg_scale": 2.0}, "cfg_scale"),
+        ({"top_p": 0.0}, "top_p must be above 0"),
+        ({"temperature": 1e-40}, "temperature must be 0 \\(greedy\\) or at least"),
+        ({"system": "Be brief."}, "applies to mode=chat only"),
+        ({"system": 5, "mode": "chat"}, "system must be text"),
+        ({"talker": "/elsewhere/talker.gguf"}, "differs from the one loaded"),
     ],
 )
 def test_bad_requests_get_one_clear_error(tiny: Tiny, kwargs: dict[str, Any], message: str) -> None:
@@ -293,3 +298,80 @@ def test_bfloat16_code2wav_where_native_else_one_clear_error(tiny: Tiny) -> None
     rel = float((got - want).norm() / want.norm())
     assert 0 < rel < 0.05, rel  # bfloat16 arithmetic: close, not equal
     assert bf16.code2wav.decoder[-1].weight_4d.dtype == torch.float32  # the output convolution stays float32
+
+
+def test_the_sampler_processes_logits_as_transformers_processors_do() -> None:
+    """Table test of the talker's sampler against transformers' own processors, in generate's order, on sharp
+    logits with a history (so the repetition penalty matters): the scores the draw reads are the same."""
+    from transformers.generation.logits_process import (
+        LogitsProcessorList,
+        RepetitionPenaltyLogitsProcessor,
+        SuppressTokensLogitsProcessor,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    from ggtts.families.qwen3omni.generate import HFSampler
+    from ggtts.models.qwen3omni_talker.config import Sampling
+
+    g = torch.Generator().manual_seed(0)
+    vocab, suppressed = 300, list(range(250, 300))
+    for params, history in [
+        (Sampling(0.9, 50, 1.0, 1.05), [3, 7, 7, 12, 40]),
+        (Sampling(1.0, 50, 0.8, 1.0), []),
+        (Sampling(0.7, 5, 0.5, 1.3), [1, 2, 3, 4, 5, 6]),
+    ]:
+        logits = torch.randn(vocab, generator=g) * 4
+        logits[history[:2]] = torch.tensor([6.0, -6.0])[: len(history[:2])]  # a positive and a negative one
+        processors = LogitsProcessorList(
+            [
+                RepetitionPenaltyLogitsProcessor(params.repetition_penalty),
+                SuppressTokensLogitsProcessor(suppressed),
+                TemperatureLogitsWarper(params.temperature),
+                TopKLogitsWarper(params.top_k),
+                TopPLogitsWarper(params.top_p),
+            ]
+        )
+        want = processors(torch.tensor([history], dtype=torch.long).reshape(1, -1), logits[None].clone())[0]
+        got = HFSampler(params, False, g).scores(logits, history, torch.tensor(suppressed))
+        assert torch.equal(torch.isinf(got), torch.isinf(want))
+        torch.testing.assert_close(got[~torch.isinf(got)], want[~torch.isinf(want)], rtol=1e-6, atol=1e-6)
+        ids = torch.tensor([history], dtype=torch.long).reshape(1, -1)
+        penalized = LogitsProcessorList(processors[:2])(ids, logits[None].clone())[0]
+        assert HFSampler(params, True, g)(logits, history, torch.tensor(suppressed)) == int(penalized.argmax())
+
+
+def test_decode_refuses_codes_that_are_not_whole_numbers_in_range(tiny: Tiny) -> None:
+    from ggtts.errors import InputError
+    from ggtts.families.qwen3omni.decode import decode_codes_cli
+
+    vocoder = tiny.work / "talker.gguf"
+    for codes, message in [
+        ("[[1.9, 1, 2, 3]]", "holds 1.9, not a whole number"),
+        ("[[true, 1, 2, 3]]", "holds True"),
+        ("1 2 3 99999999999999999999999", "out of range"),
+        ("[]", "no audio codes"),
+        ("[[1, 2, 3]]", "frame 1 has 3 codes"),
+    ]:
+        with pytest.raises(InputError, match=message):
+            decode_codes_cli(vocoder, codes)
+    with pytest.raises(InputError, match="frame 2 has 2 codes"):
+        decode_codes_cli(vocoder, [[1, 2, 3, 4], [1, 2]])
+    audio = decode_codes_cli(vocoder, [[1, 2, 3, 4], [5, 6, 7, 8]])
+    assert len(audio.samples) == tiny.tts.code2wav.cfg.output_length(2)
+
+
+def test_cli_takes_a_talker_from_another_folder(tiny: Tiny, tmp_path: Path) -> None:
+    import shutil
+
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    shutil.copy(tiny.work / "thinker.gguf", alone / "thinker.gguf")
+    out = tmp_path / "out.wav"
+    cmd = [sys.executable, "-m", "ggtts.cli", "speak", "-m", str(alone / "thinker.gguf"), "--talker"]
+    run = subprocess.run(
+        [*cmd, str(tiny.work / "talker.gguf"), "-o", str(out), TEXT], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr
+    assert out.stat().st_size > 44

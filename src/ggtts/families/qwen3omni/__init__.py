@@ -34,6 +34,26 @@ def _number(name: str, low: float, high: float = math.inf, whole: bool = False) 
     return check
 
 
+MIN_TEMPERATURE = 1e-3  # below it (but 0, greedy) the logits overflow when divided
+
+
+def _temperature(value: object) -> None:
+    _number("temperature", 0)(value)
+    if 0 < float(value) < MIN_TEMPERATURE:  # type: ignore[arg-type]
+        raise InputError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, got {value!r}")
+
+
+def _top_p(value: object) -> None:
+    _number("top_p", 0.0, 1.0)(value)
+    if float(value) <= 0:  # type: ignore[arg-type]
+        raise InputError(f"top_p must be above 0 and at most 1, got {value!r}")
+
+
+def _system(value: object) -> None:
+    if not isinstance(value, str) or len(value) > MAX_CHARS:
+        raise InputError(f"system must be text of at most {MAX_CHARS} characters")
+
+
 def _mode(value: object) -> None:
     if value not in MODES:
         raise InputError(f"mode must be one of {', '.join(MODES)}, got {value!r}")
@@ -48,17 +68,19 @@ class Qwen3OmniOptions:
         flag="--mode",
         check=_mode,
     )
-    system: str | None = option(None, "system prompt for mode=chat")
+    system: str | None = option(None, "system prompt for mode=chat", check=_system)
     temperature: float | None = option(
-        None, "talker temperature; 0 is greedy throughout (default: the file's, 0.9)", check=_number("temperature", 0)
+        None, "talker temperature; 0 is greedy throughout (default: the file's, 0.9)", check=_temperature
     )
     top_k: int | None = option(None, "talker top-k (default: the file's, 50)", check=_number("top_k", 1, whole=True))
-    top_p: float | None = option(None, "talker top-p (default: the file's, 1.0)", check=_number("top_p", 0.0, 1.0))
+    top_p: float | None = option(None, "talker top-p (default: the file's, 1.0)", check=_top_p)
     repetition_penalty: float | None = option(
         None, "talker repetition penalty (default: the file's, 1.05)", check=_number("repetition_penalty", 0.01, 100)
     )
     max_frames: int = option(
-        4095, "most codec frames per chunk of text (80 ms each)", check=_number("max_frames", 1, 32000, whole=True)
+        4095,
+        "most codec frames per chunk of text (80 ms each; the talker's positions bound it too)",
+        check=_number("max_frames", 1, 32000, whole=True),
     )
     max_reply_tokens: int = option(
         1024, "most tokens the thinker writes in mode=chat", check=_number("max_reply_tokens", 1, 8192, whole=True)
@@ -66,7 +88,9 @@ class Qwen3OmniOptions:
     seed: int = option(0, "seed for sampling (default 0)", flag="--seed", check=check_seed)
     talker: str | None = option(None, "the talker GGUF (qwen3omni-talker)", flag="--talker")
     chunk_frames: int = option(
-        4, "codec frames per streamed chunk (the first goes out alone)", check=_number("chunk_frames", 1, 1000, True)
+        12,
+        "codec frames per streamed chunk (the first goes out alone, then 4, then this many)",
+        check=_number("chunk_frames", 1, 1000, True),
     )
 
 

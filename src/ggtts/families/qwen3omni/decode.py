@@ -39,7 +39,25 @@ def _text(codes: str) -> str:
     return codes
 
 
-def parse_frames(text: str, per_frame: int) -> list[list[int]]:
+def check_frames(frames: object, per_frame: int, codebook: int) -> list[list[int]]:
+    """``frames`` as a list of frames of ``per_frame`` whole numbers in ``0..codebook - 1``, or one InputError."""
+    if not isinstance(frames, list) or not frames:
+        raise InputError("no audio codes given" if frames == [] else "codes: give a list of frames")
+    for i, frame in enumerate(frames, 1):
+        if not isinstance(frame, list) or len(frame) != per_frame:
+            count = len(frame) if isinstance(frame, list) else "no list of"
+            raise InputError(f"codes: frame {i} has {count} codes; this code2wav takes {per_frame} per frame")
+        for code in frame:
+            if type(code) is not int:  # not bool, not float
+                raise InputError(f"codes: frame {i} holds {code!r}, not a whole number")
+            if not 0 <= code < codebook:
+                raise InputError(
+                    f"codes: frame {i} holds code {code}, out of range: code2wav has codes 0..{codebook - 1}"
+                )
+    return frames  # type: ignore[return-value]
+
+
+def parse_frames(text: str, per_frame: int, codebook: int) -> list[list[int]]:
     """Frames of ``per_frame`` codes from text (one frame per line) or JSON (a list of frames)."""
     stripped = text.strip()
     if stripped.startswith("["):
@@ -51,17 +69,14 @@ def parse_frames(text: str, per_frame: int) -> list[list[int]]:
             raise InputError("codes: the JSON must be a list of frames, each a list of codes")
     else:
         frames = [_SEPARATORS.split(line.strip()) for line in stripped.splitlines() if line.strip()]
-    out: list[list[int]] = []
-    for i, frame in enumerate(frames, 1):
-        if len(frame) != per_frame:
-            raise InputError(f"codes: frame {i} has {len(frame)} codes; this code2wav takes {per_frame} per frame")
-        try:
-            out.append([int(c) for c in frame])
-        except (TypeError, ValueError):
-            raise InputError(f"codes: frame {i} holds something that is not a whole number") from None
-    if not out:
-        raise InputError("no audio codes given")
-    return out
+        parsed: list[list[object]] = []
+        for i, frame in enumerate(frames, 1):
+            try:
+                parsed.append([int(c) for c in frame])
+            except ValueError:
+                raise InputError(f"codes: frame {i} holds something that is not a whole number") from None
+        frames = parsed
+    return check_frames(frames, per_frame, codebook)
 
 
 def decode_codes_cli(
@@ -75,7 +90,8 @@ def decode_codes_cli(
     if g.architecture != K.ARCH or K.NUM_QUANTIZERS not in g.metadata:
         raise GGUFError(f"{vocoder}: not a GGUF holding Qwen3-Omni's code2wav (architecture '{g.architecture}')")
     model = Code2Wav.from_gguf(g, device)
-    frames = parse_frames(_text(codes), model.cfg.num_quantizers) if isinstance(codes, str) else codes
+    q, size = model.cfg.num_quantizers, model.cfg.codebook_size
+    frames = parse_frames(_text(codes), q, size) if isinstance(codes, str) else check_frames(codes, q, size)
     tensor = torch.tensor(frames, dtype=torch.long).T.unsqueeze(0)  # (1, Q, N)
     audio = Audio(model(tensor)[0, 0].float().cpu().numpy(), model.cfg.sample_rate)
     if output is not None:

@@ -46,16 +46,24 @@ class HFSampler:
     def __init__(self, params: Sampling, greedy: bool, generator: torch.Generator, draw: Draw = multinomial) -> None:
         self.params, self.greedy, self.generator, self.draw = params, greedy, generator, draw
 
-    def __call__(
+    def scores(
         self, logits: torch.Tensor, history: Sequence[int] = (), suppressed: torch.Tensor | None = None
-    ) -> int:
+    ) -> torch.Tensor:
+        """The logits ``(V,)`` after the processors (on the CPU, in float32): what the draw or argmax reads."""
         p = self.params
-        scores = apply_repetition_penalty(logits.float(), history, p.repetition_penalty)
+        scores = apply_repetition_penalty(logits.float().cpu(), history, p.repetition_penalty)
         if suppressed is not None:
             scores = scores.index_fill(0, suppressed, float("-inf"))
         if self.greedy:
+            return scores
+        return filter_top_p(filter_top_k(scores / p.temperature, p.top_k), p.top_p)
+
+    def __call__(
+        self, logits: torch.Tensor, history: Sequence[int] = (), suppressed: torch.Tensor | None = None
+    ) -> int:
+        scores = self.scores(logits, history, suppressed)
+        if self.greedy:
             return int(torch.argmax(scores))
-        scores = filter_top_p(filter_top_k(scores / p.temperature, p.top_k), p.top_p)
         return self.draw(torch.softmax(scores, dim=-1), self.generator)
 
 

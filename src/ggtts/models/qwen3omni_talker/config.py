@@ -160,7 +160,7 @@ class TalkerConfig:
             codec_nothink=token(K.CODEC_NOTHINK_ID),
             codec_think_bos=token(K.CODEC_THINK_BOS_ID),
             codec_think_eos=token(K.CODEC_THINK_EOS_ID),
-            suppressed_tail=gguf.get_int(K.SUPPRESSED_TAIL, 0),
+            suppressed_tail=V.SIZE.check(path, K.SUPPRESSED_TAIL, gguf.get_int(K.SUPPRESSED_TAIL)),
             speakers=dict(zip(names, ids, strict=True)),
             sampling=Sampling(
                 TEMPERATURE.check(path, K.TEMPERATURE, gguf.get_float(K.TEMPERATURE)),
