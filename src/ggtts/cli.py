@@ -42,16 +42,22 @@ def _human_bytes(n: float) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from ggtts.families import family_for
+    from ggtts.families import families, family_for
     from ggtts.gguf import GGUFFile
 
     g = GGUFFile(args.file)
     print(f"file: {g.path}")
     print(f"GGUF version: {g.version}")
+    companion = [(f, c) for f in families() for c in f.companions if c.architecture == g.architecture]
     try:
         family = family_for(g)
     except GGTTSError as e:
-        print(f"architecture: {g.architecture}  (not supported by this ggtts: {str(e).removeprefix(f'{g.path}: ')})")
+        if companion:
+            f, c = companion[0]
+            why = f"a companion file of {f.name}: {c.help}; give it with --{c.option}"
+        else:
+            why = f"not supported by this ggtts: {str(e).removeprefix(f'{g.path}: ')}"
+        print(f"architecture: {g.architecture}  ({why})")
         voices: list[str] = []
     else:
         print(f"architecture: {g.architecture}")

@@ -375,3 +375,15 @@ def test_cli_takes_a_talker_from_another_folder(tiny: Tiny, tmp_path: Path) -> N
     )
     assert run.returncode == 0, run.stderr
     assert out.stat().st_size > 44
+
+
+def test_info_names_the_talker_a_companion_and_the_thinker_its_voices(
+    tiny: Tiny, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ggtts.cli import main
+
+    assert main(["info", str(tiny.work / "talker.gguf")]) == 0
+    assert "(a companion file of qwen3omni: talker GGUF" in capsys.readouterr().out
+    assert main(["info", str(tiny.work / "thinker.gguf")]) == 0
+    out = capsys.readouterr().out
+    assert "family: qwen3omni" in out and "voices (2): chelsie, ethan" in out
