@@ -36,26 +36,6 @@ DEFAULT_SAMPLING = {
 SUPPRESSED_TAIL = 1024  # generate() suppresses the codec vocabulary's last 1024 ids, all but EOS
 MODEL_TYPE = "qwen3_omni_moe"
 
-# per-layer names: checkpoint suffix -> GGUF suffix (under blk.N.)
-LAYER_NAMES = {
-    "input_layernorm.weight": "attn_norm.weight",
-    "self_attn.q_proj.weight": "attn_q.weight",
-    "self_attn.k_proj.weight": "attn_k.weight",
-    "self_attn.v_proj.weight": "attn_v.weight",
-    "self_attn.o_proj.weight": "attn_output.weight",
-    "self_attn.q_norm.weight": "attn_q_norm.weight",
-    "self_attn.k_norm.weight": "attn_k_norm.weight",
-    "post_attention_layernorm.weight": "ffn_norm.weight",
-    "mlp.gate_proj.weight": "ffn_gate.weight",  # dense layers (the code predictor)
-    "mlp.up_proj.weight": "ffn_up.weight",
-    "mlp.down_proj.weight": "ffn_down.weight",
-    "mlp.gate.weight": "ffn_gate_inp.weight",  # MoE router
-    "mlp.shared_expert.gate_proj.weight": "ffn_gate_shexp.weight",
-    "mlp.shared_expert.up_proj.weight": "ffn_up_shexp.weight",
-    "mlp.shared_expert.down_proj.weight": "ffn_down_shexp.weight",
-    "mlp.shared_expert_gate.weight": "ffn_gate_inp_shexp.weight",
-}
-
 
 def _get(config: dict[str, Any], *names: str, default: Any = None) -> Any:
     for name in names:
@@ -100,14 +80,14 @@ def write_layers(
         prefix = f"{src}{i}."
         for name in sorted(n for n in tensors if n.startswith(prefix)):
             suffix = name[len(prefix) :]
-            if suffix in LAYER_NAMES:
-                writer.add_tensor(f"{dst}blk.{i}.{LAYER_NAMES[suffix]}", tensors[name])
+            if suffix in K.LAYER:
+                writer.add_tensor(f"{dst}blk.{i}.{K.LAYER[suffix]}", tensors[name])
             elif not (experts and suffix.startswith("mlp.experts.")) and not suffix.endswith("rotary_emb.inv_freq"):
                 raise ConversionError(f"checkpoint: unexpected tensor '{name}'")
         if experts:
             stacks = merge_experts(tensors, f"{prefix}mlp.experts.", *experts)
             for part, stack in stacks.items():
-                writer.add_tensor(f"{dst}blk.{i}.ffn_{part}_exps.weight", stack)
+                writer.add_tensor(dst + K.EXPERTS[part].format(bid=i) + ".weight", stack)
 
 
 def _hparams(writer: ModelWriter, cfg: dict[str, Any], talker: dict[str, Any]) -> None:
@@ -200,7 +180,7 @@ def write_talker(
     if "talker.codec_head.weight" not in tensors:
         raise ConversionError("checkpoint: no talker tensors (talker.codec_head.weight); is it a thinker-only one?")
     writer = ModelWriter(out, K.ARCH, out_type)
-    writer.add("general.name", "Qwen3-Omni talker")
+    writer.meta.add_name("Qwen3-Omni talker")
     _hparams(writer, config, talker)
     simple = {
         "talker.model.codec_embedding.weight": f"{K.TOKEN_EMBD}.weight",

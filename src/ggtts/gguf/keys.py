@@ -6,6 +6,9 @@ are used, so files made by llama.cpp load here and files made here load there.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 from gguf import Keys, TensorNameMap, get_tensor_name_map
 from gguf.constants import MODEL_ARCH, MODEL_ARCH_NAMES, MODEL_TENSOR, TENSOR_NAMES, TokenType
 
@@ -497,9 +500,36 @@ class Qwen3OmniTalker:
     CP_TOP_K = f"{ARCH}.sampling.code_predictor.top_k"
     CP_TOP_P = f"{ARCH}.sampling.code_predictor.top_p"
 
-    TOKEN_EMBD = "token_embd"  # the codec embedding (talker.model.codec_embedding)
-    OUTPUT_NORM = "output_norm"
-    OUTPUT = "output"  # codec_head: logits of the first codebook
+    TOKEN_EMBD = _tensor_name(MODEL_TENSOR.TOKEN_EMBD)  # the codec embedding (talker.model.codec_embedding)
+    OUTPUT_NORM = _tensor_name(MODEL_TENSOR.OUTPUT_NORM)
+    OUTPUT = _tensor_name(MODEL_TENSOR.OUTPUT)  # codec_head: logits of the first codebook
+    # a layer's tensors: checkpoint name after ``layers.N.`` -> llama.cpp's (qwen2moe / qwen3moe) after ``blk.N.``
+    LAYER: Mapping[str, str] = MappingProxyType({
+        f"{hf}.weight": _tensor_name(t).removeprefix("blk.{bid}.") + ".weight"
+        for hf, t in (
+            ("input_layernorm", MODEL_TENSOR.ATTN_NORM),
+            ("self_attn.q_proj", MODEL_TENSOR.ATTN_Q),
+            ("self_attn.k_proj", MODEL_TENSOR.ATTN_K),
+            ("self_attn.v_proj", MODEL_TENSOR.ATTN_V),
+            ("self_attn.o_proj", MODEL_TENSOR.ATTN_OUT),
+            ("self_attn.q_norm", MODEL_TENSOR.ATTN_Q_NORM),
+            ("self_attn.k_norm", MODEL_TENSOR.ATTN_K_NORM),
+            ("post_attention_layernorm", MODEL_TENSOR.FFN_NORM),
+            ("mlp.gate_proj", MODEL_TENSOR.FFN_GATE),  # dense layers (the code predictor)
+            ("mlp.up_proj", MODEL_TENSOR.FFN_UP),
+            ("mlp.down_proj", MODEL_TENSOR.FFN_DOWN),
+            ("mlp.gate", MODEL_TENSOR.FFN_GATE_INP),  # the MoE router
+            ("mlp.shared_expert.gate_proj", MODEL_TENSOR.FFN_GATE_SHEXP),
+            ("mlp.shared_expert.up_proj", MODEL_TENSOR.FFN_UP_SHEXP),
+            ("mlp.shared_expert.down_proj", MODEL_TENSOR.FFN_DOWN_SHEXP),
+            ("mlp.shared_expert_gate", MODEL_TENSOR.FFN_GATE_INP_SHEXP),
+        )
+    })  # fmt: skip
+    EXPERTS: Mapping[str, str] = MappingProxyType({  # merged expert stacks, by projection
+        "gate": _tensor_name(MODEL_TENSOR.FFN_GATE_EXP),
+        "up": _tensor_name(MODEL_TENSOR.FFN_UP_EXP),
+        "down": _tensor_name(MODEL_TENSOR.FFN_DOWN_EXP),
+    })  # fmt: skip
     TEXT_PROJ = "text_proj"  # .fc1 / .fc2 (weight and bias): thinker embeddings -> talker
     HIDDEN_PROJ = "hidden_proj"  # the same for thinker hidden states (multimodal inputs)
     CP_PREFIX = "cp"  # cp.blk.N.*, cp.output_norm, cp.codec_embd.{i}, cp.output.{i}
