@@ -21,7 +21,9 @@ process (its peak memory is its own), on ``--threads`` threads.
 - code2wav: real-time factor of decoding ``--c2w-frames`` frames in one go (transformers' forward and ggtts's), of
   transformers' ``chunked_decode(300, 25)``, and ggtts's first audio when it streams (the first frame pushed alone);
   ``ggtts-bf16`` is the f32 file with ``precision="bfloat16"`` (decoder convolutions in bfloat16; where the CPU has
-  no native bfloat16 it fails with that reason), with the relative RMS difference of its audio from float32's.
+  no native bfloat16 it fails with that reason), with the relative RMS difference of its audio from float32's. ggtts's
+  workers set the allocator as ``ggtts.load`` does (glibc's mmap threshold raised: the decoder's large activations
+  are then reused instead of faulted in afresh); transformers runs as its users run it.
 - thinker: prefill tokens/s over 64 tokens and greedy decode tokens/s, and the memory the whole 48-layer thinker
   needs at each file type.
 """
@@ -225,7 +227,9 @@ def code2wav_worker(directory: Path, peer: str, frames: int) -> dict[str, float]
     else:
         from ggtts.gguf import GGUFFile
         from ggtts.models.qwen3omni_code2wav.model import Code2Wav
+        from ggtts.runtime.memory import tune_allocator
 
+        tune_allocator()  # as ggtts.load does
         kind = peer.removeprefix("ggtts-")
         file = GGUFFile(directory / f"code2wav-{'f32' if kind == 'bf16' else kind}.gguf")
         model = Code2Wav.from_gguf(file, precision="bfloat16" if kind == "bf16" else "float32")
