@@ -712,3 +712,10 @@ def checked_sections(
         raise ValueError(f"{tokenizer}'s g2p is {g2p_target!r}; only {g2p} is supported")
     check_keys(section, g2p_keys, g2p)
     return section
+
+
+def refuse_callables(section: Mapping[str, object], g2p: str, keys: tuple[str, ...]) -> None:
+    """A ValueError when the ``g2p`` section sets one of ``keys``: settings that name a Python callable."""
+    for key in keys:
+        if section.get(key) is not None:
+            raise ValueError(f"{g2p}'s {key} (a Python callable) is not supported")

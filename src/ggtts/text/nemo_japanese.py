@@ -40,6 +40,7 @@ from ggtts.text.nemo_ipa import (
     ipa_punctuation,
     optional_str,
     optional_symbols,
+    refuse_callables,
     required_str,
     set_case,
     with_special_tokens,
@@ -108,9 +109,7 @@ class JapaneseTokenizerSpec:
         """
         del nemo_version
         g2p = checked_sections(cfg, JAPANESE_TOKENIZER, _TOKENIZER_KEYS, KATAKANA_ACCENT_G2P, _G2P_KEYS)
-        for key in ("word_tokenize_func", "apply_to_oov_word"):
-            if g2p.get(key) is not None:
-                raise ValueError(f"{KATAKANA_ACCENT_G2P}'s {key} (a Python callable) is not supported")
+        refuse_callables(g2p, KATAKANA_ACCENT_G2P, ("word_tokenize_func", "apply_to_oov_word"))
         add_blank_at = cfg.get("add_blank_at")
         return cls(
             punct=bool(cfg.get("punct", True)),

@@ -32,6 +32,7 @@ from ggtts.text.nemo_ipa import (
     checked_sections,
     optional_str,
     optional_symbols,
+    refuse_callables,
     required_str,
     set_case,
     with_special_tokens,
@@ -95,9 +96,7 @@ class MandarinTokenizerSpec:
         """
         del nemo_version
         g2p = checked_sections(cfg, CHINESE_TOKENIZER, _TOKENIZER_KEYS, CHINESE_G2P, _G2P_KEYS)
-        for key in ("word_tokenize_func", "apply_to_oov_word"):
-            if g2p.get(key) is not None:
-                raise ValueError(f"{CHINESE_G2P}'s {key} (a Python callable) is not supported")
+        refuse_callables(g2p, CHINESE_G2P, ("word_tokenize_func", "apply_to_oov_word"))
         phoneme_dict = g2p.get("phoneme_dict")
         if not isinstance(phoneme_dict, str):
             raise ValueError(

@@ -200,3 +200,5 @@ def to_channels_last(module: nn.Module, dtype: torch.dtype = torch.float32, keep
     for m in module.modules():
         if isinstance(m, CausalConvNet | CausalTransConvNet):
             m.weight_4d = _weight_4d(m.conv.weight, torch.float32 if m in keep else dtype)
+            if m.weight_4d.dtype == m.conv.weight.dtype:  # one copy of the weights: the 1-D one views the 4-D one
+                m.conv.weight.data = m.weight_4d.squeeze(2)

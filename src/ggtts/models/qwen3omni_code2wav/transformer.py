@@ -11,20 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ggtts.models.layers.transformer import RMSNorm, rotate_half
 from ggtts.models.qwen3omni_code2wav.config import Code2WavConfig
 from ggtts.models.qwen3omni_code2wav.layers import StreamState
-
-
-class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
 
 
 class LayerScale(nn.Module):
@@ -45,8 +34,7 @@ def rotary(positions: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:  # (B, H, T, D)
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-x2, x1), dim=-1) * sin
+    return x * cos + rotate_half(x) * sin
 
 
 class Attention(nn.Module):

@@ -25,9 +25,6 @@ from ggtts.models.layers.qwen3 import Attention, Block, DenseFFN, RMSNorm, Rotar
 from ggtts.models.layers.transformer import new_kv_cache
 from ggtts.models.qwen3omni_talker.config import StackConfig, TalkerConfig
 
-# chooses a code from one head's logits (V,): greedy, or a sampler with its own state
-Choose = Callable[[torch.Tensor], int]
-
 
 def _blocks(cfg: StackConfig) -> nn.ModuleList:
     def ffn() -> nn.Module:
