@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 import warnings
@@ -387,3 +388,66 @@ def test_info_names_the_talker_a_companion_and_the_thinker_its_voices(
     assert main(["info", str(tiny.work / "thinker.gguf")]) == 0
     out = capsys.readouterr().out
     assert "family: qwen3omni" in out and "voices (2): chelsie, ethan" in out
+
+
+def test_the_talker_converter_refuses_what_it_cannot_write(tiny: Tiny, tmp_path: Path) -> None:
+    from ggtts.convert.hf_checkpoint import HFCheckpoint
+    from ggtts.convert.qwen3omni_talker import write_talker
+    from ggtts.errors import ConversionError
+
+    ckpt = HFCheckpoint([tiny.work / "checkpoint"], "tiny")
+    out = tmp_path / "talker.gguf"
+    cases: list[tuple[dict[str, Any], Any, str]] = [
+        ({**ckpt.config, "model_type": "qwen2"}, ckpt.tensors, "model_type 'qwen2' is not qwen3_omni_moe"),
+        ({k: v for k, v in ckpt.config.items() if k != "talker_config"}, ckpt.tensors, "no 'talker_config' section"),
+        (
+            {**ckpt.config, "talker_config": {**ckpt.config["talker_config"], "speaker_id": {}}},
+            ckpt.tensors,
+            "the talker has no speakers",
+        ),
+        (ckpt.config, {k: v for k, v in ckpt.tensors.items() if k != "talker.codec_head.weight"}, "no talker tensors"),
+        (
+            ckpt.config,
+            {k: v for k, v in ckpt.tensors.items() if k != "talker.text_projection.linear_fc1.bias"},
+            "missing tensor 'talker.text_projection.linear_fc1.bias'",
+        ),
+    ]
+    for config, tensors, message in cases:
+        with pytest.raises(ConversionError, match=re.escape(message)):
+            write_talker(out, config, tensors, "f32")
+        assert not out.exists() and not list(tmp_path.iterdir())  # nothing half-written left behind
+
+
+def test_files_that_do_not_match_are_refused_at_load(
+    tiny: Tiny, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ggtts.api import load
+    from ggtts.convert import qwen3omni_talker
+    from ggtts.convert.hf_checkpoint import HFCheckpoint
+    from ggtts.errors import GGTTSError, GGUFError
+
+    thinker = tiny.work / "thinker.gguf"
+    with pytest.raises(GGTTSError, match="unknown option 'codec' for Qwen3-Omni; known: talker, precision"):
+        load(thinker, codec="x.gguf")
+    ckpt = HFCheckpoint([tiny.work / "checkpoint"], "tiny")
+    talker_cfg = {**ckpt.config["talker_config"], "thinker_hidden_size": 64}  # a talker for a 64-wide thinker
+    tensors = dict(ckpt.tensors)
+    for proj in ("text_projection", "hidden_projection"):
+        tensors[f"talker.{proj}.linear_fc1.weight"] = torch.zeros(48, 64)
+    wide = qwen3omni_talker.write_talker(tmp_path / "wide.gguf", {**ckpt.config, "talker_config": talker_cfg},
+                                         tensors, "f32")  # fmt: skip
+    with pytest.raises(GGUFError, match="takes 64-wide thinker states"):
+        load(thinker, talker=str(wide))
+    monkeypatch.setattr(qwen3omni_talker, "SUPPRESSED_TAIL", 16)  # the talker could draw codes past the codebook
+    tail = qwen3omni_talker.write_talker(tmp_path / "tail.gguf", ckpt.config, ckpt.tensors, "f32")
+    with pytest.raises(GGUFError, match="not a matching talker and code2wav"):
+        load(thinker, talker=str(tail))
+
+
+def test_an_empty_chat_answer_is_named(tiny: Tiny, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ggtts.errors import InputError
+
+    thinker = tiny.tts._load_thinker()
+    monkeypatch.setattr(thinker, "greedy", lambda prompt, limit, eos_ids: [tiny.tts.talker.cfg.im_end])
+    with pytest.raises(InputError, match="the thinker's answer is empty"):
+        tiny.tts.synthesize(TEXT, mode="chat")
