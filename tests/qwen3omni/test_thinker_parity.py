@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 import sys
+import weakref
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -220,6 +222,68 @@ def test_the_converter_refuses_a_missing_expert(pair: tuple, tmp_path: Path) -> 
     del tensors["thinker.model.layers.3.mlp.experts.5.up_proj.weight"]
     with pytest.raises(ConversionError, match=r"no 'layers.3.mlp.experts.5.up_proj.weight'"):
         write_thinker(tmp_path / "x.gguf", config, tensors, tok, "f32")
+
+
+class _CountedReads(Mapping[str, torch.Tensor]):
+    """A lazy checkpoint's behaviour: shapes from the header (no read), each access a fresh tensor; counts the
+    reads made while the output (its temporary file in ``out_dir``) is being written, and how many of the tensors
+    handed out are alive at once."""
+
+    def __init__(self, base: PublishedLayout, out_dir: Path) -> None:
+        self.base, self.out_dir = base, out_dir
+        self.reads = self.while_writing = self.alive = self.peak = 0
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self.base._t[name].shape)
+
+    def _dead(self) -> None:
+        self.alive -= 1
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        tensor = self.base[name].clone()
+        self.reads += 1
+        self.while_writing += any(self.out_dir.iterdir())
+        self.alive += 1
+        self.peak = max(self.peak, self.alive)
+        weakref.finalize(tensor, self._dead)
+        return tensor
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.base
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.base)
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+
+def test_conversion_reads_one_tensor_at_a_time_as_it_writes(pair: tuple, tmp_path: Path) -> None:
+    """The 30B thinker is 60 GB in bfloat16: the converter must not hold it. Every tensor is read while the file is
+    written, not before; at most one expert stack's tensors are alive at once; the file is the one written eagerly."""
+    hf, config, tok, path, _ = pair
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    counted = _CountedReads(PublishedLayout(hf, config["text_config"]["moe_intermediate_size"]), out_dir)
+    written = GGUFFile(write_thinker(out_dir / "lazy.gguf", config, counted, tok, "f32"))
+    n_expert = config["text_config"]["num_experts"]
+    assert counted.reads > 3 * 3 * n_expert  # every expert of the three MoE layers was read ...
+    assert counted.while_writing == counted.reads  # ... as the file was written ...
+    assert 1 <= counted.peak <= n_expert, counted.peak  # ... one projection's experts at a time
+    eager = GGUFFile(path)
+    assert sorted(written.names()) == sorted(eager.names())
+    for name in eager.names():
+        assert torch.equal(written.tensor(name), eager.tensor(name)), name
+
+
+def test_a_tensor_whose_shape_differs_from_the_header_fails_the_write(pair: tuple, tmp_path: Path) -> None:
+    hf, config, tok, _, _ = pair
+    counted = _CountedReads(PublishedLayout(hf, config["text_config"]["moe_intermediate_size"]), tmp_path)
+    counted.base._t["thinker.model.norm.weight"] = torch.ones(3)  # the header still says (64,)
+    counted.shape = lambda name: (64,) if name == "thinker.model.norm.weight" else tuple(counted.base._t[name].shape)
+    with pytest.raises(ConversionError, match=re.escape("'output_norm.weight' has shape [3], not the [64] announced")):
+        write_thinker(tmp_path / "bad.gguf", config, counted, tok, "f32")
+    assert list(tmp_path.iterdir()) == []  # nothing half-written left behind
 
 
 def test_mainline_llama_cpp_architecture(pair: tuple, tmp_path: Path) -> None:

@@ -2,7 +2,7 @@
 
 A Qwen3-Omni checkpoint is 70 GB: :class:`LazyTensors` maps each tensor name to its shard and reads a tensor only
 when it is indexed (``safetensors.safe_open``), so a converter that writes one part of the model reads only that
-part.
+part, and (with :class:`~ggtts.gguf.write.Deferred` tensors) one tensor at a time as the file is written.
 """
 
 from __future__ import annotations
@@ -38,6 +38,13 @@ class LazyTensors(Mapping[str, torch.Tensor]):
         shard = self._where[name]
         with safe_open(str(shard), framework="pt") as f:
             return f.get_tensor(name).to(torch.float32)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        """The shape of ``name`` from its shard's header, without reading the tensor."""
+        from safetensors import safe_open
+
+        with safe_open(str(self._where[name]), framework="pt") as f:
+            return tuple(f.get_slice(name).get_shape())
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._where)

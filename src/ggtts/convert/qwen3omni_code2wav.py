@@ -16,7 +16,7 @@ import torch
 
 from ggtts.errors import ConversionError, GGUFError
 from ggtts.gguf.keys import Qwen3OmniCode2Wav as K
-from ggtts.gguf.write import ModelWriter, OutType
+from ggtts.gguf.write import ModelWriter, OutType, deferred, shape_of
 from ggtts.models.qwen3omni_code2wav.config import DEFAULT_SAMPLE_RATE, Code2WavConfig
 
 UPSTREAM_PREFIX = "code2wav."
@@ -121,12 +121,12 @@ def add_code2wav(
         upstream = UPSTREAM_PREFIX + name
         if upstream not in tensors:
             raise ConversionError(f"the checkpoint has no '{upstream}', which code2wav_config's layout needs")
-        tensor = tensors[upstream]
-        if tuple(tensor.shape) != tuple(spec.shape):
+        shape = shape_of(tensors, upstream)
+        if shape != tuple(spec.shape):
             raise ConversionError(
-                f"'{upstream}' has shape {list(tensor.shape)}; code2wav_config's layout needs {list(spec.shape)}"
+                f"'{upstream}' has shape {list(shape)}; code2wav_config's layout needs {list(spec.shape)}"
             )
-        writer.add_tensor(K.tensor_name(name), tensor.float())
+        writer.add_tensor(K.tensor_name(name), deferred(tensors, upstream))
 
 
 def write_code2wav(

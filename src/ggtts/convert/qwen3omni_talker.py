@@ -20,7 +20,7 @@ from ggtts.convert.hf_checkpoint import HFCheckpoint, sub_config
 from ggtts.convert.qwen3omni_thinker import merge_experts
 from ggtts.errors import ConversionError
 from ggtts.gguf.keys import Qwen3OmniTalker as K
-from ggtts.gguf.write import ModelWriter, OutType
+from ggtts.gguf.write import ModelWriter, OutType, deferred
 
 # transformers' generate(): talker_top_k=50, talker_top_p=1.0, talker_temperature=0.9,
 # talker_repetition_penalty=1.05; the code predictor draws with top_k=50, top_p=0.8 at its config's temperature (1.0)
@@ -81,7 +81,7 @@ def write_layers(
         for name in sorted(n for n in tensors if n.startswith(prefix)):
             suffix = name[len(prefix) :]
             if suffix in K.LAYER:
-                writer.add_tensor(f"{dst}blk.{i}.{K.LAYER[suffix]}", tensors[name])
+                writer.add_tensor(f"{dst}blk.{i}.{K.LAYER[suffix]}", deferred(tensors, name))
             elif not (experts and suffix.startswith("mlp.experts.")) and not suffix.endswith("rotary_emb.inv_freq"):
                 raise ConversionError(f"checkpoint: unexpected tensor '{name}'")
         if experts:
@@ -198,7 +198,7 @@ def write_talker(
     for src, dst in simple.items():
         if src not in tensors:
             raise ConversionError(f"checkpoint: missing tensor '{src}'")
-        writer.add_tensor(dst, tensors[src])
+        writer.add_tensor(dst, deferred(tensors, src))
     n_experts = int(_get(text, "num_experts", "num_local_experts"))
     experts = (n_experts, int(text["moe_intermediate_size"]), int(text["hidden_size"]))
     write_layers(writer, tensors, "talker.model.layers.", "", int(text["num_hidden_layers"]), experts)

@@ -23,7 +23,7 @@ import torch
 from ggtts.convert.outetts_hf import vocabulary, write_bpe_tokenizer
 from ggtts.errors import ConversionError
 from ggtts.gguf.keys import Qwen3OmniThinker as K
-from ggtts.gguf.write import ModelWriter, OutType
+from ggtts.gguf.write import Deferred, ModelWriter, OutType, deferred, shape_of
 
 __all__ = ["ThinkerShape", "merge_experts", "write_thinker"]
 
@@ -133,33 +133,38 @@ def _rope_sections(text: dict[str, Any]) -> tuple[int, ...]:
 
 def merge_experts(
     tensors: Mapping[str, torch.Tensor], prefix: str, n_expert: int, n_ff: int, dim: int
-) -> dict[str, torch.Tensor]:
+) -> dict[str, Deferred]:
     """One layer's experts under ``prefix`` (``...layers.3.mlp.experts.``) as llama.cpp's stacks:
-    ``{"gate": (E, F, D), "up": (E, F, D), "down": (E, D, F)}``, from per-expert tensors or fused 3-D ones."""
+    ``{"gate": (E, F, D), "up": (E, F, D), "down": (E, D, F)}``, from per-expert tensors or fused 3-D ones. Names
+    and shapes are checked now; each stack is read and stacked when the file is written."""
     fused_gate_up, fused_down = prefix + "gate_up_proj", prefix + "down_proj"
     if fused_gate_up in tensors:
-        gate_up = tensors[fused_gate_up]
         if fused_down not in tensors:
             raise ConversionError(f"the checkpoint has '{fused_gate_up}' but no '{fused_down}'")
-        down = tensors[fused_down]
-        _expect(fused_gate_up, gate_up, (n_expert, 2 * n_ff, dim))
-        _expect(fused_down, down, (n_expert, dim, n_ff))
-        return {"gate": gate_up[:, :n_ff], "up": gate_up[:, n_ff:], "down": down}
-    stacks: dict[str, list[torch.Tensor]] = {p: [] for p in EXPERT_PROJECTIONS}
-    for e in range(n_expert):
-        for proj, want in zip(EXPERT_PROJECTIONS, ((n_ff, dim), (n_ff, dim), (dim, n_ff)), strict=True):
-            name = f"{prefix}{e}.{proj}.weight"
+        _expect(tensors, fused_gate_up, (n_expert, 2 * n_ff, dim))
+        _expect(tensors, fused_down, (n_expert, dim, n_ff))
+        return {
+            "gate": Deferred((n_expert, n_ff, dim), lambda: tensors[fused_gate_up][:, :n_ff]),
+            "up": Deferred((n_expert, n_ff, dim), lambda: tensors[fused_gate_up][:, n_ff:]),
+            "down": deferred(tensors, fused_down),
+        }
+    stacks: dict[str, Deferred] = {}
+    for proj, want in zip(EXPERT_PROJECTIONS, ((n_ff, dim), (n_ff, dim), (dim, n_ff)), strict=True):
+        names = [f"{prefix}{e}.{proj}.weight" for e in range(n_expert)]
+        for name in names:
             if name not in tensors:
                 raise ConversionError(f"the checkpoint has no '{name}' (nor fused '{fused_gate_up}')")
-            tensor = tensors[name]
-            _expect(name, tensor, want)
-            stacks[proj].append(tensor)
-    return {p.removesuffix("_proj"): torch.stack(ts) for p, ts in stacks.items()}
+            _expect(tensors, name, want)
+        stacks[proj.removesuffix("_proj")] = Deferred(
+            (n_expert, *want), lambda names=names: torch.stack([tensors[n] for n in names])
+        )
+    return stacks
 
 
-def _expect(name: str, tensor: torch.Tensor, shape: tuple[int, ...]) -> None:
-    if tuple(tensor.shape) != shape:
-        raise ConversionError(f"'{name}' has shape {list(tensor.shape)}, expected {list(shape)}")
+def _expect(tensors: Mapping[str, torch.Tensor], name: str, shape: tuple[int, ...]) -> None:
+    found = shape_of(tensors, name)
+    if found != shape:
+        raise ConversionError(f"'{name}' has shape {list(found)}, expected {list(shape)}")
 
 
 def _text_names(tensors: Mapping[str, torch.Tensor]) -> dict[str, str]:
@@ -250,11 +255,11 @@ def write_thinker(
 
     used: set[str] = set()
 
-    def take(short: str) -> torch.Tensor:
+    def take(short: str) -> Deferred:
         if short not in names:
             raise ConversionError(f"the checkpoint has no thinker tensor '{short}'")
         used.add(short)
-        return tensors[names[short]]
+        return deferred(tensors, names[short])
 
     w.add_tensor(K.TOKEN_EMBD + ".weight", take("embed_tokens.weight"))
     for i in range(shape.n_layers):
@@ -279,7 +284,7 @@ def write_thinker(
 
 
 class _Scoped(Mapping[str, torch.Tensor]):
-    """The checkpoint seen under the short names of :func:`_text_names`, recording what is read."""
+    """The checkpoint seen under the short names of :func:`_text_names`, recording what is asked for."""
 
     def __init__(self, names: dict[str, str], tensors: Mapping[str, torch.Tensor], used: set[str]) -> None:
         self._names, self._tensors, self._used = names, tensors, used
@@ -290,6 +295,10 @@ class _Scoped(Mapping[str, torch.Tensor]):
 
     def __contains__(self, short: object) -> bool:
         return short in self._names
+
+    def shape(self, short: str) -> tuple[int, ...]:
+        self._used.add(short)
+        return shape_of(self._tensors, self._names[short])
 
     def __iter__(self):  # type: ignore[no-untyped-def]
         return iter(self._names)

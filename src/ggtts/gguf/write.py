@@ -2,12 +2,19 @@
 
 The file is written under a temporary name next to the target and renamed at the end, so a failed conversion
 never leaves a half-written file under the requested name.
+
+A tensor may be given as a :class:`Deferred` (its shape, and how to get it): it is read, encoded and written when
+the file is written, one at a time, and dropped at once. Converters of large checkpoints (the 30B Qwen3-Omni
+thinker is 60 GB in bfloat16, 120 GB as float32) pass every tensor so, and convert in the memory of one tensor
+instead of the whole model's.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -113,6 +120,60 @@ def encode_tensor(data: np.ndarray, qtype: GGMLQuantizationType) -> np.ndarray:
     return gguf_quants.quantize(data, qtype)
 
 
+@dataclass(frozen=True)
+class Deferred:
+    """A tensor of known ``shape`` that ``produce()`` reads or computes when the file is written."""
+
+    shape: tuple[int, ...]
+    produce: Callable[[], torch.Tensor | np.ndarray]
+
+
+def shape_of(tensors: Mapping[str, Any], name: str) -> tuple[int, ...]:
+    """The shape of ``tensors[name]`` without reading it where the mapping can tell (a lazy checkpoint's
+    ``shape(name)``); otherwise from the tensor."""
+    shape = getattr(tensors, "shape", None)
+    if callable(shape):
+        return tuple(shape(name))
+    return tuple(tensors[name].shape)
+
+
+def deferred(tensors: Mapping[str, Any], name: str) -> Deferred:
+    """``tensors[name]``, read only when the file is written."""
+    return Deferred(shape_of(tensors, name), lambda: tensors[name])
+
+
+def _as_float_array(tensor: torch.Tensor | np.ndarray) -> np.ndarray:
+    if not isinstance(tensor, np.ndarray):  # a torch tensor
+        return tensor.detach().float().cpu().numpy()
+    return np.asarray(tensor, dtype=np.float32)
+
+
+class _Pending:
+    """What ``gguf.GGUFWriter`` holds for a :class:`Deferred` tensor until it writes it: the stored form's shape,
+    dtype and size up front, the bytes from ``tofile``."""
+
+    def __init__(self, name: str, tensor: Deferred, qtype: GGMLQuantizationType) -> None:
+        self.name, self.source, self.qtype = name, tensor, qtype
+        if qtype in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
+            self.dtype = np.dtype(np.float32 if qtype == GGMLQuantizationType.F32 else np.float16)
+            self.shape = tensor.shape
+        else:
+            self.dtype = np.dtype(np.uint8)
+            self.shape = tuple(gguf_quants.quant_shape_to_byte_shape(tensor.shape, qtype))
+        self.nbytes = int(np.prod(self.shape)) * self.dtype.itemsize
+
+    def tofile(self, fout: Any) -> None:
+        array = _as_float_array(self.source.produce())
+        if tuple(array.shape) != tuple(self.source.shape):
+            raise ConversionError(
+                f"tensor '{self.name}' has shape {list(array.shape)}, not the {list(self.source.shape)} announced"
+            )
+        encoded = encode_tensor(array, self.qtype)
+        del array
+        assert encoded.nbytes == self.nbytes
+        encoded.tofile(fout)
+
+
 class ModelWriter:
     """Collects metadata and tensors for one GGUF file, then writes it atomically.
 
@@ -145,19 +206,25 @@ class ModelWriter:
     def add_tensor(
         self,
         name: str,
-        tensor: torch.Tensor | np.ndarray,
+        tensor: torch.Tensor | np.ndarray | Deferred,
         *,
         qtype: GGMLQuantizationType | None = None,
     ) -> GGMLQuantizationType:
-        """Add one tensor; its stored type follows :func:`choose_type` unless ``qtype`` forces one."""
+        """Add one tensor; its stored type follows :func:`choose_type` unless ``qtype`` forces one. A
+        :class:`Deferred` one is produced and encoded only when the file is written."""
         if name in self._names:
             raise ValueError(f"tensor '{name}' added twice")
         if len(name.encode()) >= keys.MAX_TENSOR_NAME_BYTES:
             raise ValueError(f"tensor name '{name}' is longer than GGUF allows ({keys.MAX_TENSOR_NAME_BYTES - 1})")
-        if not isinstance(tensor, np.ndarray):  # a torch tensor
-            array = tensor.detach().float().cpu().numpy()
-        else:
-            array = np.asarray(tensor, dtype=np.float32)
+        raw: GGMLQuantizationType | None
+        if isinstance(tensor, Deferred):
+            chosen = qtype if qtype is not None else choose_type(name, tensor.shape, self.out_type)
+            pending = _Pending(name, tensor, chosen)
+            raw = None if chosen in (GGMLQuantizationType.F32, GGMLQuantizationType.F16) else chosen
+            self.meta.add_tensor(name, pending, raw_dtype=raw)  # type: ignore[arg-type]  # array-like enough
+            self._names.add(name)
+            return chosen
+        array = _as_float_array(tensor)
         chosen = qtype if qtype is not None else choose_type(name, tuple(array.shape), self.out_type)
         encoded = encode_tensor(array, chosen)
         raw = None if chosen in (GGMLQuantizationType.F32, GGMLQuantizationType.F16) else chosen
