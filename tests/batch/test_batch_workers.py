@@ -65,9 +65,10 @@ def test_an_item_that_kills_its_worker_fails_alone(tiny_model: TinyModel, tmp_pa
     lines.insert(1, "This line kills its worker.")  # item 0002
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     env = {**FAULTS, "GGTTS_TEST_DIE_ON_ITEM": "0002"}
-    run = run_batch_cli_env(
-        env, tmp_path / "in.txt", "--out", out, "-m", tiny_model.path, "--workers", "2", "--threads", "1"
-    )
+    with time_limit(JOB_LIMIT_S, "the two-worker batch job"):
+        run = run_batch_cli_env(
+            env, tmp_path / "in.txt", "--out", out, "-m", tiny_model.path, "--workers", "2", "--threads", "1"
+        )
     assert run.returncode == 1, run.stderr
     records = manifest_records(out)
     assert Counter(r["id"] for r in records) == Counter(f"{n:04d}" for n in range(1, len(lines) + 1))
@@ -79,3 +80,28 @@ def test_an_item_that_kills_its_worker_fails_alone(tiny_model: TinyModel, tmp_pa
             check_recorded_file(out, record)
     assert not (out / "0002.wav").exists() and part_files(out) == []
     assert "failed: 0002: the worker process died" in run.stderr
+
+
+def test_a_worker_that_dies_between_items_blocks_no_other(tiny_model: TinyModel, tmp_path: Path) -> None:
+    """A worker dies right after sending an item's record: that record counts, no item is spoken twice, a
+    replacement takes over, and the other worker's records still arrive (each worker has its own channel: with
+    one queue shared by all, a worker killed while writing to it held its lock for ever and the job hung)."""
+    out = tmp_path / "out"
+    lines = [f"Item {n} is here." for n in range(ITEMS)]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    env = {**FAULTS, "GGTTS_TEST_DIE_AFTER_ITEM": "0002"}
+    with time_limit(JOB_LIMIT_S, "the two-worker batch job"):
+        run = run_batch_cli_env(
+            env, tmp_path / "in.txt", "--out", out, "-m", tiny_model.path, "--workers", str(WORKERS), "--threads", "1"
+        )
+    assert run.returncode == 0, run.stderr
+    records = manifest_records(out)
+    assert Counter(r["id"] for r in records) == Counter(f"{n:04d}" for n in range(1, ITEMS + 1))
+    assert {r["status"] for r in records} == {"done"}
+    died = _pid(next(r for r in records if r["id"] == "0002"))
+    # the process that sent 0002's record spoke nothing after it: it died then (had its record been lost, 0002
+    # would have been spoken again by a worker that went on speaking)
+    later = [r["id"] for r in records if int(r["id"]) > 2 and _pid(r) == died]
+    assert later == [], f"the worker that spoke 0002 also spoke {later}: it did not die, or 0002 was spoken twice"
+    for record in records:
+        check_recorded_file(out, record)

@@ -3,6 +3,11 @@
 one item at a time, so when a worker dies the item it held is known: that one alone is handed out again (and
 recorded failed after :data:`MAX_ATTEMPTS` deaths), and a replacement worker starts.
 
+Each worker sends its records back over a pipe of its own, synchronously: a worker that dies can break only its
+own channel. (One ``multiprocessing.Queue`` shared by all workers is written by a background thread under a lock
+shared across processes: a worker killed while that thread held the lock left it held for ever, and every other
+worker's records stuck behind it.)
+
 A runner hands each finished item's record to ``on_record`` (the job's single manifest writer) and stops handing
 out items once ``stop`` is set; the items it already started finish first.
 """
@@ -12,12 +17,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import multiprocessing
-import queue as queue_module
 import signal
 import threading
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
 from multiprocessing.context import SpawnProcess
 from typing import Any
 
@@ -53,22 +58,24 @@ def run_here(
 
 # ---- worker processes ------------------------------------------------------------------------------------------
 def _worker_main(
-    serial: int, settings: dict[str, Any], threads: int | None, tasks: Any, results: Any
+    settings: dict[str, Any], threads: int | None, tasks: Any, results: Connection
 ) -> None:  # pragma: no cover - runs in the worker process
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
     set_threads(threads)
     worker = ItemWorker(JobSettings.from_dict(settings))
-    results.put((serial, None))  # ready
+    results.send(None)  # ready; send() returns once the message is in the pipe
     while (item := tasks.get()) is not None:
-        results.put((serial, worker.run(item)))
+        results.send(worker.run(item))
 
 
 @dataclass
 class _Worker:
     process: SpawnProcess
     tasks: Any  # its own queue: it is given one item at a time
+    results: Connection  # the reading end of its own pipe
     item: Item | None = None  # the item it holds
     ready: bool = False
+    gone: bool = False  # its pipe is closed: it has sent all it ever will
 
 
 def crash_message(attempts: int) -> str:
@@ -81,7 +88,6 @@ class _Pool:
     def __init__(self, count: int, settings: JobSettings, threads: int | None) -> None:
         self.context = multiprocessing.get_context("spawn")
         self.settings, self.threads = settings, threads
-        self.results = self.context.Queue()
         self.serials = itertools.count()
         self.workers: dict[int, _Worker] = {}
         for _ in range(count):
@@ -90,10 +96,12 @@ class _Pool:
     def start(self) -> None:
         serial = next(self.serials)
         tasks = self.context.Queue()
-        args = (serial, self.settings.to_dict(), self.threads, tasks, self.results)
+        receive, send = self.context.Pipe(duplex=False)
+        args = (self.settings.to_dict(), self.threads, tasks, send)
         process = self.context.Process(target=_worker_main, args=args, daemon=True, name=f"ggtts-batch-{serial}")
         process.start()
-        self.workers[serial] = _Worker(process, tasks)
+        send.close()  # the worker holds the only writing end: the pipe reads EOF once it is gone
+        self.workers[serial] = _Worker(process, tasks, receive)
 
     def give(self, worker: _Worker, item: Item) -> None:
         worker.item = item
@@ -108,25 +116,32 @@ class _Pool:
         return any(w.item is not None for w in self.workers.values())
 
     def collect(self, timeout: float) -> list[dict[str, Any]]:
-        """Records that arrived (waiting up to ``timeout`` for the first); marks workers ready or free."""
-        records = []
-        with contextlib.suppress(queue_module.Empty):
-            message = self.results.get(timeout=timeout)
-            while True:
-                serial, record = message
-                worker = self.workers[serial]
+        """Records that arrived (waiting up to ``timeout`` for the first); marks workers ready or free, and gone
+        where their pipe closed."""
+        by_pipe = {w.results: w for w in self.workers.values() if not w.gone}
+        records: list[dict[str, Any]] = []
+        for ready in wait(list(by_pipe), timeout):
+            worker = by_pipe[ready]  # type: ignore[index]  # wait() gives back the connections it was given
+            pipe = worker.results
+            while not worker.gone and pipe.poll():
+                try:
+                    record = pipe.recv()
+                except (EOFError, OSError):  # the worker exited or died; a message cut short is lost with it
+                    worker.gone = True
+                    break
                 if record is None:
                     worker.ready = True
                 else:
                     worker.item = None
                     records.append(record)
-                message = self.results.get_nowait()
         return records
 
     def reap(self) -> tuple[list[dict[str, Any]], list[_Worker]]:
         """Workers that died, removed from the pool, and the records they sent before dying."""
         dead = [s for s, w in self.workers.items() if not w.process.is_alive()]
         records = self.collect(0) if dead else []  # a dead process has written all it ever will
+        for serial in dead:
+            self.workers[serial].results.close()
         return records, [self.workers.pop(s) for s in dead]
 
     def close(self, now: bool = False) -> None:
@@ -141,6 +156,7 @@ class _Pool:
             if w.process.is_alive():
                 w.process.terminate()
                 w.process.join()
+            w.results.close()
 
 
 def run_processes(

@@ -2,7 +2,10 @@
 GGTTS_TEST_DIE_ON_ITEM=ID, and a process that starts speaking item ID dies at once, before writing anything (as a
 segfault or the out-of-memory killer would end it). With GGTTS_TEST_DIE_ONCE=PATH it dies only the first time:
 it writes its pid to PATH, and later attempts, which find PATH, speak the item. What is tested is how the pool
-of workers handles the death."""
+of workers handles the death.
+
+GGTTS_TEST_DIE_AFTER_ITEM=ID: a worker process dies right after it has sent the record of item ID back (between
+two items, as a process killed from outside usually is)."""
 
 import os
 from pathlib import Path
@@ -25,3 +28,16 @@ if _DIE_ON:
         return _run(self, item)
 
     _work.ItemWorker.run = _dying_run  # type: ignore[method-assign]
+
+_DIE_AFTER = os.environ.get("GGTTS_TEST_DIE_AFTER_ITEM")
+if _DIE_AFTER:
+    from multiprocessing.connection import Connection
+
+    _send = Connection.send
+
+    def _send_then_die(self, obj):  # type: ignore[no-untyped-def]
+        _send(self, obj)
+        if isinstance(obj, dict) and obj.get("id") == _DIE_AFTER:  # a record: only workers send those
+            os._exit(139)
+
+    Connection.send = _send_then_die  # type: ignore[method-assign]
