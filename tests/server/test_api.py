@@ -150,6 +150,36 @@ ERROR_CASES = [
         ["cannot be streamed"],
     ),
     ({"input": "BADINPUT"}, 400, None, ["cannot say BADINPUT"]),
+    # Kokoro-FastAPI's fields: a value out of range or of the wrong type, or one a model cannot honour
+    ({"input": "hi", "volume_multiplier": 0}, 422, "volume_multiplier", ["greater than 0"]),
+    ({"input": "hi", "volume_multiplier": -1}, 422, "volume_multiplier", ["greater than 0"]),
+    ({"input": "hi", "volume_multiplier": 1e9}, 422, "volume_multiplier", ["less than or equal to 10"]),
+    ({"input": "hi", "volume_multiplier": "2"}, 422, "volume_multiplier", ["number"]),
+    ({"input": "hi", "return_download_link": True}, 400, "return_download_link", ["keeps no files"]),
+    ({"input": "hi", "return_download_link": "no"}, 422, "return_download_link", ["bool"]),
+    ({"input": "hi", "download_format": "ogg"}, 422, "download_format", ["'aac'"]),
+    ({"input": "hi", "lang_code": "a"}, 400, "lang_code", ["'tone'", "no language option"]),
+    ({"input": "hi", "lang_code": 1}, 422, "lang_code", ["string"]),
+    ({"input": "hi", "normalization_options": {}}, 400, "normalization_options", ["unit_normalization false"]),
+    (
+        {"input": "hi", "normalization_options": {"unit_normalization": True, "normalize": False}},
+        400,
+        "normalization_options",
+        ["cannot honour normalize false:"],
+    ),
+    (
+        {"input": "hi", "normalization_options": {"units": False}},
+        422,
+        "normalization_options.units",
+        ["not a field of 'normalization_options'", "unit_normalization, url_normalization"],
+    ),
+    (
+        {"input": "hi", "normalization_options": {"normalize": "false"}},
+        422,
+        "normalization_options.normalize",
+        ["bool"],
+    ),
+    ({"input": "hi", "normalization_options": True}, 422, "normalization_options", ["object"]),
     ({"input": "FAIL"}, 500, None, ["synthesis failed"]),
     (["input", "hi"], 422, None, ["JSON object"]),
 ]
@@ -171,6 +201,44 @@ def test_malformed_json_is_422(tone_server: Server) -> None:
     response = httpx.post(tone_server.url + SPEECH, content=b'{"input": "hi",', headers=headers)
     assert response.status_code == 422
     assert "not valid JSON" in error_of(response)["message"]
+
+
+def test_nan_volume_is_422(tone_server: Server) -> None:
+    headers = {**tone_server.headers, "Content-Type": "application/json"}
+    for number in (b"NaN", b"Infinity"):  # Python's JSON reader takes them, though JSON has no such numbers
+        body = b'{"input": "hi", "volume_multiplier": ' + number + b"}"
+        response = httpx.post(tone_server.url + SPEECH, content=body, headers=headers)
+        assert response.status_code == 422, number
+        error = error_of(response)
+        assert error["param"] == "volume_multiplier" and "finite number" in error["message"], error
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"download_format": "aac"},  # no effect without return_download_link, as in Kokoro-FastAPI
+        {"return_download_link": False},
+        {"volume_multiplier": None},  # 1
+        {"normalization_options": {"unit_normalization": True}},  # all on: what every model does anyway
+        {"lang_code": None},
+    ],
+    ids=str,
+)
+def test_kokoro_fastapi_fields_that_ask_nothing_of_the_model(tone_server: Server, fields: dict[str, object]) -> None:
+    response = post(tone_server, {"model": "tone", "input": TEXT, "response_format": "pcm", **fields})
+    assert response.status_code == 200, response.text
+    samples, _ = decode(response.content, "pcm", 24000)
+    np.testing.assert_allclose(samples, ToneModel().expected(TEXT), atol=2 / 32768)
+
+
+@pytest.mark.parametrize("how", [{}, *STREAM_REQUESTS], ids=["whole", "stream", "stream_format"])
+@pytest.mark.parametrize("volume", [0.5, 2.0])
+def test_volume_multiplier_scales_every_chunk(tone_server: Server, how: dict[str, object], volume: float) -> None:
+    body = {"model": "tone", "input": TEXT, "response_format": "wav", "volume_multiplier": volume, **how}
+    response = post(tone_server, body)
+    assert response.status_code == 200, response.text
+    samples, _ = decode(response.content, "wav", 24000)
+    np.testing.assert_allclose(samples, ToneModel().expected(TEXT) * volume, atol=2 / 32768)
 
 
 def test_oversized_body_is_refused_before_reading(tone_server: Server) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -176,3 +177,22 @@ def test_serve_help_lists_the_server_options() -> None:
     for option in ["--model", "--host", "--port", "--api-key", "--max-queue", "--max-input-chars", "--timeout"]:
         assert option in done.stdout
     assert "(default 16)" in done.stdout
+
+
+def test_volume_clips_and_stops_the_model_when_closed() -> None:
+    closed: list[str] = []
+
+    def chunks() -> Iterator[Audio]:
+        try:
+            yield Audio(np.array([0.3, -0.3, 0.05], dtype=np.float32), 24000, offset=0.0)
+            yield Audio(np.array([0.2], dtype=np.float32), 24000, offset=0.5)
+        finally:
+            closed.append("model")
+
+    model = chunks()
+    louder = server_app._at_volume(model, 10.0)
+    first = next(louder)
+    np.testing.assert_allclose(first.samples, [1.0, -1.0, 0.5])  # clipped to [-1, 1]
+    assert first.offset == 0.0 and first.sample_rate == 24000
+    louder.close()  # as the worker does when the client leaves
+    assert closed == ["model"]

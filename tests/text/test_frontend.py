@@ -9,7 +9,7 @@ pytest.importorskip("espeakng_loader")
 
 from ggtts.errors import InputError
 from ggtts.text.frontend import text_to_phoneme_chunks
-from ggtts.text.normalize import normalize
+from ggtts.text.normalize import AS_WRITTEN, Normalization, normalize
 
 pytestmark = pytest.mark.slow  # loads spaCy and misaki's lexicons once (several seconds)
 
@@ -57,6 +57,28 @@ def test_text_is_normalized_before_g2p() -> None:
     (chunk,) = text_to_phoneme_chunks("It costs $5.", "a")
     assert chunk.text == "It costs five dollars."
     assert "fˈIv dˈɑləɹz" in chunk.phonemes
+
+
+def test_normalization_switches_reach_the_g2p() -> None:
+    (full,) = text_to_phoneme_chunks("It is 2 GB.", "a")
+    (no_units,) = text_to_phoneme_chunks("It is 2 GB.", "a", normalization=Normalization(units=False))
+    assert full.text == "It is two gigabytes." and "ɡˈɪɡəbˌIts" in full.phonemes
+    assert no_units.text == "It is two GB." and "ɡˈɪɡə" not in no_units.phonemes
+    assert [w.text for w in full.words] == ["It", "is", "2 GB"]
+    assert [w.text for w in no_units.words] == ["It", "is", "2", "GB"]
+
+
+def test_text_as_written_still_chunks_and_traces_its_words() -> None:
+    first, second = text_to_phoneme_chunks("  It  is\u00a02 GB.\n\n Next  one. ", "a", normalization=AS_WRITTEN)
+    assert first.text == "It is 2 GB." and second.text == "Next one."
+    assert [(w.text, w.source) for c in (first, second) for w in c.words] == [
+        ("It", 0),
+        ("is", 1),
+        ("2", 2),
+        ("GB", 3),
+        ("Next", 4),
+        ("one", 5),
+    ]
 
 
 def test_british_and_american() -> None:

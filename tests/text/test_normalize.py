@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from ggtts.text.normalize import normalize
+from ggtts.text.normalize import AS_WRITTEN, NORMALIZE_ALL, Normalization, normalize, normalize_tracked
 
 AMERICAN = [
     # plain text passes through
@@ -106,6 +108,9 @@ AMERICAN = [
     ("R&D", "R and D"),
     ("2 + 2 = 4", "two plus two equals four"),
     ("C++", "C plus plus"),
+    # optional plurals
+    ("Attach the file(s) now.", "Attach the files now."),
+    ("Pick item(s), then (s) alone", "Pick items, then (s) alone"),
     # ranges, fractions
     ("pages 10-20", "pages ten to twenty"),
     ("3/4 of it", "three quarters of it"),
@@ -154,3 +159,63 @@ def test_empty(text: str) -> None:
 def test_no_digits_left_in_typical_text() -> None:
     text = "On 3/15/2024 at 3:45 pm, 12 of 1,500 users (0.8%) paid $3.50 for 2 GB, i.e. 1st tier."
     assert not any(c.isdigit() for c in normalize(text))
+
+
+# ---- switches: each turns its group of rules off, and only that group ----
+# (switch, written, spoken with the switch off); with it on, the AMERICAN table above holds
+SWITCHED_OFF = [
+    ("emails", "Mail john.doe@example.com now", "Mail john.doe at example.com now"),  # "@" is still a symbol
+    ("urls", "Visit example.com today", "Visit example.com today"),
+    ("urls", "See https://www.example.com/docs.", "See https://www.example.com/docs."),
+    (
+        "phones",
+        "Call +44 20 7946 0958",
+        "Call plus forty-four twenty seven thousand nine hundred forty-six oh nine five eight",
+    ),
+    ("plurals", "Attach the file(s) now.", "Attach the file(s) now."),
+    ("units", "It is 5 km away", "It is five km away"),
+    ("units", "a 2 GB file", "a two GB file"),
+    ("units", "at 100 mph", "at one hundred mph"),
+    ("units", "It is 20°C outside", "It is twenty degrees C outside"),  # "°" is still a symbol
+    ("symbols", "A & B", "A & B"),
+    ("symbols", "2 + 2 = 4", "two + two = four"),
+]
+SWITCHES = [f.name for f in dataclasses.fields(Normalization) if f.name != "enabled"]
+
+
+@pytest.mark.parametrize(("switch", "written", "spoken"), SWITCHED_OFF)
+def test_a_switch_turns_its_group_off(switch: str, written: str, spoken: str) -> None:
+    assert normalize(written, switches=Normalization(**{switch: False})) == spoken
+    assert normalize(written) != spoken  # on, the group reads it
+
+
+@pytest.mark.parametrize("switch", SWITCHES)
+def test_a_switch_leaves_the_other_groups_alone(switch: str) -> None:
+    others = [(written, spoken) for name, written, spoken in SWITCHED_OFF if name != switch]
+    for written, _ in others:
+        assert normalize(written, switches=Normalization(**{switch: False})) == normalize(written), written
+
+
+def test_every_switch_has_a_case() -> None:
+    assert sorted({name for name, _, _ in SWITCHED_OFF}) == sorted(SWITCHES)
+
+
+@pytest.mark.parametrize(("written", "spoken"), AMERICAN)
+def test_all_switches_on_is_the_default(written: str, spoken: str) -> None:
+    every = Normalization(**dict.fromkeys(["enabled", *SWITCHES], True))
+    assert every == NORMALIZE_ALL
+    assert normalize(written, switches=every) == spoken
+
+
+@pytest.mark.parametrize("written", [w for w, _ in AMERICAN + BRITISH] + ["  two  spaces\u00a0and\u2212 1 \n"])
+def test_not_enabled_leaves_the_text_as_written(written: str) -> None:
+    tracked = normalize_tracked(written, switches=AS_WRITTEN)
+    assert tracked.text == written
+    assert tracked.span(0, len(written)) == (0, len(written))
+    assert normalize(written, british=True, switches=Normalization(enabled=False, units=False)) == written
+
+
+def test_a_plural_traces_back_to_what_was_written() -> None:
+    tracked = normalize_tracked("the file(s) here")
+    assert tracked.text == "the files here"
+    assert tracked.span(4, 9) == (4, 11)  # "files" is "file(s)"

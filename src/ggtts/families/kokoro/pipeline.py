@@ -13,13 +13,14 @@ import torch
 from ggtts.audio import Audio, WordTiming
 from ggtts.errors import GGTTSError, InputError
 from ggtts.families.base import NothingToSay, TTSModel, check_text
-from ggtts.families.kokoro import FAMILY, MAX_TEXT_CHARS
+from ggtts.families.kokoro import FAMILY, MAX_TEXT_CHARS, text_normalization
 from ggtts.gguf import GGUFFile
 from ggtts.models.kokoro.config import KokoroConfig
 from ggtts.models.kokoro.load import load_kokoro
 from ggtts.models.kokoro.model import KokoroModel
 from ggtts.models.layers.validate import damaged_weights_error
 from ggtts.text.chunking import Chunk, SpokenWord
+from ggtts.text.normalize import NORMALIZE_ALL, Normalization
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +53,12 @@ Phonemizer = Callable[[str, str, int, frozenset[str]], Iterable["str | Chunk"]]
 phoneme words)."""
 
 
-def _text_frontend(text: str, lang: str, max_phonemes: int, vocab: frozenset[str]) -> Iterator[Chunk]:
+def _text_frontend(
+    text: str, lang: str, max_phonemes: int, vocab: frozenset[str], normalization: Normalization = NORMALIZE_ALL
+) -> Iterator[Chunk]:
     """The text frontends: Japanese (``j``: numbers in kana, pyopenjtalk-plus's dictionary, misaki's romanization)
-    or English (normalize, offline misaki G2P, espeak-ng for unknown words), each chunking at its punctuation."""
+    or English (normalize as ``normalization`` says, offline misaki G2P, espeak-ng for unknown words), each chunking
+    at its punctuation."""
     from ggtts.text.frontend import japanese_to_phoneme_chunks, text_to_phoneme_chunks
 
     if lang.strip().lower() in JAPANESE:
@@ -64,7 +68,7 @@ def _text_frontend(text: str, lang: str, max_phonemes: int, vocab: frozenset[str
             raise InputError(f"Japanese (lang {lang!r}) is not installed here; {INSTALL_HINT}")
         yield from japanese_to_phoneme_chunks(text, max_phonemes, vocab=vocab)
     else:
-        yield from text_to_phoneme_chunks(text, _english(lang), max_phonemes, vocab=vocab)
+        yield from text_to_phoneme_chunks(text, _english(lang), max_phonemes, vocab=vocab, normalization=normalization)
 
 
 JAPANESE = ("j", "ja", "ja-jp")
@@ -248,6 +252,7 @@ class KokoroTTS(TTSModel):
         seed: int = 0,
         lang: str | None = None,
         progress: bool = False,
+        normalization: Normalization | bool = True,
         **options: Any,
     ) -> Iterator[Audio]:
         """Audio chunk by chunk: text through the frontend, or (``phonemes=True``) a phoneme string as is.
@@ -255,8 +260,10 @@ class KokoroTTS(TTSModel):
         The chunks concatenate to exactly what :meth:`synthesize` returns (it is built from them). Each carries
         the words said in it with their times from the start of the utterance (``Audio.words``).
         ``progress`` shows a bar over the chunks (the whole text is phonemized first to count them).
+        ``normalization``: which of the English normalizer's rules run (``False``: none), see :class:`Normalization`.
         """
         FAMILY.check_options({**options, "seed": seed})  # the others it takes are named above: any other is unknown
+        switches = text_normalization(normalization)
         text = check_text(text, MAX_TEXT_CHARS)
         speed = FAMILY.check_speed(speed)
         pack = self.voicepack(voice)  # fail on a bad voice before any work
@@ -266,7 +273,7 @@ class KokoroTTS(TTSModel):
             chunks: Iterable[Chunk] = _phoneme_input(text, limit, vocab)
         else:
             lang = lang or default_language(text, self.config.language)
-            chunks = map(_as_chunk, self.phonemizer(text, lang, limit, vocab))
+            chunks = map(_as_chunk, self._phonemize(text, lang, limit, vocab, switches))
         chunks = _quick_start(chunks)
         if progress:
             from tqdm import tqdm
@@ -285,6 +292,20 @@ class KokoroTTS(TTSModel):
                 yield Audio(fade_edges(samples, fade), self.sample_rate, words, offset)
         if not done:
             raise NothingToSay(text)
+
+    def _phonemize(
+        self, text: str, lang: str, limit: int, vocab: frozenset[str], switches: Normalization
+    ) -> Iterable[str | Chunk]:
+        """The phonemizer's chunks; other than default ``switches`` only for the built-in frontend (a phonemizer of
+        one's own does its own normalizing)."""
+        if switches == NORMALIZE_ALL:
+            return self.phonemizer(text, lang, limit, vocab)
+        if self.phonemizer is not _text_frontend:
+            raise InputError(
+                "normalization settings are for the built-in text frontend, and this model was given a phonemizer "
+                "of its own: leave normalization out"
+            )
+        return _text_frontend(text, lang, limit, vocab, switches)
 
     def _run(
         self,

@@ -1,0 +1,64 @@
+"""Kokoro's ``normalization`` option: the switches reach the English frontend through the Python API and the CLI,
+a bad value is refused before any work; on a tiny random model through the real converter and frontend."""
+
+from __future__ import annotations
+
+import pytest
+
+import ggtts
+from ggtts.cli import build_parser, family_options
+from ggtts.errors import InputError
+from ggtts.families.kokoro.pipeline import KokoroTTS
+from ggtts.text.normalize import Normalization
+
+pytestmark = pytest.mark.slow  # writes a tiny model with hexgrad's modules, loads spaCy and misaki's lexicons
+
+TEXT = "It is 2 GB."
+
+
+@pytest.fixture(scope="module")
+def tts(tmp_path_factory: pytest.TempPathFactory) -> KokoroTTS:
+    pytest.importorskip("kokoro")
+    from ggtts.families.kokoro.upstream import write_tiny_gguf
+
+    model = ggtts.load(str(write_tiny_gguf(tmp_path_factory.mktemp("kokoro") / "tiny.gguf", name="tiny")))
+    assert isinstance(model, KokoroTTS)
+    return model
+
+
+def _words(tts: KokoroTTS, normalization: Normalization | bool) -> list[str]:
+    return [w.text for w in tts.synthesize(TEXT, voice="v_one", normalization=normalization).words]
+
+
+def test_the_switches_reach_the_frontend(tts: KokoroTTS) -> None:
+    # "2 GB" read as units is one written word said as "two gigabytes"; unread, "2" and "GB" are two
+    assert _words(tts, True) == ["It", "is", "2 GB"]
+    assert _words(tts, Normalization(units=False)) == ["It", "is", "2", "GB"]
+    assert _words(tts, Normalization(symbols=False)) == ["It", "is", "2 GB"]
+    assert _words(tts, False) == ["It", "is", "2", "GB"]
+
+
+def test_all_on_is_the_default(tts: KokoroTTS) -> None:
+    default = tts.synthesize(TEXT, voice="v_one")
+    every = tts.synthesize(TEXT, voice="v_one", normalization=Normalization())
+    assert (default.samples == every.samples).all() and default.words == every.words
+
+
+@pytest.mark.parametrize("value", ["no", 0, 1.5, {"units": False}])
+def test_a_bad_value_is_refused_before_any_work(tts: KokoroTTS, value: object) -> None:
+    with pytest.raises(InputError, match="normalization must be true, false or a"):
+        next(tts.stream(TEXT, normalization=value))  # type: ignore[arg-type]
+
+
+def test_a_phonemizer_of_its_own_takes_only_the_default(tts: KokoroTTS) -> None:
+    custom = KokoroTTS(tts.config, tts.model, tts.voicepacks, tts.vocab, phonemizer=lambda *a: ["hˈI ðˈɛɹ."])
+    assert custom.synthesize(TEXT, normalization=True).samples.size
+    with pytest.raises(InputError, match="built-in text frontend"):
+        custom.synthesize(TEXT, normalization=False)
+
+
+def test_the_cli_flag() -> None:
+    parse = build_parser().parse_args
+    assert family_options(parse(["speak", "hi", "--no-normalize"]))["normalization"] is False
+    assert family_options(parse(["speak", "hi", "--normalize"]))["normalization"] is True
+    assert "normalization" not in family_options(parse(["speak", "hi"]))
