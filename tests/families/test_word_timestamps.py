@@ -43,7 +43,9 @@ def test_times_follow_each_other_inside_the_audio(tts: KokoroTTS) -> None:
 
 
 def test_a_word_spans_exactly_its_phonemes_frames(tts: KokoroTTS) -> None:
-    """One chunk, no quick-start cut: each word's times counted by hand from the model's own durations."""
+    """One chunk, no quick-start cut: each word's times counted by hand from the model's own durations, as
+    hexgrad's join_timestamps counts them (half-frames: BOS - 3, then each word's symbols plus half of each space
+    beside it)."""
     [chunk] = tts.phonemizer("quick brown fox", "a", tts.config.max_phonemes, frozenset(tts.vocab))
     ids = tts.token_ids(chunk.phonemes)
     edge = tts.config.bos_eos_id
@@ -55,11 +57,17 @@ def test_a_word_spans_exactly_its_phonemes_frames(tts: KokoroTTS) -> None:
     words = [w.phonemes[0] for w in chunk.words]
     assert " ".join(words) == chunk.phonemes  # plain words, one space between: ids are the characters
     d = durations.tolist()
-    expected, at = [], 1  # id 0 is BOS
-    for word in words:
-        start = sum(d[:at])
-        expected.append((start * frame_s, (start + sum(d[at : at + len(word)])) * frame_s))
-        at += len(word) + 1  # the word's symbols and the space after it
+    # hexgrad's loop, in half-frames (each word here is followed by a space but the last)
+    left = right = 2 * max(0, d[0] - 3)
+    expected, i = [], 1
+    for k, word in enumerate(words):
+        j = i + len(word)
+        space = d[j] if k + 1 < len(words) else 0
+        start = left
+        left = right + 2 * sum(d[i:j]) + space
+        expected.append((start / 2 * frame_s, left / 2 * frame_s))
+        right = left + space
+        i = j + 1
     audio = tts.synthesize("quick brown fox", voice="v_one")
     got = [t for w in audio.words for t in (w.start, w.end)]
     assert got == pytest.approx([t for pair in expected for t in pair], abs=1e-9)
@@ -72,7 +80,8 @@ def test_streamed_chunks_carry_their_words_with_absolute_times(tts: KokoroTTS) -
     position = 0.0
     for part in parts:
         assert part.offset == pytest.approx(position)
-        assert all(position <= w.start < w.end <= position + part.duration + 1e-9 for w in part.words)
+        outside = [w for w in part.words if not position - 1e-9 <= w.start < w.end <= position + part.duration + 1e-9]
+        assert outside == [], (position, part.duration)
         position += part.duration
     whole = tts.synthesize(text, voice="v_one")
     counted = ["One", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
@@ -125,16 +134,20 @@ def test_timing_arithmetic_on_given_durations() -> None:
     words = (SpokenWord("ab", ("ab",)), SpokenWord("555-1", ("cd", "e")), SpokenWord("f", ("f.",)))
     # ids: BOS a b ␣ c d , ␣ e ␣ f . EOS  ("," and "." are in the vocabulary: they take frames, no word does)
     vocab = set("abcdef,. ")
-    durations = [3, 1, 2, 1, 1, 1, 4, 1, 2, 1, 5, 6, 7]
+    durations = [5, 1, 2, 1, 1, 1, 4, 1, 2, 1, 5, 6, 7]
     timings = word_timings("ab cd, e f.", words, durations, vocab, 0.5, offset=10.0)
+    # frames before each id: BOS 0, a 5, b 6, ␣ 8, c 9, d 10, "," 11, ␣ 15, e 16, ␣ 18, f 19, "." 24; all 3 earlier
     assert [(t.text, t.start, t.end) for t in timings] == [
-        ("ab", 10 + 3 * 0.5, 10 + 6 * 0.5),
-        ("555-1", 10 + 7 * 0.5, 10 + 16 * 0.5),  # the comma's pause is inside the written word
-        ("f", 10 + 17 * 0.5, 10 + 22 * 0.5),  # the period after it is not
+        ("ab", 10 + (5 - 3) * 0.5, 10 + (8 + 0.5 - 3) * 0.5),  # half the space after it
+        ("555-1", 10 + (9 - 0.5 - 3) * 0.5, 10 + (18 + 0.5 - 3) * 0.5),  # the comma's pause is inside the word
+        ("f", 10 + (19 - 0.5 - 3) * 0.5, 10 + (24 - 3) * 0.5),  # the period after it is not
     ]
+    # BOS shorter than the lead: times are earlier by BOS's frames only (the first word starts at 0)
+    short = word_timings("ab cd", (*words[:1], SpokenWord("cd", ("cd",))), [2, 1, 2, 2, 1, 1, 9], vocab, 1.0)
+    assert [(t.start, t.end) for t in short] == [(0.0, 4.0), (4.0, 7.0)]
     # a symbol outside the vocabulary is dropped before the model: it has no frames
     odd = SpokenWord("ab", ("a~b",))
-    assert word_timings("a~b", [odd], [1, 2, 3, 4], set("ab"), 1.0) == [WordTiming("ab", 1.0, 6.0)]
+    assert word_timings("a~b", [odd], [1, 2, 3, 4], set("ab"), 1.0) == [WordTiming("ab", 0.0, 5.0)]
     with pytest.raises(ValueError, match="durations"):
         word_timings("ab", words[:1], [1, 2], vocab, 1.0)
 
