@@ -68,15 +68,31 @@ def test_bad_precisions_are_refused(tiny: Path, monkeypatch: pytest.MonkeyPatch)
         ggtts.load(str(tiny), precision="bfloat16")
 
 
-def test_the_bench_peer_loads_bfloat16(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_bench_peers_load_bfloat16_and_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
     from ggtts.families.kokoro import bench, peers
 
-    asked: list[dict[str, str]] = []
-    monkeypatch.setattr(ggtts, "load", lambda path, **options: asked.append(options))
-    with peers.ENGINES["bf16"]("model.gguf", "v_one"):
-        pass
-    assert asked == [{"precision": "bfloat16"}]
-    assert bench.parse_peers("onnx,bf16") == ["ggtts", "onnx", "bf16"]
+    asked: list[dict[str, object]] = []
+    warmed: list[bool] = []
+
+    class Loaded:
+        def warm_up(self) -> None:
+            warmed.append(True)
+
+    def load(path: str, **options: object) -> Loaded:
+        asked.append(options)
+        return Loaded()
+
+    monkeypatch.setattr(ggtts, "load", load)
+    for peer in ("bf16", "compiled", "bf16-compiled"):
+        with peers.ENGINES[peer]("model.gguf", "v_one"):
+            pass
+    assert asked == [
+        {"precision": "bfloat16", "compile": False},
+        {"precision": "float32", "compile": True},
+        {"precision": "bfloat16", "compile": True},
+    ]
+    assert warmed == [True, True]  # the compiled ones compile while loading, not in the first timed run
+    assert bench.parse_peers("onnx,bf16,bf16-compiled") == ["ggtts", "onnx", "bf16", "bf16-compiled"]
 
 
 def test_weights_changed_after_conversion_are_used(tiny: Path) -> None:

@@ -27,14 +27,23 @@ from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Kokoro as K
 from ggtts.models.kokoro.config import DECODER_HIDDEN_DIM, KokoroConfig
 
-PEERS = ("ggtts", "onnx", "reference", "bf16")
+PEERS = ("ggtts", "onnx", "reference", "bf16", "compiled", "bf16-compiled")
 LABELS = {
     "ggtts": "ggtts (torch)",
     "bf16": "ggtts (torch, bf16 convs)",
+    "compiled": "ggtts (torch.compile)",
+    "bf16-compiled": "ggtts (bf16 convs, torch.compile)",
     "onnx": "kokoro-onnx (onnxruntime, int8)",
     "reference": "kokoro KModel (hexgrad, torch)",
 }
-DISTRIBUTIONS = {"ggtts": "ggtts", "onnx": "kokoro-onnx", "reference": "kokoro", "bf16": "ggtts"}
+DISTRIBUTIONS = {
+    "ggtts": "ggtts",
+    "onnx": "kokoro-onnx",
+    "reference": "kokoro",
+    "bf16": "ggtts",
+    "compiled": "ggtts",
+    "bf16-compiled": "ggtts",
+}
 UPSTREAM_REPO_ID = "hexgrad/Kokoro-82M"  # only a label: nothing is downloaded
 UPSTREAM_DROPOUT = 0.2  # config.json's "dropout"; inactive in eval mode
 SEED = 0
@@ -62,10 +71,14 @@ def voicepack(gguf: GGUFFile, voice: str) -> np.ndarray:
 
 # ---- ggtts -------------------------------------------------------------------------------------------------
 @contextlib.contextmanager
-def ggtts_engine(model_path: str, voice: str, precision: str = "float32") -> Iterator[Synthesize]:
+def ggtts_engine(
+    model_path: str, voice: str, precision: str = "float32", compile: bool = False
+) -> Iterator[Synthesize]:
     import ggtts
 
-    model = ggtts.load(model_path, precision=precision)
+    model = ggtts.load(model_path, precision=precision, compile=compile)
+    if compile:
+        model.warm_up()  # compiles: counted in the load time, as a server pays it at start
 
     def synthesize(chunk: str) -> Iterator[np.ndarray]:
         for audio in model.stream(chunk, voice=voice, phonemes=True, seed=SEED):
@@ -209,4 +222,6 @@ ENGINES: dict[str, Callable[[str, str], contextlib.AbstractContextManager[Synthe
     "onnx": onnx_engine,
     "reference": reference_engine,
     "bf16": functools.partial(ggtts_engine, precision="bfloat16"),
+    "compiled": functools.partial(ggtts_engine, compile=True),
+    "bf16-compiled": functools.partial(ggtts_engine, precision="bfloat16", compile=True),
 }

@@ -116,7 +116,13 @@ class Generator(nn.Module):
         self, x: torch.Tensor, s: torch.Tensor, f0: torch.Tensor, generator: torch.Generator | None = None
     ) -> torch.Tensor:
         """x: (B, C, frames), s: (B, style), f0: (B, f0 frames) -> (B, samples)."""
-        har = self.source_spectrum(f0, generator)
+        spectrum = self.body(x, s, self.source_spectrum(f0, generator))
+        bins = self.n_fft // 2 + 1
+        return self.istft(torch.exp(spectrum[:, :bins]), torch.sin(spectrum[:, bins:]))
+
+    def body(self, x: torch.Tensor, s: torch.Tensor, har: torch.Tensor) -> torch.Tensor:
+        """The upsampling stages with the source injected, then ``conv_post``: (B, n_fft + 2, STFT frames), log
+        magnitude then phase. No randomness and no Python-side state: what ``compile=True`` compiles."""
         last = len(self.ups) - 1
         for i, (up, noise_conv, noise_res) in enumerate(zip(self.ups, self.noise_convs, self.noise_res, strict=True)):
             x = up(F.leaky_relu(x, GENERATOR_SLOPE))
@@ -128,9 +134,7 @@ class Generator(nn.Module):
             for block in blocks[1:]:
                 total = total + block(x, s)
             x = total / self.n_kernels
-        x = self.conv_post(F.leaky_relu(x, POST_SLOPE))
-        bins = self.n_fft // 2 + 1
-        return self.istft(torch.exp(x[:, :bins]), torch.sin(x[:, bins:]))
+        return self.conv_post(F.leaky_relu(x, POST_SLOPE))
 
 
 class Decoder(nn.Module):

@@ -11,6 +11,8 @@ half as much memory again as the converted layers' float32 weights.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -40,7 +42,10 @@ class BFloat16Conv1d(nn.Conv1d):
         return cached[1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        weight, bias = self._bfloat16()
+        if torch.compiler.is_compiling():  # the copies made before compiling (no graph break on the check)
+            weight, bias = self.__dict__["_bf16_cache"][1]
+        else:
+            weight, bias = self._bfloat16()
         y = F.conv1d(
             x.to(torch.bfloat16),
             weight,
@@ -61,5 +66,6 @@ def use_bfloat16_convolutions(generator: nn.Module) -> int:
         for module in getattr(generator, part).modules():
             if type(module) is nn.Conv1d and module.padding_mode == "zeros":  # forward pads as conv1d does
                 module.__class__ = BFloat16Conv1d
+                cast(BFloat16Conv1d, module)._bfloat16()  # the copies, made now
                 count += 1
     return count
