@@ -31,3 +31,26 @@ def test_each_model_is_warmed_up_and_a_failure_is_only_logged(
     assert list(models) == ["good", "bad"]
     assert made["good.gguf"].warmed
     assert "could not warm up model 'bad' (bad.gguf): no such language" in caplog.text
+
+
+def test_precision_and_compile_reach_every_models_loader(monkeypatch: pytest.MonkeyPatch) -> None:
+    import argparse
+
+    from ggtts.server import add_arguments, load_options
+
+    asked: list[tuple[str, dict[str, object]]] = []
+
+    def load(source: str, **options: object) -> Model:
+        asked.append((source, options))
+        return Model(fail=False)
+
+    monkeypatch.setattr(api, "load", load)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["-m", "a=a.gguf", "-m", "b=b.gguf", "--precision", "bfloat16", "--compile"])
+    models = load_models(args.model, load_options(args))
+    assert asked == [(s, {"precision": "bfloat16", "compile": True}) for s in ("a.gguf", "b.gguf")]
+    assert all(m.warmed for m in models.values())  # warm-up is where a compiled model compiles
+    assert load_options(parser.parse_args([])) == {}  # nothing asked: each loader's defaults
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--precision", "float16"])

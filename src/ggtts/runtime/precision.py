@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["bfloat16_supported"]
+__all__ = ["PRECISIONS", "bfloat16_supported"]
+
+PRECISIONS = ("float32", "bfloat16")  # what a model's precision= load option takes where it has one
 
 
 def bfloat16_supported(device: torch.device | str = "cpu") -> bool:

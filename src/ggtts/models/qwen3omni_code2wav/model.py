@@ -32,9 +32,9 @@ from ggtts.models.qwen3omni_code2wav.layers import (
     to_channels_last,
 )
 from ggtts.models.qwen3omni_code2wav.transformer import TransformerModel
+from ggtts.runtime.precision import PRECISIONS
 
 CLAMP = (-1.0, 1.0)
-PRECISIONS = ("float32", "bfloat16")
 DEFAULT_CHUNK_SIZE = 300  # frames: upstream chunked_decode's defaults
 DEFAULT_LEFT_CONTEXT = 25
 
