@@ -8,7 +8,9 @@ seed, next to the distance between two float32 outputs with different seeds (the
 "inaudible" is measured against), and the word error rate of each over the 25 built-in sentences with Whisper
 base.
 
-    python benchmarks/kokoro_precision.py [-m MODEL] [--threads 2] [--runs 3] [--no-wer]
+``--compile`` adds the same two precisions with ``compile=True`` (compiled before timing).
+
+    python benchmarks/kokoro_precision.py [-m MODEL] [--threads 2] [--runs 3] [--no-wer] [--compile]
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--no-wer", action="store_true")
+    parser.add_argument("--compile", action="store_true", help="also each precision with compile=True")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     from ggtts.models.kokoro.precision import bfloat16_supported
@@ -88,14 +91,18 @@ def main() -> int:
         print("this CPU has no native bfloat16 (AVX-512 BF16 or AMX): nothing to compare", file=sys.stderr)
         return 1
     models = {p: ggtts.load(args.model, precision=p) for p in PRECISIONS}
+    if args.compile:
+        for p in PRECISIONS:
+            models[f"{p}+compile"] = compiled = ggtts.load(args.model, precision=p, compile=True)
+            compiled.warm_up()  # compiles
     rate = models["float32"].sample_rate
     rows = {p: timed(m, args.runs) for p, m in models.items()}
     noise_floor = mel_distance(rows["float32"][2], models["float32"].synthesize(BENCH_PARAGRAPH, seed=1).samples, rate)
     print(f"Kokoro precision, {cpu_model()}, {args.threads} threads, median of {args.runs} runs")
-    print(f"{'precision':10s} {'RTF':>7s} {'first audio':>12s} {'log-mel vs float32':>19s}")
+    print(f"{'precision':16s} {'RTF':>7s} {'first audio':>12s} {'log-mel vs float32':>19s}")
     for p, (rtf, first, samples) in rows.items():
         distance = mel_distance(samples, rows["float32"][2], rate)
-        print(f"{p:10s} {rtf:7.3f} {first:11.3f}s {distance:16.3f} dB")
+        print(f"{p:16s} {rtf:7.3f} {first:11.3f}s {distance:16.3f} dB")
     speedup = rows["float32"][0] / rows["bfloat16"][0]
     print(f"(float32 with another noise seed: {noise_floor:.3f} dB; speed-up {speedup:.2f}x)")
     if not args.no_wer:
@@ -105,7 +112,7 @@ def main() -> int:
         whisper = load_transcriber("base", threads=args.threads)
         for p, model in models.items():
             report = evaluate(model, EVAL_SENTENCES, whisper, progress=False)
-            print(f"{p:10s} WER {report.overall.wer:.2%} over {len(EVAL_SENTENCES)} sentences (Whisper base)")
+            print(f"{p:16s} WER {report.overall.wer:.2%} over {len(EVAL_SENTENCES)} sentences (Whisper base)")
     return 0
 
 

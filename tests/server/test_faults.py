@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -175,3 +176,22 @@ def test_many_concurrent_clients_all_get_their_audio(tone_server: Server) -> Non
         outputs = list(pool.map(run, texts))
     for text, samples in zip(texts, outputs, strict=True):
         np.testing.assert_allclose(samples, model.expected(text), atol=2 / 32768)
+
+
+def test_a_captioned_stream_that_fails_ends_with_an_error_line(tone_server: Server) -> None:
+    """NDJSON: the lines of the chunks made, then one line with the error's body, then the connection is cut."""
+    body = {"model": "tone", "input": "one two FAIL", "response_format": "pcm", "return_timestamps": False}
+    lines: list[bytes] = []
+    with (
+        pytest.raises(httpx.RemoteProtocolError),
+        httpx.stream(
+            "POST", tone_server.url + "/v1/audio/captioned_speech", json=body, headers=tone_server.headers, timeout=60
+        ) as response,
+    ):
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            lines.append(line.encode())
+    parsed = [json.loads(line) for line in lines if line]
+    assert len(parsed) >= 2 and all("audio" in p for p in parsed[:-1])
+    assert parsed[-1]["error"]["message"] and "audio" not in parsed[-1]
+    assert health(tone_server)["tone"] == {"busy": False, "waiting": 0}

@@ -213,7 +213,7 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
         keep = body.return_timestamps
         if body.streaming:
             produce = lambda encoder: _captioned(chunks(), encoder, fmt=fmt, keep=keep)  # noqa: E731
-            return await _streamed(worker, text, fmt, produce, deadline, headers, NDJSON)
+            return await _streamed(worker, text, fmt, produce, deadline, headers, NDJSON, error_line=True)
         audio = await _whole(worker.admit(len(text)), chunks, deadline)
         data = await asyncio.to_thread(audio.encode, fmt)
         return JSONResponse(_caption_body(data, fmt, audio.words if keep else ()), headers=headers)
@@ -373,9 +373,12 @@ async def _streamed(
     deadline: Deadline,
     headers: dict[str, str],
     media_type: str,
+    error_line: bool = False,
 ) -> Response:
     """A streamed response of ``produce(encoder)``'s pieces: waits for the first (so early failures still get an
-    error status), then streams the rest; the ``fmt`` encoder is closed at the end, whatever happens."""
+    error status), then streams the rest; the ``fmt`` encoder is closed at the end, whatever happens. A failure
+    after the first piece cuts the connection (the status is sent); with ``error_line`` (NDJSON) the error's JSON
+    body goes out first, as a line of its own."""
     # Built before a queue place is taken: a failure here has no ticket to give back.
     encoder = _start_encoder(fmt, worker.model.sample_rate)
     try:
@@ -400,7 +403,8 @@ async def _streamed(
         raise
     # The deadline goes on polling for a disconnect while each step runs: Starlette (ASGI 2.4) only notices one
     # when a send fails, which would be after the chunk in progress, however long it takes.
-    return AbortableStreamingResponse(_stream_body(first, steps, encoder), media_type=media_type, headers=headers)
+    body_iterator = _stream_body(first, steps, encoder, error_line)
+    return AbortableStreamingResponse(body_iterator, media_type=media_type, headers=headers)
 
 
 class StreamAborted(Exception):
@@ -408,7 +412,9 @@ class StreamAborted(Exception):
     transfer rather than audio that merely looks short."""
 
 
-async def _stream_body(first: bytes, steps: Steps[bytes], encoder: StreamEncoder) -> AsyncIterator[bytes]:
+async def _stream_body(
+    first: bytes, steps: Steps[bytes], encoder: StreamEncoder, error_line: bool = False
+) -> AsyncIterator[bytes]:
     try:
         yield first
         while (data := await steps.next()) is not None:
@@ -419,6 +425,8 @@ async def _stream_body(first: bytes, steps: Steps[bytes], encoder: StreamEncoder
     except Exception as exc:
         error = _synthesis_error(exc)
         log.warning("stream cut after it started: %s", error.message)
+        if error_line:  # the client reading lines learns why, before the cut
+            yield json.dumps(error.body(), ensure_ascii=False).encode() + b"\n"
         raise StreamAborted(error.message) from exc
     finally:
         steps.close(encoder.close)
