@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ggtts.errors import GGTTSError
+from ggtts.runtime.precision import PRECISIONS
 
 PROG = "ggtts"
 MAX_LIST_ITEMS = 8  # metadata arrays longer than this are summarised by `info`
@@ -178,7 +179,10 @@ def cmd_speak(args: argparse.Namespace) -> int:
         check_writable(args.timestamps)
     text = _read_text(args)
     options = family_options(args)
-    model = ggtts.load(args.model, **_companion_options(args.model, options))
+    load_options = _companion_options(args.model, options)
+    if args.precision is not None:
+        load_options["precision"] = args.precision
+    model = ggtts.load(args.model, **load_options)
     if args.timestamps is not None and not (model.family and model.family.capabilities.timestamps):
         raise GGTTSError(f"{model.family_name} gives no word timestamps; leave out --timestamps")
     if args.output == "-":
@@ -286,6 +290,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--float", action="store_true", help="write 32-bit float WAV instead of 16-bit PCM")
     s.add_argument(
         "--timestamps", default=None, metavar="FILE", help="also write word timestamps (.json, .srt or .vtt captions)"
+    )
+    s.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default=None,
+        help="bfloat16: the vocoder's convolutions in bfloat16 where the CPU has it (Kokoro, Qwen3-Omni); "
+        "default float32",
     )
     _add_family_flags(s)
     s.set_defaults(func=cmd_speak)

@@ -88,3 +88,21 @@ def test_nothing_to_say_leaves_an_existing_file(tmp_path: Path, capsys: pytest.C
     assert "nothing to say" in capsys.readouterr().err
     assert out.read_bytes() == b"the audio that was here"
     assert [p.name for p in tmp_path.iterdir()] == ["keep.wav"]
+
+
+def test_precision_reaches_the_loader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import ggtts
+    from ggtts.errors import GGTTSError
+
+    asked: list[dict[str, object]] = []
+
+    def load(model: object, **options: object) -> None:
+        asked.append(options)
+        raise GGTTSError("stop here")
+
+    monkeypatch.setattr(ggtts, "load", load)
+    assert main(["speak", "Hi.", "-o", str(tmp_path / "a.wav"), "--precision", "bfloat16"]) == 1
+    assert main(["speak", "Hi.", "-o", str(tmp_path / "a.wav")]) == 1
+    assert asked == [{"precision": "bfloat16"}, {}]  # nothing asked: the model's default
+    with pytest.raises(SystemExit):
+        main(["speak", "Hi.", "--precision", "float16"])
