@@ -180,7 +180,7 @@ def cmd_speak(args: argparse.Namespace) -> int:
     text = _read_text(args)
     options = family_options(args)
     load_options = _companion_options(args.model, options)
-    if args.precision is not None:
+    if args.precision not in (None, "float32"):  # float32 is every model's own
         load_options["precision"] = args.precision
     model = ggtts.load(args.model, **load_options)
     if args.timestamps is not None and not (model.family and model.family.capabilities.timestamps):

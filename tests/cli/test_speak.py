@@ -103,6 +103,7 @@ def test_precision_reaches_the_loader(tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setattr(ggtts, "load", load)
     assert main(["speak", "Hi.", "-o", str(tmp_path / "a.wav"), "--precision", "bfloat16"]) == 1
     assert main(["speak", "Hi.", "-o", str(tmp_path / "a.wav")]) == 1
-    assert asked == [{"precision": "bfloat16"}, {}]  # nothing asked: the model's default
+    assert main(["speak", "Hi.", "-o", str(tmp_path / "a.wav"), "--precision", "float32"]) == 1
+    assert asked == [{"precision": "bfloat16"}, {}, {}]  # float32 or nothing: the model's own, asked of no loader
     with pytest.raises(SystemExit):
         main(["speak", "Hi.", "--precision", "float16"])

@@ -132,3 +132,35 @@ def test_failed_write_leaves_nothing(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         mw.write()
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("out_type", list(OutType))
+def test_deferred_tensors_write_the_same_file(tmp_path, out_type):
+    """A tensor given as Deferred (read when the file is written) is stored exactly as the same tensor given
+    eagerly, for every type (sizes announced up front match what is written)."""
+    from ggtts.gguf.write import Deferred
+
+    rng = np.random.default_rng(1)
+    tensors = {"blk.0.proj.weight": rng.standard_normal((64, 256)), "blk.0.proj.bias": rng.standard_normal(64)}
+    files = []
+    for lazy in (False, True):
+        mw = ModelWriter(tmp_path / f"{lazy}.gguf", "test", out_type)
+        for name, t in tensors.items():
+            mw.add_tensor(name, Deferred(t.shape, lambda t=t: t) if lazy else t)
+        files.append(mw.write().read_bytes())
+    assert files[0] == files[1]
+
+
+def test_a_deferred_tensor_that_cannot_be_read_names_it(tmp_path):
+    from ggtts.errors import ConversionError
+    from ggtts.gguf.write import Deferred
+
+    def missing() -> np.ndarray:
+        raise FileNotFoundError(2, "No such file or directory", "shard-2.safetensors")
+
+    mw = ModelWriter(tmp_path / "m.gguf", "test")
+    mw.add_tensor("a.weight", np.ones((4, 32), dtype=np.float32))
+    mw.add_tensor("b.weight", Deferred((4, 32), missing))
+    with pytest.raises(ConversionError, match=r"tensor 'b\.weight': cannot read it"):
+        mw.write()
+    assert list(tmp_path.iterdir()) == []  # nothing half-written left behind

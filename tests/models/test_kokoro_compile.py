@@ -87,12 +87,14 @@ def test_without_a_compiler_it_runs_eagerly_and_says_so(
 def test_a_compiler_failure_falls_back_to_eager_once(
     tiny: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    from torch._inductor.exc import CppCompileError
+
     calls = []
 
     def broken(fn: object, **kwargs: object) -> object:
         def run(*args: object, **kw: object) -> object:
             calls.append(1)
-            raise RuntimeError("inductor: C++ compile error")
+            raise CppCompileError(["g++", "x.cpp"], "x.cpp:1: error")
 
         return run
 
@@ -102,9 +104,25 @@ def test_a_compiler_failure_falls_back_to_eager_once(
         first = _say(model)
         second = _say(model)
     assert calls == [1]  # tried once, then eager for good
-    assert caplog.text.count("torch.compile failed (RuntimeError: inductor: C++ compile error)") == 1
+    assert caplog.text.count("torch.compile failed (CppCompileError") == 1
     expected = _say(_load(tiny))
     assert np.array_equal(first, expected) and np.array_equal(second, expected)
+
+
+def test_an_error_that_is_not_the_compilers_is_raised_and_compiling_stays_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    def flaky(fn: object, **kwargs: object) -> object:
+        def run(x: int) -> int:
+            if x < 0:
+                raise MemoryError("out of memory")
+            return x + 1
+
+        return run
+
+    monkeypatch.setattr(runtime_compile.torch, "compile", flaky)
+    wrapped = CompiledOrEager(lambda x: x, "test")
+    with pytest.raises(MemoryError):
+        wrapped(-1)
+    assert wrapped.active and wrapped(1) == 2  # still the compiled function
 
 
 def test_compile_must_be_a_bool(tiny: Path) -> None:

@@ -51,6 +51,6 @@ def test_precision_and_compile_reach_every_models_loader(monkeypatch: pytest.Mon
     models = load_models(args.model, load_options(args))
     assert asked == [(s, {"precision": "bfloat16", "compile": True}) for s in ("a.gguf", "b.gguf")]
     assert all(m.warmed for m in models.values())  # warm-up is where a compiled model compiles
-    assert load_options(parser.parse_args([])) == {}  # nothing asked: each loader's defaults
+    assert load_options(parser.parse_args([])) == load_options(parser.parse_args(["--precision", "float32"])) == {}
     with pytest.raises(SystemExit):
         parser.parse_args(["--precision", "float16"])

@@ -110,7 +110,7 @@ class _Pool:
     def idle(self) -> list[_Worker]:
         """Ready workers without an item: a worker gets its first item only once it said it is ready, so one that
         dies holding an item died speaking it, and one that dies before is a start-up failure."""
-        return [w for w in self.workers.values() if w.ready and w.item is None]
+        return [w for w in self.workers.values() if w.ready and w.item is None and not w.gone]  # gone: exiting
 
     def busy(self) -> bool:
         return any(w.item is not None for w in self.workers.values())

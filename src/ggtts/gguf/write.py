@@ -163,7 +163,10 @@ class _Pending:
         self.nbytes = int(np.prod(self.shape)) * self.dtype.itemsize
 
     def tofile(self, fout: Any) -> None:
-        array = _as_float_array(self.source.produce())
+        try:
+            array = _as_float_array(self.source.produce())
+        except OSError as e:  # reading the checkpoint, not writing the output, failed: say so
+            raise ConversionError(f"tensor '{self.name}': cannot read it ({e.strerror or e})") from e
         if tuple(array.shape) != tuple(self.source.shape):
             raise ConversionError(
                 f"tensor '{self.name}' has shape {list(array.shape)}, not the {list(self.source.shape)} announced"

@@ -36,12 +36,27 @@ def compiler_missing(device: torch.device | str = "cpu") -> str | None:
     return None
 
 
+def compiler_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions by which dynamo and inductor say they could not compile (not errors of the inputs)."""
+    from torch._dynamo import exc as dynamo
+    from torch._inductor import exc as inductor
+
+    return (
+        dynamo.BackendCompilerFailed,  # inductor's errors arrive as this (InductorError is one)
+        dynamo.InternalTorchDynamoError,
+        dynamo.Unsupported,
+        inductor.CppCompileError,
+        inductor.InvalidCxxCompiler,
+    )
+
+
 class CompiledOrEager:
     """``fn`` compiled by ``torch.compile`` (dynamic shapes), or ``fn`` itself where that cannot be done.
 
-    The first call compiles. If that (or any later compiled call) raises, the error is logged once, the call is
-    made again eagerly, and every later call is eager: an error of the inputs themselves is then raised by the
-    eager call, as it would be without compiling."""
+    The first call compiles (so may a call whose shapes need another compile). If compiling fails
+    (:func:`compiler_errors`), that is logged once, the call is made again eagerly, and every later call is eager.
+    Any other error (a bad input, memory) is raised as it is and compiling stays on. The model's weights are taken
+    as fixed once compiled."""
 
     def __init__(self, fn: Callable[..., Any], what: str, device: torch.device | str = "cpu") -> None:
         self.fn, self.what = fn, what
@@ -58,10 +73,12 @@ class CompiledOrEager:
         return self.compiled is not None
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if self.compiled is not None:
+        compiled = self.compiled  # read once: another thread may turn it off meanwhile
+        if compiled is not None:
             try:
-                return self.compiled(*args, **kwargs)
-            except Exception as e:  # any failure of the compiler: run eagerly instead
-                log.warning("%s runs eagerly: torch.compile failed (%s: %s)", self.what, type(e).__name__, e)
-                self.compiled = None
+                return compiled(*args, **kwargs)
+            except compiler_errors() as e:
+                if self.compiled is not None:
+                    log.warning("%s runs eagerly: torch.compile failed (%s: %s)", self.what, type(e).__name__, e)
+                    self.compiled = None
         return self.fn(*args, **kwargs)

@@ -181,20 +181,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--precision",
         choices=PRECISIONS,
         default=None,
-        help="bfloat16: the vocoder's convolutions in bfloat16 where the CPU has it natively (Kokoro, Qwen3-Omni; "
-        "faster, no longer float32 arithmetic); default float32",
+        help="bfloat16: the vocoder's convolutions in bfloat16 where the CPU has it natively (faster, no longer "
+        "float32 arithmetic; Kokoro and Qwen3-Omni models only: another family's refuses it); default float32",
     )
     parser.add_argument(
         "--compile",
         action="store_true",
-        help="compile Kokoro's vocoder with torch.compile at start (20-40 s once; about 1.3x faster after)",
+        help="compile Kokoro's vocoder with torch.compile at start (20-40 s once; about 1.3x faster after); "
+        "Kokoro models only: another family's model refuses it",
     )
 
 
 def load_options(args: argparse.Namespace) -> dict[str, Any]:
     """``--precision`` and ``--compile`` as load options, each only where given."""
     options: dict[str, Any] = {}
-    if args.precision is not None:
+    if args.precision not in (None, "float32"):  # float32 is every model's own: nothing to ask of any loader
         options["precision"] = args.precision
     if args.compile:
         options["compile"] = True
