@@ -94,4 +94,5 @@ def test_volume_multiplier_scales_the_samples(kokoro_server: Server, stream: boo
 def test_an_unknown_language_is_a_400(kokoro_server: Server) -> None:
     response = _post(kokoro_server, {"input": TEXT, "lang_code": "xx"})
     assert response.status_code == 400
-    assert "'xx'" in response.json()["error"]["message"]
+    error = response.json()["error"]
+    assert "'xx'" in error["message"] and "en-gb" in error["message"] and error["param"] == "lang_code"

