@@ -137,3 +137,9 @@ def test_a_word_ending_a_sentence_says_so() -> None:
 def test_phoneme_input_words_are_the_phoneme_words() -> None:
     [chunk] = phonemes_to_chunks("həlˈO wˈɜɹld, hˈI.")
     assert [w.text for w in chunk.words] == ["həlˈO", "wˈɜɹld", "hˈI"]
+
+
+def test_a_bracket_opened_or_closed_inside_a_word_keeps_its_partner() -> None:
+    words = ["file(s)", "file(s),", "(file(s))", "f(x).", "(a)b", "[1]st", "(5%)", "「今日(きょう)」", "x)"]
+    expected = ["file(s)", "file(s)", "file(s)", "f(x)", "(a)b", "[1]st", "5%", "今日(きょう)", "x"]
+    assert [shown(w) for w in words] == expected

@@ -98,10 +98,27 @@ def written_words(source: str) -> list[tuple[int, int]]:
     return [m.span() for m in _WRITTEN.finditer(source)]
 
 
+_BRACKETS = {"(": ")", "[": "]", "{": "}", "（": "）", "「": "」", "『": "』"}
+
+
 def shown(word: str) -> str:
-    """A written word as shown with its timing: without the punctuation around it (``"“Hello,”"`` -> ``Hello``);
-    a word of nothing but punctuation is shown as written."""
-    return word.strip(_EDGE_PUNCTUATION) or word
+    """A written word as shown with its timing: without the punctuation around it (``"“Hello,”"`` -> ``Hello``),
+    but a bracket opened or closed inside the word keeps its partner (``"file(s),"`` -> ``file(s)``); a word of
+    nothing but punctuation is shown as written."""
+    start = len(word) - len(word.lstrip(_EDGE_PUNCTUATION))
+    end = len(word.rstrip(_EDGE_PUNCTUATION))
+    if start >= end:
+        return word
+
+    def unbalanced(opening: str, closing: str) -> int:
+        core = word[start:end]
+        return core.count(opening) - core.count(closing)
+
+    while end < len(word) and any(word[end] == c and unbalanced(o, c) > 0 for o, c in _BRACKETS.items()):
+        end += 1
+    while start > 0 and any(word[start - 1] == o and unbalanced(o, c) < 0 for o, c in _BRACKETS.items()):
+        start -= 1
+    return word[start:end]
 
 
 @dataclass(frozen=True)
