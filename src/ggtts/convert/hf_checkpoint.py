@@ -24,11 +24,13 @@ class LazyTensors(Mapping[str, torch.Tensor]):
         from safetensors import SafetensorError, safe_open
 
         self._where: dict[str, Path] = {}
+        self._shapes: dict[str, tuple[int, ...]] = {}  # from the headers, read once here
         for shard in shards:
             try:
                 with safe_open(str(shard), framework="pt") as f:
                     for name in f.keys():  # noqa: SIM118 - safe_open is no mapping
                         self._where[name] = shard
+                        self._shapes[name] = tuple(f.get_slice(name).get_shape())
             except SafetensorError as e:
                 raise ConversionError(f"{shard}: not a readable safetensors file ({e})") from None
 
@@ -41,10 +43,7 @@ class LazyTensors(Mapping[str, torch.Tensor]):
 
     def shape(self, name: str) -> tuple[int, ...]:
         """The shape of ``name`` from its shard's header, without reading the tensor."""
-        from safetensors import safe_open
-
-        with safe_open(str(self._where[name]), framework="pt") as f:
-            return tuple(f.get_slice(name).get_shape())
+        return self._shapes[name]
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._where)
