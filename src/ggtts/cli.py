@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from ggtts.errors import GGTTSError
-from ggtts.runtime.precision import PRECISIONS
+from ggtts.runtime.precision import PRECISIONS, precision_option
 
 PROG = "ggtts"
 MAX_LIST_ITEMS = 8  # metadata arrays longer than this are summarised by `info`
@@ -180,8 +180,7 @@ def cmd_speak(args: argparse.Namespace) -> int:
     text = _read_text(args)
     options = family_options(args)
     load_options = _companion_options(args.model, options)
-    if args.precision not in (None, "float32"):  # float32 is every model's own
-        load_options["precision"] = args.precision
+    load_options.update(precision_option(args.precision))
     model = ggtts.load(args.model, **load_options)
     if args.timestamps is not None and not (model.family and model.family.capabilities.timestamps):
         raise GGTTSError(f"{model.family_name} gives no word timestamps; leave out --timestamps")

@@ -7,9 +7,36 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["PRECISIONS", "bfloat16_supported"]
+__all__ = ["DEFAULT_PRECISION", "PRECISIONS", "bfloat16_supported", "check_precision", "precision_option"]
 
 PRECISIONS = ("float32", "bfloat16")  # what a model's precision= load option takes where it has one
+DEFAULT_PRECISION = "float32"  # every model's own
+
+
+def check_name(precision: str) -> str:
+    """``precision``, or an InputError naming the ones there are."""
+    from ggtts.errors import InputError
+
+    if precision not in PRECISIONS:
+        raise InputError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
+    return precision
+
+
+def check_precision(precision: str, device: torch.device | str = "cpu") -> str:
+    """A ``precision=`` load option checked before any work: a known one, and bfloat16 only where ``device``
+    runs it natively (:func:`bfloat16_supported`)."""
+    from ggtts.errors import InputError
+
+    check_name(precision)
+    if precision == "bfloat16" and not bfloat16_supported(device):
+        raise InputError(f"this {device} has no native bfloat16 convolutions; use precision float32")
+    return precision
+
+
+def precision_option(precision: str | None) -> dict[str, str]:
+    """A command line's ``--precision`` as load options: nothing for the default (so a family without the option
+    takes it), else ``{"precision": ...}``."""
+    return {} if precision in (None, DEFAULT_PRECISION) else {"precision": precision}
 
 
 def bfloat16_supported(device: torch.device | str = "cpu") -> bool:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ggtts.api import DEFAULT_MODEL
 from ggtts.errors import GGTTSError
-from ggtts.runtime.precision import PRECISIONS
+from ggtts.runtime.precision import PRECISIONS, precision_option
 from ggtts.server.settings import (
     API_KEY_ENV,
     DEFAULT_HOST,
@@ -194,9 +194,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_options(args: argparse.Namespace) -> dict[str, Any]:
     """``--precision`` and ``--compile`` as load options, each only where given."""
-    options: dict[str, Any] = {}
-    if args.precision not in (None, "float32"):  # float32 is every model's own: nothing to ask of any loader
-        options["precision"] = args.precision
+    options: dict[str, Any] = dict(precision_option(args.precision))
     if args.compile:
         options["compile"] = True
     return options

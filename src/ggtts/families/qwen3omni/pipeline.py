@@ -106,17 +106,13 @@ class Qwen3OmniPipeline(TTSModel):
         """``options``: ``talker`` (a qwen3omni-talker GGUF path; default: the only one beside the thinker);
         ``precision``: ``"float32"`` (default) or ``"bfloat16"``, code2wav's decoder convolutions in bfloat16 where
         the device has it natively (:meth:`Code2Wav.prepare`)."""
-        from ggtts.models.qwen3omni_code2wav.model import PRECISIONS
-        from ggtts.runtime.precision import bfloat16_supported
+        from ggtts.runtime.precision import check_precision
 
         talker = options.pop("talker", None)
         precision = options.pop("precision", "float32")
         if options:
             raise InputError(f"unknown option '{next(iter(options))}' for Qwen3-Omni; known: talker, precision")
-        if precision not in PRECISIONS:
-            raise InputError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
-        if precision == "bfloat16" and not bfloat16_supported(device):
-            raise InputError(f"this {device} has no native bfloat16 convolutions; use precision float32")
+        check_precision(precision, device)
         path = talker if talker is not None else find_beside(Path(gguf.path), TALKER_ARCH)
         if path is None:
             raise InputError(

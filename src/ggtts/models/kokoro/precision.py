@@ -17,9 +17,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ggtts.runtime.precision import PRECISIONS, bfloat16_supported
+from ggtts.runtime.precision import bfloat16_supported
 
-__all__ = ["PRECISIONS", "BFloat16Conv1d", "bfloat16_supported", "use_bfloat16_convolutions"]
+__all__ = ["BFloat16Conv1d", "bfloat16_supported", "use_bfloat16_convolutions"]
 
 
 class BFloat16Conv1d(nn.Conv1d):

@@ -32,7 +32,7 @@ from ggtts.models.qwen3omni_code2wav.layers import (
     to_channels_last,
 )
 from ggtts.models.qwen3omni_code2wav.transformer import TransformerModel
-from ggtts.runtime.precision import PRECISIONS
+from ggtts.runtime.precision import check_name
 
 CLAMP = (-1.0, 1.0)
 DEFAULT_CHUNK_SIZE = 300  # frames: upstream chunked_decode's defaults
@@ -131,8 +131,7 @@ class Code2Wav(nn.Module):
         ``precision="bfloat16"``: its convolutions (but the output one) multiply in bfloat16, where the CPU does
         so natively (AVX-512 BF16, AMX): about twice as fast, no longer float32 arithmetic (parity with upstream
         holds in float32; ``benchmarks/bench_qwen3omni.py`` reports the difference)."""
-        if precision not in PRECISIONS:
-            raise InputError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
+        check_name(precision)  # not the device: tests run it where bfloat16 is emulated
         dtype = torch.bfloat16 if precision == "bfloat16" else torch.float32
         to_channels_last(self.decoder, dtype, keep=(self.decoder[-1],))
         self.decoder_channels_last = True
