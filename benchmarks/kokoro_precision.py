@@ -106,14 +106,19 @@ def main() -> int:
     speedup = rows["float32"][0] / rows["bfloat16"][0]
     print(f"(float32 with another noise seed: {noise_floor:.3f} dB; speed-up {speedup:.2f}x)")
     if not args.no_wer:
-        from ggtts.measure.eval import evaluate
-        from ggtts.measure.whisper import load_transcriber
-
-        whisper = load_transcriber("base", threads=args.threads)
-        for p, model in models.items():
-            report = evaluate(model, EVAL_SENTENCES, whisper, progress=False)
-            print(f"{p:16s} WER {report.overall.wer:.2%} over {len(EVAL_SENTENCES)} sentences (Whisper base)")
+        print_wer(models, args.threads)
     return 0
+
+
+def print_wer(models: dict[str, ggtts.TTSModel], threads: int) -> None:
+    """Whisper base's word error rate over the built-in sentences, a line per model."""
+    from ggtts.measure.eval import evaluate
+    from ggtts.measure.whisper import load_transcriber
+
+    whisper = load_transcriber("base", threads=threads)
+    for name, model in models.items():
+        report = evaluate(model, EVAL_SENTENCES, whisper, progress=False)
+        print(f"{name:16s} WER {report.overall.wer:.2%} over {len(EVAL_SENTENCES)} sentences (Whisper base)")
 
 
 if __name__ == "__main__":

@@ -205,12 +205,12 @@ def test_the_utterance_edge_id_is_read_from_the_file(gguf_path: Path, tmp_path: 
     tts = KokoroTTS.from_gguf(GGUFFile(edge3))
     assert tts.config.bos_eos_id == 3
     seen: list[list[int]] = []
-    real = tts.model.forward
+    real = tts.model.encode_prosody
 
     def spy(input_ids: torch.Tensor, *args: object) -> object:
         seen.append(input_ids[0].tolist())
-        return real(input_ids, *args)
+        return real(input_ids, *args)  # type: ignore[arg-type]
 
-    tts.model.forward = spy  # type: ignore[method-assign]
+    tts.model.encode_prosody = spy  # type: ignore[method-assign]
     tts.synthesize_phonemes("abc", "aa")
     assert seen == [[3, VOCAB["a"], VOCAB["b"], VOCAB["c"], 3]]

@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,32 @@ STARTUP_TIMEOUT_S = 120.0
 API_KEY = "test-key-123"
 TONE_TIMEOUT_S = 3.0
 TONE_MAX_INPUT_CHARS = 2000
+# Kokoro-FastAPI's normalization_options defaults (its NormalizationOptions), as its clients send them unasked
+KOKORO_FASTAPI_NORMALIZATION = {
+    "normalize": True,
+    "unit_normalization": False,
+    "url_normalization": True,
+    "email_normalization": True,
+    "optional_pluralization_normalization": True,
+    "phone_normalization": True,
+    "replace_remaining_symbols": True,
+}
+
+
+Post = Callable[[dict[str, object]], httpx.Response]  # a request body -> the response of a server's speech route
+
+
+def check_normalization_defaults_not_applicable(post: Post, voice: str) -> None:
+    """On a model without normalization options: Kokoro-FastAPI's defaults, sent unasked by its clients, change
+    nothing (the same bytes as without them); a choice of switches other than those (or all on) stays a 400."""
+    body = {"input": "Hello there, how are you today?", "voice": voice, "response_format": "pcm"}
+    plain = post(body)
+    client = post({**body, "stream": True, "normalization_options": KOKORO_FASTAPI_NORMALIZATION})
+    assert plain.status_code == client.status_code == 200, client.text
+    assert client.content == plain.content
+    chosen = post({**body, "normalization_options": {"normalize": False}})
+    assert chosen.status_code == 400
+    assert chosen.json()["error"]["param"] == "normalization_options"
 
 
 @dataclass

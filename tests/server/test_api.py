@@ -8,7 +8,7 @@ import httpx
 import numpy as np
 import pytest
 from audio_check import decode
-from server_support import API_KEY, TONE_MAX_INPUT_CHARS, Server
+from server_support import API_KEY, KOKORO_FASTAPI_NORMALIZATION, TONE_MAX_INPUT_CHARS, Server
 from tone_model import ToneModel
 
 FORMATS = ["wav", "mp3", "opus", "flac", "pcm"]
@@ -160,7 +160,12 @@ ERROR_CASES = [
     ({"input": "hi", "download_format": "ogg"}, 422, "download_format", ["'aac'"]),
     ({"input": "hi", "lang_code": "a"}, 400, "lang_code", ["'tone'", "no language option"]),
     ({"input": "hi", "lang_code": 1}, 422, "lang_code", ["string"]),
-    ({"input": "hi", "normalization_options": {}}, 400, "normalization_options", ["unit_normalization false"]),
+    (  # neither Kokoro-FastAPI's defaults nor all on: a choice the tone model cannot honour
+        {"input": "hi", "normalization_options": {"url_normalization": False}},
+        400,
+        "normalization_options",
+        ["cannot honour unit_normalization false, url_normalization false:", "Kokoro-FastAPI's defaults"],
+    ),
     (
         {"input": "hi", "normalization_options": {"unit_normalization": True, "normalize": False}},
         400,
@@ -220,6 +225,8 @@ def test_nan_volume_is_422(tone_server: Server) -> None:
         {"return_download_link": False},
         {"volume_multiplier": None},  # 1
         {"normalization_options": {"unit_normalization": True}},  # all on: what every model does anyway
+        {"normalization_options": {}},  # Kokoro-FastAPI's defaults: what its clients send unasked
+        {"normalization_options": KOKORO_FASTAPI_NORMALIZATION},  # the same, each flag written out
         {"lang_code": None},
     ],
     ids=str,

@@ -10,22 +10,14 @@ import httpx
 import numpy as np
 import pytest
 from audio_check import decode
-from server_support import Server
+from server_support import KOKORO_FASTAPI_NORMALIZATION, Server
 
 SPEECH = "/v1/audio/speech"
 CAPTIONED_PATHS = ["/v1/audio/captioned_speech", "/dev/captioned_speech"]
 TIMEOUT_S = 120
 TEXT = "It is 2 GB."
 # Kokoro-FastAPI's defaults, as its clients send them: units are not read ("2 GB" stays "2" "GB")
-DEFAULT_OPTIONS = {
-    "normalize": True,
-    "unit_normalization": False,
-    "url_normalization": True,
-    "email_normalization": True,
-    "optional_pluralization_normalization": True,
-    "phone_normalization": True,
-    "replace_remaining_symbols": True,
-}
+DEFAULT_OPTIONS = KOKORO_FASTAPI_NORMALIZATION
 # A body as Kokoro-FastAPI's clients send it, but for the test model's name and voice ("kokoro", "af_heart")
 CLIENT_BODY = {
     "model": "tiny",

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from server_support import Server, start_server, stop_server
+from server_support import Server, check_normalization_defaults_not_applicable, start_server, stop_server
 
 pytestmark = pytest.mark.needs_reference
 
@@ -61,3 +61,7 @@ def test_an_unknown_voice_is_a_400_and_the_server_goes_on(omni_server: Server) -
     assert bad.status_code == 400
     assert "voice 'Nobody' is not available" in bad.json()["error"]["message"]
     assert post(omni_server, {"input": "Hello.", "voice": "ethan", "response_format": "pcm"}).status_code == 200
+
+
+def test_a_kokoro_fastapi_clients_normalization_defaults_are_not_applicable(omni_server: Server) -> None:
+    check_normalization_defaults_not_applicable(lambda body: post(omni_server, body), "chelsie")

@@ -87,6 +87,24 @@ READINGS = [
     ("1日3回", "いちにちさんかい"),
     ("2024/3/15", "にせんにじゅうよねんさんがつじゅうごにち"),
     ("2024-03-01", "にせんにじゅうよねんさんがつついたち"),
+    # month/day with a slash: a date where the day is past 12, the month is not smaller than the day, the month
+    # has a leading zero, or a weekday follows; a date range reads both sides as dates
+    ("3/15", "さんがつじゅうごにち"),
+    ("12/1", "じゅうにがつついたち"),
+    ("1/31", "いちがつさんじゅういちにち"),
+    ("2/29", "にがつにじゅうくにち"),
+    ("4/1", "しがつついたち"),
+    ("12/12", "じゅうにがつじゅうににち"),
+    ("03/05", "さんがついつか"),
+    ("３／２０", "さんがつはつか"),
+    ("締め切りは9/20です", "締め切りはくがつはつかです"),
+    ("3/15(金)", "さんがつじゅうごにちきんようび"),
+    ("1/2(火)", "いちがつふつかかようび"),
+    ("1/2（火曜日）", "いちがつふつかかようび"),
+    ("5/6(月・祝)", "ごがつむいかげつようびしゅくじつ"),
+    ("12/28〜1/5", "じゅうにがつにじゅうはちにちからいちがついつか"),
+    ("3月15日(金)", "さんがつじゅうごにちきんようび"),
+    ("2024/3/15(金)", "にせんにじゅうよねんさんがつじゅうごにちきんようび"),
     # times
     ("1時", "いちじ"),
     ("4時", "よじ"),
@@ -175,8 +193,62 @@ READINGS = [
     ("1杯", "いっぱい"),
     ("3杯", "さんばい"),
     ("4杯", "よんはい"),
+    ("1話", "いちわ"),
+    ("2話", "にわ"),
+    ("3話", "さんわ"),
+    ("4話", "よんわ"),
+    ("6話", "ろくわ"),
+    ("8話", "はちわ"),
+    ("10話", "じゅうわ"),
+    ("第12話", "第じゅうにわ"),
+    ("1泊", "いっぱく"),
+    ("2泊", "にはく"),
+    ("3泊", "さんぱく"),
+    ("4泊", "よんはく"),
+    ("5泊", "ごはく"),
+    ("6泊", "ろっぱく"),
+    ("7泊", "ななはく"),
+    ("8泊", "はっぱく"),
+    ("9泊", "きゅうはく"),
+    ("10泊", "じゅっぱく"),
+    ("100泊", "ひゃっぱく"),
+    ("2泊3日", "にはくみっか"),
+    ("1着", "いっちゃく"),
+    ("2着", "にちゃく"),
+    ("3着", "さんちゃく"),
+    ("4着", "よんちゃく"),
+    ("6着", "ろくちゃく"),
+    ("8着", "はっちゃく"),
+    ("10着", "じゅっちゃく"),
+    ("10時着", "じゅうじ着"),
+    ("1羽", "いちわ"),
+    ("2羽", "にわ"),
+    ("3羽", "さんば"),
+    ("4羽", "よんわ"),
+    ("5羽", "ごわ"),
+    ("6羽", "ろっぱ"),
+    ("7羽", "ななわ"),
+    ("8羽", "はちわ"),
+    ("9羽", "きゅうわ"),
+    ("10羽", "じゅっぱ"),
+    ("16羽", "じゅうろっぱ"),
+    ("100羽", "ひゃっぱ"),
+    ("1000羽", "せんば"),
     # fractions, ranges, units
     ("3分の1", "さんぶんのいち"),
+    # a slash that is not a date: a fraction where the smaller number comes first, else left as written
+    ("1/2", "にぶんのいち"),
+    ("2/3", "さんぶんのに"),
+    ("3/4カップ", "よんぶんのさんカップ"),
+    ("1/10", "じゅうぶんのいち"),
+    ("4/31", "さんじゅういちぶんのよん"),
+    ("80/100", "ひゃくぶんのはちじゅう"),
+    ("-1/2", "マイナスにぶんのいち"),
+    ("1/2〜1/3", "にぶんのいちからさんぶんのいち"),
+    ("13/5", "じゅうさん/ご"),
+    ("50/50", "ごじゅう/ごじゅう"),
+    ("1/2/3", "いち/に/さん"),
+    ("A4/B5", "Aよん/Bご"),
     ("3〜5人", "さんからごにん"),
     ("5km", "ごキロメートル"),
     # whole sentences; text without numbers is left alone
@@ -216,7 +288,9 @@ def test_tracked_normalization_maps_every_character_back() -> None:
     assert normalized[origin.index(text.index("月") + 1) :].startswith("ついたち")  # "1日" -> ついたち
 
 
-@pytest.mark.parametrize("unit", ["1", "1,000", "1万", "1億2000万", "3月1日", "12:30", "-1", "1〜", "¥1.5", "0"])
+@pytest.mark.parametrize(
+    "unit", ["1", "1,000", "1万", "1億2000万", "3月1日", "12:30", "-1", "1〜", "¥1.5", "0", "3/15(金)", "1/2〜", "1/"]
+)
 def test_normalizing_hostile_text_stays_linear(unit: str) -> None:
     text = unit * (200_000 // len(unit))
     with time_limit(WATCHDOG_S, f"normalizing {unit!r} x {len(text) // len(unit)}"):
@@ -329,6 +403,52 @@ def test_text_without_numbers_is_said_as_misaki_says_it(
 def test_readers(g2p: JapaneseG2P, unidic_g2p: JapaneseG2P, text: str, phonemes: str, unidic_phonemes: str) -> None:
     assert g2p(text) == phonemes
     assert unidic_g2p(text) == unidic_phonemes
+
+
+@pytest.mark.parametrize(
+    ("text", "pronunciation"),
+    [
+        # The dictionary has verbs written without their okurigana (晴 for 晴れ, 待 for 待て), read with it; the
+        # tagger picks them before the okurigana the text writes, which must then not be said a second time.
+        ("天気は晴れのち曇り", "テンキワハレノチクモリ"),
+        ("東京は晴れのち雨", "トーキョーワハレノチアメ"),
+        ("晴れる、", "ハレル、"),
+        ("隠れる、", "カクレル、"),
+        ("待て", "マテ"),
+        ("割り当て", "ワリアテ"),
+        ("企て", "クワダテ"),
+        ("見捨て", "ミステ"),
+        ("跨がる", "マタガル"),
+        ("馬に跨がった", "ウマニマタガッタ"),
+    ],
+)
+def test_okurigana_is_said_once(text: str, pronunciation: str) -> None:
+    pytest.importorskip("pyopenjtalk")
+    assert "".join(m.pronunciation for m in read_with_openjtalk(text)) == pronunciation
+
+
+@pytest.mark.parametrize(
+    ("text", "pronunciation"),
+    [
+        # Kana after a word that ends in kana it says are not always its okurigana.
+        ("その話しか知らない", "ソノハナシシカシラナイ"),  # 話 (a noun) + しか
+        ("後でお話します", "アトデオハナシシマス"),  # お話 + します
+        ("着きれない", "キキレナイ"),  # 着 (き) + きれ: 着き is つき
+        # Words with okurigana the tagger already reads as one word.
+        ("曇りのち晴れ", "クモリノチハレ"),
+        ("話し合いで決める", "ハナシアイデキメル"),
+        ("空が晴れる", "ソラガハレル"),
+    ],
+)
+def test_kana_after_a_word_are_said(text: str, pronunciation: str) -> None:
+    pytest.importorskip("pyopenjtalk")
+    assert "".join(m.pronunciation for m in read_with_openjtalk(text)) == pronunciation
+
+
+def test_okurigana_word_is_one_token(g2p: JapaneseG2P) -> None:
+    tokens = g2p.tokens("明日は晴れのち曇りでしょう")
+    assert [t.text for t in tokens] == ["明日", "は", "晴れ", "のち", "曇り", "でしょう"]
+    assert g2p("明日は晴れのち曇りでしょう") == "aɕita βa haɾe noʨi kɯmoɾʲi deɕoː"
 
 
 @pytest.mark.parametrize(

@@ -74,8 +74,8 @@ def model_names(specs: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def load_models(specs: Sequence[str], options: Mapping[str, Any] | None = None) -> dict[str, TTSModel]:
-    """Load and warm up each model; ``options`` (``precision``, ``compile``) go to every model's loader, which
-    refuses one its family does not take."""
+    """Load and warm up each model; ``options`` (``precision``, ``compile``, ``fast_start``) go to every model's
+    loader, which refuses one its family does not take."""
     from ggtts.api import load
 
     models: dict[str, TTSModel] = {}
@@ -190,13 +190,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="compile Kokoro's vocoder with torch.compile at start (20-40 s once; about 1.3x faster after); "
         "Kokoro models only: another family's model refuses it",
     )
+    parser.add_argument(
+        "--fast-start",
+        action="store_true",
+        help="Kokoro: stream a long first sentence's first half second or so before the rest of it is rendered "
+        "(first audio about 3x sooner; those first frames are an approximation, rendered on their own); "
+        "Kokoro models only",
+    )
 
 
 def load_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``--precision`` and ``--compile`` as load options, each only where given."""
+    """``--precision``, ``--compile`` and ``--fast-start`` as load options, each only where given."""
     options: dict[str, Any] = dict(precision_option(args.precision))
     if args.compile:
         options["compile"] = True
+    if args.fast_start:
+        options["fast_start"] = True
     return options
 
 

