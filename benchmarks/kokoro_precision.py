@@ -19,6 +19,7 @@ import argparse
 import statistics
 import sys
 import time
+from typing import Any
 
 import numpy as np
 import torch
@@ -110,7 +111,7 @@ def main() -> int:
     return 0
 
 
-def print_wer(models: dict[str, ggtts.TTSModel], threads: int) -> None:
+def print_wer(models: dict[str, Any], threads: int) -> None:
     """Whisper base's word error rate over the built-in sentences, a line per model."""
     from ggtts.measure.eval import evaluate
     from ggtts.measure.whisper import load_transcriber

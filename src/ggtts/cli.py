@@ -181,8 +181,6 @@ def cmd_speak(args: argparse.Namespace) -> int:
     options = family_options(args)
     load_options = _companion_options(args.model, options)
     load_options.update(precision_option(args.precision))
-    if args.fast_start:
-        load_options["fast_start"] = True
     model = ggtts.load(args.model, **load_options)
     if args.timestamps is not None and not (model.family and model.family.capabilities.timestamps):
         raise GGTTSError(f"{model.family_name} gives no word timestamps; leave out --timestamps")
@@ -298,12 +296,6 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="bfloat16: the vocoder's convolutions in bfloat16 where the CPU has it (Kokoro, Qwen3-Omni); "
         "default float32",
-    )
-    s.add_argument(
-        "--fast-start",
-        action="store_true",
-        help="Kokoro, streaming to '-': the first sentence's first half second or so comes before the rest of it "
-        "is rendered (an approximation of those frames)",
     )
     _add_family_flags(s)
     s.set_defaults(func=cmd_speak)

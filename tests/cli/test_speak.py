@@ -104,8 +104,6 @@ def test_precision_reaches_the_loader(tmp_path: Path, monkeypatch: pytest.Monkey
     assert main(["speak", "Hi.", "-o", str(tmp_path / "a.wav"), "--precision", "bfloat16"]) == 1
     assert main(["speak", "Hi.", "-o", str(tmp_path / "a.wav")]) == 1
     assert main(["speak", "Hi.", "-o", str(tmp_path / "a.wav"), "--precision", "float32"]) == 1
-    assert main(["speak", "Hi.", "-o", "-", "--fast-start"]) == 1
-    # float32 or nothing: the model's own, asked of no loader
-    assert asked == [{"precision": "bfloat16"}, {}, {}, {"fast_start": True}]
+    assert asked == [{"precision": "bfloat16"}, {}, {}]  # float32 or nothing: the model's own, asked of no loader
     with pytest.raises(SystemExit):
         main(["speak", "Hi.", "--precision", "float16"])

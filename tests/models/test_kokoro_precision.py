@@ -89,11 +89,11 @@ def test_the_bench_peers_load_bfloat16_and_compiled(monkeypatch: pytest.MonkeyPa
         with peers.ENGINES[peer]("model.gguf", "v_one"):
             pass
     assert asked == [
-        {"precision": "bfloat16", "compile": False, "fast_start": False},
-        {"precision": "float32", "compile": True, "fast_start": False},
-        {"precision": "bfloat16", "compile": True, "fast_start": False},
-        {"precision": "float32", "compile": False, "fast_start": True},
-        {"precision": "bfloat16", "compile": True, "fast_start": True},
+        {"precision": "bfloat16", "compile": False},
+        {"precision": "float32", "compile": True},
+        {"precision": "bfloat16", "compile": True},
+        {"precision": "float32", "compile": False},
+        {"precision": "bfloat16", "compile": True},
     ]
     assert warmed == [True, True, True]  # the compiled ones compile while loading, not in the first timed run
     assert bench.parse_peers("onnx,bf16,bf16-compiled") == ["ggtts", "onnx", "bf16", "bf16-compiled"]

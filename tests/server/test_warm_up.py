@@ -47,12 +47,9 @@ def test_precision_and_compile_reach_every_models_loader(monkeypatch: pytest.Mon
     monkeypatch.setattr(api, "load", load)
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    args = parser.parse_args(
-        ["-m", "a=a.gguf", "-m", "b=b.gguf", "--precision", "bfloat16", "--compile", "--fast-start"]
-    )
+    args = parser.parse_args(["-m", "a=a.gguf", "-m", "b=b.gguf", "--precision", "bfloat16", "--compile"])
     models = load_models(args.model, load_options(args))
-    wanted = {"precision": "bfloat16", "compile": True, "fast_start": True}
-    assert asked == [(s, wanted) for s in ("a.gguf", "b.gguf")]
+    assert asked == [(s, {"precision": "bfloat16", "compile": True}) for s in ("a.gguf", "b.gguf")]
     assert all(m.warmed for m in models.values())  # warm-up is where a compiled model compiles
     assert load_options(parser.parse_args([])) == load_options(parser.parse_args(["--precision", "float32"])) == {}
     with pytest.raises(SystemExit):

@@ -74,8 +74,8 @@ def model_names(specs: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def load_models(specs: Sequence[str], options: Mapping[str, Any] | None = None) -> dict[str, TTSModel]:
-    """Load and warm up each model; ``options`` (``precision``, ``compile``, ``fast_start``) go to every model's
-    loader, which refuses one its family does not take."""
+    """Load and warm up each model; ``options`` (``precision``, ``compile``) go to every model's loader, which
+    refuses one its family does not take."""
     from ggtts.api import load
 
     models: dict[str, TTSModel] = {}
@@ -115,15 +115,18 @@ def serve(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     allowed_hosts: Sequence[str] | None = None,
     load_options: Mapping[str, Any] | None = None,
+    fast_start: bool = False,
 ) -> None:
     """Load ``model_specs`` once (see ``parse_model_spec``) with ``load_options`` and serve them; the API key
-    falls back to the ``GGTTS_API_KEY`` environment variable; ``allowed_hosts`` see :func:`host_names`."""
+    falls back to the ``GGTTS_API_KEY`` environment variable; ``allowed_hosts`` see :func:`host_names`;
+    ``fast_start``: streamed requests to models that have the option start fast (see :class:`ServerSettings`)."""
     settings = ServerSettings(
         api_key=api_key if api_key is not None else os.environ.get(API_KEY_ENV),
         max_queue=max_queue,
         max_input_chars=max_input_chars,
         timeout_s=timeout_s,
         allowed_hosts=host_names(host, allowed_hosts),
+        fast_start=fast_start,
     )
     model_names(model_specs)  # refuse duplicate names before loading anything
     run(load_models(model_specs, load_options), settings, host, port)
@@ -193,19 +196,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--fast-start",
         action="store_true",
-        help="Kokoro: stream a long first sentence's first half second or so before the rest of it is rendered "
-        "(first audio about 3x sooner; those first frames are an approximation, rendered on their own); "
-        "Kokoro models only",
+        help="streamed requests to models with the fast_start option (Kokoro) get a long first sentence's first "
+        "half second or so before the rest of it is rendered (first audio about 3x sooner; those first frames are "
+        "an approximation, rendered on their own); whole-file requests are not affected",
     )
 
 
 def load_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``--precision``, ``--compile`` and ``--fast-start`` as load options, each only where given."""
+    """``--precision`` and ``--compile`` as load options, each only where given."""
     options: dict[str, Any] = dict(precision_option(args.precision))
     if args.compile:
         options["compile"] = True
-    if args.fast_start:
-        options["fast_start"] = True
     return options
 
 
@@ -220,6 +221,7 @@ def serve_from_args(args: argparse.Namespace) -> None:
         timeout_s=args.timeout,
         allowed_hosts=args.allowed_hosts,
         load_options=load_options(args),
+        fast_start=args.fast_start,
     )
 
 

@@ -160,6 +160,9 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
             raise ApiError(400, rate_problem, code="unsupported_value", param="response_format")
         check_download_link(body)
         options = family_options(worker.name, worker.model, body)
+        family = worker.model.family
+        if settings.fast_start and body.streaming and family is not None and "fast_start" in family.option_names():
+            options["fast_start"] = True
         model, volume = worker.model, body.volume
 
         def chunks() -> Iterator[Audio]:

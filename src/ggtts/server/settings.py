@@ -19,13 +19,16 @@ LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
 @dataclass(frozen=True)
 class ServerSettings:
     """What the server accepts: access key, queue depth, input size and time per request, and the host names
-    it answers to (``None``: any; ``ggtts serve`` sets the loopback names unless told otherwise)."""
+    it answers to (``None``: any; ``ggtts serve`` sets the loopback names unless told otherwise), and whether
+    streamed requests start fast (``fast_start``: the option, to models whose family has it; a whole file would
+    only pay for it)."""
 
     api_key: str | None = None
     max_queue: int = DEFAULT_MAX_QUEUE
     max_input_chars: int = DEFAULT_MAX_INPUT_CHARS
     timeout_s: float = DEFAULT_TIMEOUT_S
     allowed_hosts: frozenset[str] | None = None
+    fast_start: bool = False
 
     def __post_init__(self) -> None:
         if self.max_queue < 0:

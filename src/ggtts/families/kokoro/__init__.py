@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -35,6 +36,15 @@ def check_language(value: str) -> str:
     raise InputError(f"unknown language code {value!r} for kokoro; use one of: {known}")
 
 
+def _true_or_false(name: str) -> Callable[[object], bool]:
+    def check(value: object) -> bool:
+        if not isinstance(value, bool):
+            raise InputError(f"{name} must be true or false, not {value!r}")
+        return value
+
+    return check
+
+
 def text_normalization(value: Normalization | bool) -> Normalization:
     """The ``normalization`` option as switches: ``True`` all of them, ``False`` none (the text as written), or
     the :class:`~ggtts.text.normalize.Normalization` given; an InputError for anything else."""
@@ -60,6 +70,13 @@ class KokoroOptions:
     )
     seed: int = option(0, "random seed: the vocoder's noise, the sampling (default 0)", flag="--seed", check=check_seed)
     progress: bool = option(False, "show a progress bar", flag="--progress")
+    fast_start: bool = option(
+        False,
+        "stream a long first sentence's first half second or so before the rest of it is rendered: first audio "
+        "about 3x sooner; those first frames are rendered on their own, an approximation (exact from there on)",
+        flag="--fast-start",
+        check=_true_or_false("fast_start"),
+    )
     normalization: Normalization | bool = option(  # noqa: RUF009 (option() makes a field; Normalization is frozen)
         True,
         "read numbers, dates, units, addresses and symbols in English text as words before G2P (default); "

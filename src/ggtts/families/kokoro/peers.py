@@ -80,16 +80,14 @@ def ggtts_engine(
     model_path: str, voice: str, precision: str = "float32", compile: bool = False, fast_start: bool = False
 ) -> Iterator[Synthesize]:
     import ggtts
-    from ggtts.families.kokoro.pipeline import KokoroTTS
 
-    model = ggtts.load(model_path, precision=precision, compile=compile, fast_start=fast_start)
+    model = ggtts.load(model_path, precision=precision, compile=compile)
     if compile:
         model.warm_up()  # compiles: counted in the load time, as a server pays it at start
 
     def synthesize(chunk: str, first: bool) -> Iterator[np.ndarray]:
-        if isinstance(model, KokoroTTS):  # a fast start is a text's first chunk's, as when it is streamed whole
-            model.fast_start = fast_start and first
-        for audio in model.stream(chunk, voice=voice, phonemes=True, seed=SEED):
+        # a fast start is a text's first chunk's, as when the text is streamed whole
+        for audio in model.stream(chunk, voice=voice, phonemes=True, seed=SEED, fast_start=fast_start and first):
             yield audio.samples
 
     yield synthesize

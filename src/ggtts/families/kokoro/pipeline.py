@@ -176,10 +176,8 @@ class KokoroTTS(TTSModel):
         vocab: dict[str, int],
         device: str | torch.device = "cpu",
         phonemizer: Phonemizer | None = None,
-        fast_start: bool = False,
     ) -> None:
         self.config = config
-        self.fast_start = fast_start
         self.model = model
         self.voicepacks = voicepacks
         self.vocab = vocab
@@ -196,24 +194,19 @@ class KokoroTTS(TTSModel):
         :mod:`ggtts.models.kokoro.precision`); ``compile``: ``True`` runs the vocoder's upsampling stages through
         ``torch.compile`` (:mod:`ggtts.runtime.compile`): the first synthesis (or :meth:`warm_up`) compiles, for
         tens of seconds; later ones are about 1.3x faster, with float32's results to float rounding; where it
-        cannot compile it says so in the log and runs eagerly; ``fast_start``: ``True`` streams the first
-        chunk's first half second or so before the rest of it is rendered (about three times sooner on a long
-        sentence), rendered on its own and crossfaded into the whole chunk's rendering: an approximation of those
-        first frames (see :meth:`KokoroModel.decode_fast_start`), exact from there on."""
+        cannot compile it says so in the log and runs eagerly."""
         from ggtts.models.kokoro.precision import use_bfloat16_convolutions
         from ggtts.runtime.precision import check_precision
 
         phonemizer = options.pop("phonemizer", None)
         precision = options.pop("precision", "float32")
         compiled = options.pop("compile", False)
-        fast_start = options.pop("fast_start", False)
         if options:
             raise InputError(
-                f"unknown option '{next(iter(options))}' for kokoro; known: phonemizer, precision, compile, fast_start"
+                f"unknown option '{next(iter(options))}' for kokoro; known: phonemizer, precision, compile"
             )
-        for name, value in (("compile", compiled), ("fast_start", fast_start)):
-            if not isinstance(value, bool):
-                raise InputError(f"{name} must be true or false, not {value!r}")
+        if not isinstance(compiled, bool):
+            raise InputError(f"compile must be true or false, not {compiled!r}")
         check_precision(precision, device)
         config, model, voicepacks, vocab = load_kokoro(gguf, device)
         if precision == "bfloat16":
@@ -223,7 +216,7 @@ class KokoroTTS(TTSModel):
 
             generator = model.decoder.generator
             generator.body = CompiledOrEager(generator.body, "kokoro's vocoder (compile=True)", device)  # type: ignore[method-assign]
-        tts = cls(config, model, voicepacks, vocab, device, phonemizer, fast_start)
+        tts = cls(config, model, voicepacks, vocab, device, phonemizer)
         tts.source = str(gguf.path)
         return tts
 
@@ -293,17 +286,21 @@ class KokoroTTS(TTSModel):
         lang: str | None = None,
         progress: bool = False,
         normalization: Normalization | bool = True,
+        fast_start: bool = False,
         **options: Any,
     ) -> Iterator[Audio]:
         """Audio chunk by chunk: text through the frontend, or (``phonemes=True``) a phoneme string as is.
 
         The chunks concatenate to exactly what :meth:`synthesize` returns (it is built from them). Each carries
-        the words said in it with their times from the start of the utterance (``Audio.words``). A model loaded
-        with ``fast_start=True`` streams a long first chunk in two parts (see :meth:`from_gguf`).
+        the words said in it with their times from the start of the utterance (``Audio.words``).
+        ``fast_start``: a long first chunk comes in two parts, its head (0.5-0.9 s) rendered on its own first, an
+        approximation of those frames, then the rest, exact (:meth:`KokoroModel.decode_fast_start`): first audio
+        about three times sooner.
         ``progress`` shows a bar over the chunks (the whole text is phonemized first to count them).
         ``normalization``: which of the English normalizer's rules run (``False``: none), see :class:`Normalization`.
         """
-        FAMILY.check_options({**options, "seed": seed, "lang": lang})  # the others it takes are named above
+        # the others it takes are named above
+        FAMILY.check_options({**options, "seed": seed, "lang": lang, "fast_start": fast_start})
         switches = text_normalization(normalization)
         text = check_text(text, MAX_TEXT_CHARS)
         speed = FAMILY.check_speed(speed)
@@ -325,8 +322,8 @@ class KokoroTTS(TTSModel):
         done = 0  # samples yielded so far
         last: int | None = None  # the source of the last word said: a word cut by a chunk boundary goes on
         joined = False  # the part before continues into this one: no fade between them
-        for index, chunk in enumerate(chunks):
-            fast = self.fast_start and index == 0
+        for chunk in chunks:
+            fast = fast_start and done == 0  # the first chunk that says anything
             for part in self._parts(chunk, pack, speed, generator, done / self.sample_rate, last, fast):
                 samples = fade_edges(part.samples, fade, start=not joined, end=not part.joins_next)
                 joined = part.joins_next

@@ -121,14 +121,18 @@ class KokoroModel(nn.Module):
         cut = earliest + int(torch.argmin(energy[earliest : latest + 1]))
         rate = x.shape[-1] // frames  # vocoder input frames per frame
         k = min(frames, cut + HEAD_CONTEXT_FRAMES) * rate
-        head = vocoder.render(x[..., :k], s, har[..., : k * vocoder.spectrum_frames_per_frame + 1])
+        # contiguous copies, as decode() passes: compiled code would otherwise compile again for the views' strides
+        head = vocoder.render(
+            x[..., :k].contiguous(), s, har[..., : k * vocoder.spectrum_frames_per_frame + 1].contiguous()
+        )
         at = cut * self.samples_per_frame
         yield head[:, :at]
         whole = vocoder.render(x, s, har)
         fade = min(round(CROSSFADE_S * self.config.sample_rate), head.shape[-1] - at)
-        ramp = 0.5 - 0.5 * torch.cos(torch.pi * (torch.arange(fade, dtype=whole.dtype) + 0.5) / fade)
+        steps = torch.arange(fade, dtype=whole.dtype, device=whole.device)
+        ramp = 0.5 - 0.5 * torch.cos(torch.pi * (steps + 0.5) / fade)
         rest = whole[:, at:].clone()
-        rest[:, :fade] = torch.lerp(head[:, at : at + fade], whole[:, at : at + fade], ramp.to(whole.device))
+        rest[:, :fade] = torch.lerp(head[:, at : at + fade], whole[:, at : at + fade], ramp)
         yield rest
 
     @property
