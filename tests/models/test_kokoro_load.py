@@ -12,7 +12,14 @@ from tiny_kokoro_config import CONFIG, VOCAB
 
 from ggtts.convert.kokoro_gguf import fold_weight_norm, write_kokoro_gguf
 from ggtts.errors import ConversionError, GGUFError, InputError
-from ggtts.families.kokoro.pipeline import FIRST_CHUNK_PHONEMES, KokoroTTS, _as_chunk, _quick_start, fade_edges
+from ggtts.families.kokoro.pipeline import (
+    FIRST_CHUNK_PHONEMES,
+    GROWTH,
+    KokoroTTS,
+    _as_chunk,
+    _quick_start,
+    fade_edges,
+)
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Kokoro as K
 from ggtts.gguf.write import ModelWriter
@@ -167,6 +174,25 @@ def test_quick_start_cuts_the_first_chunk_at_its_first_clause() -> None:
     assert _quick(long_clause) == [long_clause]
     assert _quick("abc defg hij.") == ["abc defg hij."]  # the break at the very end: nothing to cut
     assert _quick() == []
+
+
+def test_later_chunks_grow_at_most_twice_what_was_said() -> None:
+    """After the first, a chunk longer than GROWTH times the phonemes said before it is cut at its last sentence
+    break within that, else its last clause break; no phoneme is lost or repeated, no chunk cut without a break."""
+    assert GROWTH == 2
+    first = "ab cd. "  # 6 phonemes said first
+    second = "efg hi, jkl mn. opq rs, tuv wxy, zab cde fgh ijk lmn."
+    chunks = _quick(first + second)
+    assert chunks == [
+        "ab cd.",
+        "efg hi,",  # no sentence break within 12: the last clause break
+        "jkl mn.",  # within 2 * 13 = 26: "jkl mn. opq rs," ends at 15, but the sentence break is preferred
+        "opq rs, tuv wxy, zab cde fgh ijk lmn.",  # within 2 * 20 = 40: the rest, whole
+    ]
+    assert " ".join(chunks) == (first + second).strip()
+    # a chunk from the phonemizer is cut the same way; one without a break within reach is left whole
+    assert _quick("ab cd.", "efgh ijklm nopq rstu vwxy zabc.") == ["ab cd.", "efgh ijklm nopq rstu vwxy zabc."]
+    assert _quick("ab cd.", "ef gh. ij kl mn op qr st uv wx.") == ["ab cd.", "ef gh.", "ij kl mn op qr st uv wx."]
 
 
 def test_quick_start_never_cuts_inside_one_written_word() -> None:

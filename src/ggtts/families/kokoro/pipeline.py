@@ -37,6 +37,11 @@ log = logging.getLogger(__name__)
 # of one clause gives the first word group a phrase-final intonation, which listeners (and Whisper) mishear.
 FIRST_CHUNK_PHONEMES = 120  # the break must come within this many phonemes (about eight seconds of speech)
 _FIRST_BREAK = re.compile(r"[.!?…;:,—]+[\"')\]]*\s+")
+_SENTENCE_END = re.compile(r"[.!?…]")
+# Later chunks are cut too, each to at most GROWTH times the phonemes said before it: a 3.8 s first sentence is
+# followed by up to 7.6 s, then 23 s..., each synthesized while the audio before it plays (at a real-time factor
+# below 1/3), where a whole 510-phoneme second chunk would leave a gap (measured: 1.2 s in float32 on 2 cores).
+GROWTH = 2
 
 WARM_UP_PHONEMES = "hˈI ðˈɛɹ."  # "hi there": what warm_up speaks
 
@@ -134,35 +139,68 @@ def _as_chunk(chunk: str | Chunk) -> Chunk:
     return Chunk(chunk, chunk, words=words)
 
 
+def _breaks(chunk: Chunk, spans: list[tuple[int, int] | None]) -> Iterator[re.Match[str]]:
+    """``chunk``'s punctuation breaks that fall between two written words and before its end."""
+    inside = [span for span in spans if span is not None]
+    for brk in _FIRST_BREAK.finditer(chunk.phonemes):
+        if brk.end() >= len(chunk.phonemes):
+            return  # the break at the very end: nothing to cut
+        if not any(start < brk.start() < end for start, end in inside):  # "555-1234": one word said with pauses
+            yield brk
+
+
+def _split(chunk: Chunk, brk: re.Match[str], spans: list[tuple[int, int] | None]) -> tuple[Chunk, Chunk]:
+    """``chunk``'s phonemes before and after the break ``brk``, each part with the words said in it."""
+    cut = brk.start() + len(brk[0].rstrip())
+    head = tuple(w for w, span in zip(chunk.words, spans, strict=True) if span is not None and span[1] <= cut)
+    tail = tuple(w for w, span in zip(chunk.words, spans, strict=True) if span is None or span[1] > cut)
+    return (
+        Chunk(" ".join(w.text for w in head), chunk.phonemes[:cut], words=head),
+        Chunk(" ".join(w.text for w in tail), chunk.phonemes[brk.end() :], words=tail),
+    )
+
+
 def _cut_first(chunk: Chunk) -> tuple[Chunk, ...]:
-    """``chunk``, or its phonemes before and after its first punctuation break (within FIRST_CHUNK_PHONEMES) that
-    falls between two words and before its end, each part with the words said in it."""
+    """``chunk``, or its phonemes before and after its first punctuation break (ending within
+    FIRST_CHUNK_PHONEMES) that falls between two words and before its end, each part with the words said in it."""
     from ggtts.families.kokoro.timing import phoneme_spans
 
     spans = phoneme_spans(chunk.phonemes, chunk.words)
-    inside = [span for span in spans if span is not None]
-    for brk in _FIRST_BREAK.finditer(chunk.phonemes, 0, FIRST_CHUNK_PHONEMES):
-        if brk.end() >= len(chunk.phonemes):
-            break  # the break at the very end: nothing to cut
-        if any(start < brk.start() < end for start, end in inside):
-            continue  # a pause inside one written word ("555-1234") is no place to cut
-        cut = brk.start() + len(brk[0].rstrip())
-        head = tuple(w for w, span in zip(chunk.words, spans, strict=True) if span is not None and span[1] <= cut)
-        tail = tuple(w for w, span in zip(chunk.words, spans, strict=True) if span is None or span[1] > cut)
-        return (
-            Chunk(" ".join(w.text for w in head), chunk.phonemes[:cut], words=head),
-            Chunk(" ".join(w.text for w in tail), chunk.phonemes[brk.end() :], words=tail),
-        )
+    for brk in _breaks(chunk, spans):
+        if brk.end() > FIRST_CHUNK_PHONEMES:
+            break
+        return _split(chunk, brk, spans)
     return (chunk,)
 
 
+def _cut_within(chunk: Chunk, limit: int) -> tuple[Chunk, ...]:
+    """``chunk``, or where it has more than ``limit`` phonemes, its phonemes before and after its last sentence
+    break ending within ``limit`` (else its last clause break there); ``chunk`` where it has neither."""
+    from ggtts.families.kokoro.timing import phoneme_spans
+
+    if len(chunk.phonemes) <= limit:
+        return (chunk,)
+    spans = phoneme_spans(chunk.phonemes, chunk.words)
+    within = [brk for brk in _breaks(chunk, spans) if brk.end() <= limit]
+    sentences = [brk for brk in within if _SENTENCE_END.search(brk[0])]
+    candidates = sentences or within
+    return _split(chunk, candidates[-1], spans) if candidates else (chunk,)
+
+
 def _quick_start(chunks: Iterable[Chunk]) -> Iterator[Chunk]:
-    """The same phonemes, with a long first chunk cut at its first punctuation break (see :func:`_cut_first`)."""
-    it = iter(chunks)
-    first = next(it, None)
-    if first is not None:
-        yield from _cut_first(first)
-        yield from it
+    """The same phonemes, in chunks that start speaking soon and keep a stream fed: a long first chunk cut at its
+    first punctuation break (:func:`_cut_first`), and every later one at most :data:`GROWTH` times as many phonemes
+    as all before it, cut at its last sentence (else clause) break within that (:func:`_cut_within`), so that
+    each is synthesized while those before it play, wherever the real-time factor is below 1 / (GROWTH + 1)."""
+    said = 0  # phonemes in the chunks yielded so far
+    for chunk in chunks:
+        parts = _cut_first(chunk) if said == 0 else _cut_within(chunk, GROWTH * said)
+        while len(parts) == 2:
+            said += len(parts[0].phonemes)
+            yield parts[0]
+            parts = _cut_within(parts[1], GROWTH * said)
+        said += len(parts[0].phonemes)
+        yield parts[0]
 
 
 class KokoroTTS(TTSModel):
@@ -292,7 +330,9 @@ class KokoroTTS(TTSModel):
         """Audio chunk by chunk: text through the frontend, or (``phonemes=True``) a phoneme string as is.
 
         The chunks concatenate to exactly what :meth:`synthesize` returns (it is built from them). Each carries
-        the words said in it with their times from the start of the utterance (``Audio.words``).
+        the words said in it with their times from the start of the utterance (``Audio.words``). The first chunk
+        ends at the first clause break, each later one holds at most twice the phonemes said before it, cut at a
+        sentence or clause break (:func:`_quick_start`): each is ready before the audio before it has played.
         ``fast_start``: a long first chunk comes in two parts, its head (0.5-0.9 s) rendered on its own first, an
         approximation of those frames, then the rest, exact (:meth:`KokoroModel.decode_fast_start`): first audio
         about three times sooner.
