@@ -53,8 +53,8 @@ UPSTREAM_DROPOUT = 0.2  # config.json's "dropout"; inactive in eval mode
 SEED = 0
 
 # One phoneme chunk, and whether it is a text's first -> its audio as mono float32 pieces, each yielded as soon as
-# the engine has it: ggtts streams (its first chunk is cut short for a quick start, and with fast_start a text's
-# first chunk comes in two parts); the peers return a chunk's audio in one piece.
+# the engine has it: ggtts streams (it cuts the chunk further, at clause and sentence breaks, to start soon and keep
+# up, and with fast_start a text's first chunk comes in two parts); the peers return a chunk's audio in one piece.
 Synthesize = Callable[[str, bool], Iterator[np.ndarray]]
 
 
