@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ggtts.measure.bench import cpu_model
+
 FILE_TYPES = ("f16", "q8_0", "q4_0")
 DEFAULT_LLAMA_CPP = Path(__file__).resolve().parents[2] / "shared" / "tools" / "llama.cpp"
 WARMUP_TOKENS = 8  # transformers' warm-up prompt
@@ -237,14 +239,6 @@ def main() -> None:
             f"{r['variant']:22} {size:>9} {r['load_s']:>7} {r['prefill_tok_s']:>14} {r['decode_tok_s']:>13} "
             f"{r['base_rss_mib']:>13} {r['peak_rss_mib']:>13}"
         )
-
-
-def cpu_model() -> str:
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return "unknown"
 
 
 if __name__ == "__main__":

@@ -22,10 +22,11 @@ import time
 
 import numpy as np
 import torch
-from kokoro_precision import cpu_model, mel_distance, print_wer
+from kokoro_precision import mel_distance, print_wer
 
 import ggtts
 from ggtts.audio import Audio
+from ggtts.measure.bench import cpu_model
 from ggtts.measure.sentences import BENCH_PARAGRAPH, EVAL_SENTENCES
 
 

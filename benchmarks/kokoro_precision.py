@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 import ggtts
+from ggtts.measure.bench import cpu_model
 from ggtts.measure.sentences import BENCH_PARAGRAPH, EVAL_SENTENCES
 
 PRECISIONS = ("float32", "bfloat16")
@@ -70,11 +71,6 @@ def timed(model: ggtts.TTSModel, runs: int) -> tuple[float, float, np.ndarray]:
         firsts.append(time.perf_counter() - start)
     assert audio is not None
     return statistics.median(rtfs), statistics.median(firsts), audio.samples
-
-
-def cpu_model() -> str:
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-        return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown")
 
 
 def main() -> int:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 import ggtts
+from ggtts.measure.bench import cpu_model
 from ggtts.measure.normalize import normalize
 from ggtts.measure.sentences import EVAL_SENTENCES
 from ggtts.measure.whisper import load_transcriber, resample
@@ -55,17 +56,6 @@ def start_differences(ours: list[Token], heard: list[Token]) -> list[float]:
             if a.start is not None and b.start is not None:
                 diffs.append(a.start - b.start)
     return diffs
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def main() -> int:

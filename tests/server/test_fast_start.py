@@ -4,7 +4,6 @@ whole-file requests, and models without the option, are served as without the fl
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -83,7 +82,7 @@ def test_a_model_without_the_option_is_served_as_before(monkeypatch: pytest.Monk
     assert asked == [{}]
 
 
-def test_serve_passes_the_flag_to_the_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_serve_passes_the_flag_to_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     import argparse
 
     import ggtts.server as server

@@ -88,6 +88,17 @@ def check_seed(seed: object) -> int:
     return seed
 
 
+def check_flag(name: str) -> Callable[[object], bool]:
+    """The ``check`` of a true-or-false option ``name``: the value if it is a bool, else an InputError."""
+
+    def check(value: object) -> bool:
+        if not isinstance(value, bool):
+            raise InputError(f"{name} must be true or false, got {value!r}")
+        return value
+
+    return check
+
+
 # ---- voices ----------------------------------------------------------------------------------------------------
 class UnknownVoiceError(InputError):
     def __init__(self, name: str, voices: Sequence[str]) -> None:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ggtts.errors import InputError
-from ggtts.families.base import Capabilities, Family, check_seed, option
+from ggtts.families.base import Capabilities, Family, check_flag, check_seed, option
 from ggtts.gguf.keys import Kokoro as K
 
 if TYPE_CHECKING:
@@ -34,15 +33,6 @@ def check_language(value: str) -> str:
         return value
     known = ", ".join(sorted({*LANGUAGE_ALIASES, *JAPANESE, *ENGLISH_FOR_VOICE_LANGUAGE}))
     raise InputError(f"unknown language code {value!r} for kokoro; use one of: {known}")
-
-
-def _true_or_false(name: str) -> Callable[[object], bool]:
-    def check(value: object) -> bool:
-        if not isinstance(value, bool):
-            raise InputError(f"{name} must be true or false, not {value!r}")
-        return value
-
-    return check
 
 
 def text_normalization(value: Normalization | bool) -> Normalization:
@@ -75,7 +65,7 @@ class KokoroOptions:
         "stream a long first sentence's first half second or so before the rest of it is rendered: first audio "
         "about 3x sooner; those first frames are rendered on their own, an approximation (exact from there on)",
         flag="--fast-start",
-        check=_true_or_false("fast_start"),
+        check=check_flag("fast_start"),
     )
     normalization: Normalization | bool = option(  # noqa: RUF009 (option() makes a field; Normalization is frozen)
         True,

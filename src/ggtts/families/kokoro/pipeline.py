@@ -413,10 +413,8 @@ class KokoroTTS(TTSModel):
         input_ids = torch.tensor([[edge, *ids, edge]], dtype=torch.long, device=self.device)
         model = self.model
         with self._checked():
-            prosody = model.encode_prosody(input_ids, ref_s, speed)
-            f0, n = model.predict_f0_n(prosody, ref_s)
-            asr = model.encode_text(input_ids, prosody.durations)
-        frames = prosody.durations.tolist()
+            inputs = model.decoder_inputs(input_ids, ref_s, speed)
+        frames = inputs.durations.tolist()
         per_frame = model.samples_per_frame
         seconds_per_frame = per_frame / self.sample_rate
         words = tuple(
@@ -427,9 +425,9 @@ class KokoroTTS(TTSModel):
         fast = fast_start and total * seconds_per_frame >= FAST_START_MIN_S and 0 < earliest <= latest < total
         with self._checked():
             if not fast:
-                audio = model.decode(asr, f0, n, ref_s, generator)
+                audio = model.decode(inputs.asr, inputs.f0, inputs.n, ref_s, generator)
             else:
-                rendering = model.decode_fast_start(asr, f0, n, ref_s, earliest, latest, generator)
+                rendering = model.decode_fast_start(inputs.asr, inputs.f0, inputs.n, ref_s, earliest, latest, generator)
                 audio = next(rendering)  # the head
         if not fast:
             yield _Part(self._samples(audio), words)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ggtts.errors import InputError
-from ggtts.families.base import Capabilities, Companion, Family, check_seed, option
+from ggtts.families.base import Capabilities, Companion, Family, check_flag, check_seed, option
 from ggtts.gguf.keys import Magpie as K
 from ggtts.gguf.keys import NanoCodec as NanoCodecKeys
 
@@ -35,14 +35,6 @@ def _number(name: str, low: float, whole: bool = False) -> Any:
     return check
 
 
-def _flag(name: str) -> Any:
-    def check(value: object) -> None:
-        if not isinstance(value, bool):
-            raise InputError(f"{name} must be true or false, got {value!r}")
-
-    return check
-
-
 @dataclass(frozen=True)
 class MagpieOptions:
     lang: str | None = option(
@@ -58,9 +50,12 @@ class MagpieOptions:
         None, "classifier-free guidance scale (default: the file's, NeMo 2.5)", check=_number("cfg_scale", 0)
     )
     guidance: bool = option(
-        True, "classifier-free guidance (default on; off halves the work)", flag="--guidance", check=_flag("guidance")
+        True,
+        "classifier-free guidance (default on; off halves the work)",
+        flag="--guidance",
+        check=check_flag("guidance"),
     )
-    prior: bool | None = option(None, "the attention prior (default: the file's setting)", check=_flag("prior"))
+    prior: bool | None = option(None, "the attention prior (default: the file's setting)", check=check_flag("prior"))
     max_frames: int | None = option(
         None,
         "most codec frames per chunk of text (default: the file's, NeMo 500)",

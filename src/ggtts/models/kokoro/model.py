@@ -2,7 +2,8 @@
 
 Language-blind: input ids are already mapped through the file's vocabulary. The stages are exposed
 separately (``encode_prosody``, ``align``, ``predict_f0_n``, ``encode_text``, ``decode``) so that callers
-can chunk or check each one; ``forward`` runs them all.
+can chunk or check each one; ``decoder_inputs`` runs those before the decoder, ``forward`` runs them all, and
+``decode_fast_start`` decodes in two parts, the first sooner.
 """
 
 from __future__ import annotations
@@ -31,6 +32,14 @@ CROSSFADE_S = 0.01  # from the head's own rendering to the whole chunk's, just a
 class Prosody:
     durations: torch.Tensor  # (T,) long, frames per token
     features: torch.Tensor  # (1, T, hidden + style) duration-encoder output, the input to F0/energy prediction
+
+
+@dataclass(frozen=True)
+class DecoderInputs:
+    durations: torch.Tensor  # (T,) long, frames per token
+    asr: torch.Tensor  # (1, hidden, frames) aligned text features
+    f0: torch.Tensor  # (1, 2 * frames) F0 in Hz
+    n: torch.Tensor  # (1, 2 * frames) energy
 
 
 class KokoroModel(nn.Module):
@@ -76,6 +85,13 @@ class KokoroModel(nn.Module):
     def encode_text(self, input_ids: torch.Tensor, durations: torch.Tensor) -> torch.Tensor:
         """(1, T) ids -> (1, hidden, frames) aligned acoustic text features."""
         return self.align(self.text_encoder(input_ids), durations)
+
+    @torch.inference_mode()
+    def decoder_inputs(self, input_ids: torch.Tensor, ref_s: torch.Tensor, speed: float = 1.0) -> DecoderInputs:
+        """Every stage before the decoder: (1, T) ids with BOS/EOS, (1, 2 * style) voice -> what it decodes."""
+        prosody = self.encode_prosody(input_ids, ref_s, speed)
+        f0, n = self.predict_f0_n(prosody, ref_s)
+        return DecoderInputs(prosody.durations, self.encode_text(input_ids, prosody.durations), f0, n)
 
     @torch.inference_mode()
     def decode(
@@ -150,11 +166,9 @@ class KokoroModel(nn.Module):
         generator: torch.Generator | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(1, T) ids with BOS/EOS, (1, 2 * style) voice row -> audio (samples,) and frames per token (T,)."""
-        prosody = self.encode_prosody(input_ids, ref_s, speed)
-        f0, n = self.predict_f0_n(prosody, ref_s)
-        asr = self.encode_text(input_ids, prosody.durations)
-        audio = self.decode(asr, f0, n, ref_s, generator)
-        return audio.squeeze(0), prosody.durations
+        inputs = self.decoder_inputs(input_ids, ref_s, speed)
+        audio = self.decode(inputs.asr, inputs.f0, inputs.n, ref_s, generator)
+        return audio.squeeze(0), inputs.durations
 
     def _check_inputs(self, input_ids: torch.Tensor, ref_s: torch.Tensor) -> None:
         if input_ids.dim() != 2 or input_ids.shape[0] != 1:
