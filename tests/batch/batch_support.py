@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from time_limit import scaled
+
 GGTTS = Path(sys.executable).parent / "ggtts"
-RUN_TIMEOUT_S = 300
+RUN_TIMEOUT_S = scaled(300)  # a hang-catcher for one run of the command (normal: seconds)
 
 
 @dataclass(frozen=True)

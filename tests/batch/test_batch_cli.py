@@ -12,7 +12,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,7 @@ from batch_support import (
 )
 
 from ggtts.batch.manifest import job_lock
+from time_limit import wait_for
 
 # Characters that ffmpeg's metadata format escapes ('=', ';', '#', '\') appear in the chapter titles.
 TEXT_LINES = [
@@ -47,8 +47,6 @@ TEXT_LINES = [
     "Six, and done.",
 ]
 IDS = [f"{n:04d}" for n in range(1, len(TEXT_LINES) + 1)]
-WAIT_S = 120.0  # for a job to reach a point (a number of done records): far above its normal time
-POLL_S = 0.005
 
 
 @dataclass(frozen=True)
@@ -351,66 +349,75 @@ def test_a_second_job_on_the_same_folder_is_refused(text_job: Job, tiny_model: T
 
 
 # ---- interrupted jobs ------------------------------------------------------------------------------------------
-def _wait_for_done(process: subprocess.Popen[str], out: Path, count: int) -> int:
-    """Poll the manifest until it holds ``count`` done records; the number seen. The job must still be running."""
-    deadline = time.monotonic() + WAIT_S
-    while (seen := count_done_lines(out)) < count:
-        if process.poll() is not None:
-            pytest.fail(f"the job ended ({process.returncode}) before {count} items were done: {process.stderr.read()}")
-        if time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"fewer than {count} items done after {WAIT_S} s")
-        time.sleep(POLL_S)
-    return seen
+FAULTS = str(Path(__file__).parent / "fault_injection")  # see fault_injection/sitecustomize.py
+RESUME_ITEMS = 12
 
 
-SHORT_ITEMS = 150  # a few hundredths of a second each: a kill lands with most of the job to go
-# ~700 characters: about a third of a second each, so a signal lands in the middle of an item
-LONG_TEXT = "The quick brown fox jumps over the lazy dog, and then it runs far away into the woods. " * 8
-LONG_ITEMS = 6
+def _start_paused(root: Path, model: TinyModel, item_id: str, stderr: Path) -> tuple[subprocess.Popen[str], Path]:
+    """The job, which pauses when it starts speaking ``item_id`` (the item in progress) until released."""
+    pause = root / f"pause-{item_id}"
+    pause.mkdir()
+    env = {**os.environ, "PYTHONPATH": FAULTS, "GGTTS_TEST_PAUSE_ON_ITEM": item_id, "GGTTS_TEST_PAUSE_DIR": str(pause)}
+    with stderr.open("w", encoding="utf-8") as err:
+        process = subprocess.Popen(
+            batch_command("in.txt", "--out", "out", "-m", model.path),
+            cwd=root,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            text=True,
+        )
+    wait_for(lambda: (pause / "reached").exists(), f"item {item_id} started", process=process)
+    return process, pause
+
+
+def _end(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.kill()
+    process.wait(timeout=RUN_TIMEOUT_S)
 
 
 def test_resume_after_a_kill_and_after_ctrl_c(tiny_model: TinyModel, tmp_path: Path) -> None:
-    """One job, three runs (a fresh process costs seconds, so the two interruptions share it): SIGKILL mid-job;
-    the same command, stopped by SIGINT (Ctrl-C) after the item in progress; the same command to the end. Every
-    item ends with exactly one done record in the whole manifest and one whole file; nothing is spoken twice."""
-    lines = [f"Line {n}." for n in range(SHORT_ITEMS)] + [f"Item {n}. {LONG_TEXT}" for n in range(LONG_ITEMS)]
+    """One job, three runs: SIGKILL while item 4 is in progress; the same command, Ctrl-C (SIGINT) while item 8 is
+    in progress, which is finished and is the last; the same command to the end. The job is held at those items
+    (fault_injection's pause), so the points are counts of items, not moments. Every item ends with exactly one
+    done record in the whole manifest and one whole file; nothing is spoken twice."""
+    lines = [f"Line {n}, said once." for n in range(RESUME_ITEMS)]
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     total = len(lines)
     ids = [f"{n:04d}" for n in range(1, total + 1)]
     out = tmp_path / "out"
 
-    # run 1: SIGKILL once three items are done
-    process = _start(tmp_path, "in.txt", tiny_model)
+    # run 1: killed while speaking item 4, items 1-3 done
+    process, _ = _start_paused(tmp_path, tiny_model, ids[3], tmp_path / "run1.err")
     try:
-        _wait_for_done(process, out, 3)
+        assert count_done_lines(out) == 3
         process.send_signal(signal.SIGKILL)
     finally:
-        _, stderr = process.communicate(timeout=RUN_TIMEOUT_S)
-    assert process.returncode == -signal.SIGKILL, stderr
+        _end(process)
+    assert process.returncode == -signal.SIGKILL, (tmp_path / "run1.err").read_text()
     first = done_records(out)
-    assert 3 <= len(first) < SHORT_ITEMS, "the first run was not cut short"
+    assert [r["id"] for r in first] == ids[:3]
+    assert part_files(out) == []
 
-    # run 2: resumes (run 1's items are skipped, not spoken again); SIGINT in the middle of a long item
-    process = _start(tmp_path, "in.txt", tiny_model)
+    # run 2: resumes (run 1's items are skipped, not spoken again); Ctrl-C while item 8 is in progress
+    err = tmp_path / "run2.err"
+    process, pause = _start_paused(tmp_path, tiny_model, ids[7], err)
     try:
-        _wait_for_done(process, out, SHORT_ITEMS + 2)
-        time.sleep(0.05)  # into the next (long) item
         at_signal = count_done_lines(out)
+        assert at_signal == 7
         process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=RUN_TIMEOUT_S)
+        wait_for(lambda: "stopping after the items in progress" in err.read_text(), "the stop was announced")
+        (pause / "release").touch()
+        process.wait(timeout=RUN_TIMEOUT_S)
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+        _end(process)
+    stderr = err.read_text()
     assert process.returncode == 130, stderr
-    assert "stopping after the items in progress" in stderr
     text = (out / "manifest.jsonl").read_text(encoding="utf-8")
     assert text.endswith("\n")  # the last line is whole
     done = done_records(out)  # every line parses
-    assert at_signal + 1 <= len(done) <= at_signal + 2, "not stopped right after the item in progress"
-    assert len(done) < total
-    assert Counter(r["id"] for r in done).most_common(1)[0][1] == 1  # nothing spoken twice so far
+    assert [r["id"] for r in done] == ids[:8], "not stopped right after the item in progress"
     assert all(r in done for r in first)
     assert f"{len(done) - len(first)} done, 0 failed this run; {len(first)} done before" in stderr
     assert f"stopped with {total - len(done)} items to go" in stderr

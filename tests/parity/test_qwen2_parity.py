@@ -21,6 +21,7 @@ from ggtts.models.qwen2.model import Qwen2Model
 from ggtts.runtime.frames import generate_tokens
 from ggtts.runtime.sampling import Sampler, SamplingParams
 from ggtts.runtime.stored_weights import StoredLinear
+from near_ties import CacheStepper, PrefixStepper, allclose, assert_free_run_agrees, compare_greedy, relative_below
 
 pytest.importorskip("transformers")
 
@@ -66,22 +67,33 @@ def test_chunked_prefill_and_single_steps_match_one_pass(pair: tuple[torch.nn.Mo
     assert cache.length == 30
 
 
-def test_greedy_generation_is_identical(pair: tuple[torch.nn.Module, Path]) -> None:
+PROMPT = [5, 17, 99, 3, 250, 41, 7]
+# Near-ties (tests/near_ties): a flip of the greedy token is forgiven where both sides prefer their own token by at
+# most this logit margin. float32 vs transformers: the logits differ by up to 2e-5 (measured, AMD EPYC); Q8_0 as
+# stored vs its emulation: 1.1e-7 here, 0.018 between the top two logits of a step on an Intel Xeon (issue 28).
+TIE = 1e-3
+Q8_0_TIE = 0.05
+
+
+def _free_run(model: Qwen2Model, n_new: int) -> list[int]:
+    """The generation loop's own greedy tokens (prefill, then one token at a time through the cache)."""
+    sampler = Sampler(SamplingParams(temperature=0.0))
+    return list(generate_tokens(model, PROMPT, model.new_cache(128), sampler, max_new_tokens=n_new))
+
+
+def _stepper(model: Qwen2Model) -> CacheStepper:
+    return CacheStepper(model, lambda: model.new_cache(128))
+
+
+def test_greedy_generation_matches_teacher_forced(pair: tuple[torch.nn.Module, Path]) -> None:
+    """Ours (ggml's graph per step) and transformers' forward pass agree at every step of the reference's greedy
+    generation; the generation loop follows it up to any near-tie (tests/near_ties)."""
     hf, path = pair
     ours = Qwen2Model.from_gguf(GGUFFile(path), max_len=256)
-    prompt = [5, 17, 99, 3, 250, 41, 7]
     n_new = 40
-    with torch.no_grad():
-        ref = hf.generate(
-            torch.tensor([prompt]), max_new_tokens=n_new, do_sample=False, eos_token_id=None, pad_token_id=0
-        )[0, len(prompt) :].tolist()
-    got = list(
-        generate_tokens(
-            ours, prompt, ours.new_cache(128), Sampler(SamplingParams(temperature=0.0)), max_new_tokens=n_new
-        )
-    )
-    assert len(set(ref)) > 3, "the reference generation is degenerate; the test would prove little"
-    assert got == ref
+    reference = PrefixStepper(lambda ids: hf(ids).logits)
+    comparison = compare_greedy(reference, _stepper(ours), PROMPT, n_new, close=allclose(1e-4, 1e-4), tie=TIE)
+    assert_free_run_agrees(_free_run(ours, n_new), comparison)
 
 
 @pytest.fixture(scope="module")
@@ -147,22 +159,22 @@ def _with_q8_0_activations(model: Qwen2Model) -> Qwen2Model:
 def test_q8_0_greedy_tokens_equal_the_widened_model_with_rounded_activations(quantized: dict[str, Path]) -> None:
     """ggml's integer block products are exactly the float product of the rounded operands (tests/runtime shows it
     per layer for every Q8_0-companion type): the Q8_0 model and the widened one fed Q8_0-rounded activations agree
-    to float noise and in every greedy token. (For Q4_0 / Q5_0 files the rows of this tiny model's embedding sit
-    on a grid that makes activations tie exactly between two Q8_0 steps, where ggml's vector rounding and gguf's
-    scalar one may pick different sides: a layer's output is then exact, a whole model's only close.)"""
+    to float noise, and in every greedy token but near-ties (tests/near_ties). (For Q4_0 / Q5_0 files the rows of
+    this tiny model's embedding sit on a grid that makes activations tie exactly between two Q8_0 steps, where
+    ggml's vector rounding and gguf's scalar one may pick different sides: a layer's output is then exact, a whole
+    model's only close.)"""
     gguf = GGUFFile(quantized["q8_0"])
     stored = Qwen2Model.from_gguf(gguf, max_len=128)
     emulated = _with_q8_0_activations(Qwen2Model.from_gguf(gguf, max_len=128, stored_weights=False))
     ids = torch.arange(1, 33).unsqueeze(0)
     with torch.no_grad():
         assert _relative(stored(ids, stored.new_cache(40)), emulated(ids, emulated.new_cache(40))) < 5e-3
-    prompt, n_new = [5, 17, 99, 3, 250, 41, 7], 50
-    runs = []
-    for model in (stored, emulated):
-        sampler = Sampler(SamplingParams(temperature=0.0))
-        runs.append(list(generate_tokens(model, prompt, model.new_cache(128), sampler, max_new_tokens=n_new)))
-    assert len(set(runs[1])) > 3, "the generation is degenerate; the test would prove little"
-    assert runs[0] == runs[1]
+    # one generation step's logits at a time, teacher-forced along the emulation's tokens: measured 1.1e-7 on AMD EPYC
+    # (1 % noise on every weight matrix: 2.5e-2 and more)
+    comparison = compare_greedy(
+        _stepper(emulated), _stepper(stored), PROMPT, 50, close=relative_below(5e-3), tie=Q8_0_TIE
+    )
+    assert_free_run_agrees(_free_run(stored, 50), comparison)
 
 
 @pytest.mark.parametrize("out_type", ["f32", "q8_0", "q4_0"])

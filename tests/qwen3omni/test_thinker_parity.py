@@ -19,6 +19,7 @@ pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).parent))
 from _thinker_tiny import EOS_TOKEN, PublishedLayout, build_thinker
 
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from ggtts.convert.qwen3omni_thinker import write_thinker
 from ggtts.errors import ConversionError, GGUFError
 from ggtts.gguf import GGUFFile
@@ -29,6 +30,7 @@ from ggtts.models.layers.qwen3 import gguf_name
 from ggtts.models.qwen3omnimoe import Thinker, ThinkerConfig, ThinkerTooLarge, required_bytes
 from ggtts.runtime.stored_experts import Experts, StoredExperts
 from ggtts.runtime.stored_weights import StoredLinear
+from near_ties import CacheStepper, PrefixStepper, allclose, assert_free_run_agrees, compare_greedy, relative_below
 
 Q8_0 = GGMLQuantizationType.Q8_0
 PROMPT = [5, 17, 99, 3, 250, 41, 7]
@@ -40,6 +42,13 @@ N_NEW = 24
 Q8_0_TOLERANCE = 0.15
 # ... and against the widened model fed Q8_0-rounded activations, which is what ggml computes: measured 1.2e-4
 ROUNDED_TOLERANCE = 1e-3
+# ... the same, one generation step's logits at a time (teacher-forced, tests/near_ties): measured 1.1e-7 on AMD EPYC;
+# on an Intel Xeon (AMX) the top logits of one step were 0.018 (0.5 %) apart (issue 28); 1 % noise on every weight
+# matrix gives 3e-2 to 1.5e-1 per step (measured).
+ROUNDED_STEP_TOLERANCE = 1e-2
+# A flip of the greedy token is forgiven where both prefer their own by at most this logit margin (tests/near_ties):
+# on that Intel Xeon the stored path preferred its token by 0.0094, the emulation its own by 0.0035.
+Q8_0_TIE = 0.05
 
 
 @pytest.fixture(scope="module")
@@ -118,16 +127,18 @@ def test_chunked_prefill_and_single_steps_match_one_pass(pair: tuple) -> None:
     assert cache.length == 30
 
 
-def test_greedy_generation_is_identical(pair: tuple) -> None:
+def _stepper(model: Thinker) -> CacheStepper:
+    return CacheStepper(model, lambda: model.new_cache(len(PROMPT) + N_NEW))
+
+
+def test_greedy_generation_matches_teacher_forced(pair: tuple) -> None:
+    """Ours (prefill, then one token at a time through the cache) and transformers' forward pass agree at every
+    step of the reference's greedy generation; ours' own greedy loop follows it up to any near-tie (tests/near_ties)."""
     hf, _, _, path, _ = pair
     ours = Thinker.from_gguf(GGUFFile(path), max_len=128)
-    with torch.no_grad():
-        ref = hf.generate(
-            torch.tensor([PROMPT]), max_new_tokens=N_NEW, do_sample=False, eos_token_id=None, pad_token_id=0
-        )[0, len(PROMPT) :].tolist()
-    got = ours.greedy(PROMPT, N_NEW)
-    assert len(set(ref)) > 3, "the reference generation is degenerate; the test would prove little"
-    assert got == ref
+    reference = PrefixStepper(lambda ids: hf(input_ids=ids).logits)
+    comparison = compare_greedy(reference, _stepper(ours), PROMPT, N_NEW, close=allclose(1e-4, 1e-4), tie=1e-3)
+    assert_free_run_agrees(ours.greedy(PROMPT, N_NEW), comparison)
 
 
 def test_unnormalised_expert_weights_match(tmp_path: Path) -> None:
@@ -162,7 +173,11 @@ def test_q8_0_runs_as_stored_and_stays_close(pair: tuple, tmp_path: Path) -> Non
     rounded = _with_q8_0_activations(Thinker.from_gguf(gguf, max_len=64, stored_weights=False), gguf)
     with torch.no_grad():
         assert _relative(got, rounded(ids, rounded.new_cache(40))) < ROUNDED_TOLERANCE
-    assert stored.greedy(PROMPT, N_NEW) == rounded.greedy(PROMPT, N_NEW)
+    # ggml computes what the rounded model computes, in another order: equal logits at every step, near-ties aside
+    comparison = compare_greedy(
+        _stepper(rounded), _stepper(stored), PROMPT, N_NEW, close=relative_below(ROUNDED_STEP_TOLERANCE), tie=Q8_0_TIE
+    )
+    assert_free_run_agrees(stored.greedy(PROMPT, N_NEW), comparison)
 
 
 def _round_to_q8_0(x: torch.Tensor) -> torch.Tensor:

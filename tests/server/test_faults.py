@@ -16,9 +16,11 @@ from audio_check import decode
 from server_support import TONE_TIMEOUT_S, Server
 from tone_model import ToneModel
 
+from time_limit import scaled
+
 SPEECH = "/v1/audio/speech"
 SLOW_CHUNK_S = 0.3  # tone_server.SLOW_CHUNK_DELAY_S
-IDLE_WAIT_S = 10.0
+IDLE_WAIT_S = scaled(60)  # a hang-catcher: the waits below are for events, normally well under a second
 
 
 def post(server: Server, body: object) -> httpx.Response:
@@ -78,15 +80,16 @@ def test_full_queue_answers_503_with_retry_after(tone_server: Server) -> None:
         assert waiting.result().status_code == 200
 
 
-def test_time_limit_answers_504(tone_server: Server) -> None:
+def test_time_limit_answers_504(tone_server: Server, tone_log: Path) -> None:
     n = int(TONE_TIMEOUT_S / SLOW_CHUNK_S) + 5
     start = time.monotonic()
     response = post(tone_server, {"model": "slow", "input": words("limit", n), "response_format": "wav"})
     elapsed = time.monotonic() - start
     assert response.status_code == 504
     assert f"{TONE_TIMEOUT_S:g} s" in response.json()["error"]["message"]
-    assert elapsed < TONE_TIMEOUT_S + 2
+    assert elapsed >= TONE_TIMEOUT_S  # not answered before the limit (a lower bound: no machine is too fast)
     wait_until(lambda: not health(tone_server)["slow"]["busy"])
+    assert chunks_made(tone_log, "limit") < n, "the request was spoken to its end"
 
 
 def test_time_limit_cuts_a_stream(tone_server: Server) -> None:
@@ -104,15 +107,22 @@ def test_time_limit_cuts_a_stream(tone_server: Server) -> None:
     wait_until(lambda: not health(tone_server)["slow"]["busy"])
 
 
+def _stopped(log: Path, tag: str, n: int) -> None:
+    """Once the model is free, synthesis of the request has stopped for good, far short of its ``n`` chunks (the
+    client left after the first; the chunks made meanwhile depend on how busy the machine is, not their count)."""
+    made = chunks_made(log, tag)
+    time.sleep(2 * SLOW_CHUNK_S)
+    assert chunks_made(log, tag) == made, "synthesis went on after the model was free"
+    assert made <= n // 2, f"{made} of {n} chunks made: synthesis went on after the client left"
+
+
 def test_disconnect_stops_a_stream(tone_server: Server, tone_log: Path) -> None:
     n = 20  # 6 s of synthesis if nobody stopped it
     body = {"model": "slow", "input": words("gone", n), "response_format": "pcm", "stream": True}
     with httpx.stream("POST", tone_server.url + SPEECH, json=body, headers=tone_server.headers) as response:
         next(response.iter_bytes())
-    idle_after = wait_until(lambda: not health(tone_server)["slow"]["busy"])
-    assert idle_after < 1.5
-    time.sleep(2 * SLOW_CHUNK_S)
-    assert chunks_made(tone_log, "gone") <= 4, "synthesis went on after the client left"
+    wait_until(lambda: not health(tone_server)["slow"]["busy"])
+    _stopped(tone_log, "gone", n)
 
 
 def test_disconnect_stops_a_whole_request(tone_server: Server, tone_log: Path) -> None:
@@ -126,9 +136,8 @@ def test_disconnect_stops_a_whole_request(tone_server: Server, tone_log: Path) -
         )
         sock.sendall(head.encode() + payload)
         wait_until(lambda: chunks_made(tone_log, "left") >= 1)
-    wait_until(lambda: not health(tone_server)["slow"]["busy"], timeout_s=2.0)
-    time.sleep(2 * SLOW_CHUNK_S)
-    assert chunks_made(tone_log, "left") <= 4, "synthesis went on after the client left"
+    wait_until(lambda: not health(tone_server)["slow"]["busy"])
+    _stopped(tone_log, "left", n)
 
 
 def test_failing_requests_do_not_harm_others(tone_server: Server) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from server_support import TONE_TIMEOUT_S, Server, start_server, stop_server
+from server_support import Server, start_server, stop_server
 from starlette.testclient import TestClient
 from test_faults import health, post, wait_until
 from tone_model import ToneModel
@@ -25,9 +25,12 @@ from ggtts.server.app import create_app
 from ggtts.server.errors import ApiError
 from ggtts.server.settings import ServerSettings, allowed_host_names, host_name
 from ggtts.server.worker import ModelWorker
+from time_limit import scaled
 
 SPEECH = "/v1/audio/speech"
-IDLE_WITHIN_S = 1.0  # the bound: the model is free (and the CPU idle) a second after the client left
+# The HEAVY chunk runs a minute unless cancelled; the model must be free well before that (normally within 0.1 s:
+# printed), and the chunk must not have run to its end (an event in the tone log, not a time).
+FREE_WITHIN_S = scaled(20)
 CPU_WINDOW_S = 1.0
 KOKORO_TIMEOUT_S = 10.0
 
@@ -72,25 +75,21 @@ def test_disconnect_cancels_the_chunk_in_progress(tone_server: Server, tone_log:
     sock = _raw_post(tone_server, payload)
     wait_until(lambda: _log_has(tone_log, "quit heavy-start"))
     time.sleep(0.3)  # well inside the minute-long chunk
-    left = time.monotonic()
     sock.close()
-    idle_after = wait_until(lambda: not health(tone_server)["slow"]["busy"], timeout_s=10)
+    idle_after = wait_until(lambda: not health(tone_server)["slow"]["busy"], timeout_s=FREE_WITHIN_S)
     cpu = _cpu_used_over(tone_server.process.pid, CPU_WINDOW_S)
     print(f"\nmodel free {idle_after:.2f} s after the disconnect; CPU used in the next second: {cpu:.2f} s")
-    assert time.monotonic() - left < 10
-    assert idle_after < IDLE_WITHIN_S, f"the model stayed busy {idle_after:.2f} s after the client left"
+    assert not _log_has(tone_log, "quit heavy-end"), "the chunk in progress ran to its end"
     assert cpu < 0.5 * CPU_WINDOW_S, f"the server still used {cpu:.2f} s of CPU in the second after"
     ok = post(tone_server, {"model": "slow", "input": "next", "response_format": "pcm"})
     assert ok.status_code == 200
 
 
 def test_time_limit_cancels_the_chunk_in_progress(tone_server: Server, tone_log: Path) -> None:
-    start = time.monotonic()
     response = post(tone_server, {"model": "slow", "input": "late HEAVY", "response_format": "wav"})
     assert response.status_code == 504
-    assert time.monotonic() - start < TONE_TIMEOUT_S + 2
-    idle_after = wait_until(lambda: not health(tone_server)["slow"]["busy"], timeout_s=10)
-    assert idle_after < IDLE_WITHIN_S
+    wait_until(lambda: not health(tone_server)["slow"]["busy"], timeout_s=FREE_WITHIN_S)
+    assert not _log_has(tone_log, "late heavy-end"), "the chunk in progress ran to its end"
 
 
 def test_disconnect_cancels_a_stream_mid_chunk(tone_server: Server, tone_log: Path) -> None:
@@ -100,8 +99,8 @@ def test_disconnect_cancels_a_stream_mid_chunk(tone_server: Server, tone_log: Pa
         chunks = response.iter_bytes()  # kept: a dropped iterator is closed at once, and the connection with it
         next(chunks)  # the first chunk came; the heavy one is next
         wait_until(lambda: _log_has(tone_log, "flow heavy-start"))
-    idle_after = wait_until(lambda: not health(tone_server)["slow"]["busy"], timeout_s=10)
-    assert idle_after < IDLE_WITHIN_S
+    wait_until(lambda: not health(tone_server)["slow"]["busy"], timeout_s=FREE_WITHIN_S)
+    assert not _log_has(tone_log, "flow heavy-end"), "the chunk in progress ran to its end"
 
 
 # ---- bodies, hosts, text ---------------------------------------------------------------------------------------
@@ -226,7 +225,9 @@ def test_hostile_text_does_not_stall_the_next_request(strict_kokoro_server: Serv
     start = time.monotonic()
     after = _hello_seconds(strict_kokoro_server)
     print(f"\n{hostile[:12]!r}...: Hello. took {after:.2f} s after it ({normal:.2f} s before)")
-    assert time.monotonic() - start < normal + KOKORO_TIMEOUT_S
+    # a stall is the hostile text's whole work (minutes) ahead of it; the time limit cuts that at 10 s. The bound
+    # leaves as much again for a busy machine (and scales with the suite's timeout factor).
+    assert time.monotonic() - start < scaled(normal + 2 * KOKORO_TIMEOUT_S)
 
 
 def test_text_with_nothing_to_say_is_a_400(strict_kokoro_server: Server) -> None:

@@ -2,7 +2,8 @@
 
 One chunk per word: a sine tone whose pitch is set by the voice and whose length is set by ``speed``.
 Special words make it misbehave: ``FAIL`` raises mid-stream, ``BADINPUT`` raises ``InputError``, ``HEAVY``
-makes one chunk that runs torch layers for ``HEAVY_CHUNK_S`` seconds (a chunk only cancellation can stop). With
+makes one chunk that runs torch layers for ``HEAVY_CHUNK_S`` seconds (a chunk only cancellation can stop; it logs
+``<first word> heavy-end`` only if it ran to its end). With
 ``TONE_LOG`` set, every chunk made is logged as ``<first word> <index>``, so a test can see when synthesis
 stopped.
 """
@@ -60,6 +61,7 @@ class ToneModel(TTSModel):
             if word == "HEAVY":
                 _log(log_path, f"{words[0]} heavy-start")
                 _busy_torch(HEAVY_CHUNK_S)
+                _log(log_path, f"{words[0]} heavy-end")  # not reached when the chunk is cancelled
             time.sleep(self.delay_s)
             if log_path:
                 with open(log_path, "a") as f:

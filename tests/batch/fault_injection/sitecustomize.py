@@ -5,7 +5,11 @@ it writes its pid to PATH, and later attempts, which find PATH, speak the item. 
 of workers handles the death.
 
 GGTTS_TEST_DIE_AFTER_ITEM=ID: a worker process dies right after it has sent the record of item ID back (between
-two items, as a process killed from outside usually is)."""
+two items, as a process killed from outside usually is).
+
+GGTTS_TEST_PAUSE_ON_ITEM=ID with GGTTS_TEST_PAUSE_DIR=DIR: a process that starts speaking item ID writes DIR/reached
+(its pid) and waits, the item in progress, until DIR/release exists; then it speaks the item. A test signals the
+job at a known point of it (a count of items, not a moment) without racing it."""
 
 import os
 from pathlib import Path
@@ -28,6 +32,26 @@ if _DIE_ON:
         return _run(self, item)
 
     _work.ItemWorker.run = _dying_run  # type: ignore[method-assign]
+
+_PAUSE_ON = os.environ.get("GGTTS_TEST_PAUSE_ON_ITEM")
+if _PAUSE_ON:
+    import time
+
+    import ggtts.batch.work as _work
+
+    _pause_dir = Path(os.environ["GGTTS_TEST_PAUSE_DIR"])
+    _unpaused = _work.ItemWorker.run
+
+    def _pausing_run(self, item):  # type: ignore[no-untyped-def]
+        if item.id == _PAUSE_ON:
+            reached = _pause_dir / "reached"
+            (_pause_dir / "reached.part").write_text(str(os.getpid()))
+            (_pause_dir / "reached.part").replace(reached)  # whole when it appears
+            while not (_pause_dir / "release").exists():
+                time.sleep(0.01)
+        return _unpaused(self, item)
+
+    _work.ItemWorker.run = _pausing_run  # type: ignore[method-assign]
 
 _DIE_AFTER = os.environ.get("GGTTS_TEST_DIE_AFTER_ITEM")
 if _DIE_AFTER:

@@ -31,6 +31,8 @@ from typing import Any
 import torch
 
 from ggtts.errors import GGTTSError
+from ggtts.families.magpie.generate import MagpieGenerator
+from ggtts.measure.forcing import Forcing
 from ggtts.measure.parity import StageResult, compare
 
 FRAMES = 120
@@ -146,6 +148,11 @@ def nemo_codes(
     return out.predicted_codes[0, :, : out.predicted_codes_lens[0]]
 
 
+# A greedy pick of ours that differs from NeMo's is forgiven where ours prefers its own code by at most this logit
+# margin (both sides' logits of a step agree to ~1e-6; two kernels or CPUs may order a near-tie either way).
+TIE = 1e-4
+
+
 def our_codes(
     ours: Any,
     text: torch.Tensor,
@@ -155,7 +162,11 @@ def our_codes(
     cached: bool = True,
     frames: int = FRAMES,
     prior_rows: str = "own",
+    forced: torch.Tensor | None = None,
 ) -> torch.Tensor:
+    """Our greedy codes (C, T). With ``forced`` (NeMo's codes), teacher-forced: every local-transformer pick
+    continues on NeMo's code, and the codes returned are ours' own picks, except where ours preferred its own code
+    by at most :data:`TIE` (a near-tie, forgiven: NeMo's code is returned there)."""
     from ggtts.families.magpie.generate import GenerationParams, generate_codes
 
     d = ours.cfg.inference
@@ -164,7 +175,36 @@ def our_codes(
         prior_lookahead=d.prior_lookahead, prior_layers=d.prior_layers, alignment_layers=d.alignment_layers,
         max_frames=frames, cached=cached, prior_rows=prior_rows,
     )  # fmt: skip
-    return generate_codes(ours, text[0].tolist(), 0, params)
+    if forced is None:
+        return generate_codes(ours, text[0].tolist(), 0, params)
+    generator = _Forced(ours, params, forced)
+    parts = list(generator.frames(text[0].tolist(), 0))
+    codes = torch.cat(parts, dim=1) if parts else torch.zeros(ours.cfg.num_codebooks, 0, dtype=torch.long)
+    return generator.own_picks(codes)
+
+
+class _Forced(MagpieGenerator):
+    """A generator whose local-transformer draws follow given codes (C, T) (:mod:`ggtts.measure.forcing`)."""
+
+    def __init__(self, model: Any, params: Any, codes: torch.Tensor) -> None:
+        super().__init__(model, params)
+        c, s = self.cfg.num_codebooks, self.cfg.frame_stacking
+        steps = -(-codes.shape[1] // s)
+        # the draws in the loop's order: decoder step, then table (codebook + frame in the stack * C)
+        self.order = [(t % c, step * s + t // c) for step in range(steps) for t in range(self.cfg.tables)]
+        n = codes.shape[1]
+        self.forcing = Forcing([int(codes[q, f]) if f < n else None for q, f in self.order], TIE)
+
+    def _draw(self, logits: torch.Tensor) -> torch.Tensor:  # (1, V) filtered
+        return torch.tensor([self.forcing.pick(logits[0])], device=logits.device)
+
+    def own_picks(self, generated: torch.Tensor) -> torch.Tensor:
+        """The generated codes (C, T) with ours' own picks where it followed the given codes."""
+        own = generated.clone()
+        for (q, f), code in zip(self.order, self.forcing.picks(), strict=False):
+            if f < own.shape[1] and code is not None:
+                own[q, f] = code
+        return own
 
 
 def magpie_stages(nemo: Any, nemo_codec: Any, ours: Any, our_codec: Any) -> list[StageResult]:
@@ -172,11 +212,11 @@ def magpie_stages(nemo: Any, nemo_codec: Any, ours: Any, our_codec: Any) -> list
     pairs = _stage_tensors(nemo, ours, text)
     for name, cfg, prior in (("codes", False, False), ("codes_cfg", True, False), ("codes_prior", True, True)):
         ref = nemo_codes(nemo, text, cfg=cfg, prior=prior)
-        pairs[name] = (our_codes(ours, text, cfg=cfg, prior=prior), ref)
+        pairs[name] = (our_codes(ours, text, cfg=cfg, prior=prior, forced=ref), ref)
     # NeMo without its cache (do_tts's loop): the newest prior over every row, which ggtts's "latest" mode follows
     ref = nemo_codes(nemo, text, cfg=True, prior=True, cached=False)
     pairs["codes_prior_nemo_uncached"] = (
-        our_codes(ours, text, cfg=True, prior=True, cached=False, prior_rows="latest"),
+        our_codes(ours, text, cfg=True, prior=True, cached=False, prior_rows="latest", forced=ref),
         ref,
     )
     codes = pairs["codes_prior"][1]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
@@ -67,14 +68,31 @@ class HFSampler:
         return self.draw(torch.softmax(scores, dim=-1), self.generator)
 
 
+class Pick(Protocol):
+    """Logits ``(V,)`` (with the codes drawn so far and the ids to suppress) -> the code chosen."""
+
+    def __call__(
+        self, logits: torch.Tensor, history: Sequence[int] = (), suppressed: torch.Tensor | None = None
+    ) -> int: ...
+
+
 def generate_frames(
-    talker: Talker, inputs: TalkerInputs, params: TalkerSampling, draw: Draw = multinomial
+    talker: Talker,
+    inputs: TalkerInputs,
+    params: TalkerSampling,
+    draw: Draw = multinomial,
+    pickers: tuple[Pick, Pick] | None = None,
 ) -> Iterator[list[int]]:
-    """Frames of codes (``n_codebooks`` each), one at a time, until codec EOS or ``max_frames``."""
+    """Frames of codes (``n_codebooks`` each), one at a time, until codec EOS or ``max_frames``. ``pickers``: the
+    talker's and the code predictor's choice of a code from logits (default: :class:`HFSampler` by ``params``)."""
     cfg = talker.cfg
     generator = torch.Generator().manual_seed(params.seed)
-    first = HFSampler(params.talker, params.greedy, generator, draw)
-    rest = HFSampler(params.code_predictor, params.greedy, generator, draw)
+    first: Pick
+    rest: Pick
+    first, rest = pickers or (
+        HFSampler(params.talker, params.greedy, generator, draw),
+        HFSampler(params.code_predictor, params.greedy, generator, draw),
+    )
     suppressed = torch.tensor(cfg.suppressed_ids, dtype=torch.long)
     with torch.inference_mode():
         cache = talker.new_cache(inputs.prefill.shape[1] + params.max_frames + 1)

@@ -4,11 +4,13 @@ A tiny random ``Qwen3OmniMoeForConditionalGeneration`` and its tokenizer are bui
 converted by our converters to real thinker and talker GGUF files, and loaded by our pipeline. Stages:
 
 - ``thinker.L`` / ``thinker.logits``: the thinker's hidden states after each layer and its logits over a chat
-  prompt; ``thinker.reply``: its greedy answer, token for token (tolerance 0);
+  prompt; ``thinker.reply``: its greedy answer, token for token (tolerance 0), teacher-forced along upstream's
+  (:mod:`ggtts.measure.forcing`: a pick that differs only by a near-tie of :data:`TIE` counts as upstream's);
 - ``talker.L`` / ``talker.logits``: the talker's layers and first-codebook logits over the prefill that
   ``generate`` builds from that chat (the same inputs given to both);
 - ``codes``: the whole greedy ``generate(..., return_audio=True)`` path, code for code over every codebook
-  (:data:`FRAMES` frames; tolerance 0); ``audio``: its waveform against ours;
+  (:data:`FRAMES` frames; tolerance 0; teacher-forced likewise); ``audio``: its waveform against ours end to end
+  (``synthesize``), or against our code2wav of its codes where a near-tie was forgiven above;
 - ``c2w.*``: code2wav's stages on the generated codes, and ``c2w.chunked``: ``chunked_decode(300, 25)`` on
   :data:`CHUNKED_FRAMES` random frames (several chunks) against upstream's.
 
@@ -20,17 +22,23 @@ from __future__ import annotations
 
 import tempfile
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ggtts.errors import GGTTSError
+from ggtts.measure.forcing import Forcing
 from ggtts.measure.parity import StageResult, compare
 
 FRAMES = 40
 CHUNKED_FRAMES = 400
 TOLERANCE = 1e-5
+# A greedy pick of ours that differs from upstream's is forgiven where ours prefers its own by at most this logit
+# margin: the two sides' logits of a step agree to float noise, and two kernels or CPUs may order a near-tie either
+# way.
+TIE = 1e-4
 PROMPT = "Hello, world! How are you today?"
 
 
@@ -82,6 +90,33 @@ def upstream_generate(model: Any, prompt: list[int], frames: int, reply_tokens: 
     return sequences[0, len(prompt) :].tolist(), seen["codes"], wav.reshape(-1)
 
 
+class _ForcedPick:
+    """transformers' greedy processors (:class:`HFSampler`), then the forced pick."""
+
+    def __init__(self, forcing: Forcing, params: Any) -> None:
+        from ggtts.families.qwen3omni.generate import HFSampler
+
+        self.forcing, self.sampler = forcing, HFSampler(params, True, torch.Generator())
+
+    def __call__(
+        self, logits: torch.Tensor, history: Sequence[int] = (), suppressed: torch.Tensor | None = None
+    ) -> int:
+        return self.forcing.pick(self.sampler.scores(logits, history, suppressed))
+
+
+def _forced_reply(thinker: Any, prompt: list[int], reference: list[int]) -> Forcing:
+    """The thinker's greedy reply (as ``Thinker.greedy`` runs it), each step fed upstream's token."""
+    forcing = Forcing(reference, TIE)
+    with torch.no_grad():
+        cache = thinker.new_cache(len(prompt) + len(reference))
+        logits = thinker(torch.tensor([prompt]), cache, last_only=True)
+        for i in range(len(reference)):
+            token = forcing.pick(logits[0, -1])
+            if i + 1 < len(reference):
+                logits = thinker(torch.tensor([[token]]), cache)
+    return forcing
+
+
 def _hidden(stack: Any, run: Any) -> tuple[list[torch.Tensor], Any]:
     """Each layer's output of ``stack`` while ``run()`` runs, and what ``run()`` returned."""
     out: list[torch.Tensor] = []
@@ -121,8 +156,8 @@ def stages(upstream: Any, tts: Any) -> list[StageResult]:
     add("thinker.logits", out.logits, theirs_logits)
 
     reply, codes, audio = upstream_generate(upstream, prompt, FRAMES, 12)
-    ours_reply = thinker.greedy(prompt, 12, eos_ids=[cfg.im_end])
-    add("thinker.reply", torch.tensor(ours_reply), torch.tensor(reply), exact=True)
+    reply_forcing = _forced_reply(thinker, prompt, reply)
+    add("thinker.reply", torch.tensor(reply_forcing.picks()), torch.tensor(reply), exact=True)
 
     inputs = talker_inputs(talker, tts.embedding, prompt, reply, cfg.speakers["ethan"])
     up_talker = upstream.talker
@@ -134,11 +169,21 @@ def stages(upstream: Any, tts: Any) -> list[StageResult]:
         add("talker.logits", talker.output(talker.output_norm(ours_t[-1])), theirs_tl)
 
     greedy = TalkerSampling(True, cfg.sampling, cfg.cp_sampling, max_frames=FRAMES)
-    frames = list(generate_frames(talker, inputs, greedy))
-    add("codes", torch.tensor(frames, dtype=torch.long).T.unsqueeze(0), codes, exact=True)
-    ours_audio = tts.synthesize(PROMPT, voice="ethan", mode="chat", temperature=0, max_frames=FRAMES,
-                                max_reply_tokens=12).samples  # fmt: skip
-    add("audio", torch.from_numpy(ours_audio), audio)
+    first = Forcing([*codes[0, 0].tolist(), None], TIE)  # and the decision that ends the loop
+    rest = Forcing(codes[0, 1:].T.flatten().tolist(), TIE)  # frame by frame, codebooks 1.. in order
+    pickers = (_ForcedPick(first, cfg.sampling), _ForcedPick(rest, cfg.cp_sampling))
+    frames = list(generate_frames(talker, inputs, greedy, pickers=pickers))
+    n, q = len(frames), cfg.n_codebooks
+    own = torch.tensor([first.picks()[:n], *torch.tensor(rest.picks()[: n * (q - 1)]).reshape(n, q - 1).T.tolist()])
+    add("codes", own.unsqueeze(0), codes, exact=True)
+    if reply_forcing.near_ties or first.near_ties or rest.near_ties:  # our own free run may have gone elsewhere
+        ours_audio = tts.code2wav.chunked_decode(codes).reshape(-1)
+    else:
+        ours_audio = torch.from_numpy(
+            tts.synthesize(PROMPT, voice="ethan", mode="chat", temperature=0, max_frames=FRAMES,
+                           max_reply_tokens=12).samples
+        )  # fmt: skip
+    add("audio", ours_audio, audio)
 
     from ggtts.models.qwen3omni_code2wav.parity import stage_outputs
 

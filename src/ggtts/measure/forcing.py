@@ -1,0 +1,47 @@
+"""Teacher forcing for the parity of greedy generations: ours follows the reference's picks, and says where it
+would have picked otherwise.
+
+Two correct implementations of one model agree on the logits to float noise, not bit for bit; where the reference's
+top two are closer than that, either may win, and one flipped pick changes every later step. So a parity check does
+not compare two free-running greedy generations: ours is fed the reference's pick at every decision, its own argmax
+is recorded, and the comparison is made on those. A decision where ours would have picked another token is a failure
+unless ours prefers its own by at most ``tie`` (a near-tie: its pick is then counted as the reference's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+class Forcing:
+    """The decisions of one generation, in the order the loop makes them."""
+
+    def __init__(self, reference: Sequence[int | None], tie: float) -> None:
+        """``reference``: its pick at each decision, in order (None: nothing to follow there)."""
+        self.reference, self.tie = [None if t is None else int(t) for t in reference], tie
+        self.own: list[int | None] = list(self.reference)  # ours' picks, near-ties counted as the reference's
+        self.near_ties: list[int] = []  # the decisions forgiven
+        self.made = 0
+
+    def pick(self, scores: torch.Tensor) -> int:
+        """Our scores ``(V,)`` for the next decision -> the reference's pick (our own where it has none)."""
+        i, self.made = self.made, self.made + 1
+        mine = int(scores.argmax())
+        theirs = self.reference[i] if i < len(self.reference) else None
+        if i == len(self.own):
+            self.own.append(mine)
+        if theirs is None:
+            self.own[i] = mine
+            return mine
+        if mine != theirs:
+            if float(scores[mine] - scores[theirs]) > self.tie:
+                self.own[i] = mine
+            else:
+                self.near_ties.append(i)
+        return theirs
+
+    def picks(self) -> list[int | None]:
+        """Ours' picks of the decisions made so far."""
+        return self.own[: self.made]
