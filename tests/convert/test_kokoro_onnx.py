@@ -188,7 +188,11 @@ def test_int8_export_dequantizes_to_the_float_weights(tmp_path: Path, per_channe
     weights = make_weights()
     fp32 = write_tiny_onnx(tmp_path / "tiny.onnx", weights)
     int8 = tmp_path / "tiny.int8.onnx"
-    quantize_dynamic(str(fp32), str(int8), per_channel=per_channel, op_types_to_quantize=["MatMul", "LSTM", "Conv"])
+    # reduce_range (7-bit weights): on a CPU without VNNI (AVX2 only) onnxruntime's u8s8 products saturate with
+    # 8-bit weights, and its own int8 outputs land 13 % (MatMul) to 98 % (LSTM) from its float model (measured, AMD
+    # EPYC with AVX2, per-channel); our dequantization is the same code either way.
+    ops = ["MatMul", "LSTM", "Conv"]
+    quantize_dynamic(str(fp32), str(int8), per_channel=per_channel, reduce_range=True, op_types_to_quantize=ops)
     reference = state_dict_from_onnx(fp32)
     state = state_dict_from_onnx(int8)
     assert state.keys() == reference.keys()
