@@ -28,16 +28,21 @@ def resolve_model_path(path_or_name: str | os.PathLike[str] | None) -> Path:
     return path
 
 
-def load(path_or_name: str | os.PathLike[str] | None = None, device: str = "cpu", **options: Any) -> TTSModel:
+def load(path_or_name: str | os.PathLike[str] | None = None, device: str = "auto", **options: Any) -> TTSModel:
     """Load a model from a GGUF file, or the built-in default (``"kokoro"``, or no argument).
 
-    ``options`` go to the family's loader (for example ``vocoder=`` for OuteTTS). The file's family is found
-    from its metadata before any weight is read.
+    ``device``: ``"auto"`` (CUDA where this torch has it, else the CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
+    ``options`` are the family's load options (its record's ``load_options``: ``precision=`` for Kokoro, say) and
+    companion files (``vocoder=`` for OuteTTS); an unknown one, or a bad value, is an InputError before any
+    weight is read. The file's family is found from its metadata.
     """
     from ggtts.families import family_for
+    from ggtts.runtime.device import resolve_device
     from ggtts.runtime.memory import tune_allocator
 
     gguf = GGUFFile(resolve_model_path(path_or_name))
     family = family_for(gguf)
+    family.check_load_options({"device": device, **options})
+    device = resolve_device(device)
     tune_allocator()
     return family.model_class().from_gguf(gguf, device=device, **options)

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from ggtts.errors import GGTTSError
-from ggtts.runtime.precision import PRECISIONS, precision_option
 
 PROG = "ggtts"
 MAX_LIST_ITEMS = 8  # metadata arrays longer than this are summarised by `info`
@@ -111,16 +110,22 @@ def _read_text(args: argparse.Namespace) -> str:
 
 
 def family_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The family options given on the command line (flags left out are not passed: the model's defaults hold),
-    their values checked by every family that declares them, so a bad one fails before the model loads."""
-    from ggtts.families import families
-    from ggtts.families.base import check_option_values
+    """The per-call family options given on the command line (:func:`ggtts.flags.given`)."""
+    from ggtts.flags import PER_CALL, given
 
-    options = {name: getattr(args, name, None) for name in _family_flags()}
-    options = {name: value for name, value in options.items() if value is not None}
-    for family in families():
-        check_option_values(family.options, options)
-    return options
+    return given(args, PER_CALL)
+
+
+def load_options(args: argparse.Namespace, model: str | None, options: dict[str, Any]) -> dict[str, Any]:
+    """The load options given (``--precision``, ``--compile`` ...), the companion files named among ``options``,
+    and the device, resolved (``auto``: CUDA where torch has it), with a note where there is something to say."""
+    from ggtts.flags import LOAD, given
+    from ggtts.runtime.device import choose_device
+
+    chosen = given(args, LOAD)
+    chosen.update(_companion_options(model, options))
+    device = choose_device(getattr(args, "device", None), lambda note: print(f"{PROG}: {note}", file=sys.stderr))
+    return {**chosen, "device": device}
 
 
 def _companion_options(model: str | None, options: dict[str, Any]) -> dict[str, Any]:
@@ -134,35 +139,6 @@ def _companion_options(model: str | None, options: dict[str, Any]) -> dict[str, 
         return {}
     family = family_for(GGUFFile(resolve_model_path(model)))
     return {c.option: options[c.option] for c in family.companions if options.get(c.option) is not None}
-
-
-def _family_flags() -> dict[str, tuple[str, Any, str]]:
-    """Option name -> (flag, default, help) for every family option that has a flag, help naming the families."""
-    import dataclasses
-
-    from ggtts.families import families
-
-    flags: dict[str, tuple[str, Any, str]] = {}
-    owners: dict[str, list[str]] = {}
-    for family in families():
-        for f in dataclasses.fields(family.options):
-            if f.metadata.get("flag"):
-                flags.setdefault(f.name, (f.metadata["flag"], f.default, f.metadata["help"]))  # the first one's
-                owners.setdefault(f.name, []).append(family.name)
-    return {
-        name: (flag, default, f"{help} ({', '.join(owners[name])})") for name, (flag, default, help) in flags.items()
-    }
-
-
-def _add_family_flags(parser: argparse.ArgumentParser, skip: Sequence[str] = ()) -> None:
-    for name, (flag, default, text) in _family_flags().items():
-        if name in skip:
-            continue
-        if isinstance(default, bool):
-            parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=text)
-        else:
-            kind = type(default) if default is not None else str
-            parser.add_argument(flag, dest=name, type=kind, default=None, help=text)
 
 
 def cmd_speak(args: argparse.Namespace) -> int:
@@ -179,9 +155,7 @@ def cmd_speak(args: argparse.Namespace) -> int:
         check_writable(args.timestamps)
     text = _read_text(args)
     options = family_options(args)
-    load_options = _companion_options(args.model, options)
-    load_options.update(precision_option(args.precision))
-    model = ggtts.load(args.model, **load_options)
+    model = ggtts.load(args.model, **load_options(args, args.model, options))
     if args.timestamps is not None and not (model.family and model.family.capabilities.timestamps):
         raise GGTTSError(f"{model.family_name} gives no word timestamps; leave out --timestamps")
     if args.output == "-":
@@ -191,7 +165,7 @@ def cmd_speak(args: argparse.Namespace) -> int:
         first = next(chunks, None)  # bad input fails here, before a single byte reaches standard output
         out = sys.stdout.buffer
         out.write(wav_header(model.sample_rate, None))
-        words = []
+        words: list[Any] = []
         for chunk in itertools.chain([] if first is None else [first], chunks):
             out.write(chunk.pcm16())
             out.flush()
@@ -237,7 +211,10 @@ def cmd_decode(args: argparse.Namespace) -> int:
     if arch not in decoders:
         known = ", ".join(sorted(decoders)) or "none"
         raise GGTTSError(f"{args.vocoder}: no family here decodes codes with a '{arch}' file (decoders: {known})")
-    audio = import_target(decoders[arch])(args.vocoder, args.codes, args.output, device=args.device)
+    from ggtts.runtime.device import resolve_device
+
+    device = resolve_device(args.device)
+    audio = import_target(decoders[arch])(args.vocoder, args.codes, args.output, device=device)
     print(f"{PROG}: wrote {args.output} ({audio.duration:.2f} s at {audio.sample_rate} Hz)", file=sys.stderr)
     return 0
 
@@ -273,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ggtts import __version__
     from ggtts.api import DEFAULT_MODEL
     from ggtts.convert.dispatch import converter_names
+    from ggtts.flags import LOAD, PER_CALL, add_flags
     from ggtts.gguf.write import OutType
 
     p = argparse.ArgumentParser(prog=PROG, description="Local text-to-speech with GGUF models.")
@@ -290,14 +268,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--timestamps", default=None, metavar="FILE", help="also write word timestamps (.json, .srt or .vtt captions)"
     )
-    s.add_argument(
-        "--precision",
-        choices=PRECISIONS,
-        default=None,
-        help="bfloat16: the vocoder's convolutions in bfloat16 where the CPU has it (Kokoro, Qwen3-Omni); "
-        "default float32",
-    )
-    _add_family_flags(s)
+    add_flags(s, PER_CALL)
+    add_flags(s, LOAD)
     s.set_defaults(func=cmd_speak)
 
     c = sub.add_parser("convert", help="convert an upstream checkpoint to GGUF")
@@ -334,6 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("-v", "--voice", default=None)
     e.add_argument("--whisper", default="base", choices=["base", "tiny.en"])
     e.add_argument("--json", action="store_true")
+    add_flags(e, LOAD)
     e.set_defaults(func=_delegate("ggtts.measure.eval", "run"))
 
     d = sub.add_parser("decode", help="turn audio codes into audio with a codec GGUF")
@@ -350,7 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the codec GGUF that decodes the codes (wavtokenizer-dec, or a Qwen3-Omni talker holding code2wav)",
     )
     d.add_argument("-o", "--output", default="out.wav", help="audio file to write (.wav, .flac ...)")
-    d.add_argument("--device", default="cpu", help="torch device (default: cpu)")
+    d.add_argument("--device", default="auto", help="torch device: auto (CUDA where torch has it, else cpu), cpu, cuda")
     d.set_defaults(func=cmd_decode)
 
     from ggtts.batch.cli import add_arguments as add_batch_arguments
@@ -360,7 +333,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("-v", "--voice", default=None, help="voice for items that name none")
     t.add_argument("-s", "--speed", type=_speed, default=1.0, help="speed for items that give none (default 1.0)")
     add_batch_arguments(t)
-    _add_family_flags(t, skip=("progress",))
+    add_flags(t, PER_CALL, skip=("progress",))
+    add_flags(t, LOAD)
     t.set_defaults(func=_delegate("ggtts.batch.cli", "run"))
 
     r = sub.add_parser("parity", help="compare a model family with its upstream reference")

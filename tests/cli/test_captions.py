@@ -71,7 +71,7 @@ def test_speak_refuses_timestamps_from_a_model_without_them(
         family_name = "tone"
         family = type("Family", (), {"capabilities": Capabilities(timestamps=False)})()
 
-    monkeypatch.setattr(ggtts, "load", lambda model: NoTimings())
+    monkeypatch.setattr(ggtts, "load", lambda model, **load_options: NoTimings())
     out = tmp_path / "a.wav"
     assert main(["speak", "hi", "-o", str(out), "--timestamps", str(tmp_path / "t.srt")]) != 0
     assert "tone gives no word timestamps; leave out --timestamps" in capsys.readouterr().err

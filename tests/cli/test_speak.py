@@ -93,6 +93,7 @@ def test_nothing_to_say_leaves_an_existing_file(tmp_path: Path, capsys: pytest.C
 def test_precision_reaches_the_loader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import ggtts
     from ggtts.errors import GGTTSError
+    from ggtts.runtime.device import resolve_device
 
     asked: list[dict[str, object]] = []
 
@@ -104,6 +105,8 @@ def test_precision_reaches_the_loader(tmp_path: Path, monkeypatch: pytest.Monkey
     assert main(["speak", "Hi.", "-o", str(tmp_path / "a.wav"), "--precision", "bfloat16"]) == 1
     assert main(["speak", "Hi.", "-o", str(tmp_path / "a.wav")]) == 1
     assert main(["speak", "Hi.", "-o", str(tmp_path / "a.wav"), "--precision", "float32"]) == 1
-    assert asked == [{"precision": "bfloat16"}, {}, {}]  # float32 or nothing: the model's own, asked of no loader
+    device = resolve_device("auto")  # said once, then passed: cpu here
+    # float32 or nothing: the model's own, asked of no loader
+    assert asked == [{"precision": "bfloat16", "device": device}, {"device": device}, {"device": device}]
     with pytest.raises(SystemExit):
         main(["speak", "Hi.", "--precision", "float16"])

@@ -1,5 +1,6 @@
-"""A family defined here alone (a sine "model" with one voice and one option) gets the whole of ggtts: ``ggtts speak``
-and its flag, ``ggtts info``, the server's ``/v1/models``, ``/v1/voices`` and ``/v1/audio/speech``, and the option
+"""A family defined here alone (a sine "model" with one voice, one option and one load option) gets the whole of
+ggtts: ``ggtts speak`` and its flags, the load option on ``serve``/``batch``/``eval`` and in ``ggtts.load``,
+``ggtts info``, the server's ``/v1/models``, ``/v1/voices`` and ``/v1/audio/speech``, and the option
 and voice errors, without any file outside this test knowing about it."""
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import ggtts
 from ggtts.audio import Audio
 from ggtts.cli import main
 from ggtts.families import register_family, unregister_family
-from ggtts.families.base import Capabilities, Family, TTSModel, check_text, option
+from ggtts.families.base import Capabilities, Family, LoadOptions, TTSModel, check_text, option
 from ggtts.gguf import GGUFFile, ModelWriter
 
 ARCH = "toy-sine"
@@ -33,15 +34,27 @@ class SineOptions:
     pitch: float = option(220.0, "the sine's frequency in Hz (default 220)", flag="--pitch")
 
 
-class SineModel(TTSModel):
-    """One sine burst per word, at ``pitch`` Hz, scaled by the file's one weight."""
+def _positive(value: float) -> float:
+    if not value > 0:
+        raise ggtts.InputError(f"loudness must be positive, got {value}")
+    return value
 
-    def __init__(self, gain: float, voices: list[str]) -> None:
-        self.gain, self._voices, self.sample_rate = gain, voices, SAMPLE_RATE
+
+@dataclass(frozen=True)
+class SineLoadOptions(LoadOptions):
+    loudness: float = option(1.0, "scales the file's gain (default 1)", flag="--loudness", check=_positive)
+
+
+class SineModel(TTSModel):
+    """One sine burst per word, at ``pitch`` Hz, scaled by the file's one weight (times ``loudness``)."""
+
+    def __init__(self, gain: float, voices: list[str], device: str) -> None:
+        self.gain, self._voices, self.sample_rate, self.device = gain, voices, SAMPLE_RATE, device
 
     @classmethod
     def from_gguf(cls, gguf: GGUFFile, device: str = "cpu", **options: Any) -> SineModel:
-        return cls(float(gguf.tensor("gain")[0]), [str(v) for v in gguf.get(VOICES_KEY)])
+        loudness = SineLoadOptions(**options).loudness
+        return cls(loudness * float(gguf.tensor("gain")[0]), [str(v) for v in gguf.get(VOICES_KEY)], device)
 
     @property
     def voices(self) -> list[str]:
@@ -80,6 +93,7 @@ FAMILY = Family(
     architectures=(ARCH,),
     pipeline=SineModel,
     options=SineOptions,
+    load_options=SineLoadOptions,
     capabilities=Capabilities(max_input_chars=200),
     voices=_voices,
     converters={"toy": f"{__name__}:convert_toy"},
@@ -113,6 +127,57 @@ def test_speak_with_its_flag(toy: Path, tmp_path: Path, capsys: pytest.CaptureFi
     with pytest.raises(SystemExit):
         main(["speak", "--help"])
     assert "--pitch PITCH" in capsys.readouterr().out
+
+
+def test_its_load_option_on_every_command_line_and_in_the_api(
+    toy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "loud.wav"
+    assert main(["speak", "-m", str(toy), "one", "--loudness", "0.5", "--device", "cpu", "-o", str(out)]) == 0
+    samples, _ = sf.read(out, dtype="float32")
+    assert np.abs(samples).max() == pytest.approx(0.25, abs=1e-3)
+    assert capsys.readouterr().err.startswith("ggtts: wrote ")  # the CPU of a machine without a GPU: nothing to say
+    model = ggtts.load(toy, loudness=2.0, device="cpu")
+    assert model.gain == pytest.approx(1.0) and model.device == "cpu"
+    for command in ("speak", "serve", "batch", "eval"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        text = capsys.readouterr().out
+        assert "--loudness LOUDNESS" in text and "scales the file's gain" in text, command
+        assert "--device DEVICE" in text, command
+    # refused before any weight is read, in one line: its check, an option it lacks, a device there is not
+    with pytest.raises(ggtts.InputError, match="loudness must be positive, got -1"):
+        ggtts.load(toy, loudness=-1.0)
+    with pytest.raises(ggtts.InputError, match="toy has no load option 'precision'; it takes device, loudness"):
+        ggtts.load(toy, precision="bfloat16")
+    assert main(["speak", "-m", str(toy), "one", "--precision", "bfloat16", "-o", str(out)]) == 1
+    assert "toy has no load option 'precision'; it takes device, loudness" in capsys.readouterr().err
+    assert main(["speak", "-m", str(toy), "one", "--precision", "float32", "-o", str(out)]) == 0  # asks nothing
+    assert main(["speak", "-m", str(toy), "one", "--device", "tpu", "-o", str(out)]) == 1
+    assert "unknown device 'tpu'; use one of auto, cpu, cuda, cuda:N" in capsys.readouterr().err
+
+
+def test_auto_and_a_cuda_device_where_there_is_none(
+    toy: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    out = tmp_path / "x.wav"
+    assert main(["speak", "-m", str(toy), "one", "--device", "cuda", "-o", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "device cuda asked for, but there is no CUDA GPU here" in err
+    assert "use --device cpu" in err and not out.exists()
+    assert main(["speak", "-m", str(toy), "one", "-o", str(out)]) == 0  # auto, the default: the CPU
+    monkeypatch.setattr("ggtts.runtime.device.NVIDIA_DRIVER", tmp_path)  # "an NVIDIA driver is loaded"
+    assert main(["speak", "-m", str(toy), "one", "-o", str(out)]) == 0
+    assert "ggtts: running on the CPU: an NVIDIA GPU is here, but torch" in capsys.readouterr().err
+    assert ggtts.load(toy).device == "cpu"  # type: ignore[attr-defined]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert ggtts.load(toy).device == "cuda"  # type: ignore[attr-defined]
+    with pytest.raises(
+        ggtts.InputError, match=r"device cuda:1 asked for, but this machine has 1 CUDA GPU \(cuda:0 to cuda:0\)"
+    ):
+        ggtts.load(toy, device="cuda:1")
 
 
 def test_info_names_the_family_and_its_voices(toy: Path, capsys: pytest.CaptureFixture[str]) -> None:

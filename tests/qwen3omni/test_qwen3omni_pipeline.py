@@ -427,7 +427,7 @@ def test_files_that_do_not_match_are_refused_at_load(
     from ggtts.errors import GGTTSError, GGUFError
 
     thinker = tiny.work / "thinker.gguf"
-    with pytest.raises(GGTTSError, match="unknown option 'codec' for Qwen3-Omni; known: talker, precision"):
+    with pytest.raises(GGTTSError, match="qwen3omni has no load option 'codec'; it takes device, precision, talker"):
         load(thinker, codec="x.gguf")
     ckpt = HFCheckpoint([tiny.work / "checkpoint"], "tiny")
     talker_cfg = {**ckpt.config["talker_config"], "thinker_hidden_size": 64}  # a talker for a 64-wide thinker

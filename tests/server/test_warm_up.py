@@ -8,6 +8,7 @@ import pytest
 
 from ggtts import api
 from ggtts.errors import GGTTSError
+from ggtts.runtime.device import resolve_device
 from ggtts.server import load_models
 
 
@@ -49,8 +50,12 @@ def test_precision_and_compile_reach_every_models_loader(monkeypatch: pytest.Mon
     add_arguments(parser)
     args = parser.parse_args(["-m", "a=a.gguf", "-m", "b=b.gguf", "--precision", "bfloat16", "--compile"])
     models = load_models(args.model, load_options(args))
-    assert asked == [(s, {"precision": "bfloat16", "compile": True}) for s in ("a.gguf", "b.gguf")]
+    device = resolve_device("auto")  # cpu here
+    asked_of_each = {"precision": "bfloat16", "compile": True, "device": device}
+    assert asked == [(s, asked_of_each) for s in ("a.gguf", "b.gguf")]
     assert all(m.warmed for m in models.values())  # warm-up is where a compiled model compiles
-    assert load_options(parser.parse_args([])) == load_options(parser.parse_args(["--precision", "float32"])) == {}
+    nothing = {"device": device}
+    assert load_options(parser.parse_args([])) == load_options(parser.parse_args(["--precision", "float32"])) == nothing
+    assert load_options(parser.parse_args(["--device", "cpu"])) == {"device": "cpu"}
     with pytest.raises(SystemExit):
         parser.parse_args(["--precision", "float16"])

@@ -36,7 +36,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--join", default=None, metavar="OUT", help="also write all items as one file, with chapters")
     p.add_argument("--pause", type=float, default=0.5, help="seconds of silence between joined items (default 0.5)")
-    p.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -48,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from ggtts.batch.manifest import MANIFEST_NAME
     from ggtts.batch.work import JobSettings
     from ggtts.cli import PROG, family_options
+    from ggtts.flags import LOAD, given
     from ggtts.fsutil import check_writable
 
     out_dir = Path(args.out)  # everything here is checked before any work
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         options=options,
         format=args.format,
         float_wav=args.float,
-        device=args.device,
+        load_options=given(args, LOAD),
     )
     check_job(settings)
     stop = threading.Event()

@@ -37,7 +37,7 @@ class JobSettings:
     options: dict[str, Any] = field(default_factory=dict)  # family options (lang, seed, ...)
     format: str = "wav"
     float_wav: bool = False
-    device: str = "cpu"
+    load_options: dict[str, Any] = field(default_factory=dict)  # device, precision, ... (ggtts.load's options)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "out_dir", Path(self.out_dir))  # a str is welcome too
@@ -52,6 +52,8 @@ class JobSettings:
             "options": self.options,
             "format": self.format,
             "float": self.float_wav,
+            # what changes the audio beyond float noise (not the device), only where given: older jobs' keys hold
+            **({"load": load} if (load := {k: v for k, v in self.load_options.items() if k != "device"}) else {}),
         }
 
     def key(self, item: Item) -> str:
@@ -102,7 +104,7 @@ class ItemWorker:
             import ggtts
 
             try:
-                self._models[name] = ggtts.load(name, device=self.settings.device)
+                self._models[name] = ggtts.load(name, **self.settings.load_options)
             except GGTTSError as e:
                 self._models[name] = e
         model = self._models[name]

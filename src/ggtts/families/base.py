@@ -252,10 +252,37 @@ class Companion:
     help: str
 
 
-def option(default: Any, help: str, *, flag: str | None = None, check: Callable[[Any], Any] | None = None) -> Any:
-    """A field of a family's options dataclass; ``flag`` puts it on ``ggtts speak``'s command line; ``check``
-    raises an InputError for a bad value (:meth:`Family.check_options` and the CLI run it before any work)."""
-    return field(default=default, metadata={"help": help, "flag": flag, "check": check})
+def option(
+    default: Any,
+    help: str,
+    *,
+    flag: str | None = None,
+    check: Callable[[Any], Any] | None = None,
+    choices: Sequence[str] | None = None,
+) -> Any:
+    """A field of a family's options dataclass (per call, or load options); ``flag`` puts it on the command lines
+    (``ggtts speak``, and for load options ``serve``, ``batch``, ``eval``); ``check`` raises an InputError for a bad
+    value (:meth:`Family.check_options` and the command lines run it before any work); ``choices`` lists the
+    values a flag takes."""
+    return field(default=default, metadata={"help": help, "flag": flag, "check": check, "choices": choices})
+
+
+def _check_device(value: object) -> str:
+    from ggtts.runtime.device import check_device_name
+
+    return check_device_name(value)
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """What every family's loader takes; a family with more subclasses it (fields made with :func:`option`)."""
+
+    device: str = option(
+        "auto",
+        "torch device: auto (CUDA where this torch has it, else the CPU; the default), cpu, cuda, cuda:N",
+        flag="--device",
+        check=_check_device,
+    )
 
 
 def check_option_values(options_type: type, options: Mapping[str, Any]) -> None:
@@ -306,6 +333,7 @@ class Family:
     architectures: tuple[str, ...]  # GGUF architectures of the files ``ggtts.load`` opens for it
     pipeline: str | type[TTSModel]  # the TTSModel subclass, or "module:Class" to import it on first use
     options: type  # a dataclass of per-call options (fields made with :func:`option`)
+    load_options: type = LoadOptions  # a dataclass of the loader's options: LoadOptions or a subclass
     capabilities: Capabilities = Capabilities()
     # None when the file is one of this family's; else one sentence saying why not. Reads metadata only.
     recognize: Callable[[GGUFFile], str | None] = _accept
@@ -351,6 +379,19 @@ class Family:
 
     def option_names(self) -> list[str]:
         return [f.name for f in dataclasses.fields(self.options)]
+
+    def load_option_names(self) -> list[str]:
+        """The loader's options: its dataclass's fields and the companion files it takes."""
+        return [f.name for f in dataclasses.fields(self.load_options)] + [c.option for c in self.companions]
+
+    def check_load_options(self, options: Mapping[str, Any]) -> None:
+        """An InputError naming the first load option the family does not take, or the first bad value of one it
+        takes; before anything is loaded."""
+        known = self.load_option_names()
+        for key in options:
+            if key not in known:
+                raise InputError(f"{self.name} has no load option '{key}'; it takes {', '.join(known)}")
+        check_option_values(self.load_options, options)
 
     def check_options(self, options: Mapping[str, Any], allowed: Sequence[str] | None = None) -> None:
         """An InputError naming the first option in ``options`` the family does not take (``None`` values are

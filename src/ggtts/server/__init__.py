@@ -9,13 +9,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ggtts.api import DEFAULT_MODEL
 from ggtts.errors import GGTTSError
-from ggtts.runtime.precision import PRECISIONS, precision_option
+from ggtts.flags import LOAD, PER_CALL, add_flags, family_flags, given
 from ggtts.server.settings import (
     API_KEY_ENV,
     DEFAULT_HOST,
@@ -180,34 +181,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="host names the server answers to besides the loopback names and --host, comma-separated "
         "('*': any); default: only those, or any when --host is 0.0.0.0",
     )
-    parser.add_argument(
-        "--precision",
-        choices=PRECISIONS,
-        default=None,
-        help="bfloat16: the vocoder's convolutions in bfloat16 where the CPU has it natively (faster, no longer "
-        "float32 arithmetic; Kokoro and Qwen3-Omni models only: another family's refuses it); default float32",
-    )
-    parser.add_argument(
-        "--compile",
-        action="store_true",
-        help="compile Kokoro's vocoder with torch.compile at start (20-40 s once; about 1.3x faster after); "
-        "Kokoro models only: another family's model refuses it",
-    )
+    add_flags(parser, LOAD)
+    fast = family_flags(PER_CALL).get("fast_start")
     parser.add_argument(
         "--fast-start",
         action="store_true",
-        help="streamed requests to models with the fast_start option (Kokoro) get a long first sentence's first "
-        "half second or so before the rest of it is rendered (first audio about 3x sooner; those first frames are "
-        "an approximation, rendered on their own); whole-file requests are not affected",
+        help=f"streamed requests to models with the fast_start option ({', '.join(fast.owners if fast else ())}) "
+        "get a long first sentence's first half second or so before the rest of it is rendered (first audio about "
+        "3x sooner; those first frames are an approximation, rendered on their own); whole files are not affected",
     )
 
 
 def load_options(args: argparse.Namespace) -> dict[str, Any]:
-    """``--precision`` and ``--compile`` as load options, each only where given."""
-    options: dict[str, Any] = dict(precision_option(args.precision))
-    if args.compile:
-        options["compile"] = True
-    return options
+    """The load options given (from the family records: ``--device``, ``--precision``, ...), for every model; the
+    device resolved (``auto``: CUDA where torch has it), with a note where there is something to say."""
+    from ggtts.runtime.device import choose_device
+
+    device = choose_device(getattr(args, "device", None), lambda note: print(f"ggtts: {note}", file=sys.stderr))
+    return {**given(args, LOAD), "device": device}
 
 
 def serve_from_args(args: argparse.Namespace) -> None:

@@ -27,8 +27,8 @@ def _number(name: str, low: float, whole: bool = False) -> Any:
     """A check: a finite number (a whole one if ``whole``) of at least ``low``."""
 
     def check(value: object) -> None:
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= low
-        if not ok or (whole and not float(value).is_integer()):
+        number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if not isinstance(value, int | float) or not number or value < low or (whole and not float(value).is_integer()):
             kind = "a whole number" if whole else "a finite number"
             raise InputError(f"{name} must be {kind} of at least {low:g}, got {value!r}")
 

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ggtts.errors import InputError
-from ggtts.families.base import Capabilities, Companion, Family, check_seed, find_beside, option
+from ggtts.families.base import Capabilities, Companion, Family, LoadOptions, check_seed, find_beside, option
 from ggtts.gguf.keys import Qwen3OmniTalker as TalkerKeys
 from ggtts.gguf.keys import Qwen3OmniThinker as ThinkerKeys
+from ggtts.runtime.precision import PRECISIONS, check_name
 
 MAX_CHARS = 5000
 TALKER_ARCH = TalkerKeys.ARCH
@@ -26,8 +27,11 @@ MODES = ("say", "chat")
 
 def _number(name: str, low: float, high: float = math.inf, whole: bool = False) -> Any:
     def check(value: object) -> None:
-        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-        if not ok or not low <= float(value) <= high or (whole and not float(value).is_integer()):
+        if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+            ok = False
+        else:
+            ok = low <= float(value) <= high and not (whole and not float(value).is_integer())
+        if not ok:
             kind = "a whole number" if whole else "a number"
             raise InputError(f"{name} must be {kind} from {low:g} to {high:g}, got {value!r}")
 
@@ -107,12 +111,25 @@ def voices(gguf: object) -> list[str]:
     return voices(GGUFFile(talker)) if talker is not None else []
 
 
+@dataclass(frozen=True)
+class Qwen3OmniLoadOptions(LoadOptions):
+    precision: str = option(
+        "float32",
+        "bfloat16: code2wav's decoder convolutions in bfloat16, where the device has it natively (refused "
+        "elsewhere); default float32",
+        flag="--precision",
+        check=check_name,
+        choices=PRECISIONS,
+    )
+
+
 FAMILY = Family(
     name="qwen3omni",
     description="Qwen3-Omni: a MoE thinker's text, spoken by its talker and code predictor through code2wav (24 kHz)",
     architectures=(ThinkerKeys.ARCH,),
     pipeline="ggtts.families.qwen3omni.pipeline:Qwen3OmniPipeline",
     options=Qwen3OmniOptions,
+    load_options=Qwen3OmniLoadOptions,
     capabilities=Capabilities(speed=(1.0, 1.0), max_input_chars=MAX_CHARS),
     voices=voices,  # type: ignore[arg-type]
     companions=(

@@ -1,0 +1,83 @@
+"""Command-line flags built from the family records, so no command line names a family: per-call options
+(``ggtts speak``, ``batch``) and load options (``speak``, ``serve``, ``batch``, ``eval``); the help of each flag
+names the families that take it, its default is the dataclass field's.
+
+A flag left out is not passed (the model's own default holds); a load option given at its default is not passed
+either, so ``--precision float32`` asks nothing of a family without the option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Kind = Literal["options", "load_options"]
+PER_CALL: Kind = "options"
+LOAD: Kind = "load_options"
+
+
+@dataclass(frozen=True)
+class Flag:
+    name: str  # the option's name (the argparse dest)
+    flag: str  # --name
+    default: Any
+    help: str
+    choices: Sequence[str] | None
+    owners: tuple[str, ...]  # the families that take it
+
+
+def family_flags(kind: Kind) -> dict[str, Flag]:
+    """Option name -> its flag, for every field of the families' ``kind`` dataclasses that has one; the first
+    family's declaration gives the default and help, and the help names every family that takes it (all of them:
+    'every family')."""
+    from ggtts.families import families
+
+    first: dict[str, dataclasses.Field[Any]] = {}
+    owners: dict[str, list[str]] = {}
+    for family in families():
+        for f in dataclasses.fields(getattr(family, kind)):
+            if f.metadata.get("flag"):
+                first.setdefault(f.name, f)
+                owners.setdefault(f.name, []).append(family.name)
+    everyone = len(families())
+    out = {}
+    for name, f in first.items():
+        who = owners[name]
+        where = "every family" if len(who) == everyone and kind == LOAD else ", ".join(who)
+        out[name] = Flag(name, f.metadata["flag"], f.default, f"{f.metadata['help']} ({where})",
+                         f.metadata.get("choices"), tuple(who))  # fmt: skip
+    return out
+
+
+def add_flags(parser: argparse.ArgumentParser, kind: Kind, skip: Sequence[str] = ()) -> None:
+    for flag in family_flags(kind).values():
+        if flag.name in skip:
+            continue
+        if isinstance(flag.default, bool):
+            parser.add_argument(
+                flag.flag, dest=flag.name, action=argparse.BooleanOptionalAction, default=None, help=flag.help
+            )
+        else:
+            kind_of = type(flag.default) if flag.default is not None else str
+            parser.add_argument(
+                flag.flag, dest=flag.name, type=kind_of, default=None, choices=flag.choices, help=flag.help
+            )
+
+
+def given(args: argparse.Namespace, kind: Kind) -> dict[str, Any]:
+    """The ``kind`` options given on the command line, each checked by every family that declares it (so a bad
+    value fails before any model loads); load options at their default are left out."""
+    from ggtts.families import families
+    from ggtts.families.base import check_option_values
+
+    flags = family_flags(kind)
+    options = {name: getattr(args, name, None) for name in flags}
+    options = {name: value for name, value in options.items() if value is not None}
+    if kind == LOAD:
+        options = {name: value for name, value in options.items() if value != flags[name].default}
+    for family in families():
+        check_option_values(getattr(family, kind), options)
+    return options

@@ -1,0 +1,69 @@
+"""Which torch device a model runs on: ``auto`` (CUDA where this torch has it, else the CPU), ``cpu``, ``cuda`` or
+``cuda:N``. The name is checked without importing torch (a command line checks it before any work); resolving it
+asks torch."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+from ggtts.errors import InputError
+
+AUTO = "auto"
+DEVICE_NAMES = "auto, cpu, cuda, cuda:N"
+_DEVICE = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
+
+
+def check_device_name(value: object) -> str:
+    """``value`` if it names a device ggtts runs on; else an InputError naming the ones there are."""
+    if not isinstance(value, str) or not _DEVICE.match(value):
+        raise InputError(f"unknown device {value!r}; use one of {DEVICE_NAMES}")
+    return value
+
+
+def resolve_device(value: str) -> str:
+    """The device to load on: ``auto`` becomes ``cuda`` where torch has CUDA, else ``cpu``; a CUDA device asked for
+    where there is none (or not that many) is one InputError saying so."""
+    import torch
+
+    name = check_device_name(value)
+    has_cuda = torch.cuda.is_available()
+    if name == AUTO:
+        return "cuda" if has_cuda else "cpu"
+    if name.startswith("cuda"):
+        if not has_cuda:
+            build = f"torch {torch.__version__}" + ("" if torch.version.cuda else ", a build without CUDA")
+            raise InputError(f"device {name} asked for, but there is no CUDA GPU here ({build}); use --device cpu")
+        index, count = int(name.partition(":")[2] or 0), torch.cuda.device_count()
+        if index >= count:
+            gpus = f"{count} CUDA GPU{'' if count == 1 else 's'}"
+            raise InputError(f"device {name} asked for, but this machine has {gpus} (cuda:0 to cuda:{count - 1})")
+    return name
+
+
+NVIDIA_DRIVER = Path("/proc/driver/nvidia/version")  # there when an NVIDIA driver is loaded (Linux)
+
+
+def device_note(asked: str, device: str) -> str | None:
+    """What a command line says once about the device, where there is something to say: the GPU it runs on, or
+    that an NVIDIA GPU is here but this torch cannot use it. Nothing for the CPU on a machine without a GPU."""
+    import torch
+
+    if device.startswith("cuda"):
+        index = int(device.partition(":")[2] or 0)
+        return f"running on cuda:{index} ({torch.cuda.get_device_name(index)})"
+    if asked == AUTO and NVIDIA_DRIVER.exists():
+        why = "a build without CUDA" if not torch.version.cuda else "CUDA unavailable to it"
+        return f"running on the CPU: an NVIDIA GPU is here, but torch {torch.__version__} is {why}"
+    return None
+
+
+def choose_device(asked: str | None, say: Callable[[str], None]) -> str:
+    """The device a command line loads on (``asked``; None: auto), with :func:`device_note` said once."""
+    asked = asked or AUTO
+    device = resolve_device(asked)
+    note = device_note(asked, device)
+    if note is not None:
+        say(note)
+    return device
