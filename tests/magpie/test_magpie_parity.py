@@ -101,6 +101,29 @@ def _draw_at_quantile(probs: torch.Tensor, num_samples: int, **_: object) -> tor
     return index.clamp(max=probs.shape[-1] - 1).expand(*probs.shape[:-1], num_samples)
 
 
+QUANTILE_TIE = 1e-5  # a draw within this much probability of NeMo's interval counts as NeMo's (float32: ~1e-7)
+
+
+def _quantile_forced(model: Any, params: Any, codes: torch.Tensor) -> Any:
+    """Our generator drawing at the quantile, each draw following NeMo's (ggtts.measure.forcing)."""
+    from ggtts.families.magpie.parity import _Forced
+
+    class QuantileForced(_Forced):
+        def _draw(self, logits: torch.Tensor) -> torch.Tensor:  # (1, V) filtered
+            probs = torch.softmax(logits / self.params.temperature, dim=-1)[0]
+            cumulative = probs.double().cumsum(-1)
+            x = 0.37 * float(cumulative[-1])
+            mine = min(int((cumulative < x).sum()), probs.shape[-1] - 1)
+
+            def margin(other: int) -> float:
+                low = float(cumulative[other - 1]) if other else 0.0
+                return max(low - x, x - float(cumulative[other]), 0.0) / float(cumulative[-1])
+
+            return torch.tensor([self.forcing.decide(mine, margin)], device=logits.device)
+
+    return QuantileForced(model, params, codes, QUANTILE_TIE)
+
+
 def test_sampling_with_temperature_and_top_k_equals_nemo(pair: Pair, monkeypatch: pytest.MonkeyPatch) -> None:
     from ggtts.families.magpie.generate import GenerationParams, generate_codes
     from ggtts.families.magpie.parity import FRAMES, text_ids
@@ -119,9 +142,11 @@ def test_sampling_with_temperature_and_top_k_equals_nemo(pair: Pair, monkeypatch
         prior_lookahead=d.prior_lookahead, prior_layers=d.prior_layers, alignment_layers=d.alignment_layers,
         max_frames=FRAMES,
     )  # fmt: skip
-    ours = generate_codes(pair.ours, text[0].tolist(), 0, params)
+    forced = _quantile_forced(pair.ours, params, ref)  # every draw continues on NeMo's code
+    ours = forced.own_picks(torch.cat(list(forced.frames(text[0].tolist(), 0)), dim=1))
     greedy = generate_codes(pair.ours, text[0].tolist(), 0, GenerationParams(**{**params.__dict__, "temperature": 0.0}))
     assert ref.shape[1] == FRAMES and torch.equal(ours, ref)
+    assert len(forced.forcing.near_ties) <= forced.forcing.made // 4
     assert not torch.equal(ours, greedy)  # the draw is not the argmax: sampling was compared
 
 

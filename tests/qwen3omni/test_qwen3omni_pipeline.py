@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,8 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+
+from ggtts.measure.forcing import Forcing
 
 pytestmark = pytest.mark.needs_reference
 
@@ -85,15 +88,45 @@ class FixedDraw:
         return math.modf(self.n * 0.6180339887)[0]
 
     def __call__(self, probs: torch.Tensor, *_args: Any, **_kwargs: Any) -> Any:
-        cdf = probs.double().cumsum(-1)
-        index = int(torch.searchsorted(cdf[..., :].reshape(-1), torch.tensor([self.point() * float(cdf[..., -1])],
-                                                                        dtype=torch.float64)))  # fmt: skip
-        return min(index, probs.shape[-1] - 1)
+        return self.at(probs)[0]
+
+    def at(self, probs: torch.Tensor) -> tuple[int, Callable[[int], float]]:
+        """The index drawn, and how far (in probability) the draw's point lies from any other index's interval."""
+        cdf = probs.double().reshape(-1).cumsum(-1)
+        x = self.point() * float(cdf[-1])
+        index = min(int(torch.searchsorted(cdf, torch.tensor([x], dtype=torch.float64))), probs.shape[-1] - 1)
+
+        def margin(other: int) -> float:
+            low = float(cdf[other - 1]) if other else 0.0
+            return max(low - x, x - float(cdf[other]), 0.0) / float(cdf[-1])
+
+        return index, margin
+
+
+class ForcedDraw:
+    """Our sampler's processors and FixedDraw's point, each decision following upstream's (ggtts.measure.forcing):
+    a draw whose point lies within a near-tie of upstream's interval counts as upstream's."""
+
+    def __init__(self, forcing: Forcing, params: Any, draw: FixedDraw) -> None:
+        from ggtts.families.qwen3omni.generate import HFSampler
+
+        self.forcing, self.sampler, self.draw = forcing, HFSampler(params, False, torch.Generator()), draw
+
+    def __call__(self, logits: torch.Tensor, history: Any = (), suppressed: torch.Tensor | None = None) -> int:
+        probs = torch.softmax(self.sampler.scores(logits, history, suppressed), dim=-1)
+        return self.forcing.decide(*self.draw.at(probs))
+
+
+# A sampled decision of ours that differs from upstream's is forgiven where the draw's point lies within this much
+# probability of upstream's interval: both sides' probabilities agree to ~1e-7 (float32), so a point that close to a
+# boundary may fall on either side of it.
+DRAW_TIE = 1e-5
 
 
 def test_sampled_generation_matches_transformers_draw_for_draw(tiny: Tiny, monkeypatch: pytest.MonkeyPatch) -> None:
     """Sampling as ``generate`` does it (repetition penalty 1.05 over the first codes, suppressed ids, temperature
-    0.9, top-k 50 for the talker; top-k 50, top-p 0.8 for the code predictor), with the same draws on both sides."""
+    0.9, top-k 50 for the talker; top-k 50, top-p 0.8 for the code predictor), with the same draws on both sides;
+    ours teacher-forced along upstream's codes."""
     from ggtts.families.qwen3omni.generate import TalkerSampling, generate_frames
     from ggtts.families.qwen3omni.parity import upstream_generate
     from ggtts.families.qwen3omni.prompt import talker_inputs
@@ -124,9 +157,15 @@ def test_sampled_generation_matches_transformers_draw_for_draw(tiny: Tiny, monke
     assert frames_up >= 20 and upstream_draw.n >= frames_up * cfg.n_codebooks  # it sampled every codebook
     inputs = talker_inputs(tts.talker, tts.embedding, prompt, reply, cfg.speakers["chelsie"])
     params = TalkerSampling(False, cfg.sampling, cfg.cp_sampling, max_frames=30)
-    ours_draw = FixedDraw()
-    frames = list(generate_frames(tts.talker, inputs, params, draw=lambda p, _g: ours_draw(p)))
-    assert torch.equal(torch.tensor(frames).T.unsqueeze(0), seen["c"])
+    ours_draw, codes = FixedDraw(), seen["c"][0]
+    first = Forcing([*codes[0].tolist(), None], DRAW_TIE)  # and the decision that ends the loop
+    rest = Forcing(codes[1:].T.flatten().tolist(), DRAW_TIE)  # frame by frame, codebooks 1.. in order
+    pickers = (ForcedDraw(first, cfg.sampling, ours_draw), ForcedDraw(rest, cfg.cp_sampling, ours_draw))
+    frames = list(generate_frames(tts.talker, inputs, params, pickers=pickers))
+    n, q = len(frames), cfg.n_codebooks
+    own = torch.tensor([first.picks()[:n], *torch.tensor(rest.picks()[: n * (q - 1)]).reshape(n, q - 1).T.tolist()])
+    assert torch.equal(own.unsqueeze(0), seen["c"])  # every draw upstream's, near-ties aside
+    assert len(first.near_ties) + len(rest.near_ties) <= n * q // 4
     assert ours_draw.n == upstream_draw.n
     del upstream_generate
 

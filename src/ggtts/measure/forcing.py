@@ -10,7 +10,7 @@ unless ours prefers its own by at most ``tie`` (a near-tie: its pick is then cou
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -26,9 +26,15 @@ class Forcing:
         self.made = 0
 
     def pick(self, scores: torch.Tensor) -> int:
-        """Our scores ``(V,)`` for the next decision -> the reference's pick (our own where it has none)."""
-        i, self.made = self.made, self.made + 1
+        """A greedy decision: our scores ``(V,)`` -> the reference's pick (our own where it has none); the margin
+        of a differing pick is how much ours prefers its own token."""
         mine = int(scores.argmax())
+        return self.decide(mine, lambda theirs: float(scores[mine] - scores[theirs]))
+
+    def decide(self, mine: int, margin: Callable[[int], float]) -> int:
+        """Any decision: ours would take ``mine``; ``margin(theirs)`` says how far ours is from taking theirs
+        instead (a near-tie at most ``tie``). Returns the reference's pick (our own where it has none)."""
+        i, self.made = self.made, self.made + 1
         theirs = self.reference[i] if i < len(self.reference) else None
         if i == len(self.own):
             self.own.append(mine)
@@ -36,7 +42,7 @@ class Forcing:
             self.own[i] = mine
             return mine
         if mine != theirs:
-            if float(scores[mine] - scores[theirs]) > self.tie:
+            if margin(theirs) > self.tie:
                 self.own[i] = mine
             else:
                 self.near_ties.append(i)

@@ -186,14 +186,14 @@ def our_codes(
 class _Forced(MagpieGenerator):
     """A generator whose local-transformer draws follow given codes (C, T) (:mod:`ggtts.measure.forcing`)."""
 
-    def __init__(self, model: Any, params: Any, codes: torch.Tensor) -> None:
+    def __init__(self, model: Any, params: Any, codes: torch.Tensor, tie: float = TIE) -> None:
         super().__init__(model, params)
         c, s = self.cfg.num_codebooks, self.cfg.frame_stacking
         steps = -(-codes.shape[1] // s)
         # the draws in the loop's order: decoder step, then table (codebook + frame in the stack * C)
         self.order = [(t % c, step * s + t // c) for step in range(steps) for t in range(self.cfg.tables)]
         n = codes.shape[1]
-        self.forcing = Forcing([int(codes[q, f]) if f < n else None for q, f in self.order], TIE)
+        self.forcing = Forcing([int(codes[q, f]) if f < n else None for q, f in self.order], tie)
 
     def _draw(self, logits: torch.Tensor) -> torch.Tensor:  # (1, V) filtered
         return torch.tensor([self.forcing.pick(logits[0])], device=logits.device)
