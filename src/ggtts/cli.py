@@ -10,7 +10,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ggtts.errors import GGTTSError
 
@@ -42,10 +42,12 @@ def _human_bytes(n: float) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
+    from ggtts.api import DEFAULT_MODEL, resolve_model_path
     from ggtts.families import families, family_for
     from ggtts.gguf import GGUFFile
 
-    g = GGUFFile(args.file)
+    # a built-in name is its file in the cache (built on first use, as ``-m kokoro`` builds it)
+    g = GGUFFile(resolve_model_path(args.file) if args.file == DEFAULT_MODEL else args.file)
     print(f"file: {g.path}")
     print(f"GGUF version: {g.version}")
     companion = [(f, c) for f in families() for c in f.companions if c.architecture == g.architecture]
@@ -246,6 +248,13 @@ def _speed(value: str) -> float:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+class _Parser(argparse.ArgumentParser):
+    """A bad argument is one line naming it and where the usage is, not the whole usage block first."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from ggtts import __version__
     from ggtts.api import DEFAULT_MODEL
@@ -253,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ggtts.flags import LOAD, PER_CALL, add_flags
     from ggtts.gguf.write import OutType
 
-    p = argparse.ArgumentParser(prog=PROG, description="Local text-to-speech with GGUF models.")
+    p = _Parser(prog=PROG, description="Local text-to-speech with GGUF models.")
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -281,8 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     c.set_defaults(func=cmd_convert)
 
-    i = sub.add_parser("info", help="describe a GGUF file")
-    i.add_argument("file")
+    i = sub.add_parser("info", help="describe a GGUF file, or a built-in model (where its file is, what it holds)")
+    i.add_argument("file", help=f"a .gguf file or the built-in name '{DEFAULT_MODEL}'")
     i.set_defaults(func=cmd_info)
 
     from ggtts.server import add_arguments as add_serve_arguments  # light: FastAPI loads only to serve

@@ -79,6 +79,15 @@ def test_stdout_stream_writes_nothing_on_bad_input() -> None:
 def test_speed_out_of_range_is_rejected() -> None:
     r = _speak("hello", "-s", "3")
     assert r.returncode == 2 and b"3.0 is out of range; use 0.5 to 2.0" in r.stderr
+    assert r.stderr.count(b"\n") == 1 and b"(see ggtts speak --help)" in r.stderr  # one line, not the usage block
+
+
+def test_info_of_the_built_in_name(capsys: pytest.CaptureFixture[str]) -> None:
+    from ggtts.convert.default_model import ensure_default_model
+
+    assert main(["info", "kokoro"]) == 0
+    out = capsys.readouterr().out
+    assert f"file: {ensure_default_model()}\n" in out and "family: kokoro (" in out
 
 
 def test_nothing_to_say_leaves_an_existing_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -108,6 +108,20 @@ def test_streamed_formats_decode(tone_server: Server, fmt: str, how: dict[str, o
         assert len(expected) <= len(samples) <= len(expected) + LOSSY_EXTRA_SAMPLES
 
 
+def test_openai_model_and_voice_names_mean_the_defaults(tone_server: Server) -> None:
+    """Clients written for OpenAI send its names, often hard-coded: each model name is the server's default model,
+    each voice name the model's default voice (where the model has no voice of that name)."""
+    plain = post(tone_server, {"input": "one two", "response_format": "pcm"})
+    assert plain.status_code == 200
+    for model in ("tts-1", "tts-1-hd", "gpt-4o-mini-tts"):
+        for voice in ("alloy", "shimmer", "verse"):
+            body = {"model": model, "voice": voice, "input": "one two", "response_format": "pcm"}
+            response = post(tone_server, body)
+            assert response.status_code == 200 and response.content == plain.content, (model, voice)
+    other = post(tone_server, {"model": "slow", "voice": "nova", "input": "one", "response_format": "pcm"})
+    assert other.status_code == 200  # another model: its own default voice
+
+
 def test_streamed_wav_header_is_open_ended(tone_server: Server) -> None:
     response = post(tone_server, {"model": "tone", "input": TEXT, "response_format": "wav", "stream": True})
     assert response.content[:4] == b"RIFF" and response.content[8:16] == b"WAVEfmt "
@@ -134,7 +148,9 @@ def test_streaming_sends_first_bytes_before_synthesis_ends(tone_server: Server, 
 # ---- errors ----
 ERROR_CASES = [
     ({"model": "nope", "input": "hi"}, 404, "model", ["'nope'", "tone, slow, tone16k"]),
-    ({"input": "hi", "voice": "alloy"}, 400, "voice", ["'alloy'", "low, high"]),
+    ({"input": "hi", "voice": "nobody"}, 400, "voice", ["'nobody'", "low, high"]),
+    ({"input": "hi", "voice": "alloy:0.5,low:0.5"}, 400, "voice", ["'alloy'", "low, high"]),  # only a plain name
+    ({"model": "tts-2", "input": "hi"}, 404, "model", ["'tts-2'", "tone, slow, tone16k"]),
     ({"input": "x" * (TONE_MAX_INPUT_CHARS + 1)}, 413, "input", [str(TONE_MAX_INPUT_CHARS)]),
     ({"input": "   "}, 400, "input", ["empty"]),
     ({"input": "hi", "speed": "fast"}, 422, "speed", ["number"]),

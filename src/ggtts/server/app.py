@@ -106,7 +106,8 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
     default_model = next(iter(workers))
 
     def worker_for(name: str | None) -> ModelWorker:
-        name = default_model if name is None else name
+        if name is None or (name in OPENAI_MODELS and name not in workers):
+            name = default_model  # OpenAI's model names, which clients send by default, mean the default model
         if name not in workers:
             raise ApiError(
                 404,
@@ -241,14 +242,21 @@ def _start_encoder(fmt: str, sample_rate: int) -> StreamEncoder:
         ) from exc
 
 
+# OpenAI's model and voice names: clients written for OpenAI send them, often hard-coded. A model or voice loaded
+# under such a name is itself; otherwise they mean the server's default model and the model's default voice (as
+# Kokoro-FastAPI maps them onto its own), so those clients work unchanged.
+OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
+OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse")
+
+
 def _check_voice(worker: ModelWorker, voice: str | None) -> str | None:
     """The voice to ask the model for, when each name in ``voice`` is one of the model's voices; else 400.
 
     A voice may be a mix of the model's voices, "a:0.6,b:0.4" ("a,b" weighs them equally): every name in it must
     be one the model lists (the family's own parser checks it), so nothing else from a request (a file path, say)
     ever reaches the model as a voice."""
-    if voice is None:
-        return worker.model.default_voice
+    if voice is None or (voice in OPENAI_VOICES and voice not in worker.model.voices):
+        return worker.model.default_voice  # OpenAI's voice names, which clients send by default: the model's default
     try:
         mix = worker.model.resolve_voice(voice)
     except UnknownVoiceError as e:
