@@ -81,6 +81,28 @@ def cmd_info(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- voices ---------------------------------------------------------------------------------------------------
+def cmd_voices(args: argparse.Namespace) -> int:
+    """The model's voices from its metadata (no weight is read), with what each name tells."""
+    from ggtts.api import resolve_model_path
+    from ggtts.families import family_for
+    from ggtts.gguf import GGUFFile
+
+    gguf = GGUFFile(resolve_model_path(args.model))
+    family = family_for(gguf)
+    voices = family.voices(gguf)
+    if not voices:
+        print(f"{gguf.path}: {family.name} has no voices to choose from; leave -v out")
+        return 0
+    width = max(len(v) for v in voices)
+    for voice in voices:
+        traits = family.voice_traits(voice)
+        print(f"{voice:<{width}}  {traits.get('language', '-'):<20}  {traits.get('gender', '-')}".rstrip())
+    blends = " (or a blend: 'a:0.6,b:0.4')" if family.capabilities.blending else ""
+    print(f"{len(voices)} voices of {gguf.path}; choose one with -v{blends}", file=sys.stderr)
+    return 0
+
+
 # ---- speak ----------------------------------------------------------------------------------------------------
 def _decode_utf8(data: bytes, source: str) -> str:
     """``data`` decoded as UTF-8, strictly; else one line naming ``source`` and the first bad byte's offset."""
@@ -145,9 +167,12 @@ def _companion_options(model: str | None, options: dict[str, Any]) -> dict[str, 
 
 def cmd_speak(args: argparse.Namespace) -> int:
     import ggtts
+    from ggtts.api import resolve_model_path
     from ggtts.audio import Audio, check_output_suffix, merge_words, wav_header
     from ggtts.captions import check_caption_suffix, save_timestamps
+    from ggtts.families import family_for
     from ggtts.fsutil import check_writable
+    from ggtts.gguf import GGUFFile
 
     if args.output != "-":  # before any work
         check_output_suffix(args.output)
@@ -157,9 +182,11 @@ def cmd_speak(args: argparse.Namespace) -> int:
         check_writable(args.timestamps)
     text = _read_text(args)
     options = family_options(args)
+    family = family_for(GGUFFile(resolve_model_path(args.model)))  # metadata only: no weight is read
+    family.check_request(text, args.speed, options)  # before the load, so a mistake costs no load
+    if args.timestamps is not None and not family.capabilities.timestamps:
+        raise GGTTSError(f"{family.name} gives no word timestamps; leave out --timestamps")
     model = ggtts.load(args.model, **load_options(args, args.model, options))
-    if args.timestamps is not None and not (model.family and model.family.capabilities.timestamps):
-        raise GGTTSError(f"{model.family_name} gives no word timestamps; leave out --timestamps")
     if args.output == "-":
         if args.float:
             raise GGTTSError("--float needs a file: the stream on standard output is 16-bit PCM WAV")
@@ -289,6 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--type", default="f32", choices=[t.value for t in OutType], help="stored type of the large weight matrices"
     )
     c.set_defaults(func=cmd_convert)
+
+    o = sub.add_parser("voices", help="list a model's voices, with the language and gender their names give")
+    o.add_argument("-m", "--model", default=None, help=f"GGUF file or built-in name (default: {DEFAULT_MODEL})")
+    o.set_defaults(func=cmd_voices)
 
     i = sub.add_parser("info", help="describe a GGUF file, or a built-in model (where its file is, what it holds)")
     i.add_argument("file", help=f"a .gguf file or the built-in name '{DEFAULT_MODEL}'")

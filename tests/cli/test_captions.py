@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -65,13 +66,16 @@ def test_speak_refuses_timestamps_from_a_model_without_them(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import ggtts
-    from ggtts.families.base import Capabilities
+    import ggtts.families
+    from ggtts.families.base import Capabilities, Family
 
-    class NoTimings:
-        family_name = "tone"
-        family = type("Family", (), {"capabilities": Capabilities(timestamps=False)})()
+    @dataclasses.dataclass(frozen=True)
+    class NoOptions:
+        pass
 
-    monkeypatch.setattr(ggtts, "load", lambda model, **load_options: NoTimings())
+    no_timings = Family("tone", "no word times", ("tone",), "x:Y", NoOptions, Capabilities(timestamps=False))
+    monkeypatch.setattr(ggtts.families, "family_for", lambda gguf: no_timings)
+    monkeypatch.setattr(ggtts, "load", lambda *args, **kwargs: pytest.fail("refused before the model loads"))
     out = tmp_path / "a.wav"
     assert main(["speak", "hi", "-o", str(out), "--timestamps", str(tmp_path / "t.srt")]) != 0
     assert "tone gives no word timestamps; leave out --timestamps" in capsys.readouterr().err

@@ -82,6 +82,38 @@ def test_speed_out_of_range_is_rejected() -> None:
     assert r.stderr.count(b"\n") == 1 and b"(see ggtts speak --help)" in r.stderr  # one line, not the usage block
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["speak", " ", "-o", "x.wav"], "the text is empty"),
+        (["speak", "Hi.", "--guidance", "-o", "x.wav"], "unknown option 'guidance' for kokoro"),  # Magpie's flag
+        (["speak", "Hi.", "--mode", "chat", "-o", "x.wav"], "unknown option 'mode' for kokoro"),  # Qwen3-Omni's
+    ],
+)
+def test_text_and_option_errors_come_before_the_model_loads(
+    argv: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import ggtts
+    from ggtts.errors import GGTTSError
+
+    def no_load(*_args: object, **_kwargs: object) -> None:
+        raise GGTTSError("the model was loaded")
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(ggtts, "load", no_load)
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert message in err and "the model was loaded" not in err and err.count("\n") == 1
+
+
+def test_voices_of_the_default_model(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["voices"]) == 0
+    out, err = capsys.readouterr()
+    rows = [line.split() for line in out.splitlines()]
+    assert ["jf_alpha", "Japanese", "female"] in rows and ["jm_kumo", "Japanese", "male"] in rows
+    assert len(rows) == 5 and "5 voices of" in err and "blend" in err
+
+
 def test_info_of_the_built_in_name(capsys: pytest.CaptureFixture[str]) -> None:
     from ggtts.convert.default_model import ensure_default_model
 

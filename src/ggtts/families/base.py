@@ -318,6 +318,10 @@ def _no_voices(gguf: GGUFFile) -> list[str]:
     return []
 
 
+def _no_traits(voice: str) -> dict[str, str]:
+    return {}
+
+
 def import_target(target: str) -> Any:
     """``"module:name"`` -> the object, importing the module."""
     module, _, name = target.partition(":")
@@ -338,6 +342,7 @@ class Family:
     # None when the file is one of this family's; else one sentence saying why not. Reads metadata only.
     recognize: Callable[[GGUFFile], str | None] = _accept
     voices: Callable[[GGUFFile], list[str]] = _no_voices  # voice names from metadata, without loading weights
+    voice_traits: Callable[[str], dict[str, str]] = _no_traits  # what a voice's name tells: language, gender
     companions: tuple[Companion, ...] = ()
     converters: Mapping[str, str] = field(default_factory=dict)  # `ggtts convert NAME` -> "module:function"
     decoder: str | None = None  # "module:function" for `ggtts decode` (codes -> audio), if the family has one
@@ -379,6 +384,13 @@ class Family:
 
     def option_names(self) -> list[str]:
         return [f.name for f in dataclasses.fields(self.options)]
+
+    def check_request(self, text: str, speed: float | str, options: Mapping[str, Any]) -> None:
+        """What a request can be told without the model: its text, speed and options against the record (a
+        command line runs this before loading, so a mistake costs no load; the pipeline checks again)."""
+        check_text(text, self.capabilities.max_input_chars)
+        self.check_speed(speed)
+        self.check_options(options)
 
     def load_option_names(self) -> list[str]:
         """The loader's options: its dataclass's fields and the companion files it takes."""

@@ -98,6 +98,21 @@ class KokoroLoadOptions(LoadOptions):
     )
 
 
+# hexgrad's voice names: a language letter, a gender letter, "_", a name ("af_heart", "jm_kumo")
+VOICE_LANGUAGES = {
+    "a": "American English", "b": "British English", "e": "Spanish", "f": "French", "h": "Hindi", "i": "Italian",
+    "j": "Japanese", "p": "Brazilian Portuguese", "z": "Mandarin Chinese",
+}  # fmt: skip
+VOICE_GENDERS = {"f": "female", "m": "male"}
+
+
+def voice_traits(name: str) -> dict[str, str]:
+    """The language and gender a Kokoro voice's name gives, where it follows hexgrad's pattern."""
+    if len(name) < 3 or name[2] != "_" or name[0] not in VOICE_LANGUAGES or name[1] not in VOICE_GENDERS:
+        return {}
+    return {"language": VOICE_LANGUAGES[name[0]], "gender": VOICE_GENDERS[name[1]]}
+
+
 def _voices(gguf: GGUFFile) -> list[str]:
     return [str(v) for v in gguf.get(K.VOICE_NAMES) or []]
 
@@ -113,6 +128,7 @@ FAMILY = Family(
         blending=True, phonemes=True, languages=LANGUAGES, max_input_chars=MAX_TEXT_CHARS, timestamps=True
     ),
     voices=_voices,
+    voice_traits=voice_traits,
     converters={"kokoro": "ggtts.convert.kokoro_files:convert_kokoro"},
     parity="ggtts.families.kokoro.parity:kokoro_parity",
     bench="ggtts.families.kokoro.bench:run",
