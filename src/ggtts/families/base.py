@@ -267,6 +267,19 @@ def option(
     return field(default=default, metadata={"help": help, "flag": flag, "check": check, "choices": choices})
 
 
+def precision_load_option(what: str) -> Any:
+    """The ``precision`` load option of a family that can run ``what`` in bfloat16."""
+    from ggtts.runtime.precision import DEFAULT_PRECISION, PRECISIONS, check_name
+
+    return option(
+        DEFAULT_PRECISION,
+        f"bfloat16: {what} in bfloat16, where the device has it natively (refused elsewhere); default float32",
+        flag="--precision",
+        check=check_name,
+        choices=PRECISIONS,
+    )
+
+
 def _check_device(value: object) -> str:
     from ggtts.runtime.device import check_device_name
 

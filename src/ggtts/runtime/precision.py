@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DEFAULT_PRECISION", "PRECISIONS", "bfloat16_supported", "check_precision", "precision_option"]
+__all__ = ["DEFAULT_PRECISION", "PRECISIONS", "bfloat16_supported", "check_name", "check_precision"]
 
 PRECISIONS = ("float32", "bfloat16")  # what a model's precision= load option takes where it has one
 DEFAULT_PRECISION = "float32"  # every model's own
@@ -31,12 +31,6 @@ def check_precision(precision: str, device: torch.device | str = "cpu") -> str:
     if precision == "bfloat16" and not bfloat16_supported(device):
         raise InputError(f"this {device} has no native bfloat16 convolutions; use precision float32")
     return precision
-
-
-def precision_option(precision: str | None) -> dict[str, str]:
-    """A command line's ``--precision`` as load options: nothing for the default (so a family without the option
-    takes it), else ``{"precision": ...}``."""
-    return {} if precision in (None, DEFAULT_PRECISION) else {"precision": precision}
 
 
 def bfloat16_supported(device: torch.device | str = "cpu") -> bool:

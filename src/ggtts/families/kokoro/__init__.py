@@ -6,9 +6,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ggtts.errors import InputError
-from ggtts.families.base import Capabilities, Family, LoadOptions, check_flag, check_seed, option
+from ggtts.families.base import (
+    Capabilities,
+    Family,
+    LoadOptions,
+    check_flag,
+    check_seed,
+    option,
+    precision_load_option,
+)
 from ggtts.gguf.keys import Kokoro as K
-from ggtts.runtime.precision import PRECISIONS, check_name
 
 if TYPE_CHECKING:
     from ggtts.gguf import GGUFFile
@@ -79,14 +86,7 @@ class KokoroOptions:
 
 @dataclass(frozen=True)
 class KokoroLoadOptions(LoadOptions):
-    precision: str = option(
-        "float32",
-        "bfloat16: the vocoder's convolutions in bfloat16, where the device has it natively (about 1.5x faster on "
-        "such a CPU; refused elsewhere); default float32",
-        flag="--precision",
-        check=check_name,
-        choices=PRECISIONS,
-    )
+    precision: str = precision_load_option("the vocoder's convolutions")
     compile: bool = option(
         False,
         "compile the vocoder with torch.compile at the first synthesis (tens of seconds once, faster after)",

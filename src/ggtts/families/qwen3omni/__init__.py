@@ -15,10 +15,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from ggtts.errors import InputError
-from ggtts.families.base import Capabilities, Companion, Family, LoadOptions, check_seed, find_beside, option
+from ggtts.families.base import (
+    Capabilities,
+    Companion,
+    Family,
+    LoadOptions,
+    check_seed,
+    find_beside,
+    option,
+    precision_load_option,
+)
 from ggtts.gguf.keys import Qwen3OmniTalker as TalkerKeys
 from ggtts.gguf.keys import Qwen3OmniThinker as ThinkerKeys
-from ggtts.runtime.precision import PRECISIONS, check_name
 
 MAX_CHARS = 5000
 TALKER_ARCH = TalkerKeys.ARCH
@@ -113,14 +121,7 @@ def voices(gguf: object) -> list[str]:
 
 @dataclass(frozen=True)
 class Qwen3OmniLoadOptions(LoadOptions):
-    precision: str = option(
-        "float32",
-        "bfloat16: code2wav's decoder convolutions in bfloat16, where the device has it natively (refused "
-        "elsewhere); default float32",
-        flag="--precision",
-        check=check_name,
-        choices=PRECISIONS,
-    )
+    precision: str = precision_load_option("code2wav's decoder convolutions")
 
 
 FAMILY = Family(
