@@ -46,7 +46,7 @@ def family_flags(kind: Kind) -> dict[str, Flag]:
     out = {}
     for name, f in first.items():
         who = owners[name]
-        where = "every family" if len(who) == everyone and kind == LOAD else ", ".join(who)
+        where = "every family" if len(who) == everyone else ", ".join(who)
         out[name] = Flag(name, f.metadata["flag"], f.default, f"{f.metadata['help']} ({where})",
                          f.metadata.get("choices"), tuple(who))  # fmt: skip
     return out
