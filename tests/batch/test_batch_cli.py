@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 from batch_support import (
+    GGTTS,
     RUN_TIMEOUT_S,
     TinyModel,
     batch_command,
@@ -435,3 +436,14 @@ def test_resume_after_a_kill_and_after_ctrl_c(tiny_model: TinyModel, tmp_path: P
     assert sorted(p.name for p in out.glob("*.wav")) == [f"{i}.wav" for i in ids]
     assert part_files(out) == []
     assert len(manifest_lines(out)) == len(manifest_records(out))
+
+
+def test_progress_lines_where_stderr_is_a_log_file(tiny_model: TinyModel, tmp_path: Path) -> None:
+    """No terminal, no bar: a line for the first item and one for the last, so a log shows the job moving."""
+    (tmp_path / "in.txt").write_text("One.\nTwo.\nThree.\n", encoding="utf-8")
+    command = [str(GGTTS), "batch", "in.txt", "--out", "out", "-m", str(tiny_model.path)]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in done.stderr.splitlines() if " items, " in line]
+    assert lines[0].startswith("ggtts: 1/3 items, ") and lines[-1].startswith("ggtts: 3/3 items, ")
+    assert "\r" not in done.stderr  # no bar

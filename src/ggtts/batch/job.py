@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import os
 import signal
 import sys
@@ -67,23 +68,35 @@ def stop_on_signals(stop: threading.Event, message: Callable[[str], None]) -> It
             signal.signal(s, handler)
 
 
+PROGRESS_LINE_EVERY_S = 10.0  # where stderr is no terminal (a log file): a progress line at most this often
+
+
 class _Progress:
-    """Items, seconds of audio and the real-time factor (wall time over audio time) as items finish."""
+    """Items, seconds of audio and the real-time factor (wall time over audio time) as items finish: a bar on a
+    terminal; elsewhere (a log file) a line for the first item, then at most one every
+    :data:`PROGRESS_LINE_EVERY_S`, and one for the last."""
 
     def __init__(self, total: int, enabled: bool) -> None:
         from tqdm import tqdm
 
         self.start = time.perf_counter()
-        self.audio = 0.0
-        shown = enabled and total > 0 and sys.stderr.isatty()  # no carriage-return bars in log files
-        self.bar = tqdm(total=total, unit="item", desc="speaking", disable=not shown, file=sys.stderr)
+        self.audio, self.total, self.done = 0.0, total, 0
+        terminal = sys.stderr.isatty()
+        self.lines = enabled and total > 0 and not terminal  # no carriage-return bars in log files
+        self.last_line = -math.inf
+        self.bar = tqdm(total=total, unit="item", desc="speaking", disable=not (enabled and terminal), file=sys.stderr)
 
     def update(self, record: dict[str, Any]) -> None:
         self.audio += float(record.get("audio_seconds", 0.0))
+        self.done += 1
         elapsed = time.perf_counter() - self.start
         rtf = f"{elapsed / self.audio:.2f}" if self.audio else "-"
         self.bar.set_postfix_str(f"audio {self.audio:.1f} s, RTF {rtf}", refresh=False)
         self.bar.update(1)
+        now = time.monotonic()
+        if self.lines and (now - self.last_line >= PROGRESS_LINE_EVERY_S or self.done == self.total):
+            self.last_line = now
+            print(f"ggtts: {self.done}/{self.total} items, {self.audio:.1f} s of audio, RTF {rtf}", file=sys.stderr)
 
     def write(self, message: str) -> None:
         self.bar.write(message, file=sys.stderr)
