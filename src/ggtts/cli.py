@@ -10,9 +10,12 @@ import sys
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ggtts.errors import GGTTSError
+
+if TYPE_CHECKING:
+    from ggtts.families.base import Family
 
 PROG = "ggtts"
 MAX_LIST_ITEMS = 8  # metadata arrays longer than this are summarised by `info`
@@ -140,28 +143,25 @@ def family_options(args: argparse.Namespace) -> dict[str, Any]:
     return given(args, PER_CALL)
 
 
-def load_options(args: argparse.Namespace, model: str | None, options: dict[str, Any]) -> dict[str, Any]:
-    """The load options given (``--precision``, ``--compile`` ...), the companion files named among ``options``,
-    and the device, resolved (``auto``: CUDA where torch has it), with a note where there is something to say."""
+def load_options(
+    args: argparse.Namespace, family: Family | None = None, options: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The load options given (``--precision``, ``--compile`` ...), the companion files of ``family`` named among
+    ``options``, and the device, resolved (``auto``: CUDA where torch has it), with a note where there is
+    something to say."""
     from ggtts.flags import LOAD, given
     from ggtts.runtime.device import choose_device
 
     chosen = given(args, LOAD)
-    chosen.update(_companion_options(model, options))
+    if family is not None:
+        chosen.update(_companion_options(family, options or {}))
     device = choose_device(getattr(args, "device", None), lambda note: print(f"{PROG}: {note}", file=sys.stderr))
     return {**chosen, "device": device}
 
 
-def _companion_options(model: str | None, options: dict[str, Any]) -> dict[str, Any]:
+def _companion_options(family: Family, options: dict[str, Any]) -> dict[str, Any]:
     """The options naming the model's companion files (``--vocoder``, ``--codec``, ``--talker``): they go to the
     loader too, which needs them where the companion is not beside the model."""
-    from ggtts.api import resolve_model_path
-    from ggtts.families import families, family_for
-    from ggtts.gguf import GGUFFile
-
-    if not any(options.get(c.option) is not None for f in families() for c in f.companions):
-        return {}
-    family = family_for(GGUFFile(resolve_model_path(model)))
     return {c.option: options[c.option] for c in family.companions if options.get(c.option) is not None}
 
 
@@ -186,7 +186,7 @@ def cmd_speak(args: argparse.Namespace) -> int:
     family.check_request(text, args.speed, options)  # before the load, so a mistake costs no load
     if args.timestamps is not None and not family.capabilities.timestamps:
         raise GGTTSError(f"{family.name} gives no word timestamps; leave out --timestamps")
-    model = ggtts.load(args.model, **load_options(args, args.model, options))
+    model = ggtts.load(args.model, **load_options(args, family, options))
     if args.output == "-":
         if args.float:
             raise GGTTSError("--float needs a file: the stream on standard output is 16-bit PCM WAV")

@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
     from ggtts.cli import load_options
 
     sentences = read_sentences(args.sentences) if args.sentences else list(EVAL_SENTENCES)
-    model = ggtts.load(args.model, **load_options(args, args.model, {}))
+    model = ggtts.load(args.model, **load_options(args))
     transcriber = load_transcriber(args.whisper)
     report = evaluate(
         model,
