@@ -146,17 +146,14 @@ def family_options(args: argparse.Namespace) -> dict[str, Any]:
 def load_options(
     args: argparse.Namespace, family: Family | None = None, options: dict[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The load options given (``--precision``, ``--compile`` ...), the companion files of ``family`` named among
-    ``options``, and the device, resolved (``auto``: CUDA where torch has it), with a note where there is
-    something to say."""
-    from ggtts.flags import LOAD, given
-    from ggtts.runtime.device import choose_device
+    """The load options given and the device (:func:`ggtts.flags.load_options`), and the companion files of
+    ``family`` named among ``options``."""
+    from ggtts import flags
 
-    chosen = given(args, LOAD)
+    chosen = flags.load_options(args, lambda note: print(f"{PROG}: {note}", file=sys.stderr))
     if family is not None:
         chosen.update(_companion_options(family, options or {}))
-    device = choose_device(getattr(args, "device", None), lambda note: print(f"{PROG}: {note}", file=sys.stderr))
-    return {**chosen, "device": device}
+    return chosen
 
 
 def _companion_options(family: Family, options: dict[str, Any]) -> dict[str, Any]:

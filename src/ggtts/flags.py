@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -81,3 +81,11 @@ def given(args: argparse.Namespace, kind: Kind) -> dict[str, Any]:
     for family in families():
         check_option_values(getattr(family, kind), options)
     return options
+
+
+def load_options(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
+    """The load options given (:func:`given`), and the device resolved (``auto``: CUDA where torch has it), with
+    what there is to say about it said once (:func:`ggtts.runtime.device.device_note`)."""
+    from ggtts.runtime.device import choose_device
+
+    return {**given(args, LOAD), "device": choose_device(getattr(args, "device", None), say)}

@@ -107,6 +107,7 @@ QUANTILE_TIE = 1e-5  # a draw within this much probability of NeMo's interval co
 def _quantile_forced(model: Any, params: Any, codes: torch.Tensor) -> Any:
     """Our generator drawing at the quantile, each draw following NeMo's (ggtts.measure.forcing)."""
     from ggtts.families.magpie.parity import _Forced
+    from ggtts.measure.forcing import draw_margin
 
     class QuantileForced(_Forced):
         def _draw(self, logits: torch.Tensor) -> torch.Tensor:  # (1, V) filtered
@@ -114,12 +115,7 @@ def _quantile_forced(model: Any, params: Any, codes: torch.Tensor) -> Any:
             cumulative = probs.double().cumsum(-1)
             x = 0.37 * float(cumulative[-1])
             mine = min(int((cumulative < x).sum()), probs.shape[-1] - 1)
-
-            def margin(other: int) -> float:
-                low = float(cumulative[other - 1]) if other else 0.0
-                return max(low - x, x - float(cumulative[other]), 0.0) / float(cumulative[-1])
-
-            return torch.tensor([self.forcing.decide(mine, margin)], device=logits.device)
+            return torch.tensor([self.forcing.decide(mine, draw_margin(cumulative, x))], device=logits.device)
 
     return QuantileForced(model, params, codes, QUANTILE_TIE)
 

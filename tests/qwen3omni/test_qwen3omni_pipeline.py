@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 import torch
 
-from ggtts.measure.forcing import Forcing
+from ggtts.families.qwen3omni.parity import forced_codes, frame_forcings
+from ggtts.measure.forcing import Forcing, draw_margin
 
 pytestmark = pytest.mark.needs_reference
 
@@ -95,12 +96,7 @@ class FixedDraw:
         cdf = probs.double().reshape(-1).cumsum(-1)
         x = self.point() * float(cdf[-1])
         index = min(int(torch.searchsorted(cdf, torch.tensor([x], dtype=torch.float64))), probs.shape[-1] - 1)
-
-        def margin(other: int) -> float:
-            low = float(cdf[other - 1]) if other else 0.0
-            return max(low - x, x - float(cdf[other]), 0.0) / float(cdf[-1])
-
-        return index, margin
+        return index, draw_margin(cdf, x)
 
 
 class ForcedDraw:
@@ -157,14 +153,12 @@ def test_sampled_generation_matches_transformers_draw_for_draw(tiny: Tiny, monke
     assert frames_up >= 20 and upstream_draw.n >= frames_up * cfg.n_codebooks  # it sampled every codebook
     inputs = talker_inputs(tts.talker, tts.embedding, prompt, reply, cfg.speakers["chelsie"])
     params = TalkerSampling(False, cfg.sampling, cfg.cp_sampling, max_frames=30)
-    ours_draw, codes = FixedDraw(), seen["c"][0]
-    first = Forcing([*codes[0].tolist(), None], DRAW_TIE)  # and the decision that ends the loop
-    rest = Forcing(codes[1:].T.flatten().tolist(), DRAW_TIE)  # frame by frame, codebooks 1.. in order
+    ours_draw = FixedDraw()
+    first, rest = frame_forcings(seen["c"], DRAW_TIE)
     pickers = (ForcedDraw(first, cfg.sampling, ours_draw), ForcedDraw(rest, cfg.cp_sampling, ours_draw))
     frames = list(generate_frames(tts.talker, inputs, params, pickers=pickers))
     n, q = len(frames), cfg.n_codebooks
-    own = torch.tensor([first.picks()[:n], *torch.tensor(rest.picks()[: n * (q - 1)]).reshape(n, q - 1).T.tolist()])
-    assert torch.equal(own.unsqueeze(0), seen["c"])  # every draw upstream's, near-ties aside
+    assert torch.equal(forced_codes(first, rest, n, q), seen["c"])  # every draw upstream's, near-ties aside
     assert len(first.near_ties) + len(rest.near_ties) <= n * q // 4
     assert ours_draw.n == upstream_draw.n
     del upstream_generate

@@ -19,6 +19,8 @@ import numpy as np
 
 from ggtts.audio import Audio
 from ggtts.errors import InputError
+from ggtts.runtime.device import check_device_name
+from ggtts.runtime.precision import DEFAULT_PRECISION, PRECISIONS, check_name
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -269,8 +271,6 @@ def option(
 
 def precision_load_option(what: str) -> Any:
     """The ``precision`` load option of a family that can run ``what`` in bfloat16."""
-    from ggtts.runtime.precision import DEFAULT_PRECISION, PRECISIONS, check_name
-
     return option(
         DEFAULT_PRECISION,
         f"bfloat16: {what} in bfloat16, where the device has it natively (refused elsewhere); default float32",
@@ -278,12 +278,6 @@ def precision_load_option(what: str) -> Any:
         check=check_name,
         choices=PRECISIONS,
     )
-
-
-def _check_device(value: object) -> str:
-    from ggtts.runtime.device import check_device_name
-
-    return check_device_name(value)
 
 
 @dataclass(frozen=True)
@@ -294,7 +288,7 @@ class LoadOptions:
         "auto",
         "torch device: auto (CUDA where this torch has it, else the CPU; the default), cpu, cuda, cuda:N",
         flag="--device",
-        check=_check_device,
+        check=check_device_name,
     )
 
 

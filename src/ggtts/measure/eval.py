@@ -179,10 +179,10 @@ def print_table(report: EvalReport, out: TextIO | None = None) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import ggtts
-    from ggtts.cli import load_options
+    from ggtts.flags import load_options
 
     sentences = read_sentences(args.sentences) if args.sentences else list(EVAL_SENTENCES)
-    model = ggtts.load(args.model, **load_options(args))
+    model = ggtts.load(args.model, **load_options(args, lambda note: print(f"ggtts: {note}", file=sys.stderr)))
     transcriber = load_transcriber(args.whisper)
     report = evaluate(
         model,

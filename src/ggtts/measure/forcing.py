@@ -51,3 +51,16 @@ class Forcing:
     def picks(self) -> list[int | None]:
         """Ours' picks of the decisions made so far."""
         return self.own[: self.made]
+
+
+def draw_margin(cumulative: torch.Tensor, point: float) -> Callable[[int], float]:
+    """For a draw by inverse CDF (``cumulative`` probabilities (V,), the draw's ``point`` on their scale): how far,
+    as a share of the total, the point lies from another index's interval (0 inside it): a draw's
+    :meth:`Forcing.decide` margin."""
+    total = float(cumulative[-1])
+
+    def margin(other: int) -> float:
+        low = float(cumulative[other - 1]) if other else 0.0
+        return max(low - point, point - float(cumulative[other]), 0.0) / total
+
+    return margin

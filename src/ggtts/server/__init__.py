@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from ggtts.api import DEFAULT_MODEL
 from ggtts.errors import GGTTSError
-from ggtts.flags import LOAD, PER_CALL, add_flags, family_flags, given
+from ggtts.flags import LOAD, PER_CALL, add_flags, family_flags
 from ggtts.server.settings import (
     API_KEY_ENV,
     DEFAULT_HOST,
@@ -193,12 +193,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def load_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The load options given (from the family records: ``--device``, ``--precision``, ...), for every model; the
-    device resolved (``auto``: CUDA where torch has it), with a note where there is something to say."""
-    from ggtts.runtime.device import choose_device
+    """The load options given (from the family records: ``--device``, ``--precision``, ...), for every model."""
+    from ggtts import flags
 
-    device = choose_device(getattr(args, "device", None), lambda note: print(f"ggtts: {note}", file=sys.stderr))
-    return {**given(args, LOAD), "device": device}
+    return flags.load_options(args, lambda note: print(f"ggtts: {note}", file=sys.stderr))
 
 
 def serve_from_args(args: argparse.Namespace) -> None:

@@ -104,6 +104,18 @@ class _ForcedPick:
         return self.forcing.pick(self.sampler.scores(logits, history, suppressed))
 
 
+def frame_forcings(codes: torch.Tensor, tie: float) -> tuple[Forcing, Forcing]:
+    """The talker's and the code predictor's decisions to follow, from codes (1, Q, N): each frame's first code
+    (and the decision that ends the loop), then the other codebooks frame by frame."""
+    return Forcing([*codes[0, 0].tolist(), None], tie), Forcing(codes[0, 1:].T.flatten().tolist(), tie)
+
+
+def forced_codes(first: Forcing, rest: Forcing, frames: int, codebooks: int) -> torch.Tensor:
+    """Ours' own picks of ``frames`` frames as codes (1, codebooks, frames)."""
+    others = torch.tensor(rest.picks()[: frames * (codebooks - 1)]).reshape(frames, codebooks - 1)
+    return torch.tensor([first.picks()[:frames], *others.T.tolist()]).unsqueeze(0)
+
+
 def _forced_reply(thinker: Any, prompt: list[int], reference: list[int]) -> Forcing:
     """The thinker's greedy reply (as ``Thinker.greedy`` runs it), each step fed upstream's token."""
     forcing = Forcing(reference, TIE)
@@ -169,13 +181,10 @@ def stages(upstream: Any, tts: Any) -> list[StageResult]:
         add("talker.logits", talker.output(talker.output_norm(ours_t[-1])), theirs_tl)
 
     greedy = TalkerSampling(True, cfg.sampling, cfg.cp_sampling, max_frames=FRAMES)
-    first = Forcing([*codes[0, 0].tolist(), None], TIE)  # and the decision that ends the loop
-    rest = Forcing(codes[0, 1:].T.flatten().tolist(), TIE)  # frame by frame, codebooks 1.. in order
+    first, rest = frame_forcings(codes, TIE)
     pickers = (_ForcedPick(first, cfg.sampling), _ForcedPick(rest, cfg.cp_sampling))
     frames = list(generate_frames(talker, inputs, greedy, pickers=pickers))
-    n, q = len(frames), cfg.n_codebooks
-    own = torch.tensor([first.picks()[:n], *torch.tensor(rest.picks()[: n * (q - 1)]).reshape(n, q - 1).T.tolist()])
-    add("codes", own.unsqueeze(0), codes, exact=True)
+    add("codes", forced_codes(first, rest, len(frames), cfg.n_codebooks), codes, exact=True)
     if reply_forcing.near_ties or first.near_ties or rest.near_ties:  # our own free run may have gone elsewhere
         ours_audio = tts.code2wav.chunked_decode(codes).reshape(-1)
     else:
