@@ -43,7 +43,7 @@ __all__ = ["SEED", "TEXT", "TOLERANCES", "StageResult", "kokoro_parity", "kokoro
 SEED = 1234
 TEXT = "hello world, this is a test."
 # stage -> (dtype compared in, tolerance on max |ours - upstream| / max |upstream|). Each is 11x to 26x the largest
-# value measured (README, "Does it match the original?"): the tiny model here, full-size random weights and the real
+# value measured (docs/parity.md): the tiny model here, full-size random weights and the real
 # weights (AMD EPYC; AVX-512, AVX2 and plain kernels; 1 and 2 threads). A 1 % error in one weight or a 0.01 shift
 # of one bias fails its stage (tests/measure/test_parity_mutations.py).
 TOLERANCES: dict[str, tuple[str, float]] = {
