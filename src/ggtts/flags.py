@@ -31,24 +31,28 @@ class Flag:
 
 def family_flags(kind: Kind) -> dict[str, Flag]:
     """Option name -> its flag, for every field of the families' ``kind`` dataclasses that has one; the first
-    family's declaration gives the default and help, and the help names every family that takes it (all of them:
-    'every family')."""
+    family's declaration gives the default; the help names every family that takes it (all of them: 'every
+    family'), or where their declarations say different things, gives each family's own."""
     from ggtts.families import families
 
     first: dict[str, dataclasses.Field[Any]] = {}
-    owners: dict[str, list[str]] = {}
+    helps: dict[str, dict[str, str]] = {}  # option -> family -> its help
     for family in families():
         for f in dataclasses.fields(getattr(family, kind)):
             if f.metadata.get("flag"):
                 first.setdefault(f.name, f)
-                owners.setdefault(f.name, []).append(family.name)
+                helps.setdefault(f.name, {})[family.name] = f.metadata["help"]
     everyone = len(families())
     out = {}
     for name, f in first.items():
-        who = owners[name]
-        where = "every family" if len(who) == everyone else ", ".join(who)
-        out[name] = Flag(name, f.metadata["flag"], f.default, f"{f.metadata['help']} ({where})",
-                         f.metadata.get("choices"), tuple(who))  # fmt: skip
+        by_family = helps[name]
+        who = list(by_family)
+        if len(set(by_family.values())) == 1:
+            where = "every family" if len(who) == everyone else ", ".join(who)
+            text = f"{f.metadata['help']} ({where})"
+        else:
+            text = "; ".join(f"{family}: {help_}" for family, help_ in by_family.items())
+        out[name] = Flag(name, f.metadata["flag"], f.default, text, f.metadata.get("choices"), tuple(who))
     return out
 
 

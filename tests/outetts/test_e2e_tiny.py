@@ -196,3 +196,13 @@ def test_text_with_nothing_to_say_is_an_input_error(tts: OuteTTS) -> None:
         tts.synthesize("... ?! —")
     with pytest.raises(InputError, match="nothing to speak"):
         next(tts.stream("''' !!!"))
+
+
+def test_gpu_load_options_are_refused_on_the_cpu_with_one_line(files: tuple[Path, Path]) -> None:
+    """precision and compile are OuteTTS's CUDA options: on the CPU each step is one ggml graph already."""
+    with pytest.raises(InputError, match="compile is for OuteTTS on CUDA"):
+        ggtts.load(files[0], device="cpu", compile=True)
+    with pytest.raises(InputError, match=r"precision bfloat16 is for OuteTTS on CUDA|no native bfloat16"):
+        ggtts.load(files[0], device="cpu", precision="bfloat16")
+    with pytest.raises(InputError, match="unknown precision"):
+        ggtts.load(files[0], device="cpu", precision="float16")

@@ -96,6 +96,34 @@ def test_greedy_generation_matches_teacher_forced(pair: tuple[torch.nn.Module, P
     assert_free_run_agrees(_free_run(ours, n_new), comparison)
 
 
+def test_static_steps_match_transformers_and_the_dynamic_steps(pair: tuple[torch.nn.Module, Path]) -> None:
+    """The one-token step a CUDA graph captures (a fixed cache attended under a mask, the position read from a
+    tensor), run eagerly here: the same logits as the steps whose shapes follow the cache, and transformers' greedy
+    generation teacher-forced (tests/near_ties)."""
+    hf, path = pair
+    dynamic = Qwen2Model.from_gguf(GGUFFile(path), max_len=512, graph=False)
+    static = Qwen2Model.from_gguf(GGUFFile(path), max_len=512, graph=False)
+    static.use_static_steps(capture=False)
+    ids = torch.randint(0, hf.config.vocab_size, (1, 48), generator=torch.Generator().manual_seed(3))
+    outs = []
+    with torch.no_grad():
+        for model in (dynamic, static):
+            cache = model.new_cache(300)  # static: a view of the 512-position cache
+            parts = [model(ids[:, :20], cache)] + [model(ids[:, i : i + 1], cache) for i in range(20, 48)]
+            outs.append(torch.cat(parts, dim=1))
+            assert cache.length == 48
+    assert static.static is not None and list(static.static) == [512]
+    assert _relative(outs[1], outs[0]) < 1e-6
+    comparison = compare_greedy(
+        PrefixStepper(lambda x: hf(x).logits), _stepper(static), PROMPT, 40, close=allclose(1e-4, 1e-4), tie=TIE
+    )
+    assert_free_run_agrees(_free_run(static, 40), comparison)
+    old = static.new_cache(100)
+    static.new_cache(100)  # ends the one before: its storage is the same
+    with torch.no_grad(), pytest.raises(RuntimeError, match="replaced by a newer one"):
+        static(ids[:, :1], old)
+
+
 @pytest.fixture(scope="module")
 def quantized(pair: tuple[torch.nn.Module, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The checkpoint converted to every stored type the converter offers."""

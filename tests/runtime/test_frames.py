@@ -1,6 +1,6 @@
-"""The generation runtime for codec language models: frames of Q codes, per-codebook sampling, a per-frame
-predictor, a fixed cross-attention cache, windowed decoding of frames; and the one-codebook token loop OuteTTS
-runs on, identical to the loop it replaced."""
+"""The generation runtime: the frame loop every autoregressive family runs (budget, end, cancellation), the
+token loop OuteTTS runs on it (identical to the loop it replaced), a fixed cross-attention cache, windowed
+decoding of frames."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ from collections.abc import Sequence
 import pytest
 import torch
 
-from ggtts.runtime.frames import Frame, SampleCode, StepOutput, decode_frames, generate_tokens
+from ggtts.runtime.cancel import Cancelled, CancelToken, cancellable
+from ggtts.runtime.frames import decode_frames, generate_tokens
 from ggtts.runtime.kv_cache import CrossAttentionCache, EncoderDecoderCache, KVCache
 from ggtts.runtime.sampling import Sampler, SamplingParams
 from ggtts.runtime.streaming import WindowedDecoder
 
 VOCAB = 50
+Frame = tuple[int, ...]
 
 
 class FakeLM:
@@ -95,91 +97,65 @@ def test_the_token_loop_stops_at_a_stop_token_and_checks_the_cache() -> None:
         list(generate_tokens(FakeLM(), [], _cache(), greedy, max_new_tokens=3))
 
 
-class ScriptedBackbone:
-    """Q = 3: the first code's most likely value comes from the last frame's sum and the step; the hidden state
-    is that sum."""
+class ScriptedDecoder:
+    """Frames of three codes: frame ``i`` is ``(i, 10 + i, 20 + i)``; ``end`` (a step) draws None there, ``last``
+    (a step) makes that frame the last. Records every call, in order."""
 
-    def __init__(self) -> None:
-        self.steps: list[Frame] = []
-        self.prompt: list[int] = []
+    def __init__(self, end: int | None = None, last: int | None = None) -> None:
+        self.end, self.last, self.calls = end, last, []  # type: list[str]
 
-    def prefill(self, prompt: Sequence[int], cache: object) -> StepOutput:
-        self.prompt = list(prompt)
-        return self._out(sum(prompt))
+    def prefill(self) -> None:
+        self.calls.append("prefill")
 
-    def step(self, frame: Frame, cache: object) -> StepOutput:
-        self.steps.append(frame)
-        return self._out(sum(frame))
+    def draw(self, step: int) -> Frame | None:
+        self.calls.append(f"draw {step}")
+        return None if step == self.end else (step, 10 + step, 20 + step)
 
-    def _out(self, value: int) -> StepOutput:
-        logits = torch.full((VOCAB,), -1.0)
-        logits[(value * 7 + 3 + len(self.steps)) % VOCAB] = 5.0
-        return StepOutput(logits, hidden=torch.tensor([float(value)]))
+    def is_last(self, frame: Frame) -> bool:
+        return frame[0] == self.last
 
-
-class OffsetPredictor:
-    """Completes a frame: codebook 1's most likely code is (first + hidden) mod VOCAB; codebook 2's is always 17,
-    with 18 a close runner-up, so a repetition penalty on codebook 2 (and on its own history) shows."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, hidden: torch.Tensor | None, first: int, sample: SampleCode) -> Frame:
-        assert hidden is not None
-        self.calls += 1
-        codes = [first]
-        for q, best in ((1, (first + int(hidden.item())) % VOCAB), (2, 17)):
-            logits = torch.full((VOCAB,), -1.0)
-            logits[best], logits[(best + 1) % VOCAB] = 5.0, 4.9
-            codes.append(sample(q, logits))
-        return tuple(codes)
+    def feed(self, frame: Frame) -> None:
+        self.calls.append(f"feed {frame[0]}")
 
 
-def _expected(prompt: list[int], n: int, penalised: bool) -> list[Frame]:
-    frames: list[Frame] = []
-    value = sum(prompt)
-    for step in range(n):
-        first = (value * 7 + 3 + step) % VOCAB
-        c1 = (first + value) % VOCAB
-        # penalised: 17 once, then 18 (17 is in codebook 2's history), then 17 again (both are, 5/p > 4.9/p)
-        c2 = 18 if penalised and step == 1 else 17
-        frames.append((first, c1, c2))
-        value = first + c1 + c2
-    return frames
+def test_the_frame_loop_runs_to_its_budget_and_never_feeds_the_last_frame() -> None:
+    decoder = ScriptedDecoder()
+    assert list(decode_frames(decoder, 3)) == [(0, 10, 20), (1, 11, 21), (2, 12, 22)]
+    assert decoder.calls == ["prefill", "draw 0", "feed 0", "draw 1", "feed 1", "draw 2"]
+    idle = ScriptedDecoder()
+    assert list(decode_frames(idle, 0)) == [] and idle.calls == []
 
 
-@pytest.mark.parametrize("penalty", [1.0, 100.0])
-def test_frames_of_three_codebooks_with_a_predictor_and_per_codebook_samplers(penalty: float) -> None:
-    greedy = Sampler(SamplingParams(temperature=0.0))
-    penalised = Sampler(SamplingParams(temperature=0.0, repetition_penalty=penalty))
-    backbone, predictor = ScriptedBackbone(), OffsetPredictor()
-    prompt = [17, 4]  # in codebook 0's history only: codebook 2's penalty must not see its 17
-    frames = list(
-        decode_frames(backbone, prompt, None, [greedy, greedy, penalised], max_frames=12, predictor=predictor)
-    )
-    assert frames == _expected(prompt, 12, penalised=penalty > 1)
-    assert backbone.prompt == prompt and backbone.steps == frames[:-1]  # the last frame is never fed back
-    assert predictor.calls == 12
+def test_a_last_frame_is_yielded_and_a_draw_of_none_yields_nothing() -> None:
+    last = ScriptedDecoder(last=1)
+    assert [f[0] for f in decode_frames(last, 9)] == [0, 1]
+    assert last.calls == ["prefill", "draw 0", "feed 0", "draw 1"]
+    ended = ScriptedDecoder(end=2)
+    assert [f[0] for f in decode_frames(ended, 9)] == [0, 1]
+    assert ended.calls[-2:] == ["feed 1", "draw 2"]
 
 
-def test_a_stop_frame_ends_generation_and_a_predictor_keeps_the_first_code() -> None:
-    greedy = Sampler(SamplingParams(temperature=0.0))
-    want = _expected([4, 2], 12, penalised=False)
-    at = next(i for i in range(3, 12) if want[i] not in want[:i])  # a frame not seen before
-    stop = want[at]
-    frames = list(
-        decode_frames(
-            ScriptedBackbone(), [4, 2], None, [greedy], max_frames=12, predictor=OffsetPredictor(),
-            is_stop=lambda frame: frame == stop,
-        )
-    )  # fmt: skip
-    assert frames == want[: at + 1]
+def test_the_frame_loop_checks_for_cancellation_before_the_prefill_and_each_step() -> None:
+    checks: list[int] = []
 
-    def liar(hidden: torch.Tensor | None, first: int, sample: SampleCode) -> Frame:
-        return (first + 1, 0, 0)
+    def check() -> None:
+        checks.append(len(decoder.calls))
+        if len(checks) == 3:
+            raise Cancelled("stop")
 
-    with pytest.raises(ValueError, match="changed the first code"):
-        list(decode_frames(ScriptedBackbone(), [1], None, [greedy], max_frames=3, predictor=liar))
+    decoder = ScriptedDecoder()
+    frames = []
+    with pytest.raises(Cancelled):
+        for frame in decode_frames(decoder, 9, check):
+            frames.append(frame)
+    assert checks == [0, 1, 3]  # before the prefill, before draw 0, before draw 1: no draw after it
+    assert frames == [(0, 10, 20)] and decoder.calls == ["prefill", "draw 0", "feed 0"]
+    token, untouched = CancelToken(), ScriptedDecoder()
+    frames_left = decode_frames(untouched, 3)
+    with pytest.raises(Cancelled, match="gone"), cancellable(token):
+        token.cancel("gone")
+        next(frames_left)  # the default check is the thread's cancellation token
+    assert untouched.calls == []
 
 
 def test_cross_attention_cache_is_filled_once_and_read_after() -> None:

@@ -273,7 +273,7 @@ def precision_load_option(what: str) -> Any:
     """The ``precision`` load option of a family that can run ``what`` in bfloat16."""
     return option(
         DEFAULT_PRECISION,
-        f"bfloat16: {what} in bfloat16, where the device has it natively (refused elsewhere); default float32",
+        f"bfloat16 runs {what} in bfloat16 where the device has it natively; default float32",
         flag="--precision",
         check=check_name,
         choices=PRECISIONS,

@@ -51,21 +51,24 @@ def compiler_errors() -> tuple[type[BaseException], ...]:
 
 
 class CompiledOrEager:
-    """``fn`` compiled by ``torch.compile`` (dynamic shapes), or ``fn`` itself where that cannot be done.
+    """``fn`` compiled by ``torch.compile`` (dynamic shapes unless ``dynamic=False``: a step of fixed shapes), or
+    ``fn`` itself where that cannot be done.
 
     The first call compiles (so may a call whose shapes need another compile). If compiling fails
     (:func:`compiler_errors`), that is logged once, the call is made again eagerly, and every later call is eager.
     Any other error (a bad input, memory) is raised as it is and compiling stays on. The model's weights are taken
     as fixed once compiled."""
 
-    def __init__(self, fn: Callable[..., Any], what: str, device: torch.device | str = "cpu") -> None:
+    def __init__(
+        self, fn: Callable[..., Any], what: str, device: torch.device | str = "cpu", *, dynamic: bool = True
+    ) -> None:
         self.fn, self.what = fn, what
         self.compiled: Callable[..., Any] | None = None
         reason = compiler_missing(device)
         if reason is not None:
             log.warning("%s runs eagerly: %s", what, reason)
         else:
-            self.compiled = torch.compile(fn, dynamic=True)
+            self.compiled = torch.compile(fn, dynamic=dynamic)
 
     @property
     def active(self) -> bool:

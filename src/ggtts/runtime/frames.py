@@ -1,129 +1,126 @@
-"""Generation for codec language models: each step yields one *frame*, one code per codebook.
+"""The generation loop every autoregressive family runs: one *frame* per step, until the model ends it or the
+budget runs out.
 
-The shape is gpt-fast's (``prefill`` / ``decode_one_token`` / ``decode_n_tokens``), one level up:
+The shape is gpt-fast's (``prefill`` / ``decode_one_token`` / ``decode_n_tokens``), with each family's own
+sampling order inside its step. A family writes a :class:`FrameDecoder` for one utterance:
 
-- a :class:`FrameModel` (the backbone) is prefilled with the prompt, then fed one frame per step, and returns
-  the logits of the frame's first codebook and its last hidden state;
-- a :class:`FramePredictor` (optional) completes each frame from that hidden state, codebook by codebook, in an
-  inner loop of its own (Magpie's local transformer, the Qwen3-Omni talker's code predictor);
-- each codebook has its own sampler (and its own history, for repetition penalties).
+- ``prefill()`` runs the prompt;
+- ``draw(step)`` picks the next frame from the state the last model call left (the family's sampling, in its
+  upstream's exact order: a token, a frame of codebooks filled by a local transformer or a code predictor, a
+  stack of frames), or ``None`` when the model ends the utterance without one;
+- ``is_last(frame)`` says the frame ends the utterance (it is yielded, never fed back);
+- ``feed(frame)`` runs the model over it, for the next draw.
 
-A single-codebook model (OuteTTS: a Qwen2 writing WavTokenizer codes) is the case ``Q = 1`` without a predictor:
-:class:`TokenBackbone` adapts any decoder-only LM and :func:`generate_tokens` is the familiar token loop on top.
-The loop knows nothing about text or audio.
+:func:`decode_frames` owns what is the same for every family: the frame budget, the end, that the last frame
+is never fed back, and the cancellation point before each step (:mod:`ggtts.runtime.cancel`). Families:
+OuteTTS (one token a frame, :func:`generate_tokens`), Magpie (a stack of frames of 8 codebooks a step, with
+guidance and an attention prior), Qwen3-Omni (the talker's code, then the code predictor's). A decoder whose
+``feed`` and ``draw`` keep their tensors in fixed places is what a captured graph per step replays.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol, TypeVar
 
 import torch
 
+from ggtts.runtime.cancel import check_cancelled
 from ggtts.runtime.kv_cache import KVCache
 from ggtts.runtime.sampling import Sampler
 
-Frame = tuple[int, ...]  # one code per codebook
-Rewrite = Callable[[int, Sequence[int]], int]  # (sampled first code, first codes so far) -> the code to use
-# (codebook, logits (V,)) -> the code drawn by that codebook's sampler, with that codebook's history
-SampleCode = Callable[[int, torch.Tensor], int]
+F = TypeVar("F")
+Rewrite = Callable[[int, Sequence[int]], int]  # (sampled token, tokens so far) -> the token to use
 
 
-@dataclass(frozen=True)
-class StepOutput:
-    logits: torch.Tensor  # (V,) the first codebook's logits for the next frame
-    hidden: torch.Tensor | None = None  # (D,) the backbone's last hidden state, for a predictor
+class FrameDecoder(Protocol[F]):
+    """One utterance's decoding, as :func:`decode_frames` drives it."""
+
+    def prefill(self) -> None: ...
+
+    def draw(self, step: int) -> F | None: ...
+
+    def is_last(self, frame: F) -> bool: ...
+
+    def feed(self, frame: F) -> None: ...
 
 
-class FrameModel(Protocol):
-    """A codec LM's backbone. ``cache`` is whatever state it keeps (a :class:`KVCache`, an encoder-decoder cache)."""
-
-    def prefill(self, prompt: Sequence[int], cache: Any) -> StepOutput: ...
-
-    def step(self, frame: Frame, cache: Any) -> StepOutput: ...
-
-
-class FramePredictor(Protocol):
-    """Completes a frame: codebooks ``1..Q-1`` from the backbone's hidden state and the first code."""
-
-    def __call__(self, hidden: torch.Tensor | None, first: int, sample: SampleCode) -> Frame: ...
-
-
-@torch.inference_mode()
 def decode_frames(
-    model: FrameModel,
-    prompt: Sequence[int],
-    cache: Any,
-    samplers: Sequence[Sampler],
-    *,
-    max_frames: int,
-    is_stop: Callable[[Frame], bool] = lambda frame: False,
-    predictor: FramePredictor | None = None,
-    rewrite: Rewrite | None = None,
-) -> Iterator[Frame]:
-    """Yield up to ``max_frames`` frames; a stop frame is yielded, then generation ends.
-
-    ``samplers[q]`` draws codebook ``q`` (one sampler serves them all when only one is given). The first
-    codebook's history starts with the prompt (so a repetition penalty sees it, as llama.cpp's does); the others
-    start empty. A stop frame and the last frame are never fed back.
-    """
-    if not prompt:
-        raise ValueError("the prompt is empty")
+    decoder: FrameDecoder[F], max_frames: int, check: Callable[[], None] = check_cancelled
+) -> Iterator[F]:
+    """Yield up to ``max_frames`` frames of ``decoder``; a last frame is yielded, then generation ends, and so does
+    a draw of ``None``. ``check`` runs before the prefill and before each step (it raises to stop: by default
+    :func:`~ggtts.runtime.cancel.check_cancelled`). Nothing runs when ``max_frames`` is below 1."""
     if max_frames < 1:
         return
-    if len(samplers) < 1:
-        raise ValueError("give at least one sampler")
-    histories: list[list[int]] = [list(prompt)]
-
-    def sample(codebook: int, logits: torch.Tensor) -> int:
-        while len(histories) <= codebook:
-            histories.append([])
-        sampler = samplers[codebook] if len(samplers) > 1 else samplers[0]
-        return sampler(logits, histories[codebook])
-
-    firsts: list[int] = []
-    out = model.prefill(prompt, cache)
-    for i in range(max_frames):
-        first = sample(0, out.logits)
-        if rewrite is not None:
-            first = rewrite(first, firsts)
-        frame: Frame = (first,) if predictor is None else predictor(out.hidden, first, sample)
-        if frame[0] != first:
-            raise ValueError("the frame predictor changed the first code")
-        firsts.append(first)
-        for codebook, code in enumerate(frame):
-            while len(histories) <= codebook:
-                histories.append([])
-            histories[codebook].append(code)
-        yield frame
-        if is_stop(frame) or i == max_frames - 1:
+    check()
+    decoder.prefill()
+    for step in range(max_frames):
+        check()
+        frame = decoder.draw(step)
+        if frame is None:
             return
-        out = model.step(frame, cache)
+        yield frame
+        if decoder.is_last(frame) or step == max_frames - 1:
+            return
+        decoder.feed(frame)
 
 
-# ---- one codebook: a decoder-only language model -----------------------------------------------------------------
+# ---- one token a frame: a decoder-only language model ------------------------------------------------------------
 class TokenModel(Protocol):
     """A decoder that consumes tokens ``(1, T)`` at the cache's position and returns last-position logits."""
 
     def __call__(self, tokens: torch.Tensor, cache: KVCache, *, last_only: bool = ...) -> torch.Tensor: ...
 
 
-class TokenBackbone:
-    """A decoder-only LM as a :class:`FrameModel` of one codebook (each token is a frame)."""
+class TokenDecoder:
+    """A decoder-only LM's token loop as a :class:`FrameDecoder` of ints: the sampler sees the prompt and the
+    tokens drawn so far (a repetition penalty reads them, as llama.cpp's does); ``rewrite`` may replace each draw
+    (guide tokens)."""
 
-    def __init__(self, model: TokenModel, device: str | torch.device = "cpu") -> None:
-        self.model, self.device = model, device
+    def __init__(
+        self,
+        model: TokenModel,
+        prompt: Sequence[int],
+        cache: KVCache,
+        sampler: Sampler,
+        *,
+        stop_tokens: Collection[int] = (),
+        rewrite: Rewrite | None = None,
+        device: str | torch.device = "cpu",
+    ) -> None:
+        if not prompt:
+            raise ValueError("the prompt is empty")
+        self.model, self.prompt, self.cache, self.sampler = model, list(prompt), cache, sampler
+        self.stop_tokens, self.rewrite, self.device = stop_tokens, rewrite, device
+        self.history: list[int] = list(prompt)
+        self.generated: list[int] = []
+        self.logits: torch.Tensor | None = None
 
-    def prefill(self, prompt: Sequence[int], cache: KVCache) -> StepOutput:
-        tokens = torch.tensor([list(prompt)], dtype=torch.long, device=self.device)
-        return StepOutput(self.model(tokens, cache, last_only=True)[0, -1])
+    def _run(self, tokens: Sequence[int]) -> None:
+        ids = torch.tensor([list(tokens)], dtype=torch.long, device=self.device)
+        self.logits = self.model(ids, self.cache, last_only=True)[0, -1]
 
-    def step(self, frame: Frame, cache: KVCache) -> StepOutput:
-        tokens = torch.tensor([[frame[0]]], dtype=torch.long, device=self.device)
-        return StepOutput(self.model(tokens, cache, last_only=True)[0, -1])
+    def prefill(self) -> None:
+        self._run(self.prompt)
+
+    def draw(self, step: int) -> int:
+        assert self.logits is not None, "prefill first"
+        token = self.sampler(self.logits, self.history)
+        if self.rewrite is not None:
+            token = self.rewrite(token, self.generated)
+        self.generated.append(token)
+        self.history.append(token)
+        return token
+
+    def is_last(self, frame: int) -> bool:
+        return frame in self.stop_tokens
+
+    def feed(self, frame: int) -> None:
+        self._run([frame])
 
 
+@torch.inference_mode()
 def generate_tokens(
     model: TokenModel,
     prompt: Sequence[int],
@@ -145,14 +142,5 @@ def generate_tokens(
     needed = cache.length + len(prompt) + max_new_tokens - 1
     if needed > cache.max_len:
         raise ValueError(f"prompt and generation need {needed} cache positions; the cache holds {cache.max_len}")
-    frames = decode_frames(
-        TokenBackbone(model, device),
-        prompt,
-        cache,
-        [sampler],
-        max_frames=max_new_tokens,
-        is_stop=lambda frame: frame[0] in stop_tokens,
-        rewrite=rewrite,
-    )
-    for frame in frames:
-        yield frame[0]
+    decoder = TokenDecoder(model, prompt, cache, sampler, stop_tokens=stop_tokens, rewrite=rewrite, device=device)
+    yield from decode_frames(decoder, max_new_tokens)

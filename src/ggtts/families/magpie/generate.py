@@ -32,6 +32,7 @@ import torch
 
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.magpie.model import LayerInputs, MagpieTTS, new_cache
+from ggtts.runtime.frames import decode_frames
 
 SINK_SKIP = 8  # NeMo: a text position attended this often is skipped as an attention sink
 SINK_PENALTY = 10  # NeMo: positions up to one attended this often get epsilon in the prior
@@ -180,59 +181,11 @@ class MagpieGenerator:
         return [prior if i in chosen else None for i in range(self.cfg.decoder.n_layers)]
 
     # ---- the loop ------------------------------------------------------------------------------------------------
-    @torch.inference_mode()
     def frames(self, text_ids: list[int], speaker: int) -> Iterator[torch.Tensor]:
         """Yield the codes (C, n) of each decoder step (n = S, fewer at the end); stop at EOS or the frame limit."""
-        m, p, cfg = self.model, self.params, self.cfg
-        device = m.text_embedding.weight.device
-        rows = 1 if p.cfg_scale is None else 2
-        text = torch.tensor([text_ids], device=device)
-        memory = m.memory_kv(m.encode_text(text))
-        context = m.speaker_context(speaker)  # (Tc, D)
-        tc = context.shape[0]
-        steps = max(1, p.max_frames // cfg.frame_stacking)  # NeMo: max_decoder_steps // frame_stacking_factor
-        max_len = tc + steps + 1
-        key_valid = torch.ones(rows, max_len, dtype=torch.bool, device=device)
-        key_valid[0, cfg.context_lengths[speaker] : tc] = False
-        prefix = torch.stack([context, torch.zeros_like(context)])[:rows]  # (rows, Tc, D): CFG's null context
-        bos = torch.full((1, cfg.num_codebooks, cfg.frame_stacking), cfg.audio_bos_id, device=device)
-        history = [m.embed_frames(bos).expand(rows, -1, -1)]  # decoder input rows after the context
-        row_priors: list[torch.Tensor | None] = [None]  # the prior each audio row was computed with
-        cache = new_cache(cfg.decoder, max_len, rows, device)
-        prior: torch.Tensor | None = None
-        state = _PriorState()
-        for step in range(steps):
-            inputs = LayerInputs(cache=cache, key_valid=key_valid, memory=memory, cross_rows=1)
-            if p.cached and step == 0:
-                last, probs = self._prefill(prefix[0], history[0][:1], cache, key_valid, memory)
-            elif p.cached:
-                inputs.start = tc + step
-                inputs.priors = self._layer_priors(None if prior is None else prior[None, None])
-                hidden, probs = m.decode(history[-1], inputs)
-                last = hidden[:, -1]  # (rows, D)
-            elif p.prior_rows == "latest":
-                inputs.priors = self._layer_priors(None if prior is None else prior[None, None])
-                hidden, probs = m.decode(torch.cat([prefix, *history], dim=1), inputs)
-                last = hidden[:, -1]
-            else:
-                inputs.priors = self._layer_priors(self._prior_rows(row_priors, tc, text.shape[1], device))
-                hidden, probs = m.decode(torch.cat([prefix, *history], dim=1), inputs)
-                last = hidden[:, -1]
-            forbid_eos = step * cfg.frame_stacking < p.min_frames
-            codes = self.local_codes(last, forbid_eos)
-            argmax = self.argmax_codes(self._guided(m.logits(last)), forbid_eos)
-            if p.prior and step >= p.prior_start:
-                prior = self._next_prior(self._alignment(probs), state, text.shape[1])
-            ends = [_eos_frame(c, cfg.audio_eos_id, p.eos_method) for c in self._eos_streams(codes, argmax)]
-            end = min((e for e in ends if e is not None), default=None)
-            frames_left = p.max_frames - step * cfg.frame_stacking
-            keep = min(cfg.frame_stacking if end is None else end, frames_left)
-            if keep > 0:
-                yield codes[:, :keep]
-            if end is not None or keep < cfg.frame_stacking:
-                return
-            history.append(m.embed_frames(codes[None]).expand(rows, -1, -1))
-            row_priors.append(prior)
+        steps = max(1, self.params.max_frames // self.cfg.frame_stacking)  # NeMo: max_decoder_steps // stacking
+        with torch.inference_mode():
+            yield from decode_frames(_Utterance(self, text_ids, speaker, steps), steps)
 
     def _prefill(
         self,
@@ -273,6 +226,83 @@ class MagpieGenerator:
         ones = torch.ones(text_len, device=device)
         rows = [ones] * tc + [ones if r is None else r for r in row_priors]
         return torch.stack(rows)[None]
+
+
+class _Utterance:
+    """One utterance's decoder steps as a :class:`~ggtts.runtime.frames.FrameDecoder`: ``draw`` runs the local
+    transformer, the parallel head, the attention prior and the EOS rule on the last decoder output; ``feed``
+    embeds the kept stack and runs the decoder over it (cached, or from scratch in the two uncached modes)."""
+
+    def __init__(self, gen: MagpieGenerator, text_ids: list[int], speaker: int, steps: int) -> None:
+        m, p, cfg = gen.model, gen.params, gen.cfg
+        self.gen, self.m, self.p, self.cfg = gen, m, p, cfg
+        self.device = device = m.text_embedding.weight.device
+        self.rows = rows = 1 if p.cfg_scale is None else 2
+        self.text_len = len(text_ids)
+        self.memory = m.memory_kv(m.encode_text(torch.tensor([text_ids], device=device)))
+        context = m.speaker_context(speaker)  # (Tc, D)
+        self.tc = tc = context.shape[0]
+        max_len = tc + steps + 1
+        self.key_valid = torch.ones(rows, max_len, dtype=torch.bool, device=device)
+        self.key_valid[0, cfg.context_lengths[speaker] : tc] = False
+        self.prefix = torch.stack([context, torch.zeros_like(context)])[:rows]  # (rows, Tc, D): CFG's null context
+        bos = torch.full((1, cfg.num_codebooks, cfg.frame_stacking), cfg.audio_bos_id, device=device)
+        self.history = [m.embed_frames(bos).expand(rows, -1, -1)]  # decoder input rows after the context
+        self.row_priors: list[torch.Tensor | None] = [None]  # the prior each audio row was computed with
+        self.cache = new_cache(cfg.decoder, max_len, rows, device)
+        self.prior: torch.Tensor | None = None
+        self.state = _PriorState()
+        self.step = 0
+        self.last = torch.empty(0)  # the decoder's last rows (rows, D)
+        self.probs: list[torch.Tensor | None] = []
+        self.ended = False
+
+    def prefill(self) -> None:
+        self._decode()
+
+    def _decode(self) -> None:
+        """The decoder over this step's input, leaving its last rows and cross-attention probabilities."""
+        gen, m, p = self.gen, self.m, self.p
+        inputs = LayerInputs(cache=self.cache, key_valid=self.key_valid, memory=self.memory, cross_rows=1)
+        if p.cached and self.step == 0:
+            self.last, self.probs = gen._prefill(self.prefix[0], self.history[0][:1], self.cache, self.key_valid,
+                                                 self.memory)  # fmt: skip
+            return
+        if p.cached:
+            inputs.start = self.tc + self.step
+            inputs.priors = gen._layer_priors(None if self.prior is None else self.prior[None, None])
+            hidden, self.probs = m.decode(self.history[-1], inputs)
+        elif p.prior_rows == "latest":
+            inputs.priors = gen._layer_priors(None if self.prior is None else self.prior[None, None])
+            hidden, self.probs = m.decode(torch.cat([self.prefix, *self.history], dim=1), inputs)
+        else:
+            priors = gen._prior_rows(self.row_priors, self.tc, self.text_len, self.device)
+            inputs.priors = gen._layer_priors(priors)
+            hidden, self.probs = m.decode(torch.cat([self.prefix, *self.history], dim=1), inputs)
+        self.last = hidden[:, -1]
+
+    def draw(self, step: int) -> torch.Tensor | None:
+        gen, p, cfg = self.gen, self.p, self.cfg
+        forbid_eos = step * cfg.frame_stacking < p.min_frames
+        codes = gen.local_codes(self.last, forbid_eos)
+        argmax = gen.argmax_codes(gen._guided(self.m.logits(self.last)), forbid_eos)
+        if p.prior and step >= p.prior_start:
+            self.prior = gen._next_prior(gen._alignment(self.probs), self.state, self.text_len)
+        ends = [_eos_frame(c, cfg.audio_eos_id, p.eos_method) for c in gen._eos_streams(codes, argmax)]
+        end = min((e for e in ends if e is not None), default=None)
+        frames_left = p.max_frames - step * cfg.frame_stacking
+        keep = min(cfg.frame_stacking if end is None else end, frames_left)
+        self.ended = end is not None or keep < cfg.frame_stacking
+        return codes[:, :keep] if keep > 0 else None
+
+    def is_last(self, frame: torch.Tensor) -> bool:
+        return self.ended
+
+    def feed(self, frame: torch.Tensor) -> None:
+        self.history.append(self.m.embed_frames(frame[None]).expand(self.rows, -1, -1))
+        self.row_priors.append(self.prior)
+        self.step += 1
+        self._decode()
 
 
 def generate_codes(model: MagpieTTS, text_ids: list[int], speaker: int, params: GenerationParams) -> torch.Tensor:

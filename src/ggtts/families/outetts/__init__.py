@@ -10,7 +10,16 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ggtts.families.base import Capabilities, Companion, Family, check_seed, option
+from ggtts.families.base import (
+    Capabilities,
+    Companion,
+    Family,
+    LoadOptions,
+    check_flag,
+    check_seed,
+    option,
+    precision_load_option,
+)
 from ggtts.gguf.keys import Qwen2, WavTokenizerDec
 from ggtts.gguf.keys import Tokenizer as TK
 
@@ -42,6 +51,18 @@ class OuteTTSOptions:
     lookahead: int | None = option(None, "codes of lookahead per streamed chunk")
 
 
+@dataclass(frozen=True)
+class OuteTTSLoadOptions(LoadOptions):
+    precision: str = precision_load_option("the language model (on CUDA)")
+    compile: bool = option(
+        False,
+        "on CUDA: compile the language model's decode step with torch.compile before it is captured as a CUDA graph "
+        "(its small kernels fused; tens of seconds at the first synthesis, faster after)",
+        flag="--compile",
+        check=check_flag("compile"),
+    )
+
+
 def recognize(gguf: GGUFFile) -> str | None:
     """``None`` for a ``qwen2`` file whose vocabulary has OuteTTS's audio-code tokens; else why it is not one."""
     tokens = gguf.get(TK.TOKENS) or []
@@ -60,6 +81,7 @@ FAMILY = Family(
     architectures=(Qwen2.ARCH,),
     pipeline="ggtts.families.outetts.pipeline:OuteTTS",
     options=OuteTTSOptions,
+    load_options=OuteTTSLoadOptions,
     capabilities=Capabilities(speed=(1.0, 1.0), max_input_chars=MAX_CHARS),
     recognize=recognize,
     companions=(

@@ -96,11 +96,27 @@ class OuteTTS(TTSModel):
 
     @classmethod
     def from_gguf(cls, gguf: GGUFFile, device: str = "cpu", **options: Any) -> OuteTTS:
-        """``options``: ``vocoder`` (a wavtokenizer-dec GGUF path; default: the only one beside the model)."""
+        """``options``: ``vocoder`` (a wavtokenizer-dec GGUF path; default: the only one beside the model),
+        ``precision`` (``"bfloat16"``: the language model in bfloat16, where the device has it natively), ``compile``
+        (on CUDA: the decode step compiled by ``torch.compile`` before it is captured as a CUDA graph)."""
+        from ggtts.runtime.precision import check_precision
+
         vocoder = options.pop("vocoder", None)
+        precision = check_precision(options.pop("precision", "float32"), device)
+        compile_steps = bool(options.pop("compile", False))
         if options:
-            raise InputError(f"unknown option '{next(iter(options))}' for OuteTTS; known: vocoder")
-        model = cls(Qwen2Model.from_gguf(gguf, device), BPETokenizer.from_gguf(gguf), gguf, device)
+            known = ", ".join(FAMILY.load_option_names())
+            raise InputError(f"unknown option '{next(iter(options))}' for OuteTTS; known: {known}")
+        on_cpu = torch.device(device).type != "cuda"
+        if on_cpu and (compile_steps or precision != "float32"):
+            what = "compile" if compile_steps else f"precision {precision}"
+            raise InputError(
+                f"{what} is for OuteTTS on CUDA; on the CPU each step already runs as one ggml graph on the file's own "
+                "weight types"
+            )
+        dtype = torch.bfloat16 if precision == "bfloat16" else torch.float32
+        lm = Qwen2Model.from_gguf(gguf, device, dtype=dtype, compile_steps=compile_steps)
+        model = cls(lm, BPETokenizer.from_gguf(gguf), gguf, device)
         if vocoder is None:
             vocoder = find_vocoder(Path(gguf.path))
         if vocoder is not None:

@@ -6,7 +6,7 @@ draw (or argmax when greedy); the code predictor fills the frame's other codeboo
 (top-k 50, top-p 0.8 at its own temperature, or argmax: it follows the talker's greedy setting, as upstream); the
 sum of the frame's code embeddings plus the next text row is the talker's next input. A first code equal to codec
 EOS ends the audio; so does the frame budget (upstream's ``max_new_tokens`` is one more than the frames it
-returns: the last code drawn never gets its other codebooks).
+returns: the last code drawn never gets its other codebooks; ggtts does not draw it).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 from ggtts.families.qwen3omni.prompt import TalkerInputs
 from ggtts.models.qwen3omni_talker.config import Sampling
 from ggtts.models.qwen3omni_talker.model import Talker
-from ggtts.runtime.cancel import check_cancelled
+from ggtts.runtime.frames import decode_frames
 from ggtts.runtime.sampling import apply_repetition_penalty, filter_top_k, filter_top_p
 
 # draws one id from probabilities (V,): torch.multinomial with the run's generator; tests swap in a fixed rule
@@ -76,6 +76,41 @@ class Pick(Protocol):
     ) -> int: ...
 
 
+class TalkerDecoder:
+    """One utterance's frames as a :class:`~ggtts.runtime.frames.FrameDecoder`: the talker's first code (ending
+    the audio at codec EOS, before the code predictor runs), then the code predictor's; the next input is the sum
+    of the frame's code embeddings plus the next text row."""
+
+    def __init__(self, talker: Talker, inputs: TalkerInputs, max_frames: int, first: Pick, rest: Pick) -> None:
+        self.talker, self.inputs, self.first, self.rest = talker, inputs, first, rest
+        self.suppressed = torch.tensor(talker.cfg.suppressed_ids, dtype=torch.long)
+        self.cache = talker.new_cache(inputs.prefill.shape[1] + max_frames + 1)
+        self.cp_cache = talker.cp.new_cache()
+        self.drawn: list[int] = []
+        self.hidden = self.logits = self.next_input = torch.empty(0)
+
+    def prefill(self) -> None:
+        self.hidden, self.logits = self.talker.step(self.inputs.prefill, self.cache)
+
+    def draw(self, step: int) -> list[int] | None:
+        code = self.first(self.logits, self.drawn, self.suppressed)
+        if code == self.talker.cfg.codec_eos:
+            return None
+        self.drawn.append(code)
+        embedded = self.talker.embed_codes(code)
+        codes, total = self.talker.cp.frame(self.hidden, embedded, lambda _j, lg: self.rest(lg), self.cp_cache)
+        trailing = self.inputs.trailing
+        text = trailing[:, step : step + 1] if step < trailing.shape[1] else self.inputs.pad
+        self.next_input = embedded + total + text
+        return [code, *codes]
+
+    def is_last(self, frame: list[int]) -> bool:
+        return False  # the talker ends the audio with codec EOS, a draw of None
+
+    def feed(self, frame: list[int]) -> None:
+        self.hidden, self.logits = self.talker.step(self.next_input, self.cache)
+
+
 def generate_frames(
     talker: Talker,
     inputs: TalkerInputs,
@@ -85,7 +120,6 @@ def generate_frames(
 ) -> Iterator[list[int]]:
     """Frames of codes (``n_codebooks`` each), one at a time, until codec EOS or ``max_frames``. ``pickers``: the
     talker's and the code predictor's choice of a code from logits (default: :class:`HFSampler` by ``params``)."""
-    cfg = talker.cfg
     generator = torch.Generator().manual_seed(params.seed)
     first: Pick
     rest: Pick
@@ -93,20 +127,5 @@ def generate_frames(
         HFSampler(params.talker, params.greedy, generator, draw),
         HFSampler(params.code_predictor, params.greedy, generator, draw),
     )
-    suppressed = torch.tensor(cfg.suppressed_ids, dtype=torch.long)
     with torch.inference_mode():
-        cache = talker.new_cache(inputs.prefill.shape[1] + params.max_frames + 1)
-        cp_cache = talker.cp.new_cache()
-        hidden, logits = talker.step(inputs.prefill, cache)
-        drawn: list[int] = []
-        for step in range(params.max_frames + 1):
-            check_cancelled()
-            code = first(logits, drawn, suppressed)
-            if code == cfg.codec_eos or step == params.max_frames:
-                return
-            drawn.append(code)
-            embedded = talker.embed_codes(code)
-            codes, total = talker.cp.frame(hidden, embedded, lambda _j, lg: rest(lg), cp_cache)
-            yield [code, *codes]
-            text = inputs.trailing[:, step : step + 1] if step < inputs.trailing.shape[1] else inputs.pad
-            hidden, logits = talker.step(embedded + total + text, cache)
+        yield from decode_frames(TalkerDecoder(talker, inputs, params.max_frames, first, rest), params.max_frames)

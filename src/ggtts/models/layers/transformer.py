@@ -1,7 +1,15 @@
 """RMSNorm, NEOX-style rotary embeddings and cached causal attention, shared by the Qwen decoders (``qwen2``, the
-Qwen3 blocks)."""
+Qwen3 blocks).
+
+A step's position is an ``int`` (the cache's length: shapes follow it), or a :class:`StaticPosition`: one new
+position held in a tensor, with the whole cache attended under a mask, so that every shape and address is the
+same at every step and the step can be captured once as a CUDA graph and replayed
+(:mod:`ggtts.runtime.step_graph`).
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -23,6 +31,23 @@ class RMSNorm(nn.Module):
         x = x.float()
         x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x.to(dtype)
+
+
+@dataclass(frozen=True)
+class StaticPosition:
+    """One new position, read from tensors: ``index`` (1,) the position, ``visible`` (1, 1, 1, capacity) the cache
+    positions up to it, ``cos``/``sin`` (1, head_dim) its rotation."""
+
+    index: torch.Tensor
+    visible: torch.Tensor
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+    @classmethod
+    def at(cls, index: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding) -> StaticPosition:
+        """``index`` (1,) among ``positions`` (capacity,) = ``arange(capacity)``."""
+        visible = (positions <= index).view(1, 1, 1, -1)
+        return cls(index, visible, rope.cos.index_select(0, index), rope.sin.index_select(0, index))
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -48,7 +73,9 @@ class RotaryEmbedding(nn.Module):
     def max_len(self) -> int:
         return int(self.cos.shape[0])
 
-    def forward(self, x: torch.Tensor, start: int) -> torch.Tensor:  # x: (B, H, T, D)
+    def forward(self, x: torch.Tensor, start: int | StaticPosition) -> torch.Tensor:  # x: (B, H, T, D)
+        if isinstance(start, StaticPosition):
+            return x * start.cos.to(x.dtype) + rotate_half(x) * start.sin.to(x.dtype)
         t = x.shape[2]
         cos = self.cos[start : start + t].to(x.dtype)
         sin = self.sin[start : start + t].to(x.dtype)
@@ -56,10 +83,18 @@ class RotaryEmbedding(nn.Module):
 
 
 def cached_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache, layer: int, start: int
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cache: KVCache, layer: int, start: int | StaticPosition
 ) -> torch.Tensor:
     """Causal grouped-query attention of queries ``q (B, H, T, D)`` at positions ``start..start+T`` over the
     cache's keys and values of ``layer`` after writing ``k, v (B, Hkv, T, D)`` there -> ``(B, H, T, D)``."""
+    if isinstance(start, StaticPosition):  # one position; the whole cache, the rest of it masked
+        keys, values = cache.k[layer], cache.v[layer]
+        keys.index_copy_(2, start.index, k.to(keys.dtype))
+        values.index_copy_(2, start.index, v.to(values.dtype))
+        keys, values = keys.to(q.dtype), values.to(q.dtype)
+        return F.scaled_dot_product_attention(
+            q, keys, values, attn_mask=start.visible, enable_gqa=q.shape[1] != k.shape[1]
+        )
     t = q.shape[2]
     keys, values = cache.update(layer, start, k, v)  # (B, Hkv, start + T, D)
     keys, values = keys.to(q.dtype), values.to(q.dtype)  # a float16 cache holds rounded keys and values
