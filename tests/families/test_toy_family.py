@@ -20,7 +20,7 @@ import ggtts
 from ggtts.audio import Audio
 from ggtts.cli import main
 from ggtts.families import register_family, unregister_family
-from ggtts.families.base import Capabilities, Family, LoadOptions, TTSModel, check_text, option
+from ggtts.families.base import Capabilities, Family, LoadOptions, Request, TTSModel, option
 from ggtts.gguf import GGUFFile, ModelWriter
 
 ARCH = "toy-sine"
@@ -60,15 +60,12 @@ class SineModel(TTSModel):
     def voices(self) -> list[str]:
         return self._voices
 
-    def stream(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Iterator[Audio]:
-        FAMILY.check_options(options)
-        pitch = SineOptions(**options).pitch
-        speed = FAMILY.check_speed(speed)
-        self.resolve_voice(voice)
-        n = round(SECONDS_PER_WORD * SAMPLE_RATE / speed)
-        for _ in check_text(text, FAMILY.capabilities.max_input_chars).split():
+    def run(self, request: Request[SineOptions]) -> Iterator[Audio]:
+        # the template checked the text, the voice, the speed and the options, and built SineOptions
+        n = round(SECONDS_PER_WORD * SAMPLE_RATE / request.speed)
+        for _ in request.text.split():
             t = np.arange(n) / SAMPLE_RATE
-            yield Audio((self.gain * np.sin(2 * np.pi * pitch * t)).astype(np.float32), SAMPLE_RATE)
+            yield Audio((self.gain * np.sin(2 * np.pi * request.options.pitch * t)).astype(np.float32), SAMPLE_RATE)
 
 
 def _voices(gguf: GGUFFile) -> list[str]:

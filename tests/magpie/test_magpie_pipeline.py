@@ -41,6 +41,7 @@ def test_streamed_chunks_join_to_the_one_shot_decoding_of_the_codes(files: tuple
     import torch
 
     import ggtts
+    from ggtts.families.magpie import MagpieOptions
     from ggtts.families.magpie.generate import generate_codes
 
     tts = ggtts.load(files[0])
@@ -49,7 +50,7 @@ def test_streamed_chunks_join_to_the_one_shot_decoding_of_the_codes(files: tuple
     assert [len(p) // 64 for p in parts] == [1, 3, 4, 4]  # the tiny codec: 64 samples a frame
     assert [p.offset for p in parts] == [0.0, *np.cumsum([p.duration for p in parts[:-1]])]
     ids = tts.text.encode(text, "en")
-    codes = generate_codes(tts.model, ids, 2, tts.params({"max_frames": 12, "seed": 5}))
+    codes = generate_codes(tts.model, ids, 2, tts.params(MagpieOptions(max_frames=12, seed=5)))
     one_shot = tts.codec.decode(codes).numpy()
     joined = np.concatenate([p.samples for p in parts])
     assert joined.shape == one_shot.shape
@@ -122,8 +123,10 @@ def test_without_a_codec_it_says_how_to_give_one(files: tuple[Path, Path], tmp_p
     shutil.copy(files[0], alone)
     with pytest.raises(InputError, match="no codec"):
         ggtts.load(alone).synthesize("Hello world.")
+    with pytest.raises(InputError, match="the codec is chosen at load"):  # a request never loads a file
+        ggtts.load(alone).synthesize("Hello world.", codec=str(files[1]))
     tts = ggtts.load(alone, codec=str(files[1]))
-    assert len(tts.synthesize("Hello world.", max_frames=4)) == 4 * 64
+    assert len(tts.synthesize("Hello world.", max_frames=4, codec=str(files[1]))) == 4 * 64  # the one loaded
 
 
 def test_cli_speak_names_the_codec_and_voice(files: tuple[Path, Path], tmp_path: Path) -> None:

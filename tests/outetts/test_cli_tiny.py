@@ -45,7 +45,7 @@ def test_info_shows_llama_cpp_architectures(models: tuple[Path, Path]) -> None:
 def test_speak_with_vocoder(models: tuple[Path, Path], tmp_path: Path) -> None:
     lm, voc = models
     out = tmp_path / "hello.wav"
-    r = ggtts("speak", "-m", lm, "--vocoder", voc, "-v", TINY_SPEAKER, "--seed", "3", "Hello world", "-o", out)
+    r = ggtts("speak", "-m", lm, "--vocoder", voc, "--speaker", TINY_SPEAKER, "--seed", "3", "Hello world", "-o", out)
     assert r.returncode == 0, r.stderr
     audio, rate = sf.read(out)
     assert rate == 24000 and len(audio) > 0 and len(audio) % HOP == 0
@@ -106,7 +106,7 @@ def test_decode_from_a_terminal_does_not_wait(models: tuple[Path, Path], tmp_pat
 def test_speak_rejects_phonemes_for_outetts(models: tuple[Path, Path], tmp_path: Path) -> None:
     lm, voc = models
     out = tmp_path / "x.wav"
-    r = ggtts("speak", "-m", lm, "--vocoder", voc, "-v", TINY_SPEAKER, "--phonemes", "hello", "-o", out)
+    r = ggtts("speak", "-m", lm, "--vocoder", voc, "--speaker", TINY_SPEAKER, "--phonemes", "hello", "-o", out)
     assert r.returncode != 0 and "not phonemes" in r.stderr and not out.exists()
 
 

@@ -139,7 +139,13 @@ def test_speed_and_missing_vocoder_are_clear_errors(tts: OuteTTS, files: tuple[P
     model = ggtts.load(lonely)
     with pytest.raises(GGTTSError, match="vocoder"):
         model.synthesize("hello", **OPTS)
-    assert len(model.synthesize("hello", voice=str(TINY_SPEAKER), vocoder=files[1], **OPTS)) % HOP == 0
+    with pytest.raises(InputError, match="the vocoder is chosen at load"):  # never swapped by a request
+        model.synthesize("hello", vocoder=files[1], **OPTS)
+    assert model.vocoder is None
+    with pytest.raises(InputError, match="a speaker file is given at load"):  # a voice is a name, never a path
+        tts.synthesize("hello", voice=str(TINY_SPEAKER), **OPTS)
+    loaded = ggtts.load(lonely, vocoder=files[1], speaker=TINY_SPEAKER)
+    assert len(loaded.synthesize("hello", vocoder=files[1], **OPTS)) % HOP == 0  # the one loaded: fine
 
 
 def test_decode_cli(files: tuple[Path, Path], tmp_path: Path) -> None:
@@ -158,11 +164,13 @@ def test_decode_cli(files: tuple[Path, Path], tmp_path: Path) -> None:
 def test_load_takes_a_vocoder_option(files: tuple[Path, Path], tmp_path: Path) -> None:
     lonely = tmp_path / "lm.gguf"  # no vocoder beside it: only the option gives one
     lonely.write_bytes(files[0].read_bytes())
-    model = ggtts.load(lonely, vocoder=files[1])
+    model = ggtts.load(lonely, vocoder=files[1], speaker=TINY_SPEAKER)
     assert isinstance(model, OuteTTS) and model.vocoder is not None
+    builtin = ggtts.load(lonely, vocoder=files[1]).voices
+    assert len(builtin) == 1 and model.voices[1:] == builtin  # the speaker loaded comes first: the default voice
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        audio = model.synthesize("hello", voice=str(TINY_SPEAKER), **OPTS)
+        audio = model.synthesize("hello", **OPTS)
     assert len(audio) % HOP == 0 and audio.sample_rate == 24000
     with pytest.raises(InputError, match="bogus"):
         ggtts.load(lonely, bogus=1)

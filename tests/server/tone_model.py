@@ -44,10 +44,10 @@ class ToneModel(TTSModel):
     def voices(self) -> list[str]:
         return list(VOICE_HZ)
 
-    def chunk(self, index: int, voice: str | None, speed: float) -> Audio:
+    def chunk(self, index: int, voice: object, speed: float) -> Audio:
         n = round(self.chunk_s * self.sample_rate / speed)
         t = (np.arange(n) + index * n) / self.sample_rate
-        hz = VOICE_HZ[voice or "low"] * (1 + 0.1 * (index % 3))
+        hz = VOICE_HZ[str(voice) if voice else "low"] * (1 + 0.1 * (index % 3))  # a name, or a VoiceMix of one
         return Audio((AMPLITUDE * np.sin(2 * np.pi * hz * t)).astype(np.float32), self.sample_rate)
 
     def stream(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Iterator[Audio]:

@@ -13,7 +13,7 @@ OuteTTS converter writes Qwen2's (``tokenizer.ggml.*``).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -131,6 +131,11 @@ def _rope_sections(text: dict[str, Any]) -> tuple[int, ...]:
     return tuple(sections + [0] * max(0, ROPE_SECTION_SLOTS - len(sections)))
 
 
+
+def _stacker(tensors: Any, names: list[str]) -> Callable[[], torch.Tensor]:
+    """What stacks ``names`` of ``tensors`` when the file is written (read then, not before)."""
+    return lambda: torch.stack([tensors[n] for n in names])
+
 def merge_experts(
     tensors: Mapping[str, torch.Tensor], prefix: str, n_expert: int, n_ff: int, dim: int
 ) -> dict[str, Deferred]:
@@ -155,9 +160,7 @@ def merge_experts(
             if name not in tensors:
                 raise ConversionError(f"the checkpoint has no '{name}' (nor fused '{fused_gate_up}')")
             _expect(tensors, name, want)
-        stacks[proj.removesuffix("_proj")] = Deferred(
-            (n_expert, *want), lambda names=names: torch.stack([tensors[n] for n in names])
-        )
+        stacks[proj.removesuffix("_proj")] = Deferred((n_expert, *want), _stacker(tensors, names))
     return stacks
 
 

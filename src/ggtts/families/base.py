@@ -13,7 +13,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
@@ -88,6 +88,23 @@ def check_seed(seed: object) -> int:
     if not 0 <= seed <= MAX_SEED:
         raise InputError(f"seed must be between 0 and {MAX_SEED}, got {seed}")
     return seed
+
+
+def check_number(name: str, low: float, high: float = math.inf, whole: bool = False) -> Callable[[object], None]:
+    """The ``check`` of a numeric option ``name``: a finite number (a whole one if ``whole``) from ``low`` to
+    ``high``, else an InputError saying so."""
+
+    def check(value: object) -> None:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        if ok:
+            number = float(value)  # type: ignore[arg-type]
+            ok = low <= number <= high and not (whole and not number.is_integer())
+        if not ok:
+            kind = "a whole number" if whole else "a finite number"
+            span = f"of at least {low:g}" if high == math.inf else f"from {low:g} to {high:g}"
+            raise InputError(f"{name} must be {kind} {span}, got {value!r}")
+
+    return check
 
 
 def check_flag(name: str) -> Callable[[object], bool]:
@@ -166,11 +183,32 @@ def parse_voice(spec: str, voices: Sequence[str]) -> VoiceMix:
 
 
 # ---- the model interface ---------------------------------------------------------------------------------------
+Opts = TypeVar("Opts")
+
+
+@dataclass(frozen=True)
+class Request(Generic[Opts]):
+    """One synthesis, checked, as a family's :meth:`TTSModel.run` receives it: the text (within the record's
+    limit), the voice resolved once (``None``: the model has no voices), the speed within the record's range, and
+    the family's frozen per-call options (each one not given at its dataclass default). ``streaming``: the audio
+    is wanted chunk by chunk (``stream``), or whole (``synthesize``)."""
+
+    text: str
+    voice: VoiceMix | None
+    speed: float
+    options: Opts
+    streaming: bool = True
+
+
 class TTSModel(ABC):
     """A loaded text-to-speech model.
 
     ``synthesize`` returns the whole utterance; ``stream`` yields chunks as they are ready, which concatenate to
     the same audio. ``family`` is the record of the family the model belongs to.
+
+    Both are one template: :meth:`request` checks the text, resolves the voice, checks the speed against the
+    record and builds the family's options dataclass, before any work; the family's :meth:`run` then makes the
+    audio. A family's pipeline implements ``run`` (and ``from_gguf`` and ``voices``), nothing else.
     """
 
     family: ClassVar[Family | None] = None
@@ -210,16 +248,43 @@ class TTSModel(ABC):
             raise VoiceBlendError(f"{self.family.name} cannot blend voices; choose one of {', '.join(self.voices)}")
         return mix
 
-    @abstractmethod
-    def stream(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Iterator[Audio]: ...
+    def request(
+        self, text: str, voice: str | VoiceMix | None = None, speed: float | str = 1.0, *, streaming: bool = True,
+        **options: Any,
+    ) -> Request[Any]:  # fmt: skip
+        """The checked :class:`Request` (InputError at the first problem, before any work): an option the family
+        does not take (or takes only when streaming), a bad value, text over the limit, a voice not the model's."""
+        family = self.family
+        if family is None:
+            raise TypeError(f"{type(self).__name__} has no family record: it implements stream itself")
+        family.check_options(options, family.call_option_names(streaming))
+        text = check_text(text, family.capabilities.max_input_chars)
+        checked_speed = family.check_speed(speed)
+        mix = voice if isinstance(voice, VoiceMix) else self.resolve_voice(voice)
+        values = family.options(**{k: v for k, v in options.items() if v is not None})
+        return Request(text, mix, checked_speed, values, streaming)
+
+    def stream(
+        self, text: str, voice: str | VoiceMix | None = None, speed: float = 1.0, **options: Any
+    ) -> Iterator[Audio]:
+        """Audio chunk by chunk; the request is checked before the first chunk is asked for."""
+        return self.run(self.request(text, voice, speed, streaming=True, **options))
+
+    def run(self, request: Request[Any]) -> Iterator[Audio]:
+        """The family's synthesis of a checked request: its audio, chunk by chunk (whole when not
+        ``request.streaming``: one chunk or more, concatenated by :meth:`synthesize`)."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither run nor stream")
 
     def warm_up(self) -> None:
         """Load now what the first request would otherwise load on its own time (text frontends, dictionaries);
         a server calls it at start. Nothing by default."""
         return None
 
-    def synthesize(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Audio:
-        parts = list(self.stream(text, voice=voice, speed=speed, **options))
+    def synthesize(self, text: str, voice: str | VoiceMix | None = None, speed: float = 1.0, **options: Any) -> Audio:
+        if self.family is None:
+            parts = list(self.stream(text, voice=voice, speed=speed, **options))
+        else:
+            parts = list(self.run(self.request(text, voice, speed, streaming=False, **options)))
         if not parts:
             return Audio(samples=np.zeros(0, dtype=np.float32), sample_rate=self.sample_rate)
         return Audio.concatenate(parts)
@@ -261,12 +326,14 @@ def option(
     flag: str | None = None,
     check: Callable[[Any], Any] | None = None,
     choices: Sequence[str] | None = None,
+    streaming_only: bool = False,
 ) -> Any:
     """A field of a family's options dataclass (per call, or load options); ``flag`` puts it on the command lines
     (``ggtts speak``, and for load options ``serve``, ``batch``, ``eval``); ``check`` raises an InputError for a bad
     value (:meth:`Family.check_options` and the command lines run it before any work); ``choices`` lists the
-    values a flag takes."""
-    return field(default=default, metadata={"help": help, "flag": flag, "check": check, "choices": choices})
+    values a flag takes; ``streaming_only``: a per-call option only ``stream`` takes (how it windows its chunks)."""
+    metadata = {"help": help, "flag": flag, "check": check, "choices": choices, "streaming_only": streaming_only}
+    return field(default=default, metadata=metadata)
 
 
 def precision_load_option(what: str) -> Any:
@@ -391,6 +458,11 @@ class Family:
 
     def option_names(self) -> list[str]:
         return [f.name for f in dataclasses.fields(self.options)]
+
+    def call_option_names(self, streaming: bool) -> list[str]:
+        """The per-call options ``stream`` (``streaming``) or ``synthesize`` takes."""
+        fields = dataclasses.fields(self.options)
+        return [f.name for f in fields if streaming or not f.metadata.get("streaming_only")]
 
     def check_request(self, text: str, speed: float | str, options: Mapping[str, Any]) -> None:
         """What a request can be told without the model: its text, speed and options against the record (a

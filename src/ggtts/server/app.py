@@ -26,7 +26,7 @@ from ggtts import __version__
 from ggtts.api import TTSModel
 from ggtts.audio import Audio, WordTiming
 from ggtts.errors import GGTTSError, InputError
-from ggtts.families.base import UnknownVoiceError, VoiceWeightError, check_unicode
+from ggtts.families.base import UnknownVoiceError, VoiceMix, VoiceWeightError, check_unicode
 from ggtts.server.errors import ApiError
 from ggtts.server.guard import GuardMiddleware
 from ggtts.server.schemas import (
@@ -249,14 +249,15 @@ OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
 OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse")
 
 
-def _check_voice(worker: ModelWorker, voice: str | None) -> str | None:
-    """The voice to ask the model for, when each name in ``voice`` is one of the model's voices; else 400.
+def _check_voice(worker: ModelWorker, voice: str | None) -> VoiceMix | None:
+    """The voice to ask the model for, resolved once (the model takes it as it is), when each name in ``voice`` is
+    one of the model's voices; else 400.
 
     A voice may be a mix of the model's voices, "a:0.6,b:0.4" ("a,b" weighs them equally): every name in it must
     be one the model lists (the family's own parser checks it), so nothing else from a request (a file path, say)
     ever reaches the model as a voice."""
     if voice is None or (voice in OPENAI_VOICES and voice not in worker.model.voices):
-        return worker.model.default_voice  # OpenAI's voice names, which clients send by default: the model's default
+        voice = None  # OpenAI's voice names, which clients send by default: the model's default
     try:
         mix = worker.model.resolve_voice(voice)
     except UnknownVoiceError as e:
@@ -272,7 +273,7 @@ def _check_voice(worker: ModelWorker, voice: str | None) -> str | None:
         raise ApiError(400, str(e), code="invalid_voice_weight", param="voice") from None
     except InputError as e:  # a blend asked of a family that cannot blend
         raise ApiError(400, str(e), code="invalid_voice", param="voice") from None
-    return None if mix is None else str(mix)
+    return mix
 
 
 def _check_input(text: str, max_chars: int) -> str:

@@ -14,12 +14,12 @@ import torch
 
 from ggtts.audio import Audio, WordTiming
 from ggtts.errors import GGTTSError, InputError
-from ggtts.families.base import NothingToSay, TTSModel, check_text
+from ggtts.families.base import NothingToSay, Request, TTSModel, VoiceMix
 from ggtts.families.kokoro import (
     ENGLISH_FOR_VOICE_LANGUAGE,
     FAMILY,
     JAPANESE,
-    MAX_TEXT_CHARS,
+    KokoroOptions,
     text_normalization,
 )
 from ggtts.gguf import GGUFFile
@@ -279,8 +279,11 @@ class KokoroTTS(TTSModel):
             voice = self.default_voice
         if not voice or not voice.strip():
             raise InputError(f"no voice given; choose one of {', '.join(self.voices)}")
-        mix = self.resolve_voice(voice)
-        assert mix is not None
+        return self._pack(self.resolve_voice(voice))
+
+    def _pack(self, mix: VoiceMix | None) -> torch.Tensor:
+        if mix is None:
+            raise InputError(f"no voice given; choose one of {', '.join(self.voices)}")
         packs = [self.voicepacks[name] for name, _ in mix.parts]
         if len(packs) == 1:
             return packs[0]
@@ -313,20 +316,7 @@ class KokoroTTS(TTSModel):
             return Audio(np.zeros(0, dtype=np.float32), self.sample_rate)
         return Audio(parts[0].samples, self.sample_rate, parts[0].words)
 
-    def stream(
-        self,
-        text: str,
-        voice: str | None = None,
-        speed: float = 1.0,
-        *,
-        phonemes: bool = False,
-        seed: int = 0,
-        lang: str | None = None,
-        progress: bool = False,
-        normalization: Normalization | bool = True,
-        fast_start: bool = False,
-        **options: Any,
-    ) -> Iterator[Audio]:
+    def run(self, request: Request[KokoroOptions]) -> Iterator[Audio]:
         """Audio chunk by chunk: text through the frontend, or (``phonemes=True``) a phoneme string as is.
 
         The chunks concatenate to exactly what :meth:`synthesize` returns (it is built from them). Each carries
@@ -339,21 +329,20 @@ class KokoroTTS(TTSModel):
         ``progress`` shows a bar over the chunks (the whole text is phonemized first to count them).
         ``normalization``: which of the English normalizer's rules run (``False``: none), see :class:`Normalization`.
         """
-        # the others it takes are named above
-        FAMILY.check_options({**options, "seed": seed, "lang": lang, "fast_start": fast_start})
-        switches = text_normalization(normalization)
-        text = check_text(text, MAX_TEXT_CHARS)
-        speed = FAMILY.check_speed(speed)
-        pack = self.voicepack(voice)  # fail on a bad voice before any work
+        o = request.options
+        switches = text_normalization(o.normalization)
+        text, speed = request.text, request.speed
+        pack = self._pack(request.voice)
+        seed, lang, fast_start = o.seed, o.lang, o.fast_start
         vocab = frozenset(self.vocab)
         limit = self.config.max_phonemes
-        if phonemes:
+        if o.phonemes:
             chunks: Iterable[Chunk] = _phoneme_input(text, limit, vocab)
         else:
             lang = lang or default_language(text, self.config.language)
             chunks = map(_as_chunk, self._phonemize(text, lang, limit, vocab, switches))
         chunks = _quick_start(chunks)
-        if progress:
+        if o.progress:
             from tqdm import tqdm
 
             chunks = tqdm(list(chunks), desc="speaking", unit="chunk", leave=False)

@@ -9,12 +9,10 @@ model trained on it. Pipeline: :mod:`ggtts.families.magpie.pipeline`.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
-from ggtts.errors import InputError
-from ggtts.families.base import Capabilities, Companion, Family, check_flag, check_seed, option
+from ggtts.families.base import Capabilities, Companion, Family, check_flag, check_number, check_seed, option
 from ggtts.gguf.keys import Magpie as K
 from ggtts.gguf.keys import NanoCodec as NanoCodecKeys
 
@@ -24,15 +22,7 @@ CODEC_ARCH = NanoCodecKeys.ARCH
 
 
 def _number(name: str, low: float, whole: bool = False) -> Any:
-    """A check: a finite number (a whole one if ``whole``) of at least ``low``."""
-
-    def check(value: object) -> None:
-        number = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-        if not isinstance(value, int | float) or not number or value < low or (whole and not float(value).is_integer()):
-            kind = "a whole number" if whole else "a finite number"
-            raise InputError(f"{name} must be {kind} of at least {low:g}, got {value!r}")
-
-    return check
+    return check_number(name, low, whole=whole)
 
 
 @dataclass(frozen=True)
@@ -62,7 +52,7 @@ class MagpieOptions:
         check=_number("max_frames", 1, True),
     )
     seed: int = option(0, "seed for sampling (default 0)", flag="--seed", check=check_seed)
-    codec: str | None = option(None, "the codec GGUF (nano-codec)", flag="--codec")
+    codec: str | None = option(None, "the codec GGUF (nano-codec), chosen at load", flag="--codec")
     chunk_frames: int | None = option(
         None, "codec frames per streamed chunk (default 4)", check=_number("chunk_frames", 1, True)
     )

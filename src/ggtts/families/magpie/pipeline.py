@@ -18,8 +18,8 @@ import torch
 
 from ggtts.audio import Audio
 from ggtts.errors import GGUFError, InputError
-from ggtts.families.base import MAX_SEED, NothingToSay, TTSModel, check_text, find_beside
-from ggtts.families.magpie import CODEC_ARCH, FAMILY, MAX_CHARS
+from ggtts.families.base import MAX_SEED, NothingToSay, Request, TTSModel, find_beside
+from ggtts.families.magpie import CODEC_ARCH, FAMILY, MagpieOptions
 from ggtts.families.magpie.generate import GenerationParams, MagpieGenerator
 from ggtts.families.magpie.text import MagpieText
 from ggtts.gguf import GGUFFile
@@ -70,7 +70,6 @@ class MagpieTTSPipeline(TTSModel):
         self.text = MagpieText(gguf, model.cfg.text_eos_id)
         self.codec: NanoCodec | None = None
         self.codec_path: str | None = None
-        self._codecs: dict[str, NanoCodec] = {}  # codecs named by requests (``codec=``), by path
         self.sample_rate = model.cfg.sample_rate
 
     @classmethod
@@ -106,13 +105,14 @@ class MagpieTTSPipeline(TTSModel):
             )
         return codec
 
-    def _request_codec(self, path: str) -> NanoCodec:
-        """The codec a request names, loaded once per path; the pipeline's own codec is left as it is."""
-        if path == self.codec_path and self.codec is not None:
-            return self.codec
-        if path not in self._codecs:
-            self._codecs[path] = self._load_codec(path)
-        return self._codecs[path]
+    def _request_codec(self, path: str) -> NanoCodec | None:
+        """The codec a request names: the one loaded (a request never loads another file)."""
+        if self.codec_path is None or Path(path).resolve() != Path(self.codec_path).resolve():
+            raise InputError(
+                f"codec {path} differs from the one loaded ({self.codec_path or 'none'}): the codec is chosen at load "
+                "(ggtts.load(..., codec=PATH), --codec)"
+            )
+        return self.codec
 
     @property
     def voices(self) -> list[str]:
@@ -133,23 +133,21 @@ class MagpieTTSPipeline(TTSModel):
     def info(self) -> dict[str, Any]:
         return {**super().info(), "languages": list(self.text.spoken), "codec": self.codec is not None}
 
-    def params(self, options: dict[str, Any]) -> GenerationParams:
+    def params(self, o: MagpieOptions) -> GenerationParams:
         """One request's generation settings: its options (checked by the family record) over the file's."""
         d = self.model.cfg.inference
-        temperature = d.temperature if options.get("temperature") is None else float(options["temperature"])
-        scale = d.cfg_scale if options.get("cfg_scale") is None else float(options["cfg_scale"])
-        max_frames = d.max_decoder_steps if options.get("max_frames") is None else int(options["max_frames"])
-        top_k = d.top_k if options.get("top_k") is None else int(options["top_k"])
+        max_frames = d.max_decoder_steps if o.max_frames is None else o.max_frames
         limit = self.model.cfg.max_frames
         if max_frames > limit:
             raise InputError(f"max_frames {max_frames} is more than this model's decoder positions allow ({limit})")
-        if options.get("guidance") is False and options.get("cfg_scale") is not None:
+        if not o.guidance and o.cfg_scale is not None:
             raise InputError("cfg_scale is the guidance's scale: leave it out with guidance off")
+        scale = d.cfg_scale if o.cfg_scale is None else float(o.cfg_scale)
         return GenerationParams(
-            temperature=temperature,
-            top_k=top_k,
-            cfg_scale=scale if options.get("guidance", True) else None,
-            prior=d.apply_attention_prior if options.get("prior") is None else bool(options["prior"]),
+            temperature=d.temperature if o.temperature is None else float(o.temperature),
+            top_k=d.top_k if o.top_k is None else int(o.top_k),
+            cfg_scale=scale if o.guidance else None,
+            prior=d.apply_attention_prior if o.prior is None else o.prior,
             prior_epsilon=d.prior_epsilon,
             prior_lookahead=d.prior_lookahead,
             prior_layers=d.prior_layers,
@@ -158,23 +156,21 @@ class MagpieTTSPipeline(TTSModel):
             max_frames=max_frames,
             min_frames=d.min_generated_frames,
             eos_method=d.eos_method,
-            seed=int(options.get("seed") or 0),
+            seed=o.seed,
         )
 
-    def stream(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Iterator[Audio]:
-        FAMILY.check_options(options)
-        FAMILY.check_speed(speed)
-        check_text(text, MAX_CHARS)
-        codec = self.codec if options.get("codec") is None else self._request_codec(str(options["codec"]))
+    def run(self, request: Request[MagpieOptions]) -> Iterator[Audio]:
+        o, text = request.options, request.text
+        codec = self.codec if o.codec is None else self._request_codec(o.codec)
         if codec is None:
             raise InputError(
-                f"{self.path}: no codec: put the nano-codec GGUF beside the model or name it with --codec / codec="
+                f"{self.path}: no codec: put the nano-codec GGUF beside the model or load it with codec=PATH (--codec)"
             )
         if not any(ch.isalnum() for ch in text):  # punctuation alone: the tokenizers would speak its symbols
             raise NothingToSay(text)
-        mix = self.resolve_voice(voice)
+        mix = request.voice
         speaker = self.voices.index(mix.single if mix is not None and mix.single else self.voices[0])
-        language = options.get("lang") or "en"
+        language = o.lang or "en"
         words = CHUNK_WORDS.get(language, MAX_SENTENCE_WORDS)
         chunks = sentences(self._normalize(text, language), words, language)
         tokenizer_ids = [self.text.encode(s, language) for s in chunks]
@@ -184,8 +180,8 @@ class MagpieTTSPipeline(TTSModel):
         limit = self.model.cfg.encoder.max_positions
         if any(len(ids) > limit for ids in tokenizer_ids):
             raise InputError(f"a sentence is longer than the model's {limit} text tokens; split it")
-        params = self.params(options)
-        chunk = int(options.get("chunk_frames") or DEFAULT_CHUNK_FRAMES)
+        params = self.params(o)
+        chunk = DEFAULT_CHUNK_FRAMES if o.chunk_frames is None else o.chunk_frames
         return self._stream(tokenizer_ids, speaker, params, chunk, codec)
 
     def _normalize(self, text: str, language: str) -> str:

@@ -20,8 +20,8 @@ import torch
 
 from ggtts.audio import Audio
 from ggtts.errors import GGTTSError, GGUFError, InputError
-from ggtts.families.base import TTSModel, check_text, find_beside
-from ggtts.families.outetts import FAMILY, MAX_CHARS, OuteTTSOptions
+from ggtts.families.base import Request, TTSModel, VoiceMix, find_beside
+from ggtts.families.outetts import FAMILY, OuteTTSOptions
 from ggtts.families.outetts.prompt import (
     CODE_TOKEN,
     OuteTTSVersion,
@@ -39,23 +39,9 @@ from ggtts.models.wavtokenizer.config import DEFAULT_SAMPLE_RATE
 from ggtts.models.wavtokenizer.model import WavTokenizerDecoder
 from ggtts.runtime.frames import generate_tokens
 from ggtts.runtime.sampling import Sampler, SamplingParams
-from ggtts.runtime.streaming import DEFAULT_CHUNK, DEFAULT_LEFT, DEFAULT_LOOKAHEAD, WindowedDecoder
+from ggtts.runtime.streaming import WindowedDecoder
 
-DEFAULT_MAX_NEW_TOKENS = 4096  # llama-tts's n_predict
-SILENCE_START_S = 0.25  # llama-tts zeroes the first 0.25 s (a click); never past the end of short audio
 NEWLINE = "\n"
-# llama-tts samples from the top 4 tokens at temperature 1 (its only sampler)
-DEFAULT_SAMPLING = SamplingParams(temperature=1.0, top_k=4)
-
-# per-call options: what generate_codes reads, what synthesize adds, and stream's windowing on top
-STREAM_OPTIONS = frozenset(FAMILY.option_names())
-SYNTHESIZE_OPTIONS = STREAM_OPTIONS - {"chunk_codes", "left_context", "lookahead"}
-GENERATE_OPTIONS = SYNTHESIZE_OPTIONS - {"vocoder", "silence_start_s"}
-
-
-def check_options(options: dict[str, Any], known: frozenset[str]) -> None:
-    """InputError for an option this call does not take (see :meth:`Family.check_options`)."""
-    FAMILY.check_options(options, sorted(known))
 
 
 def find_vocoder(model_path: Path) -> Path | None:
@@ -90,6 +76,7 @@ class OuteTTS(TTSModel):
         self.end_tokens = {t for t in (self.eos, tokenizer.token_to_id.get("<|im_end|>")) if t is not None}
         self.codes = CodeTable(tokenizer)
         self.vocoder: WavTokenizerDecoder | None = None
+        self.vocoder_path: Path | None = None
         self.sample_rate = DEFAULT_SAMPLE_RATE  # the vocoder's, once one is attached
         self._speakers: dict[str, Speaker] = {default_speaker().name: default_speaker()}
         self.path = gguf.path
@@ -102,6 +89,7 @@ class OuteTTS(TTSModel):
         from ggtts.runtime.precision import check_precision
 
         vocoder = options.pop("vocoder", None)
+        speaker = options.pop("speaker", None)
         precision = check_precision(options.pop("precision", "float32"), device)
         compile_steps = bool(options.pop("compile", False))
         if options:
@@ -121,6 +109,8 @@ class OuteTTS(TTSModel):
             vocoder = find_vocoder(Path(gguf.path))
         if vocoder is not None:
             model.with_vocoder(vocoder)
+        if speaker is not None:
+            model.add_speaker(speaker, default=True)
         return model
 
     def with_vocoder(self, path: str | os.PathLike[str]) -> OuteTTS:
@@ -128,6 +118,7 @@ class OuteTTS(TTSModel):
         if g.architecture != WavTokenizerDec.ARCH:
             raise GGUFError(f"{path}: a vocoder must be a '{WavTokenizerDec.ARCH}' GGUF, not '{g.architecture}'")
         self.vocoder = WavTokenizerDecoder.from_gguf(g, self.device)
+        self.vocoder_path = Path(path)
         self.sample_rate = self.vocoder.cfg.sample_rate
         return self
 
@@ -136,19 +127,28 @@ class OuteTTS(TTSModel):
     def voices(self) -> list[str]:
         return list(self._speakers)
 
-    def add_speaker(self, path: str | os.PathLike[str]) -> str:
+    def add_speaker(self, path: str | os.PathLike[str], default: bool = False) -> str:
+        """Add a speaker profile (.json) as a voice (the default voice, with ``default``); its name."""
         speaker = Speaker.from_json(path)
-        self._speakers[speaker.name] = speaker
+        self._speakers.pop(speaker.name, None)
+        if default:
+            self._speakers = {speaker.name: speaker, **self._speakers}
+        else:
+            self._speakers[speaker.name] = speaker
         return speaker.name
 
-    def _speaker(self, voice: str | None) -> Speaker:
-        if voice is None:
+    def resolve_voice(self, voice: str | None) -> VoiceMix | None:
+        if voice is not None and voice not in self._speakers and voice.endswith(".json"):
+            raise InputError(
+                f"a speaker file is given at load, not as a voice: ggtts.load(..., speaker={voice!r}) or --speaker; "
+                f"voices now: {', '.join(self.voices)}"
+            )
+        return super().resolve_voice(voice)
+
+    def _speaker(self, voice: VoiceMix | None) -> Speaker:
+        if voice is None or voice.single is None:
             return next(iter(self._speakers.values()))
-        if voice in self._speakers:
-            return self._speakers[voice]
-        if voice.endswith(".json"):
-            return Speaker.from_json(voice)
-        raise InputError(f"unknown voice '{voice}'; choose one of {', '.join(self.voices)} or give a speaker .json")
+        return self._speakers[voice.single]
 
     # ---- generation ----------------------------------------------------------------------------------------
     def prompt_tokens(self, text: str, speaker: Speaker, version: OuteTTSVersion) -> tuple[list[int], list[int]]:
@@ -178,19 +178,27 @@ class OuteTTS(TTSModel):
     def generate_codes(self, text: str, voice: str | None = None, **options: Any) -> Iterator[list[int]]:
         """Yield new audio codes as the language model produces them (``progress``: a bar over tokens).
 
-        Takes :meth:`stream`'s options, so one set serves both; the decoding ones have no effect here.
+        Takes :meth:`synthesize`'s options, so one set serves both; the decoding ones have no effect here.
         """
-        check_options(options, STREAM_OPTIONS)
-        speaker = self._speaker(voice)
-        version = OuteTTSVersion(options["version"]) if options.get("version") else speaker.version or self.version
-        prompt, guide = self.prompt_tokens(check_text(text, MAX_CHARS), speaker, version)
+        return self._codes(self.request(text, voice, streaming=False, **options))
+
+    def _codes(self, request: Request[OuteTTSOptions]) -> Iterator[list[int]]:
+        o = request.options
+        speaker = self._speaker(request.voice)
+        version = OuteTTSVersion(o.version) if o.version else speaker.version or self.version
+        prompt, guide = self.prompt_tokens(request.text, speaker, version)
         room = self.lm.cfg.context_length - len(prompt)
         if room < 1:
             raise InputError(f"the prompt is {len(prompt)} tokens; the model's context is {self.lm.cfg.context_length}")
-        max_new = min(int(options.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)), room)
-        sampler = Sampler(_sampling(options), device=self.device)
+        max_new = min(o.max_new_tokens, room)
+        sampler = Sampler(_sampling(o), device=self.device)
         cache = self.lm.new_cache(len(prompt) + max_new)
-        rewrite = self._guide(guide) if options.get("guide_tokens", False) else None
+        rewrite = self._guide(guide) if o.guide_tokens else None
+        return self._generated_codes(prompt, cache, sampler, max_new, rewrite, o.progress)
+
+    def _generated_codes(
+        self, prompt: list[int], cache: Any, sampler: Sampler, max_new: int, rewrite: Any, progress: bool
+    ) -> Iterator[list[int]]:
         n_vocab = self.vocoder.cfg.n_vocab if self.vocoder is not None else 1 << 31
         dropped = 0
         tokens = generate_tokens(
@@ -204,7 +212,7 @@ class OuteTTS(TTSModel):
             device=self.device,
         )
         bar = None
-        if options.get("progress"):
+        if progress:
             from tqdm import tqdm
 
             bar = tqdm(total=max_new, desc="speaking", unit="token", leave=False)
@@ -222,49 +230,51 @@ class OuteTTS(TTSModel):
         if dropped:
             warnings.warn(f"dropped {dropped} generated code(s) outside the vocoder's 0..{n_vocab - 1}", stacklevel=2)
 
-    def _require_vocoder(self, options: dict[str, Any]) -> WavTokenizerDecoder:
-        if options.get("vocoder"):
-            self.with_vocoder(options["vocoder"])
+    def _require_vocoder(self, asked: str | None) -> WavTokenizerDecoder:
+        if asked is not None and (self.vocoder_path is None or Path(asked).resolve() != self.vocoder_path.resolve()):
+            raise InputError(
+                f"vocoder {asked} differs from the one loaded ({self.vocoder_path or 'none'}): the vocoder is chosen "
+                "at load (ggtts.load(..., vocoder=PATH), --vocoder)"
+            )
         if self.vocoder is None:
             raise GGTTSError(
-                f"{self.path}: OuteTTS needs a WavTokenizer vocoder: put one wavtokenizer-dec .gguf "
-                "next to the "
-                "model, or pass vocoder=PATH"
+                f"{self.path}: OuteTTS needs a WavTokenizer vocoder: put one wavtokenizer-dec .gguf next to the model, "
+                "or load it with vocoder=PATH (--vocoder)"
             )
         return self.vocoder
 
-    def stream(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Iterator[Audio]:
-        """Audio chunks while generating (windowed decoding; see :mod:`ggtts.runtime.streaming`)."""
-        check_options(options, STREAM_OPTIONS)
-        FAMILY.check_speed(speed)
-        vocoder = self._require_vocoder(options)
+    def run(self, request: Request[OuteTTSOptions]) -> Iterator[Audio]:
+        """Streaming: audio chunks while generating (windowed decoding; see :mod:`ggtts.runtime.streaming`).
+        Whole: every code generated, then all decoded at once (exactly hop samples per code)."""
+        o = request.options
+        vocoder = self._require_vocoder(o.vocoder)
+        codes = self._codes(request)
+        silence = int(o.silence_start_s * self.sample_rate)
+        if not request.streaming:
+            return iter([self._whole(vocoder, codes, silence)])
         windowed = WindowedDecoder(
             lambda c: vocoder(c.to(self.device)).cpu(),
             vocoder.cfg.hop_length,
-            chunk=int(options.get("chunk_codes", DEFAULT_CHUNK)),
-            left=int(options.get("left_context", DEFAULT_LEFT)),
-            lookahead=int(options.get("lookahead", DEFAULT_LOOKAHEAD)),
+            chunk=o.chunk_codes,
+            left=o.left_context,
+            lookahead=o.lookahead,
         )
-        silence = int(float(options.get("silence_start_s", SILENCE_START_S)) * self.sample_rate)
+        return self._windowed(codes, windowed, silence)
+
+    def _whole(self, vocoder: WavTokenizerDecoder, codes: Iterator[list[int]], silence: int) -> Audio:
+        audio = decode_codes(vocoder, [c for chunk in codes for c in chunk])
+        audio[: min(silence, len(audio))] = 0.0
+        return Audio(audio, self.sample_rate)
+
+    def _windowed(self, codes: Iterator[list[int]], windowed: WindowedDecoder, silence: int) -> Iterator[Audio]:
         with torch.inference_mode():
-            for codes in self.generate_codes(text, voice, **options):
-                for piece in windowed.push(codes):
+            for chunk in codes:
+                for piece in windowed.push(chunk):
                     silence, piece = _silence(piece, silence)
                     yield Audio(piece.numpy(), self.sample_rate)
             for piece in windowed.flush():
                 silence, piece = _silence(piece, silence)
                 yield Audio(piece.numpy(), self.sample_rate)
-
-    def synthesize(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Audio:
-        """One-shot: generate every code, then decode them all at once (exactly hop samples per code)."""
-        check_options(options, SYNTHESIZE_OPTIONS)
-        FAMILY.check_speed(speed)
-        vocoder = self._require_vocoder(options)
-        codes = [c for chunk in self.generate_codes(text, voice, **options) for c in chunk]
-        audio = decode_codes(vocoder, codes)
-        silence = int(float(options.get("silence_start_s", SILENCE_START_S)) * self.sample_rate)
-        audio[: min(silence, len(audio))] = 0.0
-        return Audio(audio, self.sample_rate)
 
 
 def _silence(piece: torch.Tensor, remaining: int) -> tuple[int, torch.Tensor]:
@@ -275,16 +285,15 @@ def _silence(piece: torch.Tensor, remaining: int) -> tuple[int, torch.Tensor]:
     return remaining - n, piece
 
 
-def _sampling(options: dict[str, Any]) -> SamplingParams:
-    d = DEFAULT_SAMPLING
+def _sampling(o: OuteTTSOptions) -> SamplingParams:
     return SamplingParams(
-        temperature=float(options.get("temperature", d.temperature)),
-        top_k=int(options.get("top_k", d.top_k)),
-        top_p=float(options.get("top_p", d.top_p)),
-        min_p=float(options.get("min_p", d.min_p)),
-        repetition_penalty=float(options.get("repetition_penalty", d.repetition_penalty)),
-        repetition_window=int(options.get("repetition_window", d.repetition_window)),
-        seed=int(options.get("seed", OuteTTSOptions.seed)),  # seeded by default: a run is reproducible
+        temperature=o.temperature,
+        top_k=o.top_k,
+        top_p=o.top_p,
+        min_p=o.min_p,
+        repetition_penalty=o.repetition_penalty,
+        repetition_window=o.repetition_window,
+        seed=o.seed,  # seeded by default: a run is reproducible
     )
 
 

@@ -20,6 +20,7 @@ from ggtts.families.base import (
     Companion,
     Family,
     LoadOptions,
+    check_number,
     check_seed,
     find_beside,
     option,
@@ -34,16 +35,7 @@ MODES = ("say", "chat")
 
 
 def _number(name: str, low: float, high: float = math.inf, whole: bool = False) -> Any:
-    def check(value: object) -> None:
-        if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
-            ok = False
-        else:
-            ok = low <= float(value) <= high and not (whole and not float(value).is_integer())
-        if not ok:
-            kind = "a whole number" if whole else "a number"
-            raise InputError(f"{name} must be {kind} from {low:g} to {high:g}, got {value!r}")
-
-    return check
+    return check_number(name, low, high, whole)
 
 
 MIN_TEMPERATURE = 1e-3  # below it (but 0, greedy) the logits overflow when divided

@@ -12,7 +12,6 @@ context, which differs from one-shot past 300 frames; :func:`ggtts.models.qwen3o
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,8 +22,8 @@ from torch import nn
 
 from ggtts.audio import Audio
 from ggtts.errors import GGUFError, InputError
-from ggtts.families.base import MAX_SEED, NothingToSay, TTSModel, check_text, find_beside
-from ggtts.families.qwen3omni import FAMILY, MAX_CHARS, TALKER_ARCH, Qwen3OmniOptions
+from ggtts.families.base import MAX_SEED, NothingToSay, Request, TTSModel, VoiceMix, find_beside
+from ggtts.families.qwen3omni import FAMILY, TALKER_ARCH, Qwen3OmniOptions
 from ggtts.families.qwen3omni.generate import TalkerSampling, generate_frames
 from ggtts.families.qwen3omni.prompt import chat_prompt, talker_inputs
 from ggtts.gguf import GGUFFile
@@ -42,7 +41,6 @@ DEFAULT_VOICE = "ethan"  # transformers' generate() default speaker
 WARM_UP_FRAMES = 2
 RAMP_FRAMES = 4  # the push after the first frame: audio keeps coming while code2wav reaches its best push size
 TALKER_MAX_LEN = 8192  # talker positions allocated per chunk at most (prompt + frames)
-DEFAULTS = {f.name: f.default for f in dataclasses.fields(Qwen3OmniOptions)}
 
 
 def chunk_size(decoded: int, first: bool, most: int) -> int:
@@ -62,7 +60,8 @@ class ThinkerEmbedding(nn.Module):
         name = f"{ThinkerKeys.TOKEN_EMBD}.weight"
         info = gguf.info(name)
         with torch.device("meta"):
-            self.token_embd = nn.Embedding(*info.shape)
+            rows, width = info.shape
+            self.token_embd = nn.Embedding(rows, width)
         plan = stored_weights_plan(device)
         consumed = use_stored_weights(self, gguf) if plan.stored else set()
         keep = {name} - consumed
@@ -140,60 +139,48 @@ class Qwen3OmniPipeline(TTSModel):
             pass
 
     # ---- requests ----------------------------------------------------------------------------------------------
-    def _speaker(self, voice: str | None) -> int:
+    def resolve_voice(self, voice: str | None) -> VoiceMix | None:
         if voice is not None:
             lowered = {v.lower(): v for v in self.voices}
             voice = lowered.get(voice.lower(), voice)  # transformers looks speakers up in lower case
-        mix = self.resolve_voice(voice)
-        name = mix.single if mix is not None and mix.single else self.voices[0]
-        return self.talker.cfg.speakers[name]
+        return super().resolve_voice(voice)
 
-    def sampling(self, options: dict[str, Any]) -> TalkerSampling:
+    def sampling(self, o: Qwen3OmniOptions) -> TalkerSampling:
         cfg = self.talker.cfg
         t = cfg.sampling
-        temperature = t.temperature if options.get("temperature") is None else float(options["temperature"])
+        temperature = t.temperature if o.temperature is None else float(o.temperature)
         talker = Sampling(
             temperature=temperature or 1.0,
-            top_k=t.top_k if options.get("top_k") is None else int(options["top_k"]),
-            top_p=t.top_p if options.get("top_p") is None else float(options["top_p"]),
-            repetition_penalty=(
-                t.repetition_penalty
-                if options.get("repetition_penalty") is None
-                else float(options["repetition_penalty"])
-            ),
+            top_k=t.top_k if o.top_k is None else int(o.top_k),
+            top_p=t.top_p if o.top_p is None else float(o.top_p),
+            repetition_penalty=t.repetition_penalty if o.repetition_penalty is None else float(o.repetition_penalty),
         )
         return TalkerSampling(
             greedy=temperature == 0,
             talker=talker,
             code_predictor=cfg.cp_sampling,
-            max_frames=int(options.get("max_frames") or DEFAULTS["max_frames"]),
-            seed=int(options.get("seed") or 0),
+            max_frames=o.max_frames,
+            seed=o.seed,
         )
 
-    def stream(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Iterator[Audio]:
-        FAMILY.check_options(options)
-        FAMILY.check_speed(speed)
-        check_text(text, MAX_CHARS)
-        asked = options.get("talker")
-        if asked is not None and Path(asked).resolve() != Path(self.talker_path).resolve():
+    def run(self, request: Request[Qwen3OmniOptions]) -> Iterator[Audio]:
+        o, text = request.options, request.text
+        if o.talker is not None and Path(o.talker).resolve() != Path(self.talker_path).resolve():
             raise InputError(
-                f"talker {asked} differs from the one loaded ({self.talker_path}): the talker is chosen at load "
+                f"talker {o.talker} differs from the one loaded ({self.talker_path}): the talker is chosen at load "
                 "(ggtts.load(..., talker=PATH), --talker)"
             )
         if not any(ch.isalnum() for ch in text):
             raise NothingToSay(text)
-        speaker = self._speaker(voice)
-        params = self.sampling(options)
-        mode = options.get("mode") or DEFAULTS["mode"]
-        chunks = sentence_chunks(text, CHUNK_WORDS) if mode == "say" else [text.strip()]
-        system = options.get("system")
-        if system is not None and mode != "chat":
+        mix = request.voice
+        speaker = self.talker.cfg.speakers[mix.single if mix is not None and mix.single else self.voices[0]]
+        params = self.sampling(o)
+        chunks = sentence_chunks(text, CHUNK_WORDS) if o.mode == "say" else [text.strip()]
+        if o.system is not None and o.mode != "chat":
             raise InputError("system= is the thinker's prompt: it applies to mode=chat only")
-        if mode == "chat":
+        if o.mode == "chat":
             self._load_thinker()
-        reply_tokens = int(options.get("max_reply_tokens") or DEFAULTS["max_reply_tokens"])
-        frames = int(options.get("chunk_frames") or DEFAULTS["chunk_frames"])
-        return self._stream(chunks, speaker, params, mode, system, frames, reply_tokens)
+        return self._stream(chunks, speaker, params, o.mode, o.system, o.chunk_frames, o.max_reply_tokens)
 
     def _load_thinker(self) -> Any:
         with self._thinker_lock:  # two first chat requests at once load it once

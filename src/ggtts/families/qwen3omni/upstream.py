@@ -51,7 +51,12 @@ def build_tokenizer(path: Path, vocab_size: int = 360) -> dict[str, int]:
     )
     tok.add_special_tokens(SPECIAL)
     tok.save(str(path))
-    ids = {t: tok.token_to_id(t) for t in SPECIAL}
+    ids: dict[str, int] = {}
+    for t in SPECIAL:
+        found = tok.token_to_id(t)
+        if found is None:
+            raise RuntimeError(f"the tiny tokenizer lost its special token {t!r}")
+        ids[t] = found
     for role in ROLES:
         encoded = tok.encode(role + "\n").ids
         if len(encoded) != 2:

@@ -213,10 +213,8 @@ class Transformer(nn.Module):
 
     def memory_kv(self, memory: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Each layer's cross-attention keys and values of ``memory`` (B, S, C), through its own memory norm."""
-        out = []
-        for layer in self.layers:
-            out.append(layer.cross_attention.memory_kv(layer.norm_xattn_memory(memory)))
-        return out
+        layers: list[TransformerLayer] = list(self.layers)  # type: ignore[arg-type]
+        return [layer.cross_attention.memory_kv(layer.norm_xattn_memory(memory)) for layer in layers]
 
     def forward(
         self, x: torch.Tensor, inputs: LayerInputs | None = None

@@ -28,7 +28,8 @@ from ggtts.runtime.stored_weights import StoredEmbedding, StoredLinear
 
 if TYPE_CHECKING:
     from ggtts.models.layers.kv_cache import KVCache
-    from ggtts.models.qwen2.model import Qwen2Model
+    from ggtts.models.layers.transformer import RMSNorm
+    from ggtts.models.qwen2.model import Block, Qwen2Model
 
 KV_STEP = 256  # attention reads the cache up to the next multiple: a new decoding graph every 256 positions
 GRAPHS_KEPT = 4  # (a prompt's graph, the decoding graph of the current and the last length)
@@ -151,7 +152,7 @@ class _StepGraph:
             bias = getattr(module, "bias", None)
             return out if bias is None else lib.ggml_add(ctx, out, owner.float_tensor(bias))
 
-        def norm(module: nn.Module, h: Any) -> Any:
+        def norm(module: RMSNorm, h: Any) -> Any:
             return lib.ggml_mul(ctx, lib.ggml_rms_norm(ctx, h, cfg.rms_eps), owner.float_tensor(module.weight))
 
         def rope(h: Any) -> Any:
@@ -161,7 +162,8 @@ class _StepGraph:
             )  # fmt: skip
 
         h = x  # [dim, T]
-        for layer, blk in enumerate(model.blk):
+        blocks: list[Block] = list(model.blk)  # type: ignore[arg-type]
+        for layer, blk in enumerate(blocks):
             cur = norm(blk.attn_norm, h)
             q = rope(lib.ggml_reshape_3d(ctx, linear(blk.attn_q, cur), d, hq, n_tokens))  # [D, Hq, T]
             k = rope(lib.ggml_reshape_3d(ctx, linear(blk.attn_k, cur), d, hkv, n_tokens))
