@@ -181,11 +181,11 @@ class MagpieGenerator:
         return [prior if i in chosen else None for i in range(self.cfg.decoder.n_layers)]
 
     # ---- the loop ------------------------------------------------------------------------------------------------
+    @torch.inference_mode()
     def frames(self, text_ids: list[int], speaker: int) -> Iterator[torch.Tensor]:
         """Yield the codes (C, n) of each decoder step (n = S, fewer at the end); stop at EOS or the frame limit."""
         steps = max(1, self.params.max_frames // self.cfg.frame_stacking)  # NeMo: max_decoder_steps // stacking
-        with torch.inference_mode():
-            yield from decode_frames(_Utterance(self, text_ids, speaker, steps), steps)
+        yield from decode_frames(_Utterance(self, text_ids, speaker, steps), steps)
 
     def _prefill(
         self,

@@ -127,5 +127,9 @@ def generate_frames(
         HFSampler(params.talker, params.greedy, generator, draw),
         HFSampler(params.code_predictor, params.greedy, generator, draw),
     )
-    with torch.inference_mode():
-        yield from decode_frames(TalkerDecoder(talker, inputs, params.max_frames, first, rest), params.max_frames)
+    yield from _frames(talker, inputs, params.max_frames, first, rest)
+
+
+@torch.inference_mode()  # around each step only: the caller's code between frames runs in its own mode
+def _frames(talker: Talker, inputs: TalkerInputs, max_frames: int, first: Pick, rest: Pick) -> Iterator[list[int]]:
+    yield from decode_frames(TalkerDecoder(talker, inputs, max_frames, first, rest), max_frames)
