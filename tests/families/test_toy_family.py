@@ -20,7 +20,18 @@ import ggtts
 from ggtts.audio import Audio
 from ggtts.cli import main
 from ggtts.families import register_family, unregister_family
-from ggtts.families.base import Capabilities, Family, LoadOptions, Request, TTSModel, option
+from ggtts.families.base import (
+    Capabilities,
+    Family,
+    LoadOptions,
+    Request,
+    TTSModel,
+    UnknownVoiceError,
+    VoiceBlendError,
+    VoiceMix,
+    check_number,
+    option,
+)
 from ggtts.gguf import GGUFFile, ModelWriter
 
 ARCH = "toy-sine"
@@ -32,6 +43,7 @@ SECONDS_PER_WORD = 0.25
 @dataclass(frozen=True)
 class SineOptions:
     pitch: float = option(220.0, "the sine's frequency in Hz (default 220)", flag="--pitch")
+    repeats: int = option(1, "each word said this many times", check=check_number("repeats", 1, whole=True))
 
 
 def _positive(value: float) -> float:
@@ -63,7 +75,7 @@ class SineModel(TTSModel):
     def run(self, request: Request[SineOptions]) -> Iterator[Audio]:
         # the template checked the text, the voice, the speed and the options, and built SineOptions
         n = round(SECONDS_PER_WORD * SAMPLE_RATE / request.speed)
-        for _ in request.text.split():
+        for _ in request.text.split() * request.options.repeats:
             t = np.arange(n) / SAMPLE_RATE
             yield Audio((self.gain * np.sin(2 * np.pi * request.options.pitch * t)).astype(np.float32), SAMPLE_RATE)
 
@@ -249,3 +261,16 @@ def test_convert_names_come_from_the_records(toy: Path, tmp_path: Path, capsys: 
         "unknown model family 'tacotron'; choose one of kokoro, outetts, wavtokenizer, magpie, nanocodec, "
         "qwen3omni-thinker, qwen3omni-talker, toy" in capsys.readouterr().err
     )
+
+
+def test_the_request_template_converts_whole_numbers_and_checks_a_resolved_voice(toy: Path) -> None:
+    model = ggtts.load(toy)
+    one = model.synthesize("one two")
+    assert len(model.synthesize("one two", repeats=2.0)) == 2 * len(one)  # 2.0 arrives as the int 2
+    with pytest.raises(ggtts.InputError, match=r"repeats must be a whole number of at least 1, got 1\.5"):
+        model.synthesize("one", repeats=1.5)
+    with pytest.raises(UnknownVoiceError, match="nobody"):  # a VoiceMix from elsewhere is checked again
+        model.synthesize("one", voice=VoiceMix((("nobody", 1.0),)))
+    with pytest.raises(VoiceBlendError):
+        model.synthesize("one", voice=VoiceMix((("hum", 0.5), ("hum", 0.5))))
+    assert len(model.synthesize("one", voice=VoiceMix((("hum", 1.0),)))) == len(model.synthesize("one"))

@@ -127,3 +127,18 @@ def test_convert_low_bit_types_for_the_language_model_only(models: tuple[Path, P
     assert not (tmp_path / "voc.gguf").exists()
     r = ggtts("convert", "kokoro", tmp_path / "k.onnx", "-o", tmp_path / "k.gguf", "--type", "q4_1")
     assert r.returncode != 0 and "not offered for Kokoro" in r.stderr
+
+
+def test_batch_loads_the_vocoder_and_speaker_it_is_given(models: tuple[Path, Path], tmp_path: Path) -> None:
+    """Companion files are chosen at load: ``ggtts batch --vocoder`` hands them to the loader, as speak does."""
+    lm, voc = models
+    alone = tmp_path / "m" / "lm.gguf"  # no vocoder beside it: only --vocoder gives one
+    alone.parent.mkdir()
+    shutil.copy(lm, alone)
+    lines = tmp_path / "lines.txt"
+    lines.write_text("Hello world\nSecond line\n")
+    out = tmp_path / "out"
+    r = ggtts("batch", lines, "--out", out, "--split", "line", "-m", alone, "--vocoder", voc, "--speaker",
+              TINY_SPEAKER, "--seed", "3", "--no-progress")  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert len(list(out.glob("*.wav"))) == 2

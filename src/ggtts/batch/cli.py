@@ -6,6 +6,7 @@ import argparse
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 from ggtts.errors import GGTTSError
 
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         options=options,
         format=args.format,
         float_wav=args.float,
-        load_options=given(args, LOAD),
+        load_options={**given(args, LOAD), **_companions(options)},
     )
     check_job(settings)
     stop = threading.Event()
@@ -110,3 +111,12 @@ def run(args: argparse.Namespace) -> int:
         chapters = join_outputs(items, result.records, out_dir, Path(args.join), args.pause)
         say(f"joined {len(chapters)} items into {args.join} (chapters beside it)")
     return 0
+
+
+def _companions(options: dict[str, Any]) -> dict[str, Any]:
+    """The options naming a model's companion files (``--vocoder``, ``--codec``, ``--talker``): chosen at load, so
+    they go to the loader too (as ``ggtts speak`` does)."""
+    from ggtts.families import families
+
+    names = {c.option for f in families() for c in f.companions}
+    return {k: v for k, v in options.items() if k in names and v is not None}

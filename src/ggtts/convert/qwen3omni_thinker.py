@@ -131,10 +131,10 @@ def _rope_sections(text: dict[str, Any]) -> tuple[int, ...]:
     return tuple(sections + [0] * max(0, ROPE_SECTION_SLOTS - len(sections)))
 
 
-
 def _stacker(tensors: Any, names: list[str]) -> Callable[[], torch.Tensor]:
     """What stacks ``names`` of ``tensors`` when the file is written (read then, not before)."""
     return lambda: torch.stack([tensors[n] for n in names])
+
 
 def merge_experts(
     tensors: Mapping[str, torch.Tensor], prefix: str, n_expert: int, n_ff: int, dim: int

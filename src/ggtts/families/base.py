@@ -90,11 +90,11 @@ def check_seed(seed: object) -> int:
     return seed
 
 
-def check_number(name: str, low: float, high: float = math.inf, whole: bool = False) -> Callable[[object], None]:
+def check_number(name: str, low: float, high: float = math.inf, whole: bool = False) -> Callable[[object], int | float]:
     """The ``check`` of a numeric option ``name``: a finite number (a whole one if ``whole``) from ``low`` to
     ``high``, else an InputError saying so."""
 
-    def check(value: object) -> None:
+    def check(value: object) -> int | float:
         ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
         if ok:
             number = float(value)  # type: ignore[arg-type]
@@ -103,7 +103,9 @@ def check_number(name: str, low: float, high: float = math.inf, whole: bool = Fa
             kind = "a whole number" if whole else "a finite number"
             span = f"of at least {low:g}" if high == math.inf else f"from {low:g} to {high:g}"
             raise InputError(f"{name} must be {kind} {span}, got {value!r}")
+        return int(value) if whole else value  # type: ignore[call-overload,return-value]
 
+    check.converts = True  # type: ignore[attr-defined]  # TTSModel.request keeps what it returns (4.0 -> 4)
     return check
 
 
@@ -260,9 +262,24 @@ class TTSModel(ABC):
         family.check_options(options, family.call_option_names(streaming))
         text = check_text(text, family.capabilities.max_input_chars)
         checked_speed = family.check_speed(speed)
-        mix = voice if isinstance(voice, VoiceMix) else self.resolve_voice(voice)
-        values = family.options(**{k: v for k, v in options.items() if v is not None})
-        return Request(text, mix, checked_speed, values, streaming)
+        mix = self._check_mix(voice) if isinstance(voice, VoiceMix) else self.resolve_voice(voice)
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(family.options):
+            value = options.get(f.name)
+            if value is not None:
+                check = f.metadata.get("check")
+                values[f.name] = check(value) if check is not None and getattr(check, "converts", False) else value
+        return Request(text, mix, checked_speed, family.options(**values), streaming)
+
+    def _check_mix(self, mix: VoiceMix) -> VoiceMix:
+        """A voice resolved elsewhere (the server's), checked again: the model's names, a blend only where the
+        family blends."""
+        for name, _ in mix.parts:
+            if name not in self.voices:
+                raise UnknownVoiceError(name, self.voices)
+        if mix.single is None and self.family is not None and not self.family.capabilities.blending:
+            raise VoiceBlendError(f"{self.family.name} cannot blend voices; choose one of {', '.join(self.voices)}")
+        return mix
 
     def stream(
         self, text: str, voice: str | VoiceMix | None = None, speed: float = 1.0, **options: Any

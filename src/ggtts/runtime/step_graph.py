@@ -50,6 +50,6 @@ class StepGraph(Generic[T]):
                 self.step()
         torch.cuda.current_stream(self.device).wait_stream(side)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # other threads' CUDA work goes on
             self.out = self.step()
         self.graph = graph

@@ -161,7 +161,7 @@ class MagpieTTSPipeline(TTSModel):
 
     def run(self, request: Request[MagpieOptions]) -> Iterator[Audio]:
         o, text = request.options, request.text
-        codec = self.codec if o.codec is None else self._request_codec(o.codec)
+        codec = self._request_codec(o.codec) if o.codec else self.codec
         if codec is None:
             raise InputError(
                 f"{self.path}: no codec: put the nano-codec GGUF beside the model or load it with codec=PATH (--codec)"

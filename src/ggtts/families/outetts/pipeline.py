@@ -20,7 +20,7 @@ import torch
 
 from ggtts.audio import Audio
 from ggtts.errors import GGTTSError, GGUFError, InputError
-from ggtts.families.base import Request, TTSModel, VoiceMix, find_beside
+from ggtts.families.base import Request, TTSModel, UnknownVoiceError, VoiceMix, find_beside
 from ggtts.families.outetts import FAMILY, OuteTTSOptions
 from ggtts.families.outetts.prompt import (
     CODE_TOKEN,
@@ -64,6 +64,17 @@ class CodeTable:
         found = [self.code_of[t] for t in tokens if t in self.code_of]
         kept = [c for c in found if c < n_vocab]
         return kept, len(found) - len(kept)
+
+
+class SpeakerFileAsVoice(UnknownVoiceError):
+    """A speaker file named as a voice: it is a load option."""
+
+    def __init__(self, path: str, voices: list[str]) -> None:
+        super().__init__(path, voices)
+        self.args = (
+            f"a speaker file is given at load, not as a voice: ggtts.load(..., speaker={path!r}) or --speaker; "
+            f"voices now: {', '.join(voices)}",
+        )
 
 
 class OuteTTS(TTSModel):
@@ -139,10 +150,7 @@ class OuteTTS(TTSModel):
 
     def resolve_voice(self, voice: str | None) -> VoiceMix | None:
         if voice is not None and voice not in self._speakers and voice.endswith(".json"):
-            raise InputError(
-                f"a speaker file is given at load, not as a voice: ggtts.load(..., speaker={voice!r}) or --speaker; "
-                f"voices now: {', '.join(self.voices)}"
-            )
+            raise SpeakerFileAsVoice(voice, self.voices)
         return super().resolve_voice(voice)
 
     def _speaker(self, voice: VoiceMix | None) -> Speaker:
@@ -178,9 +186,9 @@ class OuteTTS(TTSModel):
     def generate_codes(self, text: str, voice: str | None = None, **options: Any) -> Iterator[list[int]]:
         """Yield new audio codes as the language model produces them (``progress``: a bar over tokens).
 
-        Takes :meth:`synthesize`'s options, so one set serves both; the decoding ones have no effect here.
+        Takes :meth:`stream`'s options, so one set serves both; the decoding ones have no effect here.
         """
-        return self._codes(self.request(text, voice, streaming=False, **options))
+        return self._codes(self.request(text, voice, streaming=True, **options))
 
     def _codes(self, request: Request[OuteTTSOptions]) -> Iterator[list[int]]:
         o = request.options
@@ -231,7 +239,7 @@ class OuteTTS(TTSModel):
             warnings.warn(f"dropped {dropped} generated code(s) outside the vocoder's 0..{n_vocab - 1}", stacklevel=2)
 
     def _require_vocoder(self, asked: str | None) -> WavTokenizerDecoder:
-        if asked is not None and (self.vocoder_path is None or Path(asked).resolve() != self.vocoder_path.resolve()):
+        if asked and (self.vocoder_path is None or Path(asked).resolve() != self.vocoder_path.resolve()):
             raise InputError(
                 f"vocoder {asked} differs from the one loaded ({self.vocoder_path or 'none'}): the vocoder is chosen "
                 "at load (ggtts.load(..., vocoder=PATH), --vocoder)"
@@ -248,10 +256,9 @@ class OuteTTS(TTSModel):
         Whole: every code generated, then all decoded at once (exactly hop samples per code)."""
         o = request.options
         vocoder = self._require_vocoder(o.vocoder)
-        codes = self._codes(request)
         silence = int(o.silence_start_s * self.sample_rate)
         if not request.streaming:
-            return iter([self._whole(vocoder, codes, silence)])
+            return iter([self._whole(vocoder, self._codes(request), silence)])
         windowed = WindowedDecoder(
             lambda c: vocoder(c.to(self.device)).cpu(),
             vocoder.cfg.hop_length,
@@ -259,22 +266,23 @@ class OuteTTS(TTSModel):
             left=o.left_context,
             lookahead=o.lookahead,
         )
-        return self._windowed(codes, windowed, silence)
+        return self._windowed(request, windowed, silence)
 
     def _whole(self, vocoder: WavTokenizerDecoder, codes: Iterator[list[int]], silence: int) -> Audio:
         audio = decode_codes(vocoder, [c for chunk in codes for c in chunk])
         audio[: min(silence, len(audio))] = 0.0
         return Audio(audio, self.sample_rate)
 
-    def _windowed(self, codes: Iterator[list[int]], windowed: WindowedDecoder, silence: int) -> Iterator[Audio]:
-        with torch.inference_mode():
-            for chunk in codes:
-                for piece in windowed.push(chunk):
-                    silence, piece = _silence(piece, silence)
-                    yield Audio(piece.numpy(), self.sample_rate)
-            for piece in windowed.flush():
+    @torch.inference_mode()
+    def _windowed(self, request: Request[OuteTTSOptions], windowed: WindowedDecoder, silence: int) -> Iterator[Audio]:
+        """The stream; its cache and prompt are made at the first chunk asked for, not before."""
+        for chunk in self._codes(request):
+            for piece in windowed.push(chunk):
                 silence, piece = _silence(piece, silence)
                 yield Audio(piece.numpy(), self.sample_rate)
+        for piece in windowed.flush():
+            silence, piece = _silence(piece, silence)
+            yield Audio(piece.numpy(), self.sample_rate)
 
 
 def _silence(piece: torch.Tensor, remaining: int) -> tuple[int, torch.Tensor]:
