@@ -6,6 +6,7 @@ return_audio=True)``; the rest is the pipeline's behaviour (streaming, voices, m
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -484,3 +485,74 @@ def test_an_empty_chat_answer_is_named(tiny: Tiny, monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(thinker, "greedy", lambda prompt, limit, eos_ids: [tiny.tts.talker.cfg.im_end])
     with pytest.raises(InputError, match="the thinker's answer is empty"):
         tiny.tts.synthesize(TEXT, mode="chat")
+
+
+def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).abs().max() / b.float().abs().max())
+
+
+def test_the_steps_cuda_graphs_hold_match_the_eager_steps(tiny: Tiny) -> None:
+    """What runs as CUDA graphs on a GPU, run eagerly here: the talker's one-row step over a fixed cache (position
+    read from a tensor, the whole cache attended under a mask, the experts' weights gathered) gives the eager step's
+    hidden states and logits, teacher-forced frame by frame; the code predictor's frame with its codes chosen as
+    tensors (:class:`GraphedFrame`) gives the host loop's codes and embedding sum exactly (the same arithmetic)."""
+    from ggtts.families.qwen3omni.generate import GraphedFrame, HFSampler, TalkerDecoder, host_frames
+    from ggtts.families.qwen3omni.prompt import talker_inputs
+    from ggtts.gguf import GGUFFile
+    from ggtts.models.qwen3omni_talker.model import Talker
+
+    tts, cfg = tiny.tts, tiny.tts.talker.cfg
+    reply = [*tts.tokenizer.encode(TEXT, parse_special=False), cfg.im_end]
+    inputs = talker_inputs(tts.talker, tts.embedding, _prompt(tts), reply, cfg.speakers["ethan"])
+    # float experts, as on a GPU (stored ones are ggml's, CPU only)
+    eager = Talker.from_gguf(GGUFFile(tts.talker_path), stored_weights=False, max_len=512)
+    static = Talker.from_gguf(GGUFFile(tts.talker_path), stored_weights=False, max_len=512)
+    static.use_static_steps(capture=False)
+    eager.cfg = dataclasses.replace(eager.cfg, codec_eos=-1)  # no end: every frame drawn
+    greedy = HFSampler(cfg.sampling, True, torch.Generator())
+    rest = HFSampler(cfg.cp_sampling, True, torch.Generator())
+    frames = 16
+    with torch.inference_mode():
+        a = TalkerDecoder(eager, inputs, frames, greedy, host_frames(eager.cp, rest))
+        b = TalkerDecoder(static, inputs, frames, greedy, host_frames(static.cp, rest))
+        assert static.static is not None and list(static.static.decoders) == [256]
+        a.prefill()
+        b.prefill()
+        worst = 0.0
+        for step in range(frames):
+            worst = max(worst, _relative(b.logits, a.logits), _relative(b.hidden, a.hidden))
+            frame = a.draw(step)
+            assert frame is not None
+            b.next_input = a.next_input  # teacher-forced: both step on the eager run's input
+            a.feed(frame)
+            b.feed(frame)
+        assert b.cache.length == a.cache.length == inputs.prefill.shape[1] + frames
+        assert worst < 1e-5, worst
+
+        graphed = GraphedFrame(eager.cp, cfg.cp_sampling, greedy=True, seed=0, capture=False)
+        host = host_frames(eager.cp, rest)
+        g = torch.Generator().manual_seed(5)
+        for _ in range(4):
+            hidden, first = (torch.randn(1, 1, cfg.talker.dim, generator=g) for _ in range(2))
+            codes, total = graphed(hidden, first)
+            want_codes, want_total = host(hidden, first)
+            assert codes == want_codes and torch.equal(total, want_total)
+
+
+def test_the_device_pick_draws_from_the_filtered_distribution() -> None:
+    """The code predictor's pick on the GPU (the exponential race over temperature, top-k and top-p): its draws
+    follow :class:`HFSampler`'s filtered probabilities, and nothing they filter out is ever drawn."""
+    from ggtts.families.qwen3omni.generate import DevicePick, HFSampler
+    from ggtts.models.qwen3omni_talker.config import Sampling
+
+    params = Sampling(temperature=0.9, top_k=6, top_p=0.8)
+    logits = torch.tensor([2.0, 1.7, 1.5, 1.4, 0.9, 0.8, 0.7, -1.0, 3.0, 1.0])
+    want = torch.softmax(HFSampler(params, False, torch.Generator()).scores(logits), dim=-1)
+    assert 2 < int((want > 0).sum()) < 6  # top-p cut below top-k: both filters matter here
+    n = 6000
+    noise = torch.empty(n, len(logits)).exponential_(generator=torch.Generator().manual_seed(0))
+    pick = DevicePick(params, False, noise)
+    counts = torch.bincount(torch.cat([pick(j, logits) for j in range(n)]), minlength=len(logits)).float()
+    assert counts[want == 0].sum() == 0
+    assert float((counts / n - want).abs().max()) < 0.025  # 4 standard deviations of a frequency at 6000 draws
+    assert int(DevicePick(params, True, noise)(0, logits)) == 8

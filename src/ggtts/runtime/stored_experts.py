@@ -53,12 +53,17 @@ class Experts(nn.Module):
         super().__init__()
         self.n_expert, self.n_out, self.n_in = n_expert, n_out, n_in
         self.weight = nn.Parameter(torch.empty(n_expert, n_out, n_in))
+        # one row's experts gathered (no host round trip: a CUDA graph can hold it): on by default off the CPU
+        self.gather = False
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """``x (T, S, n_in)`` with ``S`` 1 or ``k``, ``ids (T, k)`` -> ``(T, k, n_out)``: row ``t``'s slot ``j``
         through expert ``ids[t, j]``."""
         _check(x, ids, self.n_in)
         t, k = ids.shape
+        if t == 1 and (self.gather or x.device.type != "cpu"):  # one row's k experts' weights, gathered
+            picked = self.weight.index_select(0, ids[0])  # (k, n_out, n_in)
+            return torch.matmul(picked, x[0].unsqueeze(-1)).squeeze(-1).unsqueeze(0)  # (1, k, n_out)
         out = x.new_zeros(t, k, self.n_out)
         for e in torch.unique(ids).tolist():  # the experts this batch hit: k of them for one token
             rows, slots = (ids == e).nonzero(as_tuple=True)

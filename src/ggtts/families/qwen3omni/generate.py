@@ -7,6 +7,11 @@ draw (or argmax when greedy); the code predictor fills the frame's other codeboo
 sum of the frame's code embeddings plus the next text row is the talker's next input. A first code equal to codec
 EOS ends the audio; so does the frame budget (upstream's ``max_new_tokens`` is one more than the frames it
 returns: the last code drawn never gets its other codebooks; ggtts does not draw it).
+
+On CUDA the talker's step is a replayed CUDA graph (:meth:`Talker.use_static_steps`), and so is the code predictor's
+whole frame (:class:`GraphedFrame`): its codes are chosen on the GPU (:class:`DevicePick`), so a frame costs two
+host round trips, the talker's logits (its first code is chosen on the host, over the codes drawn so far) and the
+frame's codes (which the stream needs).
 """
 
 from __future__ import annotations
@@ -19,8 +24,9 @@ import torch
 
 from ggtts.families.qwen3omni.prompt import TalkerInputs
 from ggtts.models.qwen3omni_talker.config import Sampling
-from ggtts.models.qwen3omni_talker.model import Talker
+from ggtts.models.qwen3omni_talker.model import CodePredictor, Talker
 from ggtts.runtime.frames import decode_frames
+from ggtts.runtime.step_graph import StepGraph
 from ggtts.runtime.sampling import apply_repetition_penalty, filter_top_k, filter_top_p
 
 # draws one id from probabilities (V,): torch.multinomial with the run's generator; tests swap in a fixed rule
@@ -76,16 +82,64 @@ class Pick(Protocol):
     ) -> int: ...
 
 
+# the code predictor's part of a frame: (the talker's hidden state, the first code's embedding) -> (its codes, the
+# sum of their embeddings)
+RestOfFrame = Callable[[torch.Tensor, torch.Tensor], tuple[list[int], torch.Tensor]]
+
+
+class DevicePick:
+    """:class:`HFSampler`'s choice for the code predictor (no history, nothing suppressed) made on the logits'
+    device, as tensors only (no host round trip): argmax when greedy; otherwise temperature, top-k and top-p, then
+    a draw by the exponential race (the argmax of the probabilities over ``noise[j]``, a row of Exp(1) draws, is a
+    draw from them: gpt-fast's way to sample without a sync). ``noise`` ``(n_codebooks - 1, V)`` is refilled
+    before each frame."""
+
+    def __init__(self, params: Sampling, greedy: bool, noise: torch.Tensor) -> None:
+        self.params, self.greedy, self.noise = params, greedy, noise
+
+    def __call__(self, j: int, logits: torch.Tensor) -> torch.Tensor:
+        scores = logits.float()
+        if self.greedy:
+            return scores.argmax().view(1)
+        p = self.params
+        probs = torch.softmax(filter_top_p(filter_top_k(scores / p.temperature, p.top_k), p.top_p), dim=-1)
+        return (probs / self.noise[j]).argmax().view(1)
+
+
+class GraphedFrame:
+    """The code predictor's whole frame (15 sequential steps and picks) as one CUDA graph replayed per frame
+    (eagerly off CUDA or with ``capture=False``: the CPU tests run the code the graph holds). Its draws come from
+    its own generator seeded by ``seed``: on the GPU, so not the CPU loop's sequence."""
+
+    def __init__(self, cp: CodePredictor, params: Sampling, greedy: bool, seed: int, capture: bool = True) -> None:
+        weight = cp.output_norm.weight
+        device, dim = weight.device, cp.cfg.code_predictor.dim
+        self.greedy = greedy
+        self.hidden = torch.zeros(1, 1, dim, dtype=weight.dtype, device=device)
+        self.first = torch.zeros_like(self.hidden)
+        self.noise = torch.ones(cp.cfg.n_codebooks - 1, cp.cfg.cp_vocab, device=device)
+        self.generator = torch.Generator(device).manual_seed(seed)
+        cache, pick = cp.new_cache(), DevicePick(params, greedy, self.noise)
+        self.graph = StepGraph(lambda: cp.frame_on_device(self.hidden, self.first, pick, cache), device, capture)
+
+    def __call__(self, hidden: torch.Tensor, first: torch.Tensor) -> tuple[list[int], torch.Tensor]:
+        self.hidden.copy_(hidden)
+        self.first.copy_(first)
+        if not self.greedy:
+            self.noise.exponential_(generator=self.generator)
+        codes, total = self.graph()
+        return codes.tolist(), total.clone()
+
+
 class TalkerDecoder:
     """One utterance's frames as a :class:`~ggtts.runtime.frames.FrameDecoder`: the talker's first code (ending
-    the audio at codec EOS, before the code predictor runs), then the code predictor's; the next input is the sum
-    of the frame's code embeddings plus the next text row."""
+    the audio at codec EOS, before the code predictor runs), then the code predictor's (``rest``); the next input
+    is the sum of the frame's code embeddings plus the next text row."""
 
-    def __init__(self, talker: Talker, inputs: TalkerInputs, max_frames: int, first: Pick, rest: Pick) -> None:
+    def __init__(self, talker: Talker, inputs: TalkerInputs, max_frames: int, first: Pick, rest: RestOfFrame) -> None:
         self.talker, self.inputs, self.first, self.rest = talker, inputs, first, rest
         self.suppressed = torch.tensor(talker.cfg.suppressed_ids, dtype=torch.long)
         self.cache = talker.new_cache(inputs.prefill.shape[1] + max_frames + 1)
-        self.cp_cache = talker.cp.new_cache()
         self.drawn: list[int] = []
         self.hidden = self.logits = self.next_input = torch.empty(0)
 
@@ -98,7 +152,7 @@ class TalkerDecoder:
             return None
         self.drawn.append(code)
         embedded = self.talker.embed_codes(code)
-        codes, total = self.talker.cp.frame(self.hidden, embedded, lambda _j, lg: self.rest(lg), self.cp_cache)
+        codes, total = self.rest(self.hidden, embedded)
         trailing = self.inputs.trailing
         text = trailing[:, step : step + 1] if step < trailing.shape[1] else self.inputs.pad
         self.next_input = embedded + total + text
@@ -111,6 +165,12 @@ class TalkerDecoder:
         self.hidden, self.logits = self.talker.step(self.next_input, self.cache)
 
 
+def host_frames(cp: CodePredictor, rest: Pick) -> RestOfFrame:
+    """The code predictor's frame with each code chosen on the host by ``rest`` (the CPU's way)."""
+    cache = cp.new_cache()
+    return lambda hidden, first: cp.frame(hidden, first, lambda _j, logits: rest(logits), cache)
+
+
 def generate_frames(
     talker: Talker,
     inputs: TalkerInputs,
@@ -119,17 +179,24 @@ def generate_frames(
     pickers: tuple[Pick, Pick] | None = None,
 ) -> Iterator[list[int]]:
     """Frames of codes (``n_codebooks`` each), one at a time, until codec EOS or ``max_frames``. ``pickers``: the
-    talker's and the code predictor's choice of a code from logits (default: :class:`HFSampler` by ``params``)."""
+    talker's and the code predictor's choice of a code from logits (default: :class:`HFSampler` by ``params``;
+    on CUDA the code predictor's frame is a :class:`GraphedFrame`)."""
     generator = torch.Generator().manual_seed(params.seed)
     first: Pick
-    rest: Pick
-    first, rest = pickers or (
-        HFSampler(params.talker, params.greedy, generator, draw),
-        HFSampler(params.code_predictor, params.greedy, generator, draw),
-    )
+    rest: RestOfFrame
+    if pickers is not None:
+        first, rest = pickers[0], host_frames(talker.cp, pickers[1])
+    else:
+        first = HFSampler(params.talker, params.greedy, generator, draw)
+        if talker.output_norm.weight.device.type == "cuda" and draw is multinomial:
+            rest = GraphedFrame(talker.cp, params.code_predictor, params.greedy, params.seed)
+        else:
+            rest = host_frames(talker.cp, HFSampler(params.code_predictor, params.greedy, generator, draw))
     yield from _frames(talker, inputs, params.max_frames, first, rest)
 
 
 @torch.inference_mode()  # around each step only: the caller's code between frames runs in its own mode
-def _frames(talker: Talker, inputs: TalkerInputs, max_frames: int, first: Pick, rest: Pick) -> Iterator[list[int]]:
+def _frames(
+    talker: Talker, inputs: TalkerInputs, max_frames: int, first: Pick, rest: RestOfFrame
+) -> Iterator[list[int]]:
     yield from decode_frames(TalkerDecoder(talker, inputs, max_frames, first, rest), max_frames)

@@ -22,7 +22,7 @@ from torch import nn
 from ggtts.gguf import GGUFFile
 from ggtts.models.layers.gguf_state import load_module_from_gguf
 from ggtts.models.layers.kv_cache import KVCache
-from ggtts.models.layers.transformer import RMSNorm, RotaryEmbedding, cached_attention
+from ggtts.models.layers.transformer import RMSNorm, RotaryEmbedding, StaticPosition, cached_attention
 from ggtts.runtime.stored_experts import Experts, use_stored_experts
 from ggtts.runtime.stored_weights import stored_weights_plan, use_stored_weights
 
@@ -61,8 +61,11 @@ class Attention(nn.Module):
         self.attn_q_norm = RMSNorm(head_dim, rms_eps)
         self.attn_k_norm = RMSNorm(head_dim, rms_eps)
 
-    def forward(self, x: torch.Tensor, rope: RotaryEmbedding, cache: KVCache, layer: int, start: int) -> torch.Tensor:
-        """``x (B, T, dim)`` at positions ``start..start+T``; writes layer ``layer``'s keys and values there."""
+    def forward(
+        self, x: torch.Tensor, rope: RotaryEmbedding, cache: KVCache, layer: int, start: int | StaticPosition
+    ) -> torch.Tensor:
+        """``x (B, T, dim)`` at positions ``start..start+T`` (or one position read from tensors); writes layer
+        ``layer``'s keys and values there."""
         b, t, _ = x.shape
         q = self.attn_q_norm(self.attn_q(x).view(b, t, self.n_heads, self.head_dim)).transpose(1, 2)  # (B, H, T, D)
         k = self.attn_k_norm(self.attn_k(x).view(b, t, self.n_kv_heads, self.head_dim)).transpose(1, 2)
@@ -142,7 +145,9 @@ class Block(nn.Module):
         self.ffn_norm = RMSNorm(dim, rms_eps)
         self.ffn = ffn
 
-    def forward(self, x: torch.Tensor, rope: RotaryEmbedding, cache: KVCache, layer: int, start: int) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, rope: RotaryEmbedding, cache: KVCache, layer: int, start: int | StaticPosition
+    ) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x), rope, cache, layer, start)
         return x + self.ffn(self.ffn_norm(x))
 

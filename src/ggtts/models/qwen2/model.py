@@ -9,7 +9,6 @@ has no ``output`` tensor. State lives in a :class:`~ggtts.models.layers.kv_cache
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -19,6 +18,7 @@ from torch import nn
 from ggtts.gguf import GGUFFile
 from ggtts.models.layers.gguf_state import load_module_from_gguf
 from ggtts.models.layers.kv_cache import KVCache
+from ggtts.models.layers.static_steps import StaticCaches, StaticDecode
 from ggtts.models.layers.transformer import (
     RMSNorm,
     RotaryEmbedding,
@@ -27,8 +27,6 @@ from ggtts.models.layers.transformer import (
     new_kv_cache,
 )
 from ggtts.models.qwen2.config import Qwen2Config
-from ggtts.runtime.compile import CompiledOrEager
-from ggtts.runtime.step_graph import StepGraph
 from ggtts.runtime.stored_weights import StoredEmbedding, stored_weights_plan, use_stored_weights
 
 if TYPE_CHECKING:
@@ -80,9 +78,7 @@ class Qwen2Model(nn.Module):
         self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, max_len or cfg.context_length)
         self.weights_note: str | None = None  # why weights were widened to float, when they were
         self.graph: Qwen2Graph | None = None  # steps as ggml graphs (from_gguf sets it where ggml runs)
-        self.static: dict[int, StaticDecode] | None = None  # one-token steps over fixed caches, by capacity
-        self.capture = True
-        self.compile_steps = False
+        self.static: StaticCaches[torch.Tensor] | None = None  # one-token steps over fixed caches, by capacity
 
     @classmethod
     def from_gguf(
@@ -131,21 +127,25 @@ class Qwen2Model(nn.Module):
         return model
 
     def use_static_steps(self, capture: bool = True, compile: bool = False) -> None:
-        """From now on, :meth:`new_cache` hands out caches of fixed capacity (a power of two from
-        :data:`MIN_STATIC_CAPACITY`) and each one-token step on one runs as :class:`StaticDecode` (a CUDA graph
-        replayed, with ``capture`` on CUDA; eagerly elsewhere). A model so set keeps one cache per capacity: a
-        new cache of a capacity ends the last one handed out (one generation at a time, as a model serves).
-        ``compile``: the step is compiled by ``torch.compile`` (fixed shapes) before it is captured."""
-        self.static, self.capture, self.compile_steps = {}, capture, compile
+        """From now on, :meth:`new_cache` hands out caches of fixed capacity and each one-token step on one runs as
+        a :class:`~ggtts.models.layers.static_steps.StaticDecode` (a CUDA graph replayed, with ``capture`` on
+        CUDA; eagerly elsewhere). ``compile``: the step is compiled by ``torch.compile`` (fixed shapes) before it
+        is captured."""
+
+        def make(capacity: int) -> StaticDecode[torch.Tensor]:
+            token = torch.zeros((1, 1), dtype=torch.long)
+            return StaticDecode(self._static_step, self._new_cache(capacity), self.rope, token,
+                                "the Qwen2 decode step", capture, compile)  # fmt: skip
+
+        self.static = StaticCaches(make, self.rope.max_len)
 
     def new_cache(self, max_len: int, *, batch: int = 1, dtype: torch.dtype | None = None) -> KVCache:
         """A cache for ``max_len`` positions, in the model's dtype unless ``dtype`` says otherwise (``float16``
         halves it and is what llama.cpp keeps by default; keys and values are then rounded to it)."""
-        if self.static is not None and batch == 1 and dtype is None and 0 < max_len <= self.rope.max_len:
-            capacity = min(max(MIN_STATIC_CAPACITY, 1 << (max_len - 1).bit_length()), self.rope.max_len)
-            if capacity not in self.static:
-                self.static[capacity] = StaticDecode(self, self._new_cache(capacity), self.capture, self.compile_steps)
-            return self.static[capacity].new_cache(max_len)
+        if self.static is not None and batch == 1 and dtype is None:
+            cache = self.static.new_cache(max_len)
+            if cache is not None:
+                return cache
         return self._new_cache(max_len, batch=batch, dtype=dtype)
 
     def _new_cache(self, max_len: int, *, batch: int = 1, dtype: torch.dtype | None = None) -> KVCache:
@@ -153,6 +153,12 @@ class Qwen2Model(nn.Module):
         return new_kv_cache(
             c.n_layers, c.n_kv_heads, c.head_dim, max_len, self.rope, self.output_norm.weight, batch=batch, dtype=dtype
         )
+
+    def _static_step(self, token: torch.Tensor, position: StaticPosition, cache: KVCache) -> torch.Tensor:
+        h = self.token_embd(token)
+        for i, block in enumerate(self.blk):
+            h = block(h, self.rope, cache, i, position)
+        return self.logits(h)  # (1, 1, V)
 
     def logits(self, h: torch.Tensor) -> torch.Tensor:
         h = self.output_norm(h)
@@ -169,12 +175,9 @@ class Qwen2Model(nn.Module):
         """
         if self.graph is not None and self.graph.takes(tokens, cache):
             return self.graph.forward(tokens, cache, last_only=last_only)
-        if self.static is not None:
-            for static in self.static.values():
-                if static.owns(cache):
-                    if tokens.shape[1] == 1:
-                        return static.step(tokens, cache)
-                    break
+        static = self.static.owner(cache) if self.static is not None else None
+        if static is not None and tokens.shape[1] == 1:
+            return static.step(tokens, cache)
         start = cache.length
         h = self.token_embd(tokens)
         for i, block in enumerate(self.blk):
@@ -183,57 +186,3 @@ class Qwen2Model(nn.Module):
         if last_only:
             h = h[:, -1:]
         return self.logits(h)
-
-
-MIN_STATIC_CAPACITY = 256
-
-
-class StaticDecode:
-    """One-token steps of ``model`` over one fixed ``cache``: the token and the position are read from tensors,
-    the whole cache is attended under a mask, so every step has the same kernels, shapes and addresses and runs
-    as one replayed CUDA graph (:class:`~ggtts.runtime.step_graph.StepGraph`). The caches it hands out are views
-    of its own; a prompt is prefilled into one the usual way."""
-
-    def __init__(self, model: Qwen2Model, cache: KVCache, capture: bool, compile: bool = False) -> None:
-        device = cache.k.device
-        self.model, self.cache = model, cache
-        self.token = torch.zeros((1, 1), dtype=torch.long, device=device)
-        self.index = torch.zeros(1, dtype=torch.long, device=device)
-        self.positions = torch.arange(cache.max_len, device=device)
-        step: Callable[[], torch.Tensor] = self._step
-        if compile:
-            step = CompiledOrEager(self._step, "the Qwen2 decode step", device, dynamic=False)
-        self.graph = StepGraph(step, device, capture)
-        self.current: KVCache | None = None
-
-    def _step(self) -> torch.Tensor:
-        m = self.model
-        position = StaticPosition.at(self.index, self.positions, m.rope)
-        h = m.token_embd(self.token)
-        for i, block in enumerate(m.blk):
-            h = block(h, m.rope, self.cache, i, position)
-        return m.logits(h)  # (1, 1, V)
-
-    def new_cache(self, max_len: int) -> KVCache:
-        """A cache of ``max_len`` positions in this one's storage (ending the one handed out before)."""
-        view = self.cache.rows(0, 1)
-        view.length, view.max_len = 0, max_len
-        self.current = view
-        return view
-
-    def owns(self, cache: KVCache) -> bool:
-        """Whether ``cache`` lives in this one's storage; an error if it is one handed out before the current."""
-        if cache.k.untyped_storage().data_ptr() != self.cache.k.untyped_storage().data_ptr():
-            return False
-        if cache is not self.current:
-            raise RuntimeError("this KV cache was replaced by a newer one of the same model (one generation at a time)")
-        return True
-
-    def step(self, tokens: torch.Tensor, cache: KVCache) -> torch.Tensor:
-        """Logits ``(1, 1, V)`` of one token ``(1, 1)`` at ``cache.length``; commits the position."""
-        cache.check_fits(cache.length + 1)
-        self.token.copy_(tokens)
-        self.index.fill_(cache.length)
-        logits = self.graph().clone()  # the graph's output is overwritten by its next replay
-        cache.advance(1)
-        return logits

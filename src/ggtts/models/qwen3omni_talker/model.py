@@ -22,8 +22,10 @@ from torch import nn
 from ggtts.gguf import GGUFFile
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.layers.qwen3 import Attention, Block, DenseFFN, RMSNorm, RotaryEmbedding, SparseMoE, load_weights
-from ggtts.models.layers.transformer import new_kv_cache
+from ggtts.models.layers.static_steps import StaticCaches, StaticDecode
+from ggtts.models.layers.transformer import StaticPosition, new_kv_cache
 from ggtts.models.qwen3omni_talker.config import StackConfig, TalkerConfig
+from ggtts.runtime.stored_experts import Experts
 
 
 def _blocks(cfg: StackConfig) -> nn.ModuleList:
@@ -83,17 +85,32 @@ class CodePredictor(nn.Module):
         """Codebooks 1.. of one frame from the talker's hidden state and the first code's embedding (each
         ``(1, 1, dim)``); ``choose(j, logits)`` picks codebook ``j + 1``. Returns the codes and the sum of their
         embeddings ``(1, 1, dim)``."""
+
+        def picked(j: int, logits: torch.Tensor) -> torch.Tensor:
+            return torch.tensor([choose(j, logits)], device=logits.device)
+
+        codes, total = self.frame_on_device(hidden, first, picked, cache)
+        return codes.tolist(), total
+
+    def frame_on_device(
+        self, hidden: torch.Tensor, first: torch.Tensor, pick: Callable[[int, torch.Tensor], torch.Tensor],
+        cache: KVCache,
+    ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+        """As :meth:`frame`, with ``pick(j, logits)`` giving codebook ``j + 1`` as a tensor ``(1,)`` where the
+        logits are: the codes come back as a tensor ``(n_codebooks - 1,)``. With a pick that reads nothing from
+        the host, every shape and position is the same frame after frame, and the whole frame runs as one CUDA
+        graph (:class:`ggtts.families.qwen3omni.generate.GraphedFrame`)."""
         cache.length = 0
         x = torch.cat((hidden, first), dim=1)  # (1, 2, dim)
-        codes: list[int] = []
+        codes: list[torch.Tensor] = []
         total = torch.zeros_like(first)
         for j in range(self.cfg.n_codebooks - 1):
             h = self.output_norm(_run(self.blk, self.rope, x, cache)[:, -1:])
-            code = choose(j, self.output[j](h)[0, -1])
+            code = pick(j, self.output[j](h)[0, -1])
             codes.append(code)
-            x = self.codec_embd[j](torch.tensor([[code]], device=h.device)).to(h.dtype)  # (1, 1, dim)
+            x = self.codec_embd[j](code.view(1, 1)).to(h.dtype)  # (1, 1, dim)
             total = total + x
-        return codes, total
+        return torch.cat(codes), total
 
 
 class Talker(nn.Module):
@@ -110,13 +127,16 @@ class Talker(nn.Module):
         self.rope = RotaryEmbedding(s.head_dim, s.rope_theta, max_len or cfg.context_length)
         self.cp = CodePredictor(cfg)
         self.weights_note: str | None = None
+        self.static: StaticCaches[tuple[torch.Tensor, torch.Tensor]] | None = None  # one-row steps, by capacity
 
     @classmethod
     def from_gguf(
-        cls, gguf: GGUFFile, device: str | torch.device = "cpu", *, stored_weights: bool = True, max_len: int = 8192
-    ) -> Talker:
+        cls, gguf: GGUFFile, device: str | torch.device = "cpu", *, stored_weights: bool = True, max_len: int = 8192,
+        step_graphs: bool = True,
+    ) -> Talker:  # fmt: skip
         """The talker and code predictor of a ``qwen3omni-talker`` file (its code2wav tensors are left for
-        :mod:`ggtts.models.qwen3omni_code2wav`)."""
+        :mod:`ggtts.models.qwen3omni_code2wav`). On CUDA each one-row talker step is a captured CUDA graph over a
+        fixed cache (:meth:`use_static_steps`) unless ``step_graphs=False``."""
         from ggtts.gguf.keys import Qwen3OmniCode2Wav
 
         cfg = TalkerConfig.from_gguf(gguf)
@@ -129,13 +149,35 @@ class Talker(nn.Module):
         s, c = cfg.talker, cfg.code_predictor
         model.rope = RotaryEmbedding(s.head_dim, s.rope_theta, max_len).to(device)
         model.cp.rope = RotaryEmbedding(c.head_dim, c.rope_theta, cfg.n_codebooks + 1).to(device)
+        if step_graphs and torch.device(device).type == "cuda":
+            model.use_static_steps()
         return model.eval()
+
+    def use_static_steps(self, capture: bool = True) -> None:
+        """From now on, :meth:`new_cache` hands out caches of fixed capacity and each one-row step on one runs as
+        a :class:`~ggtts.models.layers.static_steps.StaticDecode` (a CUDA graph replayed, with ``capture`` on
+        CUDA; eagerly elsewhere)."""
+        weight = self.output_norm.weight
+        for module in self.modules():
+            if isinstance(module, Experts):
+                module.gather = True  # what the graph holds, run eagerly too where it is not captured
+
+        def make(capacity: int) -> StaticDecode[tuple[torch.Tensor, torch.Tensor]]:
+            row = torch.zeros(1, 1, self.cfg.talker.dim, dtype=weight.dtype)
+            return StaticDecode(self._static_step, self._new_cache(capacity), self.rope, row, "the talker's step",
+                                capture)  # fmt: skip
+
+        self.static = StaticCaches(make, self.rope.max_len)
 
     @property
     def max_len(self) -> int:
         return self.rope.max_len
 
     def new_cache(self, max_len: int) -> KVCache:
+        cache = self.static.new_cache(max_len) if self.static is not None else None
+        return cache if cache is not None else self._new_cache(max_len)
+
+    def _new_cache(self, max_len: int) -> KVCache:
         c = self.cfg.talker
         return new_kv_cache(c.n_layers, c.n_kv_heads, c.head_dim, max_len, self.rope, self.output_norm.weight)
 
@@ -146,5 +188,16 @@ class Talker(nn.Module):
     def step(self, x: torch.Tensor, cache: KVCache) -> tuple[torch.Tensor, torch.Tensor]:
         """Input embeddings ``(1, T, dim)`` at ``cache.length..`` -> the last row's normed hidden state
         ``(1, 1, dim)`` and its first-codebook logits ``(V,)``."""
+        static = self.static.owner(cache) if self.static is not None else None
+        if static is not None and x.shape[1] == 1:
+            return static.step(x, cache)
         h = self.output_norm(_run(self.blk, self.rope, x, cache)[:, -1:])
+        return h, self.output(h)[0, -1]
+
+    def _static_step(
+        self, x: torch.Tensor, position: StaticPosition, cache: KVCache
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        for i, block in enumerate(self.blk):
+            x = block(x, self.rope, cache, i, position)
+        h = self.output_norm(x)
         return h, self.output(h)[0, -1]

@@ -1,0 +1,234 @@
+"""Qwen3-Omni's talker and code predictor on a GPU: ggtts's loop eager and with its steps as captured CUDA graphs,
+against transformers' ``generate`` on the same weights, in one run.
+
+    python benchmarks/gpu_qwen3omni.py [--frames 200] [--dir DIR] [--small] [--json OUT.json]
+
+The model is bench_qwen3omni.py's random talker at ``Qwen3-Omni-30B-A3B``'s published shape (20 MoE layers of
+width 1024, 128 experts with 6 picked and a shared expert; a 5-layer code predictor writing 15 more codebooks per
+frame), converted to an F16 GGUF by ggtts's converter; on a GPU ggtts widens it to float32, and transformers runs
+the model it was converted from in float32 (and bfloat16). Every row samples as ``generate`` samples (repetition
+penalty, top-k, top-p), EOS held off so each writes exactly ``--frames`` frames of 16 codes, after one warm-up:
+
+- ``transformers generate``: ``Qwen3OmniMoeTalkerForConditionalGeneration.generate`` as the full model calls it;
+- ``ggtts eager``: ggtts's generation loop op by op (``step_graphs=False``): each code chosen on the host;
+- ``ggtts graph``: the talker's step a replayed CUDA graph over a fixed cache, and the code predictor's whole frame
+  (15 steps, each code chosen on the GPU) another: two host round trips per frame.
+
+Reported: frames per second (12.5 is real time), the time to the first frame, peak GPU memory; for the graph row,
+the largest relative difference of the talker's logits and hidden states from the eager step's over the same inputs
+(teacher-forced, greedy), and whether the graphed code-predictor frame chose the host loop's codes. ``--small``
+(transformers' tiny test checkpoint) only checks that the script runs, on the CPU too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_qwen3omni import TALKER_TEXT, _code2wav_model, _convert_talker, _talker_model
+from gpu_qwen2 import peak_mib, reset_memory, sync
+
+from ggtts.families.qwen3omni.generate import (
+    GraphedFrame,
+    HFSampler,
+    TalkerDecoder,
+    TalkerSampling,
+    generate_frames,
+    host_frames,
+)
+from ggtts.families.qwen3omni.prompt import TalkerInputs
+from ggtts.gguf import GGUFFile
+from ggtts.models.qwen3omni_talker.model import Talker
+
+PREFILL, TEXT_ROWS = 40, 16
+FRAME_RATE = 12.5
+
+
+def build(directory: Path, small: bool) -> Any:
+    """The transformers talker (on the CPU), its GGUF written to ``directory/talker-f16.gguf``."""
+    if small:
+        from ggtts.convert.hf_checkpoint import HFCheckpoint
+        from ggtts.convert.qwen3omni_talker import write_talker
+        from ggtts.families.qwen3omni.upstream import build_tiny_checkpoint
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            upstream = build_tiny_checkpoint(directory / "checkpoint")
+        ckpt = HFCheckpoint([directory / "checkpoint"], "tiny Qwen3-Omni")
+        write_talker(directory / "talker-f16.gguf", ckpt.config, ckpt.tensors, "f16")
+        return upstream.talker.eval()
+    talker = _talker_model()
+    _convert_talker(directory, talker, _code2wav_model(), ["f16"])
+    return talker
+
+
+def inputs(dim: int, device: torch.device) -> TalkerInputs:
+    g = torch.Generator().manual_seed(2)
+    rows = (torch.randn(1, n, dim, generator=g) * 0.5 for n in (PREFILL, TEXT_ROWS, 1))
+    return TalkerInputs(*(r.to(device) for r in rows))
+
+
+def transformers_generate(hf: Any, x: TalkerInputs, frames: int, dtype: torch.dtype) -> dict[str, Any]:
+    device = x.prefill.device
+    base = reset_memory(device)
+    model = hf.to(device=device, dtype=dtype)
+    vocab = model.config.text_config.vocab_size
+    suppressed = list(range(vocab - 1024, vocab))  # EOS too: exactly `frames` frames
+
+    def once(n: int) -> float:
+        sync(device)
+        t0 = time.perf_counter()
+        model.generate(
+            inputs_embeds=x.prefill.to(dtype), trailing_text_hidden=x.trailing.to(dtype), tts_pad_embed=x.pad.to(dtype),
+            attention_mask=torch.ones(1, PREFILL, dtype=torch.long, device=device), max_new_tokens=n + 1,
+            do_sample=True, top_k=50, top_p=1.0, temperature=0.9, repetition_penalty=1.05, suppress_tokens=suppressed,
+            output_hidden_states=True, return_dict_in_generate=True,
+        )  # fmt: skip
+        sync(device)
+        return time.perf_counter() - t0
+
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        once(4)  # warm-up
+        first = once(1)
+        total = once(frames)
+    hf.to(device="cpu", dtype=torch.float32)
+    return {"fps": frames / total, "first_frame_ms": first * 1e3, "peak_gpu_mib": peak_mib(device, base)}
+
+
+def load(path: Path, device: torch.device, graphs: bool) -> Talker:
+    talker = Talker.from_gguf(GGUFFile(path), device, step_graphs=graphs, max_len=4096)
+    talker.cfg = dataclasses.replace(talker.cfg, codec_eos=-1)  # EOS held off like the others: exactly `frames`
+    talker.cp.cfg = talker.cfg
+    return talker
+
+
+def ggtts_loop(talker: Talker, x: TalkerInputs, frames: int, base: int) -> dict[str, Any]:
+    device = x.prefill.device
+    params = TalkerSampling(False, talker.cfg.sampling, talker.cfg.cp_sampling, max_frames=frames)
+
+    def once(n: int) -> tuple[float, float]:
+        sync(device)
+        t0 = time.perf_counter()
+        first = 0.0
+        for i, _ in enumerate(generate_frames(talker, x, dataclasses.replace(params, max_frames=n))):
+            if i == 0:
+                first = time.perf_counter() - t0
+        return first, time.perf_counter() - t0
+
+    once(4)  # warm-up: kernels chosen, graphs captured
+    first, total = once(frames)
+    captured = bool(talker.static and talker.static.captured)
+    return {"fps": frames / total, "first_frame_ms": first * 1e3, "peak_gpu_mib": peak_mib(device, base),
+            "captured": captured}  # fmt: skip
+
+
+def forced_difference(eager: Talker, graph: Talker, x: TalkerInputs, frames: int) -> dict[str, Any]:
+    """Greedy, both talkers stepping on the eager run's inputs: the largest relative difference of the talker's
+    logits and hidden states, and the frames whose graphed code-predictor codes equal the host loop's."""
+    cfg = eager.cfg
+    first = HFSampler(cfg.sampling, True, torch.Generator())
+    rest = HFSampler(cfg.cp_sampling, True, torch.Generator())
+    worst, same = 0.0, 0
+    with torch.inference_mode():
+        a = TalkerDecoder(eager, x, frames, first, host_frames(eager.cp, rest))
+        b = TalkerDecoder(graph, x, frames, first, host_frames(graph.cp, rest))
+        graphed = GraphedFrame(graph.cp, cfg.cp_sampling, greedy=True, seed=0)
+        a.prefill()
+        b.prefill()
+        for step in range(frames):
+            for ours, theirs in ((b.logits, a.logits), (b.hidden, a.hidden)):
+                worst = max(worst, float((ours.float() - theirs).abs().max() / theirs.abs().max()))
+            frame = a.draw(step)
+            assert frame is not None
+            codes, _ = graphed(a.hidden, eager.embed_codes(frame[0]))
+            same += int(codes == frame[1:])
+            b.next_input = a.next_input
+            a.feed(frame)
+            b.feed(frame)
+    return {"max_rel_diff": worst, "cp_frames_equal": same, "forced_frames": frames}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--frames", type=int, default=200)
+    ap.add_argument("--dir", type=Path)
+    ap.add_argument("--small", action="store_true")
+    ap.add_argument("--json", type=Path)
+    ap.add_argument("--variants", default="transformers,eager,graph", help="which rows to run")
+    args = ap.parse_args()
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    directory = args.dir or Path(tempfile.mkdtemp(prefix="gpu-qwen3omni-"))
+    want = set(args.variants.split(","))
+    t0 = time.perf_counter()
+    hf = build(directory, args.small)
+    path = directory / "talker-f16.gguf"
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"device: {name}; torch {torch.__version__}; built and converted in {time.perf_counter() - t0:.0f} s")
+    print(f"talker + code predictor, {args.frames} frames of 16 codes, sampled, prefill {PREFILL} rows")
+    x = inputs(hf.config.text_config.hidden_size if args.small else TALKER_TEXT["hidden_size"], device)
+    rows: dict[str, dict[str, Any]] = {}
+
+    def report(label: str, r: dict[str, Any]) -> None:
+        rows[label] = r
+        ref = rows.get("transformers generate float32", {}).get("fps", float("nan"))
+        extra = ""
+        if "max_rel_diff" in r:
+            extra = (f"  vs eager: logits/hidden {r['max_rel_diff']:.1e}, graphed code-predictor frames equal "
+                     f"{r['cp_frames_equal']}/{r['forced_frames']}")  # fmt: skip
+        if "captured" in r:
+            extra += f"  captured {r['captured']}, load {r['load_s']:.1f} s"
+        print(f"{label:30} {r['fps']:9.1f} {r['fps'] / FRAME_RATE:11.2f} {r['fps'] / ref:19.2f} "
+              f"{r['first_frame_ms']:15.1f} {r['peak_gpu_mib']:13.0f}{extra}", flush=True)  # fmt: skip
+
+    print(f"{'variant':30} {'frames/s':>9} {'x real time':>11} {'x transformers f32':>19} {'first frame ms':>15} "
+          f"{'peak GPU MiB':>13}", flush=True)  # fmt: skip
+    dtypes = (torch.float32, torch.bfloat16) if "transformers" in want else ()
+    if dtypes:
+        try:
+            report("transformers generate float32", transformers_generate(hf, x, args.frames, dtypes[0]))
+        except Exception:  # a failed variant is reported; the others still run
+            traceback.print_exc()
+    eager = None
+    for how in ("eager", "graph"):
+        if how not in want:
+            continue
+        try:
+            base = reset_memory(device)
+            t = time.perf_counter()
+            talker = load(path, device, graphs=how == "graph")
+            loaded = time.perf_counter() - t
+            with torch.inference_mode():
+                r = {**ggtts_loop(talker, x, args.frames, base), "load_s": loaded}
+            if how == "eager":
+                eager = talker
+            elif eager is not None:
+                r.update(forced_difference(eager, talker, x, min(args.frames, 48)))
+            report(f"ggtts {how} float32", r)
+            del talker
+        except Exception:
+            traceback.print_exc()
+    del eager
+    for dtype in dtypes[1:]:  # last: the rows above do not wait on it
+        try:
+            report(f"transformers generate {str(dtype).removeprefix('torch.')}",
+                   transformers_generate(hf, x, args.frames, dtype))  # fmt: skip
+        except Exception:
+            traceback.print_exc()
+    if args.json:
+        args.json.write_text(json.dumps({"device": name, "torch": torch.__version__, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
