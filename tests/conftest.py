@@ -37,3 +37,15 @@ def pytest_make_collect_report(collector: pytest.Collector):  # type: ignore[no-
     report = outcome.get_result()
     if _no_skip() and report.outcome == "skipped":
         _as_failure(report)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    import type_check
+
+    type_check.start_if_selected(session)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import type_check
+
+    type_check.stop(config)

@@ -4,8 +4,10 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+import torch
 
 from ggtts.convert import default_model
+from ggtts.convert.kokoro_onnx import convert_onnx, state_dict_from_onnx
 
 
 @pytest.fixture(scope="session")
@@ -23,3 +25,15 @@ def kokoro_voices_npz() -> Path:
     spec = importlib.util.find_spec(default_model.VOICE_PACKAGE)
     assert spec is not None and spec.origin is not None
     return Path(spec.origin).parent / "data" / default_model.VOICES_FILE
+
+
+@pytest.fixture(scope="session")
+def kokoro_int8_state(kokoro_int8_onnx: Path) -> dict[str, torch.Tensor]:
+    """Every KModel tensor recovered from the real int8 export, once per test session (the tests only read it)."""
+    return state_dict_from_onnx(kokoro_int8_onnx)
+
+
+@pytest.fixture(scope="session")
+def kokoro_int8_gguf(kokoro_int8_onnx: Path, kokoro_voices_npz: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real int8 export and its voices through our converter, once per test session (the tests only read it)."""
+    return convert_onnx(kokoro_int8_onnx, [kokoro_voices_npz], tmp_path_factory.mktemp("kokoro-gguf") / "k.gguf")

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from ggtts.convert.kokoro_onnx import convert_onnx
 from ggtts.families.kokoro.pipeline import KokoroTTS
 from ggtts.gguf import GGUFFile
 from ggtts.models.kokoro.model import Prosody
@@ -26,13 +25,10 @@ def _log_spectrogram(x: np.ndarray) -> np.ndarray:
     return np.log(mag.numpy() + 1e-4)
 
 
-def test_ggtts_matches_onnxruntime_on_the_same_file(
-    kokoro_int8_onnx: Path, kokoro_voices_npz: Path, tmp_path: Path
-) -> None:
+def test_ggtts_matches_onnxruntime_on_the_same_file(kokoro_int8_onnx: Path, kokoro_int8_gguf: Path) -> None:
     onnx = pytest.importorskip("onnx")
     ort = pytest.importorskip("onnxruntime")
-    gguf = convert_onnx(kokoro_int8_onnx, [kokoro_voices_npz], tmp_path / "k.gguf")
-    tts = KokoroTTS.from_gguf(GGUFFile(gguf))
+    tts = KokoroTTS.from_gguf(GGUFFile(kokoro_int8_gguf))  # the same file converted (conftest)
     ids = tts.token_ids(PHONEMES)
     tokens = np.array([[0, *ids, 0]], np.int64)
     ref_s = tts.voicepack(VOICE)[len(PHONEMES) - 1]  # (1, 256), the row the pipeline uses

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from ggtts.convert.kokoro_onnx import NOT_IN_EXPORT, package_vocab, state_dict_from_onnx
+from ggtts.convert.kokoro_onnx import NOT_IN_EXPORT, package_vocab
 
 pytestmark = pytest.mark.needs_weights
 
@@ -23,8 +23,8 @@ ONNX_ASR = "/encoder/MatMul_1_output_0"  # aligned text features fed to the deco
 
 
 @pytest.fixture(scope="module")
-def state(kokoro_int8_onnx: Path) -> dict[str, torch.Tensor]:
-    return state_dict_from_onnx(kokoro_int8_onnx)
+def state(kokoro_int8_state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return kokoro_int8_state  # state_dict_from_onnx of the real export (conftest)
 
 
 @pytest.fixture(scope="module")

@@ -60,14 +60,20 @@ def test_every_stage_matches_nemo(pair: Pair) -> None:
     assert codes.shape[1] == FRAMES >= 50
 
 
+# the uncached loop recomputes every row at every step (its cost grows with the square of the length): half the
+# parity run's frames, with the prior and guidance at work from the first step
+UNCACHED_FRAMES = 60
+
+
 @pytest.mark.parametrize(("cfg", "prior"), [(False, False), (True, False), (False, True), (True, True)])
 def test_cached_generation_equals_uncached(pair: Pair, cfg: bool, prior: bool) -> None:
     from ggtts.families.magpie.parity import our_codes, text_ids
 
     text = text_ids(pair.nemo)
-    cached = our_codes(pair.ours, text, cfg=cfg, prior=prior, cached=True)
+    cached = our_codes(pair.ours, text, cfg=cfg, prior=prior, cached=True, frames=UNCACHED_FRAMES)
+    assert cached.shape[1] == UNCACHED_FRAMES  # no early end: every step compared
     # two arithmetic paths: the uncached one teacher-forced along the cached codes, near-ties forgiven
-    uncached = our_codes(pair.ours, text, cfg=cfg, prior=prior, cached=False, forced=cached)
+    uncached = our_codes(pair.ours, text, cfg=cfg, prior=prior, cached=False, forced=cached, frames=UNCACHED_FRAMES)
     assert torch.equal(uncached, cached)
 
 
@@ -80,8 +86,9 @@ def test_guidance_and_the_prior_change_the_codes(pair: Pair) -> None:
     assert not torch.equal(our_codes(pair.ours, text, cfg=True, prior=False), plain)
     assert not torch.equal(our_codes(pair.ours, text, cfg=False, prior=True), plain)
     # and NeMo's uncached loop (the newest prior over every row) differs from its cached one on this model
-    own = our_codes(pair.ours, text, cfg=True, prior=True, cached=False)
-    assert not torch.equal(our_codes(pair.ours, text, cfg=True, prior=True, cached=False, prior_rows="latest"), own)
+    own = our_codes(pair.ours, text, cfg=True, prior=True, cached=False, frames=UNCACHED_FRAMES)
+    latest = our_codes(pair.ours, text, cfg=True, prior=True, cached=False, prior_rows="latest", frames=UNCACHED_FRAMES)
+    assert not torch.equal(latest, own)
 
 
 def test_a_codec_checkpoint_is_refused_by_the_magpie_converter(pair: Pair, tmp_path: Path) -> None:

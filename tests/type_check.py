@@ -1,0 +1,53 @@
+"""mypy over the package in a process of its own, started as the test session starts and read by
+tests/test_types.py at its turn: it needs one core for a minute or two, which the tests leave idle much of the time
+(it runs at a lower priority, so it takes what they leave). ``pytest tests/test_types.py`` alone starts it too."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NICENESS = 10
+
+
+class TypeCheck:
+    def __init__(self) -> None:
+        self.cache = tempfile.mkdtemp(prefix="ggtts-mypy-")  # a fresh cache: every module checked, as in CI
+        command = [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir",
+                   self.cache, str(ROOT / "src" / "ggtts")]  # fmt: skip
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=lambda: os.nice(NICENESS)
+        )
+
+    def result(self, timeout_s: float) -> tuple[int, str]:
+        """mypy's exit status and output, once it has finished."""
+        output, _ = self.process.communicate(timeout=timeout_s)
+        return self.process.returncode, output
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        shutil.rmtree(self.cache, ignore_errors=True)
+
+
+TYPE_CHECK = pytest.StashKey[TypeCheck]()
+
+
+def start_if_selected(session: pytest.Session) -> None:
+    """Start the check when the session will run tests/test_types.py."""
+    if any(item.path.name == "test_types.py" for item in session.items):
+        session.config.stash[TYPE_CHECK] = TypeCheck()
+
+
+def stop(config: pytest.Config) -> None:
+    check = config.stash.get(TYPE_CHECK, None)
+    if check is not None:
+        check.stop()
