@@ -243,6 +243,68 @@ def test_server_lists_and_speaks(toy: Path) -> None:
         assert "toy cannot blend voices" in blend.json()["error"]["message"]
 
 
+class _Plain(TTSModel):
+    """A model of no family: it takes no options."""
+
+    sample_rate, voices = SAMPLE_RATE, ["flat"]
+
+    @classmethod
+    def from_gguf(cls, gguf: GGUFFile, device: str = "cpu", **options: Any) -> _Plain:
+        return cls()
+
+    def stream(self, text: str, voice: str | VoiceMix | None = None, speed: float = 1.0, **options: Any
+               ) -> Iterator[Audio]:  # fmt: skip
+        yield Audio(np.zeros(160, np.float32), SAMPLE_RATE)
+
+
+def test_its_options_in_the_server_schema_and_requests(toy: Path) -> None:
+    """The family's per-call options, from its dataclass alone: in ``/v1/models``, in the OpenAPI schema with
+    their help, in a request's ``options`` object (checked by the family: a 400 naming the field), and refused for
+    a model that does not take them."""
+    from fastapi.testclient import TestClient
+
+    from ggtts.server.app import create_app
+    from ggtts.server.settings import ServerSettings
+
+    with TestClient(create_app({"sine": ggtts.load(toy), "plain": _Plain()}, ServerSettings())) as client:
+        cards = {m["id"]: m["options"] for m in client.get("/v1/models").json()["data"]}
+        assert cards == {
+            "sine": [
+                {"name": "pitch", "type": "float", "default": 220.0,
+                 "description": "the sine's frequency in Hz (default 220)"},
+                {"name": "repeats", "type": "int", "default": 1, "description": "each word said this many times"},
+            ],
+            "plain": [],
+        }  # fmt: skip
+        schema = client.get("/openapi.json").json()["components"]["schemas"]["ModelOptions"]["properties"]
+        assert schema["pitch"]["description"] == "the sine's frequency in Hz (default 220)"
+        assert {"type": "integer"} in schema["repeats"]["anyOf"]
+
+        def speak(model: str, options: dict[str, Any]) -> Any:
+            body = {"model": model, "input": "a b", "response_format": "wav", "options": options}
+            return client.post("/v1/audio/speech", json=body)
+
+        response = speak("sine", {"pitch": 440, "repeats": 2})
+        assert response.status_code == 200
+        samples, _ = sf.read(io.BytesIO(response.content), dtype="float32")
+        assert len(samples) == 4 * SECONDS_PER_WORD * SAMPLE_RATE and _tone(samples) == pytest.approx(440, abs=5)
+        bad = speak("sine", {"repeats": 0})
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "options.repeats"
+        assert "repeats" in bad.json()["error"]["message"]
+        unknown = speak("sine", {"seed": 1})
+        assert unknown.status_code == 422
+        assert "'options.seed' is not a field of 'options'; the fields are: pitch, repeats" in unknown.text
+        loose = speak("sine", {"repeats": 1.5})
+        assert loose.status_code == 422 and "options.repeats" in loose.text
+        other = speak("plain", {"pitch": 300})
+        assert other.status_code == 400 and other.json()["error"]["param"] == "options.pitch"
+        assert (
+            "model 'plain' (" in other.json()["error"]["message"]
+            and "has no option 'pitch'; it takes none" in (other.json()["error"]["message"])
+        )
+        assert speak("plain", {}).status_code == 200
+
+
 def test_measurement_commands_come_from_the_records(toy: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "-m", str(toy), "--against", "onnx"]) == 1
     assert f"{toy}: no benchmark for the toy family yet" in capsys.readouterr().err

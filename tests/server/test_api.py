@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
@@ -202,6 +203,12 @@ ERROR_CASES = [
         ["bool"],
     ),
     ({"input": "hi", "normalization_options": True}, 422, "normalization_options", ["object"]),
+    # a lone surrogate is valid JSON ("\ud800"), not valid Unicode text
+    ({"input": "hi", "voice": "low\ud800"}, 400, "voice", ["voice: the text is not valid Unicode", "U+D800"]),
+    ({"input": "hi", "model": "\udfff"}, 400, "model", ["model: the text is not valid Unicode", "U+DFFF"]),
+    ({"input": "hi", "lang_code": "a\ud800"}, 400, "lang_code", ["not valid Unicode"]),
+    ({"input": "hi", "voice": "v" * 5000}, 400, "voice", ["is not available", "characters left out", "low"]),
+    ({"input": "hi", "model": "m" * 5000}, 404, "model", ["characters left out", "available: "]),
     ({"input": "FAIL"}, 500, None, ["synthesis failed"]),
     (["input", "hi"], 422, None, ["JSON object"]),
 ]
@@ -209,12 +216,16 @@ ERROR_CASES = [
 
 @pytest.mark.parametrize(("body", "status", "param", "fragments"), ERROR_CASES)
 def test_error_cases(tone_server: Server, body: object, status: int, param: str | None, fragments: list[str]) -> None:
-    response = post(tone_server, body)
+    headers = {**tone_server.headers, "Content-Type": "application/json"}  # json.dumps escapes lone surrogates
+    response = httpx.post(
+        tone_server.url + SPEECH, content=json.dumps(body), headers=headers, timeout=REQUEST_TIMEOUT_S
+    )
     assert response.status_code == status, response.text
     error = error_of(response)
     assert error["param"] == param
     for fragment in fragments:
         assert fragment in error["message"]
+    assert len(error["message"]) <= 1000  # an echoed 30 KB name is cut
     assert error["type"] == ("server_error" if status >= 500 else "invalid_request_error")
 
 
@@ -339,6 +350,28 @@ def test_kokoro_stream_equals_whole(kokoro_server: Server) -> None:
     streamed = post(kokoro_server, {"input": KOKORO_TEXT, "response_format": "pcm", "stream": True})
     assert whole.status_code == streamed.status_code == 200
     assert streamed.content == whole.content
+
+
+def test_kokoro_options_object_takes_its_per_call_options(kokoro_server: Server) -> None:
+    """Kokoro's per-call options in the request's ``options`` object: the seed of its vocoder's noise (the same
+    seed, the same audio; another, other audio), ``/v1/models`` lists them, an option of no served model is a 422."""
+
+    def speak(options: dict[str, object]) -> httpx.Response:
+        return post(kokoro_server, {"input": KOKORO_TEXT, "response_format": "pcm", "options": options})
+
+    default, three, again = speak({}), speak({"seed": 3}), speak({"seed": 3})
+    assert default.status_code == three.status_code == again.status_code == 200
+    assert three.content == again.content and three.content != default.content
+    assert speak({"seed": 0}).content == default.content  # 0 is the default seed
+    card = httpx.get(kokoro_server.url + "/v1/models", headers=kokoro_server.headers).json()["data"][0]
+    assert [o["name"] for o in card["options"]] == ["phonemes", "seed"]
+    unknown = speak({"temperature": 0.5})
+    assert unknown.status_code == 422
+    assert error_of(unknown)["message"] == (
+        "'options.temperature' is not a field of 'options'; the fields are: phonemes, seed"
+    )
+    bad = speak({"seed": -1})
+    assert bad.status_code == 400 and error_of(bad)["param"] == "options.seed"
 
 
 def test_kokoro_streams_the_first_sentence_as_a_chunk_of_its_own(kokoro_server: Server) -> None:

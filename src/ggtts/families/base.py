@@ -344,12 +344,15 @@ def option(
     check: Callable[[Any], Any] | None = None,
     choices: Sequence[str] | None = None,
     streaming_only: bool = False,
+    server: bool = True,
 ) -> Any:
     """A field of a family's options dataclass (per call, or load options); ``flag`` puts it on the command lines
     (``ggtts speak``, and for load options ``serve``, ``batch``, ``eval``); ``check`` raises an InputError for a bad
     value (:meth:`Family.check_options` and the command lines run it before any work); ``choices`` lists the
-    values a flag takes; ``streaming_only``: a per-call option only ``stream`` takes (how it windows its chunks)."""
-    metadata = {"help": help, "flag": flag, "check": check, "choices": choices, "streaming_only": streaming_only}
+    values a flag takes; ``streaming_only``: a per-call option only ``stream`` takes (how it windows its chunks);
+    ``server=False``: a per-call option the server's requests do not take (a progress bar, a file chosen at load)."""
+    metadata = {"help": help, "flag": flag, "check": check, "choices": choices, "streaming_only": streaming_only,
+                "server": server}  # fmt: skip
     return field(default=default, metadata=metadata)
 
 

@@ -29,6 +29,7 @@ from ggtts.errors import GGTTSError, InputError
 from ggtts.families.base import UnknownVoiceError, VoiceMix, VoiceWeightError, check_unicode
 from ggtts.server.errors import ApiError
 from ggtts.server.guard import GuardMiddleware
+from ggtts.server.options import RequestBodies, option_cards, request_bodies, request_options
 from ggtts.server.schemas import (
     MEDIA_TYPES,
     NDJSON,
@@ -43,7 +44,7 @@ from ggtts.server.schemas import (
 )
 from ggtts.server.settings import ServerSettings
 from ggtts.server.streaming import STREAMABLE_FORMATS, StreamEncoder, stream_encoder, unsupported_rate_message
-from ggtts.server.validation import check_download_link, family_options, validation_error
+from ggtts.server.validation import check_download_link, validation_error
 from ggtts.server.worker import ClientGone, Deadline, ModelWorker, Steps, Ticket
 
 log = logging.getLogger("ggtts.server")
@@ -70,8 +71,9 @@ def create_app(models: Mapping[str, TTSModel], settings: ServerSettings | None =
     app.state.workers = workers
     app.state.settings = settings
     app.add_middleware(GuardMiddleware, settings=settings)
+    app.state.bodies = bodies = request_bodies(w.model.family for w in workers.values())
     _add_error_handlers(app)
-    _add_routes(app, workers, settings)
+    _add_routes(app, workers, settings, bodies)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app
 
@@ -83,8 +85,10 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
-        body = CaptionedSpeechRequest if request.url.path in CAPTIONED_PATHS else SpeechRequest
-        error = validation_error(exc.errors(), body)
+        bodies: RequestBodies = request.app.state.bodies
+        error = validation_error(
+            exc.errors(), bodies.captioned if request.url.path in CAPTIONED_PATHS else bodies.speech
+        )
         return JSONResponse(error.body(), status_code=error.status)
 
     @app.exception_handler(StarletteHTTPException)
@@ -101,7 +105,7 @@ def _add_error_handlers(app: FastAPI) -> None:
         return Response(status_code=CLIENT_CLOSED_REQUEST)
 
 
-def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerSettings) -> None:
+def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerSettings, bodies: RequestBodies) -> None:
     created = int(time.time())
     default_model = next(iter(workers))
 
@@ -130,6 +134,7 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
                 family=w.model.family_name,
                 architecture=w.model.architecture,
                 sample_rate=w.model.sample_rate,
+                options=option_cards(w.model.family),
             )
             for n, w in workers.items()
         ]
@@ -145,6 +150,13 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
     def prepare(body: SpeechRequest) -> tuple[ModelWorker, str, Callable[[], Iterator[Audio]]]:
         """The checks every speech request passes before any work (model, voice, input, format, the model's
         options); the model, the text, and what makes its audio, chunk by chunk, at the volume asked for."""
+        for field in ("model", "voice", "lang_code"):
+            value = getattr(body, field)
+            if isinstance(value, str):
+                try:
+                    check_unicode(value)
+                except InputError as e:
+                    raise ApiError(400, f"{field}: {e}", code="invalid_value", param=field) from None
         worker = worker_for(body.model)
         voice = _check_voice(worker, body.voice)
         text = _check_input(body.input, settings.max_input_chars)
@@ -160,7 +172,7 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
         if rate_problem is not None:
             raise ApiError(400, rate_problem, code="unsupported_value", param="response_format")
         check_download_link(body)
-        options = family_options(worker.name, worker.model, body)
+        options = request_options(worker.name, worker.model, body)
         family = worker.model.family
         if settings.fast_start and body.streaming and family is not None and "fast_start" in family.option_names():
             options["fast_start"] = True
@@ -172,7 +184,6 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
 
         return worker, text, chunks
 
-    @app.post("/v1/audio/speech", response_model=None)
     async def speech(body: SpeechRequest, request: Request) -> Response:
         worker, text, chunks = prepare(body)
         model = worker.model
@@ -195,6 +206,9 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
             time.monotonic() - started,
         )
         return Response(data, media_type=MEDIA_TYPES[fmt], headers=headers)
+
+    speech.__annotations__["body"] = bodies.speech  # this server's families' options in the schema
+    app.post("/v1/audio/speech", response_model=None)(speech)
 
     async def captioned_speech(body: CaptionedSpeechRequest, request: Request) -> Response:
         """Audio and its word timestamps as JSON, in the shape of Kokoro-FastAPI's ``/dev/captioned_speech``:
@@ -222,6 +236,7 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
         data = await asyncio.to_thread(audio.encode, fmt)
         return JSONResponse(_caption_body(data, fmt, audio.words if keep else ()), headers=headers)
 
+    captioned_speech.__annotations__["body"] = bodies.captioned
     for path in CAPTIONED_PATHS:
         app.post(path, response_model=None)(captioned_speech)
 

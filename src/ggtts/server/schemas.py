@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -125,6 +125,15 @@ class CaptionedSpeechRequest(SpeechRequest):
     return_timestamps: bool = Field(default=True, description="give each word's start_time and end_time")
 
 
+class OptionCard(BaseModel):
+    """One per-call option a model takes in a speech request's ``options`` object."""
+
+    name: str
+    type: str
+    default: Any
+    description: str
+
+
 class ModelCard(BaseModel):
     id: str
     object: Literal["model"] = "model"
@@ -133,6 +142,7 @@ class ModelCard(BaseModel):
     family: str  # the model family (kokoro, outetts)
     architecture: str  # the GGUF architecture of its file (kokoro, qwen2)
     sample_rate: int
+    options: list[OptionCard] = []  # what its speech requests' ``options`` object takes
 
 
 class ModelList(BaseModel):

@@ -67,13 +67,14 @@ class KokoroOptions:
         check=check_language,
     )
     seed: int = option(0, "random seed: the vocoder's noise, the sampling (default 0)", flag="--seed", check=check_seed)
-    progress: bool = option(False, "show a progress bar", flag="--progress")
+    progress: bool = option(False, "show a progress bar", flag="--progress", server=False)
     fast_start: bool = option(
         False,
         "stream a long first sentence's first half second or so before the rest of it is rendered: first audio "
         "about 3x sooner; those first frames are rendered on their own, an approximation (exact from there on)",
         flag="--fast-start",
         check=check_flag("fast_start"),
+        server=False,  # the server's own setting (serve --fast-start)
     )
     normalization: Normalization | bool = option(  # noqa: RUF009 (option() makes a field; Normalization is frozen)
         True,

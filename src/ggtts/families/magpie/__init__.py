@@ -52,7 +52,7 @@ class MagpieOptions:
         check=_number("max_frames", 1, True),
     )
     seed: int = option(0, "seed for sampling (default 0)", flag="--seed", check=check_seed)
-    codec: str | None = option(None, "the codec GGUF (nano-codec), chosen at load", flag="--codec")
+    codec: str | None = option(None, "the codec GGUF (nano-codec), chosen at load", flag="--codec", server=False)
     chunk_frames: int | None = option(
         None, "codec frames per streamed chunk (default 4)", check=_number("chunk_frames", 1, True)
     )

@@ -81,8 +81,10 @@ class OuteTTSOptions:
         64, "how many recent tokens the penalty looks at", check=check_number("repetition_window", 0, whole=True)
     )
     seed: int = option(0, "seed for sampling (default 0)", flag="--seed", check=check_seed)
-    progress: bool = option(False, "show a progress bar", flag="--progress")
-    vocoder: str | None = option(None, "the vocoder GGUF (wavtokenizer-dec): the one loaded", flag="--vocoder")
+    progress: bool = option(False, "show a progress bar", flag="--progress", server=False)
+    vocoder: str | None = option(
+        None, "the vocoder GGUF (wavtokenizer-dec): the one loaded", flag="--vocoder", server=False
+    )
     silence_start_s: float = option(
         0.25, "seconds zeroed at the start (a click, as llama-tts)", check=check_number("silence_start_s", 0)
     )

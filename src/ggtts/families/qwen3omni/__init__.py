@@ -90,7 +90,7 @@ class Qwen3OmniOptions:
         1024, "most tokens the thinker writes in mode=chat", check=_number("max_reply_tokens", 1, 8192, whole=True)
     )
     seed: int = option(0, "seed for sampling (default 0)", flag="--seed", check=check_seed)
-    talker: str | None = option(None, "the talker GGUF (qwen3omni-talker)", flag="--talker")
+    talker: str | None = option(None, "the talker GGUF (qwen3omni-talker)", flag="--talker", server=False)
     chunk_frames: int = option(
         12,
         "codec frames per streamed chunk (the first goes out alone, then 4, then this many)",
