@@ -23,6 +23,7 @@ from ggtts.gguf.keys import Kokoro as K
 from ggtts.gguf.write import ModelWriter, OutType
 from ggtts.models.kokoro.config import KokoroConfig
 from ggtts.models.kokoro.model import KokoroModel
+from ggtts.models.layers.gguf_state import empty_modules
 
 DEFAULT_NAME = "Kokoro-82M"
 # Upstream tensors the model never reads: ALBERT's pooler and HF's index buffers.
@@ -85,7 +86,7 @@ def is_unused_upstream_tensor(name: str) -> bool:
 
 def expected_tensors(config: KokoroConfig) -> dict[str, tuple[int, ...]]:
     """Upstream state-dict name -> shape of every tensor a Kokoro model of ``config`` loads."""
-    with torch.device("meta"):
+    with empty_modules():
         model = KokoroModel(config)
     return {name: tuple(t.shape) for name, t in model.state_dict().items()}
 

@@ -22,6 +22,7 @@ from ggtts.convert.nemo_archive import open_nemo
 from ggtts.errors import ConversionError, GGUFError
 from ggtts.gguf.keys import NanoCodec as K
 from ggtts.gguf.write import ModelWriter, OutType, refuse_low_bit
+from ggtts.models.layers.gguf_state import empty_modules
 from ggtts.models.nanocodec.config import NanoCodecConfig
 
 CODEC_CLASS = "AudioCodecModel"
@@ -176,7 +177,7 @@ def decoder_tensors(state: dict[str, torch.Tensor], cfg: NanoCodecConfig, path: 
         kept = fold_weight_norm({k: v for k, v in state.items() if k.startswith(K.UPSTREAM_PREFIXES)})
     except ConversionError as e:
         raise ConversionError(f"{path}: {e}") from None
-    with torch.device("meta"):
+    with empty_modules():
         want = NanoCodec(cfg).state_dict()
     for i in range(cfg.num_codebooks):  # constants of FSQ: derived if a checkpoint does not carry them
         levels = torch.tensor(cfg.fsq_levels, dtype=torch.float32).view(1, -1, 1)

@@ -17,6 +17,7 @@ import torch
 from ggtts.errors import ConversionError, GGUFError
 from ggtts.gguf.keys import Qwen3OmniCode2Wav as K
 from ggtts.gguf.write import ModelWriter, OutType, deferred, shape_of
+from ggtts.models.layers.gguf_state import empty_modules
 from ggtts.models.qwen3omni_code2wav.config import DEFAULT_SAMPLE_RATE, Code2WavConfig
 
 UPSTREAM_PREFIX = "code2wav."
@@ -113,7 +114,7 @@ def add_code2wav(
     if OutType(out_type) != writer.out_type:
         raise ConversionError(f"--type {OutType(out_type).value} differs from the writer's {writer.out_type.value}")
     cfg = code2wav_config(config)
-    with torch.device("meta"):
+    with empty_modules():
         want = Code2Wav(cfg).state_dict()
     for key, value in metadata(cfg).items():
         writer.add(key, value)

@@ -28,7 +28,7 @@ from ggtts.families.qwen3omni.generate import TalkerSampling, generate_frames
 from ggtts.families.qwen3omni.prompt import chat_prompt, talker_inputs
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Qwen3OmniThinker as ThinkerKeys
-from ggtts.models.layers.gguf_state import load_module_from_gguf
+from ggtts.models.layers.gguf_state import empty_modules, load_module_from_gguf
 from ggtts.models.qwen2.tokenizer import BPETokenizer
 from ggtts.models.qwen3omni_code2wav.model import Code2Wav
 from ggtts.models.qwen3omni_talker.config import Sampling
@@ -59,7 +59,7 @@ class ThinkerEmbedding(nn.Module):
         super().__init__()
         name = f"{ThinkerKeys.TOKEN_EMBD}.weight"
         info = gguf.info(name)
-        with torch.device("meta"):
+        with empty_modules():
             rows, width = info.shape
             self.token_embd = nn.Embedding(rows, width)
         plan = stored_weights_plan(device)

@@ -10,7 +10,7 @@ from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Kokoro as K
 from ggtts.models.kokoro.config import KokoroConfig
 from ggtts.models.kokoro.model import KokoroModel
-from ggtts.models.layers.gguf_state import load_module_from_gguf
+from ggtts.models.layers.gguf_state import empty_modules, load_module_from_gguf
 from ggtts.models.layers.validate import check_finite
 
 VOICE_PREFIX = K.VOICE_TENSOR.format(name="")
@@ -22,7 +22,7 @@ def load_kokoro(
     """-> (config, model in eval mode on ``device``, voice name -> voicepack (N, 1, 2 * style), vocab)."""
     config = KokoroConfig.from_gguf(gguf)
     device = torch.device(device)
-    with torch.device("meta"):  # no memory and no random init for weights about to be replaced
+    with empty_modules():  # no memory and no random init for weights about to be replaced
         model = KokoroModel(config)
     load_module_from_gguf(model, gguf, gguf_name=K.to_gguf_name, ignore_prefixes=(VOICE_PREFIX,), device=device)
     model.eval().requires_grad_(False)

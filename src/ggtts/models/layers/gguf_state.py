@@ -8,7 +8,9 @@ naming the tensor. The one shape transform allowed is llama.cpp's broadcast layo
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import contextlib
+from collections.abc import Callable, Iterable, Iterator
+from unittest import mock
 
 import torch
 from torch import nn
@@ -16,6 +18,26 @@ from torch import nn
 from ggtts.errors import GGUFError
 from ggtts.gguf import GGUFFile
 from ggtts.models.layers.validate import check_finite_if_small
+
+# torch.nn.init's functions that modules' reset_parameters call
+_INIT_FUNCTIONS = ("uniform_", "normal_", "trunc_normal_", "kaiming_uniform_", "kaiming_normal_", "xavier_uniform_",
+                   "xavier_normal_", "ones_", "zeros_", "constant_", "orthogonal_", "eye_", "dirac_")  # fmt: skip
+
+
+def _untouched(tensor: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+    return tensor
+
+
+@contextlib.contextmanager
+def empty_modules() -> Iterator[None]:
+    """Build modules whose weights are about to come from a file: on the ``meta`` device (no memory) and with
+    ``torch.nn.init`` doing nothing. Random initialisation on ``meta`` is a decomposed operation, and the first one
+    in a process imports torch's Python reference operators: 2-3 s of every command's start on a 2-core machine."""
+    with contextlib.ExitStack() as stack:
+        for name in _INIT_FUNCTIONS:
+            stack.enter_context(mock.patch.object(torch.nn.init, name, _untouched))
+        stack.enter_context(torch.device("meta"))
+        yield
 
 
 def _fit(name: str, tensor: torch.Tensor, want: torch.Size, gguf: GGUFFile) -> torch.Tensor:

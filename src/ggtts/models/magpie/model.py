@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ggtts.gguf import GGUFFile
-from ggtts.models.layers.gguf_state import load_module_from_gguf
+from ggtts.models.layers.gguf_state import empty_modules, load_module_from_gguf
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.magpie.config import MagpieConfig, StackConfig
 
@@ -372,7 +372,7 @@ def load_magpie(gguf: GGUFFile, device: str | torch.device = "cpu", *, stored_we
     from ggtts.runtime.stored_weights import stored_weights_plan, use_stored_weights
 
     cfg = MagpieConfig.from_gguf(gguf)
-    with torch.device("meta"):
+    with empty_modules():
         model = MagpieTTS(cfg)
     plan = stored_weights_plan(device, stored_weights)
     consumed = use_stored_weights(model, gguf) | store_convolutions(model, gguf) if plan.stored else set()

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ggtts.gguf import GGUFFile
-from ggtts.models.layers.gguf_state import load_module_from_gguf
+from ggtts.models.layers.gguf_state import empty_modules, load_module_from_gguf
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.layers.static_steps import StaticCaches, StaticDecode
 from ggtts.models.layers.transformer import (
@@ -102,7 +102,7 @@ class Qwen2Model(nn.Module):
         ``compile_steps`` compiles that step first (``torch.compile``: its small kernels fused)."""
         cfg = Qwen2Config.from_gguf(gguf)
         plan = stored_weights_plan(device, stored_weights)
-        with torch.device("meta"):  # no memory or random initialisation for weights about to be replaced
+        with empty_modules():  # no memory or random initialisation for weights about to be replaced
             model = cls(cfg, max_len=max_len)
         model.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, max_len or cfg.context_length)
         consumed = use_stored_weights(model, gguf) if plan.stored else set()

@@ -20,7 +20,7 @@ from torch import nn
 from ggtts.errors import InputError
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Qwen3OmniCode2Wav as K
-from ggtts.models.layers.gguf_state import load_module_from_gguf
+from ggtts.models.layers.gguf_state import empty_modules, load_module_from_gguf
 from ggtts.models.qwen3omni_code2wav.config import Code2WavConfig
 from ggtts.models.qwen3omni_code2wav.layers import (
     DECODER_KERNEL,
@@ -76,7 +76,7 @@ class Code2Wav(nn.Module):
         from ggtts.runtime.stored_weights import stored_weights_plan, use_stored_weights
 
         cfg = Code2WavConfig.from_gguf(gguf)
-        with torch.device("meta"):
+        with empty_modules():
             model = cls(cfg)
         plan = stored_weights_plan(device, stored_weights)
         consumed = use_stored_weights(model, gguf, gguf_name=K.tensor_name) if plan.stored else set()

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ggtts.gguf import GGUFFile
+from ggtts.models.layers.gguf_state import empty_modules
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.layers.qwen3 import Attention, Block, DenseFFN, RMSNorm, RotaryEmbedding, SparseMoE, load_weights
 from ggtts.models.layers.static_steps import StaticCaches, StaticDecode
@@ -141,7 +142,7 @@ class Talker(nn.Module):
 
         cfg = TalkerConfig.from_gguf(gguf)
         max_len = min(max_len, cfg.context_length)
-        with torch.device("meta"):
+        with empty_modules():
             model = cls(cfg, max_len)
         _, model.weights_note = load_weights(
             model, gguf, device=device, stored_weights=stored_weights, ignore_prefixes=(Qwen3OmniCode2Wav.PREFIX,)

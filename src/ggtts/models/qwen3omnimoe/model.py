@@ -20,6 +20,7 @@ from torch import nn
 
 from ggtts.errors import GGUFError
 from ggtts.gguf import GGUFFile
+from ggtts.models.layers.gguf_state import empty_modules
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.layers.qwen3 import Attention, Block, DenseFFN, SparseMoE, load_weights
 from ggtts.models.layers.transformer import RMSNorm, RotaryEmbedding, new_kv_cache
@@ -89,7 +90,7 @@ class Thinker(nn.Module):
         cfg = ThinkerConfig.from_gguf(gguf)
         check_fits(gguf, device=device, dtype=dtype, stored_weights=stored_weights, available=available)
         max_len = min(max_len or cfg.context_length, cfg.context_length)
-        with torch.device("meta"):  # no memory or random initialisation for weights about to be replaced
+        with empty_modules():  # no memory or random initialisation for weights about to be replaced
             model = cls(cfg, max_len=max_len)
         model.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, max_len)
         _, model.weights_note = load_weights(model, gguf, device=device, stored_weights=stored_weights)
