@@ -35,11 +35,12 @@ def _nearest_existing(directory: Path) -> Path:
     return directory
 
 
-def check_writable(target: str | os.PathLike[str]) -> None:
+def check_writable(target: str | os.PathLike[str], *, new_folders: bool = False) -> None:
     """An :class:`OutputError` unless :func:`atomic_output` can write ``target``; run it before any long work.
 
-    ``target`` must not be a directory, and its folder (or the nearest existing ancestor, where the folder is still
-    to be made) must be a directory in which a file can really be made: one is created and removed, which catches
+    ``target`` must not be a directory, and its folder must exist (as for any command-line tool: a mistyped folder
+    is not made; ``new_folders``: its nearest existing ancestor, for a folder the caller makes, as ``batch --out``
+    does) and be a directory in which a file can really be made: one is created and removed, which catches
     read-only mounts and places like ``/sys`` that permission bits do not tell about.
     """
     target = Path(target)
@@ -53,6 +54,8 @@ def check_writable(target: str | os.PathLike[str]) -> None:
         raise OutputError(f"{target}: cannot write the output: it is a directory")
     if not where_is_dir:
         raise OutputError(f"{target}: cannot write the output: {where} is not a directory")
+    if where != target.parent and not new_folders:
+        raise OutputError(f"{target}: cannot write the output: there is no folder {target.parent} (make it first)")
     try:
         fd, name = tempfile.mkstemp(prefix=_part_prefix(target), suffix=PART_SUFFIX, dir=where)
     except OSError as e:

@@ -66,8 +66,9 @@ class Job:
 
 
 def _start(root: Path, source: str, model: TinyModel, *more: str) -> subprocess.Popen[str]:
+    """The command with its progress report on: standard error is a pipe here, so lines, not a bar."""
     return subprocess.Popen(
-        batch_command(source, "--out", "out", "-m", model.path, *more),
+        [str(GGTTS), "batch", source, "--out", "out", "-m", str(model.path), *more],
         cwd=root,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -78,7 +79,8 @@ def _start(root: Path, source: str, model: TinyModel, *more: str) -> subprocess.
 @pytest.fixture(scope="module")
 def text_job(tmp_path_factory: pytest.TempPathFactory, tiny_model: TinyModel) -> Job:
     """Six lines of a text file spoken into ``out/`` by two worker processes:
-    ``ggtts batch in.txt --out out -m tiny.gguf --workers 2 --threads 1`` (the re-runs use one, in-process)."""
+    ``ggtts batch in.txt --out out -m tiny.gguf --workers 2 --threads 1``, its progress report on and its standard
+    error a pipe, as a log file is (the re-runs use one, in-process, with ``--no-progress``)."""
     root = tmp_path_factory.mktemp("text-job")
     source = root / "in.txt"
     source.write_text("\n".join(TEXT_LINES) + "\n", encoding="utf-8")
@@ -354,14 +356,16 @@ FAULTS = str(Path(__file__).parent / "fault_injection")  # see fault_injection/s
 RESUME_ITEMS = 12
 
 
-def _start_paused(root: Path, model: TinyModel, item_id: str, stderr: Path) -> tuple[subprocess.Popen[str], Path]:
+def _start_paused(
+    root: Path, model: TinyModel, item_id: str, stderr: Path, *more: str
+) -> tuple[subprocess.Popen[str], Path]:
     """The job, which pauses when it starts speaking ``item_id`` (the item in progress) until released."""
     pause = root / f"pause-{item_id}"
     pause.mkdir()
     env = {**os.environ, "PYTHONPATH": FAULTS, "GGTTS_TEST_PAUSE_ON_ITEM": item_id, "GGTTS_TEST_PAUSE_DIR": str(pause)}
     with stderr.open("w", encoding="utf-8") as err:
         process = subprocess.Popen(
-            batch_command("in.txt", "--out", "out", "-m", model.path),
+            batch_command("in.txt", "--out", "out", "-m", model.path, *more),
             cwd=root,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -438,12 +442,43 @@ def test_resume_after_a_kill_and_after_ctrl_c(tiny_model: TinyModel, tmp_path: P
     assert len(manifest_lines(out)) == len(manifest_records(out))
 
 
-def test_progress_lines_where_stderr_is_a_log_file(tiny_model: TinyModel, tmp_path: Path) -> None:
-    """No terminal, no bar: a line for the first item and one for the last, so a log shows the job moving."""
-    (tmp_path / "in.txt").write_text("One.\nTwo.\nThree.\n", encoding="utf-8")
-    command = [str(GGTTS), "batch", "in.txt", "--out", "out", "-m", str(tiny_model.path)]
-    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
-    assert done.returncode == 0, done.stderr
-    lines = [line for line in done.stderr.splitlines() if " items, " in line]
-    assert lines[0].startswith("ggtts: 1/3 items, ") and lines[-1].startswith("ggtts: 3/3 items, ")
-    assert "\r" not in done.stderr  # no bar
+def _children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (Linux's /proc)."""
+    return [int(c) for task in Path(f"/proc/{pid}/task").iterdir() for c in (task / "children").read_text().split()]
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, which its new parent has yet to reap, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def test_workers_end_when_their_parent_is_killed(tiny_model: TinyModel, tmp_path: Path) -> None:
+    """``kill -9`` of ``ggtts batch --workers 2`` while one worker is held inside item 3: both worker processes
+    end on their own (nothing else would end them: the held one waits for its release, the other for its next
+    item on a queue whose pipe it holds open itself)."""
+    (tmp_path / "in.txt").write_text("\n".join(f"Line {n}." for n in range(RESUME_ITEMS)) + "\n", encoding="utf-8")
+    process, _ = _start_paused(tmp_path, tiny_model, "0003", tmp_path / "err", "--workers", "2", "--threads", "1")
+    workers: list[int] = []
+    try:
+        spawned = [p for p in _children(process.pid) if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        workers = [p for p in _children(process.pid) if _alive(p)]  # the workers and multiprocessing's tracker
+        assert len(spawned) == 2, (spawned, workers)
+        process.send_signal(signal.SIGKILL)
+        _end(process)
+        wait_for(lambda: not any(map(_alive, workers)), "the workers' exit after their parent's", limit_s=60)
+    finally:
+        _end(process)
+        for pid in filter(_alive, workers):  # a failed run leaves no orphan behind either
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_progress_lines_where_stderr_is_a_log_file(text_job: Job) -> None:
+    """No terminal, no bar: a line for the first item and one for the last, so a log shows the job moving (the text
+    job's own run, whose standard error is a pipe)."""
+    assert text_job.returncode == 0, text_job.stderr
+    lines = [line for line in text_job.stderr.splitlines() if " items, " in line]
+    assert lines[0].startswith("ggtts: 1/6 items, ") and lines[-1].startswith("ggtts: 6/6 items, ")
+    assert "\r" not in text_job.stderr  # no bar

@@ -206,6 +206,13 @@ JSONL_ERRORS = [
     pytest.param({"id": "x" * (MAX_ID_CHARS + 1), "text": "a"}, "cannot name a file", id="id-too-long"),
     pytest.param({"id": "good", "text": "again"}, r"id 'good' is also used at .*items.jsonl:1", id="duplicate"),
     pytest.param({"id": "GOOD", "text": "again"}, r"id 'GOOD' is also used at .*items.jsonl:1", id="case-duplicate"),
+    pytest.param('{"text": "a", "speed": 1' + "0" * 5000 + "}", "a number too long to read", id="speed-5000-digits"),
+    pytest.param('{"id": 1' + "0" * 5000 + ', "text": "a"}', "a number too long to read", id="id-5000-digits"),
+    pytest.param('{"text": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested too deeply", id="nested-100000"),
+    pytest.param(
+        '{"text": "a\\ud800b"}', "'text': the text is not valid Unicode text: .* U\\+D800", id="text-surrogate"
+    ),
+    pytest.param('{"text": "a", "voice": "\\udfff"}', "'voice': .* U\\+DFFF", id="voice-lone-surrogate"),
     pytest.param({"text": "a"}, None, id="no-error-control"),  # the table's own check: a good line passes
     # ids that break the src: see the report (a null id is a TypeError, not an InputFileError)
     pytest.param(

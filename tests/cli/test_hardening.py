@@ -175,6 +175,7 @@ def _targets(tmp_path: Path, unwritable: Path) -> dict[str, tuple[Path, str]]:
         "directory": (tmp_path / "x.wav", "it is a directory"),
         "parent is a file": (tmp_path / "plain" / "x.wav", "plain is not a directory"),
         "grandparent is a file": (tmp_path / "plain" / "sub" / "x.wav", "plain is not a directory"),
+        "missing folder": (tmp_path / "new" / "deeper" / "x.wav", f"there is no folder {tmp_path}/new/deeper"),
         "unwritable folder": (unwritable / "x.wav", f"cannot create a file in {unwritable}"),
         "/sys": (Path("/sys/x.wav"), "cannot create a file in /sys"),
         "/proc": (Path("/proc/x.wav"), "cannot create a file in /proc"),
@@ -186,6 +187,7 @@ CASES = [
     "directory",
     "parent is a file",
     "grandparent is a file",
+    "missing folder",
     "unwritable folder",
     "/sys",
     "/proc",
@@ -222,9 +224,11 @@ def test_an_output_that_cannot_be_written_fails_first(
     assert _snapshot(tmp_path) == before
 
 
-def test_check_writable_takes_a_new_folder_and_leaves_nothing(tmp_path: Path) -> None:
-    check_writable(tmp_path / "new" / "deeper" / "x.wav")
+def test_check_writable_leaves_nothing_and_makes_no_folder(tmp_path: Path) -> None:
     check_writable(tmp_path / "x.wav")
+    with pytest.raises(OutputError, match=r"there is no folder .*new/deeper \(make it first\)"):
+        check_writable(tmp_path / "new" / "deeper" / "x.wav")
+    check_writable(tmp_path / "new" / "deeper" / "x.wav", new_folders=True)  # a folder the caller makes
     assert list(tmp_path.iterdir()) == []
 
 

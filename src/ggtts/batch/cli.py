@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
         check_output_suffix(args.join)
         check_pause(args.pause)
         check_writable(args.join)
-    check_writable(out_dir / MANIFEST_NAME)
+    check_writable(out_dir / MANIFEST_NAME, new_folders=True)  # the job makes its folder
     items = read_items(args.input, args.split)
     options = family_options(args)  # no --progress here: the batch has its own bar
     settings = JobSettings(

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ggtts.errors import InputError
+from ggtts.families.base import check_unicode
 
 SPLITS = ("auto", "line", "paragraph")
 TEXT_SUFFIXES = (".txt",)
@@ -122,6 +123,10 @@ def _jsonl_items(path: Path) -> Iterator[Item]:
             obj = json.loads(line)
         except json.JSONDecodeError as e:
             raise InputFileError(f"{where}: not a JSON object ({e.msg} at column {e.colno})") from None
+        except RecursionError:
+            raise InputFileError(f"{where}: not an item: its JSON is nested too deeply") from None
+        except ValueError as e:  # a whole number past Python's limit on digits
+            raise InputFileError(f"{where}: not an item: a number too long to read ({e})") from None
         if not isinstance(obj, dict):
             raise InputFileError(f"{where}: expected a JSON object, got {type(obj).__name__}")
         unknown = sorted(set(obj) - set(JSONL_FIELDS))
@@ -136,6 +141,13 @@ def _jsonl_items(path: Path) -> Iterator[Item]:
             raise InputFileError(f"{where}: 'id' must be a str or a whole number, got {json.dumps(item_id)[:40]}")
         if not isinstance(obj["text"], str):
             raise InputFileError(f"{where}: 'text' must be a str, got {json.dumps(obj['text'])[:40]}")
+        for name in ("id", "text", "voice", "model", "title"):
+            value = item_id if name == "id" else obj.get(name)
+            if isinstance(value, str):
+                try:
+                    check_unicode(value)
+                except InputError as e:
+                    raise InputFileError(f"{where}: '{name}': {e}") from None
         yield Item(
             id=check_id(item_id, where),
             text=obj["text"],

@@ -8,6 +8,9 @@ own channel. (One ``multiprocessing.Queue`` shared by all workers is written by 
 shared across processes: a worker killed while that thread held the lock left it held for ever, and every other
 worker's records stuck behind it.)
 
+A worker exits on its own once its parent is gone, whatever ended the parent (``kill -9`` included): an orphan
+would hold a model's memory and a share of the CPU on a machine whose owner believes the job is over.
+
 A runner hands each finished item's record to ``on_record`` (the job's single manifest writer) and stops handing
 out items once ``stop`` is set; the items it already started finish first.
 """
@@ -17,8 +20,10 @@ from __future__ import annotations
 import contextlib
 import itertools
 import multiprocessing
+import os
 import signal
 import threading
+import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,6 +40,7 @@ MAX_ATTEMPTS = 3  # an item whose worker died this many times while speaking it 
 MAX_STARTUP_DEATHS = 3  # workers that die before they are ready: they cannot run here at all
 POLL_S = 0.2  # how often the loops look at ``stop`` and at their workers while items run
 EXIT_WAIT_S = 5.0  # how long a finished worker gets to exit before it is terminated
+PARENT_POLL_S = 0.5  # how often a worker looks whether its parent is still there
 
 
 def set_threads(threads: int | None) -> None:
@@ -57,9 +63,23 @@ def run_here(
 
 
 # ---- worker processes ------------------------------------------------------------------------------------------
+def exit_with(parent: int) -> None:
+    """End this process (at once, as a kill would) when process ``parent`` is no longer its parent: it died, and
+    this one was handed to another (init, a subreaper). A thread polls, so a worker busy in an item or blocked on
+    its queue notices too; the parent's pid is passed in, so a parent that died before the poll began is seen."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="ggtts-parent-watch", daemon=True).start()
+
+
 def _worker_main(
-    settings: dict[str, Any], threads: int | None, tasks: Any, results: Connection
+    settings: dict[str, Any], threads: int | None, tasks: Any, results: Connection, parent: int
 ) -> None:  # pragma: no cover - runs in the worker process
+    exit_with(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
     set_threads(threads)
     worker = ItemWorker(JobSettings.from_dict(settings))
@@ -97,7 +117,7 @@ class _Pool:
         serial = next(self.serials)
         tasks = self.context.Queue()
         receive, send = self.context.Pipe(duplex=False)
-        args = (self.settings.to_dict(), self.threads, tasks, send)
+        args = (self.settings.to_dict(), self.threads, tasks, send, os.getpid())
         process = self.context.Process(target=_worker_main, args=args, daemon=True, name=f"ggtts-batch-{serial}")
         process.start()
         send.close()  # the worker holds the only writing end: the pipe reads EOF once it is gone
