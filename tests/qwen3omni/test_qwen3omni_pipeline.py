@@ -539,6 +539,24 @@ def test_the_steps_cuda_graphs_hold_match_the_eager_steps(tiny: Tiny) -> None:
             assert codes == want_codes and torch.equal(total, want_total)
 
 
+def test_a_talkers_graphed_frame_is_made_once_and_reseeded(tiny: Tiny) -> None:
+    """One :class:`GraphedFrame` per talker and sampling setting (a CUDA graph is captured once, not per
+    utterance); each utterance's seed restarts its draws."""
+    from ggtts.families.qwen3omni.generate import graphed_frame
+
+    talker, cfg = tiny.tts.talker, tiny.tts.talker.cfg
+    g = torch.Generator().manual_seed(6)
+    hidden, first = (torch.randn(1, 1, cfg.talker.dim, generator=g) for _ in range(2))
+    with torch.inference_mode():
+        frame = graphed_frame(talker, cfg.cp_sampling, False, 1)
+        codes = [frame(hidden, first)[0] for _ in range(3)]
+        again = graphed_frame(talker, cfg.cp_sampling, False, 1)
+        assert again is frame and [again(hidden, first)[0] for _ in range(3)] == codes
+        assert graphed_frame(talker, cfg.cp_sampling, True, 1) is not frame
+        other = graphed_frame(talker, cfg.cp_sampling, False, 2)
+        assert other is frame and [other(hidden, first)[0] for _ in range(3)] != codes
+
+
 def test_the_device_pick_draws_from_the_filtered_distribution() -> None:
     """The code predictor's pick on the GPU (the exponential race over temperature, top-k and top-p): its draws
     follow :class:`HFSampler`'s filtered probabilities, and nothing they filter out is ever drawn."""

@@ -125,9 +125,8 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
     async def health() -> Health:
         return Health(models={n: ModelHealth(busy=w.busy, waiting=w.waiting) for n, w in workers.items()})
 
-    @app.get("/v1/models")
-    async def list_models() -> ModelList:
-        cards = [
+    models = ModelList(  # what is served does not change: described once
+        data=[
             ModelCard(
                 id=n,
                 created=created,
@@ -138,7 +137,11 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
             )
             for n, w in workers.items()
         ]
-        return ModelList(data=cards)
+    )
+
+    @app.get("/v1/models")
+    async def list_models() -> ModelList:
+        return models
 
     @app.get("/v1/voices")
     async def list_voices(model: str | None = None) -> VoiceList:

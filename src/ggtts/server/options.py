@@ -70,7 +70,6 @@ class RequestBodies:
 
     speech: type[SpeechRequest]
     captioned: type[CaptionedSpeechRequest]
-    option_names: tuple[str, ...]
 
 
 def request_bodies(families: Iterable[Family | None]) -> RequestBodies:
@@ -97,7 +96,7 @@ def request_bodies(families: Iterable[Family | None]) -> RequestBodies:
     captioned = create_model(
         "CaptionedSpeechRequest", __base__=CaptionedSpeechRequest, options=(options | None, described)
     )
-    return RequestBodies(speech, captioned, tuple(kinds))
+    return RequestBodies(speech, captioned)
 
 
 def _description(helps: dict[str, str]) -> str:

@@ -16,6 +16,7 @@ frame's codes (which the stream needs).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -122,6 +123,10 @@ class GraphedFrame:
         cache, pick = cp.new_cache(), DevicePick(params, greedy, self.noise)
         self.graph = StepGraph(lambda: cp.frame_on_device(self.hidden, self.first, pick, cache), device, capture)
 
+    def reseed(self, seed: int) -> GraphedFrame:
+        self.generator.manual_seed(seed)
+        return self
+
     def __call__(self, hidden: torch.Tensor, first: torch.Tensor) -> tuple[list[int], torch.Tensor]:
         self.hidden.copy_(hidden)
         self.first.copy_(first)
@@ -165,6 +170,19 @@ class TalkerDecoder:
         self.hidden, self.logits = self.talker.step(self.next_input, self.cache)
 
 
+# each talker's graphed code-predictor frames, by sampling settings: captured once, not once per utterance
+_GRAPHED: weakref.WeakKeyDictionary[Talker, dict[tuple[Sampling, bool], GraphedFrame]] = weakref.WeakKeyDictionary()
+
+
+def graphed_frame(talker: Talker, params: Sampling, greedy: bool, seed: int) -> GraphedFrame:
+    """The talker's :class:`GraphedFrame` for these settings, made (and captured) the first time, its draws
+    reseeded by ``seed``. One generation at a time per talker, as its step graphs already require."""
+    frames = _GRAPHED.setdefault(talker, {})
+    if (params, greedy) not in frames:
+        frames[params, greedy] = GraphedFrame(talker.cp, params, greedy, seed)
+    return frames[params, greedy].reseed(seed)
+
+
 def host_frames(cp: CodePredictor, rest: Pick) -> RestOfFrame:
     """The code predictor's frame with each code chosen on the host by ``rest`` (the CPU's way)."""
     cache = cp.new_cache()
@@ -189,7 +207,7 @@ def generate_frames(
     else:
         first = HFSampler(params.talker, params.greedy, generator, draw)
         if talker.output_norm.weight.device.type == "cuda" and draw is multinomial:
-            rest = GraphedFrame(talker.cp, params.code_predictor, params.greedy, params.seed)
+            rest = graphed_frame(talker, params.code_predictor, params.greedy, params.seed)
         else:
             rest = host_frames(talker.cp, HFSampler(params.code_predictor, params.greedy, generator, draw))
     yield from _frames(talker, inputs, params.max_frames, first, rest)
