@@ -17,7 +17,7 @@ import sys
 
 from ggtts.api import resolve_model_path
 from ggtts.errors import GGTTSError
-from ggtts.families.kokoro import bench
+from ggtts.measure.kokoro import bench
 from ggtts.measure.sentences import BENCH_PARAGRAPH
 
 PEERS = ("ggtts", "onnx", "reference")

@@ -45,8 +45,8 @@ REAL_TIME_FPS = 22_050 / 1024
 def build(directory: Path) -> None:
     from ggtts.convert.magpie_nemo import convert_magpie
     from ggtts.convert.nanocodec_nemo import convert_nanocodec
-    from ggtts.families.magpie.upstream import build_tiny_codec
-    from ggtts.families.magpie.upstream_tts import REAL_357M, build_tiny_magpie
+    from ggtts.measure.magpie.upstream import build_tiny_codec
+    from ggtts.measure.magpie.upstream_tts import REAL_357M, build_tiny_magpie
 
     directory.mkdir(parents=True, exist_ok=True)
     codec = build_tiny_codec(

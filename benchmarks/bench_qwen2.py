@@ -126,7 +126,7 @@ def run(variant: str, directory: Path, n_prompt: int, n_new: int, threads: int, 
         }
     import torch
 
-    from ggtts.runtime import ggml_kernels
+    from ggtts.ops import ggml_kernels
 
     ggml_kernels.unavailable_reason()  # loads ggml: in the base RSS, as in every ggtts process that runs a model
     torch.set_num_threads(threads)

@@ -60,7 +60,7 @@ def build(directory: Path, small: bool) -> Any:
     if small:
         from ggtts.convert.hf_checkpoint import HFCheckpoint
         from ggtts.convert.qwen3omni_talker import write_talker
-        from ggtts.families.qwen3omni.upstream import build_tiny_checkpoint
+        from ggtts.measure.qwen3omni.upstream import build_tiny_checkpoint
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

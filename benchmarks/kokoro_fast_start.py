@@ -96,7 +96,7 @@ def main() -> int:
     parser.add_argument("--no-wer", action="store_true")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    from ggtts.runtime.precision import bfloat16_supported
+    from ggtts.ops.precision import bfloat16_supported
 
     setups: dict[str, dict[str, object]] = {"float32": {}}
     if bfloat16_supported():

@@ -17,7 +17,8 @@ from ggtts.errors import GGTTSError
 if TYPE_CHECKING:
     from ggtts.families.base import Family
 
-PROG = "ggtts"
+from ggtts.flags import PROG
+
 MAX_LIST_ITEMS = 8  # metadata arrays longer than this are summarised by `info`
 
 
@@ -210,7 +211,7 @@ def cmd_speak(args: argparse.Namespace) -> int:
 
 # ---- convert --------------------------------------------------------------------------------------------------
 def cmd_convert(args: argparse.Namespace) -> int:
-    from ggtts.convert.dispatch import convert
+    from ggtts.families import convert
     from ggtts.fsutil import check_writable
 
     check_writable(args.output)  # before any work
@@ -282,7 +283,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     from ggtts import __version__
     from ggtts.api import DEFAULT_MODEL
-    from ggtts.convert.dispatch import converter_names
+    from ggtts.families import converter_names
     from ggtts.flags import LOAD, PER_CALL, add_flags
     from ggtts.gguf.write import OutType
 

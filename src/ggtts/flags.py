@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+PROG = "ggtts"  # the command's name in its messages
 Kind = Literal["options", "load_options"]
 PER_CALL: Kind = "options"
 LOAD: Kind = "load_options"

@@ -14,8 +14,8 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> TinyModel:
     pytest.importorskip("kokoro")
     pytest.importorskip("transformers")
     from ggtts.families import family_for
-    from ggtts.families.kokoro.upstream import write_tiny_gguf
     from ggtts.gguf import GGUFFile
+    from ggtts.measure.kokoro.upstream import write_tiny_gguf
 
     path = write_tiny_gguf(tmp_path_factory.mktemp("batch-model") / "tiny.gguf")
     gguf = GGUFFile(path)

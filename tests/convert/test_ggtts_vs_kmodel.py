@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from ggtts.convert.kokoro_onnx import NOT_IN_EXPORT
-from ggtts.families.kokoro import upstream
-from ggtts.families.kokoro.parity import StageResult, kokoro_stages, print_table
 from ggtts.families.kokoro.pipeline import KokoroTTS
 from ggtts.gguf import GGUFFile
+from ggtts.measure.kokoro import upstream
+from ggtts.measure.kokoro.parity import StageResult, kokoro_stages, print_table
 
 pytestmark = [pytest.mark.needs_weights, pytest.mark.needs_reference, pytest.mark.slow]
 
@@ -34,7 +34,7 @@ def both(kokoro_int8_state: dict[str, torch.Tensor], kokoro_int8_gguf: Path):
     pytest.importorskip("kokoro")
     from kmodel_reference import build_kmodel
 
-    from ggtts.families.kokoro.upstream import load_folded
+    from ggtts.measure.kokoro.upstream import load_folded
 
     state = kokoro_int8_state
     tts = KokoroTTS.from_gguf(GGUFFile(kokoro_int8_gguf))

@@ -101,7 +101,7 @@ def test_fold_weight_norm_matches_torch_and_zero_channels_stay_zero() -> None:
 
 
 def test_unfold_for_upstream_weight_norm_survives_zero_channels() -> None:
-    from ggtts.families.kokoro.peers import unfold_weight_norm
+    from ggtts.measure.kokoro.peers import unfold_weight_norm
 
     weight = torch.randn(4, 3, 5)
     weight[1] = 0.0

@@ -32,7 +32,7 @@ def kmodel(state: dict[str, torch.Tensor]) -> torch.nn.Module:
     pytest.importorskip("kokoro")
     from kmodel_reference import build_kmodel
 
-    from ggtts.families.kokoro.upstream import load_folded
+    from ggtts.measure.kokoro.upstream import load_folded
 
     vocab = package_vocab()
     assert vocab is not None

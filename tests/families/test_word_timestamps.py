@@ -21,7 +21,7 @@ WORDS = ["The", "quick", "brown", "fox", "jumps", "over", "$5", "and", "the", "l
 @pytest.fixture(scope="module")
 def tts(tmp_path_factory: pytest.TempPathFactory) -> KokoroTTS:
     pytest.importorskip("kokoro")
-    from ggtts.families.kokoro.upstream import write_tiny_gguf
+    from ggtts.measure.kokoro.upstream import write_tiny_gguf
 
     path = write_tiny_gguf(tmp_path_factory.mktemp("kokoro") / "tiny.gguf", name="tiny")
     model = ggtts.load(str(path))

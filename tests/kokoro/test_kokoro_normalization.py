@@ -19,7 +19,7 @@ TEXT = "It is 2 GB."
 @pytest.fixture(scope="module")
 def tts(tmp_path_factory: pytest.TempPathFactory) -> KokoroTTS:
     pytest.importorskip("kokoro")
-    from ggtts.families.kokoro.upstream import write_tiny_gguf
+    from ggtts.measure.kokoro.upstream import write_tiny_gguf
 
     model = ggtts.load(str(write_tiny_gguf(tmp_path_factory.mktemp("kokoro") / "tiny.gguf", name="tiny")))
     assert isinstance(model, KokoroTTS)

@@ -10,7 +10,7 @@ import torch
 
 @dataclass(frozen=True)
 class TinyCodec:
-    nemo: Path  # NeMo's archive (families/magpie/upstream.py's build_tiny_codec)
+    nemo: Path  # NeMo's archive (measure/magpie/upstream.py's build_tiny_codec)
     gguf: Path  # our f32 conversion of it
 
 

@@ -10,7 +10,7 @@ from _nanocodec_tiny import TinyCodec
 def tiny_codec(tmp_path_factory: pytest.TempPathFactory) -> TinyCodec:
     pytest.importorskip("nemo.collections.tts", reason="needs NeMo (nemo_toolkit) to build the reference codec")
     from ggtts.convert.nanocodec_nemo import convert_nanocodec_nemo
-    from ggtts.families.magpie.upstream import build_tiny_codec
+    from ggtts.measure.magpie.upstream import build_tiny_codec
 
     d = tmp_path_factory.mktemp("nanocodec")
     nemo = build_tiny_codec(d / "tiny-nano-codec.nemo", seed=0)

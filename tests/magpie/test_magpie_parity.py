@@ -1,5 +1,5 @@
 """Magpie TTS against NeMo's MagpieTTSModel: a tiny random model saved by NeMo, converted by our converter to a
-real GGUF file, loaded by our loader (:mod:`ggtts.families.magpie.parity`, which ``ggtts parity magpie`` runs):
+real GGUF file, loaded by our loader (:mod:`ggtts.measure.magpie.parity`, which ``ggtts parity magpie`` runs):
 every layer of both stacks, the heads and the local transformer on the same inputs, and whole greedy generations
 against NeMo's ``infer_batch`` code for code."""
 
@@ -27,7 +27,7 @@ class Pair:
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Pair:
     pytest.importorskip("nemo.collections.tts", reason="needs NeMo (nemo_toolkit) to build the reference model")
-    from ggtts.families.magpie.parity import build_pair
+    from ggtts.measure.magpie.parity import build_pair
 
     work = tmp_path_factory.mktemp("magpie")
     return Pair(*build_pair(work), work)
@@ -49,7 +49,7 @@ def test_converter_keeps_nemo_names_and_the_checkpoint_settings(pair: Pair) -> N
 
 
 def test_every_stage_matches_nemo(pair: Pair) -> None:
-    from ggtts.families.magpie.parity import FRAMES, magpie_stages
+    from ggtts.measure.magpie.parity import FRAMES, magpie_stages
     from ggtts.measure.parity import print_table
 
     results = magpie_stages(pair.nemo, pair.nemo_codec, pair.ours, pair.our_codec)
@@ -67,7 +67,7 @@ UNCACHED_FRAMES = 60
 
 @pytest.mark.parametrize(("cfg", "prior"), [(False, False), (True, False), (False, True), (True, True)])
 def test_cached_generation_equals_uncached(pair: Pair, cfg: bool, prior: bool) -> None:
-    from ggtts.families.magpie.parity import our_codes, text_ids
+    from ggtts.measure.magpie.parity import our_codes, text_ids
 
     text = text_ids(pair.nemo)
     cached = our_codes(pair.ours, text, cfg=cfg, prior=prior, cached=True, frames=UNCACHED_FRAMES)
@@ -79,7 +79,7 @@ def test_cached_generation_equals_uncached(pair: Pair, cfg: bool, prior: bool) -
 
 def test_guidance_and_the_prior_change_the_codes(pair: Pair) -> None:
     """Neither switch is a no-op on this model (else equal codes would prove nothing about them)."""
-    from ggtts.families.magpie.parity import our_codes, text_ids
+    from ggtts.measure.magpie.parity import our_codes, text_ids
 
     text = text_ids(pair.nemo)
     plain = our_codes(pair.ours, text, cfg=False, prior=False)
@@ -113,8 +113,8 @@ QUANTILE_TIE = 1e-5  # a draw within this much probability of NeMo's interval co
 
 def _quantile_forced(model: Any, params: Any, codes: torch.Tensor) -> Any:
     """Our generator drawing at the quantile, each draw following NeMo's (ggtts.measure.forcing)."""
-    from ggtts.families.magpie.parity import _Forced
     from ggtts.measure.forcing import draw_margin
+    from ggtts.measure.magpie.parity import _Forced
 
     class QuantileForced(_Forced):
         def _draw(self, logits: torch.Tensor) -> torch.Tensor:  # (1, V) filtered
@@ -129,7 +129,7 @@ def _quantile_forced(model: Any, params: Any, codes: torch.Tensor) -> Any:
 
 def test_sampling_with_temperature_and_top_k_equals_nemo(pair: Pair, monkeypatch: pytest.MonkeyPatch) -> None:
     from ggtts.families.magpie.generate import GenerationParams, generate_codes
-    from ggtts.families.magpie.parity import FRAMES, text_ids
+    from ggtts.measure.magpie.parity import FRAMES, text_ids
 
     monkeypatch.setattr(torch, "multinomial", _draw_at_quantile)
     text = text_ids(pair.nemo)
@@ -157,7 +157,7 @@ def test_sampling_with_temperature_and_top_k_equals_nemo(pair: Pair, monkeypatch
 def test_eos_ends_the_utterance_where_nemo_ends_it(pair: Pair, table: int) -> None:
     """The local transformer made to say EOS for one (frame, codebook) table: forbidden for the first 4 frames,
     then it ends the utterance at that frame of the stack (4 or 5 frames kept), as in NeMo."""
-    from ggtts.families.magpie.parity import nemo_codes, our_codes, text_ids
+    from ggtts.measure.magpie.parity import nemo_codes, our_codes, text_ids
 
     eos = pair.ours.cfg.audio_eos_id
     heads = (pair.nemo.local_transformer_out_projections[table], pair.ours.local_transformer_out_projections[table])

@@ -17,8 +17,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     pytest.importorskip("nemo.collections.tts", reason="needs NeMo (nemo_toolkit) to build the reference model")
     from ggtts.convert.magpie_nemo import convert_magpie
     from ggtts.convert.nanocodec_nemo import convert_nanocodec
-    from ggtts.families.magpie.upstream import build_tiny_codec
-    from ggtts.families.magpie.upstream_tts import build_tiny_magpie
+    from ggtts.measure.magpie.upstream import build_tiny_codec
+    from ggtts.measure.magpie.upstream_tts import build_tiny_magpie
 
     work = tmp_path_factory.mktemp("magpie-pipeline")
     codec = build_tiny_codec(work / "codec.nemo", seed=1)
@@ -153,7 +153,7 @@ def test_f16_and_q8_0_files_run_as_stored_and_stay_close(files: tuple[Path, Path
     from ggtts.convert.magpie_nemo import convert_magpie
     from ggtts.gguf import GGUFFile
     from ggtts.models.magpie.model import LayerInputs, load_magpie
-    from ggtts.runtime.stored_weights import StoredLinear
+    from ggtts.ops.stored_weights import StoredLinear
 
     source = files[0].parent / "model.nemo"
     path = convert_magpie([source], files[0].parent / f"tiny-{out_type}.gguf", out_type)

@@ -21,7 +21,7 @@ from ggtts.gguf.keys import NanoCodec as K
 from ggtts.models.nanocodec.config import CPP_DEFAULTS, NanoCodecConfig
 from ggtts.models.nanocodec.model import NanoCodec
 
-# the tiny codec of families/magpie/upstream.py: 4 groups of FSQ levels [8, 7, 6, 6], rates [8, 4, 2], width 24
+# the tiny codec of measure/magpie/upstream.py: 4 groups of FSQ levels [8, 7, 6, 6], rates [8, 4, 2], width 24
 GROUPS, LEVELS, RATES, BASE = 4, [8, 7, 6, 6], [8, 4, 2], 24
 N_TENSORS = 2 * GROUPS + 2 + 3 * 3 + 3 * 3 * 3 * 6 + 3  # FSQ, pre, per stage (alpha, weight, bias), res, post
 

@@ -114,7 +114,7 @@ def test_a_mixed_up_alpha_would_be_caught(ours: NanoCodec, nemo_codec: Any, tiny
 
 @pytest.mark.parametrize(("activation", "output_activation"), [("snake", "clamp"), ("lrelu", "tanh"), ("elu", "tanh")])
 def test_other_activations_match_nemo(tmp_path: Path, activation: str, output_activation: str) -> None:
-    from ggtts.families.magpie.upstream import build_tiny_codec
+    from ggtts.measure.magpie.upstream import build_tiny_codec
 
     nemo = build_tiny_codec(
         tmp_path / "c.nemo", seed=3, num_groups=2, activation=activation, output_activation=output_activation

@@ -10,8 +10,8 @@ import pytest
 
 from ggtts.cli import main
 from ggtts.errors import GGTTSError
-from ggtts.families.kokoro import bench
 from ggtts.measure import eval as eval_cmd
+from ggtts.measure.kokoro import bench
 
 
 class FakeTranscriber:

@@ -11,8 +11,8 @@ pytest.importorskip("kokoro")
 pytest.importorskip("transformers")
 
 from ggtts.cli import main
-from ggtts.families.kokoro import upstream as kokoro_upstream
-from ggtts.families.kokoro.parity import TOLERANCES
+from ggtts.measure.kokoro import upstream as kokoro_upstream
+from ggtts.measure.kokoro.parity import TOLERANCES
 
 pytestmark = pytest.mark.needs_reference
 

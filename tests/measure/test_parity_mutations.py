@@ -10,8 +10,8 @@ import torch
 pytest.importorskip("kokoro")
 pytest.importorskip("transformers")
 
-from ggtts.families.kokoro import upstream as kokoro_upstream
-from ggtts.families.kokoro.parity import kokoro_parity
+from ggtts.measure.kokoro import upstream as kokoro_upstream
+from ggtts.measure.kokoro.parity import kokoro_parity
 
 pytestmark = pytest.mark.needs_reference
 

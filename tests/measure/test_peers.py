@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from ggtts.families.kokoro.peers import unfold_weight_norm, upstream_config
+from ggtts.measure.kokoro.peers import unfold_weight_norm, upstream_config
 from ggtts.models.kokoro.config import KokoroConfig
 
 

@@ -14,8 +14,8 @@ import ggtts
 from ggtts.errors import InputError
 from ggtts.families.kokoro.pipeline import KokoroTTS
 from ggtts.models.kokoro import precision
-from ggtts.runtime import compile as runtime_compile
-from ggtts.runtime.compile import CompiledOrEager
+from ggtts.ops import compile as ops_compile
+from ggtts.ops.compile import CompiledOrEager
 
 TEXT = "hˈI ðˈɛɹ, wˈʌn tˈu θɹˈi."
 # another length: the same compiled code (dynamic shapes). Shorter than TEXT: a longer one fails a size bound that the
@@ -30,7 +30,7 @@ FLOAT32_TOLERANCE = 1e-5
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("kokoro")
-    from ggtts.families.kokoro.upstream import write_tiny_gguf
+    from ggtts.measure.kokoro.upstream import write_tiny_gguf
 
     return write_tiny_gguf(tmp_path_factory.mktemp("kokoro") / "tiny.gguf", name="tiny")
 
@@ -78,9 +78,9 @@ def test_compiled_bfloat16_convolutions_match_eager_bfloat16(tiny: Path) -> None
 def test_without_a_compiler_it_runs_eagerly_and_says_so(
     tiny: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(runtime_compile.shutil, "which", lambda name: None)
+    monkeypatch.setattr(ops_compile.shutil, "which", lambda name: None)
     monkeypatch.delenv("CXX", raising=False)
-    with caplog.at_level(logging.WARNING, logger="ggtts.runtime.compile"):
+    with caplog.at_level(logging.WARNING, logger="ggtts.ops.compile"):
         model = _load(tiny, compile=True)
     assert not model.model.decoder.generator.body.active  # type: ignore[attr-defined]
     assert "runs eagerly: no C++ compiler found" in caplog.text
@@ -101,9 +101,9 @@ def test_a_compiler_failure_falls_back_to_eager_once(
 
         return run
 
-    monkeypatch.setattr(runtime_compile.torch, "compile", broken)
+    monkeypatch.setattr(ops_compile.torch, "compile", broken)
     model = _load(tiny, compile=True)
-    with caplog.at_level(logging.WARNING, logger="ggtts.runtime.compile"):
+    with caplog.at_level(logging.WARNING, logger="ggtts.ops.compile"):
         first = _say(model)
         second = _say(model)
     assert calls == [1]  # tried once, then eager for good
@@ -121,7 +121,7 @@ def test_an_error_that_is_not_the_compilers_is_raised_and_compiling_stays_on(mon
 
         return run
 
-    monkeypatch.setattr(runtime_compile.torch, "compile", flaky)
+    monkeypatch.setattr(ops_compile.torch, "compile", flaky)
     wrapped = CompiledOrEager(lambda x: x, "test")
     with pytest.raises(MemoryError):
         wrapped(-1)

@@ -27,7 +27,7 @@ FRAMES_PER_S = 300  # the tiny model: 24 kHz, 80 samples per frame
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("kokoro")
-    from ggtts.families.kokoro.upstream import write_tiny_gguf
+    from ggtts.measure.kokoro.upstream import write_tiny_gguf
 
     return write_tiny_gguf(tmp_path_factory.mktemp("kokoro") / "tiny.gguf", name="tiny")
 
@@ -162,7 +162,7 @@ def test_fade_edges_leaves_a_joined_edge_alone() -> None:
 
 
 def test_the_bench_peer_starts_fast_on_a_texts_first_chunk_only(tiny: Path) -> None:
-    from ggtts.families.kokoro import peers
+    from ggtts.measure.kokoro import peers
 
     with peers.ENGINES["fast"](str(tiny), VOICE) as synthesize:
         first, later = list(synthesize(LONG, True)), list(synthesize(LONG, False))

@@ -20,7 +20,7 @@ TEXT = "hˈI ðˈɛɹ, wˈʌn tˈu θɹˈi."
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("kokoro")
-    from ggtts.families.kokoro.upstream import write_tiny_gguf
+    from ggtts.measure.kokoro.upstream import write_tiny_gguf
 
     return write_tiny_gguf(tmp_path_factory.mktemp("kokoro") / "tiny.gguf", name="tiny")
 
@@ -63,15 +63,15 @@ def test_bfloat16_audio_is_close_to_float32_but_not_equal(tiny: Path) -> None:
 def test_bad_precisions_are_refused(tiny: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(InputError, match="unknown precision 'int4'; use one of float32, bfloat16"):
         ggtts.load(str(tiny), precision="int4")
-    from ggtts.runtime import precision as runtime_precision  # where the load-time check asks
+    from ggtts.ops import precision as ops_precision  # where the load-time check asks
 
-    monkeypatch.setattr(runtime_precision, "bfloat16_supported", lambda device="cpu": False)
+    monkeypatch.setattr(ops_precision, "bfloat16_supported", lambda device="cpu": False)
     with pytest.raises(InputError, match="no native bfloat16"):
         ggtts.load(str(tiny), precision="bfloat16")
 
 
 def test_the_bench_peers_load_bfloat16_and_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ggtts.families.kokoro import bench, peers
+    from ggtts.measure.kokoro import bench, peers
 
     asked: list[dict[str, object]] = []
     warmed: list[bool] = []

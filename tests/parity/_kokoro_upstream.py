@@ -1,7 +1,7 @@
 """hexgrad's ``kokoro`` modules built offline at any size with random weights: the helper lives in the package
 (``ggtts parity kokoro`` uses it too); the tests import it from here."""
 
-from ggtts.families.kokoro.upstream import (
+from ggtts.measure.kokoro.upstream import (
     TINY_VOCAB,
     Upstream,
     build_upstream,

@@ -13,8 +13,8 @@ pytest.importorskip("transformers")
 from _kokoro_upstream import TINY_VOCAB, build_upstream, random_voices, tiny_config, upstream_source, upstream_stages
 
 from ggtts.convert.kokoro_gguf import write_kokoro_gguf
-from ggtts.families.kokoro.parity import kokoro_stages
 from ggtts.gguf import GGUFFile
+from ggtts.measure.kokoro.parity import kokoro_stages
 from ggtts.models.kokoro import istftnet, load_kokoro
 
 pytestmark = pytest.mark.needs_reference

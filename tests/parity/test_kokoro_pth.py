@@ -22,10 +22,10 @@ from _kokoro_upstream import (
 )
 
 from ggtts.convert.kokoro_pth import convert_pth
-from ggtts.families.kokoro import upstream
-from ggtts.families.kokoro.parity import kokoro_stages, print_table
 from ggtts.families.kokoro.pipeline import KokoroTTS
 from ggtts.gguf import GGUFFile
+from ggtts.measure.kokoro import upstream
+from ggtts.measure.kokoro.parity import kokoro_stages, print_table
 
 pytestmark = pytest.mark.needs_reference
 

@@ -18,9 +18,9 @@ from ggtts.gguf import GGUFFile
 from ggtts.models.layers.kv_cache import KVCacheFullError
 from ggtts.models.qwen2.ggml_graph import KV_STEP
 from ggtts.models.qwen2.model import Qwen2Model
+from ggtts.ops.stored_weights import StoredLinear
 from ggtts.runtime.frames import generate_tokens
 from ggtts.runtime.sampling import Sampler, SamplingParams
-from ggtts.runtime.stored_weights import StoredLinear
 from near_ties import CacheStepper, PrefixStepper, allclose, assert_free_run_agrees, compare_greedy, relative_below
 
 pytest.importorskip("transformers")
@@ -246,7 +246,7 @@ def test_ggml_graph_steps_equal_the_torch_modules(
 def test_without_ggml_quantized_weights_are_widened_with_a_warning(
     quantized: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ggtts.runtime import ggml_kernels
+    from ggtts.ops import ggml_kernels
 
     gguf = GGUFFile(quantized["q8_0"])
     ids = torch.arange(1, 9).unsqueeze(0)

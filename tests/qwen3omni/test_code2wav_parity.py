@@ -17,10 +17,10 @@ import torch
 
 from ggtts.convert.qwen3omni_code2wav import add_code2wav, code2wav_config, metadata, write_code2wav
 from ggtts.errors import ConversionError, GGUFError, InputError
-from ggtts.families.qwen3omni.upstream_code2wav import TINY_CONFIG, build_upstream, checkpoint_tensors, random_codes
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Qwen3OmniCode2Wav as K
 from ggtts.gguf.write import ModelWriter
+from ggtts.measure.qwen3omni.upstream_code2wav import TINY_CONFIG, build_upstream, checkpoint_tensors, random_codes
 from ggtts.models.qwen3omni_code2wav import Code2Wav
 from ggtts.models.qwen3omni_code2wav import layers as c2w_layers
 from ggtts.models.qwen3omni_code2wav.parity import code2wav_parity_rows, stage_outputs
@@ -105,7 +105,7 @@ def test_q8_0_file_runs_and_stays_close(ours: Code2Wav, files: dict[str, Path]) 
     """q8_0 stores the linears and the code embedding; they run as stored (ggml) where the kernels are installed.
     The tiny random model amplifies weight rounding (0.5% in the embedding, 6% in the audio with the weights
     widened): the stored path must be about as close as the widened one, and the audio still the same audio."""
-    from ggtts.runtime.stored_weights import StoredLinear, stored_weights_plan
+    from ggtts.ops.stored_weights import StoredLinear, stored_weights_plan
 
     gguf = GGUFFile(files["q8_0"])
     assert gguf.info(K.tensor_name("pre_transformer.layers.0.mlp.gate_proj.weight")).type.name == "Q8_0"

@@ -1,6 +1,6 @@
 """Qwen3-Omni end to end against transformers: a tiny random ``Qwen3OmniMoeForConditionalGeneration`` and its
 tokenizer saved as a real checkpoint, converted by ``ggtts convert qwen3omni-thinker`` / ``qwen3omni-talker`` into
-real GGUF files, loaded by ``ggtts.load`` (:mod:`ggtts.families.qwen3omni.parity` builds it, as ``ggtts parity
+real GGUF files, loaded by ``ggtts.load`` (:mod:`ggtts.measure.qwen3omni.parity` builds it, as ``ggtts parity
 qwen3omni`` does). Greedy and sampled generations are compared code for code with transformers' ``generate(...,
 return_audio=True)``; the rest is the pipeline's behaviour (streaming, voices, modes, files, errors)."""
 
@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 import torch
 
-from ggtts.families.qwen3omni.parity import forced_codes, frame_forcings
 from ggtts.measure.forcing import Forcing, draw_margin
+from ggtts.measure.qwen3omni.parity import forced_codes, frame_forcings
 
 pytestmark = pytest.mark.needs_reference
 
@@ -40,7 +40,7 @@ class Tiny:
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory) -> Tiny:
     pytest.importorskip("transformers", reason="needs transformers to build the reference model")
-    from ggtts.families.qwen3omni.parity import build
+    from ggtts.measure.qwen3omni.parity import build
 
     work = tmp_path_factory.mktemp("qwen3omni")
     upstream, tts = build(work)
@@ -54,7 +54,7 @@ def _prompt(tts: Any, text: str = TEXT) -> list[int]:
 
 
 def test_every_stage_matches_transformers(tiny: Tiny) -> None:
-    from ggtts.families.qwen3omni.parity import stages
+    from ggtts.measure.qwen3omni.parity import stages
 
     results = stages(tiny.upstream, tiny.tts)
     bad = [(r.stage, r.relative) for r in results if not r.ok]
@@ -125,8 +125,8 @@ def test_sampled_generation_matches_transformers_draw_for_draw(tiny: Tiny, monke
     0.9, top-k 50 for the talker; top-k 50, top-p 0.8 for the code predictor), with the same draws on both sides;
     ours teacher-forced along upstream's codes."""
     from ggtts.families.qwen3omni.generate import TalkerSampling, generate_frames
-    from ggtts.families.qwen3omni.parity import upstream_generate
     from ggtts.families.qwen3omni.prompt import talker_inputs
+    from ggtts.measure.qwen3omni.parity import upstream_generate
 
     tts, cfg = tiny.tts, tiny.tts.talker.cfg
     prompt = _prompt(tts)
@@ -274,7 +274,7 @@ def test_q8_0_talker_runs_quantized_and_stays_close(tiny: Tiny, tmp_path: Path) 
     from ggtts.families.qwen3omni.prompt import talker_inputs
     from ggtts.gguf import GGUFFile
     from ggtts.models.qwen3omni_talker.model import Talker
-    from ggtts.runtime.ggml_kernels import unavailable_reason
+    from ggtts.ops.ggml_kernels import unavailable_reason
 
     ckpt = HFCheckpoint([tiny.work / "checkpoint"], "tiny")
     path = write_talker(tmp_path / "talker-q8_0.gguf", ckpt.config, ckpt.tensors, "q8_0")
@@ -318,7 +318,7 @@ def test_cli_speaks_and_decodes_codes(tiny: Tiny, tmp_path: Path) -> None:
 def test_bfloat16_code2wav_where_native_else_one_clear_error(tiny: Tiny) -> None:
     from ggtts.api import load
     from ggtts.errors import InputError
-    from ggtts.runtime.precision import bfloat16_supported
+    from ggtts.ops.precision import bfloat16_supported
 
     path = tiny.work / "thinker.gguf"
     with pytest.raises(InputError, match="unknown precision 'float8'"):

@@ -28,8 +28,8 @@ from ggtts.gguf.keys import Tokenizer as T
 from ggtts.gguf.write import ModelWriter
 from ggtts.models.layers.qwen3 import gguf_name
 from ggtts.models.qwen3omnimoe import Thinker, ThinkerConfig, ThinkerTooLarge, required_bytes
-from ggtts.runtime.stored_experts import Experts, StoredExperts
-from ggtts.runtime.stored_weights import StoredLinear
+from ggtts.ops.stored_experts import Experts, StoredExperts
+from ggtts.ops.stored_weights import StoredLinear
 from near_ties import CacheStepper, PrefixStepper, allclose, assert_free_run_agrees, compare_greedy, relative_below
 
 Q8_0 = GGMLQuantizationType.Q8_0

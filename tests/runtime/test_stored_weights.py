@@ -20,8 +20,8 @@ from gguf import GGUFWriter
 from gguf import quants as gguf_quants
 
 from ggtts.gguf import GGUFFile
-from ggtts.runtime import ggml_kernels
-from ggtts.runtime.stored_weights import StoredEmbedding, StoredLinear, stored_weights_plan, use_stored_weights
+from ggtts.ops import ggml_kernels
+from ggtts.ops.stored_weights import StoredEmbedding, StoredLinear, stored_weights_plan, use_stored_weights
 
 # relative error ||y - ref|| / ||ref|| allowed, from converting the activations; measured on AMD EPYC (AVX-512):
 # F16 2.5e-4, BF16 1.8e-3, legacy types 5-6e-3, K-quants 7-9e-3 (a wrong block, scale or row is 1e-1 and more)

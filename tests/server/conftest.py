@@ -43,7 +43,7 @@ def kokoro_gguf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random Kokoro GGUF written by the real converter from hexgrad's modules."""
     pytest.importorskip("kokoro")
     pytest.importorskip("transformers")
-    from ggtts.families.kokoro.upstream import write_tiny_gguf
+    from ggtts.measure.kokoro.upstream import write_tiny_gguf
 
     return write_tiny_gguf(tmp_path_factory.mktemp("kokoro") / "tiny.gguf", name=KOKORO_NAME)
 

@@ -23,7 +23,7 @@ TEXT = "hello there"
 @pytest.fixture(scope="module")
 def kokoro(tmp_path_factory: pytest.TempPathFactory) -> ggtts.TTSModel:
     pytest.importorskip("kokoro")
-    from ggtts.families.kokoro.upstream import write_tiny_gguf
+    from ggtts.measure.kokoro.upstream import write_tiny_gguf
 
     return ggtts.load(str(write_tiny_gguf(tmp_path_factory.mktemp("kokoro") / "tiny.gguf", name="tiny")))
 

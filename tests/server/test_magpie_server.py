@@ -24,8 +24,8 @@ def magpie_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     pytest.importorskip("nemo.collections.tts", reason="needs NeMo (nemo_toolkit) to build the reference model")
     from ggtts.convert.magpie_nemo import convert_magpie
     from ggtts.convert.nanocodec_nemo import convert_nanocodec
-    from ggtts.families.magpie.upstream import build_tiny_codec
-    from ggtts.families.magpie.upstream_tts import build_tiny_magpie
+    from ggtts.measure.magpie.upstream import build_tiny_codec
+    from ggtts.measure.magpie.upstream_tts import build_tiny_magpie
 
     work = tmp_path_factory.mktemp("magpie-server")
     codec = build_tiny_codec(work / "codec.nemo", seed=2)

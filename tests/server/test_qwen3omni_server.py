@@ -24,7 +24,7 @@ def omni_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     pytest.importorskip("transformers", reason="needs transformers to build the reference model")
     from ggtts.convert.qwen3omni_talker import convert_qwen3omni_talker
     from ggtts.convert.qwen3omni_thinker import convert_qwen3omni_thinker
-    from ggtts.families.qwen3omni.upstream import build_tiny_checkpoint
+    from ggtts.measure.qwen3omni.upstream import build_tiny_checkpoint
 
     work = tmp_path_factory.mktemp("qwen3omni-server")
     build_tiny_checkpoint(work / "checkpoint", seed=1)

@@ -35,6 +35,7 @@ class ToneModel(TTSModel):
         self.sample_rate = sample_rate
         self.chunk_s = chunk_s
         self.delay_s = delay_s
+        self.heavy = _heavy_layer()  # the model's own torch module: the server makes it cancellable
 
     @classmethod
     def from_gguf(cls, gguf: Any, device: str = "cpu") -> ToneModel:
@@ -60,7 +61,7 @@ class ToneModel(TTSModel):
                 raise InputError("the tone model cannot say BADINPUT")
             if word == "HEAVY":
                 _log(log_path, f"{words[0]} heavy-start")
-                _busy_torch(HEAVY_CHUNK_S)
+                _busy_torch(self.heavy, HEAVY_CHUNK_S)
                 _log(log_path, f"{words[0]} heavy-end")  # not reached when the chunk is cancelled
             time.sleep(self.delay_s)
             if log_path:
@@ -78,11 +79,16 @@ def _log(path: str | None, line: str) -> None:
             f.write(line + "\n")
 
 
-def _busy_torch(seconds: float) -> None:
-    """Run a small torch layer over and over for ``seconds``: CPU-bound work inside one chunk."""
+def _heavy_layer() -> Any:
     import torch
 
-    layer = torch.nn.Linear(HEAVY_WIDTH, HEAVY_WIDTH)
+    return torch.nn.Linear(HEAVY_WIDTH, HEAVY_WIDTH)
+
+
+def _busy_torch(layer: Any, seconds: float) -> None:
+    """Run the model's small torch layer over and over for ``seconds``: CPU-bound work inside one chunk."""
+    import torch
+
     x = torch.randn(64, HEAVY_WIDTH)
     end = time.monotonic() + seconds
     with torch.inference_mode():

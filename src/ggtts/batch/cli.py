@@ -47,8 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from ggtts.batch.join import check_pause, join_outputs
     from ggtts.batch.manifest import MANIFEST_NAME
     from ggtts.batch.work import JobSettings
-    from ggtts.cli import PROG, family_options
-    from ggtts.flags import LOAD, given
+    from ggtts.flags import LOAD, PER_CALL, PROG, given
     from ggtts.fsutil import check_writable
 
     out_dir = Path(args.out)  # everything here is checked before any work
@@ -60,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         check_writable(args.join)
     check_writable(out_dir / MANIFEST_NAME, new_folders=True)  # the job makes its folder
     items = read_items(args.input, args.split)
-    options = family_options(args)  # no --progress here: the batch has its own bar
+    options = given(args, PER_CALL)  # no --progress here: the batch has its own bar
     settings = JobSettings(
         out_dir=out_dir,
         model=args.model,

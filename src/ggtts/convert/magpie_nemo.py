@@ -4,7 +4,7 @@ Tensor names are NeMo's state-dict names, as m1el/magpie-tts.cpp writes them (it
 the causal-mask buffers and the baked-context scalars are left out (the scalars become metadata). Everything the
 runtime needs comes from the checkpoint's ``model_config.yaml`` and weights: stack shapes, head counts, kernel
 sizes, frame stacking, special token ids, the speakers and their context lengths, the inference parameters, and
-the text tokenizers with their dictionaries (:mod:`ggtts.families.magpie.text`). The codec is a separate file
+the text tokenizers with their dictionaries (:mod:`ggtts.convert.magpie_tokenizers`). The codec is a separate file
 (``ggtts convert nanocodec``), as in NeMo and magpie-tts.cpp.
 
 Embeddings (text, audio, positions, speaker contexts) stay F32 under every ``--type``, as magpie-tts.cpp keeps
@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from gguf import GGMLQuantizationType
 
+from ggtts.convert.magpie_tokenizers import add_tokenizers
 from ggtts.convert.nemo_archive import NemoArchive, open_nemo, target_class
 from ggtts.errors import ConversionError
 from ggtts.gguf.keys import Magpie as K
@@ -178,8 +179,6 @@ def _hparams(writer: ModelWriter, cfg: dict[str, Any], state: dict[str, torch.Te
 
 def convert_magpie(sources: list[Path], out: Path, out_type: str) -> Path:
     """``ggtts convert magpie model.nemo -o magpie.gguf``."""
-    from ggtts.families.magpie.text import add_tokenizers
-
     if len(sources) != 1:
         raise ConversionError("give one Magpie .nemo checkpoint")
     refuse_low_bit(out_type, "Magpie (its small convolution kernels and attention stay at 8 bits or more)")

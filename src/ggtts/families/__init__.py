@@ -6,9 +6,10 @@ named as ``"module:name"`` and imported only when used, so ``ggtts info`` and ``
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ggtts.errors import UnsupportedArchitectureError
+from ggtts.errors import ConversionError, UnsupportedArchitectureError
 from ggtts.families import kokoro, magpie, outetts, qwen3omni
 from ggtts.families.base import Family
 
@@ -75,9 +76,26 @@ def family_for(gguf: GGUFFile) -> Family:
     raise UnsupportedArchitectureError(f"{gguf.path}: {'; '.join(reasons)}")
 
 
+def converter_names() -> dict[str, str]:
+    """``ggtts convert`` names -> the family that owns each converter."""
+    return {name: family.name for family in _FAMILIES for name in family.converters}
+
+
+def convert(name: str, sources: list[Path], out: Path, out_type: str) -> Path:
+    """``ggtts convert NAME SRC... -o OUT``: the converter named NAME by one of the records."""
+    if out.suffix.lower() != ".gguf":
+        raise ConversionError(f"{out}: the output file must end in .gguf")
+    owners = converter_names()
+    if name not in owners:
+        raise ConversionError(f"unknown model family '{name}'; choose one of {', '.join(owners)}")
+    return family_named(owners[name]).converter(name)(sources, out, out_type)
+
+
 __all__ = [
     "Family",
     "claiming",
+    "convert",
+    "converter_names",
     "families",
     "family_for",
     "family_named",

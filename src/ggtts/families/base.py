@@ -19,8 +19,8 @@ import numpy as np
 
 from ggtts.audio import Audio
 from ggtts.errors import InputError
+from ggtts.ops.precision import DEFAULT_PRECISION, PRECISIONS, check_name
 from ggtts.runtime.device import check_device_name
-from ggtts.runtime.precision import DEFAULT_PRECISION, PRECISIONS, check_name
 
 if TYPE_CHECKING:
     from pathlib import Path

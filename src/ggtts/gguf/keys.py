@@ -263,7 +263,7 @@ class Magpie:
     TOKENIZER_SPACE = "magpie.tokenizer.space"
     # every tokenizer of the checkpoint (ggtts): names in NeMo's order, then per name ``{TOKENIZERS}.<name>.kind``
     # ("ipa" or "sized"), ``.offset``, ``.size``, ``.config`` (JSON), and for IPA ones ``.tokens``, ``.dict``,
-    # ``.heteronyms`` (ggtts.families.magpie.text)
+    # ``.heteronyms`` (:class:`MagpieTokenizer`)
     TOKENIZERS = "magpie.tokenizers"
     NEMO_VERSION = "magpie.nemo_version"  # the config's stamp: it dates tokenizer defaults NeMo changed (2.8.0)
     LANGUAGES = "magpie.tokenizers.languages"  # "lang=tokenizer" items from the checkpoint's own mapping
@@ -361,6 +361,26 @@ class NanoCodec:
 # ---- qwen3-omni ------------------------------------------------------------------------------------------------
 # Three owners fill these classes (each edits only its own class): the thinker (llama.cpp's ``qwen3omnimoe``), the
 # talker with its code predictor (``qwen3omni-talker``), and code2wav (stored in the talker's file).
+
+
+class MagpieTokenizer:
+    """How ggtts stores each of a Magpie checkpoint's tokenizers (:data:`Magpie.TOKENIZERS`): the keys of one
+    tokenizer, and the kinds it is stored as. The converter (:mod:`ggtts.convert.magpie_tokenizers`) writes them;
+    the pipeline (:mod:`ggtts.families.magpie.text`) reads them."""
+
+    IPA = "ipa"  # NeMo's IPATokenizer over IpaG2p (ggtts.text.nemo_ipa)
+    SIZED = "sized"  # known size only: not runnable here
+    CPP = "cpp"  # magpie-tts.cpp's English keys only
+    BYT5 = "byt5"  # google/byt5-small: UTF-8 bytes
+    CHARS = "chars"  # NeMo's Arabic and Hindi character tokenizers (ggtts.text.nemo_chars)
+    JAPANESE = "japanese"  # NeMo's JapanesePhonemeTokenizer over pyopenjtalk (ggtts.text.nemo_japanese)
+    MANDARIN = "mandarin"  # NeMo's ChinesePhonemesTokenizer: jieba, pypinyin, a pinyin dictionary (the zh extra)
+    ENGLISH = "english_phoneme"  # the tokenizer magpie-tts.cpp's keys describe
+
+    @staticmethod
+    def key(name: str, field: str) -> str:
+        """``magpie.tokenizers.<name>.<field>``: ``kind``, ``offset``, ``size``, ``config``, ``tokens``, ..."""
+        return f"{Magpie.TOKENIZERS}.{name}.{field}"
 
 
 class Qwen3OmniThinker:

@@ -1,5 +1,5 @@
 """``ggtts bench``: the benchmark of the model file's family, which its record names (Kokoro's:
-:mod:`ggtts.families.kokoro.bench`)."""
+:mod:`ggtts.measure.kokoro.bench`)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``ggtts parity FAMILY``: a family against its upstream reference, stage by stage.
 
-The family's record names its check (Kokoro's: :mod:`ggtts.families.kokoro.parity`); this module has what every
+The family's record names its check (Kokoro's: :mod:`ggtts.measure.kokoro.parity`); this module has what every
 check shares: one result per stage, the comparison, the table and the command. Each stage gets the same inputs
 on both sides, so an error shows where it starts:
 

@@ -4,25 +4,29 @@ A server request whose client left, or whose time ran out, must free the model a
 seconds, and the next request waits for it. Work runs inside ``with cancellable(token):`` on its thread; from
 another thread ``token.cancel()`` makes that work raise :class:`Cancelled` at its next cancellation point:
 
-- every ``torch.nn.Module`` call on that thread (a forward pre-hook, installed once, the first time a
-  cancellable scope is entered; outside such a scope it costs one thread-local lookup per module call, and a
-  process that never enters one, such as the CLI, never has it), so a chunk stops within one layer's time;
-- :func:`check_cancelled`, which loops outside torch call (the text frontend, between lines of text).
+- every call of a torch module of a model made cancellable with :func:`make_cancellable` (the server does it
+  once for each model it serves, at start): a forward pre-hook on each of that model's own modules, so a chunk
+  stops within one layer's time. Other modules, and models nobody made cancellable (the CLI's, a library
+  user's), carry no hook and pay nothing;
+- :func:`check_cancelled`, which loops outside torch call (the generation loop before each step, the text
+  frontend between lines of text).
 
 The token is the only state, and it is scoped to one thread and one ``with`` block: code that runs without one
-is never interrupted.
+is never interrupted, even through a hooked module.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+import types
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
 _local = threading.local()
 _hook_lock = threading.Lock()
-_hook_installed = False
+_hooked: weakref.WeakSet[Any] = weakref.WeakSet()  # modules with the hook, so none gets it twice
 
 
 class Cancelled(Exception):
@@ -61,23 +65,51 @@ def _before_forward(module: Any, args: Any) -> None:
     check_cancelled()
 
 
-def install_hook() -> None:
-    """Make every torch module call a cancellation point (once per process; imports torch). A server calls it at
-    start, so that no request pays torch's import inside its time limit."""
-    global _hook_installed
-    with _hook_lock:
-        if _hook_installed:
-            return
-        from torch.nn.modules.module import register_module_forward_pre_hook
+def torch_modules(owner: object, depth: int = 3) -> list[Any]:
+    """The torch modules ``owner`` holds: in its attributes, and theirs, ``depth`` objects deep (lists, tuples
+    and dict values included); each module once, with its submodules."""
+    import torch
 
-        register_module_forward_pre_hook(_before_forward)
-        _hook_installed = True
+    found: dict[int, torch.nn.Module] = {}
+    seen: set[int] = set()
+
+    def visit(value: object, left: int) -> None:
+        if id(value) in seen:
+            return
+        seen.add(id(value))
+        if isinstance(value, torch.nn.Module):
+            for module in value.modules():
+                found.setdefault(id(module), module)
+        elif left > 0 and isinstance(value, list | tuple):
+            for item in value:
+                visit(item, left - 1)
+        elif left > 0 and isinstance(value, dict):
+            for item in value.values():
+                visit(item, left - 1)
+        elif left > 0 and not isinstance(value, type | types.ModuleType) and hasattr(value, "__dict__"):
+            for item in vars(value).values():
+                visit(item, left - 1)
+
+    visit(owner, depth)
+    return list(found.values())
+
+
+def make_cancellable(owner: object) -> int:
+    """Make each call of the torch modules ``owner`` holds (:func:`torch_modules`) a cancellation point; once
+    per module, however often it is asked. Returns how many modules got the hook now."""
+    with _hook_lock:
+        added = 0
+        for module in torch_modules(owner):
+            if module not in _hooked:
+                module.register_forward_pre_hook(_before_forward)
+                _hooked.add(module)
+                added += 1
+        return added
 
 
 @contextlib.contextmanager
 def cancellable(token: CancelToken) -> Iterator[None]:
     """Run the block so that ``token.cancel()`` stops it at its next cancellation point."""
-    install_hook()
     previous = getattr(_local, "token", None)
     _local.token = token
     try:

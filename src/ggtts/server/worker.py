@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
 
 from ggtts.api import TTSModel
-from ggtts.runtime.cancel import CancelToken, cancellable, install_hook
+from ggtts.runtime.cancel import CancelToken, cancellable, make_cancellable
 from ggtts.server.errors import ApiError
 
 log = logging.getLogger("ggtts.server")
@@ -49,7 +49,7 @@ class ModelWorker:
     """A model, its thread, and the requests admitted to it (the one running and those waiting)."""
 
     def __init__(self, name: str, model: TTSModel, max_queue: int) -> None:
-        install_hook()  # now, not inside the first request's time limit (it imports torch)
+        make_cancellable(model)  # its torch modules stop a given-up request within a layer's time
         self.name = name
         self.model = model
         self.max_queue = max_queue

@@ -131,6 +131,6 @@ FAMILY = Family(
     voices=_voices,
     voice_traits=voice_traits,
     converters={"kokoro": "ggtts.convert.kokoro_files:convert_kokoro"},
-    parity="ggtts.families.kokoro.parity:kokoro_parity",
-    bench="ggtts.families.kokoro.bench:run",
+    parity="ggtts.measure.kokoro.parity:kokoro_parity",
+    bench="ggtts.measure.kokoro.bench:run",
 )

@@ -230,11 +230,11 @@ class KokoroTTS(TTSModel):
         ``precision``: ``"float32"`` (default) or ``"bfloat16"``, the vocoder's resblock and noise-path
         convolutions in bfloat16 (faster where the hardware has it, refused where it does not; see
         :mod:`ggtts.models.kokoro.precision`); ``compile``: ``True`` runs the vocoder's upsampling stages through
-        ``torch.compile`` (:mod:`ggtts.runtime.compile`): the first synthesis (or :meth:`warm_up`) compiles, for
+        ``torch.compile`` (:mod:`ggtts.ops.compile`): the first synthesis (or :meth:`warm_up`) compiles, for
         tens of seconds; later ones are about 1.3x faster, with float32's results to float rounding; where it
         cannot compile it says so in the log and runs eagerly."""
         from ggtts.models.kokoro.precision import use_bfloat16_convolutions
-        from ggtts.runtime.precision import check_precision
+        from ggtts.ops.precision import check_precision
 
         phonemizer = options.pop("phonemizer", None)
         precision = options.pop("precision", "float32")
@@ -250,7 +250,7 @@ class KokoroTTS(TTSModel):
         if precision == "bfloat16":
             use_bfloat16_convolutions(model.decoder.generator)
         if compiled:
-            from ggtts.runtime.compile import CompiledOrEager
+            from ggtts.ops.compile import CompiledOrEager
 
             generator = model.decoder.generator
             generator.body = CompiledOrEager(generator.body, "kokoro's vocoder (compile=True)", device)  # type: ignore[method-assign]

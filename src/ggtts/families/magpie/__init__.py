@@ -81,5 +81,5 @@ FAMILY = Family(
         "magpie": "ggtts.convert.magpie_nemo:convert_magpie",
         "nanocodec": "ggtts.convert.nanocodec_nemo:convert_nanocodec",
     },
-    parity="ggtts.families.magpie.parity:magpie_parity",
+    parity="ggtts.measure.magpie.parity:magpie_parity",
 )

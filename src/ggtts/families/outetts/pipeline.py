@@ -97,7 +97,7 @@ class OuteTTS(TTSModel):
         """``options``: ``vocoder`` (a wavtokenizer-dec GGUF path; default: the only one beside the model),
         ``precision`` (``"bfloat16"``: the language model in bfloat16, where the device has it natively), ``compile``
         (on CUDA: the decode step compiled by ``torch.compile`` before it is captured as a CUDA graph)."""
-        from ggtts.runtime.precision import check_precision
+        from ggtts.ops.precision import check_precision
 
         vocoder = options.pop("vocoder", None)
         speaker = options.pop("speaker", None)

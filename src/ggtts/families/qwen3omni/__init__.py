@@ -133,5 +133,5 @@ FAMILY = Family(
         "qwen3omni-talker": "ggtts.convert.qwen3omni_talker:convert_qwen3omni_talker",
     },
     decoder="ggtts.families.qwen3omni.decode:decode_codes_cli",
-    parity="ggtts.families.qwen3omni.parity:qwen3omni_parity",
+    parity="ggtts.measure.qwen3omni.parity:qwen3omni_parity",
 )

@@ -26,9 +26,9 @@ import torch
 from ggtts.families.qwen3omni.prompt import TalkerInputs
 from ggtts.models.qwen3omni_talker.config import Sampling
 from ggtts.models.qwen3omni_talker.model import CodePredictor, Talker
+from ggtts.ops.step_graph import StepGraph
 from ggtts.runtime.frames import decode_frames
 from ggtts.runtime.sampling import apply_repetition_penalty, filter_top_k, filter_top_p
-from ggtts.runtime.step_graph import StepGraph
 
 # draws one id from probabilities (V,): torch.multinomial with the run's generator; tests swap in a fixed rule
 Draw = Callable[[torch.Tensor, torch.Generator], int]

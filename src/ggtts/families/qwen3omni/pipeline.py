@@ -33,7 +33,7 @@ from ggtts.models.qwen2.tokenizer import BPETokenizer
 from ggtts.models.qwen3omni_code2wav.model import Code2Wav
 from ggtts.models.qwen3omni_talker.config import Sampling
 from ggtts.models.qwen3omni_talker.model import Talker
-from ggtts.runtime.stored_weights import stored_weights_plan, use_stored_weights
+from ggtts.ops.stored_weights import stored_weights_plan, use_stored_weights
 from ggtts.text.sentences import sentence_chunks
 
 CHUNK_WORDS = 60  # a chunk of text spoken as one chat turn (about 20 s of speech)
@@ -105,7 +105,7 @@ class Qwen3OmniPipeline(TTSModel):
         """``options``: ``talker`` (a qwen3omni-talker GGUF path; default: the only one beside the thinker);
         ``precision``: ``"float32"`` (default) or ``"bfloat16"``, code2wav's decoder convolutions in bfloat16 where
         the device has it natively (:meth:`Code2Wav.prepare`)."""
-        from ggtts.runtime.precision import check_precision
+        from ggtts.ops.precision import check_precision
 
         talker = options.pop("talker", None)
         precision = options.pop("precision", "float32")

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ggtts.runtime.precision import bfloat16_supported
+from ggtts.ops.precision import bfloat16_supported
 
 __all__ = ["BFloat16Conv1d", "bfloat16_supported", "use_bfloat16_convolutions"]
 

@@ -23,8 +23,8 @@ from ggtts.gguf import GGUFFile
 from ggtts.models.layers.gguf_state import load_module_from_gguf
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.layers.transformer import RMSNorm, RotaryEmbedding, StaticPosition, cached_attention
-from ggtts.runtime.stored_experts import Experts, use_stored_experts
-from ggtts.runtime.stored_weights import stored_weights_plan, use_stored_weights
+from ggtts.ops.stored_experts import Experts, use_stored_experts
+from ggtts.ops.stored_weights import stored_weights_plan, use_stored_weights
 
 __all__ = [
     "Attention",

@@ -5,7 +5,7 @@ A model that turns this on (``use_static_steps``) hands out caches of fixed capa
 :data:`MIN_STATIC_CAPACITY`, one storage per capacity) and runs each one-position step on one as a
 :class:`StaticDecode`: the step's input is copied into a fixed tensor, its position is read from a tensor
 (:class:`~ggtts.models.layers.transformer.StaticPosition`), and the whole cache is attended under a mask, so every
-step has the same kernels, shapes and addresses (:class:`~ggtts.runtime.step_graph.StepGraph`). The caches handed
+step has the same kernels, shapes and addresses (:class:`~ggtts.ops.step_graph.StepGraph`). The caches handed
 out are views of the fixed storage; a prompt is prefilled into one the usual way. A new cache of a capacity ends the
 one handed out before it (one generation at a time, as a model serves); using the old one is an error.
 """
@@ -19,8 +19,8 @@ import torch
 
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.layers.transformer import RotaryEmbedding, StaticPosition
-from ggtts.runtime.compile import CompiledOrEager
-from ggtts.runtime.step_graph import StepGraph
+from ggtts.ops.compile import CompiledOrEager
+from ggtts.ops.step_graph import StepGraph
 
 T = TypeVar("T")
 MIN_STATIC_CAPACITY = 256

@@ -4,7 +4,7 @@ Qwen3 blocks).
 A step's position is an ``int`` (the cache's length: shapes follow it), or a :class:`StaticPosition`: one new
 position held in a tensor, with the whole cache attended under a mask, so that every shape and address is the
 same at every step and the step can be captured once as a CUDA graph and replayed
-(:mod:`ggtts.runtime.step_graph`).
+(:mod:`ggtts.ops.step_graph`).
 """
 
 from __future__ import annotations

@@ -337,7 +337,7 @@ def store_convolutions(model: nn.Module, gguf: GGUFFile) -> set[str]:
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
     from gguf.quants import quantize
 
-    from ggtts.runtime.ggml_kernels import MatMul, multiplies
+    from ggtts.ops.ggml_kernels import MatMul, multiplies
 
     q8 = GGMLQuantizationType.Q8_0
     halves = (GGMLQuantizationType.F16, GGMLQuantizationType.BF16)
@@ -369,7 +369,7 @@ def load_magpie(gguf: GGUFFile, device: str | torch.device = "cpu", *, stored_we
     Linear maps whose weights the file stores as F16, BF16 or Q8_0 keep them so and are multiplied by ggml's CPU
     kernels (where the ``quant`` extra is installed and the device is the CPU); so are the pointwise feed-forwards
     of a Q8_0 file (:func:`store_convolutions`). Otherwise weights are widened to float32."""
-    from ggtts.runtime.stored_weights import stored_weights_plan, use_stored_weights
+    from ggtts.ops.stored_weights import stored_weights_plan, use_stored_weights
 
     cfg = MagpieConfig.from_gguf(gguf)
     with empty_modules():

@@ -2,7 +2,7 @@
 
 The same maths as :mod:`ggtts.models.qwen2.model`, written as ggml operations the way llama.cpp builds its
 ``qwen2`` graph: RMS norms, the linear layers on the weights as stored (the very ggml tensors the torch path's
-:class:`~ggtts.runtime.stored_weights.StoredLinear` layers hold), NEOX rotary embeddings, new keys and values
+:class:`~ggtts.ops.stored_weights.StoredLinear` layers hold), NEOX rotary embeddings, new keys and values
 written into the caller's :class:`~ggtts.models.layers.kv_cache.KVCache` (ggml sees its tensors' memory, so the
 torch path and this one share a cache), attention over the cache up to a padded length with a mask, SwiGLU.
 
@@ -23,8 +23,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ggtts.runtime import ggml_kernels
-from ggtts.runtime.stored_weights import StoredEmbedding, StoredLinear
+from ggtts.ops import ggml_kernels
+from ggtts.ops.stored_weights import StoredEmbedding, StoredLinear
 
 if TYPE_CHECKING:
     from ggtts.models.layers.kv_cache import KVCache

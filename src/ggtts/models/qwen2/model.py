@@ -27,7 +27,7 @@ from ggtts.models.layers.transformer import (
     new_kv_cache,
 )
 from ggtts.models.qwen2.config import Qwen2Config
-from ggtts.runtime.stored_weights import StoredEmbedding, stored_weights_plan, use_stored_weights
+from ggtts.ops.stored_weights import StoredEmbedding, stored_weights_plan, use_stored_weights
 
 if TYPE_CHECKING:
     from ggtts.models.qwen2.ggml_graph import Qwen2Graph

@@ -32,7 +32,7 @@ from ggtts.models.qwen3omni_code2wav.layers import (
     to_channels_last,
 )
 from ggtts.models.qwen3omni_code2wav.transformer import TransformerModel
-from ggtts.runtime.precision import check_name
+from ggtts.ops.precision import check_name
 
 CLAMP = (-1.0, 1.0)
 DEFAULT_CHUNK_SIZE = 300  # frames: upstream chunked_decode's defaults
@@ -73,7 +73,7 @@ class Code2Wav(nn.Module):
         """Code2wav from a ``qwen3omni-talker`` file (the talker's tensors beside it are left alone). Linear and
         embedding weights stored as F16/BF16/Q8_0 stay so on CPU where ggml's kernels are installed; the rest are
         widened to float32."""
-        from ggtts.runtime.stored_weights import stored_weights_plan, use_stored_weights
+        from ggtts.ops.stored_weights import stored_weights_plan, use_stored_weights
 
         cfg = Code2WavConfig.from_gguf(gguf)
         with empty_modules():

@@ -26,7 +26,7 @@ from ggtts.models.layers.qwen3 import Attention, Block, DenseFFN, RMSNorm, Rotar
 from ggtts.models.layers.static_steps import StaticCaches, StaticDecode
 from ggtts.models.layers.transformer import StaticPosition, new_kv_cache
 from ggtts.models.qwen3omni_talker.config import StackConfig, TalkerConfig
-from ggtts.runtime.stored_experts import Experts
+from ggtts.ops.stored_experts import Experts
 
 
 def _blocks(cfg: StackConfig) -> nn.ModuleList:

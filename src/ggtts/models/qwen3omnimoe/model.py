@@ -25,7 +25,7 @@ from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.layers.qwen3 import Attention, Block, DenseFFN, SparseMoE, load_weights
 from ggtts.models.layers.transformer import RMSNorm, RotaryEmbedding, new_kv_cache
 from ggtts.models.qwen3omnimoe.config import ThinkerConfig
-from ggtts.runtime.stored_weights import StoredEmbedding, stored_weights_plan
+from ggtts.ops.stored_weights import StoredEmbedding, stored_weights_plan
 
 MEMINFO = Path("/proc/meminfo")
 MEMORY_HEADROOM = 1.1  # weights plus 10 % for activations, the KV cache and the runtime

@@ -63,9 +63,9 @@ def build_pair(work: Path) -> tuple[Any, Any, Any, Any]:
         raise GGTTSError(f"parity needs NeMo ('{e.name}' is missing: pip install 'ggtts[nemo]')") from None
     from ggtts.convert.magpie_nemo import convert_magpie
     from ggtts.convert.nanocodec_nemo import convert_nanocodec
-    from ggtts.families.magpie.upstream import build_tiny_codec
-    from ggtts.families.magpie.upstream_tts import build_tiny_magpie
     from ggtts.gguf import GGUFFile
+    from ggtts.measure.magpie.upstream import build_tiny_codec
+    from ggtts.measure.magpie.upstream_tts import build_tiny_magpie
     from ggtts.models.magpie.model import load_magpie
     from ggtts.models.nanocodec.model import NanoCodec
 

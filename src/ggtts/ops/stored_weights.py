@@ -1,7 +1,7 @@
 """Linear and embedding layers that keep a GGUF file's weights as stored (F16, BF16, Q8_0, Q4_0, K-quants...).
 
 :func:`use_stored_weights` swaps a module's ``nn.Linear`` and ``nn.Embedding`` layers for these where the file
-stores their weight in a type ggml multiplies (:mod:`ggtts.runtime.ggml_kernels`), before the strict loader fills
+stores their weight in a type ggml multiplies (:mod:`ggtts.ops.ggml_kernels`), before the strict loader fills
 the rest. The weights stay in the memory-mapped file: loading costs the file's pages, not a float32 copy.
 Where ggml's kernels are not installed, or the model runs on a GPU, nothing is swapped and the weights are widened
 to float as before (:func:`stored_weights_plan` says which, and why).
@@ -21,7 +21,7 @@ from torch import nn
 
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.read import widen
-from ggtts.runtime.ggml_kernels import MatMul, multiplies, unavailable_reason
+from ggtts.ops.ggml_kernels import MatMul, multiplies, unavailable_reason
 
 __all__ = ["StoredEmbedding", "StoredLinear", "StoredWeightsPlan", "stored_weights_plan", "use_stored_weights"]
 

@@ -1,7 +1,7 @@
 """One engine's timings, in a process of its own so that its peak memory is its own.
 
-Run as ``python -m ggtts.families.kokoro.bench_worker SPEC.json RESULT.json`` by
-:mod:`ggtts.families.kokoro.bench`. The spec names the engine, the GGUF file, the voice, the phoneme chunks of
+Run as ``python -m ggtts.measure.kokoro.bench_worker SPEC.json RESULT.json`` by
+:mod:`ggtts.measure.kokoro.bench`. The spec names the engine, the GGUF file, the voice, the phoneme chunks of
 the text and of each batch item, and the number of warm-up and measured runs; the result holds the seconds of
 every run and the peak resident memory.
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from ggtts.families.kokoro.peers import ENGINES, Synthesize, version
+from ggtts.measure.kokoro.peers import ENGINES, Synthesize, version
 
 KIB_PER_MIB = 1024  # Linux reports ru_maxrss in KiB
 
@@ -92,7 +92,7 @@ def measure(spec: Spec) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2:
-        print("usage: python -m ggtts.families.kokoro.bench_worker SPEC.json RESULT.json", file=sys.stderr)
+        print("usage: python -m ggtts.measure.kokoro.bench_worker SPEC.json RESULT.json", file=sys.stderr)
         return 2
     result = measure(Spec.load(argv[0]))
     Path(argv[1]).write_text(json.dumps(result), encoding="utf-8")

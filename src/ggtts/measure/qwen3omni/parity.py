@@ -52,7 +52,7 @@ def build(work: Path) -> tuple[Any, Any]:
     from ggtts.convert.hf_checkpoint import HFCheckpoint
     from ggtts.convert.qwen3omni_talker import write_talker
     from ggtts.convert.qwen3omni_thinker import write_thinker
-    from ggtts.families.qwen3omni.upstream import build_tiny_checkpoint
+    from ggtts.measure.qwen3omni.upstream import build_tiny_checkpoint
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -1,6 +1,6 @@
 """Kokoro's parity check (``ggtts parity kokoro``): ggtts against hexgrad's kokoro, stage by stage.
 
-A tiny upstream model is built with random weights (:mod:`ggtts.families.kokoro.upstream`), written to a
+A tiny upstream model is built with random weights (:mod:`ggtts.measure.kokoro.upstream`), written to a
 GGUF file by our converter, loaded by our loader, and both run on the same tokens and style. Each stage gets
 the same inputs on both sides, so an error shows where it starts:
 
@@ -72,9 +72,9 @@ def kokoro_stages(
     """Every stage of our ``KokoroModel`` against an upstream model (``Upstream`` parts or a ``KModel``).
 
     ``folded`` is the weight set both float64 copies run with (default: upstream's own, rounded to float32 as
-    the GGUF file stores them; see :func:`~ggtts.families.kokoro.upstream.as_float64`).
+    the GGUF file stores them; see :func:`~ggtts.measure.kokoro.upstream.as_float64`).
     """
-    from ggtts.families.kokoro.upstream import (
+    from ggtts.measure.kokoro.upstream import (
         as_float64,
         default_dtype,
         real_axis_angles,
@@ -122,7 +122,7 @@ def kokoro_stages(
 def kokoro_parity() -> list[StageResult]:
     """Build, convert, load and run a tiny Kokoro both ways; one result per stage."""
     try:
-        from ggtts.families.kokoro.upstream import build_upstream, random_voices, tiny_config
+        from ggtts.measure.kokoro.upstream import build_upstream, random_voices, tiny_config
     except ModuleNotFoundError as e:
         raise GGTTSError(f"parity needs the upstream package '{e.name}' (pip install 'ggtts[reference]')") from None
     from ggtts.convert.kokoro_gguf import write_kokoro_gguf

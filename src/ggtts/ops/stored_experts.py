@@ -23,7 +23,7 @@ from gguf import GGMLQuantizationType
 from torch import nn
 
 from ggtts.gguf import GGUFFile
-from ggtts.runtime.ggml_kernels import (
+from ggtts.ops.ggml_kernels import (
     GRAPHS_PER_WEIGHT,
     KernelsUnavailable,
     cached,

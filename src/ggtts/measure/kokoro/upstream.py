@@ -21,7 +21,7 @@ from unittest import mock
 import torch
 from torch import nn
 
-from ggtts.families.kokoro.peers import unfold_weight_norm
+from ggtts.measure.kokoro.peers import unfold_weight_norm
 
 # Lowercase letters and punctuation, then the symbols misaki's English G2P writes most, so that real text
 # through the real frontend reaches a tiny model as real ids.

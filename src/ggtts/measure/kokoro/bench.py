@@ -1,9 +1,9 @@
 """Kokoro's ``ggtts bench``: speed and memory of ggtts side by side with the installed peers, on the same work.
 
 The text is turned into phoneme chunks once, by ggtts's own frontend, and every engine synthesizes those
-chunks in order with the same voicepack (see :mod:`ggtts.families.kokoro.peers`): ggtts, ``onnx`` (kokoro-onnx on the
+chunks in order with the same voicepack (see :mod:`ggtts.measure.kokoro.peers`): ggtts, ``onnx`` (kokoro-onnx on the
 int8 ONNX file the default model is built from) and ``reference`` (hexgrad's KModel in torch with the GGUF's
-weights). Each engine runs in its own process (:mod:`ggtts.families.kokoro.bench_worker`), so peak memory is per
+weights). Each engine runs in its own process (:mod:`ggtts.measure.kokoro.bench_worker`), so peak memory is per
 engine, and is timed over ``--runs`` runs after one warm-up:
 
 - RTF: seconds of computing per second of audio, for the whole text;
@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ggtts.errors import GGTTSError
-from ggtts.families.kokoro.bench_worker import Spec
-from ggtts.families.kokoro.peers import LABELS, PEERS
+from ggtts.measure.kokoro.bench_worker import Spec
+from ggtts.measure.kokoro.peers import LABELS, PEERS
 from ggtts.measure.sentences import BENCH_BATCH, BENCH_PARAGRAPH
 
 WARMUP_RUNS = 1
@@ -85,7 +85,7 @@ def run_worker(spec: Spec) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="ggtts-bench-") as tmp:
         spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
         spec.save(spec_path)
-        cmd = [sys.executable, "-m", "ggtts.families.kokoro.bench_worker", str(spec_path), str(result_path)]
+        cmd = [sys.executable, "-m", "ggtts.measure.kokoro.bench_worker", str(spec_path), str(result_path)]
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S, env=env)
