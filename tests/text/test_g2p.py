@@ -128,6 +128,13 @@ def test_no_download_is_ever_attempted() -> None:
         for lang in ("a", "b"):
             chunks = list(text_to_phoneme_chunks("Hello there, snorfblat! It costs $5.", lang))
             print(lang, chunks[0].phonemes)
+        import importlib.util
+        import sys
+
+        # misaki[en] installs spacy-curated-transformers (hexgrad's kokoro, in the test install, asks for
+        # misaki[en]); spaCy would import it, and transformers with it, for nothing
+        print("plugin_installed", importlib.util.find_spec("spacy_curated_transformers") is not None)
+        print("plugin_imported", "spacy_curated_transformers" in sys.modules, "transformers" in sys.modules)
         """
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
@@ -135,3 +142,5 @@ def test_no_download_is_ever_attempted() -> None:
     lines = dict(line.split(" ", 1) for line in result.stdout.strip().splitlines() if " " in line)
     assert lines["a"].startswith("həlˈO")
     assert lines["b"].startswith("həlˈQ")
+    assert lines["plugin_installed"] == "True"  # else the next line proves nothing
+    assert lines["plugin_imported"] == "False False", "spaCy's plugin factories were imported with the G2P"

@@ -14,11 +14,13 @@ the spaCy pipeline.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import logging
 import re
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +71,29 @@ class G2PToken:
     whitespace: str
 
 
+@contextlib.contextmanager
+def _spacy_factories_only() -> Iterator[None]:
+    """spaCy's ``Language()`` imports every package that registers a pipeline factory through an entry point.
+    Where spacy-curated-transformers is installed (misaki[en] asks for it; ggtts's own install does not), its
+    import pulls in transformers: 2-3 s of a ``ggtts speak``'s start. Our pipeline uses spaCy's own factories
+    only, so plugins are not imported while it loads; spaCy still finds any factory it is asked for by name."""
+    import spacy.util
+
+    plugins = getattr(spacy.util.registry, "_entry_point_factories", None)
+    if plugins is None or not isinstance(getattr(plugins, "entry_points", None), bool):
+        yield  # another spaCy: load as it does
+        return
+    with _PLUGINS_LOCK:
+        saved, plugins.entry_points = plugins.entry_points, False
+        try:
+            yield
+        finally:
+            plugins.entry_points = saved
+
+
+_PLUGINS_LOCK = threading.Lock()
+
+
 @functools.cache
 def load_spacy_english() -> Any:
     """The installed English spaCy pipeline (tok2vec + tagger), loaded once and never downloaded."""
@@ -78,7 +103,8 @@ def load_spacy_english() -> Any:
         except ModuleNotFoundError:
             continue
         log.debug("loading spaCy pipeline %s", name)
-        return package.load(exclude=list(SPACY_UNUSED_COMPONENTS))
+        with _spacy_factories_only():
+            return package.load(exclude=list(SPACY_UNUSED_COMPONENTS))
     raise GGTTSError(
         f"No English spaCy pipeline is installed (looked for {', '.join(SPACY_PACKAGES)}); {_INSTALL_HINT}."
     )
