@@ -591,3 +591,50 @@ class Qwen3OmniCode2Wav:
         """``pre_transformer.norm.weight`` (or ``code2wav.pre_transformer.norm.weight``) ->
         ``c2w.pre_transformer.norm.weight``."""
         return cls.PREFIX + upstream.removeprefix("code2wav.")
+
+
+# ---- piper (ggtts architecture) --------------------------------------------------------------------------------
+class Piper:
+    """A Piper voice (VITS: text encoder with relative-position attention, stochastic or plain duration predictor,
+    coupling flow, HiFi-GAN decoder) as ggtts stores it. Tensor names are the voice's own (the VITS module paths
+    of piper's training code, e.g. ``enc_p.encoder.attn_layers.0.conv_q.weight``), weight norm folded; the
+    duration predictor's flow that inference never runs (``dp.flows.1``) is left out. The keys hold what the
+    shapes do not tell (heads, window, strides, dilations) and the voice's ``.onnx.json``: its phoneme map,
+    espeak voice, speakers and inference defaults."""
+
+    ARCH = "piper"
+
+    SAMPLE_RATE = "piper.sample_rate"
+    # text encoder
+    N_HEADS = "piper.n_heads"
+    N_LAYERS = "piper.n_layers"
+    WINDOW_SIZE = "piper.window_size"  # relative attention looks this many positions each way
+    # duration predictor: stochastic (flows over noise, like every Piper voice) or plain (a convolution stack)
+    STOCHASTIC_DURATIONS = "piper.stochastic_durations"  # bool
+    DP_FLOWS = "piper.dp.n_flows"  # spline flows (ConvFlow), each followed by a channel flip
+    DP_LAYERS = "piper.dp.n_layers"  # dilated depth-separable convolutions in each block
+    DP_BINS = "piper.dp.num_bins"  # rational-quadratic spline bins
+    DP_TAIL_BOUND = "piper.dp.tail_bound"  # the spline's range; linear (identity) outside it
+    # coupling flow
+    FLOW_COUPLINGS = "piper.flow.n_flows"
+    FLOW_LAYERS = "piper.flow.n_layers"  # WaveNet layers per coupling
+    FLOW_DILATION_RATE = "piper.flow.dilation_rate"
+    # HiFi-GAN decoder
+    RESBLOCK = "piper.dec.resblock"  # "1" (two convolutions per dilation) or "2" (one)
+    RESBLOCK_KERNEL_SIZES = "piper.dec.resblock_kernel_sizes"
+    RESBLOCK_DILATIONS = "piper.dec.resblock_dilation_sizes"  # flattened: len(kernel sizes) runs of equal length
+    UPSAMPLE_RATES = "piper.dec.upsample_rates"
+    # the voice (.onnx.json)
+    PHONEME_TYPE = "piper.phoneme_type"  # "espeak" (espeak-ng IPA) or "text" (the characters themselves)
+    ESPEAK_VOICE = "piper.espeak_voice"  # e.g. "en-us"
+    PHONEMES = "piper.phonemes"  # string[]: phoneme_id_map's keys, one entry per id (a key repeats for more ids)
+    PHONEME_IDS = "piper.phoneme_ids"  # int32[]: the ids, in step with PHONEMES
+    SPEAKER_NAMES = "piper.speaker_names"  # string[], by speaker id (multi-speaker voices)
+    NOISE_SCALE = "piper.inference.noise_scale"
+    LENGTH_SCALE = "piper.inference.length_scale"
+    NOISE_W = "piper.inference.noise_w"
+    LANGUAGE = "piper.language"  # e.g. "en_US"
+    QUALITY = "piper.quality"  # x_low, low, medium, high
+
+    # piper's phoneme_ids.py conventions
+    PAD, BOS, EOS = "_", "^", "$"

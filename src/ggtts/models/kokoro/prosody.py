@@ -12,21 +12,7 @@ from torch import nn
 
 from ggtts.models.kokoro.blocks import LEAKY_SLOPE, AdainResBlk1d
 from ggtts.models.kokoro.config import KokoroConfig
-
-LAYER_NORM_EPS = 1e-5
-
-
-class ChannelLayerNorm(nn.Module):
-    """Layer norm over the channel axis of a (B, C, T) tensor, with upstream's ``gamma``/``beta`` names."""
-
-    def __init__(self, channels: int) -> None:
-        super().__init__()
-        self.gamma = nn.Parameter(torch.ones(channels))
-        self.beta = nn.Parameter(torch.zeros(channels))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = F.layer_norm(x.transpose(1, 2), self.gamma.shape, self.gamma, self.beta, LAYER_NORM_EPS)
-        return x.transpose(1, 2)
+from ggtts.models.layers.channel_norm import LAYER_NORM_EPS, ChannelLayerNorm
 
 
 def _bilstm(dim_in: int, dim_out: int) -> nn.LSTM:
