@@ -28,6 +28,7 @@ class Flag:
     help: str
     choices: Sequence[str] | None
     owners: tuple[str, ...]  # the families that take it
+    value_type: type = str  # what argparse makes of its text
 
 
 def family_flags(kind: Kind) -> dict[str, Flag]:
@@ -53,8 +54,19 @@ def family_flags(kind: Kind) -> dict[str, Flag]:
             text = f"{f.metadata['help']} ({where})"
         else:
             text = "; ".join(f"{family}: {help_}" for family, help_ in by_family.items())
-        out[name] = Flag(name, f.metadata["flag"], f.default, text, f.metadata.get("choices"), tuple(who))
+        out[name] = Flag(
+            name, f.metadata["flag"], f.default, text, f.metadata.get("choices"), tuple(who), _value_type(f)
+        )
     return out
+
+
+def _value_type(f: dataclasses.Field[Any]) -> type:
+    """What a flag's text becomes: the type of the field's default, or for a default of None the type its
+    annotation names (``float | None`` -> float)."""
+    if f.default is not None:
+        return type(f.default)
+    names = [part.strip() for part in str(f.type).split("|")]
+    return next((t for t in (int, float) if t.__name__ in names), str)
 
 
 def add_flags(parser: argparse.ArgumentParser, kind: Kind, skip: Sequence[str] = ()) -> None:
@@ -66,9 +78,8 @@ def add_flags(parser: argparse.ArgumentParser, kind: Kind, skip: Sequence[str] =
                 flag.flag, dest=flag.name, action=argparse.BooleanOptionalAction, default=None, help=flag.help
             )
         else:
-            kind_of = type(flag.default) if flag.default is not None else str
             parser.add_argument(
-                flag.flag, dest=flag.name, type=kind_of, default=None, choices=flag.choices, help=flag.help
+                flag.flag, dest=flag.name, type=flag.value_type, default=None, choices=flag.choices, help=flag.help
             )
 
 

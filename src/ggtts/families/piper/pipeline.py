@@ -1,0 +1,83 @@
+"""Piper voices: text -> espeak-ng phonemes -> ids -> VITS, one sentence at a time (one streamed chunk each)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+
+from ggtts.audio import Audio
+from ggtts.errors import InputError
+from ggtts.families.base import NothingToSay, Request, TTSModel
+from ggtts.families.piper import FAMILY, PiperOptions, voices
+from ggtts.families.piper.text import PhonemeTable
+from ggtts.gguf import GGUFFile
+from ggtts.gguf.keys import Piper as K
+from ggtts.models.piper.load import load_piper
+from ggtts.models.piper.model import PiperModel
+from ggtts.runtime.cancel import check_cancelled
+
+SILENT_PEAK = 1e-8  # piper-tts leaves a sentence this quiet unscaled (as zeros)
+
+
+class PiperPipeline(TTSModel):
+    family = FAMILY
+
+    def __init__(self, model: PiperModel, gguf: GGUFFile) -> None:
+        self.model = model
+        self.table = PhonemeTable.from_gguf(gguf)
+        self.sample_rate = model.cfg.sample_rate
+        self._voices = voices(gguf)
+        self.noise_scale = gguf.get_float(K.NOISE_SCALE, 0.667)
+        self.length_scale = gguf.get_float(K.LENGTH_SCALE, 1.0)
+        self.noise_w = gguf.get_float(K.NOISE_W, 0.8)
+
+    @classmethod
+    def from_gguf(cls, gguf: GGUFFile, device: str = "cpu", **options: Any) -> PiperPipeline:
+        if options:
+            raise InputError(f"unknown option '{next(iter(options))}' for Piper; it takes none at load")
+        return cls(load_piper(gguf, device), gguf)
+
+    @property
+    def voices(self) -> list[str]:
+        return list(self._voices)
+
+    def warm_up(self) -> None:
+        if self.table.phoneme_type != "text":
+            self.table.sentences("Hello.")  # espeak-ng's library and its data
+
+    def run(self, request: Request[Any]) -> Iterator[Audio]:
+        options: PiperOptions = request.options
+        speaker = self._voices.index(request.voice.single) if request.voice and request.voice.single else 0
+        sentences = self.table.sentences(request.text)
+        if not sentences:
+            raise NothingToSay(request.text)
+        return self._sentences(sentences, options, speaker, request.speed)
+
+    def _sentences(
+        self, sentences: list[list[str]], options: PiperOptions, speaker: int, speed: float
+    ) -> Iterator[Audio]:
+        generator = torch.Generator().manual_seed(options.seed)
+        device = next(self.model.parameters()).device
+        offset = 0.0
+        for phonemes in sentences:
+            check_cancelled()
+            ids = torch.tensor([self.table.ids(phonemes)], device=device)
+            with torch.inference_mode():
+                out = self.model.synthesize(
+                    ids,
+                    noise_scale=self.noise_scale if options.noise_scale is None else options.noise_scale,
+                    length_scale=self.length_scale / speed,
+                    noise_w=self.noise_w if options.noise_w is None else options.noise_w,
+                    speaker=speaker if self.model.cfg.gin else None,
+                    generator=generator,
+                )
+            samples = out.audio[0].float().cpu().numpy()
+            if options.normalize:
+                peak = float(np.abs(samples).max()) if samples.size else 0.0
+                samples = samples / peak if peak >= SILENT_PEAK else np.zeros_like(samples)
+            audio = Audio(np.clip(samples, -1.0, 1.0), self.sample_rate, offset=offset)
+            offset += audio.duration
+            yield audio

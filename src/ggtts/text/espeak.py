@@ -1,0 +1,97 @@
+"""espeak-ng's IPA phonemes, clause by clause, from the libespeak-ng that ``espeakng-loader`` bundles (ctypes).
+
+``espeak_TextToPhonemes`` reads one clause per call and moves the text pointer past it (and past the one
+character of the next clause it read to know that this one ended); the clause's end (period, question mark,
+comma, ...) is read off the text it consumed, by espeak-ng's own table of clause punctuation (``readclause.c``):
+what Piper keeps as a phoneme, and where it starts a new sentence.
+
+espeak-ng holds one voice and one set of buffers per process, so every call takes a process-wide lock.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+import unicodedata
+from dataclasses import dataclass
+
+from ggtts.errors import GGTTSError
+
+AUDIO_OUTPUT_SYNCHRONOUS = 2
+CHARS_UTF8 = 1
+PHONEMES_IPA = 0x02
+# espeak-ng's punctuation that ends a clause with exactly one of these types (others carry extra flags, such as
+# "say the punctuation's name", and end a clause with no type Piper keeps)
+CLAUSE_ENDS = {",": ",", ".": ".", "?": "?", "!": "!", ":": ":", ";": ";", "\u2013": ";", "\u2014": ";"}
+SENTENCE_ENDS = frozenset(".?!")
+CLOSERS = frozenset("\"')]}»”’")  # read past after the clause's punctuation
+
+_LOCK = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Clause:
+    phonemes: str  # IPA, as espeak-ng writes it
+    end: str  # the clause's punctuation as Piper keeps it: one of , . ? ! : ; or ""
+    sentence_end: bool
+
+
+class Espeak:
+    """One loaded libespeak-ng; use :func:`espeak`."""
+
+    def __init__(self) -> None:
+        try:
+            import espeakng_loader
+        except ImportError as error:
+            raise GGTTSError(f"espeak-ng is not installed ({error}); pip install espeakng-loader") from None
+        try:
+            self._lib = ctypes.cdll.LoadLibrary(espeakng_loader.get_library_path())
+        except OSError as error:
+            raise GGTTSError(f"cannot load espeak-ng's library: {error}") from None
+        lib = self._lib
+        lib.espeak_Initialize.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+        lib.espeak_SetVoiceByName.argtypes = [ctypes.c_char_p]
+        lib.espeak_TextToPhonemes.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int]
+        lib.espeak_TextToPhonemes.restype = ctypes.c_char_p
+        data = str(espeakng_loader.get_data_path()).encode()
+        if lib.espeak_Initialize(AUDIO_OUTPUT_SYNCHRONOUS, 0, data, 0) < 0:
+            raise GGTTSError(f"espeak-ng did not start with its data at {data.decode()}")
+        self._voice: str | None = None
+
+    def clauses(self, text: str, voice: str) -> list[Clause]:
+        """``text`` in ``voice`` (an espeak-ng voice name, e.g. ``en-us``) as its clauses' phonemes."""
+        encoded = text.encode("utf-8")
+        with _LOCK:
+            if voice != self._voice:
+                if self._lib.espeak_SetVoiceByName(voice.encode()) != 0:
+                    raise GGTTSError(f"espeak-ng has no voice '{voice}'")
+                self._voice = voice
+            buffer = ctypes.create_string_buffer(encoded)
+            base = ctypes.addressof(buffer)
+            pointer = ctypes.c_void_p(base)
+            clauses = []
+            while pointer.value:
+                start = pointer.value - base
+                phonemes = self._lib.espeak_TextToPhonemes(ctypes.byref(pointer), CHARS_UTF8, PHONEMES_IPA)
+                consumed = encoded[start : pointer.value - base if pointer.value else len(encoded)]
+                consumed_text = consumed.decode("utf-8", errors="ignore")
+                if pointer.value:  # espeak-ng has read one character of the next clause to end this one
+                    consumed_text = consumed_text[:-1]
+                end = _clause_end(consumed_text)
+                clauses.append(Clause((phonemes or b"").decode("utf-8"), end, end in SENTENCE_ENDS))
+        return clauses
+
+
+def _clause_end(consumed: str) -> str:
+    """The clause punctuation at the end of the text a clause consumed (past spaces and closing quotes)."""
+    tail = consumed.rstrip()
+    while tail and (tail[-1] in CLOSERS or unicodedata.category(tail[-1]) == "Pf"):
+        tail = tail[:-1].rstrip()
+    return CLAUSE_ENDS.get(tail[-1], "") if tail else ""
+
+
+@functools.cache
+def espeak() -> Espeak:
+    """The process's espeak-ng (loaded on first use)."""
+    return Espeak()
