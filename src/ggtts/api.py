@@ -15,16 +15,25 @@ DEFAULT_MODEL = "kokoro"
 __all__ = ["DEFAULT_MODEL", "MAX_SPEED", "MIN_SPEED", "TTSModel", "check_speed", "check_text", "load"]
 
 
-def resolve_model_path(path_or_name: str | os.PathLike[str] | None) -> Path:
-    """A GGUF path for a file path or a built-in model name (``kokoro``, the default)."""
-    name = DEFAULT_MODEL if path_or_name is None else os.fspath(path_or_name)
-    if name == DEFAULT_MODEL:
-        from ggtts.convert.default_model import ensure_default_model
+def builtin_names() -> dict[str, str]:
+    """Built-in model names -> "module:function" building their GGUF, as the family records declare them."""
+    from ggtts.families import families
 
-        return ensure_default_model()
+    return {name: target for family in families() for name, target in family.builtins.items()}
+
+
+def resolve_model_path(path_or_name: str | os.PathLike[str] | None) -> Path:
+    """A GGUF path for a file path or a built-in model name (``kokoro``, the default; ``piper-joe``, ...)."""
+    name = DEFAULT_MODEL if path_or_name is None else os.fspath(path_or_name)
+    builtins = builtin_names()
+    if name in builtins:
+        from ggtts.families.base import import_target
+
+        built: Path = import_target(builtins[name])()
+        return built
     path = Path(name).expanduser()
     if not path.exists() and not path.suffix:
-        raise GGTTSError(f"unknown model '{name}': give a .gguf file or the built-in name '{DEFAULT_MODEL}'")
+        raise GGTTSError(f"unknown model '{name}': give a .gguf file or a built-in name ({', '.join(builtins)})")
     return path
 
 

@@ -46,12 +46,12 @@ def _human_bytes(n: float) -> str:
 
 
 def cmd_info(args: argparse.Namespace) -> int:
-    from ggtts.api import DEFAULT_MODEL, resolve_model_path
+    from ggtts.api import resolve_model_path
     from ggtts.families import families, family_for
     from ggtts.gguf import GGUFFile
 
     # a built-in name is its file in the cache (built on first use, as ``-m kokoro`` builds it)
-    g = GGUFFile(resolve_model_path(args.file) if args.file == DEFAULT_MODEL else args.file)
+    g = GGUFFile(resolve_model_path(args.file))
     print(f"file: {g.path}")
     print(f"GGUF version: {g.version}")
     companion = [(f, c) for f in families() for c in f.companions if c.architecture == g.architecture]

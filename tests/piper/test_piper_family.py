@@ -95,3 +95,27 @@ def test_a_seed_gives_one_draw_and_speed_shortens(gguf_path: Path) -> None:
         model.synthesize("Hi.", noise_scale=-1)
     with pytest.raises(InputError):
         model.synthesize("Hi.", voice="nobody")
+
+
+def test_piper_joe_is_built_once_checked_and_rebuilt_when_damaged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ggtts.convert import piper_builtin
+
+    monkeypatch.setenv("GGTTS_HOME", str(tmp_path))
+    model = ggtts.load("piper-joe", device="cpu")
+    path = tmp_path / piper_builtin.JOE_FILE
+    assert model.voices == ["joe"] and path.is_file()
+    assert "building the Piper joe voice (first run only)" in capsys.readouterr().err
+    stamp = path.stat().st_mtime_ns
+    ggtts.load("piper-joe", device="cpu")
+    assert path.stat().st_mtime_ns == stamp and "building" not in capsys.readouterr().err
+    with open(path, "r+b") as f:  # cut short: found damaged, rebuilt
+        f.truncate(path.stat().st_size // 2)
+    assert len(ggtts.load("piper-joe", device="cpu").synthesize("Yes.")) > 0
+    assert "again, the cached copy was damaged" in capsys.readouterr().err
+    path.unlink()
+    monkeypatch.setitem(piper_builtin.JOE_SHA256, piper_builtin.JOE_ONNX, "0" * 64)
+    with pytest.raises(ggtts.GGTTSError, match="not the published voice; reinstall"):
+        ggtts.load("piper-joe")
+    assert not path.exists()

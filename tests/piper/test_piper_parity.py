@@ -16,14 +16,14 @@ from ggtts.convert.piper_onnx import convert_piper
 from ggtts.gguf import GGUFFile
 from ggtts.measure.parity import print_table
 from ggtts.measure.piper.parity import stages
-from ggtts.measure.piper.upstream import N_VOCAB, VOICES, build_upstream, export_onnx, write_config
+from ggtts.measure.piper.upstream import N_VOCAB, TINY_IDS, VOICES, build_upstream, export_onnx, write_config
 from ggtts.models.piper.load import load_piper
 from ggtts.models.piper.model import PiperModel
 
 pytest.importorskip("piper.train.vits.models")
 onnx = pytest.importorskip("onnx")
 
-IDS = torch.tensor([[1, 0, 20, 0, 8, 0, 15, 0, 15, 0, 18, 0, 3, 0, 26, 0, 18, 0, 21, 0, 15, 0, 7, 0, 44, 0, 2]])
+IDS = torch.tensor([TINY_IDS])
 assert int(IDS.max()) < N_VOCAB
 
 
@@ -107,3 +107,11 @@ def test_the_durations_check_sees_a_one_percent_error(medium: Built) -> None:
         broken.get_parameter("dp.flows.3.proj.weight").mul_(1.01)
     results = {r.stage: r for r in stages(medium.upstream, broken, IDS, noise_scale=0.0, noise_w=0.8)}
     assert not results["durations.log"].ok
+
+
+def test_the_record_names_this_check_for_ggtts_parity() -> None:
+    from ggtts.families.base import import_target
+    from ggtts.families.piper import FAMILY
+    from ggtts.measure.piper.parity import piper_parity
+
+    assert FAMILY.parity is not None and import_target(FAMILY.parity) is piper_parity

@@ -20,7 +20,7 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ggtts.errors import ConversionError, GGUFError
@@ -170,42 +170,63 @@ def cache_damage(path: Path) -> str | None:
     return None
 
 
-def _discard_damaged(path: Path, damage: str) -> None:
-    log.warning("the cached default model %s is damaged (%s); rebuilding it", path, damage)
+def _discard_damaged(path: Path, damage: str, what: str) -> None:
+    log.warning("the cached %s %s is damaged (%s); rebuilding it", what, path, damage)
     try:
         path.unlink()
     except FileNotFoundError:
         pass
     except OSError as e:
         raise ConversionError(
-            f"the cached default model {path} is damaged ({damage}) and cannot be removed ({e.strerror}); "
+            f"the cached {what} {path} is damaged ({damage}) and cannot be removed ({e.strerror}); "
             f"delete it by hand, or set GGTTS_HOME to a writable folder"
         ) from None
 
 
-def ensure_default_model() -> Path:
-    """Path of the default Kokoro GGUF, building it on first use (about half a minute on 2 CPU cores), and
-    rebuilding it when the cached file is damaged."""
-    path = default_model_path()
-    if path.is_file() and cache_damage(path) is None:
+def ensure_built(
+    path: Path,
+    build: Callable[[Path], Path],
+    damage_of: Callable[[Path], str | None],
+    *,
+    what: str,
+    title: str,
+    needed_bytes: int,
+) -> Path:
+    """The cached GGUF ``path`` of a built-in model, built by ``build(path)`` on first use (under a lock, so two
+    processes build it once), and rebuilt when ``damage_of(path)`` finds the cached file damaged. ``what`` names
+    it in warnings ("default model"), ``title`` in the line printed while it is built."""
+    if path.is_file() and damage_of(path) is None:
         return path
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise ConversionError(f"cannot create the model cache {path.parent} ({e}); set GGTTS_HOME") from e
-    with _exclusive(path.parent / f".{MODEL_FILE}.lock"):
-        damage = cache_damage(path) if path.is_file() else None
+    with _exclusive(path.parent / f".{path.name}.lock"):
+        damage = damage_of(path) if path.is_file() else None
         if path.is_file() and damage is None:  # another process built (or rebuilt) it while we waited
             return path
         if damage is not None:
-            _discard_damaged(path, damage)
+            _discard_damaged(path, damage, what)
         _remove_leftovers(path)
         free = shutil.disk_usage(path.parent).free
-        if free < _NEEDED_BYTES:
+        if free < needed_bytes:
             raise ConversionError(
-                f"{path.parent} has {free >> 20} MiB free; the default model needs about {_NEEDED_BYTES >> 20} MiB"
+                f"{path.parent} has {free >> 20} MiB free; the {what} needs about {needed_bytes >> 20} MiB"
             )
         when = "again, the cached copy was damaged" if damage else "first run only"
-        print(f"ggtts: building the default Kokoro model ({when}) -> {path}", file=sys.stderr, flush=True)
-        build_default_model(path)
+        print(f"ggtts: building {title} ({when}) -> {path}", file=sys.stderr, flush=True)
+        build(path)
     return path
+
+
+def ensure_default_model() -> Path:
+    """Path of the default Kokoro GGUF, building it on first use (about half a minute on 2 CPU cores), and
+    rebuilding it when the cached file is damaged."""
+    return ensure_built(
+        default_model_path(),
+        build_default_model,
+        cache_damage,
+        what="default model",
+        title="the default Kokoro model",
+        needed_bytes=_NEEDED_BYTES,
+    )

@@ -444,6 +444,8 @@ class Family:
     # a list of stage results; `ggtts bench` on one of its files runs ``bench(args, model_path)`` -> exit status
     parity: str | None = None
     bench: str | None = None
+    # built-in model names -> "module:function" returning the GGUF path, built from installed packages on first use
+    builtins: Mapping[str, str] = field(default_factory=dict)
 
     def model_class(self) -> type[TTSModel]:
         if isinstance(self.pipeline, type):

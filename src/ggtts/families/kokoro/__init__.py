@@ -133,4 +133,5 @@ FAMILY = Family(
     converters={"kokoro": "ggtts.convert.kokoro_files:convert_kokoro"},
     parity="ggtts.measure.kokoro.parity:kokoro_parity",
     bench="ggtts.measure.kokoro.bench:run",
+    builtins={"kokoro": "ggtts.convert.default_model:ensure_default_model"},  # the default model
 )

@@ -47,4 +47,6 @@ FAMILY = Family(
     capabilities=Capabilities(max_input_chars=MAX_CHARS),
     voices=voices,
     converters={"piper": "ggtts.convert.piper_onnx:convert_piper"},
+    parity="ggtts.measure.piper.parity:piper_parity",
+    builtins={"piper-joe": "ggtts.convert.piper_builtin:ensure_joe"},
 )

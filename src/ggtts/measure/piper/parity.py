@@ -10,6 +10,8 @@ comes out with the noise on.
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -87,4 +89,33 @@ def stages(
         generator=torch.Generator().manual_seed(seed),
     ).audio
     results.append(compare("end_to_end", ours_audio, audio, TOLERANCES))
+    return results
+
+
+def piper_parity() -> list[StageResult]:
+    """``ggtts parity piper``: each tiny voice (:data:`~ggtts.measure.piper.upstream.VOICES`) built with piper's
+    code, exported to ONNX as piper does, converted and loaded; every stage with the noise on, named
+    ``<voice>/<stage>``."""
+    import tempfile
+    import warnings
+
+    from ggtts.convert.piper_onnx import convert_piper
+    from ggtts.gguf import GGUFFile
+    from ggtts.measure.piper.upstream import TINY_IDS, VOICES, build_upstream, export_onnx, write_config
+    from ggtts.models.piper.load import load_piper
+
+    ids = torch.tensor([TINY_IDS])
+    results = []
+    with tempfile.TemporaryDirectory(prefix="ggtts-parity-") as tmp, warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's tracer warnings
+        for name, voice in VOICES.items():
+            folder = Path(tmp) / name
+            folder.mkdir()
+            upstream = build_upstream(voice)
+            export_onnx(upstream, folder / "voice.onnx", voice.n_speakers)
+            write_config(folder / "voice.onnx.json", voice)
+            ours = load_piper(GGUFFile(convert_piper([folder / "voice.onnx"], folder / "voice.gguf", "f32")))
+            speaker = voice.n_speakers - 1 if voice.n_speakers > 1 else None
+            for r in stages(upstream, ours, ids, speaker=speaker, seed=3):
+                results.append(dataclasses.replace(r, stage=f"{name}/{r.stage}"))
     return results
