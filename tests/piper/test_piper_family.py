@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,9 @@ MORE = (
     "Wait—what? No; yes.",
     "It costs $12.50, or 3.5% of the total: more than last year!",
     "e.g. this, i.e. that",
+    "Really?! Yes. Stop!? Go.",  # a run of marks: the first one's type
+    "Wait... what now",  # an ellipsis ends a clause with no mark
+    "One.\n  \nTwo, three.\n\n\nFour",  # blank lines end sentences without marks
 )
 # a text whose phonemes hold no i-vowel before a vowel: both espeak-ng builds give the same ids
 SAME_IDS_TEXT = "Hello world, this is a test. How are you? Fine: thanks; bye!"
@@ -119,3 +123,22 @@ def test_piper_joe_is_built_once_checked_and_rebuilt_when_damaged(
     with pytest.raises(ggtts.GGTTSError, match="not the published voice; reinstall"):
         ggtts.load("piper-joe")
     assert not path.exists()
+
+
+def test_text_that_says_nothing_is_refused_and_long_text_is_cut(gguf_path: Path) -> None:
+    from ggtts.families.base import NothingToSay
+    from ggtts.families.piper.text import MAX_PHONEMES
+    from ggtts.text.espeak import espeak
+
+    model = ggtts.load(gguf_path, device="cpu")
+    for nothing in ("?", "...", " , ; "):
+        with pytest.raises(NothingToSay):
+            model.synthesize(nothing)
+    table = PhonemeTable.from_gguf(GGUFFile(gguf_path))
+    words = " ".join(["unpunctuated words go on"] * 200)  # no sentence end: one sentence of ~4,000 phonemes
+    pieces = table.sentences(words)
+    assert len(pieces) > 5 and all(len(p) <= MAX_PHONEMES for p in pieces)
+    whole = "".join(c.phonemes + c.end for c in espeak().clauses(words, "en-us"))
+    assert "".join(p for piece in pieces for p in piece) == unicodedata.normalize("NFD", whole)  # nothing lost
+    with pytest.raises(InputError, match="noise_w"):
+        model.synthesize("Hi.", noise_w=3.0)

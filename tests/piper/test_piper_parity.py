@@ -115,3 +115,22 @@ def test_the_record_names_this_check_for_ggtts_parity() -> None:
     from ggtts.measure.piper.parity import piper_parity
 
     assert FAMILY.parity is not None and import_target(FAMILY.parity) is piper_parity
+
+
+def test_speaker_names_sit_at_their_ids_and_configs_are_checked(tmp_path: Path) -> None:
+    from ggtts.convert.piper_onnx import voice_keys
+    from ggtts.errors import ConversionError
+    from ggtts.gguf.keys import Piper as K
+
+    config = {
+        "audio": {"sample_rate": 22050},
+        "espeak": {"voice": "en-us"},
+        "phoneme_id_map": {"_": [0], "^": [1], "$": [2], "a": [3]},
+        "num_speakers": 4,
+        "speaker_id_map": {"ann": 3, "bob": 0},
+    }
+    assert voice_keys(config, tmp_path)[K.SPEAKER_NAMES] == ["bob", "speaker_1", "speaker_2", "ann"]
+    with pytest.raises(ConversionError, match="phoneme_type 'pinyin'"):
+        voice_keys({**config, "phoneme_type": "pinyin"}, tmp_path)
+    with pytest.raises(ConversionError, match="must name its espeak voice"):
+        voice_keys({**config, "espeak": {}}, tmp_path)

@@ -482,7 +482,9 @@ def test_an_empty_chat_answer_is_named(tiny: Tiny, monkeypatch: pytest.MonkeyPat
     from ggtts.errors import InputError
 
     thinker = tiny.tts._load_thinker()
-    monkeypatch.setattr(thinker, "greedy", lambda prompt, limit, eos_ids: [tiny.tts.talker.cfg.im_end])
+    monkeypatch.setattr(
+        thinker, "greedy", lambda prompt, limit, eos_ids, before_step=None: [tiny.tts.talker.cfg.im_end]
+    )
     with pytest.raises(InputError, match="the thinker's answer is empty"):
         tiny.tts.synthesize(TEXT, mode="chat")
 

@@ -314,3 +314,20 @@ def test_mainline_llama_cpp_architecture(pair: tuple, tmp_path: Path) -> None:
     ids = _ids(hf, 24, 4)
     with torch.no_grad():
         torch.testing.assert_close(ours(ids, ours.new_cache(32)), hf(input_ids=ids).logits, rtol=1e-4, atol=1e-4)
+
+
+def test_greedy_runs_its_check_before_every_step(pair: tuple) -> None:
+    """The pipeline passes the request's cancellation check: a given-up chat stops between tokens."""
+    path = pair[3]
+    ours = Thinker.from_gguf(GGUFFile(path), max_len=128)
+    steps: list[int] = []
+
+    def check() -> None:
+        steps.append(1)
+        if len(steps) == 4:
+            raise RuntimeError("cancelled")
+
+    with pytest.raises(RuntimeError, match="cancelled"):
+        ours.greedy(PROMPT, 20, before_step=check)
+    assert len(steps) == 4  # the prefill and three steps, then nothing
+    assert len(ours.greedy(PROMPT, 5, before_step=lambda: None)) == 5

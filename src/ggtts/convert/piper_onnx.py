@@ -176,8 +176,11 @@ def voice_keys(config: Mapping[str, Any], path: Path) -> dict[str, Any]:
             for value in values if isinstance(values, list) else [values]:
                 phonemes.append(str(phoneme))
                 ids.append(int(value))
-        speakers = config.get("speaker_id_map") or {}
-        names = [name for name, _ in sorted(speakers.items(), key=lambda item: int(item[1]))]
+        speakers = {str(name): int(i) for name, i in (config.get("speaker_id_map") or {}).items()}
+        count = max([int(config.get("num_speakers") or 1), *(i + 1 for i in speakers.values())])
+        by_id = {i: name for name, i in speakers.items()}
+        # one name per speaker id (a gap in the map gets a made-up one), so a voice's place is its id
+        names = [by_id.get(i, f"speaker_{i}") for i in range(count)] if speakers else []
         inference = config.get("inference") or {}
         keys: dict[str, Any] = {
             K.SAMPLE_RATE: int(config["audio"]["sample_rate"]),
@@ -195,6 +198,10 @@ def voice_keys(config: Mapping[str, Any], path: Path) -> dict[str, Any]:
         raise ConversionError(f"{path}: not a Piper voice config ({type(e).__name__}: {e})") from None
     if not phonemes or len(set(ids)) != len(ids) or min(ids) < 0:
         raise ConversionError(f"{path}: the phoneme_id_map must give each id to one phoneme")
+    if keys[K.PHONEME_TYPE] not in ("espeak", "text"):
+        raise ConversionError(f"{path}: phoneme_type '{keys[K.PHONEME_TYPE]}' is not one ggtts reads (espeak, text)")
+    if keys[K.PHONEME_TYPE] == "espeak" and not keys[K.ESPEAK_VOICE]:
+        raise ConversionError(f"{path}: an espeak voice's config must name its espeak voice")
     if names:
         keys[K.SPEAKER_NAMES] = names
     return keys
@@ -232,6 +239,12 @@ def convert_piper(sources: list[Path], out: Path, out_type: str) -> Path:
     cfg = _config_of(meta, voice)
     with empty_modules():
         wanted = PiperModel(cfg).state_dict()
+    if max(meta[K.PHONEME_IDS]) >= cfg.n_vocab or len(meta.get(K.SPEAKER_NAMES, [])) > cfg.n_speakers:
+        raise ConversionError(
+            f"{config_path}: its phoneme ids (up to {max(meta[K.PHONEME_IDS])}) or speakers "
+            f"({len(meta.get(K.SPEAKER_NAMES, []))}) do not fit the model "
+            f"({cfg.n_vocab} ids, {cfg.n_speakers} speakers)"
+        )
     missing = [name for name in wanted if name not in voice.tensors]
     if missing:
         raise ConversionError(

@@ -11,7 +11,7 @@ espeak-ng holds one voice and one set of buffers per process, so every call take
 from __future__ import annotations
 
 import ctypes
-import functools
+import re
 import threading
 import unicodedata
 from dataclasses import dataclass
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from ggtts.errors import GGTTSError
 
 AUDIO_OUTPUT_SYNCHRONOUS = 2
+INITIALIZE_DONT_EXIT = 0x8000  # espeak-ng exits the process on a failed start unless told not to
 CHARS_UTF8 = 1
 PHONEMES_IPA = 0x02
 # espeak-ng's punctuation that ends a clause with exactly one of these types (others carry extra flags, such as
@@ -26,6 +27,7 @@ PHONEMES_IPA = 0x02
 CLAUSE_ENDS = {",": ",", ".": ".", "?": "?", "!": "!", ":": ":", ";": ";", "\u2013": ";", "\u2014": ";"}
 SENTENCE_ENDS = frozenset(".?!")
 CLOSERS = frozenset("\"')]}»”’")  # read past after the clause's punctuation
+PARAGRAPH = re.compile(r"\n[ \t\r\f\v]*\n\s*$")
 
 _LOCK = threading.Lock()
 
@@ -55,13 +57,13 @@ class Espeak:
         lib.espeak_TextToPhonemes.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int]
         lib.espeak_TextToPhonemes.restype = ctypes.c_char_p
         data = str(espeakng_loader.get_data_path()).encode()
-        if lib.espeak_Initialize(AUDIO_OUTPUT_SYNCHRONOUS, 0, data, 0) < 0:
+        if lib.espeak_Initialize(AUDIO_OUTPUT_SYNCHRONOUS, 0, data, INITIALIZE_DONT_EXIT) < 0:
             raise GGTTSError(f"espeak-ng did not start with its data at {data.decode()}")
-        self._voice: str | None = None
+        self._voice: str | None = None  # a failed start shows at the first voice: espeak-ng then knows none
 
     def clauses(self, text: str, voice: str) -> list[Clause]:
         """``text`` in ``voice`` (an espeak-ng voice name, e.g. ``en-us``) as its clauses' phonemes."""
-        encoded = text.encode("utf-8")
+        encoded = text.replace("\0", " ").encode("utf-8")  # a NUL would end espeak-ng's text there
         with _LOCK:
             if voice != self._voice:
                 if self._lib.espeak_SetVoiceByName(voice.encode()) != 0:
@@ -79,19 +81,33 @@ class Espeak:
                 if pointer.value:  # espeak-ng has read one character of the next clause to end this one
                     consumed_text = consumed_text[:-1]
                 end = _clause_end(consumed_text)
-                clauses.append(Clause((phonemes or b"").decode("utf-8"), end, end in SENTENCE_ENDS))
+                # a blank line ends a paragraph: a sentence without punctuation, as espeak-ng's CLAUSE_PARAGRAPH
+                paragraph = bool(PARAGRAPH.search(consumed_text))
+                phonemes_text = (phonemes or b"").decode("utf-8")
+                clauses.append(Clause(phonemes_text, "" if paragraph else end, paragraph or end in SENTENCE_ENDS))
         return clauses
 
 
 def _clause_end(consumed: str) -> str:
-    """The clause punctuation at the end of the text a clause consumed (past spaces and closing quotes)."""
+    """The clause punctuation at the end of the text a clause consumed (past spaces and closing quotes): the
+    first mark of a run ("?!" is a question, as espeak-ng reads it); an ellipsis ends a clause with none."""
     tail = consumed.rstrip()
     while tail and (tail[-1] in CLOSERS or unicodedata.category(tail[-1]) == "Pf"):
         tail = tail[:-1].rstrip()
-    return CLAUSE_ENDS.get(tail[-1], "") if tail else ""
+    if tail.endswith(("...", "\u2026")):
+        return ""
+    run = len(tail)
+    while run > 0 and tail[run - 1] in CLAUSE_ENDS:
+        run -= 1
+    return CLAUSE_ENDS[tail[run]] if run < len(tail) else ""
 
 
-@functools.cache
+_SHARED: list[Espeak] = []
+
+
 def espeak() -> Espeak:
-    """The process's espeak-ng (loaded on first use)."""
-    return Espeak()
+    """The process's espeak-ng (loaded on first use, once, whichever thread asks first)."""
+    with _LOCK:
+        if not _SHARED:
+            _SHARED.append(Espeak())
+        return _SHARED[0]

@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from ggtts.gguf import GGUFFile
 
 MAX_CHARS = 100_000
-MAX_NOISE = 10.0
+MAX_NOISE = 2.0  # piper's voices use 0.3-1; far above, drawn durations run to thousands of frames
 
 
 @dataclass(frozen=True)

@@ -196,7 +196,11 @@ class Qwen3OmniPipeline(TTSModel):
         if mode == "say":
             return [*self.tokenizer.encode(text, parse_special=False), cfg.im_end]
         thinker = self._load_thinker()
-        return list(thinker.greedy(prompt, limit, eos_ids=[cfg.im_end]))
+        from ggtts.runtime.cancel import check_cancelled
+
+        # a server's given-up request stops between tokens (the thinker loads on first use, after the server made
+        # the pipeline's other models cancellable module by module)
+        return list(thinker.greedy(prompt, limit, eos_ids=[cfg.im_end], before_step=check_cancelled))
 
     def _stream(
         self,

@@ -494,7 +494,8 @@ class PiperModel(nn.Module):
         speaker: int | None = None,
         generator: torch.Generator | None = None,
     ) -> Synthesis:
-        """One utterance, ids (1, T) -> audio (1, frames * hop) in [-1, 1] and the frames of each id."""
+        """One utterance, ids (1, T) -> audio (1, frames * hop) in [-1, 1] and the frames of each id. The noise is
+        drawn on the CPU: ``generator`` is a CPU one, whatever the model's device."""
         text, mean, log_scale, mask, g = self.encode(ids, speaker)
         frames = self.durations(text, mask, g, noise_w, length_scale, generator)
         audio = self.decode(mean, log_scale, frames, g, noise_scale, generator)

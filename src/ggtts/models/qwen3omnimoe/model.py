@@ -10,7 +10,7 @@ transformers' M-RoPE with equal temporal, height and width positions is plain NE
 from __future__ import annotations
 
 import os
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -157,11 +157,20 @@ class Thinker(nn.Module):
         return out.logits
 
     @torch.no_grad()
-    def greedy(self, tokens: Iterable[int], max_new: int, eos_ids: Collection[int] = ()) -> list[int]:
-        """Greedy continuation of a prompt (one sequence): up to ``max_new`` tokens, stopping after an EOS id."""
+    def greedy(
+        self,
+        tokens: Iterable[int],
+        max_new: int,
+        eos_ids: Collection[int] = (),
+        before_step: Callable[[], None] | None = None,
+    ) -> list[int]:
+        """Greedy continuation of a prompt (one sequence): up to ``max_new`` tokens, stopping after an EOS id.
+        ``before_step`` runs before each forward (a caller's cancellation check raises there)."""
         prompt = list(tokens)
         cache = self.new_cache(len(prompt) + max_new)
         device = self.output_norm.weight.device
+        if before_step is not None:
+            before_step()
         logits = self(torch.tensor([prompt], device=device), cache, last_only=True)
         out: list[int] = []
         while len(out) < max_new:
@@ -169,6 +178,8 @@ class Thinker(nn.Module):
             out.append(token)
             if token in eos_ids or len(out) == max_new:
                 break
+            if before_step is not None:
+                before_step()
             logits = self(torch.tensor([[token]], device=device), cache)
         return out
 
