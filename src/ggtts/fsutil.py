@@ -4,6 +4,7 @@ the target, renamed into place on success)."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import tempfile
 from collections.abc import Iterator
@@ -92,3 +93,12 @@ def atomic_output(target: str | os.PathLike[str]) -> Iterator[Path]:
         if isinstance(e, OSError) and not isinstance(e, GGTTSError):
             raise OutputError(f"{target}: cannot write the output ({e.strerror or e})") from e
         raise
+
+
+def file_sha256(path: Path) -> str:
+    """The hex sha256 of a file's bytes, read a block at a time."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()

@@ -134,3 +134,20 @@ def test_speaker_names_sit_at_their_ids_and_configs_are_checked(tmp_path: Path) 
         voice_keys({**config, "phoneme_type": "pinyin"}, tmp_path)
     with pytest.raises(ConversionError, match="must name its espeak voice"):
         voice_keys({**config, "espeak": {}}, tmp_path)
+
+
+def test_a_draw_past_the_frame_bound_is_refused_before_the_decoder(medium: Built) -> None:
+    from ggtts.errors import InputError
+
+    with pytest.raises(InputError, match=r"the voice drew \d+ frames for 27 phoneme ids .*lower noise_w"):
+        medium.ours.synthesize(IDS, noise_scale=0.0, length_scale=1.0, noise_w=0.0, max_frames_per_id=0)
+
+
+def test_a_phoneme_map_past_the_embedding_is_refused(medium: Built) -> None:
+    from ggtts.errors import GGUFError
+    from ggtts.families.piper.text import PhonemeTable
+
+    table = PhonemeTable.from_gguf(GGUFFile(medium.gguf_path))
+    table.check_vocabulary(N_VOCAB, "voice.gguf")
+    with pytest.raises(GGUFError, match=r"voice.gguf: the phoneme map uses id \d+; the voice's embedding has 10 rows"):
+        table.check_vocabulary(10, "voice.gguf")

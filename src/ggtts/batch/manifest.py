@@ -10,7 +10,6 @@ damaged, and never trusts a file name alone. A line cut short by a kill is ignor
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -18,20 +17,12 @@ from pathlib import Path
 from typing import IO, Any
 
 from ggtts.errors import GGTTSError
+from ggtts.fsutil import file_sha256
 
 MANIFEST_NAME = "manifest.jsonl"
 LOCK_NAME = ".ggtts-batch.lock"
 DONE = "done"
 FAILED = "failed"
-_HASH_BLOCK = 1 << 20
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(_HASH_BLOCK):
-            h.update(block)
-    return h.hexdigest()
 
 
 class Manifest:

@@ -145,29 +145,35 @@ def _exclusive(lock_path: Path) -> Iterator[None]:
             fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
 
-def cache_damage(path: Path) -> str | None:
-    """Why the cached file ``path`` cannot be the default model, or None when it looks whole.
+def gguf_damage(path: Path, architecture: str, lists: str | None = None) -> str | None:
+    """Why the cached built-in ``path`` is not a whole ``architecture`` file, or None when it looks whole.
 
-    Cheap enough for every load: the header parses, the architecture and voices are the model's, every tensor lies
-    within the file and the file ends with the last one (a truncated or extended file fails). The weights
-    themselves are not read."""
+    Cheap enough for every load: the header parses, the architecture is the model's (and its ``lists`` metadata,
+    if named, is a list), it holds tensors, every tensor lies within the file and the file ends with the last one
+    (a truncated or extended file fails). The weights themselves are not read."""
     from ggtts.gguf import GGUFFile
-    from ggtts.gguf.keys import Kokoro as K
 
     try:
         gguf = GGUFFile(path)
     except GGUFError as e:
         return str(e).removeprefix(f"{path}: ")
     arch = gguf.get("general.architecture")
-    if arch != K.ARCH:
-        return f"its architecture is {arch!r}, not '{K.ARCH}'"
-    if not isinstance(gguf.get(K.VOICE_NAMES), list) or not gguf.names():
+    if arch != architecture:
+        return f"its architecture is {arch!r}, not '{architecture}'"
+    if (lists is not None and not isinstance(gguf.get(lists), list)) or not gguf.names():
         return "it lists no voices or holds no tensors"
     end = max(info.offset + info.n_bytes for info in gguf.infos())
     size = path.stat().st_size
     if size - end >= gguf.alignment:
         return f"{size - end} bytes follow its last tensor"
     return None
+
+
+def cache_damage(path: Path) -> str | None:
+    """Why the cached file ``path`` cannot be the default model (:func:`gguf_damage`), or None."""
+    from ggtts.gguf.keys import Kokoro as K
+
+    return gguf_damage(path, K.ARCH, lists=K.VOICE_NAMES)
 
 
 def _discard_damaged(path: Path, damage: str, what: str) -> None:

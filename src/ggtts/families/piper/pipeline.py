@@ -32,10 +32,10 @@ class PiperPipeline(TTSModel):
         self.model = model
         self.table = PhonemeTable.from_gguf(gguf)
         self.table.check_vocabulary(model.cfg.n_vocab, gguf.path)
-        if len(voices(gguf)) > model.cfg.n_speakers:
-            raise GGUFError(f"{gguf.path}: {len(voices(gguf))} speaker names for {model.cfg.n_speakers} speakers")
         self.sample_rate = model.cfg.sample_rate
         self._voices = voices(gguf)
+        if len(self._voices) > model.cfg.n_speakers:
+            raise GGUFError(f"{gguf.path}: {len(self._voices)} speaker names for {model.cfg.n_speakers} speakers")
         self.noise_scale = gguf.get_float(K.NOISE_SCALE, 0.667)
         self.length_scale = gguf.get_float(K.LENGTH_SCALE, 1.0)
         self.noise_w = gguf.get_float(K.NOISE_W, 0.8)
@@ -71,18 +71,17 @@ class PiperPipeline(TTSModel):
         for phonemes in sentences:
             check_cancelled()
             ids = torch.tensor([self.table.ids(phonemes)], device=device)
-            noise_w = self.noise_w if options.noise_w is None else options.noise_w
-            noise_scale = self.noise_scale if options.noise_scale is None else options.noise_scale
             with torch.inference_mode():
-                text, mean, log_scale, mask, g = self.model.encode(ids, speaker if self.model.cfg.gin else None)
-                frames = self.model.durations(text, mask, g, noise_w, self.length_scale / speed, generator)
-                if float(frames.sum()) > MAX_FRAMES_PER_ID * ids.shape[1]:
-                    raise InputError(
-                        f"the voice drew {int(frames.sum())} frames for {ids.shape[1]} phoneme ids (noise_w "
-                        f"{noise_w:g}, speed {speed:g}); lower noise_w"
-                    )
-                audio_out = self.model.decode(mean, log_scale, frames, g, noise_scale, generator)
-            samples = audio_out[0].float().cpu().numpy()
+                out = self.model.synthesize(
+                    ids,
+                    noise_scale=self.noise_scale if options.noise_scale is None else options.noise_scale,
+                    length_scale=self.length_scale / speed,
+                    noise_w=self.noise_w if options.noise_w is None else options.noise_w,
+                    speaker=speaker if self.model.cfg.gin else None,
+                    generator=generator,
+                    max_frames_per_id=MAX_FRAMES_PER_ID,
+                )
+            samples = out.audio[0].float().cpu().numpy()
             if options.normalize:
                 peak = float(np.abs(samples).max()) if samples.size else 0.0
                 samples = samples / peak if peak >= SILENT_PEAK else np.zeros_like(samples)

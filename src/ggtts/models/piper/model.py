@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ggtts.errors import InputError
 from ggtts.models.layers.channel_norm import ChannelLayerNorm
 from ggtts.models.piper.config import PiperConfig
 
@@ -493,10 +494,17 @@ class PiperModel(nn.Module):
         noise_w: float,
         speaker: int | None = None,
         generator: torch.Generator | None = None,
+        max_frames_per_id: int | None = None,
     ) -> Synthesis:
         """One utterance, ids (1, T) -> audio (1, frames * hop) in [-1, 1] and the frames of each id. The noise is
-        drawn on the CPU: ``generator`` is a CPU one, whatever the model's device."""
+        drawn on the CPU: ``generator`` is a CPU one, whatever the model's device. A draw of more than
+        ``max_frames_per_id`` frames per id is an InputError before the decoder runs."""
         text, mean, log_scale, mask, g = self.encode(ids, speaker)
         frames = self.durations(text, mask, g, noise_w, length_scale, generator)
+        if max_frames_per_id is not None and float(frames.sum()) > max_frames_per_id * ids.shape[1]:
+            raise InputError(
+                f"the voice drew {int(frames.sum())} frames for {ids.shape[1]} phoneme ids (noise_w {noise_w:g}, "
+                f"length scale {length_scale:g}); lower noise_w"
+            )
         audio = self.decode(mean, log_scale, frames, g, noise_scale, generator)
         return Synthesis(audio, frames)
