@@ -83,7 +83,7 @@ def test_the_voice_speaks_as_piper_tts_with_the_noise_off(gguf_path: Path, refer
     for a, b in zip(ours, theirs, strict=True):
         expected = b.audio_float_array
         assert a.samples.shape == expected.shape
-        assert float(np.abs(a.samples - expected).max()) <= 1e-3  # both at full scale; measured 1e-4 or less
+        assert float(np.abs(a.samples - expected).max()) <= 1e-3  # seen 1.2e-4; 5e-3 with a 1 % weight error
 
 
 def test_a_seed_gives_one_draw_and_speed_shortens(gguf_path: Path) -> None:
