@@ -324,10 +324,15 @@ def build_parser() -> argparse.ArgumentParser:
     i.set_defaults(func=cmd_info)
 
     from ggtts.server import add_arguments as add_serve_arguments  # light: FastAPI loads only to serve
+    from ggtts.server import add_wyoming_arguments
 
     v = sub.add_parser("serve", help="run the OpenAI-compatible HTTP server")
     add_serve_arguments(v)
     v.set_defaults(func=_delegate("ggtts.server.cli", "run"))
+
+    w = sub.add_parser("wyoming", help="serve the models over the Wyoming protocol (Home Assistant)")
+    add_wyoming_arguments(w)
+    w.set_defaults(func=_delegate("ggtts.server.cli", "run_wyoming"))
 
     b = sub.add_parser("bench", help="measure speed against installed peers")
     b.add_argument("-m", "--model", default=None)

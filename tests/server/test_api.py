@@ -13,8 +13,8 @@ from server_support import API_KEY, KOKORO_FASTAPI_NORMALIZATION, TONE_MAX_INPUT
 from test_faults import chunks_made
 from tone_model import ToneModel
 
-FORMATS = ["wav", "mp3", "opus", "flac", "pcm"]
-STREAM_FORMATS = ["wav", "mp3", "opus", "pcm"]
+FORMATS = ["wav", "mp3", "opus", "aac", "flac", "pcm"]
+STREAM_FORMATS = ["wav", "mp3", "opus", "aac", "pcm"]
 SPEECH = "/v1/audio/speech"
 TEXT = "one two three four"
 # lossy codecs add encoder delay and padding; their length is checked loosely
@@ -73,12 +73,24 @@ def test_web_page_is_served(tone_server: Server) -> None:
 
 
 # ---- formats ----
+def dominant_hz(samples: np.ndarray, rate: int) -> float:
+    spectrum = np.abs(np.fft.rfft(samples * np.hanning(len(samples))))
+    return float(np.argmax(spectrum) * rate / len(samples))
+
+
+@pytest.mark.parametrize("how", [{}, {"stream": False}], ids=["default", "whole"])
 @pytest.mark.parametrize("model_name", ["tone", "tone16k"])
 @pytest.mark.parametrize("fmt", FORMATS)
-def test_each_format_decodes_at_the_model_rate(tone_server: Server, fmt: str, model_name: str) -> None:
+def test_each_format_decodes_at_the_model_rate(
+    tone_server: Server, fmt: str, model_name: str, how: dict[str, object]
+) -> None:
     model = ToneModel(sample_rate=16000 if model_name == "tone16k" else 24000)
-    response = post(tone_server, {"model": model_name, "input": TEXT, "voice": "high", "response_format": fmt})
+    body = {"model": model_name, "input": TEXT, "voice": "high", "response_format": fmt, **how}
+    response = post(tone_server, body)
     assert response.status_code == 200, response.text
+    # streamed by default (as OpenAI's endpoint), except flac; a whole file says its length
+    streamed = not how and fmt != "flac"
+    assert ("content-length" not in response.headers) == streamed, response.headers
     assert response.headers["x-sample-rate"] == str(model.sample_rate)
     samples, rate = decode(response.content, fmt, model.sample_rate)
     assert rate == model.sample_rate
@@ -88,6 +100,7 @@ def test_each_format_decodes_at_the_model_rate(tone_server: Server, fmt: str, mo
     else:
         assert len(expected) <= len(samples) <= len(expected) + LOSSY_EXTRA_SAMPLES
         assert np.sqrt(np.mean(samples**2)) > 0.1  # the tone is there, not silence
+        assert 420 <= dominant_hz(samples, rate) <= 550  # the high voice's 440-528 Hz, not noise or another pitch
 
 
 STREAM_REQUESTS = [{"stream": True}, {"stream_format": "audio"}]
@@ -158,9 +171,12 @@ ERROR_CASES = [
     ({"input": 42}, 422, "input", ["string"]),
     ({"voice": "low"}, 422, "input", ["'input' is required"]),
     ({"input": "hi", "sped": 1.5}, 422, "sped", ["not a field", "speed"]),
-    ({"input": "hi", "response_format": "aac"}, 422, "response_format", ["'wav'", "'pcm'"]),
+    ({"input": "hi", "response_format": "ogg"}, 422, "response_format", ["'wav'", "'aac'", "'pcm'"]),
     ({"input": "hi", "stream": "yes"}, 422, "stream", ["bool"]),
-    ({"input": "hi", "stream_format": "sse"}, 422, "stream_format", ["'audio'"]),
+    ({"input": "hi", "stream_format": "events"}, 422, "stream_format", ["'audio'", "'sse'"]),
+    ({"input": "hi", "instructions": "Speak cheerfully."}, 400, "instructions", ["cannot follow instructions"]),
+    ({"input": "hi", "voice": {"id": "nobody"}}, 400, "voice", ["'nobody'", "low, high"]),
+    ({"input": "hi", "voice": {"name": "low"}}, 422, "voice", []),
     (
         {"input": "hi", "stream": True, "response_format": "flac"},
         400,

@@ -33,7 +33,9 @@ def test_whole_response_has_audio_and_every_word(kokoro_server: Server, path: st
     assert all(set(t) == {"word", "start_time", "end_time"} for t in body["timestamps"])
     assert body["timestamps"][0]["start_time"] >= 0 and body["timestamps"][-1]["end_time"] <= len(samples) / rate
     plain = httpx.post(
-        kokoro_server.url + "/v1/audio/speech", json={"input": TEXT, "response_format": "wav"}, timeout=TIMEOUT_S
+        kokoro_server.url + "/v1/audio/speech",
+        json={"input": TEXT, "response_format": "wav", "stream": False},
+        timeout=TIMEOUT_S,
     )
     assert base64.b64decode(body["audio"]) == plain.content  # the same audio as /v1/audio/speech
 

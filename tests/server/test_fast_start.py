@@ -51,7 +51,9 @@ def _spy(model: ggtts.TTSModel, monkeypatch: pytest.MonkeyPatch) -> list[dict[st
         (SPEECH, {"stream": True, "response_format": "pcm"}, True),
         (SPEECH, {"stream_format": "audio", "response_format": "pcm"}, True),
         (CAPTIONED, {}, True),  # streamed by default, as Kokoro-FastAPI's
-        (SPEECH, {"response_format": "wav"}, False),  # a whole file would only pay for the head
+        (SPEECH, {"response_format": "wav"}, True),  # streamed by default, as OpenAI's
+        (SPEECH, {"response_format": "wav", "stream": False}, False),  # a whole file would only pay for the head
+        (SPEECH, {"response_format": "flac"}, False),  # flac cannot be streamed: whole by default
         (CAPTIONED, {"stream": False}, False),
     ],
 )

@@ -83,7 +83,8 @@ def test_full_queue_answers_503_with_retry_after(tone_server: Server) -> None:
 def test_time_limit_answers_504(tone_server: Server, tone_log: Path) -> None:
     n = int(TONE_TIMEOUT_S / SLOW_CHUNK_S) + 5
     start = time.monotonic()
-    response = post(tone_server, {"model": "slow", "input": words("limit", n), "response_format": "wav"})
+    body = {"model": "slow", "input": words("limit", n), "response_format": "wav", "stream": False}
+    response = post(tone_server, body)
     elapsed = time.monotonic() - start
     assert response.status_code == 504
     assert f"{TONE_TIMEOUT_S:g} s" in response.json()["error"]["message"]
@@ -142,8 +143,14 @@ def test_disconnect_stops_a_whole_request(tone_server: Server, tone_log: Path) -
 
 def test_failing_requests_do_not_harm_others(tone_server: Server) -> None:
     model = ToneModel()
-    good = {"model": "tone", "input": "alpha beta gamma delta", "voice": "high", "response_format": "pcm"}
-    bad_whole = {"model": "tone", "input": "one two FAIL", "response_format": "wav"}
+    good = {
+        "model": "tone",
+        "input": "alpha beta gamma delta",
+        "voice": "high",
+        "response_format": "pcm",
+        "stream": False,
+    }
+    bad_whole = {"model": "tone", "input": "one two FAIL", "response_format": "wav", "stream": False}
     bad_stream = {"model": "tone", "input": "one two FAIL", "response_format": "pcm", "stream": True}
 
     def run(body: dict[str, object]) -> tuple[str, int, bytes]:

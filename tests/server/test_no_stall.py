@@ -86,7 +86,7 @@ def test_disconnect_cancels_the_chunk_in_progress(tone_server: Server, tone_log:
 
 
 def test_time_limit_cancels_the_chunk_in_progress(tone_server: Server, tone_log: Path) -> None:
-    response = post(tone_server, {"model": "slow", "input": "late HEAVY", "response_format": "wav"})
+    response = post(tone_server, {"model": "slow", "input": "late HEAVY", "response_format": "wav", "stream": False})
     assert response.status_code == 504
     wait_until(lambda: not health(tone_server)["slow"]["busy"], timeout_s=FREE_WITHIN_S)
     assert not _log_has(tone_log, "late heavy-end"), "the chunk in progress ran to its end"
@@ -216,7 +216,7 @@ def _hello_seconds(server: Server) -> float:
 )
 def test_hostile_text_does_not_stall_the_next_request(strict_kokoro_server: Server, hostile: str) -> None:
     normal = _hello_seconds(strict_kokoro_server)
-    body = {"input": hostile, "response_format": "wav"}
+    body = {"input": hostile, "response_format": "wav", "stream": False}
     try:  # the client of the report gave up after 3 s
         response = httpx.post(strict_kokoro_server.url + SPEECH, json=body, timeout=3.0)
         assert response.status_code in (200, 400), response.text  # spoken, or "nothing to say"

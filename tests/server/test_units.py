@@ -11,14 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
+from audio_check import decode_aac
 from fastapi.testclient import TestClient
 from tone_model import ToneModel
 
 from ggtts.audio import Audio
 from ggtts.errors import GGTTSError, InputError
 from ggtts.families.base import VoiceMix
-from ggtts.server import app as server_app
-from ggtts.server import model_names, parse_model_spec
+from ggtts.server import model_names, parse_model_spec, speaking
 from ggtts.server.app import create_app
 from ggtts.server.settings import ServerSettings
 from ggtts.server.streaming import drop_mp3_placeholder, mp3_frame_length, stream_encoder
@@ -46,7 +46,7 @@ def test_model_names_default_and_duplicates() -> None:
         parse_model_spec("=x.gguf")
 
 
-@pytest.mark.parametrize("fmt", ["wav", "pcm", "mp3", "opus"])
+@pytest.mark.parametrize("fmt", ["wav", "pcm", "mp3", "opus", "aac"])
 @pytest.mark.parametrize("rate", [16000, 24000])
 def test_stream_encoders_decode_to_the_whole(fmt: str, rate: int) -> None:
     model = ToneModel(sample_rate=rate)
@@ -56,6 +56,9 @@ def test_stream_encoders_decode_to_the_whole(fmt: str, rate: int) -> None:
     expected = Audio.concatenate(chunks).samples
     if fmt == "pcm":
         samples = np.frombuffer(data, "<i2") / 32768
+    elif fmt == "aac":
+        samples, got_rate = decode_aac(data)
+        assert got_rate == rate
     else:
         samples, got_rate = sf.read(io.BytesIO(data), dtype="float32")
         assert got_rate == rate
@@ -63,6 +66,7 @@ def test_stream_encoders_decode_to_the_whole(fmt: str, rate: int) -> None:
         np.testing.assert_allclose(samples, expected, atol=2 / 32768)
     else:  # lossy: encoder delay and padding, but never a length read from an empty header
         assert len(expected) <= len(samples) <= len(expected) + 4096
+        assert np.sqrt(np.mean(np.square(samples))) > 0.1  # the tone, not silence
 
 
 def test_mp3_placeholder_frame_is_dropped() -> None:
@@ -117,7 +121,7 @@ def test_a_failing_stream_encoder_gives_its_queue_place_back(monkeypatch: pytest
     app = create_app({"t": ToneModel()}, ServerSettings(max_queue=0))
     body = {"input": "a b", "response_format": "mp3", "stream": True}
     with TestClient(app) as client:
-        monkeypatch.setattr(server_app, "stream_encoder", broken_encoder)
+        monkeypatch.setattr(speaking, "stream_encoder", broken_encoder)
         for _ in range(3):
             response = client.post(SPEECH, json=body)
             assert response.status_code == 500
@@ -195,7 +199,7 @@ def test_volume_clips_and_stops_the_model_when_closed() -> None:
             closed.append("model")
 
     model = chunks()
-    louder = server_app._at_volume(model, 10.0)
+    louder = speaking.at_volume(model, 10.0)
     first = next(louder)
     np.testing.assert_allclose(first.samples, [1.0, -1.0, 0.5])  # clipped to [-1, 1]
     assert first.offset == 0.0 and first.sample_rate == 24000

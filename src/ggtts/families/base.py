@@ -239,6 +239,12 @@ class TTSModel(ABC):
         voices = self.voices
         return voices[0] if voices else None
 
+    def voice_languages(self, voice: str) -> list[str]:
+        """The languages ``voice`` speaks as POSIX-style codes ("en_US", "ja"), where the model knows them (its
+        family's voice names, or its file); empty when it does not."""
+        code = self.family.voice_traits(voice).get("language_code") if self.family is not None else None
+        return [code] if code else []
+
     def resolve_voice(self, voice: str | None) -> VoiceMix | None:
         """The voice asked for, checked against the model's voices (``None``: the default voice); a blend only
         where the family blends voices."""

@@ -24,6 +24,7 @@ from ggtts.server.settings import (
     DEFAULT_MAX_QUEUE,
     DEFAULT_PORT,
     DEFAULT_TIMEOUT_S,
+    DEFAULT_WYOMING_URI,
     LOOPBACK_HOSTS,
     ServerSettings,
     allowed_host_names,
@@ -140,14 +141,7 @@ def _configure_logging() -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``ggtts serve`` and ``python -m ggtts.server`` (``serve_from_args`` reads them)."""
-    parser.add_argument(
-        "-m",
-        "--model",
-        action="append",
-        default=None,
-        metavar="MODEL",
-        help=f"a .gguf file, NAME=PATH, or '{DEFAULT_MODEL}' (the default); repeat to serve several",
-    )
+    _add_model_argument(parser)
     parser.add_argument("--host", default=DEFAULT_HOST, help=f"address to listen on (default {DEFAULT_HOST})")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     parser.add_argument(
@@ -155,6 +149,41 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help=f"require 'Authorization: Bearer KEY' on the API (default: ${API_KEY_ENV})",
     )
+    parser.add_argument(
+        "--allowed-hosts",
+        action="append",
+        default=None,
+        metavar="NAMES",
+        help="host names the server answers to besides the loopback names and --host, comma-separated "
+        "('*': any); default: only those, or any when --host is 0.0.0.0",
+    )
+    _add_limits(parser)
+
+
+def add_wyoming_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``ggtts wyoming`` (``wyoming_from_args`` reads them)."""
+    _add_model_argument(parser)
+    parser.add_argument(
+        "--uri",
+        default=DEFAULT_WYOMING_URI,
+        help="where to listen: tcp://HOST:PORT, unix://PATH or stdio:// "
+        f"(default {DEFAULT_WYOMING_URI}; Home Assistant finds it by host and port)",
+    )
+    _add_limits(parser)
+
+
+def _add_model_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-m",
+        "--model",
+        action="append",
+        default=None,
+        metavar="MODEL",
+        help=f"a .gguf file, NAME=PATH, or a built-in name ('{DEFAULT_MODEL}', the default); repeat to serve several",
+    )
+
+
+def _add_limits(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-queue",
         type=int,
@@ -172,14 +201,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=DEFAULT_TIMEOUT_S,
         help=f"seconds a request may take, queueing included (default {DEFAULT_TIMEOUT_S:g})",
-    )
-    parser.add_argument(
-        "--allowed-hosts",
-        action="append",
-        default=None,
-        metavar="NAMES",
-        help="host names the server answers to besides the loopback names and --host, comma-separated "
-        "('*': any); default: only those, or any when --host is 0.0.0.0",
     )
     add_flags(parser, LOAD)
     fast = family_flags(PER_CALL).get("fast_start")
@@ -212,6 +233,24 @@ def serve_from_args(args: argparse.Namespace) -> None:
         load_options=load_options(args),
         fast_start=args.fast_start,
     )
+
+
+def wyoming_from_args(args: argparse.Namespace) -> None:
+    """``ggtts wyoming``: load the models, then serve them over the Wyoming protocol until interrupted."""
+    try:
+        from ggtts.server.wyoming import serve as serve_wyoming
+    except ImportError as exc:
+        raise GGTTSError(f"the Wyoming server needs {exc.name}: pip install 'ggtts[server]'") from None
+    settings = ServerSettings(
+        max_queue=args.max_queue,
+        max_input_chars=args.max_input_chars,
+        timeout_s=args.timeout,
+        fast_start=args.fast_start,
+    )
+    model_names(args.model or [])
+    models = load_models(args.model or [], load_options(args))
+    _configure_logging()
+    serve_wyoming(models, settings, args.uri)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

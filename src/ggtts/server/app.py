@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import dataclasses
+import contextlib
 import functools
 import json
 import logging
@@ -25,12 +25,12 @@ from starlette.types import Send
 from ggtts import __version__
 from ggtts.api import TTSModel
 from ggtts.audio import Audio, WordTiming
-from ggtts.errors import GGTTSError, InputError
-from ggtts.families.base import UnknownVoiceError, VoiceMix, VoiceWeightError, check_unicode
 from ggtts.server.errors import ApiError
 from ggtts.server.guard import GuardMiddleware
-from ggtts.server.options import RequestBodies, option_cards, request_bodies, request_options
+from ggtts.server.live import add_live_route
+from ggtts.server.options import RequestBodies, option_cards
 from ggtts.server.schemas import (
+    EVENT_STREAM,
     MEDIA_TYPES,
     NDJSON,
     CaptionedSpeechRequest,
@@ -43,9 +43,10 @@ from ggtts.server.schemas import (
     VoiceList,
 )
 from ggtts.server.settings import ServerSettings
-from ggtts.server.streaming import STREAMABLE_FORMATS, StreamEncoder, stream_encoder, unsupported_rate_message
-from ggtts.server.validation import check_download_link, validation_error
-from ggtts.server.worker import ClientGone, Deadline, ModelWorker, Steps, Ticket
+from ggtts.server.speaking import Prepared, Speaker, spoken, start_encoder, synthesis_error
+from ggtts.server.streaming import StreamEncoder, encode_whole
+from ggtts.server.validation import validation_error
+from ggtts.server.worker import ClientGone, Deadline, ModelWorker, Steps
 
 log = logging.getLogger("ggtts.server")
 
@@ -56,24 +57,21 @@ CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that left first; only
 
 def create_app(models: Mapping[str, TTSModel], settings: ServerSettings | None = None) -> FastAPI:
     """The app serving ``models`` under their names; the first is the default model."""
-    if not models:
-        raise ValueError("the server needs at least one model")
-    settings = settings or ServerSettings()
-    workers = {name: ModelWorker(name, model, settings.max_queue) for name, model in models.items()}
+    speaker = Speaker(models, settings or ServerSettings())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         yield
-        for worker in workers.values():
-            worker.shutdown()
+        speaker.shutdown()
 
     app = FastAPI(title="ggtts", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
-    app.state.workers = workers
-    app.state.settings = settings
-    app.add_middleware(GuardMiddleware, settings=settings)
-    app.state.bodies = bodies = request_bodies(w.model.family for w in workers.values())
+    app.state.workers = speaker.workers
+    app.state.settings = speaker.settings
+    app.add_middleware(GuardMiddleware, settings=speaker.settings)
+    app.state.bodies = speaker.bodies
     _add_error_handlers(app)
-    _add_routes(app, workers, settings, bodies)
+    _add_routes(app, speaker)
+    add_live_route(app, speaker)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app
 
@@ -105,21 +103,9 @@ def _add_error_handlers(app: FastAPI) -> None:
         return Response(status_code=CLIENT_CLOSED_REQUEST)
 
 
-def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerSettings, bodies: RequestBodies) -> None:
+def _add_routes(app: FastAPI, speaker: Speaker) -> None:
     created = int(time.time())
-    default_model = next(iter(workers))
-
-    def worker_for(name: str | None) -> ModelWorker:
-        if name is None or (name in OPENAI_MODELS and name not in workers):
-            name = default_model  # OpenAI's model names, which clients send by default, mean the default model
-        if name not in workers:
-            raise ApiError(
-                404,
-                f"model '{name}' is not loaded on this server; available: {', '.join(workers)}",
-                code="model_not_found",
-                param="model",
-            )
-        return workers[name]
+    workers, settings, bodies = speaker.workers, speaker.settings, speaker.bodies
 
     @app.get("/health")
     async def health() -> Health:
@@ -145,61 +131,30 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
 
     @app.get("/v1/voices")
     async def list_voices(model: str | None = None) -> VoiceList:
-        chosen = [worker_for(model)] if model is not None else list(workers.values())
+        chosen = [speaker.worker_for(model)] if model is not None else list(workers.values())
         return VoiceList(
             data=[ModelVoices(model=w.name, voices=w.model.voices, default_voice=w.model.default_voice) for w in chosen]
         )
 
-    def prepare(body: SpeechRequest) -> tuple[ModelWorker, str, Callable[[], Iterator[Audio]]]:
-        """The checks every speech request passes before any work (model, voice, input, format, the model's
-        options); the model, the text, and what makes its audio, chunk by chunk, at the volume asked for."""
-        for field in ("model", "voice", "lang_code"):
-            value = getattr(body, field)
-            if isinstance(value, str):
-                try:
-                    check_unicode(value)
-                except InputError as e:
-                    raise ApiError(400, f"{field}: {e}", code="invalid_value", param=field) from None
-        worker = worker_for(body.model)
-        voice = _check_voice(worker, body.voice)
-        text = _check_input(body.input, settings.max_input_chars)
-        fmt = body.response_format
-        if body.streaming and fmt not in STREAMABLE_FORMATS:
-            raise ApiError(
-                400,
-                f"{fmt} cannot be streamed; stream {', '.join(STREAMABLE_FORMATS)}, or ask for {fmt} without streaming",
-                code="unsupported_value",
-                param="response_format",
-            )
-        rate_problem = unsupported_rate_message(fmt, worker.model.sample_rate)
-        if rate_problem is not None:
-            raise ApiError(400, rate_problem, code="unsupported_value", param="response_format")
-        check_download_link(body)
-        options = request_options(worker.name, worker.model, body)
-        family = worker.model.family
-        if settings.fast_start and body.streaming and family is not None and "fast_start" in family.option_names():
-            options["fast_start"] = True
-        model, volume = worker.model, body.volume
-
-        def chunks() -> Iterator[Audio]:
-            audio = model.stream(text, voice=voice, speed=body.speed, **options)
-            return audio if volume == 1.0 else _at_volume(audio, volume)
-
-        return worker, text, chunks
-
     async def speech(body: SpeechRequest, request: Request) -> Response:
-        worker, text, chunks = prepare(body)
+        """OpenAI's ``/v1/audio/speech``: the audio's bytes as they are made (the default for every format but
+        flac), one whole file (``"stream": false``), or server-sent events (``"stream_format": "sse"``)."""
+        prepared = speaker.prepare(body, streaming=body.streaming)
+        worker, text, chunks = prepared.worker, prepared.text, prepared.chunks
         model = worker.model
         fmt = body.response_format
         deadline = Deadline(settings.timeout_s, request.is_disconnected)
         headers = {"X-Sample-Rate": str(model.sample_rate)}
         started = time.monotonic()
+        if body.sse:
+            produce = lambda encoder: _sse_events(chunks(), encoder, chars=len(text))  # noqa: E731
+            return await _streamed(worker, text, fmt, produce, deadline, headers, EVENT_STREAM, error_bytes=_sse_error)
         if body.streaming:
             return await _streamed(
                 worker, text, fmt, lambda encoder: _encoded(chunks(), encoder), deadline, headers, MEDIA_TYPES[fmt]
             )
-        audio = await _whole(worker.admit(len(text)), chunks, deadline)
-        data = await asyncio.to_thread(audio.encode, fmt)
+        audio = await _whole(prepared, deadline)
+        data = await asyncio.to_thread(encode_whole, audio, fmt)
         log.info(
             "%s: %d chars -> %.2f s of audio as %s in %.2f s",
             worker.name,
@@ -218,9 +173,17 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
         ``{"audio": base64, "audio_format": media type, "timestamps": [{"word", "start_time", "end_time"}]}``;
         streamed (the default, as there), one such object per line for each chunk, whose ``audio`` fields join
         into one file of the format asked for."""
-        worker, text, chunks = prepare(body)
+        prepared = speaker.prepare(body, streaming=body.streaming)
+        worker, text, chunks = prepared.worker, prepared.text, prepared.chunks
         model = worker.model
         fmt = body.response_format
+        if body.sse:
+            raise ApiError(
+                400,
+                "captioned speech streams JSON lines; leave stream_format out (or use /v1/audio/speech for sse)",
+                code="unsupported_value",
+                param="stream_format",
+            )
         if body.return_timestamps and not (model.family and model.family.capabilities.timestamps):
             raise ApiError(
                 400,
@@ -234,9 +197,9 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
         keep = body.return_timestamps
         if body.streaming:
             produce = lambda encoder: _captioned(chunks(), encoder, fmt=fmt, keep=keep)  # noqa: E731
-            return await _streamed(worker, text, fmt, produce, deadline, headers, NDJSON, error_line=True)
-        audio = await _whole(worker.admit(len(text)), chunks, deadline)
-        data = await asyncio.to_thread(audio.encode, fmt)
+            return await _streamed(worker, text, fmt, produce, deadline, headers, NDJSON, error_bytes=_json_line)
+        audio = await _whole(prepared, deadline)
+        data = await asyncio.to_thread(encode_whole, audio, fmt)
         return JSONResponse(_caption_body(data, fmt, audio.words if keep else ()), headers=headers)
 
     captioned_speech.__annotations__["body"] = bodies.captioned
@@ -248,112 +211,12 @@ def _add_routes(app: FastAPI, workers: dict[str, ModelWorker], settings: ServerS
         return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
 
 
-def _start_encoder(fmt: str, sample_rate: int) -> StreamEncoder:
-    try:
-        return stream_encoder(fmt, sample_rate)
-    except Exception as exc:
-        log.error("could not start the %s stream encoder", fmt, exc_info=exc)
-        raise ApiError(
-            500,
-            f"could not start streaming {fmt} ({type(exc).__name__}); see the server log",
-            code="encoder_failed",
-        ) from exc
-
-
-# OpenAI's model and voice names: clients written for OpenAI send them, often hard-coded. A model or voice loaded
-# under such a name is itself; otherwise they mean the server's default model and the model's default voice (as
-# Kokoro-FastAPI maps them onto its own), so those clients work unchanged.
-OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")
-OPENAI_VOICES = ("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse")
-
-
-def _check_voice(worker: ModelWorker, voice: str | None) -> VoiceMix | None:
-    """The voice to ask the model for, resolved once (the model takes it as it is), when each name in ``voice`` is
-    one of the model's voices; else 400.
-
-    A voice may be a mix of the model's voices, "a:0.6,b:0.4" ("a,b" weighs them equally): every name in it must
-    be one the model lists (the family's own parser checks it), so nothing else from a request (a file path, say)
-    ever reaches the model as a voice."""
-    if voice is None or (voice in OPENAI_VOICES and voice not in worker.model.voices):
-        voice = None  # OpenAI's voice names, which clients send by default: the model's default
-    try:
-        mix = worker.model.resolve_voice(voice)
-    except UnknownVoiceError as e:
-        voices = e.voices
-        choices = f"choose one of: {', '.join(voices)}" if voices else "it has no voices; leave voice out"
-        raise ApiError(
-            400,
-            f"voice '{e.name}' is not available for model '{worker.name}'; {choices}",
-            code="voice_not_found",
-            param="voice",
-        ) from None
-    except VoiceWeightError as e:
-        raise ApiError(400, str(e), code="invalid_voice_weight", param="voice") from None
-    except InputError as e:  # a blend asked of a family that cannot blend
-        raise ApiError(400, str(e), code="invalid_voice", param="voice") from None
-    return mix
-
-
-def _check_input(text: str, max_chars: int) -> str:
-    if len(text) > max_chars:
-        raise ApiError(
-            413,
-            f"input is {len(text)} characters long; this server takes at most {max_chars} per request: "
-            "split the text into several requests",
-            code="input_too_long",
-            param="input",
-        )
-    if not text.strip():
-        raise ApiError(400, "input is empty; give the text to speak", code="empty_input", param="input")
-    try:
-        return check_unicode(text)
-    except InputError as e:
-        raise ApiError(400, f"input: {e}", code="invalid_input", param="input") from None
-
-
-def _at_volume(chunks: Iterator[Audio], volume: float) -> Iterator[Audio]:
-    """The chunks with their samples times ``volume`` (``volume_multiplier``), clipped to [-1, 1]; closing it
-    closes ``chunks`` (which stops synthesis on the model's thread)."""
-    try:
-        for chunk in chunks:
-            yield dataclasses.replace(chunk, samples=np.clip(chunk.samples * volume, -1.0, 1.0))
-    finally:
-        close = getattr(chunks, "close", None)
-        if close is not None:
-            close()
-
-
-def _synthesis_error(exc: Exception) -> ApiError:
-    """What the client is told when synthesis raised ``exc``."""
-    if isinstance(exc, ApiError):
-        return exc
-    if isinstance(exc, InputError):
-        return ApiError(400, str(exc), code="invalid_input")
-    if isinstance(exc, GGTTSError):
-        return ApiError(500, f"synthesis failed: {exc}", code="synthesis_failed")
-    log.error("synthesis failed", exc_info=exc)
-    return ApiError(500, f"synthesis failed ({type(exc).__name__}); see the server log", code="synthesis_failed")
-
-
-async def _whole(ticket: Ticket, chunks: Callable[[], Iterator[Audio]], deadline: Deadline) -> Audio:
-    steps: Steps[Audio] | None = None
-    parts: list[Audio] = []
-    try:
-        await ticket.take_turn(deadline)
-        steps = Steps(ticket, chunks, deadline)
-        while (part := await steps.next()) is not None:
-            parts.append(part)
-    except (ApiError, ClientGone):
-        raise
-    except Exception as exc:
-        raise _synthesis_error(exc) from exc
-    finally:
-        if steps is not None:
-            steps.close()
-        else:
-            ticket.release()
+async def _whole(prepared: Prepared, deadline: Deadline) -> Audio:
+    """The whole audio of a prepared request (its chunks joined)."""
+    async with contextlib.aclosing(spoken(prepared, deadline)) as chunks:
+        parts = [part async for part in chunks]
     if not parts:
-        return Audio(np.zeros(0, dtype=np.float32), ticket.worker.model.sample_rate)
+        return Audio(np.zeros(0, dtype=np.float32), prepared.worker.model.sample_rate)
     return Audio.concatenate(parts)
 
 
@@ -367,6 +230,31 @@ def _caption_body(data: bytes, fmt: str, words: Sequence[WordTiming]) -> dict[st
             if not w.continues  # streamed: the rest of a word the line before began (its start is what counts)
         ],
     }
+
+
+def _json_line(error: ApiError) -> bytes:
+    return json.dumps(error.body(), ensure_ascii=False).encode() + b"\n"
+
+
+def _sse_event(event: Mapping[str, object]) -> bytes:
+    return b"data: " + json.dumps(event, ensure_ascii=False).encode() + b"\n\n"
+
+
+def _sse_error(error: ApiError) -> bytes:
+    return _sse_event({"type": "error", **error.body()})
+
+
+def _sse_events(chunks: Iterator[Audio], encoder: StreamEncoder, *, chars: int) -> Iterator[bytes]:
+    """Runs on the model's thread: OpenAI's speech events, a ``speech.audio.delta`` for each chunk's encoded bytes
+    (base64), then ``speech.audio.done``. Its ``usage`` counts characters in and chunks out (ggtts has no
+    tokens; both are what was asked and made here)."""
+    count = 0
+    for data, _ in _encoded_with_words(chunks, encoder):
+        if data:
+            count += 1
+            yield _sse_event({"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")})
+    usage = {"input_tokens": chars, "output_tokens": count, "total_tokens": chars + count}
+    yield _sse_event({"type": "speech.audio.done", "usage": usage})
 
 
 def _captioned(chunks: Iterator[Audio], encoder: StreamEncoder, *, fmt: str, keep: bool) -> Iterator[bytes]:
@@ -403,14 +291,14 @@ async def _streamed(
     deadline: Deadline,
     headers: dict[str, str],
     media_type: str,
-    error_line: bool = False,
+    error_bytes: Callable[[ApiError], bytes] | None = None,
 ) -> Response:
     """A streamed response of ``produce(encoder)``'s pieces: waits for the first (so early failures still get an
     error status), then streams the rest; the ``fmt`` encoder is closed at the end, whatever happens. A failure
-    after the first piece cuts the connection (the status is sent); with ``error_line`` (NDJSON) the error's JSON
-    body goes out first, as a line of its own."""
+    after the first piece cuts the connection (the status is sent); ``error_bytes`` (NDJSON, SSE) gives what goes
+    out first, in the stream's own form, to say why."""
     # Built before a queue place is taken: a failure here has no ticket to give back.
-    encoder = _start_encoder(fmt, worker.model.sample_rate)
+    encoder = start_encoder(fmt, worker.model.sample_rate)
     try:
         ticket = worker.admit(len(text))
     except BaseException:
@@ -429,11 +317,11 @@ async def _streamed(
             ticket.release()
             encoder.close()
         if isinstance(exc, Exception) and not isinstance(exc, ClientGone):
-            raise _synthesis_error(exc) from exc
+            raise synthesis_error(exc) from exc
         raise
     # The deadline goes on polling for a disconnect while each step runs: Starlette (ASGI 2.4) only notices one
     # when a send fails, which would be after the chunk in progress, however long it takes.
-    body_iterator = _stream_body(first, steps, encoder, error_line)
+    body_iterator = _stream_body(first, steps, encoder, error_bytes)
     return AbortableStreamingResponse(body_iterator, media_type=media_type, headers=headers)
 
 
@@ -443,7 +331,7 @@ class StreamAborted(Exception):
 
 
 async def _stream_body(
-    first: bytes, steps: Steps[bytes], encoder: StreamEncoder, error_line: bool = False
+    first: bytes, steps: Steps[bytes], encoder: StreamEncoder, error_bytes: Callable[[ApiError], bytes] | None = None
 ) -> AsyncIterator[bytes]:
     try:
         yield first
@@ -453,10 +341,10 @@ async def _stream_body(
     except ClientGone:
         raise StreamAborted("the client left") from None
     except Exception as exc:
-        error = _synthesis_error(exc)
+        error = synthesis_error(exc)
         log.warning("stream cut after it started: %s", error.message)
-        if error_line:  # the client reading lines learns why, before the cut
-            yield json.dumps(error.body(), ensure_ascii=False).encode() + b"\n"
+        if error_bytes is not None:  # the client reading lines or events learns why, before the cut
+            yield error_bytes(error)
         raise StreamAborted(error.message) from exc
     finally:
         steps.close(encoder.close)

@@ -50,6 +50,13 @@ class GuardMiddleware:
         self.settings = settings
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            error = self.check(scope) or self.check_origin(scope)
+            if error is None:
+                await self.app(scope, receive, send)
+            else:
+                await _refuse_websocket(error, scope, send)
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -113,6 +120,40 @@ class GuardMiddleware:
         if length.isdigit() and int(length) > self.settings.max_body_bytes:
             return _too_large(self.settings, int(length))
         return None
+
+    def check_origin(self, scope: Scope) -> ApiError | None:
+        """A WebSocket is not bound by the browser's same-origin rules: a page of another site could open one to
+        this server with the visitor's browser. Its ``Origin`` (sent by browsers, not by other clients) must name
+        a host this server answers to."""
+        allowed = self.settings.allowed_hosts
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        origin = headers.get("origin")
+        if allowed is None or origin is None:
+            return None
+        name = host_name(origin.partition("://")[2] or origin)
+        if name in allowed:
+            return None
+        return ApiError(
+            403,
+            f"a page from {origin!r} may not open this server's WebSocket; start it with --allowed-hosts to add "
+            "that host",
+            code="invalid_origin",
+        )
+
+
+async def _refuse_websocket(error: ApiError, scope: Scope, send: Send) -> None:
+    """Refuses a WebSocket before it opens: an HTTP answer with the error's status and body where the server can
+    send one (ASGI's denial response), else a close (the client sees 403)."""
+    if "websocket.http.response" in scope.get("extensions", {}):
+        body = JSONResponse(error.body()).body
+        headers = [
+            (b"content-type", b"application/json"),
+            *((k.encode(), v.encode()) for k, v in error.headers.items()),
+        ]
+        await send({"type": "websocket.http.response.start", "status": error.status, "headers": headers})
+        await send({"type": "websocket.http.response.body", "body": body})
+    else:
+        await send({"type": "websocket.close", "code": 1008})
 
 
 async def _disconnected() -> Message:

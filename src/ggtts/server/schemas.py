@@ -9,19 +9,23 @@ from pydantic import BaseModel, ConfigDict, Field
 from ggtts.api import MAX_SPEED, MIN_SPEED
 from ggtts.text.normalize import Normalization
 
-AudioFormat = Literal["wav", "mp3", "opus", "flac", "pcm"]
+AudioFormat = Literal["wav", "mp3", "opus", "aac", "flac", "pcm"]
 DEFAULT_FORMAT: AudioFormat = "mp3"  # OpenAI's default
 # Kokoro-FastAPI's formats for a file it keeps for download; ggtts keeps none (return_download_link is refused)
 DownloadFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
+# Formats sent as they are made unless the request says otherwise (flac cannot be: see server.streaming)
+STREAMED_BY_DEFAULT = frozenset({"wav", "mp3", "opus", "aac", "pcm"})
 MAX_VOLUME = 10.0  # volume_multiplier's largest: 20 dB louder, far into clipping for speech at a normal level
 
 MEDIA_TYPES: dict[str, str] = {
     "wav": "audio/wav",
     "mp3": "audio/mpeg",
     "opus": "audio/ogg; codecs=opus",
+    "aac": "audio/aac",
     "flac": "audio/flac",
     "pcm": "audio/pcm",
 }
+EVENT_STREAM = "text/event-stream"
 
 
 class NormalizationOptions(BaseModel):
@@ -61,6 +65,14 @@ class NormalizationOptions(BaseModel):
         )
 
 
+class VoiceId(BaseModel):
+    """OpenAI's custom voice reference, ``{"id": "..."}``: here the name of one of the model's voices."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    id: str
+
+
 class SpeechRequest(BaseModel):
     """``POST /v1/audio/speech``: OpenAI's fields, and Kokoro-FastAPI's (``lang_code``, ``volume_multiplier``,
     ``normalization_options``, ``download_format``, ``return_download_link``) for its clients.
@@ -72,13 +84,25 @@ class SpeechRequest(BaseModel):
 
     model: str | None = Field(default=None, description="a model name from GET /v1/models; default: the first")
     input: str = Field(description="the text to speak")
-    voice: str | None = Field(default=None, description="a voice from GET /v1/voices; default: the model's first")
+    voice: str | VoiceId | None = Field(
+        default=None, description="a voice from GET /v1/voices (or OpenAI's {\"id\": NAME}); default: the model's"
+    )
     response_format: AudioFormat = DEFAULT_FORMAT
     speed: float = Field(default=1.0, ge=MIN_SPEED, le=MAX_SPEED)
-    stream: bool = Field(default=False, description="send audio as it is synthesized (as Kokoro-FastAPI does)")
-    stream_format: Literal["audio"] | None = Field(
+    stream: bool | None = Field(
         default=None,
-        description="OpenAI's way to ask for streaming; only 'audio' (raw audio bytes) is offered",
+        description="send audio as it is synthesized; default: yes for every format that can be sent so (all but "
+        "flac), as OpenAI does; false: one whole file",
+    )
+    stream_format: Literal["audio", "sse"] | None = Field(
+        default=None,
+        description="OpenAI's streaming forms: 'audio' (the audio's bytes as they are made) or 'sse' (server-sent "
+        "events speech.audio.delta, each a base64 piece of the audio, then speech.audio.done)",
+    )
+    instructions: str | None = Field(
+        default=None,
+        description="OpenAI's instructions on how to speak; a 400 for a model that cannot follow them (all "
+        "served today), unless empty",
     )
 
     lang_code: str | None = Field(
@@ -110,8 +134,20 @@ class SpeechRequest(BaseModel):
         return 1.0 if self.volume_multiplier is None else self.volume_multiplier
 
     @property
+    def voice_name(self) -> str | None:
+        return self.voice.id if isinstance(self.voice, VoiceId) else self.voice
+
+    @property
     def streaming(self) -> bool:
-        return self.stream or self.stream_format == "audio"
+        """Whether the audio is sent as it is made: asked for (``stream``, ``stream_format``), or by default for a
+        format that can be streamed."""
+        if self.stream_format is not None or self.stream is not None:
+            return self.stream_format is not None or bool(self.stream)
+        return self.response_format in STREAMED_BY_DEFAULT
+
+    @property
+    def sse(self) -> bool:
+        return self.stream_format == "sse"
 
 
 NDJSON = "application/x-ndjson"  # one JSON object per line
@@ -121,7 +157,7 @@ class CaptionedSpeechRequest(SpeechRequest):
     """``POST /v1/audio/captioned_speech`` (also at Kokoro-FastAPI's ``/dev/captioned_speech``): speech with word
     timestamps. Streams by default, as Kokoro-FastAPI does."""
 
-    stream: bool = Field(default=True, description="one JSON line per chunk as it is synthesized")
+    stream: bool | None = Field(default=True, description="one JSON line per chunk as it is synthesized")
     return_timestamps: bool = Field(default=True, description="give each word's start_time and end_time")
 
 

@@ -9,6 +9,7 @@ from ggtts.errors import InputError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
+DEFAULT_WYOMING_URI = "tcp://127.0.0.1:10200"  # 10200: the port Home Assistant's Wyoming TTS servers use
 DEFAULT_MAX_QUEUE = 16  # requests waiting per model, beyond the one being synthesized
 DEFAULT_MAX_INPUT_CHARS = 4096
 DEFAULT_TIMEOUT_S = 120.0

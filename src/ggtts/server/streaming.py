@@ -3,13 +3,16 @@
 WAV is sent with an open-ended header followed by 16-bit PCM, raw ``pcm`` is the samples alone. MP3 and
 Ogg Opus go through libsndfile writing into a sink that hands on every byte written, once; what libsndfile
 would rewrite at the start of the file when it closes (the MP3 frame-count tag) is never sent.
-Ogg Opus pages hold up to a second of audio, so Opus arrives in steps of about a second.
+Ogg Opus pages hold up to a second of audio, so Opus arrives in steps of about a second. AAC is FFmpeg's encoder
+(through PyAV) in ADTS frames, each of which a reader can start from: a stream of them is a valid file whenever it
+is cut between frames.
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
+import numpy as np
 import soundfile as sf
 
 from ggtts.audio import Audio, wav_header
@@ -19,9 +22,10 @@ SOUNDFILE_FORMATS: dict[str, tuple[str, str]] = {
     "mp3": ("MP3", "MPEG_LAYER_III"),
     "opus": ("OGG", "OPUS"),
 }
+AAC_RATES = frozenset({8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000, 64000, 88200, 96000})
 # Formats that can be sent as they are encoded. FLAC cannot: a FLAC stream of unknown length is valid, but
 # libsndfile (so soundfile) cannot read one, so it would hurt the clients most likely to ask for it.
-STREAMABLE_FORMATS = ("wav", "pcm", "mp3", "opus")
+STREAMABLE_FORMATS = ("wav", "pcm", "mp3", "opus", "aac")
 # MP3: LAME starts a file with a placeholder frame (header + zeros) that it fills with the frame count when
 # it closes. Streamed, that frame would stay empty and readers (libsndfile/mpg123) would estimate the length
 # from its bitrate, not the real one; so it is left out and the rest is sent at a constant bitrate
@@ -38,6 +42,7 @@ _MP3_HEADER_BYTES = 4
 CODEC_RATES: dict[str, frozenset[int]] = {
     "mp3": frozenset({8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000}),
     "opus": frozenset({8000, 12000, 16000, 24000, 48000}),
+    "aac": AAC_RATES,
 }
 
 
@@ -186,9 +191,67 @@ class SoundFileStreamEncoder:
             self._file = None
 
 
+class AacStreamEncoder:
+    """AAC-LC in ADTS frames (FFmpeg's encoder through PyAV, at its default bitrate); the encoder holds back
+    about a frame (1024 samples) until the next chunk or the end."""
+
+    def __init__(self, sample_rate: int) -> None:
+        try:
+            import av
+        except ImportError as exc:
+            raise RuntimeError("aac needs PyAV: pip install 'ggtts[server]'") from exc
+        self._sink = _ForwardSink()
+        self._container: Any = av.open(self._sink, mode="w", format="adts")
+        self._stream: Any = self._container.add_stream("aac", rate=sample_rate)
+        self._stream.layout = "mono"
+        self._frame_class = av.AudioFrame
+        self._rate = sample_rate
+        self._pts = 0
+
+    def start(self) -> bytes:
+        return b""
+
+    def feed(self, audio: Audio) -> bytes:
+        samples = np.ascontiguousarray(audio.samples, dtype=np.float32)
+        if samples.size:
+            frame = self._frame_class.from_ndarray(samples[None, :], format="fltp", layout="mono")
+            frame.sample_rate, frame.pts = self._rate, self._pts
+            self._pts += samples.size
+            self._mux(self._stream.encode(frame))
+        return self._sink.take()
+
+    def finish(self) -> bytes:
+        if self._container is not None:
+            self._mux(self._stream.encode(None))
+            self.close()
+        return self._sink.take()
+
+    def _mux(self, packets: Any) -> None:
+        for packet in packets:
+            self._container.mux(packet)
+
+    def close(self) -> None:
+        if self._container is not None:
+            container, self._container = self._container, None
+            container.close()
+
+
+def encode_whole(audio: Audio, fmt: str) -> bytes:
+    """``audio`` as one file in ``fmt``: soundfile's formats as :meth:`Audio.encode` writes them, AAC here."""
+    if fmt != "aac":
+        return audio.encode(fmt)
+    encoder = AacStreamEncoder(audio.sample_rate)
+    try:
+        return encoder.start() + encoder.feed(audio) + encoder.finish()
+    finally:
+        encoder.close()
+
+
 def stream_encoder(fmt: str, sample_rate: int) -> StreamEncoder:
     if fmt in ("wav", "pcm"):
         return PcmStreamEncoder(sample_rate, with_header=fmt == "wav")
+    if fmt == "aac":
+        return AacStreamEncoder(sample_rate)
     if fmt in SOUNDFILE_FORMATS:
         return SoundFileStreamEncoder(fmt, sample_rate)
     raise ValueError(f"audio in '{fmt}' cannot be streamed; streamable: {', '.join(STREAMABLE_FORMATS)}")

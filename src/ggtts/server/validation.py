@@ -26,8 +26,14 @@ OPTION_FIELDS = {"lang_code": "lang", "normalization_options": "normalization"}
 def _field(error: dict[str, Any]) -> str | None:
     if error.get("type") == "json_invalid":  # its location is a character position, not a field
         return None
-    loc = [str(part) for part in error.get("loc", ()) if part not in ("body", "query")]
+    loc = [str(part) for part in error.get("loc", ()) if part not in ("body", "query") and not _union_tag(part)]
     return ".".join(loc) or None
+
+
+def _union_tag(part: object) -> bool:
+    """Whether a location part names the member of a union that was tried (``voice.str``, ``voice.VoiceId``),
+    not a field: the field is what the client wrote."""
+    return isinstance(part, str) and (part in ("str", "int", "float", "bool") or part[:1].isupper())
 
 
 def _fields_at(body: type[BaseModel], error: dict[str, Any]) -> list[str]:

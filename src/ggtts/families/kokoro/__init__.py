@@ -104,6 +104,9 @@ VOICE_LANGUAGES = {
     "a": "American English", "b": "British English", "e": "Spanish", "f": "French", "h": "Hindi", "i": "Italian",
     "j": "Japanese", "p": "Brazilian Portuguese", "z": "Mandarin Chinese",
 }  # fmt: skip
+VOICE_LANGUAGE_CODES = {
+    "a": "en_US", "b": "en_GB", "e": "es", "f": "fr", "h": "hi", "i": "it", "j": "ja", "p": "pt_BR", "z": "zh",
+}  # fmt: skip
 VOICE_GENDERS = {"f": "female", "m": "male"}
 
 
@@ -111,7 +114,11 @@ def voice_traits(name: str) -> dict[str, str]:
     """The language and gender a Kokoro voice's name gives, where it follows hexgrad's pattern."""
     if len(name) < 3 or name[2] != "_" or name[0] not in VOICE_LANGUAGES or name[1] not in VOICE_GENDERS:
         return {}
-    return {"language": VOICE_LANGUAGES[name[0]], "gender": VOICE_GENDERS[name[1]]}
+    return {
+        "language": VOICE_LANGUAGES[name[0]],
+        "language_code": VOICE_LANGUAGE_CODES[name[0]],
+        "gender": VOICE_GENDERS[name[1]],
+    }
 
 
 def _voices(gguf: GGUFFile) -> list[str]:

@@ -39,12 +39,16 @@ class PiperPipeline(TTSModel):
         self.noise_scale = gguf.get_float(K.NOISE_SCALE, 0.667)
         self.length_scale = gguf.get_float(K.LENGTH_SCALE, 1.0)
         self.noise_w = gguf.get_float(K.NOISE_W, 0.8)
+        self.language = str(gguf.get(K.LANGUAGE) or "")  # the voice's language code ("en_US"), if its config gave it
 
     @classmethod
     def from_gguf(cls, gguf: GGUFFile, device: str = "cpu", **options: Any) -> PiperPipeline:
         if options:
             raise InputError(f"unknown option '{next(iter(options))}' for Piper; it takes none at load")
         return cls(load_piper(gguf, device), gguf)
+
+    def voice_languages(self, voice: str) -> list[str]:
+        return [self.language] if self.language else []
 
     @property
     def voices(self) -> list[str]:

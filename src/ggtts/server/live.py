@@ -1,0 +1,227 @@
+"""Text in pieces, speech as soon as a clause is complete: the WebSocket at ``/v1/audio/speech/live``.
+
+A voice agent writes its reply token by token. It opens the socket, may send a ``start`` message (the fields of
+a ``/v1/audio/speech`` body but ``input``: model, voice, speed, response_format, options, ...), then ``text``
+messages as the words come, and ``end`` when the reply is complete (``flush`` to have what is pending spoken now
+and keep the socket open for the next turn). The server cuts the text into stretches as they complete
+(:class:`ggtts.text.incremental.TextStream`: the first at a clause, then at sentences) and speaks each on the
+model's thread as soon as it has it, while more text arrives:
+
+=======================  ================================================================================
+client -> server (JSON)  ``{"type": "start", ...}`` (optional, first), ``{"type": "text", "text": "..."}``,
+                         ``{"type": "flush"}``, ``{"type": "end"}``
+server -> client         ``{"type": "ready", "model", "voice", "sample_rate", "format"}`` (JSON, first);
+                         the audio as binary messages, in ``response_format`` (default ``pcm``: 16-bit
+                         little-endian mono), one continuous stream over the whole session;
+                         ``{"type": "words", "words": [{"word", "start", "end"}]}`` before the audio they are
+                         in, seconds from the session's first sample (models with word timestamps);
+                         ``{"type": "flushed"}`` once the audio of the text before a ``flush`` is sent;
+                         ``{"type": "done", "audio_seconds"}`` after ``end``, then the socket closes (1000);
+                         ``{"type": "error", "error": {...}}`` as in HTTP error bodies, then it closes
+                         (1008 for a bad message, 1011 for a failure here).
+=======================  ================================================================================
+
+The API key, when the server has one, goes in the ``Authorization: Bearer`` header of the upgrade request, and a
+browser page of another origin cannot open the socket (:mod:`ggtts.server.guard`). Unspoken text is bounded by
+the server's ``--max-input-chars``; when the client writes faster than the model speaks, the server stops reading
+until it catches up. If the client goes away, the stretch being spoken is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI, WebSocket, WebSocketDisconnect
+from pydantic import ValidationError
+
+from ggtts.server.errors import ApiError
+from ggtts.server.speaking import Speaker, spoken, start_encoder
+from ggtts.server.streaming import StreamEncoder
+from ggtts.server.validation import validation_error
+from ggtts.server.worker import Deadline
+from ggtts.text.incremental import TextStream
+
+log = logging.getLogger("ggtts.server")
+
+LIVE_PATH = "/v1/audio/speech/live"
+DEFAULT_LIVE_FORMAT = "pcm"
+CLOSE_NORMAL, CLOSE_POLICY, CLOSE_ERROR = 1000, 1008, 1011
+MAX_WAITING_STRETCHES = 4  # stretches cut and not yet spoken before the server stops reading
+_FLUSH, _END = object(), object()  # markers in the queue of stretches
+
+
+@dataclass
+class _Session:
+    """One socket's settings (its ``start`` message, as a speech body) and the audio sent so far."""
+
+    body: Any
+    encoder: StreamEncoder | None = None
+    seconds: float = 0.0
+    stretches: asyncio.Queue[Any] = field(default_factory=lambda: asyncio.Queue(MAX_WAITING_STRETCHES))
+
+
+def _bad_message(message: str, param: str | None = None) -> ApiError:
+    return ApiError(400, message, code="invalid_message", param=param)
+
+
+def add_live_route(app: FastAPI, speaker: Speaker) -> None:
+    settings = speaker.settings
+
+    def start_body(message: dict[str, Any]) -> Any:
+        """The session's settings: a speech body from a ``start`` message (``input`` is what comes later)."""
+        fields = {k: v for k, v in message.items() if k != "type"}
+        if "input" in fields:
+            raise _bad_message("send the text in 'text' messages, not as input in 'start'", "input")
+        fields.setdefault("response_format", DEFAULT_LIVE_FORMAT)
+        try:
+            body = speaker.bodies.speech(input=".", **fields)
+        except ValidationError as exc:
+            raise validation_error([dict(e) for e in exc.errors()], speaker.bodies.speech) from None
+        speaker.prepare(body, streaming=True)  # model, voice, format, options: checked now, before any text
+        return body
+
+    async def receive(socket: WebSocket, session: _Session, first: dict[str, Any] | None) -> None:
+        """Reads the client's messages (after ``first``, one already read) into stretches for the speaker, until
+        ``end``."""
+        text = TextStream()
+        while True:
+            message, first = first or await _read(socket), None
+            kind = message.get("type")
+            if kind == "text":
+                piece = message.get("text")
+                if not isinstance(piece, str):
+                    raise _bad_message("a text message carries its text as a string in 'text'", "text")
+                if len(text.pending) + len(piece) > settings.max_input_chars:
+                    raise ApiError(
+                        413,
+                        f"more than {settings.max_input_chars} characters are waiting without a sentence or clause "
+                        "end; end sentences, or send flush",
+                        code="input_too_long",
+                        param="text",
+                    )
+                for stretch in text.feed(piece):
+                    await session.stretches.put(stretch)
+            elif kind in ("flush", "end"):
+                for stretch in text.flush():
+                    await session.stretches.put(stretch)
+                await session.stretches.put(_FLUSH if kind == "flush" else _END)
+                if kind == "end":
+                    return
+            elif kind == "start":
+                raise _bad_message("'start' may only be the first message", "type")
+            else:
+                raise _bad_message(f"unknown message type {kind!r}; send text, flush or end", "type")
+
+    async def speak(socket: WebSocket, session: _Session) -> None:
+        """Speaks the stretches in order, sending their audio (and words) as each chunk is made."""
+        body = session.body
+        while True:
+            stretch = await session.stretches.get()
+            if stretch is _FLUSH:
+                await socket.send_json({"type": "flushed"})
+                continue
+            if stretch is _END:
+                if session.encoder is not None:
+                    await _send_bytes(socket, session.encoder.finish())
+                await socket.send_json({"type": "done", "audio_seconds": round(session.seconds, 3)})
+                return
+            prepared = speaker.prepare(body.model_copy(update={"input": stretch}), streaming=True)
+            if session.encoder is None:
+                session.encoder = start_encoder(body.response_format, prepared.worker.model.sample_rate)
+                await _send_bytes(socket, session.encoder.start())
+            offset = session.seconds  # where this stretch starts in the session's audio
+            async with contextlib.aclosing(spoken(prepared, Deadline(settings.timeout_s))) as chunks:
+                async for chunk in chunks:
+                    words = [w for w in chunk.words if not w.continues]
+                    if words:
+                        times = [
+                            {"word": w.text, "start": round(offset + w.start, 3), "end": round(offset + w.end, 3)}
+                            for w in words
+                        ]
+                        await socket.send_json({"type": "words", "words": times})
+                    await _send_bytes(socket, session.encoder.feed(chunk))
+                    session.seconds += chunk.duration
+
+    @app.websocket(LIVE_PATH)
+    async def live(socket: WebSocket) -> None:
+        await socket.accept()
+        session: _Session | None = None
+        try:
+            first: dict[str, Any] | None = await _read(socket)
+            assert first is not None
+            if first.get("type") == "start":
+                session, first = _Session(start_body(first)), None
+            else:  # no start message: the defaults; the first message is handled as any other
+                session = _Session(start_body({}))
+            prepared = speaker.prepare(session.body, streaming=True)
+            await socket.send_json(
+                {
+                    "type": "ready",
+                    "model": prepared.worker.name,
+                    "voice": session.body.voice_name or prepared.worker.model.default_voice,
+                    "sample_rate": prepared.worker.model.sample_rate,
+                    "format": session.body.response_format,
+                }
+            )
+            await _run_both(receive(socket, session, first), speak(socket, session))
+            await socket.close(CLOSE_NORMAL)
+        except (WebSocketDisconnect, OSError):  # uvicorn's ClientDisconnected, on a send, is an OSError
+            log.info("live speech: the client left")
+        except ApiError as error:
+            log.info("live speech refused: %s", error.message)
+            await _send_error(socket, error)
+        except Exception as exc:  # a failure here: the client hears why, the log has the rest
+            log.exception("live speech failed")
+            await _send_error(socket, ApiError(500, f"live speech failed ({type(exc).__name__})", code="failed"))
+        finally:
+            if session is not None and session.encoder is not None:
+                session.encoder.close()
+
+
+async def _run_both(receiving: Any, speaking: Any) -> None:
+    """Runs the reader and the speaker together until the speaker is done; the first failure of either stops
+    both (the other is cancelled: a stretch being spoken stops at its next layer)."""
+    reader = asyncio.ensure_future(receiving)
+    talker = asyncio.ensure_future(speaking)
+    try:
+        done, _ = await asyncio.wait({reader, talker}, return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            task.result()  # raises the failure, if any
+        await talker
+    finally:
+        for task in (reader, talker):
+            task.cancel()
+        await asyncio.gather(reader, talker, return_exceptions=True)
+
+
+async def _read(socket: WebSocket) -> dict[str, Any]:
+    """The next message from the client, a JSON object with a ``type`` (else 400)."""
+    frame = await socket.receive()
+    if frame["type"] == "websocket.disconnect":
+        raise WebSocketDisconnect(frame.get("code", CLOSE_NORMAL))
+    raw = frame.get("text")
+    if raw is None:
+        raise _bad_message("send JSON text messages ({'type': 'text', 'text': ...}), not binary ones")
+    try:
+        message: Any = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise _bad_message(f"a message is not JSON ({exc.msg} at character {exc.pos})") from None
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        raise _bad_message("each message is a JSON object with a 'type': start, text, flush or end", "type")
+    return message
+
+
+async def _send_bytes(socket: WebSocket, data: bytes) -> None:
+    if data:
+        await socket.send_bytes(data)
+
+
+async def _send_error(socket: WebSocket, error: ApiError) -> None:
+    with contextlib.suppress(Exception):  # the client may already be gone
+        await socket.send_json({"type": "error", **error.body()})
+        await socket.close(CLOSE_POLICY if error.status < 500 else CLOSE_ERROR)

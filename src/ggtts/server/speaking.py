@@ -1,0 +1,228 @@
+"""What every speech request passes before any work, whichever door it came in by (HTTP, the WebSocket of
+incremental text, Wyoming), and how one utterance is spoken on its model's thread.
+
+:class:`Speaker` holds the served models (one :class:`~ggtts.server.worker.ModelWorker` each), the server's
+settings and its request bodies (the served families' options inside); :meth:`Speaker.prepare` checks a request
+body (model, voice, input, format, options) and gives back what makes its audio; :func:`spoken` runs that on the
+model's thread in the request's turn, a chunk at a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ggtts.api import TTSModel
+from ggtts.audio import Audio
+from ggtts.errors import GGTTSError, InputError
+from ggtts.families.base import UnknownVoiceError, VoiceMix, VoiceWeightError, check_unicode
+from ggtts.server.errors import ApiError
+from ggtts.server.options import RequestBodies, request_bodies, request_options
+from ggtts.server.schemas import SpeechRequest
+from ggtts.server.settings import ServerSettings
+from ggtts.server.streaming import STREAMABLE_FORMATS, StreamEncoder, stream_encoder, unsupported_rate_message
+from ggtts.server.validation import check_download_link
+from ggtts.server.worker import ClientGone, Deadline, ModelWorker, Steps
+
+log = logging.getLogger("ggtts.server")
+
+# OpenAI's model and voice names: clients written for OpenAI send them, often hard-coded. A model or voice loaded
+# under such a name is itself; otherwise they mean the server's default model and the model's default voice (as
+# Kokoro-FastAPI maps them onto its own), so those clients work unchanged.
+OPENAI_MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts", "gpt-4o-mini-tts-2025-12-15")
+OPENAI_VOICES = (
+    *("alloy", "ash", "ballad", "coral", "echo", "fable", "onyx", "nova", "sage", "shimmer", "verse", "marin"),
+    "cedar",
+)
+
+
+def check_voice(worker: ModelWorker, voice: str | None) -> VoiceMix | None:
+    """The voice to ask the model for, resolved once (the model takes it as it is), when each name in ``voice`` is
+    one of the model's voices; else 400.
+
+    A voice may be a mix of the model's voices, "a:0.6,b:0.4" ("a,b" weighs them equally): every name in it must
+    be one the model lists (the family's own parser checks it), so nothing else from a request (a file path, say)
+    ever reaches the model as a voice."""
+    if voice is None or (voice in OPENAI_VOICES and voice not in worker.model.voices):
+        voice = None  # OpenAI's voice names, which clients send by default: the model's default
+    try:
+        mix = worker.model.resolve_voice(voice)
+    except UnknownVoiceError as e:
+        voices = e.voices
+        choices = f"choose one of: {', '.join(voices)}" if voices else "it has no voices; leave voice out"
+        raise ApiError(
+            400,
+            f"voice '{e.name}' is not available for model '{worker.name}'; {choices}",
+            code="voice_not_found",
+            param="voice",
+        ) from None
+    except VoiceWeightError as e:
+        raise ApiError(400, str(e), code="invalid_voice_weight", param="voice") from None
+    except InputError as e:  # a blend asked of a family that cannot blend
+        raise ApiError(400, str(e), code="invalid_voice", param="voice") from None
+    return mix
+
+
+def check_input(text: str, max_chars: int) -> str:
+    if len(text) > max_chars:
+        raise ApiError(
+            413,
+            f"input is {len(text)} characters long; this server takes at most {max_chars} per request: "
+            "split the text into several requests",
+            code="input_too_long",
+            param="input",
+        )
+    if not text.strip():
+        raise ApiError(400, "input is empty; give the text to speak", code="empty_input", param="input")
+    try:
+        return check_unicode(text)
+    except InputError as e:
+        raise ApiError(400, f"input: {e}", code="invalid_input", param="input") from None
+
+
+def synthesis_error(exc: Exception) -> ApiError:
+    """What the client is told when synthesis raised ``exc``."""
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, InputError):
+        return ApiError(400, str(exc), code="invalid_input")
+    if isinstance(exc, GGTTSError):
+        return ApiError(500, f"synthesis failed: {exc}", code="synthesis_failed")
+    log.error("synthesis failed", exc_info=exc)
+    return ApiError(500, f"synthesis failed ({type(exc).__name__}); see the server log", code="synthesis_failed")
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A checked speech request: the worker of its model, its text, and what makes its audio chunk by chunk."""
+
+    worker: ModelWorker
+    text: str
+    chunks: Callable[[], Iterator[Audio]]
+
+
+class Speaker:
+    """The served models under their names (the first is the default), the server's settings and request
+    bodies; the checks of :meth:`prepare` are the same for every protocol."""
+
+    def __init__(self, models: Mapping[str, TTSModel], settings: ServerSettings) -> None:
+        if not models:
+            raise ValueError("the server needs at least one model")
+        self.settings = settings
+        self.workers = {name: ModelWorker(name, model, settings.max_queue) for name, model in models.items()}
+        self.default_model = next(iter(self.workers))
+        self.bodies: RequestBodies = request_bodies(w.model.family for w in self.workers.values())
+
+    def worker_for(self, name: str | None) -> ModelWorker:
+        if name is None or (name in OPENAI_MODELS and name not in self.workers):
+            name = self.default_model  # OpenAI's model names, which clients send by default: the default model
+        if name not in self.workers:
+            raise ApiError(
+                404,
+                f"model '{name}' is not loaded on this server; available: {', '.join(self.workers)}",
+                code="model_not_found",
+                param="model",
+            )
+        return self.workers[name]
+
+    def prepare(self, body: SpeechRequest, *, streaming: bool) -> Prepared:
+        """The checks every speech request passes before any work (model, voice, input, format, the model's
+        options): 4xx ``ApiError`` at the first problem. ``streaming``: the audio will be sent as it is made."""
+        for field in ("model", "voice", "lang_code"):
+            value = getattr(body, field)
+            if isinstance(value, str):
+                try:
+                    check_unicode(value)
+                except InputError as e:
+                    raise ApiError(400, f"{field}: {e}", code="invalid_value", param=field) from None
+        worker = self.worker_for(body.model)
+        voice = check_voice(worker, body.voice_name)
+        text = check_input(body.input, self.settings.max_input_chars)
+        fmt = body.response_format
+        if streaming and fmt not in STREAMABLE_FORMATS:
+            raise ApiError(
+                400,
+                f"{fmt} cannot be streamed; stream {', '.join(STREAMABLE_FORMATS)}, or ask for {fmt} without streaming",
+                code="unsupported_value",
+                param="response_format",
+            )
+        rate_problem = unsupported_rate_message(fmt, worker.model.sample_rate)
+        if rate_problem is not None:
+            raise ApiError(400, rate_problem, code="unsupported_value", param="response_format")
+        check_download_link(body)
+        options = request_options(worker.name, worker.model, body)
+        family = worker.model.family
+        if body.instructions:
+            if family is None or "instructions" not in family.option_names():
+                raise ApiError(
+                    400,
+                    f"model '{worker.name}' ({worker.model.family_name}) cannot follow instructions on how to speak; "
+                    "leave instructions out (or empty)",
+                    code="unsupported_value",
+                    param="instructions",
+                )
+            options["instructions"] = body.instructions
+        if self.settings.fast_start and streaming and family is not None and "fast_start" in family.option_names():
+            options["fast_start"] = True
+        model, volume, speed = worker.model, body.volume, body.speed
+
+        def chunks() -> Iterator[Audio]:
+            audio = model.stream(text, voice=voice, speed=speed, **options)
+            return audio if volume == 1.0 else at_volume(audio, volume)
+
+        return Prepared(worker, text, chunks)
+
+    def shutdown(self) -> None:
+        for worker in self.workers.values():
+            worker.shutdown()
+
+
+def start_encoder(fmt: str, sample_rate: int) -> StreamEncoder:
+    """The ``fmt`` stream encoder, or a 500 that says it could not start (the log has why)."""
+    try:
+        return stream_encoder(fmt, sample_rate)
+    except Exception as exc:
+        log.error("could not start the %s stream encoder", fmt, exc_info=exc)
+        raise ApiError(
+            500,
+            f"could not start streaming {fmt} ({type(exc).__name__}); see the server log",
+            code="encoder_failed",
+        ) from exc
+
+
+def at_volume(chunks: Iterator[Audio], volume: float) -> Iterator[Audio]:
+    """The chunks with their samples times ``volume`` (``volume_multiplier``), clipped to [-1, 1]; closing it
+    closes ``chunks`` (which stops synthesis on the model's thread)."""
+    try:
+        for chunk in chunks:
+            yield dataclasses.replace(chunk, samples=np.clip(chunk.samples * volume, -1.0, 1.0))
+    finally:
+        close = getattr(chunks, "close", None)
+        if close is not None:
+            close()
+
+
+async def spoken(prepared: Prepared, deadline: Deadline) -> AsyncGenerator[Audio, None]:
+    """The audio of a prepared request, chunk by chunk as the model's thread makes it, in the request's turn on
+    its model (a 503 when the queue is full); a failure is an ``ApiError`` (:func:`synthesis_error`). Closing the
+    generator early cancels the chunk being made and passes the turn on."""
+    ticket = prepared.worker.admit(len(prepared.text))
+    steps: Steps[Audio] | None = None
+    try:
+        await ticket.take_turn(deadline)
+        steps = Steps(ticket, prepared.chunks, deadline)
+        while (part := await steps.next()) is not None:
+            yield part
+    except (ApiError, ClientGone):
+        raise
+    except Exception as exc:
+        raise synthesis_error(exc) from exc
+    finally:
+        if steps is not None:
+            steps.close()
+        else:
+            ticket.release()

@@ -1,0 +1,216 @@
+"""``ggtts wyoming``: the served models as text-to-speech programs of the Wyoming protocol (Home Assistant).
+
+Each model is one TTS program (its name is the model's), each of its voices a Wyoming voice with the languages
+it speaks where the model knows them. A connection speaks with the first program unless it sends
+``select-program``; a ``synthesize`` naming a voice of another served model uses that model.
+
+- ``describe`` -> ``info``.
+- ``synthesize`` -> ``audio-start``, ``audio-chunk``s as each chunk is spoken, ``audio-stop``.
+- Streaming, as Home Assistant sends an LLM's reply: ``synthesize-start``, ``synthesize-chunk``s (text pieces),
+  ``synthesize`` (sent for older servers: ignored inside a stream), ``synthesize-stop``. Each stretch of text is
+  spoken as soon as it is complete (:class:`ggtts.text.incremental.TextStream`: the first at a clause, then at
+  sentences), each as an ``audio-start`` / ``audio-chunk``s / ``audio-stop`` cycle, then ``synthesize-stopped``
+  (as wyoming-piper does, so clients written for it work).
+- Bad input (an unknown voice or program, empty or over-long text, a model failing) is one ``error`` event with
+  the message and code the HTTP API would give; the connection stays usable.
+
+Requests go through the same checks and model queues as the HTTP server (:class:`ggtts.server.speaking.Speaker`):
+one utterance at a time per model, at most ``--max-queue`` waiting, each within ``--timeout`` seconds.
+The ``wyoming`` package frames the events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.error import Error
+from wyoming.event import Event
+from wyoming.info import Attribution, Describe, Info, SelectProgram, TtsProgram, TtsVoice
+from wyoming.server import AsyncEventHandler, AsyncServer
+from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped
+
+from ggtts import __version__
+from ggtts.server.errors import ApiError
+from ggtts.server.settings import DEFAULT_WYOMING_URI, ServerSettings
+from ggtts.server.speaking import Speaker, spoken
+from ggtts.server.worker import Deadline
+from ggtts.text.incremental import TextStream
+
+if TYPE_CHECKING:
+    from wyoming.tts import SynthesizeVoice
+
+    from ggtts.api import TTSModel
+
+log = logging.getLogger("ggtts.wyoming")
+
+SAMPLES_PER_CHUNK = 1024  # samples per audio-chunk event (wyoming-piper's default)
+SAMPLE_WIDTH = 2  # bytes: 16-bit PCM
+ATTRIBUTION = Attribution(name="ggtts", url="")  # no address of its own to give
+
+
+def describe(speaker: Speaker) -> Info:
+    """Every served model as a TTS program, its voices with their languages."""
+    programs = []
+    for name, worker in speaker.workers.items():
+        model = worker.model
+        voices = [
+            TtsVoice(
+                name=voice,
+                attribution=ATTRIBUTION,
+                installed=True,
+                description=_voice_description(model, voice),
+                version=None,
+                languages=model.voice_languages(voice),
+            )
+            for voice in model.voices or [name]  # a model without voices: one voice, named as the model
+        ]
+        programs.append(
+            TtsProgram(
+                name=name,
+                attribution=ATTRIBUTION,
+                installed=True,
+                description=f"{model.family_name} ({model.architecture}, {model.sample_rate} Hz), served by ggtts",
+                version=__version__,
+                voices=voices,
+                supports_synthesize_streaming=True,
+            )
+        )
+    return Info(tts=programs)
+
+
+def _voice_description(model: TTSModel, voice: str) -> str:
+    traits = model.family.voice_traits(voice) if model.family is not None else {}
+    said = ", ".join(traits[k] for k in ("language", "gender") if k in traits)
+    return f"{voice} ({said})" if said else voice
+
+
+class GGTTSEventHandler(AsyncEventHandler):
+    """One client connection."""
+
+    def __init__(self, speaker: Speaker, info: Info, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.speaker = speaker
+        self.info = info
+        self.program = speaker.default_model
+        self._stream: TextStream | None = None  # inside synthesize-start ... synthesize-stop
+        self._stream_voice: SynthesizeVoice | None = None
+
+    async def handle_event(self, event: Event) -> bool:
+        if Describe.is_type(event.type):
+            await self.write_event(self.info.event())
+            return True
+        try:
+            await self._handle(event)
+        except ApiError as error:
+            log.info("refused: %s", error.message)
+            await self.write_event(Error(text=error.message, code=error.code).event())
+            self._stream = None
+        return True
+
+    async def _handle(self, event: Event) -> None:
+        if SelectProgram.is_type(event.type):
+            name = SelectProgram.from_event(event).name
+            self.program = self.speaker.worker_for(name).name  # 404-like error for a program not served
+        elif SynthesizeStart.is_type(event.type):
+            self._stream = TextStream()
+            self._stream_voice = SynthesizeStart.from_event(event).voice
+        elif SynthesizeChunk.is_type(event.type):
+            if self._stream is None:
+                raise ApiError(400, "synthesize-chunk outside synthesize-start ... synthesize-stop", code="bad_event")
+            for stretch in self._stream.feed(SynthesizeChunk.from_event(event).text):
+                await self._speak(stretch, self._stream_voice)
+        elif SynthesizeStop.is_type(event.type):
+            if self._stream is None:
+                raise ApiError(400, "synthesize-stop without synthesize-start", code="bad_event")
+            stream, self._stream = self._stream, None
+            for stretch in stream.flush():
+                await self._speak(stretch, self._stream_voice)
+            await self.write_event(SynthesizeStopped().event())
+        elif Synthesize.is_type(event.type):
+            if self._stream is not None:
+                return  # the whole text, sent inside a stream for servers that do not stream: already spoken
+            synthesize = Synthesize.from_event(event)
+            await self._speak(synthesize.text, synthesize.voice)
+        # other events (audio, transcripts, pings a client may send) are not for a TTS server: ignored
+
+    def _body(self, text: str, voice: SynthesizeVoice | None) -> Any:
+        """The speech request a ``synthesize`` makes: the connection's program, or the served model that has the
+        voice asked for; the voice (or a speaker of it, or one speaking the language asked for)."""
+        model_name, voice_name = self.program, None
+        if voice is not None:
+            # a speaker of the voice first (ggtts lists a multi-speaker file's speakers as its voices)
+            for wanted in (voice.speaker, voice.name):
+                if wanted:
+                    model_name, voice_name = self._model_with_voice(wanted)
+                    if voice_name is None or voice_name in self.speaker.workers[model_name].model.voices:
+                        break
+            if voice_name is None and voice.language:
+                voice_name = self._voice_for_language(model_name, voice.language)
+        return self.speaker.bodies.speech(model=model_name, input=text, voice=voice_name, response_format="pcm")
+
+    def _model_with_voice(self, voice: str) -> tuple[str, str | None]:
+        """The model that has ``voice`` (the connection's program first), else the program with the voice left to
+        its checks (an error naming the program's voices). A model without voices answers to its own name."""
+        workers = self.speaker.workers
+        for name in (self.program, *workers):
+            model = workers[name].model
+            if voice in model.voices:
+                return name, voice
+            if not model.voices and voice == name:
+                return name, None
+        return self.program, voice
+
+    def _voice_for_language(self, model_name: str, language: str) -> str | None:
+        wanted = language.replace("-", "_").lower()
+        model = self.speaker.workers[model_name].model
+        for voice in model.voices:
+            codes = [c.lower() for c in model.voice_languages(voice)]
+            if wanted in codes or any(c.split("_")[0] == wanted.split("_")[0] for c in codes):
+                return voice
+        return None
+
+    async def _speak(self, text: str, voice: SynthesizeVoice | None) -> None:
+        """One utterance: audio-start, its chunks as they are made (in events of ``SAMPLES_PER_CHUNK``), audio-stop."""
+        prepared = self.speaker.prepare(self._body(text, voice), streaming=True)
+        rate = prepared.worker.model.sample_rate
+        started = False
+        deadline = Deadline(self.speaker.settings.timeout_s)
+        async with contextlib.aclosing(spoken(prepared, deadline)) as chunks:
+            async for chunk in chunks:
+                if not started:
+                    await self.write_event(AudioStart(rate=rate, width=SAMPLE_WIDTH, channels=1).event())
+                    started = True
+                pcm = chunk.pcm16()
+                step = SAMPLES_PER_CHUNK * SAMPLE_WIDTH
+                for at in range(0, len(pcm), step):
+                    piece = pcm[at : at + step]
+                    await self.write_event(AudioChunk(rate=rate, width=SAMPLE_WIDTH, channels=1, audio=piece).event())
+        if not started:  # nothing to say (the model made no audio): still one complete cycle
+            await self.write_event(AudioStart(rate=rate, width=SAMPLE_WIDTH, channels=1).event())
+        await self.write_event(AudioStop().event())
+
+
+async def run_server(uri: str, speaker: Speaker, ready: asyncio.Event | None = None) -> None:
+    """Serves until cancelled."""
+    server = AsyncServer.from_uri(uri)
+    info = describe(speaker)
+    log.info("Wyoming server on %s: %s", uri, ", ".join(speaker.workers))
+    if ready is not None:
+        ready.set()
+    try:
+        await server.run(partial(GGTTSEventHandler, speaker, info))
+    finally:
+        speaker.shutdown()
+
+
+def serve(models: Mapping[str, TTSModel], settings: ServerSettings, uri: str = DEFAULT_WYOMING_URI) -> None:
+    """Serve already loaded models over Wyoming until interrupted."""
+    speaker = Speaker(models, settings)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(run_server(uri, speaker))

@@ -1,0 +1,242 @@
+"""The Wyoming server (Home Assistant's protocol) through the ``wyoming`` library's own ``AsyncTcpClient``: describe,
+synthesize, streaming synthesize, program and voice choice, bad requests; and the real ``ggtts wyoming`` command
+on a tiny random Kokoro, whose audio must be what the HTTP server gives for the same text."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from audio_check import decode
+from server_support import STARTUP_TIMEOUT_S, Server, free_port
+from tone_model import ToneModel
+
+pytest.importorskip("wyoming")
+from wyoming.audio import AudioChunk, AudioStart, AudioStop
+from wyoming.client import AsyncTcpClient
+from wyoming.error import Error
+from wyoming.info import Describe, Info, SelectProgram
+from wyoming.tts import (
+    Synthesize,
+    SynthesizeChunk,
+    SynthesizeStart,
+    SynthesizeStop,
+    SynthesizeStopped,
+    SynthesizeVoice,
+)
+
+from ggtts.server.settings import ServerSettings
+from ggtts.server.speaking import Speaker
+from ggtts.server.wyoming import SAMPLES_PER_CHUNK, run_server
+
+READ_TIMEOUT_S = 60.0  # only catches a hang
+
+
+@pytest.fixture(scope="module")
+def tone_port() -> Iterator[int]:
+    """A Wyoming server on tone models, in a thread of this process."""
+    port = free_port()
+    models = {"tone": ToneModel(), "slow": ToneModel(delay_s=0.3), "tone16k": ToneModel(sample_rate=16000)}
+    speaker = Speaker(models, ServerSettings(max_queue=1, max_input_chars=200, timeout_s=30))
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+
+    async def serve() -> None:
+        started = asyncio.Event()
+        task = asyncio.ensure_future(run_server(f"tcp://127.0.0.1:{port}", speaker, started))
+        await started.wait()
+        loop.call_soon_threadsafe(ready.set)
+        await task
+
+    thread = threading.Thread(target=lambda: loop.run_until_complete(serve()), daemon=True)
+    thread.start()
+    assert ready.wait(READ_TIMEOUT_S)
+    _wait_for_port(port)
+    yield port
+    loop.call_soon_threadsafe(lambda: [t.cancel() for t in asyncio.all_tasks(loop)])
+    thread.join(10)
+
+
+def _wait_for_port(port: int, process: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"ggtts wyoming exited with {process.returncode}")
+        try:
+            asyncio.run(_describe(port))
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"no Wyoming server on port {port} after {STARTUP_TIMEOUT_S} s")
+
+
+async def _describe(port: int) -> Info:
+    async with AsyncTcpClient("127.0.0.1", port) as client:
+        await client.write_event(Describe().event())
+        event = await asyncio.wait_for(client.read_event(), READ_TIMEOUT_S)
+        assert event is not None and Info.is_type(event.type)
+        return Info.from_event(event)
+
+
+async def _read_until(client: AsyncTcpClient, end: type) -> tuple[list[Any], bytes]:
+    """The events up to ``end`` (AudioStop or SynthesizeStopped) or an error, and the audio they carried."""
+    events: list[Any] = []
+    audio = b""
+    while True:
+        event = await asyncio.wait_for(client.read_event(), READ_TIMEOUT_S)
+        assert event is not None, "the server closed the connection"
+        events.append(event)
+        if AudioChunk.is_type(event.type):
+            chunk = AudioChunk.from_event(event)
+            assert len(chunk.audio) <= SAMPLES_PER_CHUNK * 2
+            audio += chunk.audio
+        if end.is_type(event.type) or Error.is_type(event.type):
+            return events, audio
+
+
+def _types(events: list[Any]) -> list[str]:
+    """The event types, runs of audio-chunk folded into one."""
+    folded: list[str] = []
+    for event in events:
+        if not (event.type == "audio-chunk" and folded and folded[-1] == "audio-chunk"):
+            folded.append(event.type)
+    return folded
+
+
+def _tone(stretches: list[str], voice: str = "low", rate: int = 24000) -> np.ndarray:
+    model = ToneModel(sample_rate=rate)
+    return np.concatenate([model.expected(s, voice) for s in stretches])
+
+
+def test_describe_lists_every_model_as_a_program(tone_port: int) -> None:
+    info = asyncio.run(_describe(tone_port))
+    assert [p.name for p in info.tts] == ["tone", "slow", "tone16k"]
+    assert all(p.installed and p.supports_synthesize_streaming for p in info.tts)
+    assert [v.name for v in info.tts[0].voices] == ["low", "high"]
+
+
+def test_synthesize_sends_the_audio_in_one_cycle(tone_port: int) -> None:
+    async def run() -> tuple[list[Any], bytes]:
+        async with AsyncTcpClient("127.0.0.1", tone_port) as client:
+            await client.write_event(Synthesize("one two three", voice=SynthesizeVoice(name="high")).event())
+            return await _read_until(client, AudioStop)
+
+    events, audio = asyncio.run(run())
+    assert _types(events) == ["audio-start", "audio-chunk", "audio-stop"]
+    start = AudioStart.from_event(events[0])
+    assert (start.rate, start.width, start.channels) == (24000, 2, 1)
+    samples, _ = decode(audio, "pcm", 24000)
+    np.testing.assert_allclose(samples, _tone(["one two three"], "high"), atol=2 / 32768)
+
+
+def test_streaming_synthesis_speaks_each_stretch_as_it_completes(tone_port: int) -> None:
+    """Home Assistant's streaming flow: the first clause's audio comes back before the rest of the text is sent
+    (an order of events, not a time); the ``synthesize`` sent for older servers is not spoken twice."""
+    pieces = ["early bird", " sings, and", " then it", " rests. The", " end."]
+
+    async def run() -> tuple[list[Any], bytes, list[Any], bytes]:
+        async with AsyncTcpClient("127.0.0.1", tone_port) as client:
+            await client.write_event(SelectProgram(name="slow").event())
+            await client.write_event(SynthesizeStart(voice=SynthesizeVoice(name="low")).event())
+            for piece in pieces[:2]:
+                await client.write_event(SynthesizeChunk(piece).event())
+            first, first_audio = await _read_until(client, AudioStop)  # only the first clause was sent
+            for piece in pieces[2:]:
+                await client.write_event(SynthesizeChunk(piece).event())
+            await client.write_event(Synthesize("".join(pieces)).event())
+            await client.write_event(SynthesizeStop().event())
+            rest, rest_audio = await _read_until(client, SynthesizeStopped)
+            return first, first_audio, rest, rest_audio
+
+    first, first_audio, rest, rest_audio = asyncio.run(run())
+    assert _types(first) == ["audio-start", "audio-chunk", "audio-stop"]
+    assert _types(rest) == ["audio-start", "audio-chunk", "audio-stop"] * 2 + ["synthesize-stopped"]
+    samples, _ = decode(first_audio + rest_audio, "pcm", 24000)
+    expected = _tone(["early bird sings,", "and then it rests.", "The end."])
+    np.testing.assert_allclose(samples, expected, atol=2 / 32768)
+
+
+def test_program_and_voice_choice(tone_port: int) -> None:
+    async def run() -> tuple[int, bytes]:
+        async with AsyncTcpClient("127.0.0.1", tone_port) as client:
+            await client.write_event(SelectProgram(name="tone16k").event())
+            await client.write_event(Synthesize("one two", voice=SynthesizeVoice(name="high")).event())
+            events, audio = await _read_until(client, AudioStop)
+            return AudioStart.from_event(events[0]).rate, audio
+
+    rate, audio = asyncio.run(run())
+    assert rate == 16000
+    samples, _ = decode(audio, "pcm", 16000)
+    np.testing.assert_allclose(samples, _tone(["one two"], "high", 16000), atol=2 / 32768)
+
+
+@pytest.mark.parametrize(
+    ("events", "code"),
+    [
+        ([Synthesize("one", voice=SynthesizeVoice(name="nobody"))], "voice_not_found"),
+        ([Synthesize("   ")], "empty_input"),
+        ([Synthesize("x" * 201)], "input_too_long"),
+        ([Synthesize("one BADINPUT")], "invalid_input"),
+        ([Synthesize("one FAIL")], "synthesis_failed"),
+        ([SelectProgram(name="nope")], "model_not_found"),
+        ([SynthesizeChunk("stray text")], "bad_event"),
+        ([SynthesizeStop()], "bad_event"),
+    ],
+)
+def test_bad_requests_get_one_error_and_the_connection_goes_on(tone_port: int, events: list[Any], code: str) -> None:
+    async def run() -> tuple[list[Any], bytes]:
+        async with AsyncTcpClient("127.0.0.1", tone_port) as client:
+            for event in events:
+                await client.write_event(event.event())
+            error = await asyncio.wait_for(client.read_event(), READ_TIMEOUT_S)
+            while error is not None and not Error.is_type(error.type):  # audio of a chunk before a failure
+                error = await asyncio.wait_for(client.read_event(), READ_TIMEOUT_S)
+            assert error is not None
+            await client.write_event(Synthesize("still here").event())
+            after, audio = await _read_until(client, AudioStop)
+            return [Error.from_event(error), *after], audio
+
+    (error, *after), audio = asyncio.run(run())
+    assert error.code == code, error.text
+    assert _types(after) == ["audio-start", "audio-chunk", "audio-stop"]
+    samples, _ = decode(audio, "pcm", 24000)
+    np.testing.assert_allclose(samples, _tone(["still here"]), atol=2 / 32768)
+
+
+def test_ggtts_wyoming_serves_kokoro_as_the_http_server_does(
+    kokoro_gguf: Path, kokoro_server: Server, tmp_path: Path
+) -> None:
+    port = free_port()
+    log = (tmp_path / "wyoming.log").open("wb")
+    ggtts = str(Path(sys.executable).parent / "ggtts")
+    cmd = [ggtts, "wyoming", "-m", f"tiny={kokoro_gguf}", "--uri", f"tcp://127.0.0.1:{port}"]
+    process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    text = "Hello from Home Assistant. It works."
+    try:
+        _wait_for_port(port, process)
+        info = asyncio.run(_describe(port))
+
+        async def run() -> tuple[list[Any], bytes]:
+            async with AsyncTcpClient("127.0.0.1", port) as client:
+                await client.write_event(Synthesize(text, voice=SynthesizeVoice(name="v_two")).event())
+                return await _read_until(client, AudioStop)
+
+        events, audio = asyncio.run(run())
+    finally:
+        process.terminate()
+        process.wait(30)
+    assert [p.name for p in info.tts] == ["tiny"] and [v.name for v in info.tts[0].voices] == ["v_one", "v_two"]
+    assert AudioStart.from_event(events[0]).rate == 24000
+    body = {"model": "tiny", "input": text, "voice": "v_two", "response_format": "pcm"}
+    http = httpx.post(kokoro_server.url + "/v1/audio/speech", json=body, timeout=READ_TIMEOUT_S)
+    assert http.status_code == 200 and len(audio) > 4000
+    assert audio == http.content  # the same model, text and voice: the same samples
