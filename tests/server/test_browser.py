@@ -56,6 +56,9 @@ def test_page_speaks_a_sentence(page, kokoro_server: Server) -> None:
     assert page.locator("#error").is_hidden()
     assert "first audio after" in page.locator("#status").inner_text()
     assert page.locator("#download").get_attribute("href").startswith("blob:")
+    # Kokoro times its words: each one is shown, and lit up once the audio clock reaches it
+    assert page.locator("#captions span").all_inner_texts() == ["hello", "from", "the", "browser"]
+    page.wait_for_function("document.querySelectorAll('#captions span.said').length === 4")
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "server-page.png"), full_page=True)
 

@@ -119,6 +119,7 @@ def _add_routes(app: FastAPI, speaker: Speaker) -> None:
                 family=w.model.family_name,
                 architecture=w.model.architecture,
                 sample_rate=w.model.sample_rate,
+                timestamps=bool(w.model.family and w.model.family.capabilities.timestamps),
                 options=option_cards(w.model.family),
             )
             for n, w in workers.items()

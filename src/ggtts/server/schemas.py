@@ -178,6 +178,7 @@ class ModelCard(BaseModel):
     family: str  # the model family (kokoro, outetts)
     architecture: str  # the GGUF architecture of its file (kokoro, qwen2)
     sample_rate: int
+    timestamps: bool = False  # its audio comes with word timestamps (/v1/audio/captioned_speech)
     options: list[OptionCard] = []  # what its speech requests' ``options`` object takes
 
 

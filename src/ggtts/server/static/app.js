@@ -1,11 +1,14 @@
-// The ggtts web page: streams 16-bit PCM from POST /v1/audio/speech, plays it as it arrives (Web Audio),
-// then puts the whole utterance in the <audio> element as a WAV file to replay or download.
+// The ggtts web page: streams 16-bit PCM from POST /v1/audio/speech (or, for models that time their words,
+// /v1/audio/captioned_speech's JSON lines: each chunk's audio and its words), plays it as it arrives (Web Audio),
+// lights up each word as it is heard, then puts the whole utterance in the <audio> element as a WAV file to
+// replay or download.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const KEY_STORAGE = "ggtts-api-key";
 const START_DELAY_S = 0.05; // scheduling slack before the first chunk plays
 let voicesByModel = {};
+let timedModels = new Set(); // models whose audio comes with word timestamps
 let current = null; // {abort: AbortController, context: AudioContext|null}
 
 function showError(message) {
@@ -53,6 +56,7 @@ async function loadModels() {
   try {
     const [models, voices] = await Promise.all([getJSON("/v1/models"), getJSON("/v1/voices")]);
     voicesByModel = Object.fromEntries(voices.data.map((m) => [m.model, m]));
+    timedModels = new Set(models.data.filter((m) => m.timestamps).map((m) => m.id));
     fillSelect($("model"), models.data.map((m) => m.id));
     fillVoices();
     showError("");
@@ -98,6 +102,76 @@ function playPcm(context, samples, sampleRate, startAt) {
   return at + buffer.duration;
 }
 
+// The raw 16-bit PCM body, as it arrives, in whole samples.
+async function readPcm(response, take) {
+  const reader = response.body.getReader();
+  let carry = null; // an odd byte left over between network chunks
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return;
+    let chunk = value;
+    if (carry !== null) {
+      chunk = new Uint8Array(value.length + 1);
+      chunk[0] = carry;
+      chunk.set(value, 1);
+      carry = null;
+    }
+    if (chunk.length % 2) {
+      carry = chunk[chunk.length - 1];
+      chunk = chunk.subarray(0, chunk.length - 1);
+    }
+    if (chunk.length) take(new Int16Array(chunk.slice().buffer), []);
+  }
+}
+
+// Captioned speech's JSON lines: {"audio": base64 PCM, "timestamps": [{"word", "start_time", "end_time"}]}
+// (times from the start of the utterance), or an error line before the server cuts the stream.
+async function readCaptionLines(response, take) {
+  const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+  let pending = "";
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (value) pending += value;
+    let newline;
+    while ((newline = pending.indexOf("\n")) >= 0) {
+      const line = pending.slice(0, newline);
+      pending = pending.slice(newline + 1);
+      if (!line.trim()) continue;
+      const body = JSON.parse(line);
+      if (body.error) throw new Error(body.error.message);
+      const raw = Uint8Array.from(atob(body.audio), (c) => c.charCodeAt(0));
+      if (raw.length) take(new Int16Array(raw.buffer.slice(0, raw.length - (raw.length % 2))), body.timestamps || []);
+    }
+    if (done) return;
+  }
+}
+
+function clearCaptions() {
+  $("captions").replaceChildren();
+}
+
+// A word, greyed until it is heard: lit up when the audio clock reaches ``at`` (seconds, AudioContext time).
+function showWordAt(context, at, word) {
+  const span = showWord(word, true);
+  const light = () => {
+    document.querySelectorAll("#captions span.now").forEach((s) => s.classList.remove("now"));
+    span.classList.add("said", "now");
+  };
+  const wait = (at - context.currentTime) * 1000;
+  if (wait <= 0) light();
+  else setTimeout(light, wait);
+}
+
+function showWord(word, pending) {
+  const span = document.createElement("span");
+  span.textContent = word;
+  if (!pending) span.classList.add("said");
+  const box = $("captions");
+  if (box.childNodes.length) box.append(" ");
+  box.append(span);
+  return span;
+}
+
 async function speak() {
   showError("");
   const text = $("text").value;
@@ -114,11 +188,13 @@ async function speak() {
   setStatus("Synthesizing…");
   const started = performance.now();
   try {
-    const response = await fetch("/v1/audio/speech", {
+    const model = $("model").value;
+    const captioned = timedModels.has(model);
+    const response = await fetch(captioned ? "/v1/audio/captioned_speech" : "/v1/audio/speech", {
       method: "POST",
       headers: { "Content-Type": "application/json", ...authHeaders() },
       body: JSON.stringify({
-        model: $("model").value || undefined,
+        model: model || undefined,
         voice: $("voice").value || undefined,
         input: text,
         speed: parseFloat($("speed").value),
@@ -131,34 +207,27 @@ async function speak() {
     const sampleRate = parseInt(response.headers.get("X-Sample-Rate"), 10);
     const context = makeAudioContext(sampleRate);
     current.context = context;
-    const reader = response.body.getReader();
+    clearCaptions();
     const parts = [];
-    let carry = null; // an odd byte left over between network chunks
     let playAt = 0;
     let bytes = 0;
     let firstAudioMs = null;
-    for (;;) {
-      const { done, value } = await reader.read();
-      if (done) break;
-      let chunk = value;
-      if (carry !== null) {
-        chunk = new Uint8Array(value.length + 1);
-        chunk[0] = carry;
-        chunk.set(value, 1);
-        carry = null;
-      }
-      if (chunk.length % 2) {
-        carry = chunk[chunk.length - 1];
-        chunk = chunk.subarray(0, chunk.length - 1);
-      }
-      if (!chunk.length) continue;
+    const take = (samples, words) => {
       if (firstAudioMs === null) firstAudioMs = performance.now() - started;
-      const samples = new Int16Array(chunk.slice().buffer);
+      const chunkStart = bytes / 2 / sampleRate; // where this chunk starts in the utterance, seconds
       parts.push(samples);
-      bytes += chunk.length;
-      if (context) playAt = playPcm(context, samples, sampleRate, playAt);
+      bytes += samples.length * 2;
+      if (context) {
+        const at = Math.max(playAt, context.currentTime + START_DELAY_S);
+        playAt = playPcm(context, samples, sampleRate, at);
+        for (const w of words) showWordAt(context, at + (w.start_time - chunkStart), w.word);
+      } else {
+        for (const w of words) showWord(w.word, false);
+      }
       setStatus(`Receiving… ${(bytes / 2 / sampleRate).toFixed(1)} s of audio`);
-    }
+    };
+    if (captioned) await readCaptionLines(response, take);
+    else await readPcm(response, take);
     const blob = new Blob([wavHeader(sampleRate, bytes), ...parts], { type: "audio/wav" });
     const url = URL.createObjectURL(blob);
     const player = $("player");
