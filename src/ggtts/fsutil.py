@@ -95,6 +95,15 @@ def atomic_output(target: str | os.PathLike[str]) -> Iterator[Path]:
         raise
 
 
+def cache_dir() -> Path:
+    """ggtts's one cache folder: ``$GGTTS_HOME``, else ``$XDG_CACHE_HOME/ggtts``, else ``~/.cache/ggtts``."""
+    if home := os.environ.get("GGTTS_HOME"):
+        return Path(home).expanduser()
+    if xdg := os.environ.get("XDG_CACHE_HOME"):
+        return Path(xdg).expanduser() / "ggtts"
+    return Path.home() / ".cache" / "ggtts"
+
+
 def file_sha256(path: Path) -> str:
     """The hex sha256 of a file's bytes, read a block at a time."""
     digest = hashlib.sha256()

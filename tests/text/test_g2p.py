@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -145,3 +146,32 @@ def test_no_download_is_ever_attempted() -> None:
     if lines["plugin_installed"] != "True":  # hexgrad's kokoro (the reference extra) installs it
         pytest.skip("spacy-curated-transformers is not installed: nothing to keep from being imported")
     assert lines["plugin_imported"] == "False False", "spaCy's plugin factories were imported with the G2P"
+
+
+@pytest.mark.parametrize("british", [False, True], ids=["us", "gb"])
+def test_the_cached_lexicon_is_the_one_misaki_builds(
+    british: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Built once and kept: the second load reads the cache, and what it reads is exactly misaki's own lexicon
+    (every attribute its ``__init__`` sets, every entry); a damaged cache file is built again, not trusted."""
+    monkeypatch.setenv("GGTTS_HOME", str(tmp_path))
+    path = g2p.lexicon_cache_path(en, british)
+    assert not path.exists()
+    built = g2p.load_lexicon(en, british)
+    assert path.is_file()
+    reference = vars(en.Lexicon(british))
+    assert set(reference) == set(g2p.LEXICON_STATE)  # misaki sets nothing the cache leaves out
+    cached = g2p.load_lexicon(en, british)
+    assert type(cached) is en.Lexicon and vars(cached) == reference == vars(built)
+    path.write_bytes(b"\x00 damaged")
+    assert vars(g2p.load_lexicon(en, british)) == reference
+    assert g2p.lexicon_cache_path(en, not british) != path
+
+
+def test_an_unwritable_cache_only_costs_the_build(
+    tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "a-file"  # type: ignore[operator]
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("GGTTS_HOME", str(blocker))
+    assert vars(g2p.load_lexicon(en, False)) == vars(en.Lexicon(False))

@@ -16,7 +16,6 @@ import hashlib
 import importlib.resources
 import importlib.util
 import logging
-import os
 import shutil
 import sys
 import tempfile
@@ -24,6 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ggtts.errors import ConversionError, GGUFError
+from ggtts.fsutil import cache_dir
 
 # Bump when the conversion's output changes: the file name changes, so existing caches rebuild.
 CONVERTER_VERSION = "1"
@@ -46,15 +46,6 @@ _COPY_CHUNK = 1 << 20  # bytes
 _NEEDED_BYTES = 450 << 20  # temporary ONNX (92 MB) + F32 GGUF (about 330 MB)
 
 log = logging.getLogger(__name__)
-
-
-def cache_dir() -> Path:
-    """``$GGTTS_HOME``, else ``$XDG_CACHE_HOME/ggtts``, else ``~/.cache/ggtts``."""
-    if home := os.environ.get("GGTTS_HOME"):
-        return Path(home).expanduser()
-    if xdg := os.environ.get("XDG_CACHE_HOME"):
-        return Path(xdg).expanduser() / "ggtts"
-    return Path.home() / ".cache" / "ggtts"
 
 
 def default_model_path() -> Path:

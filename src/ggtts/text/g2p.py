@@ -9,22 +9,31 @@ that ``espeakng-loader`` bundles (no system package).
 
 Construction is slow (spaCy about 1-4 s, misaki's lexicons about 1.5 s), so each language is built once, on
 first use, and shared: :func:`get_g2p` caches one :class:`EnglishG2P` per language, and both languages share
-the spaCy pipeline.
+the spaCy pipeline. misaki's lexicons, once built, are kept in ggtts's cache folder (their state, written with
+``marshal``, keyed by misaki's version, its data files and Python's version): a later process reads them in about
+0.1 s instead of building them again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import importlib
+import importlib.metadata
+import importlib.resources
 import logging
+import marshal
 import re
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ggtts.errors import GGTTSError, InputError
+from ggtts.fsutil import atomic_output, cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -140,11 +149,53 @@ def _offline_g2p_class() -> type:
             self.version = None
             self.british = british
             self.nlp = nlp
-            self.lexicon = en.Lexicon(british)
+            self.lexicon = load_lexicon(en, british)
             self.fallback = fallback
             self.unk = unk
 
     return OfflineMisakiG2P
+
+
+LEXICON_STATE = ("british", "cap_stresses", "golds", "silvers")  # what misaki 0.9.4's Lexicon.__init__ sets
+
+
+def lexicon_cache_path(en: Any, british: bool) -> Path:
+    """Where the built lexicon is kept: named by what it is built from (misaki's version, the sizes and times of
+    its two data files) and Python's version (marshal's format may change with it)."""
+    key = [sys.version, importlib.metadata.version("misaki"), str(british)]
+    for kind in ("gold", "silver"):
+        data = importlib.resources.files(en.data) / f"{'gb' if british else 'us'}_{kind}.json"
+        stat = Path(str(data)).stat()
+        key += [str(stat.st_size), str(stat.st_mtime_ns)]
+    digest = hashlib.sha256("\0".join(key).encode()).hexdigest()[:16]
+    return cache_dir() / "misaki" / f"lexicon-{'gb' if british else 'us'}-{digest}.marshal"
+
+
+def load_lexicon(en: Any, british: bool) -> Any:
+    """misaki's ``en.Lexicon``: read back from the cache when it was built before, else built and kept there (a
+    cache that cannot be read or written only costs the 1.5 s of building it)."""
+    try:
+        path: Path | None = lexicon_cache_path(en, british)
+    except (OSError, importlib.metadata.PackageNotFoundError) as e:
+        log.debug("misaki's lexicon is not cached: %s", e)
+        path = None
+    if path is not None and path.is_file():
+        try:
+            state = marshal.loads(path.read_bytes())
+            if isinstance(state, dict) and set(state) == set(LEXICON_STATE):
+                lexicon = en.Lexicon.__new__(en.Lexicon)
+                lexicon.__dict__.update(state)
+                return lexicon
+        except (OSError, ValueError, EOFError, TypeError) as e:
+            log.debug("rebuilding misaki's lexicon: %s unreadable (%s)", path, e)
+    lexicon = en.Lexicon(british)
+    if path is not None:
+        try:
+            with atomic_output(path) as tmp:
+                tmp.write_bytes(marshal.dumps({k: getattr(lexicon, k) for k in LEXICON_STATE}))
+        except (GGTTSError, OSError, ValueError) as e:
+            log.debug("could not keep misaki's lexicon in %s: %s", path, e)
+    return lexicon
 
 
 def build_misaki_g2p(*, british: bool, espeak_fallback: bool = True, unk: str = "") -> Any:
