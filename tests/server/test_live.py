@@ -191,3 +191,11 @@ def test_kokoro_words_come_with_session_times(kokoro_server: Server) -> None:
     assert messages[-1] == {"type": "done", "audio_seconds": round(seconds, 3)}
     assert words[-1]["end"] <= seconds + 1e-3
     assert words[-3]["start"] > seconds / 2  # the last stretch's words are late in the session, not at its start
+
+
+def test_a_message_larger_than_any_valid_one_is_refused_as_it_arrives(tone_server: Server) -> None:
+    with open_live(tone_server) as ws:
+        ws.send(json.dumps({"type": "text", "text": "x" * 100_000}))  # over the server's body limit
+        with pytest.raises(websockets.exceptions.ConnectionClosedError) as closed:
+            ws.recv(timeout=RECV_TIMEOUT_S)
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1009  # message too big

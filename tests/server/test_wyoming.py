@@ -240,3 +240,19 @@ def test_ggtts_wyoming_serves_kokoro_as_the_http_server_does(
     http = httpx.post(kokoro_server.url + "/v1/audio/speech", json=body, timeout=READ_TIMEOUT_S)
     assert http.status_code == 200 and len(audio) > 4000
     assert audio == http.content  # the same model, text and voice: the same samples
+
+
+def test_an_event_announcing_a_huge_body_ends_the_connection_unread(tone_port: int) -> None:
+    """A header that says 100 MB of data follow is refused before anything is read into memory: the server
+    closes that connection and goes on serving others."""
+
+    async def run() -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", tone_port)
+        writer.write(b'{"type": "synthesize", "data_length": 100000000}\n' + b"x" * 1000)
+        await writer.drain()
+        rest = await asyncio.wait_for(reader.read(), READ_TIMEOUT_S)  # b"" once the server closes
+        writer.close()
+        return rest
+
+    assert asyncio.run(run()) == b""
+    assert asyncio.run(_describe(tone_port)).tts[0].name == "tone"

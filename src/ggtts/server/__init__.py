@@ -104,7 +104,14 @@ def run(models: dict[str, TTSModel], settings: ServerSettings, host: str, port: 
     _configure_logging()
     if host not in LOOPBACK_HOSTS and settings.api_key is None:
         log.warning("listening on %s without an API key: anyone who can reach it can use it", host)
-    uvicorn.run(create_app(models, settings), host=host, port=port, log_level="info", access_log=True)
+    uvicorn.run(
+        create_app(models, settings),
+        host=host,
+        port=port,
+        log_level="info",
+        access_log=True,
+        ws_max_size=settings.max_body_bytes,  # a WebSocket message is refused as it passes the size of any valid one
+    )
 
 
 def serve(

@@ -90,11 +90,32 @@ def _voice_description(model: TTSModel, voice: str) -> str:
     return f"{voice} ({said})" if said else voice
 
 
+class BoundedReader:
+    """The connection's stream for the ``wyoming`` library's event reader, refusing an event whose data or payload
+    says it is longer than ``limit`` bytes before reading it (the reader would otherwise read it whole into
+    memory): the reader takes the refusal (a ValueError) as the end of the connection."""
+
+    def __init__(self, reader: asyncio.StreamReader, limit: int) -> None:
+        self._reader = reader
+        self.limit = limit
+
+    async def readline(self) -> bytes:
+        return await self._reader.readline()  # the stream's own line limit (64 KiB) holds here
+
+    async def readexactly(self, n: int) -> bytes:
+        if n > self.limit:
+            log.warning("closing a connection that announced a %d-byte event (limit %d)", n, self.limit)
+            raise ValueError(f"an event of {n} bytes is more than this server reads ({self.limit})")
+        return await self._reader.readexactly(n)
+
+
 class GGTTSEventHandler(AsyncEventHandler):
     """One client connection."""
 
-    def __init__(self, speaker: Speaker, info: Info, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self, speaker: Speaker, info: Info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        super().__init__(BoundedReader(reader, speaker.settings.max_body_bytes), writer)  # type: ignore[arg-type]
         self.speaker = speaker
         self.info = info
         self.program = speaker.default_model
