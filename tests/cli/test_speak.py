@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 
+import ggtts
 from ggtts.cli import main
 
 pytestmark = pytest.mark.needs_weights
@@ -112,6 +113,8 @@ def test_voices_of_the_default_model(capsys: pytest.CaptureFixture[str]) -> None
     rows = [line.split() for line in out.splitlines()]
     assert ["jf_alpha", "Japanese", "female"] in rows and ["jm_kumo", "Japanese", "male"] in rows
     assert len(rows) == 5 and "5 voices of" in err and "blend" in err
+    model = ggtts.load()  # the languages a Wyoming client picks voices by: from Kokoro's voice names
+    assert {v: model.voice_languages(v) for v in model.voices} == {v: ["ja"] for v in model.voices}
 
 
 def test_info_of_the_built_in_name(capsys: pytest.CaptureFixture[str]) -> None:

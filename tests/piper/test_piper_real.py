@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+import ggtts
 from ggtts.convert.piper_onnx import convert_piper
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Piper as K
@@ -103,3 +104,16 @@ def test_prior_noise_keeps_the_durations_and_a_seed_gives_one_draw(
     assert first.shape == theirs.shape == other.shape
     assert np.array_equal(first, again)
     assert not np.allclose(first, other, atol=1e-3)
+
+
+def test_the_voice_says_its_language_for_wyoming(voice: tuple[Path, Path]) -> None:
+    """Home Assistant picks voices by language: the joe voice's config says en_US, and the Wyoming server's
+    description carries it."""
+    from ggtts.server.settings import ServerSettings
+    from ggtts.server.speaking import Speaker
+    from ggtts.server.wyoming import describe
+
+    model = ggtts.load(voice[1])
+    assert model.voice_languages(model.voices[0]) == ["en_US"]
+    info = describe(Speaker({"joe": model}, ServerSettings()))
+    assert [(v.name, v.languages) for v in info.tts[0].voices] == [(model.voices[0], ["en_US"])]
