@@ -107,6 +107,36 @@ def cmd_voices(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- cache ----------------------------------------------------------------------------------------------------
+def cmd_cache(args: argparse.Namespace) -> int:
+    """Where ggtts keeps what it builds (converted built-in models, Whisper's weights, misaki's lexicons), what is
+    there, and how large; ``--path``: the folder alone, for scripts."""
+    from ggtts.fsutil import cache_dir
+
+    folder = cache_dir()
+    if args.path:
+        print(folder)
+        return 0
+    entries = sorted(e for e in folder.iterdir() if not e.name.startswith(".")) if folder.is_dir() else []
+    print(f"cache: {folder} (set GGTTS_HOME to move it)")
+    if not entries:
+        print("  empty: built-in models are converted into it on first use")
+        return 0
+    total = 0
+    for entry in entries:
+        size = _tree_bytes(entry)
+        total += size
+        print(f"  {entry.name + ('/' if entry.is_dir() else ''):<44} {_human_bytes(size):>10}")
+    print(f"  {'total':<44} {_human_bytes(total):>10}")
+    return 0
+
+
+def _tree_bytes(path: Path) -> int:
+    if path.is_symlink() or not path.is_dir():
+        return path.lstat().st_size
+    return sum(f.lstat().st_size for f in path.rglob("*") if f.is_file() and not f.is_symlink())
+
+
 # ---- speak ----------------------------------------------------------------------------------------------------
 def _decode_utf8(data: bytes, source: str) -> str:
     """``data`` decoded as UTF-8, strictly; else one line naming ``source`` and the first bad byte's offset."""
@@ -322,6 +352,10 @@ def build_parser() -> argparse.ArgumentParser:
     i = sub.add_parser("info", help="describe a GGUF file, or a built-in model (where its file is, what it holds)")
     i.add_argument("file", help=f"a .gguf file or the built-in name '{DEFAULT_MODEL}'")
     i.set_defaults(func=cmd_info)
+
+    k = sub.add_parser("cache", help="show where ggtts keeps the models it builds, and what is there")
+    k.add_argument("--path", action="store_true", help="print only the cache folder")
+    k.set_defaults(func=cmd_cache)
 
     from ggtts.server import add_arguments as add_serve_arguments  # light: FastAPI loads only to serve
     from ggtts.server import add_wyoming_arguments

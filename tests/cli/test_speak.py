@@ -154,3 +154,24 @@ def test_precision_reaches_the_loader(tmp_path: Path, monkeypatch: pytest.Monkey
     assert asked == [{"precision": "bfloat16", "device": device}, {"device": device}, {"device": device}]
     with pytest.raises(SystemExit):
         main(["speak", "Hi.", "--precision", "float16"])
+
+
+def test_cache_lists_what_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "cache"
+    monkeypatch.setenv("GGTTS_HOME", str(home))
+    assert main(["cache"]) == 0
+    assert (
+        capsys.readouterr().out
+        == f"cache: {home} (set GGTTS_HOME to move it)\n  empty: built-in models are converted into it on first use\n"
+    )
+    (home / "misaki").mkdir(parents=True)
+    (home / "misaki" / "lexicon-us.marshal").write_bytes(b"x" * 2048)
+    (home / "model.gguf").write_bytes(b"y" * 1024)
+    (home / ".model.gguf.lock").write_bytes(b"")
+    assert main(["cache"]) == 0
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+    assert rows == [["misaki/", "2.0", "KiB"], ["model.gguf", "1.0", "KiB"], ["total", "3.0", "KiB"]]
+    assert main(["cache", "--path"]) == 0
+    assert capsys.readouterr().out == f"{home}\n"
