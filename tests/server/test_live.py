@@ -103,6 +103,8 @@ def test_flush_speaks_what_is_pending_and_keeps_the_socket(tone_server: Server) 
     ("messages", "code", "param"),
     [
         (["not json"], "invalid_message", None),
+        (["[" * 10_000], "invalid_message", None),
+        (['{"type": "text", "text": 1' + "0" * 5000 + "}"], "invalid_message", None),
         ([{"type": "start", "voice": "nobody"}], "voice_not_found", "voice"),
         ([{"type": "start", "model": "nope"}], "model_not_found", "model"),
         ([{"type": "start", "speed": "fast"}], "invalid_value", "speed"),
@@ -153,23 +155,51 @@ def test_the_key_is_checked(tone_server: Server) -> None:
 def test_a_page_of_another_site_cannot_open_it(kokoro_server: Server) -> None:
     """``ggtts serve`` on loopback: a browser page of another origin is refused (a WebSocket is not bound by the
     same-origin rules); the server's own page, and clients that send no Origin, are not."""
-    with pytest.raises(websockets.exceptions.InvalidStatus) as foreign:
-        open_live(kokoro_server, origin="http://evil.example")
-    assert foreign.value.response.status_code == 403
+    port = kokoro_server.url.rpartition(":")[2]
+    for origin in ("http://evil.example", "null", "http://localhost:6666", f"http://evil.example:{port}"):
+        with pytest.raises(websockets.exceptions.InvalidStatus) as foreign:
+            open_live(kokoro_server, origin=origin)
+        assert foreign.value.response.status_code == 403, origin
     for origin in (kokoro_server.url, None):
         with open_live(kokoro_server, origin=origin) as ws:
             ws.send(json.dumps({"type": "start"}))
             assert json.loads(ws.recv(timeout=RECV_TIMEOUT_S))["type"] == "ready"
 
 
-def test_a_client_leaving_cancels_the_stretch_being_spoken(tone_server: Server, tone_log: Path) -> None:
+@pytest.mark.parametrize("ended", [False, True], ids=["mid-text", "after-end"])
+def test_a_client_leaving_cancels_the_stretch_being_spoken(tone_server: Server, tone_log: Path, ended: bool) -> None:
+    """Also after ``end``, when the client has nothing more to send: the server reads on, so it notices."""
+    tag = f"gone{int(ended)}"
     with open_live(tone_server) as ws:
         ws.send(json.dumps({"type": "start", "model": "slow"}))
-        ws.send(json.dumps({"type": "text", "text": "gone HEAVY now."}))
-        ws.send(json.dumps({"type": "end"}))
-        wait_until(lambda: _log_has(tone_log, "gone heavy-start"))
+        ws.send(json.dumps({"type": "text", "text": f"{tag} HEAVY now. "}))
+        if ended:
+            ws.send(json.dumps({"type": "end"}))
+        wait_until(lambda: _log_has(tone_log, f"{tag} heavy-start"))
     wait_until(lambda: not health(tone_server)["slow"]["busy"], timeout_s=FREE_WITHIN_S)
-    assert not _log_has(tone_log, "gone heavy-end"), "the chunk in progress ran to its end"
+    assert not _log_has(tone_log, f"{tag} heavy-end"), "the chunk in progress ran to its end"
+
+
+def test_flush_ends_a_compressed_stream_so_the_turn_is_heard_whole(tone_server: Server) -> None:
+    """mp3 keeps audio back until its stream ends: at a flush the turn's stream ends (its tail sent before
+    ``flushed``), and the next turn is a stream of its own."""
+    turns: list[bytes] = []
+    with open_live(tone_server) as ws:
+        ws.send(json.dumps({"type": "start", "model": "tone", "response_format": "mp3"}))
+        json.loads(ws.recv(timeout=RECV_TIMEOUT_S))
+        for text in ("one two three", "four five six"):
+            ws.send(json.dumps({"type": "text", "text": text}))
+            ws.send(json.dumps({"type": "flush"}))
+            turn = b""
+            while isinstance(frame := ws.recv(timeout=RECV_TIMEOUT_S), bytes):
+                turn += frame
+            assert json.loads(frame) == {"type": "flushed"}
+            turns.append(turn)
+        ws.send(json.dumps({"type": "end"}))
+        receive_all(ws)
+    for turn, text in zip(turns, ("one two three", "four five six"), strict=True):
+        samples, _ = decode(turn, "mp3", 24000)  # each turn a whole mp3 stream, as long as its speech
+        assert len(samples) >= len(ToneModel().expected(text))
 
 
 def test_kokoro_words_come_with_session_times(kokoro_server: Server) -> None:

@@ -5,6 +5,7 @@ on a tiny random Kokoro, whose audio must be what the HTTP server gives for the 
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import threading
@@ -256,3 +257,46 @@ def test_an_event_announcing_a_huge_body_ends_the_connection_unread(tone_port: i
 
     assert asyncio.run(run()) == b""
     assert asyncio.run(_describe(tone_port)).tts[0].name == "tone"
+
+
+def test_a_failure_inside_a_stream_is_one_error_then_synthesize_stopped(tone_port: int) -> None:
+    """Home Assistant reads a stream's answer until synthesize-stopped: after an error the rest of the stream
+    (its chunks, the compatibility synthesize) is dropped, and the stop is still answered."""
+
+    async def run() -> list[Any]:
+        async with AsyncTcpClient("127.0.0.1", tone_port) as client:
+            await client.write_event(SynthesizeStart().event())
+            for piece in ["one FAIL two. ", "three four. ", "five six."]:
+                await client.write_event(SynthesizeChunk(piece).event())
+            await client.write_event(Synthesize("one FAIL two. three four. five six.").event())
+            await client.write_event(SynthesizeStop().event())
+            events, _ = await _read_until(client, SynthesizeStopped)
+            while not SynthesizeStopped.is_type(events[-1].type):
+                more, _ = await _read_until(client, SynthesizeStopped)
+                events += more
+            return events
+
+    kinds = [e.type for e in asyncio.run(run())]
+    assert kinds.count("error") == 1 and kinds[-1] == "synthesize-stopped"
+    assert "audio-stop" not in kinds[kinds.index("error") :]  # nothing spoken after the error
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"type": "synthesize", "data": {"text": 5}},
+        {"type": "synthesize", "data": {"text": "hi", "voice": {"language": 3}}},
+    ],
+)
+def test_event_data_of_the_wrong_shape_is_one_error(tone_port: int, event: dict[str, Any]) -> None:
+    async def run() -> tuple[Any, list[Any]]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", tone_port)
+        data = json.dumps(event["data"]).encode()
+        writer.write(json.dumps({"type": event["type"], "data_length": len(data)}).encode() + b"\n" + data)
+        await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT_S)
+        writer.close()
+        return json.loads(line), []
+
+    header, _ = asyncio.run(run())
+    assert header["type"] == "error"

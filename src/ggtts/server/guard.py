@@ -123,22 +123,31 @@ class GuardMiddleware:
 
     def check_origin(self, scope: Scope) -> ApiError | None:
         """A WebSocket is not bound by the browser's same-origin rules: a page of another site could open one to
-        this server with the visitor's browser. Its ``Origin`` (sent by browsers, not by other clients) must name
-        a host this server answers to."""
+        this server with the visitor's browser. Its ``Origin`` (sent by browsers, not by other clients) must be
+        the server's own (the Host it was reached by, port included), or a name it answers to on the default port,
+        whatever ``--allowed-hosts`` says."""
         allowed = self.settings.allowed_hosts
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         origin = headers.get("origin")
-        if allowed is None or origin is None:
+        if origin is None:
             return None
-        name = host_name(origin.partition("://")[2] or origin)
-        if name in allowed:
-            return None
+        netloc = origin.partition("://")[2].lower()
+        if netloc and netloc == headers.get("host", "").strip().lower():
+            return None  # the server's own page
+        if allowed is not None and netloc and host_name(netloc) in allowed and _default_port(origin, netloc):
+            return None  # a page served under another name this server answers to
         return ApiError(
             403,
             f"a page from {origin!r} may not open this server's WebSocket; start it with --allowed-hosts to add "
             "that host",
             code="invalid_origin",
         )
+
+
+def _default_port(origin: str, netloc: str) -> bool:
+    """Whether the Origin names no port (or its scheme's own): another port on an allowed host is another site."""
+    port = netloc.rpartition(":")[2] if netloc.count(":") == 1 else ""
+    return not port or port == ("443" if origin.lower().startswith("https") else "80")
 
 
 async def _refuse_websocket(error: ApiError, scope: Scope, send: Send) -> None:

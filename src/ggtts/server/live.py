@@ -23,8 +23,10 @@ server -> client         ``{"type": "ready", "model", "voice", "sample_rate", "f
 
 The API key, when the server has one, goes in the ``Authorization: Bearer`` header of the upgrade request, and a
 browser page of another origin cannot open the socket (:mod:`ggtts.server.guard`). Unspoken text is bounded by
-the server's ``--max-input-chars``; when the client writes faster than the model speaks, the server stops reading
-until it catches up. If the client goes away, the stretch being spoken is cancelled.
+the server's ``--max-input-chars``: text written that far ahead of the speech is a 413-like error. The server
+reads the socket all along, so a client that goes away is noticed at once and the stretch being spoken is
+cancelled. After a ``flush``, compressed formats (mp3, opus, aac) end their stream and the next turn starts a new
+one (mp3 and aac frames, Ogg pages, one after another), so the whole turn is heard before ``flushed``.
 """
 
 from __future__ import annotations
@@ -44,14 +46,13 @@ from ggtts.server.speaking import Speaker, spoken, start_encoder
 from ggtts.server.streaming import StreamEncoder
 from ggtts.server.validation import validation_error
 from ggtts.server.worker import Deadline
-from ggtts.text.incremental import TextStream
+from ggtts.text.incremental import MAX_CHARS, TextStream
 
 log = logging.getLogger("ggtts.server")
 
 LIVE_PATH = "/v1/audio/speech/live"
 DEFAULT_LIVE_FORMAT = "pcm"
 CLOSE_NORMAL, CLOSE_POLICY, CLOSE_ERROR = 1000, 1008, 1011
-MAX_WAITING_STRETCHES = 4  # stretches cut and not yet spoken before the server stops reading
 _FLUSH, _END = object(), object()  # markers in the queue of stretches
 
 
@@ -62,7 +63,9 @@ class _Session:
     body: Any
     encoder: StreamEncoder | None = None
     seconds: float = 0.0
-    stretches: asyncio.Queue[Any] = field(default_factory=lambda: asyncio.Queue(MAX_WAITING_STRETCHES))
+    stretches: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
+    waiting_chars: int = 0  # text cut into stretches and not yet taken by the speaker
+    gone: asyncio.Event = field(default_factory=asyncio.Event)  # the client left
 
 
 def _bad_message(message: str, param: str | None = None) -> ApiError:
@@ -88,30 +91,38 @@ def add_live_route(app: FastAPI, speaker: Speaker) -> None:
     async def receive(socket: WebSocket, session: _Session, first: dict[str, Any] | None) -> None:
         """Reads the client's messages (after ``first``, one already read) into stretches for the speaker, until
         ``end``."""
-        text = TextStream()
+        text = TextStream(max_chars=min(MAX_CHARS, settings.max_input_chars))
+        ended = False
         while True:
-            message, first = first or await _read(socket), None
+            try:
+                message, first = first or await _read(socket), None
+            except WebSocketDisconnect:
+                session.gone.set()
+                raise
+            if ended:
+                raise _bad_message("nothing may follow 'end'", "type")
             kind = message.get("type")
             if kind == "text":
                 piece = message.get("text")
                 if not isinstance(piece, str):
                     raise _bad_message("a text message carries its text as a string in 'text'", "text")
-                if len(text.pending) + len(piece) > settings.max_input_chars:
+                if session.waiting_chars + len(text.pending) + len(piece) > settings.max_input_chars:
                     raise ApiError(
                         413,
-                        f"more than {settings.max_input_chars} characters are waiting without a sentence or clause "
-                        "end; end sentences, or send flush",
+                        f"more than {settings.max_input_chars} characters of text are waiting to be spoken; send less "
+                        "at a time, ahead of the speech",
                         code="input_too_long",
                         param="text",
                     )
                 for stretch in text.feed(piece):
-                    await session.stretches.put(stretch)
+                    session.waiting_chars += len(stretch)
+                    session.stretches.put_nowait(stretch)
             elif kind in ("flush", "end"):
                 for stretch in text.flush():
-                    await session.stretches.put(stretch)
-                await session.stretches.put(_FLUSH if kind == "flush" else _END)
-                if kind == "end":
-                    return
+                    session.waiting_chars += len(stretch)
+                    session.stretches.put_nowait(stretch)
+                session.stretches.put_nowait(_FLUSH if kind == "flush" else _END)
+                ended = kind == "end"  # go on reading: a client that leaves now is noticed at once
             elif kind == "start":
                 raise _bad_message("'start' may only be the first message", "type")
             else:
@@ -123,6 +134,9 @@ def add_live_route(app: FastAPI, speaker: Speaker) -> None:
         while True:
             stretch = await session.stretches.get()
             if stretch is _FLUSH:
+                if session.encoder is not None and body.response_format not in ("pcm", "wav"):
+                    await _send_bytes(socket, await asyncio.to_thread(session.encoder.finish))  # the turn's tail
+                    session.encoder = None  # the next turn starts a stream of its own
                 await socket.send_json({"type": "flushed"})
                 continue
             if stretch is _END:
@@ -130,12 +144,14 @@ def add_live_route(app: FastAPI, speaker: Speaker) -> None:
                     await _send_bytes(socket, session.encoder.finish())
                 await socket.send_json({"type": "done", "audio_seconds": round(session.seconds, 3)})
                 return
+            session.waiting_chars -= len(stretch)
             prepared = speaker.prepare(body.model_copy(update={"input": stretch}), streaming=True)
             if session.encoder is None:
                 session.encoder = start_encoder(body.response_format, prepared.worker.model.sample_rate)
                 await _send_bytes(socket, session.encoder.start())
             offset = session.seconds  # where this stretch starts in the session's audio
-            async with contextlib.aclosing(spoken(prepared, Deadline(settings.timeout_s))) as chunks:
+            deadline = Deadline(settings.timeout_s, _is_set(session.gone))
+            async with contextlib.aclosing(spoken(prepared, deadline)) as chunks:
                 async for chunk in chunks:
                     words = [w for w in chunk.words if not w.continues]
                     if words:
@@ -144,7 +160,13 @@ def add_live_route(app: FastAPI, speaker: Speaker) -> None:
                             for w in words
                         ]
                         await socket.send_json({"type": "words", "words": times})
-                    await _send_bytes(socket, session.encoder.feed(chunk))
+                    encoder = session.encoder
+                    data = (
+                        encoder.feed(chunk)
+                        if body.response_format == "pcm"
+                        else await asyncio.to_thread(encoder.feed, chunk)
+                    )
+                    await _send_bytes(socket, data)
                     session.seconds += chunk.duration
 
     @app.websocket(LIVE_PATH)
@@ -184,12 +206,13 @@ def add_live_route(app: FastAPI, speaker: Speaker) -> None:
 
 
 async def _run_both(receiving: Any, speaking: Any) -> None:
-    """Runs the reader and the speaker together until the speaker is done; the first failure of either stops
-    both (the other is cancelled: a stretch being spoken stops at its next layer)."""
+    """Runs the reader and the speaker together until the speaker is done (the reader reads on meanwhile, to
+    notice a client that leaves); the first failure of either stops both (the other is cancelled: a stretch being
+    spoken stops at its next layer)."""
     reader = asyncio.ensure_future(receiving)
     talker = asyncio.ensure_future(speaking)
     try:
-        done, _ = await asyncio.wait({reader, talker}, return_when=asyncio.FIRST_EXCEPTION)
+        done, _ = await asyncio.wait({reader, talker}, return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             task.result()  # raises the failure, if any
         await talker
@@ -211,9 +234,18 @@ async def _read(socket: WebSocket) -> dict[str, Any]:
         message: Any = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise _bad_message(f"a message is not JSON ({exc.msg} at character {exc.pos})") from None
+    except (ValueError, RecursionError) as exc:  # numbers too long to read, nesting too deep
+        raise _bad_message(f"a message is not JSON this server reads ({type(exc).__name__})") from None
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):
         raise _bad_message("each message is a JSON object with a 'type': start, text, flush or end", "type")
     return message
+
+
+def _is_set(event: asyncio.Event) -> Any:
+    async def is_set() -> bool:
+        return event.is_set()
+
+    return is_set
 
 
 async def _send_bytes(socket: WebSocket, data: bytes) -> None:

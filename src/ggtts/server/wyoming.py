@@ -40,7 +40,7 @@ from ggtts.server.errors import ApiError
 from ggtts.server.settings import DEFAULT_WYOMING_URI, ServerSettings
 from ggtts.server.speaking import Speaker, spoken
 from ggtts.server.worker import Deadline
-from ggtts.text.incremental import TextStream
+from ggtts.text.incremental import MAX_CHARS, TextStream
 
 if TYPE_CHECKING:
     from wyoming.tts import SynthesizeVoice
@@ -121,6 +121,7 @@ class GGTTSEventHandler(AsyncEventHandler):
         self.program = speaker.default_model
         self._stream: TextStream | None = None  # inside synthesize-start ... synthesize-stop
         self._stream_voice: SynthesizeVoice | None = None
+        self._stream_failed = False  # an error was sent: the rest of the stream is ignored until its stop
 
     async def handle_event(self, event: Event) -> bool:
         if Describe.is_type(event.type):
@@ -129,30 +130,53 @@ class GGTTSEventHandler(AsyncEventHandler):
         try:
             await self._handle(event)
         except ApiError as error:
-            log.info("refused: %s", error.message)
-            await self.write_event(Error(text=error.message, code=error.code).event())
-            self._stream = None
+            await self._error(error.message, error.code)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # the event's data is not what it says
+            await self._error(f"a {event.type} event with data this server cannot read ({exc})", "bad_event")
+        except OSError:  # the client left while audio was being sent
+            return False
         return True
+
+    async def _error(self, message: str, code: str) -> None:
+        log.info("refused: %s", message)
+        await self.write_event(Error(text=message, code=code).event())
+        if self._stream is not None:
+            self._stream_failed = True  # what else the client streams is dropped; synthesize-stop still answers
 
     async def _handle(self, event: Event) -> None:
         if SelectProgram.is_type(event.type):
             name = SelectProgram.from_event(event).name
             self.program = self.speaker.worker_for(name).name  # 404-like error for a program not served
         elif SynthesizeStart.is_type(event.type):
-            self._stream = TextStream()
+            self._stream = TextStream(max_chars=min(MAX_CHARS, self.speaker.settings.max_input_chars))
             self._stream_voice = SynthesizeStart.from_event(event).voice
+            self._stream_failed = False
         elif SynthesizeChunk.is_type(event.type):
             if self._stream is None:
                 raise ApiError(400, "synthesize-chunk outside synthesize-start ... synthesize-stop", code="bad_event")
-            for stretch in self._stream.feed(SynthesizeChunk.from_event(event).text):
+            if self._stream_failed:
+                return
+            piece = SynthesizeChunk.from_event(event).text
+            if not isinstance(piece, str):
+                raise ApiError(400, "synthesize-chunk: its text is not a string", code="bad_event")
+            if len(self._stream.pending) + len(piece) > self.speaker.settings.max_input_chars:
+                raise ApiError(
+                    413,
+                    f"more than {self.speaker.settings.max_input_chars} characters are waiting to be spoken",
+                    code="input_too_long",
+                )
+            for stretch in self._stream.feed(piece):
                 await self._speak(stretch, self._stream_voice)
         elif SynthesizeStop.is_type(event.type):
             if self._stream is None:
                 raise ApiError(400, "synthesize-stop without synthesize-start", code="bad_event")
-            stream, self._stream = self._stream, None
-            for stretch in stream.flush():
-                await self._speak(stretch, self._stream_voice)
-            await self.write_event(SynthesizeStopped().event())
+            stream, failed, self._stream, self._stream_failed = self._stream, self._stream_failed, None, False
+            try:
+                for stretch in [] if failed else stream.flush():
+                    await self._speak(stretch, self._stream_voice)
+            except ApiError as error:
+                await self._error(error.message, error.code)
+            await self.write_event(SynthesizeStopped().event())  # after an error too: clients read until it
         elif Synthesize.is_type(event.type):
             if self._stream is not None:
                 return  # the whole text, sent inside a stream for servers that do not stream: already spoken

@@ -189,10 +189,11 @@ def load_lexicon(en: Any, british: bool) -> Any:
         except (OSError, ValueError, EOFError, TypeError) as e:
             log.debug("rebuilding misaki's lexicon: %s unreadable (%s)", path, e)
     lexicon = en.Lexicon(british)
-    if path is not None:
+    state = vars(lexicon)
+    if path is not None and set(state) == set(LEXICON_STATE):  # a misaki that sets more or less: not cached
         try:
             with atomic_output(path) as tmp:
-                tmp.write_bytes(marshal.dumps({k: getattr(lexicon, k) for k in LEXICON_STATE}))
+                tmp.write_bytes(marshal.dumps(state))
         except (GGTTSError, OSError, ValueError) as e:
             log.debug("could not keep misaki's lexicon in %s: %s", path, e)
     return lexicon

@@ -113,7 +113,7 @@ class TextStream:
         """Whether the period at ``mark`` ends an abbreviation or an initial ("Dr.", "e.g.", "J.")."""
         if text[mark] != ".":
             return False
-        words = text[:mark].split()
+        words = text[max(0, mark - 40) : mark].split()  # the word before the mark, not the whole text
         if not words:
             return False
         word = words[-1].lstrip("\"'“‘([«").lower()
