@@ -300,3 +300,20 @@ def test_event_data_of_the_wrong_shape_is_one_error(tone_port: int, event: dict[
 
     header, _ = asyncio.run(run())
     assert header["type"] == "error"
+
+
+def test_the_bounded_reader_refuses_only_what_is_too_long() -> None:
+    from ggtts.server.wyoming import BoundedReader
+
+    async def run() -> None:
+        stream = asyncio.StreamReader()
+        stream.feed_data(b'{"type": "describe"}\n0123456789')
+        reader = BoundedReader(stream, limit=8)
+        assert await reader.readline() == b'{"type": "describe"}\n'
+        assert await reader.readexactly(4) == b"0123"
+        with pytest.raises(ValueError, match="more than this server reads"):
+            await reader.readexactly(9)
+        reader.feed_eof()  # what AsyncEventHandler.stop() calls
+        assert stream.at_eof() is False and await reader.readexactly(6) == b"456789" and stream.at_eof()
+
+    asyncio.run(run())

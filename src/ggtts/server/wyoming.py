@@ -102,6 +102,9 @@ class BoundedReader:
     async def readline(self) -> bytes:
         return await self._reader.readline()  # the stream's own line limit (64 KiB) holds here
 
+    def __getattr__(self, name: str) -> Any:  # the rest (feed_eof, which the handler's stop() calls): the stream's
+        return getattr(self._reader, name)
+
     async def readexactly(self, n: int) -> bytes:
         if n > self.limit:
             log.warning("closing a connection that announced a %d-byte event (limit %d)", n, self.limit)
