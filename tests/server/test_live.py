@@ -41,6 +41,14 @@ def receive_all(ws: ClientConnection) -> tuple[list[dict[str, Any]], bytes]:
             return messages, audio
 
 
+def receive_turn(ws: ClientConnection) -> tuple[bytes, dict[str, Any]]:
+    """The audio bytes up to the next JSON message, and that message."""
+    audio = b""
+    while isinstance(frame := ws.recv(timeout=RECV_TIMEOUT_S), bytes):
+        audio += frame
+    return audio, json.loads(frame)
+
+
 def tone_audio(stretches: list[str], voice: str = "low") -> np.ndarray:
     """What the tone model says for each stretch, one after another (each stretch is one utterance)."""
     model = ToneModel()
@@ -87,10 +95,8 @@ def test_flush_speaks_what_is_pending_and_keeps_the_socket(tone_server: Server) 
         ws.send(json.dumps({"type": "text", "text": "first turn"}))
         ws.send(json.dumps({"type": "flush"}))
         assert json.loads(ws.recv(timeout=RECV_TIMEOUT_S))["type"] == "ready"
-        turn = b""
-        while isinstance(frame := ws.recv(timeout=RECV_TIMEOUT_S), bytes):
-            turn += frame
-        assert json.loads(frame) == {"type": "flushed"}
+        turn, message = receive_turn(ws)
+        assert message == {"type": "flushed"}
         ws.send(json.dumps({"type": "text", "text": "second turn here"}))
         ws.send(json.dumps({"type": "end"}))
         messages, rest = receive_all(ws)
@@ -190,10 +196,8 @@ def test_flush_ends_a_compressed_stream_so_the_turn_is_heard_whole(tone_server: 
         for text in ("one two three", "four five six"):
             ws.send(json.dumps({"type": "text", "text": text}))
             ws.send(json.dumps({"type": "flush"}))
-            turn = b""
-            while isinstance(frame := ws.recv(timeout=RECV_TIMEOUT_S), bytes):
-                turn += frame
-            assert json.loads(frame) == {"type": "flushed"}
+            turn, message = receive_turn(ws)
+            assert message == {"type": "flushed"}
             turns.append(turn)
         ws.send(json.dumps({"type": "end"}))
         receive_all(ws)

@@ -42,7 +42,7 @@ from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
 from ggtts.server.errors import ApiError
-from ggtts.server.speaking import Speaker, spoken, start_encoder
+from ggtts.server.speaking import Prepared, Speaker, spoken, start_encoder
 from ggtts.server.streaming import StreamEncoder
 from ggtts.server.validation import validation_error
 from ggtts.server.worker import Deadline
@@ -75,8 +75,9 @@ def _bad_message(message: str, param: str | None = None) -> ApiError:
 def add_live_route(app: FastAPI, speaker: Speaker) -> None:
     settings = speaker.settings
 
-    def start_body(message: dict[str, Any]) -> Any:
-        """The session's settings: a speech body from a ``start`` message (``input`` is what comes later)."""
+    def start_body(message: dict[str, Any]) -> tuple[Any, Prepared]:
+        """The session's settings: a speech body from a ``start`` message (``input`` is what comes later), and
+        that body checked (model, voice, format, options) now, before any text."""
         fields = {k: v for k, v in message.items() if k != "type"}
         if "input" in fields:
             raise _bad_message("send the text in 'text' messages, not as input in 'start'", "input")
@@ -85,8 +86,7 @@ def add_live_route(app: FastAPI, speaker: Speaker) -> None:
             body = speaker.bodies.speech(input=".", **fields)
         except ValidationError as exc:
             raise validation_error([dict(e) for e in exc.errors()], speaker.bodies.speech) from None
-        speaker.prepare(body, streaming=True)  # model, voice, format, options: checked now, before any text
-        return body
+        return body, speaker.prepare(body, streaming=True)
 
     async def receive(socket: WebSocket, session: _Session, first: dict[str, Any] | None) -> None:
         """Reads the client's messages (after ``first``, one already read) into stretches for the speaker, until
@@ -176,11 +176,10 @@ def add_live_route(app: FastAPI, speaker: Speaker) -> None:
         try:
             first: dict[str, Any] | None = await _read(socket)
             assert first is not None
+            body, prepared = start_body(first if first.get("type") == "start" else {})
+            session = _Session(body)
             if first.get("type") == "start":
-                session, first = _Session(start_body(first)), None
-            else:  # no start message: the defaults; the first message is handled as any other
-                session = _Session(start_body({}))
-            prepared = speaker.prepare(session.body, streaming=True)
+                first = None  # else no start message: the defaults; the first message is handled as any other
             await socket.send_json(
                 {
                     "type": "ready",

@@ -7,14 +7,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ggtts.api import MAX_SPEED, MIN_SPEED
+from ggtts.server.streaming import STREAMABLE_FORMATS
 from ggtts.text.normalize import Normalization
 
 AudioFormat = Literal["wav", "mp3", "opus", "aac", "flac", "pcm"]
 DEFAULT_FORMAT: AudioFormat = "mp3"  # OpenAI's default
 # Kokoro-FastAPI's formats for a file it keeps for download; ggtts keeps none (return_download_link is refused)
 DownloadFormat = Literal["mp3", "opus", "aac", "flac", "wav", "pcm"]
-# Formats sent as they are made unless the request says otherwise (flac cannot be: see server.streaming)
-STREAMED_BY_DEFAULT = frozenset({"wav", "mp3", "opus", "aac", "pcm"})
 MAX_VOLUME = 10.0  # volume_multiplier's largest: 20 dB louder, far into clipping for speech at a normal level
 
 MEDIA_TYPES: dict[str, str] = {
@@ -143,7 +142,7 @@ class SpeechRequest(BaseModel):
         format that can be streamed."""
         if self.stream_format is not None or self.stream is not None:
             return self.stream_format is not None or bool(self.stream)
-        return self.response_format in STREAMED_BY_DEFAULT
+        return self.response_format in STREAMABLE_FORMATS  # all but flac (see server.streaming)
 
     @property
     def sse(self) -> bool:
