@@ -63,9 +63,20 @@ def _repeat(unit: str, n: int) -> str:
 # ---- the normalizer -------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "text",
-    [_repeat(u, NORMALIZE_CHARS) for u in ("a.", "1.", "-.", "1-", "[", "[a", "[a](")]
+    [_repeat(u, NORMALIZE_CHARS) for u in ("a.", "1.", "-.", "1-", "[", "[a", "[a](", "St ", "Main St. Dr. ")]
     + [_repeat("a.", NORMALIZE_CHARS - 2) + "@x"],
-    ids=["a-dot", "one-dot", "dash-dot", "one-dash", "brackets", "bracket-letter", "link-like", "dotted-email"],
+    ids=[
+        "a-dot",
+        "one-dot",
+        "dash-dot",
+        "one-dash",
+        "brackets",
+        "bracket-letter",
+        "link-like",
+        "titles",  # each title looked at all the text before and after it (issue #36: 100,000 chars, 8 s)
+        "titles-after-names",
+        "dotted-email",
+    ],
 )
 def test_normalize_is_linear_on_the_reported_inputs(text: str) -> None:
     with time_limit(WATCHDOG_S, "the frontend"):

@@ -289,6 +289,19 @@ def test_tracked_normalization_maps_every_character_back() -> None:
 
 
 @pytest.mark.parametrize(
+    ("written", "said"),
+    [
+        ("1/" + "9" * 4400, "きゅう" * 4400 + "ぶんのいち"),  # past the 4,300 digits Python's int() takes
+        ("9" * 4400 + "/1", "きゅう" * 4400 + "/いち"),  # larger over smaller: left as written, each read
+        ("12/" + "0" * 4399 + "13", "ぜろ" * 4399 + "いちさんぶんのじゅうに"),  # leading zeros are no size
+    ],
+    ids=["long-denominator", "long-numerator", "leading-zeros"],
+)
+def test_fractions_of_any_length_are_read(written: str, said: str) -> None:
+    assert normalize_japanese(written) == said
+
+
+@pytest.mark.parametrize(
     "unit", ["1", "1,000", "1万", "1億2000万", "3月1日", "12:30", "-1", "1〜", "¥1.5", "0", "3/15(金)", "1/2〜", "1/"]
 )
 def test_normalizing_hostile_text_stays_linear(unit: str) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 
+from ggtts.runtime.cancel import check_cancelled
 from ggtts.text.tracking import Tracked
 
 # --- numbers in kana ------------------------------------------------------------------------------------
@@ -355,6 +356,13 @@ def is_slashed_date(month: str, day: str, weekday: str | None = None) -> bool:
     return bool(weekday) or int(day) > _MAX_MONTH or int(month) >= int(day) or "0" in (month[0], day[0])
 
 
+def _smaller(first: str, second: str) -> bool:
+    """Whether the whole number written ``first`` is smaller than ``second`` (commas allowed), compared as
+    digits: numbers of any length (Python's ``int`` refuses strings of more than 4,300 digits)."""
+    a, b = (n.replace(",", "").lstrip("0") for n in (first, second))
+    return (len(a), a) < (len(b), b)
+
+
 def _over(denominator: str, numerator: str) -> str:
     """A fraction as said, the denominator first: ("3", "1") -> "さんぶんのいち"."""
     return say_number(denominator) + "ぶんの" + say_number(numerator)
@@ -365,7 +373,7 @@ def _slashed(match: re.Match[str]) -> str:
     first, second, weekday = match.groups()
     if is_slashed_date(first, second, weekday):
         return _month_day(first, second) + _weekday(weekday)
-    if int(first.replace(",", "")) < int(second.replace(",", "")):
+    if _smaller(first, second):
         return _over(second, first) + (weekday or "")
     return match.group()
 
@@ -448,6 +456,7 @@ def normalize_japanese(text: str) -> str:
     さんにんでせんごひゃくえん". Everything else is left as it is. Applies :data:`JAPANESE_RULES` in order.
     """
     for pattern, say in JAPANESE_RULES:
+        check_cancelled()
         text = pattern.sub(say, text)
     return text
 
@@ -464,5 +473,6 @@ def normalize_marked(text: str) -> tuple[str, list[int], list[bool]]:
     whether a rule wrote it."""
     tracked = Tracked.of(text)
     for pattern, say in JAPANESE_RULES:
+        check_cancelled()  # each rule is one pass over the text: a cancelled request stops between them
         tracked = tracked.sub(pattern, say)
     return tracked.text, tracked.starts, tracked.written

@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ggtts.runtime.cancel import check_cancelled
 from ggtts.text import numbers
 from ggtts.text.tracking import Tracked
 from ggtts.text.words import (
@@ -64,6 +65,11 @@ _YEAR_RANGE = range(1100, 2100)  # four-digit numbers in this range are read as 
 _MAX_CARDINAL_DIGITS = 9  # longer digit strings without commas are IDs, read digit by digit
 _MAX_FRACTION_DENOMINATOR = 10  # "3/4" is "three quarters"; "3/15" is read "three fifteen"
 _SENTENCE_GOES_ON = re.compile(r"\s+[A-Z\"“‘'(]")
+_TEXT_ENDS = re.compile(r"\s*\Z")
+_NAME_FOLLOWS = re.compile(r"\s+[A-Z]")
+# How far back a title looks for the two words before it (a look at its context that stays short, so text of
+# any length is read in linear time; a longer word is seen by its end, which is what decides).
+_LOOK_BACK = 80
 # misaki's syntax for a pronunciation override, kept away from the rules.
 _MARKDOWN_LINK = re.compile(r"\[[^\[\]]+\]\([^()\s]*\)")  # brackets and parens excluded inside: linear
 
@@ -74,8 +80,7 @@ def _alternation(words: list[str]) -> str:
 
 def _ends_sentence(text: str, end: int) -> bool:
     """Whether the period ending at ``end`` may also close a sentence: end of text or a capital follows."""
-    rest = text[end:]
-    return not rest.strip() or bool(_SENTENCE_GOES_ON.match(rest))
+    return bool(_TEXT_ENDS.match(text, end) or _SENTENCE_GOES_ON.match(text, end))
 
 
 def say_number(written: str, *, british: bool = False) -> str:
@@ -282,7 +287,7 @@ def _decade(m: re.Match[str], british: bool) -> str:
 
 def _after_proper_name(text: str, start: int) -> bool:
     """Whether a capitalized word that does not begin a sentence comes right before ``start`` ("Main St.")."""
-    words = text[:start].split()
+    words = text[max(0, start - _LOOK_BACK) : start].split()
     if len(words) < 2 or not words[-1][:1].isupper():
         return False
     return not words[-2].endswith((".", "!", "?", ":"))
@@ -291,7 +296,7 @@ def _after_proper_name(text: str, start: int) -> bool:
 def _title(m: re.Match[str], british: bool) -> str:
     title, place = TITLES[m[1]]
     text, end = m.string, m.end()
-    name_follows = re.match(r"\s+[A-Z]", text[end:]) is not None
+    name_follows = _NAME_FOLLOWS.match(text, end) is not None
     if place is not None and (not name_follows or _after_proper_name(text, m.start())):
         return place + ("." if m[2] and _ends_sentence(text, end) else "")
     return title if name_follows or m[1] in ALWAYS_TITLES else m[0]
@@ -437,6 +442,7 @@ def _normalize_plain(text: Tracked, british: bool, switches: Normalization) -> T
         if not runs(switches):
             continue
         for pattern, speak in rules:
+            check_cancelled()  # each rule is one pass over the text: a cancelled request stops between them
             text = text.sub(pattern, lambda m, speak=speak: speak(m, british))  # type: ignore[misc]
     return text
 
