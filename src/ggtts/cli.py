@@ -316,6 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ggtts.families import converter_names
     from ggtts.flags import LOAD, PER_CALL, add_flags
     from ggtts.gguf.write import OutType
+    from ggtts.runtime.threads import add_threads_argument
 
     p = _Parser(prog=PROG, description="Local text-to-speech with GGUF models.")
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
@@ -334,6 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_flags(s, PER_CALL)
     add_flags(s, LOAD)
+    add_threads_argument(s)
     s.set_defaults(func=cmd_speak)
 
     c = sub.add_parser("convert", help="convert an upstream checkpoint to GGUF")
@@ -362,10 +364,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("serve", help="run the OpenAI-compatible HTTP server")
     add_serve_arguments(v)
+    add_threads_argument(v)
     v.set_defaults(func=_delegate("ggtts.server.cli", "run"))
 
     w = sub.add_parser("wyoming", help="serve the models over the Wyoming protocol (Home Assistant)")
     add_wyoming_arguments(w)
+    add_threads_argument(w)
     w.set_defaults(func=_delegate("ggtts.server.cli", "run_wyoming"))
 
     b = sub.add_parser("bench", help="measure speed against installed peers")
@@ -425,6 +429,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        from ggtts.runtime import threads
+
+        # batch's --threads is each worker's; its workers inherit how threads wait
+        threads.configure(None if args.command == "batch" else getattr(args, "threads", None))
         status: int = args.func(args)
         return status
     except GGTTSError as e:

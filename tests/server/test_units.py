@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from ggtts.server import model_names, parse_model_spec, speaking
 from ggtts.server.app import create_app
 from ggtts.server.settings import ServerSettings
 from ggtts.server.streaming import drop_mp3_placeholder, mp3_frame_length, stream_encoder
+from ggtts.server.worker import Deadline, RequestTimeout
 from time_limit import wait_for
 
 
@@ -91,7 +93,28 @@ def test_settings_are_checked() -> None:
         ServerSettings(max_input_chars=0)
     with pytest.raises(InputError, match="timeout_s"):
         ServerSettings(timeout_s=0)
+    with pytest.raises(InputError, match="send_timeout_s"):
+        ServerSettings(send_timeout_s=float("nan"))
+    with pytest.raises(InputError, match="request_timeout_s"):
+        ServerSettings(request_timeout_s=-1)
+    with pytest.raises(InputError, match="max_connections"):
+        ServerSettings(max_connections=0)
     assert ServerSettings(api_key="").api_key is None
+
+
+def test_the_time_limit_counts_only_the_servers_own_work() -> None:
+    """Time between waits (a client reading a stream) is not charged; a wait past what is left is a 504."""
+
+    async def run() -> None:
+        deadline = Deadline(1.0)
+        for _ in range(3):  # 0.06 s of waits, with 1.5 s of a slow client's reading between them: within 1 s
+            await deadline.wait(asyncio.ensure_future(asyncio.sleep(0.02)))
+            await asyncio.sleep(0.5)
+        assert deadline.spent >= 0.06
+        with pytest.raises(RequestTimeout):
+            await deadline.wait(asyncio.ensure_future(asyncio.sleep(60)))
+
+    asyncio.run(run())
 
 
 def test_app_without_key_is_open_and_rejects_other_rates() -> None:

@@ -5,7 +5,9 @@ on a tiny random Kokoro, whose audio must be what the HTTP server gives for the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -19,12 +21,14 @@ import numpy as np
 import pytest
 from audio_check import decode
 from server_support import STARTUP_TIMEOUT_S, Server, free_port
+from test_faults import wait_until
 from tone_model import ToneModel
 
 pytest.importorskip("wyoming")
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
 from wyoming.error import Error
+from wyoming.event import write_event
 from wyoming.info import Describe, Info, SelectProgram
 from wyoming.tts import (
     Synthesize,
@@ -42,12 +46,10 @@ from ggtts.server.wyoming import SAMPLES_PER_CHUNK, run_server
 READ_TIMEOUT_S = 60.0  # only catches a hang
 
 
-@pytest.fixture(scope="module")
-def tone_port() -> Iterator[int]:
-    """A Wyoming server on tone models, in a thread of this process."""
+def _serve_in_thread(models: dict[str, Any], settings: ServerSettings) -> Iterator[tuple[int, Speaker]]:
+    """A Wyoming server on ``models``, in a thread of this process, until the generator is closed."""
     port = free_port()
-    models = {"tone": ToneModel(), "slow": ToneModel(delay_s=0.3), "tone16k": ToneModel(sample_rate=16000)}
-    speaker = Speaker(models, ServerSettings(max_queue=1, max_input_chars=200, timeout_s=30))
+    speaker = Speaker(models, settings)
     loop = asyncio.new_event_loop()
     ready = threading.Event()
 
@@ -58,13 +60,25 @@ def tone_port() -> Iterator[int]:
         loop.call_soon_threadsafe(ready.set)
         await task
 
-    thread = threading.Thread(target=lambda: loop.run_until_complete(serve()), daemon=True)
+    def run() -> None:
+        with contextlib.suppress(asyncio.CancelledError):  # how the server is stopped below
+            loop.run_until_complete(serve())
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     assert ready.wait(READ_TIMEOUT_S)
     _wait_for_port(port)
-    yield port
+    yield port, speaker
     loop.call_soon_threadsafe(lambda: [t.cancel() for t in asyncio.all_tasks(loop)])
     thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def tone_port() -> Iterator[int]:
+    """A Wyoming server on tone models."""
+    models = {"tone": ToneModel(), "slow": ToneModel(delay_s=0.3), "tone16k": ToneModel(sample_rate=16000)}
+    for port, _ in _serve_in_thread(models, ServerSettings(max_queue=1, max_input_chars=200, timeout_s=30)):
+        yield port
 
 
 def _wait_for_port(port: int, process: subprocess.Popen[bytes] | None = None) -> None:
@@ -257,6 +271,65 @@ def test_an_event_announcing_a_huge_body_ends_the_connection_unread(tone_port: i
 
     assert asyncio.run(run()) == b""
     assert asyncio.run(_describe(tone_port)).tts[0].name == "tone"
+
+
+LIMITED_CONNECTIONS = 3
+LONG_CHUNK_S = 8.0  # 384 KB of pcm a word: a few words are more than the sockets' buffers hold
+
+
+@pytest.fixture(scope="module")
+def limited() -> Iterator[tuple[int, Speaker]]:
+    """A Wyoming server with a short send timeout and a connection cap."""
+    settings = ServerSettings(max_input_chars=200, send_timeout_s=2.0, max_connections=LIMITED_CONNECTIONS)
+    yield from _serve_in_thread({"long": ToneModel(chunk_s=LONG_CHUNK_S), "tone": ToneModel()}, settings)
+
+
+def test_a_client_that_stops_reading_is_cut_off(limited: tuple[int, Speaker]) -> None:
+    """It asks for 30 words (11 MB of audio) and reads nothing: the send timeout frees the model and closes."""
+    port, speaker = limited
+    sock = socket.create_connection(("127.0.0.1", port))
+    try:
+        with sock.makefile("wb") as out:
+            write_event(Synthesize(text=" ".join(["a"] * 30)).event(), out)
+        wait_until(lambda: speaker.workers["long"].busy, timeout_s=READ_TIMEOUT_S)
+        wait_until(lambda: not speaker.workers["long"].busy, timeout_s=READ_TIMEOUT_S)
+        sock.settimeout(READ_TIMEOUT_S)
+        received = 0
+        with contextlib.suppress(ConnectionResetError):
+            while data := sock.recv(1 << 20):
+                received += len(data)
+        assert received < 30 * LONG_CHUNK_S * 24000 * 2, "the whole answer fit in the buffers: nothing tested"
+    finally:
+        sock.close()
+    assert asyncio.run(_describe(port)).tts[0].name == "long"  # the server goes on
+
+
+def test_connections_past_the_cap_get_one_error(limited: tuple[int, Speaker]) -> None:
+    port, _ = limited
+
+    async def run() -> Any:
+        held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(LIMITED_CONNECTIONS)]
+        try:
+            async with AsyncTcpClient("127.0.0.1", port) as client:
+                event = await asyncio.wait_for(client.read_event(), READ_TIMEOUT_S)
+                after = await asyncio.wait_for(client.read_event(), READ_TIMEOUT_S)
+        finally:
+            for _, writer in held:
+                writer.close()
+        return event, after
+
+    event, after = asyncio.run(run())
+    assert event is not None and Error.is_type(event.type)
+    assert Error.from_event(event).code == "too_many_connections"
+    assert after is None  # then closed
+    wait_until(lambda: _describes(port), timeout_s=READ_TIMEOUT_S)  # the held ones gone, served again
+
+
+def _describes(port: int) -> bool:
+    try:
+        return asyncio.run(_describe(port)).tts[0].name == "long"
+    except (OSError, AssertionError):
+        return False
 
 
 def test_a_failure_inside_a_stream_is_one_error_then_synthesize_stopped(tone_port: int) -> None:

@@ -18,6 +18,7 @@ from ggtts.server import run
 from ggtts.server.settings import ServerSettings
 
 SLOW_CHUNK_DELAY_S = 0.3
+LONG_CHUNK_S = 8.0
 
 
 def main() -> None:
@@ -27,17 +28,26 @@ def main() -> None:
     parser.add_argument("--max-queue", type=int, default=1)
     parser.add_argument("--max-input-chars", type=int, default=2000)
     parser.add_argument("--timeout", type=float, default=30.0)
+    parser.add_argument("--send-timeout", type=float, default=60.0)
+    parser.add_argument("--request-timeout", type=float, default=30.0)
+    parser.add_argument("--max-connections", type=int, default=512)
+    parser.add_argument("--long-model", action="store_true")
     args = parser.parse_args()
     models = {
         "tone": ToneModel(),
         "slow": ToneModel(delay_s=SLOW_CHUNK_DELAY_S),
         "tone16k": ToneModel(sample_rate=16000),
     }
+    if args.long_model:
+        models["long"] = ToneModel(chunk_s=LONG_CHUNK_S)  # 384 KB of pcm a word: streams larger than buffers hold
     settings = ServerSettings(
         api_key=args.api_key,
         max_queue=args.max_queue,
         max_input_chars=args.max_input_chars,
         timeout_s=args.timeout,
+        send_timeout_s=args.send_timeout,
+        request_timeout_s=args.request_timeout,
+        max_connections=args.max_connections,
     )
     run(models, settings, "127.0.0.1", args.port)
 

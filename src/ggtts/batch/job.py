@@ -21,6 +21,7 @@ from ggtts.batch.items import Item
 from ggtts.batch.manifest import DONE, Manifest, job_lock, remove_stale_parts
 from ggtts.batch.work import FORMATS, JobSettings
 from ggtts.errors import InputError
+from ggtts.runtime.threads import threads_from_env
 
 
 @dataclass
@@ -218,6 +219,7 @@ Runner = Callable[[Sequence[Item], JobSettings, Callable[[dict[str, Any]], None]
 
 
 def _runner(workers: int, threads: int | None, ray: str | None) -> Runner:
+    threads = threads or threads_from_env()  # $GGTTS_THREADS: each worker's, as --threads is
     if ray is not None:
         from ggtts.batch.ray_run import run_on_ray
 

@@ -17,12 +17,17 @@ from typing import TYPE_CHECKING, Any
 from ggtts.api import DEFAULT_MODEL
 from ggtts.errors import GGTTSError
 from ggtts.flags import LOAD, PER_CALL, add_flags, family_flags
+from ggtts.runtime.threads import add_threads_argument
+from ggtts.runtime.threads import configure as configure_threads
 from ggtts.server.settings import (
     API_KEY_ENV,
     DEFAULT_HOST,
+    DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_INPUT_CHARS,
     DEFAULT_MAX_QUEUE,
     DEFAULT_PORT,
+    DEFAULT_REQUEST_TIMEOUT_S,
+    DEFAULT_SEND_TIMEOUT_S,
     DEFAULT_TIMEOUT_S,
     DEFAULT_WYOMING_URI,
     LOOPBACK_HOSTS,
@@ -97,6 +102,7 @@ def run(models: dict[str, TTSModel], settings: ServerSettings, host: str, port: 
         import uvicorn
 
         from ggtts.server.app import create_app
+        from ggtts.server.connections import guarded_protocols, raise_open_file_limit
     except ImportError as exc:
         raise GGTTSError(
             f"the server needs FastAPI and uvicorn ({exc.name} is missing): pip install 'ggtts[server]'"
@@ -104,6 +110,7 @@ def run(models: dict[str, TTSModel], settings: ServerSettings, host: str, port: 
     _configure_logging()
     if host not in LOOPBACK_HOSTS and settings.api_key is None:
         log.warning("listening on %s without an API key: anyone who can reach it can use it", host)
+    raise_open_file_limit(settings.max_connections)
     uvicorn.run(
         create_app(models, settings),
         host=host,
@@ -111,6 +118,7 @@ def run(models: dict[str, TTSModel], settings: ServerSettings, host: str, port: 
         log_level="info",
         access_log=True,
         ws_max_size=settings.max_body_bytes,  # a WebSocket message is refused as it passes the size of any valid one
+        **guarded_protocols(settings),  # uvicorn's HTTP/1.1 and WebSocket protocols with the connection limits
     )
 
 
@@ -125,10 +133,14 @@ def serve(
     allowed_hosts: Sequence[str] | None = None,
     load_options: Mapping[str, Any] | None = None,
     fast_start: bool = False,
+    send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S,
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+    max_connections: int = DEFAULT_MAX_CONNECTIONS,
 ) -> None:
     """Load ``model_specs`` once (see ``parse_model_spec``) with ``load_options`` and serve them; the API key
     falls back to the ``GGTTS_API_KEY`` environment variable; ``allowed_hosts`` see :func:`host_names`;
-    ``fast_start``: streamed requests to models that have the option start fast (see :class:`ServerSettings`)."""
+    ``fast_start``: streamed requests to models that have the option start fast; ``send_timeout_s``,
+    ``request_timeout_s``, ``max_connections``: the connections' bounds (see :class:`ServerSettings`)."""
     settings = ServerSettings(
         api_key=api_key if api_key is not None else os.environ.get(API_KEY_ENV),
         max_queue=max_queue,
@@ -136,6 +148,9 @@ def serve(
         timeout_s=timeout_s,
         allowed_hosts=host_names(host, allowed_hosts),
         fast_start=fast_start,
+        send_timeout_s=send_timeout_s,
+        request_timeout_s=request_timeout_s,
+        max_connections=max_connections,
     )
     model_names(model_specs)  # refuse duplicate names before loading anything
     run(load_models(model_specs, load_options), settings, host, port)
@@ -165,6 +180,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "('*': any); default: only those, or any when --host is 0.0.0.0",
     )
     _add_limits(parser)
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        default=DEFAULT_REQUEST_TIMEOUT_S,
+        help="seconds a connection has to send a whole request, from when it opens or its last answer ends "
+        f"(default {DEFAULT_REQUEST_TIMEOUT_S:g})",
+    )
 
 
 def add_wyoming_arguments(parser: argparse.ArgumentParser) -> None:
@@ -207,7 +229,21 @@ def _add_limits(parser: argparse.ArgumentParser) -> None:
         "--timeout",
         type=float,
         default=DEFAULT_TIMEOUT_S,
-        help=f"seconds a request may take, queueing included (default {DEFAULT_TIMEOUT_S:g})",
+        help=f"seconds of synthesis a request may take, queueing included; the time its client takes to read is "
+        f"not counted (default {DEFAULT_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--send-timeout",
+        type=float,
+        default=DEFAULT_SEND_TIMEOUT_S,
+        help="seconds a client may take none of the audio sent to it before it is cut off; one that plays the "
+        f"audio as it arrives is never near it (default {DEFAULT_SEND_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        help=f"open connections served at once; more are refused at once (default {DEFAULT_MAX_CONNECTIONS})",
     )
     add_flags(parser, LOAD)
     fast = family_flags(PER_CALL).get("fast_start")
@@ -239,6 +275,9 @@ def serve_from_args(args: argparse.Namespace) -> None:
         allowed_hosts=args.allowed_hosts,
         load_options=load_options(args),
         fast_start=args.fast_start,
+        send_timeout_s=args.send_timeout,
+        request_timeout_s=args.request_timeout,
+        max_connections=args.max_connections,
     )
 
 
@@ -253,6 +292,8 @@ def wyoming_from_args(args: argparse.Namespace) -> None:
         max_input_chars=args.max_input_chars,
         timeout_s=args.timeout,
         fast_start=args.fast_start,
+        send_timeout_s=args.send_timeout,
+        max_connections=args.max_connections,
     )
     model_names(args.model or [])
     models = load_models(args.model or [], load_options(args))
@@ -263,8 +304,10 @@ def wyoming_from_args(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ggtts.server", description="Serve text-to-speech over HTTP.")
     add_arguments(parser)
+    add_threads_argument(parser)
     args = parser.parse_args(argv)
     try:
+        configure_threads(args.threads)
         serve_from_args(args)
     except (GGTTSError, ValueError) as exc:
         parser.exit(1, f"error: {exc}\n")

@@ -12,7 +12,10 @@ DEFAULT_PORT = 8000
 DEFAULT_WYOMING_URI = "tcp://127.0.0.1:10200"  # 10200: the port Home Assistant's Wyoming TTS servers use
 DEFAULT_MAX_QUEUE = 16  # requests waiting per model, beyond the one being synthesized
 DEFAULT_MAX_INPUT_CHARS = 4096
-DEFAULT_TIMEOUT_S = 120.0
+DEFAULT_TIMEOUT_S = 120.0  # synthesis (and waiting for a turn) per request
+DEFAULT_SEND_TIMEOUT_S = 60.0  # a client that takes none of the bytes sent to it for this long is cut off
+DEFAULT_REQUEST_TIMEOUT_S = 30.0  # from connecting (or the last response) to a whole request
+DEFAULT_MAX_CONNECTIONS = 512
 API_KEY_ENV = "GGTTS_API_KEY"
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
 
@@ -22,7 +25,11 @@ class ServerSettings:
     """What the server accepts: access key, queue depth, input size and time per request, and the host names
     it answers to (``None``: any; ``ggtts serve`` sets the loopback names unless told otherwise), and whether
     streamed requests start fast (``fast_start``: the option, to models whose family has it; a whole file would
-    only pay for it)."""
+    only pay for it).
+
+    ``timeout_s`` bounds each request's synthesis and its wait for a turn, not the time its client takes to
+    read; ``send_timeout_s``, ``request_timeout_s`` and ``max_connections`` bound the connections themselves
+    (see :mod:`ggtts.server.connections`)."""
 
     api_key: str | None = None
     max_queue: int = DEFAULT_MAX_QUEUE
@@ -30,14 +37,20 @@ class ServerSettings:
     timeout_s: float = DEFAULT_TIMEOUT_S
     allowed_hosts: frozenset[str] | None = None
     fast_start: bool = False
+    send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
 
     def __post_init__(self) -> None:
         if self.max_queue < 0:
             raise InputError(f"max_queue must be 0 or more, got {self.max_queue}")
         if self.max_input_chars < 1:
             raise InputError(f"max_input_chars must be at least 1, got {self.max_input_chars}")
-        if self.timeout_s <= 0:
-            raise InputError(f"timeout_s must be positive, got {self.timeout_s}")
+        for name in ("timeout_s", "send_timeout_s", "request_timeout_s"):
+            if not getattr(self, name) > 0:  # NaN too
+                raise InputError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.max_connections < 1:
+            raise InputError(f"max_connections must be at least 1, got {self.max_connections}")
         if self.api_key == "":
             object.__setattr__(self, "api_key", None)
 

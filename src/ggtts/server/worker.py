@@ -155,25 +155,35 @@ def _logged(fn: Callable[[], None]) -> Callable[[], None]:
 
 
 class Deadline:
-    """A request's time limit, and how to tell whether its client has left (polled while waiting)."""
+    """A request's time limit, and how to tell whether its client has left (polled while waiting).
+
+    The limit bounds the server's own work: only the time spent in :meth:`wait` (for a turn on the model, for a
+    step of synthesis) counts. A streamed response that waits for its client to take the bytes already sent
+    (a client that plays the audio as it arrives reads at the speed of speech) is bounded by the connection's
+    send timeout instead (:mod:`ggtts.server.connections`).
+    """
 
     def __init__(self, timeout_s: float, is_disconnected: Callable[[], Awaitable[bool]] | None = None) -> None:
         self.timeout_s = timeout_s
-        self.at = time.monotonic() + timeout_s
+        self.spent = 0.0  # seconds spent waiting in :meth:`wait` so far
         self.is_disconnected = is_disconnected
 
     async def wait(self, future: asyncio.Future[T]) -> T:
-        while True:
-            remaining = self.at - time.monotonic()
-            if remaining <= 0:
-                _abandon(future)
-                raise RequestTimeout(self.timeout_s)
-            done, _ = await asyncio.wait({future}, timeout=min(remaining, POLL_S))
-            if done:
-                return future.result()
-            if self.is_disconnected is not None and await self.is_disconnected():
-                _abandon(future)
-                raise ClientGone
+        began = time.monotonic()
+        try:
+            while True:
+                remaining = self.timeout_s - self.spent - (time.monotonic() - began)
+                if remaining <= 0:
+                    _abandon(future)
+                    raise RequestTimeout(self.timeout_s)
+                done, _ = await asyncio.wait({future}, timeout=min(remaining, POLL_S))
+                if done:
+                    return future.result()
+                if self.is_disconnected is not None and await self.is_disconnected():
+                    _abandon(future)
+                    raise ClientGone
+        finally:
+            self.spent += time.monotonic() - began
 
 
 def _abandon(future: asyncio.Future[Any]) -> None:

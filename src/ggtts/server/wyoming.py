@@ -13,6 +13,9 @@ it speaks where the model knows them. A connection speaks with the first program
   (as wyoming-piper does, so clients written for it work).
 - Bad input (an unknown voice or program, empty or over-long text, a model failing) is one ``error`` event with
   the message and code the HTTP API would give; the connection stays usable.
+- Connections are bounded as the HTTP server's are: past ``--max-connections`` a new one gets one ``error``
+  event and is closed; a client that takes none of the audio sent to it for ``--send-timeout`` seconds is cut
+  off (its model's turn passes on); events longer than any valid request are refused unread.
 
 Requests go through the same checks and model queues as the HTTP server (:class:`ggtts.server.speaking.Speaker`):
 one utterance at a time per model, at most ``--max-queue`` waiting, each within ``--timeout`` seconds.
@@ -25,6 +28,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -112,31 +116,73 @@ class BoundedReader:
         return await self._reader.readexactly(n)
 
 
+@dataclass
+class OpenConnections:
+    """How many connections a server has open (its handlers count themselves in and out)."""
+
+    count: int = 0
+
+
 class GGTTSEventHandler(AsyncEventHandler):
     """One client connection."""
 
     def __init__(
-        self, speaker: Speaker, info: Info, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        speaker: Speaker,
+        info: Info,
+        connections: OpenConnections,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
     ) -> None:
         super().__init__(BoundedReader(reader, speaker.settings.max_body_bytes), writer)  # type: ignore[arg-type]
         self.speaker = speaker
         self.info = info
+        self.connections = connections
         self.program = speaker.default_model
         self._stream: TextStream | None = None  # inside synthesize-start ... synthesize-stop
         self._stream_voice: SynthesizeVoice | None = None
         self._stream_failed = False  # an error was sent: the rest of the stream is ignored until its stop
 
-    async def handle_event(self, event: Event) -> bool:
-        if Describe.is_type(event.type):
-            await self.write_event(self.info.event())
-            return True
+    async def run(self) -> None:
+        """Serve the connection's events, if the server has room for one more connection."""
+        limit = self.speaker.settings.max_connections
+        if self.connections.count >= limit:
+            log.warning("refusing a connection: %d are open (the limit)", limit)
+            with contextlib.suppress(OSError):
+                message = f"this server has its limit of {limit} connections open; retry in a moment"
+                await self.write_event(Error(text=message, code="too_many_connections").event())
+            self.writer.close()
+            return
+        self.connections.count += 1
         try:
-            await self._handle(event)
-        except ApiError as error:
-            await self._error(error.message, error.code)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:  # the event's data is not what it says
-            await self._error(f"a {event.type} event with data this server cannot read ({exc})", "bad_event")
-        except OSError:  # the client left while audio was being sent
+            await super().run()
+        except OSError:  # cut off while reading (a reset); sending ends in handle_event
+            pass
+        finally:
+            self.connections.count -= 1
+
+    async def write_event(self, event: Event) -> None:
+        """Send ``event``; a client that takes none of it for the send timeout is cut off (an OSError)."""
+        timeout = self.speaker.settings.send_timeout_s
+        try:
+            await asyncio.wait_for(super().write_event(event), timeout)
+        except TimeoutError:
+            log.warning("cutting a connection whose client took nothing for %g s (the send timeout)", timeout)
+            self.writer.transport.abort()  # close() would wait for the buffer to drain, which is not happening
+            raise ConnectionAbortedError(f"the client took nothing for {timeout:g} s") from None
+
+    async def handle_event(self, event: Event) -> bool:
+        try:
+            if Describe.is_type(event.type):
+                await self.write_event(self.info.event())
+                return True
+            try:
+                await self._handle(event)
+            except ApiError as error:
+                await self._error(error.message, error.code)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:  # the event's data is not what it says
+                await self._error(f"a {event.type} event with data this server cannot read ({exc})", "bad_event")
+        except OSError:  # the client left, or took nothing for the send timeout, while audio was being sent
             return False
         return True
 
@@ -252,13 +298,16 @@ async def run_server(uri: str, speaker: Speaker, ready: asyncio.Event | None = N
     if ready is not None:
         ready.set()
     try:
-        await server.run(partial(GGTTSEventHandler, speaker, info))
+        await server.run(partial(GGTTSEventHandler, speaker, info, OpenConnections()))
     finally:
         speaker.shutdown()
 
 
 def serve(models: Mapping[str, TTSModel], settings: ServerSettings, uri: str = DEFAULT_WYOMING_URI) -> None:
     """Serve already loaded models over Wyoming until interrupted."""
+    from ggtts.server.connections import raise_open_file_limit
+
+    raise_open_file_limit(settings.max_connections)
     speaker = Speaker(models, settings)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run_server(uri, speaker))

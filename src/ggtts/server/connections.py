@@ -1,0 +1,175 @@
+"""Limits on the connections themselves, which uvicorn leaves open: the server's HTTP and WebSocket protocols are
+uvicorn's own, with three bounds added.
+
+- **Request timeout** (``request_timeout_s``): from the moment a connection opens, or its last response ends,
+  until a whole request (head and body) has arrived. A client that connects and sends nothing, or trickles a
+  header line now and then (slowloris), is closed when it runs out; uvicorn's keep-alive timeout only closes a
+  connection that sends nothing at all after a response.
+- **Send timeout** (``send_timeout_s``): a client that takes none of the bytes sent to it for this long (its
+  connection's write buffer stays full) is cut off, so a reader that stopped reading does not hold its model's
+  turn. A client playing the audio as it arrives takes bytes all the time and never comes near it.
+- **Connection cap** (``max_connections``): a connection beyond it is answered 503 at once and closed, so idle
+  or slow clients use up neither the process's file descriptors nor the server's attention; ``/health`` and the
+  clients already connected go on being served.
+
+The request limit on synthesis itself (``timeout_s``) is :class:`ggtts.server.worker.Deadline`'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import resource
+from typing import Any
+
+import h11
+from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
+
+from ggtts.server.errors import ApiError
+from ggtts.server.settings import ServerSettings
+
+log = logging.getLogger("ggtts.server")
+
+# Descriptors the process needs besides its connections (model files, libraries, the listening socket, logs).
+SPARE_FILES = 256
+BUSY_RETRY_AFTER_S = 1
+_WAITING_FOR_REQUEST = (h11.IDLE, h11.SEND_BODY)  # the client's side of a connection that owes a request
+
+
+def busy_response(max_connections: int) -> bytes:
+    """The whole HTTP answer to a connection over the cap: 503, an OpenAI-style error body, then close."""
+    error = ApiError(
+        503,
+        f"this server has its limit of {max_connections} connections open; retry in a moment",
+        code="too_many_connections",
+    )
+    body = json.dumps(error.body()).encode()
+    head = (
+        "HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\n"
+        f"retry-after: {BUSY_RETRY_AFTER_S}\r\nconnection: close\r\ncontent-length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class _SendTimeout:
+    """Cuts a connection whose write buffer stays over its high-water mark (the client takes nothing) for
+    ``send_timeout_s``: the transport says when the buffer fills (``pause_writing``) and when it drains."""
+
+    send_timeout_s: float
+    loop: asyncio.AbstractEventLoop
+    transport: asyncio.Transport
+    _stall: asyncio.TimerHandle | None = None
+
+    def pause_writing(self) -> None:
+        super().pause_writing()  # type: ignore[misc]
+        if self._stall is None:
+            self._stall = self.loop.call_later(self.send_timeout_s, self._stalled)
+
+    def resume_writing(self) -> None:
+        self._end_stall()
+        super().resume_writing()  # type: ignore[misc]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._end_stall()
+        super().connection_lost(exc)  # type: ignore[misc]
+
+    def _end_stall(self) -> None:
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+
+    def _stalled(self) -> None:
+        self._stall = None
+        log.warning("cutting a connection whose client took nothing for %g s (the send timeout)", self.send_timeout_s)
+        self.transport.abort()  # close() would wait for the buffer to drain, which is what is not happening
+
+
+class GuardedH11Protocol(_SendTimeout, H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with the request timeout, the send timeout and the connection cap."""
+
+    request_timeout_s: float
+    max_connections: int
+    _request_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.max_connections:
+            log.warning("refusing a connection: %d are open (the limit)", self.max_connections)
+            transport.write(busy_response(self.max_connections))
+            transport.close()
+            return
+        self._watch_request()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.transport.get_protocol() is self:  # not after an upgrade to a WebSocket
+            self._watch_request()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._watch_request()
+
+    def handle_websocket_upgrade(self, event: h11.Request) -> None:
+        self._stop_request_timer()  # the WebSocket's protocol takes the connection over
+        super().handle_websocket_upgrade(event)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_request_timer()
+        super().connection_lost(exc)
+
+    def _watch_request(self) -> None:
+        """The timer runs while the client owes a request (its head or the rest of its body)."""
+        waiting = self.conn.their_state in _WAITING_FOR_REQUEST and not self.transport.is_closing()
+        if not waiting:
+            self._stop_request_timer()
+        elif self._request_timer is None:
+            self._request_timer = self.loop.call_later(self.request_timeout_s, self._request_late)
+
+    def _stop_request_timer(self) -> None:
+        if self._request_timer is not None:
+            self._request_timer.cancel()
+            self._request_timer = None
+
+    def _request_late(self) -> None:
+        self._request_timer = None
+        if self.conn.their_state in _WAITING_FOR_REQUEST and not self.transport.is_closing():
+            log.info("closing a connection that sent no whole request in %g s", self.request_timeout_s)
+            self.transport.close()
+
+
+class GuardedWebSocketProtocol(_SendTimeout, WebSocketsSansIOProtocol):
+    """uvicorn's WebSocket protocol with the send timeout (messages in are bounded by ``ws_max_size``)."""
+
+
+def guarded_protocols(settings: ServerSettings) -> dict[str, Any]:
+    """uvicorn's ``http`` and ``ws`` arguments: the protocol classes above, bound to ``settings``' limits."""
+    limits = {
+        "request_timeout_s": settings.request_timeout_s,
+        "send_timeout_s": settings.send_timeout_s,
+        "max_connections": settings.max_connections,
+    }
+    http = type("GGTTSHttpProtocol", (GuardedH11Protocol,), limits)
+    ws = type("GGTTSWebSocketProtocol", (GuardedWebSocketProtocol,), {"send_timeout_s": settings.send_timeout_s})
+    return {"http": http, "ws": ws}
+
+
+def raise_open_file_limit(max_connections: int) -> None:
+    """Let the process hold ``max_connections`` connections and its own files: the soft limit on open files
+    is raised toward the hard one (it is often 1,024, which a thousand idle clients would use up)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = max_connections + SPARE_FILES
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        new = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open-file limit from %d to %d: %s", soft, new, exc)
+        if new < wanted:
+            log.warning(
+                "the open-file limit (%d) is below --max-connections %d plus %d; lower it or raise `ulimit -n`",
+                new,
+                max_connections,
+                SPARE_FILES,
+            )

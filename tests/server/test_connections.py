@@ -1,0 +1,186 @@
+"""The connections themselves are bounded (:mod:`ggtts.server.connections`), and a request's time limit bounds the
+server's work, not its client's reading (issue #36): a stream read at the pace of playback arrives whole; a client
+that stops reading is cut off and its model's turn passes on; a client that never finishes its request (nothing
+sent, or a header line now and then) is closed; connections past the cap get one 503.
+
+The server here is the real one on tone models, with short limits. Its ``long`` model makes 384 KB of pcm per
+word, so a stream is far larger than what the sockets' buffers hold (a few MB on loopback): the server has to
+wait for its client. Nothing is timed: the waits are for events (the model free, the socket closed) under
+hang-catching limits, and how long the client has kept the server waiting is counted in its own sleeps.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import h11
+import httpx
+import pytest
+from server_support import API_KEY, HERE, Server, start_server, stop_server
+from test_faults import health, wait_until
+
+from time_limit import scaled
+
+SPEECH = "/v1/audio/speech"
+SYNTHESIS_TIMEOUT_S = 3.0  # the stream's 75 chunks take well under half a second of the server's work
+SEND_TIMEOUT_S = 2.0
+REQUEST_TIMEOUT_S = 3.0
+MAX_CONNECTIONS = 6
+LONG_WORDS = 75  # 75 x 384 KB = 28.8 MB of pcm
+LONG_CHUNK_BYTES = 8 * 24000 * 2  # tone_server.LONG_CHUNK_S at 24 kHz, 16-bit
+READ_BYTES = 64 * 1024
+READ_PAUSE_S = 0.011  # 440 reads: about 4.8 s of listening
+HANG_S = scaled(60)
+
+
+@pytest.fixture(scope="module")
+def tone_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("limits") / "chunks.log"
+
+
+@pytest.fixture(scope="module")
+def limited_server(tmp_path_factory: pytest.TempPathFactory, tone_log: Path) -> Iterator[Server]:
+    log_path = tmp_path_factory.mktemp("limited-server") / "server.log"
+    cmd = [sys.executable, str(HERE / "tone_server.py"), "--api-key", API_KEY, "--long-model"]
+    cmd += ["--timeout", str(SYNTHESIS_TIMEOUT_S), "--send-timeout", str(SEND_TIMEOUT_S)]
+    cmd += ["--request-timeout", str(REQUEST_TIMEOUT_S), "--max-connections", str(MAX_CONNECTIONS)]
+    server = start_server(cmd, log_path, env={"TONE_LOG": str(tone_log)})
+    server.api_key = API_KEY
+    yield server
+    stop_server(server)
+    assert "Traceback" not in server.log(), server.log()[-3000:]
+
+
+def _address(server: Server) -> tuple[str, int]:
+    host, port = server.url.removeprefix("http://").split(":")
+    return host, int(port)
+
+
+def _send_speech(server: Server, text: str, *, tag: str) -> socket.socket:
+    """A streamed pcm request for ``long``, sent on a socket of its own (the test reads it as it likes)."""
+    body = json.dumps({"model": "long", "input": f"{tag} {text}", "response_format": "pcm"}).encode()
+    host, _ = _address(server)
+    sock = socket.create_connection(_address(server))
+    head = (
+        f"POST {SPEECH} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Authorization: Bearer {server.api_key}\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    sock.sendall(head.encode() + body)
+    return sock
+
+
+def _chunks_made(log: Path, tag: str) -> int:
+    return sum(1 for line in log.read_text().splitlines() if line.split()[0] == tag) if log.exists() else 0
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    """Whether the server closed ``sock`` (end of stream or a reset), reading what was left; fails on a hang."""
+    sock.settimeout(HANG_S)
+    try:
+        while sock.recv(1 << 20):
+            pass
+    except ConnectionResetError:
+        pass
+    except TimeoutError:
+        return False
+    return True
+
+
+def test_a_stream_read_at_listening_pace_arrives_whole(limited_server: Server, tone_log: Path) -> None:
+    """The client takes longer to read than the server may spend on the request: all of it still arrives."""
+    words = LONG_WORDS
+    sock = _send_speech(limited_server, " ".join(["a"] * (words - 1)), tag="pace")
+    client = h11.Connection(h11.CLIENT)
+    client.send(h11.Request(method="POST", target=SPEECH, headers=[("Host", "x"), ("Content-Length", "0")]))
+    client.send(h11.EndOfMessage())
+    status, body, ended = 0, bytearray(), False
+    reads = 0
+    reads_when_done: int | None = None  # how many paced reads the client had made when the last chunk was made
+    sock.settimeout(HANG_S)
+    while not ended:
+        data = sock.recv(READ_BYTES)
+        client.receive_data(data)
+        reads += 1
+        if reads_when_done is None and _chunks_made(tone_log, "pace") == words:
+            reads_when_done = reads
+        if not data:
+            break
+        while (event := client.next_event()) not in (h11.NEED_DATA, h11.PAUSED):
+            if isinstance(event, h11.Response):
+                status = event.status_code
+            elif isinstance(event, h11.Data):
+                body += event.data
+            elif isinstance(event, h11.EndOfMessage):
+                ended = True
+        time.sleep(READ_PAUSE_S)  # a client that plays the audio takes it as it is played
+    sock.close()
+    assert status == 200
+    assert ended, "the stream was cut before its end"
+    assert len(body) == words * LONG_CHUNK_BYTES
+    # the test means something only if the server waited for the client longer than its time limit
+    assert reads_when_done is not None and reads_when_done * READ_PAUSE_S > SYNTHESIS_TIMEOUT_S, reads_when_done
+
+
+def test_a_client_that_stops_reading_is_cut_off(limited_server: Server, tone_log: Path) -> None:
+    sock = _send_speech(limited_server, " ".join(["a"] * (LONG_WORDS - 1)), tag="stop")
+    try:
+        wait_until(lambda: _chunks_made(tone_log, "stop") > 0, timeout_s=HANG_S)
+        # the buffers fill, the client reads nothing: the send timeout ends the request and frees the model
+        wait_until(lambda: not health(limited_server)["long"]["busy"], timeout_s=HANG_S)
+        assert _chunks_made(tone_log, "stop") < LONG_WORDS, "the whole stream fit in the buffers: nothing tested"
+        assert _closed_by_server(sock), "the connection was left open"
+    finally:
+        sock.close()
+    assert "took nothing for 2 s" in limited_server.log()
+    ok = httpx.post(
+        limited_server.url + SPEECH,
+        json={"model": "tone", "input": "next", "response_format": "pcm"},
+        headers=limited_server.headers,
+        timeout=HANG_S,
+    )
+    assert ok.status_code == 200
+
+
+@pytest.mark.parametrize("trickle", [False, True], ids=["silent", "slowloris"])
+def test_a_client_that_never_finishes_its_request_is_closed(limited_server: Server, trickle: bool) -> None:
+    with socket.create_connection(_address(limited_server)) as sock:
+        sock.settimeout(0.5)
+        if trickle:
+            sock.sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        closed = False
+        for line in range(int(HANG_S / 0.5)):  # a header line every half second, for up to a minute
+            try:
+                closed = sock.recv(4096) == b""
+            except TimeoutError:
+                pass
+            except ConnectionResetError:
+                closed = True
+            if closed:
+                break
+            if trickle:
+                sock.sendall(f"X-Line-{line}: {'x' * 20}\r\n".encode())
+        assert closed, "the server kept a connection that sent no whole request"
+    assert health(limited_server)["tone"]["busy"] is False  # and it goes on answering
+
+
+def test_connections_past_the_cap_get_one_503(limited_server: Server) -> None:
+    held = [socket.create_connection(_address(limited_server)) for _ in range(MAX_CONNECTIONS)]
+    try:
+        with socket.create_connection(_address(limited_server)) as extra:
+            extra.settimeout(HANG_S)
+            answer = b""
+            while chunk := extra.recv(4096):
+                answer += chunk
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503"), answer[:200]
+        assert json.loads(body)["error"]["code"] == "too_many_connections"
+    finally:
+        for sock in held:
+            sock.close()
+    # the held ones gone, the server answers again
+    wait_until(lambda: httpx.get(limited_server.url + "/health", timeout=5).status_code == 200, timeout_s=HANG_S)
