@@ -174,14 +174,17 @@ class Deadline:
             while True:
                 remaining = self.timeout_s - self.spent - (time.monotonic() - began)
                 if remaining <= 0:
-                    _abandon(future)
                     raise RequestTimeout(self.timeout_s)
                 done, _ = await asyncio.wait({future}, timeout=min(remaining, POLL_S))
                 if done:
                     return future.result()
                 if self.is_disconnected is not None and await self.is_disconnected():
-                    _abandon(future)
                     raise ClientGone
+        except BaseException:
+            # given up (a timeout, the client gone, or this task cancelled: the response's own watch for a
+            # disconnect cancels it): the work's result or failure is taken when it comes, and dropped
+            _abandon(future)
+            raise
         finally:
             self.spent += time.monotonic() - began
 
