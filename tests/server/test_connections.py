@@ -23,6 +23,7 @@ import httpx
 import pytest
 from server_support import API_KEY, HERE, Server, start_server, stop_server
 from test_faults import health, wait_until
+from test_no_stall import _raw_post
 
 from time_limit import scaled
 
@@ -63,15 +64,7 @@ def _address(server: Server) -> tuple[str, int]:
 
 def _send_speech(server: Server, text: str, *, tag: str) -> socket.socket:
     """A streamed pcm request for ``long``, sent on a socket of its own (the test reads it as it likes)."""
-    body = json.dumps({"model": "long", "input": f"{tag} {text}", "response_format": "pcm"}).encode()
-    host, _ = _address(server)
-    sock = socket.create_connection(_address(server))
-    head = (
-        f"POST {SPEECH} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-        f"Authorization: Bearer {server.api_key}\r\nContent-Length: {len(body)}\r\n\r\n"
-    )
-    sock.sendall(head.encode() + body)
-    return sock
+    return _raw_post(server, json.dumps({"model": "long", "input": f"{tag} {text}", "response_format": "pcm"}).encode())
 
 
 def _chunks_made(log: Path, tag: str) -> int:

@@ -37,6 +37,7 @@ class Clause:
     phonemes: str  # IPA, as espeak-ng writes it
     end: str  # the clause's punctuation as Piper keeps it: one of , . ? ! : ; or ""
     sentence_end: bool
+    text: str = ""  # the text the clause was read from (its punctuation and the spaces around it included)
 
 
 class Espeak:
@@ -73,18 +74,21 @@ class Espeak:
             base = ctypes.addressof(buffer)
             pointer = ctypes.c_void_p(base)
             clauses = []
+            carried = ""  # the character of this clause that the clause before read to know it had ended
             while pointer.value:
                 start = pointer.value - base
                 phonemes = self._lib.espeak_TextToPhonemes(ctypes.byref(pointer), CHARS_UTF8, PHONEMES_IPA)
                 consumed = encoded[start : pointer.value - base if pointer.value else len(encoded)]
-                consumed_text = consumed.decode("utf-8", errors="ignore")
+                consumed_text = carried + consumed.decode("utf-8", errors="ignore")
+                carried = ""
                 if pointer.value:  # espeak-ng has read one character of the next clause to end this one
-                    consumed_text = consumed_text[:-1]
+                    consumed_text, carried = consumed_text[:-1], consumed_text[-1:]
                 end = _clause_end(consumed_text)
                 # a blank line ends a paragraph: a sentence without punctuation, as espeak-ng's CLAUSE_PARAGRAPH
                 paragraph = bool(PARAGRAPH.search(consumed_text))
                 phonemes_text = (phonemes or b"").decode("utf-8")
-                clauses.append(Clause(phonemes_text, "" if paragraph else end, paragraph or end in SENTENCE_ENDS))
+                sentence_end = paragraph or end in SENTENCE_ENDS
+                clauses.append(Clause(phonemes_text, "" if paragraph else end, sentence_end, consumed_text))
         return clauses
 
 

@@ -44,7 +44,7 @@ FAMILY = Family(
     architectures=(K.ARCH,),
     pipeline="ggtts.families.piper.pipeline:PiperPipeline",
     options=PiperOptions,
-    capabilities=Capabilities(max_input_chars=MAX_CHARS),
+    capabilities=Capabilities(max_input_chars=MAX_CHARS, timestamps=True),
     voices=voices,
     converters={"piper": "ggtts.convert.piper_onnx:convert_piper"},
     parity="ggtts.measure.piper.parity:piper_parity",

