@@ -475,6 +475,41 @@ def test_workers_end_when_their_parent_is_killed(tiny_model: TinyModel, tmp_path
             os.kill(pid, signal.SIGKILL)
 
 
+def _descendants(pid: int) -> list[int]:
+    found, todo = [], [pid]
+    while todo:
+        for child in _children(todo.pop()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+# Ray's node agents: once the raylet is gone they try to report its death to the GCS, gone too, for the 60 s of
+# Ray's fixed timeout before they exit; they hold no model. Everything else must end with the driver.
+RAY_NODE_AGENTS = (b"ray::DashboardAgent", b"ray::RuntimeEnvAgent")
+
+
+def test_a_ray_job_ends_with_its_driver(tiny_model: TinyModel, tmp_path: Path) -> None:
+    """``kill -9`` of ``ggtts batch --ray local`` while its actor is held inside item 3: the local cluster it
+    started ends too (its GCS, raylet, workers and the actor holding the model), as Ray ties them to the driver."""
+    pytest.importorskip("ray")
+    (tmp_path / "in.txt").write_text("\n".join(f"Line {n}." for n in range(RESUME_ITEMS)) + "\n", encoding="utf-8")
+    process, _ = _start_paused(tmp_path, tiny_model, "0003", tmp_path / "err", "--ray", "local", "--workers", "1")
+    cluster: list[int] = []
+    try:
+        cluster = [p for p in _descendants(process.pid) if _alive(p)]
+        names = {p: Path(f"/proc/{p}/cmdline").read_bytes() for p in cluster}
+        held = [p for p in cluster if not names[p].startswith(RAY_NODE_AGENTS)]
+        assert len(held) >= 3, names  # at least the GCS, the raylet and the actor's worker
+        process.send_signal(signal.SIGKILL)
+        _end(process)
+        wait_for(lambda: not any(map(_alive, held)), "the Ray cluster's exit after its driver's", limit_s=60)
+    finally:
+        _end(process)
+        for pid in filter(_alive, cluster):  # the node agents, and all of it after a failure
+            os.kill(pid, signal.SIGKILL)
+
+
 def test_progress_lines_where_stderr_is_a_log_file(text_job: Job) -> None:
     """No terminal, no bar: a line for the first item and one for the last, so a log shows the job moving (the text
     job's own run, whose standard error is a pipe)."""
