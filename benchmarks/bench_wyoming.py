@@ -61,7 +61,9 @@ def _start(name: str, cmd: list[str], threads: int, first_stretch_words: int) ->
     port = _free_port()
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     log = open(f"/tmp/bench_wyoming_{name}.log", "wb")  # noqa: SIM115 (kept open for the process's life)
-    process = subprocess.Popen([*cmd, "--uri", f"tcp://127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT, env=env)
+    process = subprocess.Popen(
+        [*cmd, "--uri", f"tcp://127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT, env=env
+    )
     server = Server(name, port, process, first_stretch_words)
     deadline = time.monotonic() + STARTUP_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -136,7 +138,7 @@ def main() -> int:
     # The first stretch: ggtts's speaks "Sure, the forecast for tomorrow looks good." (its first clause of three
     # words or more ends there) once the space after "good." comes, with the next token; wyoming-piper's
     # sentence-stream waits for the next sentence's first letter, which comes with the same token.
-    first = len("Sure, the forecast for tomorrow looks good. Expect".split())
+    first = len(["Sure,", "the", "forecast", "for", "tomorrow", "looks", "good.", "Expect"])
     plan = [
         ("ggtts-piper", [ggtts, "wyoming", "-m", "piper-joe", "--device", "cpu"], first),
         (

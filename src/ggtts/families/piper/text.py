@@ -5,6 +5,9 @@ dropped, the clause's punctuation is kept as a phoneme (with a space after ``,``
 decomposed (NFD) into code points, each one a phoneme, and a sentence ends where espeak-ng ends one. Ids: BOS, a
 pad after BOS and after each phoneme, EOS; phonemes the voice has no id for are left out.
 
+An English voice's text is normalized first (numbers, dates, units, symbols as words: :mod:`ggtts.text.normalize`,
+as for Kokoro), unless the ``normalization`` option says otherwise; piper-tts reads the text as written.
+
 Each phoneme also knows which written word it says (:class:`Piece`), for word timestamps. espeak-ng separates
 the words it says with spaces; where a clause says as many words as it has written ones, they pair up in order.
 Where it says more ("$25": "dollar twenty five") or fewer ("of the": one word), each written word is said alone
@@ -14,6 +17,8 @@ each cut moved to the nearest space between said words when one is near.
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import re
 import unicodedata
 from collections.abc import Callable
@@ -22,7 +27,8 @@ from dataclasses import dataclass, field
 from ggtts.errors import GGUFError
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Piper as K
-from ggtts.text.tracking import shown
+from ggtts.text.normalize import AS_WRITTEN, Normalization, normalize_tracked
+from ggtts.text.tracking import Tracked, shown
 
 LANGUAGE_SWITCH = re.compile(r"\([^)]+\)")
 SPACED_ENDS = frozenset(",:;")
@@ -97,8 +103,15 @@ class PhonemeTable:
         that say something: a sentence of punctuation alone, or of phonemes the voice has no id for, is left out."""
         return [piece.phonemes for piece in self.spoken(text).pieces]
 
-    def spoken(self, text: str) -> Spoken:
-        """:meth:`sentences`, each phoneme knowing the written word it says."""
+    @property
+    def english(self) -> bool:
+        """Whether the voice reads English (its espeak-ng voice), whose text ggtts normalizes first."""
+        return self.phoneme_type == "espeak" and self.espeak_voice.lower().startswith("en")
+
+    def spoken(self, text: str, normalization: Normalization = AS_WRITTEN) -> Spoken:
+        """:meth:`sentences`, each phoneme knowing the written word of ``text`` it says. An English voice reads
+        numbers, dates, units and symbols as words first, as ``normalization`` says (:mod:`ggtts.text.normalize`:
+        "$25" "twenty-five dollars" where espeak-ng alone says "dollar twenty five"); the words stay as written."""
         words: list[Word] = []
         pieces: list[Tagged] = []
         if self.phoneme_type == "text":  # a voice trained on characters: its words are the text's own
@@ -106,11 +119,16 @@ class PhonemeTable:
         else:
             from ggtts.text.espeak import espeak
 
-            engine = espeak()
+            tracked = Tracked.of(text)
+            if self.english and normalization.enabled:
+                british = self.espeak_voice.lower().startswith("en-gb")
+                tracked = normalize_tracked(text, british=british, switches=normalization)
+            owners = _Owners(text, tracked, words)
             sentence: list[Tagged] = []  # its clauses
-            for clause in engine.clauses(text, self.espeak_voice):
+            for clause in espeak().clauses(tracked.text, self.espeak_voice):
                 said = unicodedata.normalize("NFD", LANGUAGE_SWITCH.sub("", clause.phonemes))
-                tagged = _tag_clause(said, clause.text, clause.end in SENTENCE_ENDS, words, self._said_alone)
+                tokens = owners.tokens(clause.text, ends_sentence=clause.end in SENTENCE_ENDS)
+                tagged = _tag_clause(said, tokens, self._said_alone)
                 tail = clause.end + (" " if clause.end in SPACED_ENDS else "")
                 sentence.append(tagged + [(p, None) for p in unicodedata.normalize("NFD", tail)])
                 if clause.sentence_end:
@@ -165,27 +183,55 @@ def _tag_characters(text: str, words: list[Word]) -> Tagged:
     return list(zip(text, tags, strict=True))
 
 
-def _tag_clause(
-    said: str, written: str, ends_sentence: bool, words: list[Word], said_alone: Callable[[str], int]
-) -> Tagged:
-    """A clause's phonemes (``said``), each tagged with the written word of ``written`` it says; the clause's
-    written words that are said are appended to ``words``."""
-    tokens = [t for t in WRITTEN.findall(written) if _speaks(t)]
-    first = len(words)
-    words += [Word(shown(t), ends_sentence and i == len(tokens) - 1) for i, t in enumerate(tokens)]
+class _Owners:
+    """The written word of the source each said token comes from, clause after clause of the (normalized) text
+    espeak-ng reads; each written word that is said is appended to ``words`` once."""
+
+    def __init__(self, source: str, tracked: Tracked, words: list[Word]) -> None:
+        self.tracked = tracked
+        self.written = [(m.start(), m.end()) for m in WRITTEN.finditer(source)]
+        self.starts = [start for start, _ in self.written]
+        self.source = source
+        self.words = words
+        self.index: dict[int, int] = {}  # a written word -> its place in ``words``
+        self.at = 0  # where the next clause starts in the tracked text
+
+    def tokens(self, clause_text: str, *, ends_sentence: bool) -> list[tuple[str, int]]:
+        """The clause's tokens that say something, each with the index in ``words`` of its written word."""
+        start = self.at  # espeak-ng's clauses are the text it read, one after another
+        self.at = start + len(clause_text)
+        tokens = []
+        for m in WRITTEN.finditer(clause_text):
+            if not _speaks(m[0]) or not self.written:
+                continue
+            source_at, _ = self.tracked.span(start + m.start(), start + m.end())
+            written = max(0, bisect.bisect_right(self.starts, source_at) - 1)
+            if written not in self.index:
+                self.index[written] = len(self.words)
+                first, last = self.written[written]
+                self.words.append(Word(shown(self.source[first:last])))
+            tokens.append((m[0], self.index[written]))
+        if tokens and ends_sentence:
+            last = tokens[-1][1]
+            self.words[last] = dataclasses.replace(self.words[last], ends_sentence=True)
+        return tokens
+
+
+def _tag_clause(said: str, tokens: list[tuple[str, int]], said_alone: Callable[[str], int]) -> Tagged:
+    """A clause's phonemes (``said``), each tagged with the word of the token it says: ``tokens`` are the clause's
+    words as espeak-ng read them, in order, each with its word's index (two tokens may share one written word)."""
     runs = [m.span() for m in WRITTEN.finditer(said)]  # the words espeak-ng says: runs of non-spaces
     tags: list[int | None] = [None] * len(said)
     if not tokens or not runs:
         return list(zip(said, tags, strict=True))
     if len(runs) == len(tokens):
-        owners = list(range(len(tokens)))
-        for (start, end), owner in zip(runs, owners, strict=True):
-            tags[start:end] = [first + owner] * (end - start)
+        for (start, end), (_, owner) in zip(runs, tokens, strict=True):
+            tags[start:end] = [owner] * (end - start)
         return list(zip(said, tags, strict=True))
-    # share the said phonemes out in proportion to each word said alone, cuts snapped to spaces near them
+    # share the said phonemes out in proportion to each token said alone, cuts snapped to spaces near them
     places = [i for i, c in enumerate(said) if not c.isspace()]  # the said phonemes, spaces left out
     run_ends = {sum(e - s for s, e in runs[: k + 1]) for k in range(len(runs))}  # cuts between said words
-    weights = [max(1, said_alone(t)) for t in tokens]
+    weights = [max(1, said_alone(token)) for token, _ in tokens]
     total, done = sum(weights), 0
     cuts: list[int] = []
     for weight in weights:
@@ -194,13 +240,13 @@ def _tag_clause(
         near = [r for r in run_ends if abs(r - cut) <= SNAP_PHONEMES]
         if near:
             cut = min(near, key=lambda r: (abs(r - cut), r))
-        floor = (cuts[-1] if cuts else 0) + 1  # each written word keeps at least one phoneme, where there are enough
+        floor = (cuts[-1] if cuts else 0) + 1  # each token keeps at least one phoneme, where there are enough
         cuts.append(min(len(places), max(cut, min(floor, len(places)))))
     cuts[-1] = len(places)
     start = 0
-    for owner, end in enumerate(cuts):
+    for (_, owner), end in zip(tokens, cuts, strict=True):
         for k in range(start, end):
-            tags[places[k]] = first + owner
+            tags[places[k]] = owner
         start = max(start, end)
     return list(zip(said, tags, strict=True))
 
