@@ -8,6 +8,8 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import ggtts
 from ggtts.families.piper.text import PhonemeTable, _tag_clause
@@ -156,3 +158,18 @@ def test_the_server_takes_kokoro_fastapis_normalization_options_for_piper() -> N
     assert normalized.content == model.synthesize("It costs $25.").pcm16()
     assert as_written.content == model.synthesize("It costs $25.", normalization=False).pcm16()
     assert [t["word"] for t in captions.json()["timestamps"]] == ["It", "costs", "$25"]
+
+
+PIPER_TEXT = st.text(alphabet=st.sampled_from("ab Zy 0123456789 $%:/.,;!?'\"-—\n日ü\u0301"), max_size=60)
+
+
+@pytest.mark.needs_weights
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(text=PIPER_TEXT, normalized=st.booleans())
+def test_any_text_gives_words_in_order(table: PhonemeTable, text: str, normalized: bool) -> None:
+    spoken = table.spoken(text, NORMALIZE_ALL) if normalized else table.spoken(text)
+    tags = [w for piece in spoken.pieces for w in piece.words if w is not None]
+    assert tags == sorted(tags) and set(tags) <= set(range(len(spoken.words)))
+    assert all(len(p.phonemes) == len(p.words) for p in spoken.pieces)
+    if not normalized:
+        assert [p.phonemes for p in spoken.pieces] == table.sentences(text)

@@ -58,7 +58,7 @@ def test_nothing_changes_once_torch_is_loaded(monkeypatch: pytest.MonkeyPatch) -
     assert threads.WAIT_POLICY_ENV not in threads.os.environ
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5"])
+@pytest.mark.parametrize("value", ["0", "-1", "two", "1.5", "²"])
 def test_a_bad_thread_count_in_the_environment_is_named(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     monkeypatch.setenv(threads.THREADS_ENV, value)
     with pytest.raises(InputError, match=threads.THREADS_ENV):

@@ -120,6 +120,8 @@ def test_flush_speaks_what_is_pending_and_keeps_the_socket(tone_server: Server) 
         ([{"type": "text", "text": "one"}, {"type": "start"}], "invalid_message", "type"),
         ([{"type": "text", "text": "x" * 2001}], "input_too_long", "text"),
         ([{"type": "start", "response_format": "flac"}], "unsupported_value", "response_format"),
+        ([{"type": "start", "stream": False}], "invalid_message", "stream"),
+        ([{"type": "start", "stream_format": "sse"}], "invalid_message", "stream_format"),
     ],
 )
 def test_bad_messages_get_one_error_and_a_close(

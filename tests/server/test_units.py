@@ -228,3 +228,12 @@ def test_volume_clips_and_stops_the_model_when_closed() -> None:
     assert first.offset == 0.0 and first.sample_rate == 24000
     louder.close()  # as the worker does when the client leaves
     assert closed == ["model"]
+
+
+def test_live_close_codes_say_what_happened() -> None:
+    from ggtts.server.errors import ApiError
+    from ggtts.server.live import _close_code
+
+    assert _close_code(ApiError(400, "bad", code="invalid_message")) == 1008
+    assert _close_code(ApiError(503, "busy", code="queue_full")) == 1013  # try again later
+    assert _close_code(ApiError(500, "failed", code="synthesis_failed")) == 1011

@@ -40,7 +40,7 @@ def threads_from_env() -> int | None:
     value = os.environ.get(THREADS_ENV, "").strip()
     if not value:
         return None
-    if not value.isdigit() or int(value) < 1:
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:  # "²" is a digit int() refuses
         raise InputError(f"${THREADS_ENV} must be a whole number of threads, 1 or more; it is {value!r}")
     return int(value)
 
@@ -96,6 +96,7 @@ def configure(threads: int | None) -> None:
 
 
 def _positive_threads(value: str) -> int:
-    if not value.strip().isdigit() or int(value) < 1:
+    value = value.strip()
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number of threads, 1 or more, not {value!r}")
     return int(value)

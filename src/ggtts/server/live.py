@@ -18,7 +18,8 @@ server -> client         ``{"type": "ready", "model", "voice", "sample_rate", "f
                          ``{"type": "flushed"}`` once the audio of the text before a ``flush`` is sent;
                          ``{"type": "done", "audio_seconds"}`` after ``end``, then the socket closes (1000);
                          ``{"type": "error", "error": {...}}`` as in HTTP error bodies, then it closes
-                         (1008 for a bad message, 1011 for a failure here).
+                         (1008 for a bad message, 1013 when the model's queue is full, 1011 for a failure
+                         here).
 =======================  ================================================================================
 
 The API key, when the server has one, goes in the ``Authorization: Bearer`` header of the upgrade request, and a
@@ -52,7 +53,7 @@ log = logging.getLogger("ggtts.server")
 
 LIVE_PATH = "/v1/audio/speech/live"
 DEFAULT_LIVE_FORMAT = "pcm"
-CLOSE_NORMAL, CLOSE_POLICY, CLOSE_ERROR = 1000, 1008, 1011
+CLOSE_NORMAL, CLOSE_POLICY, CLOSE_ERROR, CLOSE_TRY_LATER = 1000, 1008, 1011, 1013
 _FLUSH, _END = object(), object()  # markers in the queue of stretches
 
 
@@ -81,6 +82,11 @@ def add_live_route(app: FastAPI, speaker: Speaker) -> None:
         fields = {k: v for k, v in message.items() if k != "type"}
         if "input" in fields:
             raise _bad_message("send the text in 'text' messages, not as input in 'start'", "input")
+        if fields.get("stream") is False or fields.get("stream_format") == "sse":  # the socket only streams audio
+            param = "stream" if fields.get("stream") is False else "stream_format"
+            raise _bad_message(
+                f"this socket sends the audio as it is made, in binary frames; leave '{param}' out", param
+            )
         fields.setdefault("response_format", DEFAULT_LIVE_FORMAT)
         try:
             body = speaker.bodies.speech(input=".", **fields)
@@ -255,4 +261,11 @@ async def _send_bytes(socket: WebSocket, data: bytes) -> None:
 async def _send_error(socket: WebSocket, error: ApiError) -> None:
     with contextlib.suppress(Exception):  # the client may already be gone
         await socket.send_json({"type": "error", **error.body()})
-        await socket.close(CLOSE_POLICY if error.status < 500 else CLOSE_ERROR)
+        await socket.close(_close_code(error))
+
+
+def _close_code(error: ApiError) -> int:
+    """1008 for a bad message, 1013 ("try again later") when the model's queue is full, 1011 for a failure."""
+    if error.status < 500:
+        return CLOSE_POLICY
+    return CLOSE_TRY_LATER if error.status == 503 else CLOSE_ERROR

@@ -204,7 +204,10 @@ class _Owners:
         for m in WRITTEN.finditer(clause_text):
             if not _speaks(m[0]) or not self.written:
                 continue
-            source_at, _ = self.tracked.span(start + m.start(), start + m.end())
+            first, last = min(start + m.start(), len(self.tracked)), min(start + m.end(), len(self.tracked))
+            if first >= last:  # past the text (espeak-ng read other than it was given): no source to name
+                continue
+            source_at, _ = self.tracked.span(first, last)
             written = max(0, bisect.bisect_right(self.starts, source_at) - 1)
             if written not in self.index:
                 self.index[written] = len(self.words)
