@@ -6,13 +6,14 @@ asked; nothing escapes as a crash, and the door goes on serving."""
 from __future__ import annotations
 
 import json
+import logging
 import socket
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from starlette.websockets import WebSocketDisconnect
 from tone_model import ToneModel
@@ -66,10 +67,14 @@ def _send(ws: Any, message: Any) -> None:
         ws.send_text(json.dumps(message))
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=EXAMPLES * 3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(messages=st.lists(_message(), min_size=1, max_size=4), end=st.booleans())
+# every message type in a well-formed session, each run (the random ones mostly meet a refusal early)
+@example(messages=[{"type": "start", "voice": "high"}, {"type": "text", "text": "one two. "}], end=True)
+@example(messages=[{"type": "text", "text": "a b"}, {"type": "flush"}, {"type": "text", "text": "c"}], end=True)
+@example(messages=[{"type": "flush"}], end=False)
 def test_live_messages(live_client: TestClient, messages: list[Any], end: bool) -> None:
-    errors, closed = 0, None
+    errors, closed, last_error = 0, None, None
     end = end or any(isinstance(m, dict) and m.get("type") == "end" for m in messages)
     with time_limit(HANG_S, "a live session"), live_client.websocket_connect(LIVE) as ws:
         try:
@@ -84,15 +89,15 @@ def test_live_messages(live_client: TestClient, messages: list[Any], end: bool) 
                     event = json.loads(frame["text"])
                     assert event["type"] in {"ready", "words", "flushed", "done", "error"}, event
                     if event["type"] == "error":
-                        errors += 1
+                        errors, last_error = errors + 1, event["error"]
                         assert event["error"]["message"] and event["error"]["code"], event
                 if not end and errors == 0 and frame.get("text") and json.loads(frame["text"])["type"] == "ready":
                     _send(ws, {"type": "end"})  # a well-formed session so far: end it, to read to the close
                     end = True
         except WebSocketDisconnect as gone:
             closed = gone.code
-    if errors:
-        assert errors == 1 and closed in (1008, 1009, 1011, 1013), (errors, closed)
+    if errors:  # a refusal of what was sent (the tone model never fails on this text, nor is its queue full)
+        assert errors == 1 and closed in (1008, 1009), (errors, closed, last_error)
     else:
         assert closed == 1000, closed
 
@@ -158,14 +163,19 @@ def _answers(sock: socket.socket) -> list[str] | None:
             return types
 
 
-@settings(max_examples=EXAMPLES, deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(events=st.lists(st.tuples(WYOMING_TYPES, WYOMING_DATA), min_size=1, max_size=4))
-def test_wyoming_events(wyoming_port: int, events: list[tuple[str, Any]]) -> None:
+def test_wyoming_events(wyoming_port: int, caplog: pytest.LogCaptureFixture, events: list[tuple[str, Any]]) -> None:
+    caplog.clear()
     with socket.create_connection(("127.0.0.1", wyoming_port)) as sock:
         sock.sendall(b"".join(_event_bytes(k, d) for k, d in events) + _event_bytes("describe", None))
         types = _answers(sock)
-    if types is not None:  # still serving this connection: every answer one the protocol has
+    if all(d is None or isinstance(d, dict) for _, d in events):  # events as the protocol frames them
+        assert types is not None, "the connection was dropped"  # each gets its answer (or none), then the info
         assert set(types) <= ANSWERS, types
+    # data that is not a JSON object ends its connection (as the wyoming reader ends one for data not JSON at
+    # all), quietly: no task dies with a traceback
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
     # and the server serves the next connection whatever this one did
     with socket.create_connection(("127.0.0.1", wyoming_port)) as sock:
         sock.sendall(_event_bytes("describe", None))

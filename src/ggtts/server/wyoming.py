@@ -158,6 +158,10 @@ class GGTTSEventHandler(AsyncEventHandler):
             await super().run()
         except OSError:  # cut off while reading (a reset); sending ends in handle_event
             pass
+        except (TypeError, AttributeError, KeyError, ValueError, RecursionError) as exc:
+            # the wyoming reader meets an event header or data that is not a JSON object: the connection ends, as
+            # the reader ends it itself for data that is not JSON at all
+            log.info("closing a connection that sent an event this server cannot read (%s)", type(exc).__name__)
         finally:
             self.connections.count -= 1
 
