@@ -16,6 +16,7 @@ from ggtts.families.piper.text import PhonemeTable, _tag_clause
 from ggtts.gguf import GGUFFile
 from ggtts.measure.sentences import EVAL_SENTENCES
 from ggtts.text.normalize import NORMALIZE_ALL
+from time_limit import time_limit
 
 
 def _said_by_word(said: str, written: str, alone: dict[str, int]) -> list[tuple[str, str]]:
@@ -173,3 +174,13 @@ def test_any_text_gives_words_in_order(table: PhonemeTable, text: str, normalize
     assert all(len(p.phonemes) == len(p.words) for p in spoken.pieces)
     if not normalized:
         assert [p.phonemes for p in spoken.pieces] == table.sentences(text)
+
+
+def test_sharing_out_is_linear_in_the_clause() -> None:
+    """A clause of 40,000 said words for 20,000 written ones (each said as two): shared out in one pass."""
+    said = " ".join(["ab cd"] * 20_000)
+    tokens = [(f"w{i}", i) for i in range(20_000)]
+    with time_limit(60, "sharing out a long clause"):  # a quadratic pass takes minutes here
+        tagged = _tag_clause(said, tokens, lambda w: 4)
+    owners = [w for _, w in tagged if w is not None]
+    assert owners == sorted(owners) and owners[:4] == [0, 0, 0, 0] and owners[-1] == 19_999

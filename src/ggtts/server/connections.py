@@ -20,7 +20,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import resource
+import time
 from typing import Any
 
 import h11
@@ -35,6 +37,7 @@ log = logging.getLogger("ggtts.server")
 # Descriptors the process needs besides its connections (model files, libraries, the listening socket, logs).
 SPARE_FILES = 256
 BUSY_RETRY_AFTER_S = 1
+REFUSAL_NOTE_S = 5.0
 _WAITING_FOR_REQUEST = (h11.IDLE, h11.SEND_BODY)  # the client's side of a connection that owes a request
 
 
@@ -51,6 +54,30 @@ def busy_response(max_connections: int) -> bytes:
         f"retry-after: {BUSY_RETRY_AFTER_S}\r\nconnection: close\r\ncontent-length: {len(body)}\r\n\r\n"
     )
     return head.encode() + body
+
+
+class _Refusals:
+    """Counts the connections refused at the cap and says so in the log at most every :data:`REFUSAL_NOTE_S`
+    seconds (a flood of connections is not also a flood of log lines)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.noted = -math.inf
+
+    def note(self, limit: int) -> None:
+        self.count += 1
+        now = time.monotonic()
+        if now - self.noted >= REFUSAL_NOTE_S:
+            log.warning("refused %d connections: %d are open (the limit)", self.count, limit)
+            self.count, self.noted = 0, now
+
+
+_REFUSALS = _Refusals()
+
+
+def note_refused(limit: int) -> None:
+    """Count a connection refused at the cap of ``limit`` (noted in the log every few seconds)."""
+    _REFUSALS.note(limit)
 
 
 class _SendTimeout:
@@ -96,7 +123,7 @@ class GuardedH11Protocol(_SendTimeout, H11Protocol):
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if len(self.connections) > self.max_connections:
-            log.warning("refusing a connection: %d are open (the limit)", self.max_connections)
+            note_refused(self.max_connections)
             transport.write(busy_response(self.max_connections))
             transport.close()
             return

@@ -40,6 +40,7 @@ from wyoming.server import AsyncEventHandler, AsyncServer
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped
 
 from ggtts import __version__
+from ggtts.server.connections import note_refused, raise_open_file_limit
 from ggtts.server.errors import ApiError
 from ggtts.server.settings import DEFAULT_WYOMING_URI, ServerSettings
 from ggtts.server.speaking import Speaker, spoken
@@ -147,7 +148,7 @@ class GGTTSEventHandler(AsyncEventHandler):
         """Serve the connection's events, if the server has room for one more connection."""
         limit = self.speaker.settings.max_connections
         if self.connections.count >= limit:
-            log.warning("refusing a connection: %d are open (the limit)", limit)
+            note_refused(limit)
             with contextlib.suppress(OSError):
                 message = f"this server has its limit of {limit} connections open; retry in a moment"
                 await self.write_event(Error(text=message, code="too_many_connections").event())
@@ -309,8 +310,6 @@ async def run_server(uri: str, speaker: Speaker, ready: asyncio.Event | None = N
 
 def serve(models: Mapping[str, TTSModel], settings: ServerSettings, uri: str = DEFAULT_WYOMING_URI) -> None:
     """Serve already loaded models over Wyoming until interrupted."""
-    from ggtts.server.connections import raise_open_file_limit
-
     raise_open_file_limit(settings.max_connections)
     speaker = Speaker(models, settings)
     with contextlib.suppress(KeyboardInterrupt):

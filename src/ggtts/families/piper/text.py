@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import itertools
 import re
 import unicodedata
 from collections.abc import Callable
@@ -233,14 +234,15 @@ def _tag_clause(said: str, tokens: list[tuple[str, int]], said_alone: Callable[[
         return list(zip(said, tags, strict=True))
     # share the said phonemes out in proportion to each token said alone, cuts snapped to spaces near them
     places = [i for i, c in enumerate(said) if not c.isspace()]  # the said phonemes, spaces left out
-    run_ends = {sum(e - s for s, e in runs[: k + 1]) for k in range(len(runs))}  # cuts between said words
+    run_ends = list(itertools.accumulate(e - s for s, e in runs))  # cuts between said words, in said phonemes
     weights = [max(1, said_alone(token)) for token, _ in tokens]
     total, done = sum(weights), 0
     cuts: list[int] = []
     for weight in weights:
         done += weight
         cut = round(len(places) * done / total)
-        near = [r for r in run_ends if abs(r - cut) <= SNAP_PHONEMES]
+        at = bisect.bisect_left(run_ends, cut - SNAP_PHONEMES)
+        near = run_ends[at : bisect.bisect_right(run_ends, cut + SNAP_PHONEMES)]
         if near:
             cut = min(near, key=lambda r: (abs(r - cut), r))
         floor = (cuts[-1] if cuts else 0) + 1  # each token keeps at least one phoneme, where there are enough
