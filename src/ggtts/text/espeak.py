@@ -89,6 +89,13 @@ class Espeak:
                 phonemes_text = (phonemes or b"").decode("utf-8")
                 sentence_end = paragraph or end in SENTENCE_ENDS
                 clauses.append(Clause(phonemes_text, "" if paragraph else end, sentence_end, consumed_text))
+            # espeak-ng may hold one character it read past the text's last clause (the second "." of a text
+            # ending ".."), which would begin the next text it is given ("dot go" for "Go"): it is read now, and
+            # dropped
+            empty = ctypes.create_string_buffer(b"")
+            self._lib.espeak_TextToPhonemes(
+                ctypes.byref(ctypes.c_void_p(ctypes.addressof(empty))), CHARS_UTF8, PHONEMES_IPA
+            )
         return clauses
 
 
