@@ -177,3 +177,20 @@ def test_connections_past_the_cap_get_one_503(limited_server: Server) -> None:
             sock.close()
     # the held ones gone, the server answers again
     wait_until(lambda: httpx.get(limited_server.url + "/health", timeout=5).status_code == 200, timeout_s=HANG_S)
+
+
+def test_a_refused_client_that_sent_its_request_reads_the_503(limited_server: Server) -> None:
+    """Past the cap, a client that has already sent a whole request still gets the answer (a close with its request
+    unread would reset the connection and lose it)."""
+    held = [socket.create_connection(_address(limited_server)) for _ in range(MAX_CONNECTIONS)]
+    try:
+        body = json.dumps({"model": "tone", "input": "x " * 500, "response_format": "pcm"}).encode()
+        with _raw_post(limited_server, body) as late:
+            late.settimeout(HANG_S)
+            answer = b""
+            while chunk := late.recv(4096):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
+    finally:
+        for sock in held:
+            sock.close()

@@ -38,6 +38,7 @@ log = logging.getLogger("ggtts.server")
 SPARE_FILES = 256
 BUSY_RETRY_AFTER_S = 1
 REFUSAL_NOTE_S = 5.0
+REFUSED_LINGER_S = 2.0  # a refused client has this long to read its 503 and close
 _WAITING_FOR_REQUEST = (h11.IDLE, h11.SEND_BODY)  # the client's side of a connection that owes a request
 
 
@@ -119,17 +120,28 @@ class GuardedH11Protocol(_SendTimeout, H11Protocol):
     request_timeout_s: float
     max_connections: int
     _request_timer: asyncio.TimerHandle | None = None
+    _refused = False
+
+    def eof_received(self) -> None:
+        if self._refused:  # the refused client has read its answer and closed: so do we
+            self.transport.close()
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         if len(self.connections) > self.max_connections:
             note_refused(self.max_connections)
+            # the answer, then end of our side; what the client sends meanwhile is read and dropped until it closes
+            # (closing with its request unread would reset the connection and lose the answer)
+            self._refused = True
             transport.write(busy_response(self.max_connections))
-            transport.close()
+            transport.write_eof()
+            self.loop.call_later(REFUSED_LINGER_S, transport.abort)
             return
         self._watch_request()
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
         super().data_received(data)
         if self.transport.get_protocol() is self:  # not after an upgrade to a WebSocket
             self._watch_request()
