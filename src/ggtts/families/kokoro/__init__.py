@@ -44,13 +44,6 @@ def check_language(value: str) -> str:
     raise InputError(f"unknown language code {value!r} for kokoro; use one of: {known}")
 
 
-def text_normalization(value: Normalization | bool) -> Normalization:
-    """The ``normalization`` option as switches (see :func:`ggtts.text.normalize.normalization_switches`)."""
-    from ggtts.text.normalize import normalization_switches
-
-    return normalization_switches(value)
-
-
 @dataclass(frozen=True)
 class KokoroOptions:
     phonemes: bool = option(False, "the input is phonemes, not text", flag="--phonemes")

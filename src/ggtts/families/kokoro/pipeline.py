@@ -20,7 +20,6 @@ from ggtts.families.kokoro import (
     FAMILY,
     JAPANESE,
     KokoroOptions,
-    text_normalization,
 )
 from ggtts.gguf import GGUFFile
 from ggtts.models.kokoro.config import KokoroConfig
@@ -28,7 +27,7 @@ from ggtts.models.kokoro.load import load_kokoro
 from ggtts.models.kokoro.model import KokoroModel
 from ggtts.models.layers.validate import damaged_weights_error
 from ggtts.text.chunking import Chunk, SpokenWord
-from ggtts.text.normalize import NORMALIZE_ALL, Normalization
+from ggtts.text.normalize import NORMALIZE_ALL, Normalization, normalization_switches
 
 log = logging.getLogger(__name__)
 
@@ -330,7 +329,7 @@ class KokoroTTS(TTSModel):
         ``normalization``: which of the English normalizer's rules run (``False``: none), see :class:`Normalization`.
         """
         o = request.options
-        switches = text_normalization(o.normalization)
+        switches = normalization_switches(o.normalization)
         text, speed = request.text, request.speed
         pack = self._pack(request.voice)
         seed, lang, fast_start = o.seed, o.lang, o.fast_start
