@@ -210,8 +210,10 @@ def cmd_speak(args: argparse.Namespace) -> int:
         check_writable(args.timestamps)
     text = _read_text(args)
     options = family_options(args)
-    family = family_for(GGUFFile(resolve_model_path(args.model)))  # metadata only: no weight is read
+    gguf = GGUFFile(resolve_model_path(args.model))  # metadata only: no weight is read
+    family = family_for(gguf)
     family.check_request(text, args.speed, options)  # before the load, so a mistake costs no load
+    family.check_voice(args.voice, gguf)
     if args.timestamps is not None and not family.capabilities.timestamps:
         raise GGTTSError(f"{family.name} gives no word timestamps; leave out --timestamps")
     model = ggtts.load(args.model, **load_options(args, family, options))

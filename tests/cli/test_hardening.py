@@ -273,6 +273,24 @@ def test_save_failure_is_an_output_error_and_still_an_oserror(tmp_path: Path) ->
     assert isinstance(caught.value, OSError)
 
 
+# ---- voice -----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("voice", ["nobody", "jf_alpha,nobody", "jf_alpha:0.5,nobody:0.5"])
+def test_an_unknown_voice_is_one_line_before_loading(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], loads: list[SilentModel], voice: str
+) -> None:
+    """The default model's voices come from its file's metadata: a voice it lacks costs no load."""
+    assert main(["speak", "hello", "-v", voice, "-o", str(tmp_path / "x.wav")]) == 1
+    line = _one_line(capsys)
+    assert "unknown voice 'nobody'; choose one of jf_alpha," in line, line
+    assert loads == [] and list(tmp_path.iterdir()) == []
+
+
+def test_a_known_voice_and_a_blend_reach_the_model(tmp_path: Path, loads: list[SilentModel]) -> None:
+    for voice in ("jm_kumo", "jf_alpha:0.7,jm_kumo:0.3"):
+        assert main(["speak", "hello", "-v", voice, "-o", str(tmp_path / "x.wav")]) == 0
+    assert len(loads) == 2
+
+
 # ---- seed ------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("seed", [str(2**70), str(MAX_SEED + 1), "-1"])
 def test_a_seed_out_of_range_is_one_line_before_loading(

@@ -202,6 +202,22 @@ def test_serve_refuses_bad_limits_in_one_line() -> None:
         assert name in lines[0] and "internal error" not in lines[0] and "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("command", ["serve", "wyoming"])
+def test_bad_limits_are_told_before_the_device_is_chosen(
+    command: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Choosing the device loads torch (seconds): a mistake in the limits is told first."""
+    from ggtts import cli
+    from ggtts.runtime import device
+
+    def chosen(asked: str | None) -> str:
+        pytest.fail("the device was chosen before the limits were checked")
+
+    monkeypatch.setattr(device, "resolve_device", chosen)
+    assert cli.main([command, "--max-queue", "-1"]) == 1
+    assert "max_queue must be 0 or more" in capsys.readouterr().err
+
+
 def test_serve_help_lists_the_server_options() -> None:
     ggtts = Path(sys.executable).parent / "ggtts"
     done = subprocess.run([str(ggtts), "serve", "--help"], capture_output=True, text=True, timeout=60)

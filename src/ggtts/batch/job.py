@@ -111,15 +111,13 @@ def check_job(settings: JobSettings) -> None:
     mistake there is one error before any work, not a failure recorded for every item."""
     from ggtts.api import resolve_model_path
     from ggtts.families import family_for
-    from ggtts.families.base import parse_voice
     from ggtts.gguf import GGUFFile
 
     gguf = GGUFFile(resolve_model_path(settings.model))
     family = family_for(gguf)
     family.check_speed(settings.speed)
     family.check_options(settings.options)
-    if settings.voice is not None:
-        parse_voice(settings.voice, family.voices(gguf))
+    family.check_voice(settings.voice, gguf)
 
 
 def run_batch(

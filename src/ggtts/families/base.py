@@ -252,8 +252,8 @@ class TTSModel(ABC):
             default = self.default_voice
             return None if default is None else VoiceMix(((default, 1.0),))
         mix = parse_voice(voice, self.voices)
-        if mix.single is None and self.family is not None and not self.family.capabilities.blending:
-            raise VoiceBlendError(f"{self.family.name} cannot blend voices; choose one of {', '.join(self.voices)}")
+        if self.family is not None:
+            self.family.check_blend(mix, self.voices)
         return mix
 
     def request(
@@ -283,8 +283,8 @@ class TTSModel(ABC):
         for name, _ in mix.parts:
             if name not in self.voices:
                 raise UnknownVoiceError(name, self.voices)
-        if mix.single is None and self.family is not None and not self.family.capabilities.blending:
-            raise VoiceBlendError(f"{self.family.name} cannot blend voices; choose one of {', '.join(self.voices)}")
+        if self.family is not None:
+            self.family.check_blend(mix, self.voices)
         return mix
 
     def stream(
@@ -516,6 +516,19 @@ class Family:
         check_text(text, self.capabilities.max_input_chars)
         self.check_speed(speed)
         self.check_options(options)
+
+    def check_voice(self, voice: str | None, gguf: GGUFFile) -> None:
+        """``voice`` (a name or a blend) against the voices the file's metadata lists, before anything is loaded.
+        A family whose voices come only at load (OuteTTS's speaker files) leaves the check to its model."""
+        if voice is None or self.voices is _no_voices:
+            return
+        voices = self.voices(gguf)
+        self.check_blend(parse_voice(voice, voices), voices)
+
+    def check_blend(self, mix: VoiceMix, voices: Sequence[str]) -> None:
+        """A blend of ``voices`` only where the family blends them."""
+        if mix.single is None and not self.capabilities.blending:
+            raise VoiceBlendError(f"{self.name} cannot blend voices; choose one of {', '.join(voices)}")
 
     def load_option_names(self) -> list[str]:
         """The loader's options: its dataclass's fields and the companion files it takes."""

@@ -7,10 +7,11 @@ FastAPI and uvicorn are imported only when the server starts, so the rest of ggt
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -131,7 +132,7 @@ def serve(
     max_input_chars: int = DEFAULT_MAX_INPUT_CHARS,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     allowed_hosts: Sequence[str] | None = None,
-    load_options: Mapping[str, Any] | None = None,
+    load_options: Mapping[str, Any] | Callable[[], Mapping[str, Any]] | None = None,
     fast_start: bool = False,
     send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S,
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
@@ -140,7 +141,9 @@ def serve(
     """Load ``model_specs`` once (see ``parse_model_spec``) with ``load_options`` and serve them; the API key
     falls back to the ``GGTTS_API_KEY`` environment variable; ``allowed_hosts`` see :func:`host_names`;
     ``fast_start``: streamed requests to models that have the option start fast; ``send_timeout_s``,
-    ``request_timeout_s``, ``max_connections``: the connections' bounds (see :class:`ServerSettings`)."""
+    ``request_timeout_s``, ``max_connections``: the connections' bounds (see :class:`ServerSettings`).
+    ``load_options`` may be a function giving them, called once the settings are checked (the command line's
+    device choice loads torch: a bad limit is told in a moment)."""
     settings = ServerSettings(
         api_key=api_key if api_key is not None else os.environ.get(API_KEY_ENV),
         max_queue=max_queue,
@@ -153,7 +156,8 @@ def serve(
         max_connections=max_connections,
     )
     model_names(model_specs)  # refuse duplicate names before loading anything
-    run(load_models(model_specs, load_options), settings, host, port)
+    options = load_options() if callable(load_options) else load_options
+    run(load_models(model_specs, options), settings, host, port)
 
 
 def _configure_logging() -> None:
@@ -273,7 +277,7 @@ def serve_from_args(args: argparse.Namespace) -> None:
         max_input_chars=args.max_input_chars,
         timeout_s=args.timeout,
         allowed_hosts=args.allowed_hosts,
-        load_options=load_options(args),
+        load_options=functools.partial(load_options, args),
         fast_start=args.fast_start,
         send_timeout_s=args.send_timeout,
         request_timeout_s=args.request_timeout,
