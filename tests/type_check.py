@@ -19,13 +19,13 @@ NICENESS = 10
 
 
 class TypeCheck:
-    def __init__(self) -> None:
+    def __init__(self, niceness: int = NICENESS) -> None:
         self.cache = tempfile.mkdtemp(prefix="ggtts-mypy-")  # a fresh cache: every module checked, as in CI
         command = [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir",
                    self.cache, str(ROOT / "src" / "ggtts")]  # fmt: skip
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         with contextlib.suppress(OSError):  # set from here: a preexec_fn is unsafe where threads run
-            os.setpriority(os.PRIO_PROCESS, self.process.pid, NICENESS)
+            os.setpriority(os.PRIO_PROCESS, self.process.pid, niceness)
 
     def result(self, timeout_s: float) -> tuple[int, str]:
         """mypy's exit status and output, once it has finished."""
@@ -43,7 +43,11 @@ TYPE_CHECK = pytest.StashKey[TypeCheck]()
 
 
 def start_if_selected(session: pytest.Session) -> None:
-    """Start the check when the session will run tests/test_types.py."""
+    """Start the check when the session will run tests/test_types.py. Not in a pytest-xdist worker: every worker
+    collects every test, and the one that runs tests/test_types.py starts the check then, on the core the other
+    worker leaves."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
     if any(item.path.name == "test_types.py" for item in session.items):
         session.config.stash[TYPE_CHECK] = TypeCheck()
 

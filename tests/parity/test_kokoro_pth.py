@@ -90,11 +90,12 @@ def _compare(reference: torch.nn.Module, tts: KokoroTTS, speed: float) -> None:
     assert torch.equal(torch.from_numpy(got.samples), direct)
 
 
-def test_kmodel_small_albert_matches(tmp_path: Path) -> None:
+# The two tests share out the speeds: speed 1 on the full-size model, another speed (other durations, the same
+# stages) with a smaller ALBERT. The full-size model at 1.3 or the small one at 1 would add 17 s and no stage.
+def test_kmodel_small_albert_matches_at_another_speed(tmp_path: Path) -> None:
     config = v1_config(hidden_size=64, num_attention_heads=4, intermediate_size=128, num_hidden_layers=2)
     reference, tts = _convert(tmp_path, config, _build(config))
     assert tts.voices == ["af_test", "am_test"]
-    _compare(reference, tts, speed=1.0)
     _compare(reference, tts, speed=1.3)
 
 
