@@ -40,9 +40,10 @@ def threads_from_env() -> int | None:
     value = os.environ.get(THREADS_ENV, "").strip()
     if not value:
         return None
-    if not (value.isascii() and value.isdigit()) or int(value) < 1:  # "²" is a digit int() refuses
+    threads = _whole_threads(value)
+    if threads is None:
         raise InputError(f"${THREADS_ENV} must be a whole number of threads, 1 or more; it is {value!r}")
-    return int(value)
+    return threads
 
 
 def machine_is_busy(threads: int | None = None) -> bool:
@@ -97,6 +98,14 @@ def configure(threads: int | None) -> None:
 
 def _positive_threads(value: str) -> int:
     value = value.strip()
-    if not (value.isascii() and value.isdigit()) or int(value) < 1:
+    threads = _whole_threads(value)
+    if threads is None:
         raise argparse.ArgumentTypeError(f"must be a whole number of threads, 1 or more, not {value!r}")
+    return threads
+
+
+def _whole_threads(value: str) -> int | None:
+    """``value`` as a thread count, 1 or more; None when it is not one ("²" is a digit that int() refuses)."""
+    if not (value.isascii() and value.isdigit()) or int(value) < 1:
+        return None
     return int(value)
