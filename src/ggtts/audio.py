@@ -170,3 +170,13 @@ def merge_words(words: Iterable[WordTiming]) -> tuple[WordTiming, ...]:
         else:
             merged.append(dataclasses.replace(word, continues=False) if word.continues else word)
     return tuple(merged)
+
+
+def resample(samples: np.ndarray, rate: int, target_rate: int) -> np.ndarray:
+    """Band-limited resampling of mono float audio (soxr's high-quality mode); float32 out."""
+    samples = np.ascontiguousarray(samples, dtype=np.float32).reshape(-1)
+    if rate == target_rate or samples.size == 0:
+        return samples
+    import soxr
+
+    return np.asarray(soxr.resample(samples, rate, target_rate, quality="HQ"), dtype=np.float32)

@@ -338,14 +338,19 @@ THINKER_MODEL_TYPES = ("qwen3_omni_moe_thinker", "qwen3_omni_moe_text")
 def convert_qwen3omni_thinker(sources: list[Path], out: Path, out_type: str) -> Path:
     """``ggtts convert qwen3omni-thinker CHECKPOINT_DIR -o thinker.gguf``: the thinker's text model and tokenizer
     of a Qwen3-Omni checkpoint (the whole model's, or a thinker-only one's)."""
-    from ggtts.convert.hf_checkpoint import HFCheckpoint, sub_config
+    from ggtts.convert.hf_checkpoint import HFCheckpoint
 
     ckpt = HFCheckpoint(sources, "Qwen3-Omni")
-    config = ckpt.config
+    return write_thinker(out, thinker_config_of(ckpt.config), ckpt.tensors, ckpt.dir, out_type)
+
+
+def thinker_config_of(config: dict[str, Any]) -> dict[str, Any]:
+    """The ``thinker_config`` of a Qwen3-Omni checkpoint's config.json (the whole model's, or a thinker-only one's,
+    which is the thinker's config itself)."""
+    from ggtts.convert.hf_checkpoint import sub_config
+
     if config.get("model_type") in THINKER_MODEL_TYPES:
-        thinker_config = config
-    elif config.get("model_type") in (None, "qwen3_omni_moe"):
-        thinker_config = sub_config(config, "thinker_config", "a Qwen3-Omni checkpoint")
-    else:
-        raise ConversionError(f"config.json: model_type '{config.get('model_type')}' is not a Qwen3-Omni model")
-    return write_thinker(out, thinker_config, ckpt.tensors, ckpt.dir, out_type)
+        return config
+    if config.get("model_type") in (None, "qwen3_omni_moe"):
+        return sub_config(config, "thinker_config", "a Qwen3-Omni checkpoint")
+    raise ConversionError(f"config.json: model_type '{config.get('model_type')}' is not a Qwen3-Omni model")

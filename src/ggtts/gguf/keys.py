@@ -593,6 +593,54 @@ class Qwen3OmniCode2Wav:
         return cls.PREFIX + upstream.removeprefix("code2wav.")
 
 
+class Qwen3OmniAudio:
+    """Qwen3-Omni's audio encoder (``thinker.audio_tower``) as llama.cpp's mmproj file stores it: architecture
+    ``clip``, ``general.type`` ``mmproj``, audio projector ``qwen3a`` (the names and keys llama.cpp's converter
+    writes for ``Qwen3OmniMoeForConditionalGeneration --mmproj``, audio half; its C++ reads them in
+    ``tools/mtmd/clip.cpp``). Tensor names are gguf-py's ``A_*`` templates: ``a.conv2d.{1,2,3}``, ``a.conv_out``
+    (no bias), ``a.position_embd`` (the sinusoids, 1500 rows, written by the converter as llama.cpp's does),
+    ``a.blk.N.{ln1,attn_q,attn_k,attn_v,attn_out,ln2,ffn_up,ffn_down}``, ``a.post_ln``, the projector
+    ``mm.a.mlp.{1,2}``. Conv biases are stored as ggml ``{1, 1, C}`` (torch ``(C, 1, 1)``).
+
+    ggtts additions (llama.cpp hard-codes them; absent means Qwen3-Omni's): ``N_WINDOW`` (half the frames of one
+    convolution chunk, 50) and ``N_WINDOW_INFER`` (mel frames one attention window spans, 800).
+    """
+
+    ARCH = MODEL_ARCH_NAMES[MODEL_ARCH.MMPROJ]  # "clip"
+    FILE_KIND = "mmproj"  # general.type
+    PROJECTOR = "qwen3a"
+
+    GENERAL_TYPE = Keys.General.TYPE
+    HAS_AUDIO_ENCODER = Keys.Clip.HAS_AUDIO_ENCODER
+    HAS_VISION_ENCODER = Keys.Clip.HAS_VISION_ENCODER
+    PROJECTOR_TYPE = Keys.ClipAudio.PROJECTOR_TYPE
+    LEGACY_PROJECTOR_TYPE = Keys.Clip.PROJECTOR_TYPE  # single-modality files may carry the type here instead
+    NUM_MEL_BINS = Keys.ClipAudio.NUM_MEL_BINS
+    EMBEDDING_LENGTH = Keys.ClipAudio.EMBEDDING_LENGTH  # d_model
+    FEED_FORWARD_LENGTH = Keys.ClipAudio.FEED_FORWARD_LENGTH  # encoder_ffn_dim
+    PROJECTION_DIM = Keys.ClipAudio.PROJECTION_DIM  # the thinker's hidden size (the projector's output)
+    BLOCK_COUNT = Keys.ClipAudio.BLOCK_COUNT
+    HEAD_COUNT = Keys.ClipAudio.Attention.HEAD_COUNT
+    LAYERNORM_EPS = Keys.ClipAudio.Attention.LAYERNORM_EPS
+    N_WINDOW = "clip.audio.qwen3a.n_window"  # ggtts addition
+    N_WINDOW_INFER = "clip.audio.qwen3a.n_window_infer"  # ggtts addition
+
+    CONV2D = _tensor_name(MODEL_TENSOR.A_ENC_CONV2D)  # "a.conv2d.{bid}", bid 1..3
+    CONV_OUT = _tensor_name(MODEL_TENSOR.A_ENC_CONV_OUT)
+    POSITION_EMBD = _tensor_name(MODEL_TENSOR.A_ENC_EMBD_POS)
+    ATTN_NORM = _tensor_name(MODEL_TENSOR.A_ENC_INPUT_NORM)  # "a.blk.{bid}.ln1": self_attn_layer_norm
+    ATTN_Q = _tensor_name(MODEL_TENSOR.A_ENC_ATTN_Q)
+    ATTN_K = _tensor_name(MODEL_TENSOR.A_ENC_ATTN_K)
+    ATTN_V = _tensor_name(MODEL_TENSOR.A_ENC_ATTN_V)
+    ATTN_OUT = _tensor_name(MODEL_TENSOR.A_ENC_OUTPUT)  # "a.blk.{bid}.attn_out"
+    FFN_NORM = _tensor_name(MODEL_TENSOR.A_ENC_OUTPUT_NORM)  # "a.blk.{bid}.ln2": final_layer_norm
+    FFN_UP = _tensor_name(MODEL_TENSOR.A_ENC_FFN_UP)  # fc1
+    FFN_DOWN = _tensor_name(MODEL_TENSOR.A_ENC_FFN_DOWN)  # fc2
+    POST_NORM = _tensor_name(MODEL_TENSOR.A_POST_NORM)  # "a.post_ln": ln_post
+    MMPROJ = _tensor_name(MODEL_TENSOR.A_MMPROJ)  # "mm.a.mlp.{bid}", bid 1..2: proj1, proj2
+    POSITIONS = 1500  # rows of a.position_embd llama.cpp's converter writes
+
+
 # ---- piper (ggtts architecture) --------------------------------------------------------------------------------
 class Piper:
     """A Piper voice (VITS: text encoder with relative-position attention, stochastic or plain duration predictor,

@@ -16,12 +16,12 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
-from math import gcd
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ggtts.audio import resample as audio_resample
 from ggtts.convert.default_model import cache_dir  # the one ggtts cache: $GGTTS_HOME, XDG, ~/.cache
 from ggtts.errors import GGTTSError
 
@@ -102,20 +102,8 @@ def model_dir(name: str = "base") -> Path:
 
 
 def resample(samples: np.ndarray, rate: int, target_rate: int = WHISPER_SAMPLE_RATE) -> np.ndarray:
-    """Band-limited resampling of mono float audio (soxr's high quality mode, or scipy's polyphase filter)."""
-    samples = np.ascontiguousarray(samples, dtype=np.float32).reshape(-1)
-    if rate == target_rate or samples.size == 0:
-        return samples
-    if importlib.util.find_spec("soxr") is not None:
-        import soxr
-
-        return np.asarray(soxr.resample(samples, rate, target_rate, quality="HQ"), dtype=np.float32)
-    if importlib.util.find_spec("scipy") is not None:
-        from scipy.signal import resample_poly
-
-        g = gcd(rate, target_rate)
-        return np.asarray(resample_poly(samples, target_rate // g, rate // g), dtype=np.float32)
-    raise GGTTSError("resampling audio for Whisper needs the Python package 'soxr' (or 'scipy'); pip install soxr")
+    """Mono float audio at Whisper's 16 kHz (:func:`ggtts.audio.resample`)."""
+    return audio_resample(samples, rate, target_rate)
 
 
 @dataclass

@@ -131,6 +131,7 @@ FAMILY = Family(
     converters={
         "qwen3omni-thinker": "ggtts.convert.qwen3omni_thinker:convert_qwen3omni_thinker",
         "qwen3omni-talker": "ggtts.convert.qwen3omni_talker:convert_qwen3omni_talker",
+        "qwen3omni-mmproj": "ggtts.convert.qwen3omni_audio:convert_qwen3omni_audio",
     },
     decoder="ggtts.families.qwen3omni.decode:decode_codes_cli",
     parity="ggtts.measure.qwen3omni.parity:qwen3omni_parity",

@@ -3,7 +3,7 @@
 A tensor the module needs and the file lacks, a tensor in the file the module has no place for, one of the wrong
 shape, or a small one (a norm, a bias: see ``validate.FINITE_CHECK_MAX_ELEMENTS``) holding inf or NaN is an error
 naming the tensor. The one shape transform allowed is llama.cpp's broadcast layout for per-channel vectors:
-``(C, 1)`` (ggml ``{1, C}``) is accepted for a ``(C,)`` parameter.
+``(C, 1)`` or ``(C, 1, 1)`` (ggml ``{1, C}``, ``{1, 1, C}``) is accepted for a ``(C,)`` parameter.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ def _fit(name: str, tensor: torch.Tensor, want: torch.Size, gguf: GGUFFile) -> t
     check_finite_if_small(gguf.path, name, tensor)
     if tensor.shape == want:
         return tensor
-    if len(want) == 1 and tensor.shape == (want[0], 1):  # llama.cpp stores conv biases and norms as (C, 1)
-        return tensor.reshape(want)
+    if len(want) == 1 and tensor.shape[:1] == want and set(tensor.shape[1:]) == {1}:
+        return tensor.reshape(want)  # llama.cpp stores conv biases and norms as (C, 1) or (C, 1, 1)
     raise GGUFError(f"{gguf.path}: tensor '{name}' has shape {list(tensor.shape)}, expected {list(want)}")
 
 
