@@ -241,6 +241,45 @@ def cmd_speak(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- chat -----------------------------------------------------------------------------------------------------
+def cmd_chat(args: argparse.Namespace) -> int:
+    import ggtts
+    from ggtts.api import resolve_model_path
+    from ggtts.audio import Audio, check_output_suffix
+    from ggtts.families import family_for
+    from ggtts.fsutil import check_writable
+    from ggtts.gguf import GGUFFile
+
+    if args.output is not None:  # before any work
+        check_output_suffix(args.output)
+        check_writable(args.output)
+    if args.audio is None and not (args.text or "").strip():
+        raise GGTTSError("give the question: --audio FILE, --text TEXT, or both")
+    if args.audio is not None and not Path(args.audio).is_file():
+        raise GGTTSError(f"{args.audio}: no such file")
+    options = {k: v for k, v in family_options(args).items() if k != "mode"}
+    for name in ("system", "max_reply_tokens"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
+    gguf = GGUFFile(resolve_model_path(args.model))  # metadata only: no weight is read
+    family = family_for(gguf)
+    if not family.capabilities.chat:
+        raise GGTTSError(f"{gguf.path}: {family.name} speaks text; it does not answer questions (ggtts speak)")
+    family.check_options(options)
+    family.check_voice(args.voice, gguf)
+    model = ggtts.load(args.model, **load_options(args, family, options))
+    reply = model.chat(args.text or "", audio=args.audio, voice=args.voice, speak=args.output is not None, **options)
+    print(reply.text)
+    if args.output is not None:
+        parts = list(reply.audio)
+        if not parts:
+            raise GGTTSError("the talker ended the answer before any audio: nothing written")
+        audio = Audio.concatenate(parts)
+        path = audio.save(args.output)
+        print(f"{PROG}: wrote {path} ({audio.duration:.2f} s at {audio.sample_rate} Hz)", file=sys.stderr)
+    return 0
+
+
 # ---- convert --------------------------------------------------------------------------------------------------
 def cmd_convert(args: argparse.Namespace) -> int:
     from ggtts.families import convert
@@ -339,6 +378,19 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(s, LOAD)
     add_threads_argument(s)
     s.set_defaults(func=cmd_speak)
+
+    h = sub.add_parser("chat", help="ask a question (audio, text or both); print the answer, speak it to a file")
+    h.add_argument("-m", "--model", default=None, help="the model: a Qwen3-Omni thinker GGUF")
+    h.add_argument("--audio", default=None, metavar="FILE", help="the question as a sound file (WAV, FLAC, OGG, MP3)")
+    h.add_argument("--text", default=None, help="the question as text (after the audio, when both are given)")
+    h.add_argument("-o", "--output", default=None, help="also speak the answer into this file (.wav/.flac/.ogg/.mp3)")
+    h.add_argument("-v", "--voice", default=None, help="the voice that speaks the answer")
+    h.add_argument("--system", default=None, help="the thinker's system prompt")
+    h.add_argument("--max-reply-tokens", type=int, default=None, help="most tokens in the answer (default 1024)")
+    add_flags(h, PER_CALL)
+    add_flags(h, LOAD)
+    add_threads_argument(h)
+    h.set_defaults(func=cmd_chat)
 
     c = sub.add_parser("convert", help="convert an upstream checkpoint to GGUF")
     c.add_argument("family", help=f"which converter: {', '.join(converter_names())}")

@@ -258,15 +258,17 @@ class TTSModel(ABC):
 
     def request(
         self, text: str, voice: str | VoiceMix | None = None, speed: float | str = 1.0, *, streaming: bool = True,
-        **options: Any,
+        text_optional: bool = False, **options: Any,
     ) -> Request[Any]:  # fmt: skip
         """The checked :class:`Request` (InputError at the first problem, before any work): an option the family
-        does not take (or takes only when streaming), a bad value, text over the limit, a voice not the model's."""
+        does not take (or takes only when streaming), a bad value, text over the limit, a voice not the model's.
+        ``text_optional``: empty text is accepted (a request whose question is audio)."""
         family = self.family
         if family is None:
             raise TypeError(f"{type(self).__name__} has no family record: it implements stream itself")
         family.check_options(options, family.call_option_names(streaming))
-        text = check_text(text, family.capabilities.max_input_chars)
+        if not (text_optional and isinstance(text, str) and not text.strip()):
+            text = check_text(text, family.capabilities.max_input_chars)
         checked_speed = family.check_speed(speed)
         mix = self._check_mix(voice) if isinstance(voice, VoiceMix) else self.resolve_voice(voice)
         values: dict[str, Any] = {}
@@ -297,6 +299,12 @@ class TTSModel(ABC):
         """The family's synthesis of a checked request: its audio, chunk by chunk (whole when not
         ``request.streaming``: one chunk or more, concatenated by :meth:`synthesize`)."""
         raise NotImplementedError(f"{type(self).__name__} implements neither run nor stream")
+
+    def chat(self, text: str = "", *, audio: Any = None, voice: str | VoiceMix | None = None, speak: bool = True,
+             **options: Any) -> Any:  # fmt: skip
+        """Answer a question (text, audio or both) and speak the answer: families with the ``chat`` capability
+        (Qwen3-Omni) implement it; the others speak text as given."""
+        raise InputError(f"{self.family_name} speaks text; it does not answer questions (use synthesize or stream)")
 
     def warm_up(self) -> None:
         """Load now what the first request would otherwise load on its own time (text frontends, dictionaries);
@@ -331,6 +339,7 @@ class Capabilities:
     max_input_chars: int = 100_000
     streaming: bool = True
     timestamps: bool = False  # its audio carries word timestamps (``Audio.words``)
+    chat: bool = False  # answers a question (text or audio) and speaks the answer: ``model.chat``, ``ggtts chat``
 
 
 @dataclass(frozen=True)
@@ -500,6 +509,7 @@ class Family:
         parts += [f"up to {c.max_input_chars} characters"]
         parts += ["streaming"] if c.streaming else []
         parts += ["word timestamps"] if c.timestamps else []
+        parts += ["chat (questions as text or audio)"] if c.chat else []
         return "; ".join(parts)
 
     def option_names(self) -> list[str]:

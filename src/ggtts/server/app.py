@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from fastapi import FastAPI, Request
@@ -25,6 +26,7 @@ from starlette.types import Send
 from ggtts import __version__
 from ggtts.api import TTSModel
 from ggtts.audio import Audio, WordTiming
+from ggtts.server.chat import CHAT_PATH, ChatRequest, Completion, output_format, question
 from ggtts.server.errors import ApiError
 from ggtts.server.guard import GuardMiddleware
 from ggtts.server.live import add_live_route
@@ -40,11 +42,20 @@ from ggtts.server.schemas import (
     ModelList,
     ModelVoices,
     SpeechRequest,
+    VoiceId,
     VoiceList,
 )
 from ggtts.server.settings import ServerSettings
-from ggtts.server.speaking import Prepared, Speaker, spoken, start_encoder, synthesis_error
-from ggtts.server.streaming import StreamEncoder, encode_whole
+from ggtts.server.speaking import (
+    Prepared,
+    Speaker,
+    check_voice,
+    spoken,
+    start_encoder,
+    stepped,
+    synthesis_error,
+)
+from ggtts.server.streaming import StreamEncoder, encode_whole, unsupported_rate_message
 from ggtts.server.validation import validation_error
 from ggtts.server.worker import ClientGone, Deadline, ModelWorker, Steps
 
@@ -84,9 +95,9 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid_request(request: Request, exc: RequestValidationError) -> Response:
         bodies: RequestBodies = request.app.state.bodies
-        error = validation_error(
-            exc.errors(), bodies.captioned if request.url.path in CAPTIONED_PATHS else bodies.speech
-        )
+        path = request.url.path
+        body = ChatRequest if path == CHAT_PATH else bodies.captioned if path in CAPTIONED_PATHS else bodies.speech
+        error = validation_error(exc.errors(), body)
         return JSONResponse(error.body(), status_code=error.status)
 
     @app.exception_handler(StarletteHTTPException)
@@ -207,6 +218,64 @@ def _add_routes(app: FastAPI, speaker: Speaker) -> None:
     for path in CAPTIONED_PATHS:
         app.post(path, response_model=None)(captioned_speech)
 
+    @app.post(CHAT_PATH, response_model=None)
+    async def chat_completions(body: ChatRequest, request: Request) -> Response:
+        """OpenAI's chat completions with audio (:mod:`ggtts.server.chat`): the model hears the question (text,
+        audio or both) and answers in text, or in text and speech; streamed as ``chat.completion.chunk`` events."""
+        worker = speaker.worker_for(body.model)
+        model = worker.model
+        if not (model.family is not None and model.family.capabilities.chat):
+            raise ApiError(
+                400,
+                f"model '{worker.name}' ({model.family_name}) speaks text; it does not answer questions "
+                "(use POST /v1/audio/speech)",
+                code="unsupported_value",
+                param="model",
+            )
+        asked = question(body)
+        fmt = output_format(body)
+        voice = None
+        if fmt is not None:
+            assert body.audio is not None
+            name = body.audio.voice.id if isinstance(body.audio.voice, VoiceId) else body.audio.voice
+            voice = check_voice(worker, name)
+            rate_problem = unsupported_rate_message(fmt, model.sample_rate)
+            if rate_problem is not None:
+                raise ApiError(400, rate_problem, code="unsupported_value", param="audio.format")
+        options: dict[str, object] = {}
+        if asked.system is not None:
+            options["system"] = asked.system
+        limit = body.max_completion_tokens or body.max_tokens
+        if limit is not None:
+            options["max_reply_tokens"] = limit
+        if body.seed is not None:
+            options["seed"] = body.seed
+        completion = Completion(worker.name)
+        deadline = Deadline(settings.timeout_s, request.is_disconnected)
+
+        def answer() -> Iterator[object]:  # runs on the model's thread: the reply, then its speech
+            reply = model.chat(asked.text, audio=asked.audio, voice=voice, speak=fmt is not None, **options)
+            completion.prompt_tokens, completion.completion_tokens = reply.prompt_tokens, len(reply.tokens)
+            completion.finished = reply.finished
+            yield reply
+            yield from reply.audio
+
+        chars = len(asked.text) + (len(asked.audio) // 1000 if asked.audio else 0)
+        if body.stream:
+            usage = body.stream_options is not None and body.stream_options.include_usage
+            produce = lambda encoder: _chat_events(answer(), encoder, completion, fmt is not None, usage)  # noqa: E731
+            headers = {"X-Sample-Rate": str(model.sample_rate)}
+            return await _streamed(
+                worker, asked.text, fmt or "pcm", produce, deadline, headers, EVENT_STREAM, error_bytes=_sse_error
+            )
+        items = await _collected(worker, answer, deadline, chars)
+        reply, parts = items[0], [p for p in items[1:] if isinstance(p, Audio)]
+        data = None
+        if fmt is not None:
+            audio = Audio.concatenate(parts) if parts else Audio(np.zeros(0, np.float32), model.sample_rate)
+            data = await asyncio.to_thread(encode_whole, audio, fmt)
+        return JSONResponse(completion.whole(reply.text, data))
+
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:
         return FileResponse(STATIC_DIR / "index.html", media_type="text/html")
@@ -219,6 +288,26 @@ async def _whole(prepared: Prepared, deadline: Deadline) -> Audio:
     if not parts:
         return Audio(np.zeros(0, dtype=np.float32), prepared.worker.model.sample_rate)
     return Audio.concatenate(parts)
+
+
+async def _collected(
+    worker: ModelWorker, factory: Callable[[], Iterator[object]], deadline: Deadline, chars: int
+) -> list[Any]:
+    """Every item of ``factory()``, made on ``worker``'s thread in the request's turn."""
+    async with contextlib.aclosing(stepped(worker, factory, deadline, chars)) as items:
+        return [item async for item in items]
+
+
+def _chat_events(
+    items: Iterator[Any], encoder: StreamEncoder, completion: Completion, speaks: bool, usage: bool
+) -> Iterator[bytes]:
+    """Runs on the model's thread: the answer's ``chat.completion.chunk`` events once the thinker has answered
+    (its text, then its speech's encoded pieces), then ``[DONE]``."""
+    reply = next(items)
+    audio = _encoded(items, encoder) if speaks else None
+    for event in completion.deltas(reply.text, audio, usage):
+        yield _sse_event(event)
+    yield b"data: [DONE]\n\n"
 
 
 def _caption_body(data: bytes, fmt: str, words: Sequence[WordTiming]) -> dict[str, object]:

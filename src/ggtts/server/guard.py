@@ -24,14 +24,18 @@ PUBLIC_PATHS = frozenset({"/health", "/"})
 PUBLIC_PREFIXES = ("/static/",)
 
 
-def _too_large(settings: ServerSettings, size: int | None) -> ApiError:
+def _too_large(settings: ServerSettings, size: int | None, path: str = "") -> ApiError:
     said = f"is {size} bytes" if size is not None else "goes on"
+    limit = settings.body_limit(path)
+    if limit != settings.max_body_bytes:
+        what, param = f"this path takes at most {limit // 2**20} MiB (a question's audio, base64)", "messages"
+    else:
+        what, param = f"this server takes at most {settings.max_input_chars} characters of input", "input"
     return ApiError(
         413,
-        f"the request body {said}, more than any valid request can be ({settings.max_body_bytes} bytes); "
-        f"this server takes at most {settings.max_input_chars} characters of input",
+        f"the request body {said}, more than any valid request can be ({limit} bytes); {what}",
         code="input_too_long",
-        param="input",
+        param=param,
         headers={"Connection": "close"},  # the rest of the body is not read: the connection cannot go on
     )
 
@@ -69,7 +73,7 @@ class GuardMiddleware:
     async def _call_counting(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass the request on, answering 413 the moment its body passes the limit; the route then sees a
         disconnect and whatever it tries to send is dropped."""
-        limit = self.settings.max_body_bytes
+        limit = self.settings.body_limit(scope["path"])
         state = {"received": 0, "refused": False, "started": False}
 
         async def counted_receive() -> Message:
@@ -81,7 +85,7 @@ class GuardMiddleware:
                 if state["received"] > limit:
                     state["refused"] = True
                     if not state["started"]:
-                        await _send_error(_too_large(self.settings, None), scope, _disconnected, send)
+                        await _send_error(_too_large(self.settings, None, scope["path"]), scope, _disconnected, send)
                         state["started"] = True
                     return {"type": "http.disconnect"}
             return message
@@ -117,8 +121,8 @@ class GuardMiddleware:
                 headers={"WWW-Authenticate": "Bearer"},
             )
         length = headers.get("content-length", "")
-        if length.isdigit() and int(length) > self.settings.max_body_bytes:
-            return _too_large(self.settings, int(length))
+        if length.isdigit() and int(length) > self.settings.body_limit(path):
+            return _too_large(self.settings, int(length), path)
         return None
 
     def check_origin(self, scope: Scope) -> ApiError | None:

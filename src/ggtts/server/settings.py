@@ -54,6 +54,11 @@ class ServerSettings:
         if self.api_key == "":
             object.__setattr__(self, "api_key", None)
 
+    def body_limit(self, path: str) -> int:
+        """The largest body a request to ``path`` may send: a question's audio (base64) on the chat path, else
+        what the largest input text takes."""
+        return MAX_CHAT_BODY_BYTES if path == CHAT_BODY_PATH else self.max_body_bytes
+
     @property
     def max_body_bytes(self) -> int:
         """A body larger than this cannot hold a valid request, so it is refused before it is read.
@@ -64,6 +69,9 @@ class ServerSettings:
 
 
 BODY_OVERHEAD_BYTES = 16 * 1024  # room for the JSON fields other than `input`
+CHAT_BODY_PATH = "/v1/chat/completions"
+# a question's audio, base64: 48 MiB holds 18 minutes of 16 kHz 16-bit mono WAV (far more as MP3 or FLAC)
+MAX_CHAT_BODY_BYTES = 48 * 1024 * 1024
 
 
 def host_name(host_header: str) -> str:

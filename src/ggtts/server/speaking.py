@@ -13,6 +13,7 @@ import dataclasses
 import logging
 from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from ggtts.server.validation import check_download_link
 from ggtts.server.worker import ClientGone, Deadline, ModelWorker, Steps
 
 log = logging.getLogger("ggtts.server")
+T = TypeVar("T")
 
 # OpenAI's model and voice names: clients written for OpenAI send them, often hard-coded. A model or voice loaded
 # under such a name is itself; otherwise they mean the server's default model and the model's default voice (as
@@ -210,11 +212,20 @@ async def spoken(prepared: Prepared, deadline: Deadline) -> AsyncGenerator[Audio
     """The audio of a prepared request, chunk by chunk as the model's thread makes it, in the request's turn on
     its model (a 503 when the queue is full); a failure is an ``ApiError`` (:func:`synthesis_error`). Closing the
     generator early cancels the chunk being made and passes the turn on."""
-    ticket = prepared.worker.admit(len(prepared.text))
-    steps: Steps[Audio] | None = None
+    async for part in stepped(prepared.worker, prepared.chunks, deadline, len(prepared.text)):
+        yield part
+
+
+async def stepped(
+    worker: ModelWorker, factory: Callable[[], Iterator[T]], deadline: Deadline, chars: int
+) -> AsyncGenerator[T, None]:
+    """The items of ``factory()``, each made on ``worker``'s thread in the request's turn (``chars``: its size, for
+    the queue's estimate of the wait), as :func:`spoken` makes audio."""
+    ticket = worker.admit(chars)
+    steps: Steps[T] | None = None
     try:
         await ticket.take_turn(deadline)
-        steps = Steps(ticket, prepared.chunks, deadline)
+        steps = Steps(ticket, factory, deadline)
         while (part := await steps.next()) is not None:
             yield part
     except (ApiError, ClientGone):

@@ -26,11 +26,13 @@ from ggtts.families.base import (
     option,
     precision_load_option,
 )
+from ggtts.gguf.keys import Qwen3OmniAudio as AudioKeys
 from ggtts.gguf.keys import Qwen3OmniTalker as TalkerKeys
 from ggtts.gguf.keys import Qwen3OmniThinker as ThinkerKeys
 
 MAX_CHARS = 5000
 TALKER_ARCH = TalkerKeys.ARCH
+MMPROJ_ARCH = AudioKeys.ARCH  # "clip": llama.cpp's mmproj files
 MODES = ("say", "chat")
 
 
@@ -91,6 +93,10 @@ class Qwen3OmniOptions:
     )
     seed: int = option(0, "seed for sampling (default 0)", flag="--seed", check=check_seed)
     talker: str | None = option(None, "the talker GGUF (qwen3omni-talker)", flag="--talker", server=False)
+    mmproj: str | None = option(
+        None, "the audio encoder GGUF (an mmproj file, qwen3a) for questions asked as audio", flag="--mmproj",
+        server=False,
+    )  # fmt: skip
     chunk_frames: int = option(
         12,
         "codec frames per streamed chunk (the first goes out alone, then 4, then this many)",
@@ -123,10 +129,15 @@ FAMILY = Family(
     pipeline="ggtts.families.qwen3omni.pipeline:Qwen3OmniPipeline",
     options=Qwen3OmniOptions,
     load_options=Qwen3OmniLoadOptions,
-    capabilities=Capabilities(speed=(1.0, 1.0), max_input_chars=MAX_CHARS),
+    capabilities=Capabilities(speed=(1.0, 1.0), max_input_chars=MAX_CHARS, chat=True),
     voices=voices,  # type: ignore[arg-type]
     companions=(
         Companion("talker", TALKER_ARCH, "talker GGUF for Qwen3-Omni (qwen3omni-talker); default: the one beside"),
+        Companion(
+            "mmproj",
+            MMPROJ_ARCH,
+            "audio encoder GGUF for Qwen3-Omni (llama.cpp's mmproj, qwen3a); default: the one beside, if any",
+        ),
     ),
     converters={
         "qwen3omni-thinker": "ggtts.convert.qwen3omni_thinker:convert_qwen3omni_thinker",

@@ -12,20 +12,23 @@ context, which differs from one-shot past 300 frames; :func:`ggtts.models.qwen3o
 
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
 from ggtts.audio import Audio
 from ggtts.errors import GGUFError, InputError
 from ggtts.families.base import MAX_SEED, NothingToSay, Request, TTSModel, VoiceMix, find_beside
-from ggtts.families.qwen3omni import FAMILY, TALKER_ARCH, Qwen3OmniOptions
+from ggtts.families.qwen3omni import FAMILY, MMPROJ_ARCH, TALKER_ARCH, Qwen3OmniOptions
 from ggtts.families.qwen3omni.generate import TalkerSampling, generate_frames
-from ggtts.families.qwen3omni.prompt import chat_prompt, talker_inputs
+from ggtts.families.qwen3omni.prompt import AUDIO_MARKERS, AudioIds, chat_prompt, talker_inputs
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Qwen3OmniThinker as ThinkerKeys
 from ggtts.models.layers.gguf_state import empty_modules, load_module_from_gguf
@@ -73,11 +76,36 @@ class ThinkerEmbedding(nn.Module):
         return self.token_embd(torch.tensor(ids, dtype=torch.long, device=device)).float()  # (N, thinker dim)
 
 
+AudioInput = str | os.PathLike[str] | bytes | np.ndarray  # a sound file's path or bytes, or 16 kHz mono samples
+
+
+@dataclass
+class ChatReply:
+    """The thinker's answer: its text (known when :meth:`Qwen3OmniPipeline.chat` returns) and, unless it was not
+    wanted, the talker's speech of it streamed chunk by chunk (iterating ``audio`` runs the talker)."""
+
+    text: str
+    tokens: list[int]  # the answer's tokens, its final <|im_end|> included when it ended so
+    audio: Iterator[Audio]
+    prompt_tokens: int = 0  # the chat prompt's length, audio placeholders included
+    finished: bool = True  # ended by the thinker, not by max_reply_tokens
+
+
 class Qwen3OmniPipeline(TTSModel):
     family = FAMILY
 
-    def __init__(self, gguf: GGUFFile, talker: GGUFFile, device: str = "cpu", precision: str = "float32") -> None:
+    def __init__(
+        self,
+        gguf: GGUFFile,
+        talker: GGUFFile,
+        device: str = "cpu",
+        precision: str = "float32",
+        mmproj: GGUFFile | None = None,
+    ) -> None:
         self.path, self.talker_path, self.device = gguf.path, talker.path, device
+        self.mmproj_path = mmproj.path if mmproj is not None else None
+        self._mmproj = mmproj
+        self._encoder: Any = None  # the audio encoder, loaded on the first question that is audio
         self.thinker_gguf = gguf
         self.tokenizer = BPETokenizer.from_gguf(gguf)
         self.embedding = ThinkerEmbedding(gguf, device)
@@ -109,8 +137,9 @@ class Qwen3OmniPipeline(TTSModel):
 
         talker = options.pop("talker", None)
         precision = options.pop("precision", "float32")
+        mmproj_path = options.pop("mmproj", None)
         if options:
-            raise InputError(f"unknown option '{next(iter(options))}' for Qwen3-Omni; known: talker, precision")
+            raise InputError(f"unknown option '{next(iter(options))}' for Qwen3-Omni; known: talker, mmproj, precision")
         check_precision(precision, device)
         path = talker if talker is not None else find_beside(Path(gguf.path), TALKER_ARCH)
         if path is None:
@@ -121,7 +150,15 @@ class Qwen3OmniPipeline(TTSModel):
         talker_gguf = GGUFFile(path)
         if talker_gguf.architecture != TALKER_ARCH:
             raise GGUFError(f"{path}: the talker must be a '{TALKER_ARCH}' GGUF, not '{talker_gguf.architecture}'")
-        return cls(gguf, talker_gguf, device, precision)
+        if mmproj_path is None:
+            mmproj_path = find_beside(Path(gguf.path), MMPROJ_ARCH)
+        mmproj = None
+        if mmproj_path is not None:
+            from ggtts.models.qwen3omni_audio.config import AudioConfig
+
+            mmproj = GGUFFile(mmproj_path)
+            AudioConfig.from_gguf(mmproj)  # a clear error now for a file that is not Qwen3-Omni's audio encoder
+        return cls(gguf, talker_gguf, device, precision, mmproj)
 
     @property
     def voices(self) -> list[str]:
@@ -132,7 +169,10 @@ class Qwen3OmniPipeline(TTSModel):
         return DEFAULT_VOICE if DEFAULT_VOICE in self.talker.cfg.speakers else super().default_voice
 
     def info(self) -> dict[str, Any]:
-        return {**super().info(), "talker": str(self.talker_path)}
+        out = {**super().info(), "talker": str(self.talker_path)}
+        if self.mmproj_path is not None:
+            out["mmproj"] = str(self.mmproj_path)
+        return out
 
     def warm_up(self) -> None:
         for _ in self.stream("Hello.", max_frames=WARM_UP_FRAMES, temperature=0):
@@ -165,11 +205,7 @@ class Qwen3OmniPipeline(TTSModel):
 
     def run(self, request: Request[Qwen3OmniOptions]) -> Iterator[Audio]:
         o, text = request.options, request.text
-        if o.talker is not None and Path(o.talker).resolve() != Path(self.talker_path).resolve():
-            raise InputError(
-                f"talker {o.talker} differs from the one loaded ({self.talker_path}): the talker is chosen at load "
-                "(ggtts.load(..., talker=PATH), --talker)"
-            )
+        self._check_companions(o)
         if not any(ch.isalnum() for ch in text):
             raise NothingToSay(text)
         mix = request.voice
@@ -181,6 +217,113 @@ class Qwen3OmniPipeline(TTSModel):
         if o.mode == "chat":
             self._load_thinker()
         return self._stream(chunks, speaker, params, o.mode, o.system, o.chunk_frames, o.max_reply_tokens)
+
+    # ---- listening ---------------------------------------------------------------------------------------------
+    def audio_ids(self) -> AudioIds:
+        """The thinker's audio markers, by their text in its vocabulary (as llama.cpp's mtmd finds them)."""
+        found = [self.tokenizer.token_to_id.get(marker) for marker in AUDIO_MARKERS]
+        missing = [m for m, i in zip(AUDIO_MARKERS, found, strict=True) if i is None]
+        if missing:
+            raise GGUFError(f"{self.path}: the thinker's vocabulary has no {missing[0]}: it cannot take audio")
+        start, pad, end = (int(i) for i in found if i is not None)
+        return AudioIds(start, pad, end)
+
+    def _load_encoder(self) -> Any:
+        with self._thinker_lock:
+            if self._encoder is None:
+                if self._mmproj is None:
+                    raise InputError(
+                        f"{self.path}: to hear audio Qwen3-Omni needs its audio encoder: put the mmproj GGUF "
+                        "(ggtts convert qwen3omni-mmproj, or llama.cpp's) beside the thinker or name it with "
+                        "--mmproj / mmproj="
+                    )
+                from ggtts.models.qwen3omni_audio.model import AudioEncoder
+
+                encoder = AudioEncoder.from_gguf(self._mmproj, self.device)
+                if encoder.cfg.out_dim != self.embedding.token_embd.embedding_dim:
+                    raise GGUFError(
+                        f"{self.mmproj_path}: the audio encoder projects to {encoder.cfg.out_dim}, but the thinker "
+                        f"{self.path} is {self.embedding.token_embd.embedding_dim} wide: not a matching pair"
+                    )
+                self._encoder = encoder
+            return self._encoder
+
+    def listen(self, audio: AudioInput) -> torch.Tensor:
+        """The thinker's rows for ``audio`` (a sound file's path or bytes, or 16 kHz mono samples): the encoder's
+        output ``(n, thinker dim)``, one row per audio placeholder."""
+        from ggtts.models.qwen3omni_audio.features import check_samples, log_mel, read_audio
+
+        encoder = self._load_encoder()
+        samples = check_samples(audio) if isinstance(audio, np.ndarray) else read_audio(audio)
+        return encoder(log_mel(samples, encoder.cfg.n_mel))
+
+    def chat(
+        self,
+        text: str = "",
+        *,
+        audio: AudioInput | None = None,
+        voice: str | VoiceMix | None = None,
+        speak: bool = True,
+        **options: Any,
+    ) -> ChatReply:
+        """The thinker answers ``audio`` (a question spoken), ``text``, or both (the audio first, as a chat message
+        whose parts are audio then text); the answer's text is ready when this returns, its speech streams from
+        ``reply.audio`` (empty when ``speak`` is false). ``options``: the family's (``system``, ``max_reply_tokens``,
+        the talker's sampling...)."""
+        if audio is None and not (isinstance(text, str) and text.strip()):
+            raise InputError("give the question as text, audio, or both")
+        request = self.request(text, voice, 1.0, streaming=True, text_optional=True, **{**options, "mode": "chat"})
+        o: Qwen3OmniOptions = request.options
+        self._check_companions(o)
+        cfg = self.talker.cfg
+        thinker = self._load_thinker()
+
+        def encode(s: str) -> list[int]:
+            return self.tokenizer.encode(s, parse_special=False)
+
+        heard_rows: torch.Tensor | None = None
+        span: list[int] | None = None
+        if audio is not None:
+            heard_rows = self.listen(audio)
+            span = self.audio_ids().span(int(heard_rows.shape[0]))
+        prompt = chat_prompt(encode, cfg, request.text.strip(), o.system, audio=span)
+        if len(prompt) + o.max_reply_tokens > thinker.cfg.context_length:
+            raise InputError(
+                f"the question takes {len(prompt)} of the thinker's {thinker.cfg.context_length} positions, too many "
+                f"to answer in up to {o.max_reply_tokens} tokens: ask with shorter audio or text"
+            )
+        embeddings, placed = None, []
+        if heard_rows is not None:
+            pad = self.audio_ids().pad
+            placed = [i for i, t in enumerate(prompt) if t == pad]
+            embeddings = thinker.embed(torch.tensor([prompt], device=heard_rows.device)).clone()
+            embeddings[0, placed] = heard_rows.to(embeddings.dtype)
+        from ggtts.runtime.cancel import check_cancelled
+
+        layer = cfg.accept_hidden_layer
+        reply, hidden = thinker.answer(
+            prompt, o.max_reply_tokens, [cfg.im_end], embeddings=embeddings,
+            hidden_layers=(layer,) if placed else (), before_step=check_cancelled,
+        )  # fmt: skip
+        if len(reply) < 2:
+            raise InputError("the thinker's answer is empty: nothing to say")
+        heard = {i: hidden[layer][i] for i in placed} if placed else None
+        words = self.tokenizer.decode([t for t in reply if t != cfg.im_end])
+        mix = request.voice
+        speaker = cfg.speakers[mix.single if mix is not None and mix.single else self.voices[0]]
+        speech: Iterator[Audio] = iter(())
+        if speak:
+            speech = self._speak(prompt, reply, speaker, self.sampling(o), 0, 0.0, o.chunk_frames, heard)
+        return ChatReply(words, reply, speech, len(prompt), reply[-1] == cfg.im_end)
+
+    def _check_companions(self, o: Qwen3OmniOptions) -> None:
+        """A request naming a talker or an audio encoder names the ones loaded (they are chosen at load)."""
+        for name, asked, loaded in (("talker", o.talker, self.talker_path), ("mmproj", o.mmproj, self.mmproj_path)):
+            if asked is not None and (loaded is None or Path(asked).resolve() != Path(loaded).resolve()):
+                raise InputError(
+                    f"{name} {asked} differs from the one loaded ({loaded}): it is chosen at load "
+                    f"(ggtts.load(..., {name}=PATH), --{name})"
+                )
 
     def _load_thinker(self) -> Any:
         with self._thinker_lock:  # two first chat requests at once load it once
@@ -212,17 +355,10 @@ class Qwen3OmniPipeline(TTSModel):
         frames_per_chunk: int,
         reply_tokens: int,
     ) -> Iterator[Audio]:
-        cfg, offset, rate = self.talker.cfg, 0.0, self.sample_rate
+        cfg, offset = self.talker.cfg, 0.0
 
         def encode(s: str) -> list[int]:
             return self.tokenizer.encode(s, parse_special=False)
-
-        def out(stream: Any, pending: list[list[int]]) -> Audio:
-            nonlocal offset
-            codes = torch.tensor(pending, dtype=torch.long).T.unsqueeze(0)  # (1, Q, n)
-            audio = Audio(stream.push(codes)[0, 0].float().cpu().numpy(), rate, offset=offset)
-            offset += audio.duration
-            return audio
 
         for i, text in enumerate(chunks):
             prompt = chat_prompt(encode, cfg, text, system)
@@ -231,18 +367,43 @@ class Qwen3OmniPipeline(TTSModel):
                 if mode == "chat":
                     raise InputError("the thinker's answer is empty: nothing to say")
                 raise NothingToSay(text)
-            inputs = talker_inputs(self.talker, self.embedding, prompt, reply, speaker)
-            room = min(TALKER_MAX_LEN, self.talker.max_len) - inputs.prefill.shape[1] - 1
-            if room < 1:
-                raise InputError(f"a chunk of text is too long for the talker's {self.talker.max_len} positions")
-            seed = (params.seed + i) % (MAX_SEED + 1)
-            run = TalkerSampling(**{**params.__dict__, "seed": seed, "max_frames": min(params.max_frames, room)})
-            stream = self.code2wav.stream()
-            pending: list[list[int]] = []
-            for frame in generate_frames(self.talker, inputs, run):
-                pending.append(frame)
-                if len(pending) >= chunk_size(stream.frames, first=not offset and not i, most=frames_per_chunk):
-                    yield out(stream, pending)
-                    pending = []
-            if pending:
+            offset = yield from self._speak(prompt, reply, speaker, params, i, offset, frames_per_chunk)
+
+    def _speak(
+        self,
+        prompt: list[int],
+        reply: list[int],
+        speaker: int,
+        params: TalkerSampling,
+        index: int,
+        offset: float,
+        frames_per_chunk: int,
+        heard: Mapping[int, torch.Tensor] | None = None,
+    ) -> Generator[Audio, None, float]:
+        """The talker's speech of ``reply`` to ``prompt`` (chunk ``index`` of a request, starting ``offset``
+        seconds in), streamed; returns the offset after it."""
+        rate = self.sample_rate
+
+        def out(stream: Any, pending: list[list[int]]) -> Audio:
+            nonlocal offset
+            codes = torch.tensor(pending, dtype=torch.long).T.unsqueeze(0)  # (1, Q, n)
+            audio = Audio(stream.push(codes)[0, 0].float().cpu().numpy(), rate, offset=offset)
+            offset += audio.duration
+            return audio
+
+        inputs = talker_inputs(self.talker, self.embedding, prompt, reply, speaker, heard)
+        room = min(TALKER_MAX_LEN, self.talker.max_len) - inputs.prefill.shape[1] - 1
+        if room < 1:
+            raise InputError(f"a chunk of text is too long for the talker's {self.talker.max_len} positions")
+        seed = (params.seed + index) % (MAX_SEED + 1)
+        run = TalkerSampling(**{**params.__dict__, "seed": seed, "max_frames": min(params.max_frames, room)})
+        stream = self.code2wav.stream()
+        pending: list[list[int]] = []
+        for frame in generate_frames(self.talker, inputs, run):
+            pending.append(frame)
+            if len(pending) >= chunk_size(stream.frames, first=not offset and not index, most=frames_per_chunk):
                 yield out(stream, pending)
+                pending = []
+        if pending:
+            yield out(stream, pending)
+        return offset

@@ -17,7 +17,7 @@ the thinker's forward passes, and the token that ends generation is never passed
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -37,14 +37,39 @@ class TalkerInputs:
     pad: torch.Tensor  # (1, 1, dim)
 
 
+AUDIO_MARKERS = ("<|audio_start|>", "<|audio_pad|>", "<|audio_end|>")  # Qwen's tokens around and for audio
+
+
+@dataclass(frozen=True)
+class AudioIds:
+    """The thinker's ids of :data:`AUDIO_MARKERS`: the audio's start, each placeholder row, its end."""
+
+    start: int
+    pad: int
+    end: int
+
+    def span(self, rows: int) -> list[int]:
+        return [self.start, *[self.pad] * rows, self.end]
+
+
 def chat_prompt(
-    encode: Callable[[str], list[int]], cfg: TalkerConfig, user_text: str, system: str | None = None
+    encode: Callable[[str], list[int]],
+    cfg: TalkerConfig,
+    user_text: str,
+    system: str | None = None,
+    audio: list[int] | None = None,
 ) -> list[int]:
-    """Token ids of the chat prompt up to the assistant's header (``encode`` tokenizes plain text)."""
+    """Token ids of the chat prompt up to the assistant's header (``encode`` tokenizes plain text). ``audio``: the
+    ids of an audio part (:meth:`AudioIds.span`), placed before the user's text as Qwen's template places an audio
+    content item before a text one."""
     ids: list[int] = []
     if system:
         ids += [cfg.im_start, *encode("system\n" + system), cfg.im_end, *encode("\n")]
-    ids += [cfg.im_start, *encode("user\n" + user_text), cfg.im_end, *encode("\n")]
+    if audio:
+        ids += [cfg.im_start, *encode("user\n"), *audio, *(encode(user_text) if user_text else [])]
+        ids += [cfg.im_end, *encode("\n")]
+    else:
+        ids += [cfg.im_start, *encode("user\n" + user_text), cfg.im_end, *encode("\n")]
     ids += [cfg.im_start, *encode("assistant\n")]
     return ids
 
@@ -76,9 +101,13 @@ def talker_inputs(
     prompt: Sequence[int],
     reply: Sequence[int],
     speaker: int,
+    heard: Mapping[int, torch.Tensor] | None = None,
 ) -> TalkerInputs:
     """The talker's prefill and per-step text rows for ``prompt`` + ``reply`` (the reply as the thinker wrote it,
-    with its final ``<|im_end|>``); ``embed`` maps thinker token ids to thinker embeddings ``(N, thinker_dim)``."""
+    with its final ``<|im_end|>``); ``embed`` maps thinker token ids to thinker embeddings ``(N, thinker_dim)``.
+    ``heard``: the prompt positions of audio placeholders and the thinker's hidden state there at the talker's
+    ``accept_hidden_layer``: upstream gives the talker those through ``hidden_proj`` instead of the token's
+    embedding through ``text_proj``."""
     cfg = talker.cfg
     seen = [*prompt, *reply[:-1]]  # what the thinker's forward passes embedded
     a = assistant_start(prompt, cfg)
@@ -87,6 +116,12 @@ def talker_inputs(
     users = user_rows(prompt, cfg)
     rows = users + list(range(a, len(seen)))
     projected = talker.text_proj(embed([seen[i] for i in rows]))  # (N, dim)
+    if heard:
+        at = [k for k, i in enumerate(rows) if i in heard]
+        if at:
+            states = torch.stack([heard[rows[k]] for k in at]).to(projected.device, projected.dtype)
+            projected = projected.clone()
+            projected[at] = talker.hidden_proj(states)
     user, assistant = projected[: len(users)], projected[len(users) :]
     special = talker.text_proj(embed([cfg.tts_bos, cfg.tts_eos, cfg.tts_pad]))
     bos, eos, pad = special[0:1], special[1:2], special[2:3]

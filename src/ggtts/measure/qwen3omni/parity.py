@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from ggtts.errors import GGTTSError
@@ -40,6 +41,8 @@ TOLERANCE = 1e-5
 # way.
 TIE = 1e-4
 PROMPT = "Hello, world! How are you today?"
+QUESTION = "What do you hear?"  # asked after the question audio
+QUESTION_SECONDS = 2.53  # two whole 1 s chunks of the encoder and a part one
 
 
 def build(work: Path) -> tuple[Any, Any]:
@@ -50,6 +53,7 @@ def build(work: Path) -> tuple[Any, Any]:
         raise GGTTSError("parity needs transformers (pip install transformers)") from None
     from ggtts.api import load
     from ggtts.convert.hf_checkpoint import HFCheckpoint
+    from ggtts.convert.qwen3omni_audio import write_audio_encoder
     from ggtts.convert.qwen3omni_talker import write_talker
     from ggtts.convert.qwen3omni_thinker import write_thinker
     from ggtts.measure.qwen3omni.upstream import build_tiny_checkpoint
@@ -60,11 +64,15 @@ def build(work: Path) -> tuple[Any, Any]:
     ckpt = HFCheckpoint([work / "checkpoint"], "tiny Qwen3-Omni")
     write_thinker(work / "thinker.gguf", ckpt.config["thinker_config"], ckpt.tensors, work / "checkpoint", "f32")
     write_talker(work / "talker.gguf", ckpt.config, ckpt.tensors, "f32")
+    write_audio_encoder(work / "mmproj.gguf", ckpt.config["thinker_config"], ckpt.tensors, "f32")
     return upstream, load(work / "thinker.gguf")
 
 
-def upstream_generate(model: Any, prompt: list[int], frames: int, reply_tokens: int) -> tuple[list[int], Any, Any]:
-    """transformers' greedy ``generate(..., return_audio=True)``: (reply, codes (1, Q, N), audio (S,))."""
+def upstream_generate(
+    model: Any, prompt: list[int], frames: int, reply_tokens: int, **inputs: Any
+) -> tuple[list[int], Any, Any]:
+    """transformers' greedy ``generate(..., return_audio=True)``: (reply, codes (1, Q, N), audio (S,)). ``inputs``:
+    more of the thinker's inputs (``input_features``, ``feature_attention_mask``)."""
     seen: dict[str, torch.Tensor] = {}
     original = model.code2wav.chunked_decode
 
@@ -84,6 +92,7 @@ def upstream_generate(model: Any, prompt: list[int], frames: int, reply_tokens: 
                 thinker_do_sample=False,
                 talker_do_sample=False,
                 talker_max_new_tokens=frames + 1,
+                **inputs,
             )
     finally:
         model.code2wav.chunked_decode = original
@@ -145,8 +154,21 @@ def _hidden(stack: Any, run: Any) -> tuple[list[torch.Tensor], Any]:
     return out, result
 
 
-def stages(upstream: Any, tts: Any) -> list[StageResult]:
+def _greedy_codes(talker: Any, inputs: Any, codes: torch.Tensor) -> tuple[torch.Tensor, bool]:
+    """Our greedy talker and code predictor on ``inputs``, teacher-forced along upstream's ``codes``: our own
+    picks as codes, and whether a near-tie was forgiven."""
     from ggtts.families.qwen3omni.generate import TalkerSampling, generate_frames
+
+    cfg = talker.cfg
+    greedy = TalkerSampling(True, cfg.sampling, cfg.cp_sampling, max_frames=FRAMES)
+    first, rest = frame_forcings(codes, TIE)
+    pickers = (_ForcedPick(first, cfg.sampling), _ForcedPick(rest, cfg.cp_sampling))
+    frames = list(generate_frames(talker, inputs, greedy, pickers=pickers))
+    ties = bool(first.near_ties or rest.near_ties)
+    return forced_codes(first, rest, len(frames), cfg.n_codebooks), ties
+
+
+def stages(upstream: Any, tts: Any) -> list[StageResult]:
     from ggtts.families.qwen3omni.prompt import chat_prompt, talker_inputs
 
     talker, cfg = tts.talker, tts.talker.cfg
@@ -180,12 +202,9 @@ def stages(upstream: Any, tts: Any) -> list[StageResult]:
     with torch.no_grad():
         add("talker.logits", talker.output(talker.output_norm(ours_t[-1])), theirs_tl)
 
-    greedy = TalkerSampling(True, cfg.sampling, cfg.cp_sampling, max_frames=FRAMES)
-    first, rest = frame_forcings(codes, TIE)
-    pickers = (_ForcedPick(first, cfg.sampling), _ForcedPick(rest, cfg.cp_sampling))
-    frames = list(generate_frames(talker, inputs, greedy, pickers=pickers))
-    add("codes", forced_codes(first, rest, len(frames), cfg.n_codebooks), codes, exact=True)
-    if reply_forcing.near_ties or first.near_ties or rest.near_ties:  # our own free run may have gone elsewhere
+    ours_codes, ties = _greedy_codes(talker, inputs, codes)
+    add("codes", ours_codes, codes, exact=True)
+    if reply_forcing.near_ties or ties:  # our own free run may have gone elsewhere
         ours_audio = tts.code2wav.chunked_decode(codes).reshape(-1)
     else:
         ours_audio = torch.from_numpy(
@@ -193,6 +212,8 @@ def stages(upstream: Any, tts: Any) -> list[StageResult]:
                            max_reply_tokens=12).samples
         )  # fmt: skip
     add("audio", ours_audio, audio)
+
+    audio_stages(upstream, tts, add)
 
     from ggtts.models.qwen3omni_code2wav.parity import stage_outputs
 
@@ -213,6 +234,89 @@ def stages(upstream: Any, tts: Any) -> list[StageResult]:
         f"{float((theirs_chunked - oneshot[..., :n]).abs().max()):.3g} (ggtts streams the one-shot decoding)"
     )
     return [compare(name, a, b, tol) for name, (a, b) in pairs.items()]
+
+
+def question_audio(seconds: float = QUESTION_SECONDS) -> Any:
+    """A fixed 16 kHz test signal: a warbling tone in noise (the same every run)."""
+    import numpy as np
+
+    t = np.arange(int(seconds * 16000)) / 16000
+    noise = np.random.default_rng(0).standard_normal(t.size)
+    return (0.3 * np.sin(2 * np.pi * (220 + 40 * np.sin(2 * np.pi * 2 * t)) * t) + 0.05 * noise).astype(np.float32)
+
+
+def audio_stages(upstream: Any, tts: Any, add: Any) -> None:
+    """The question asked as audio: ``audio.features`` (ours against transformers' WhisperFeatureExtractor),
+    ``audio.encoder`` (the mmproj file's encoder against the thinker's audio tower), ``thinker.audio.L`` /
+    ``thinker.audio.logits`` over a chat whose user turn is the audio and a text, ``thinker.audio.reply`` (greedy,
+    teacher-forced as above), ``audio.codes`` (the talker's codes for that answer, its audio rows through
+    ``hidden_proj`` of the thinker's ``accept_hidden_layer``) and ``audio.audio`` (``chat(audio=...)`` end to end)."""
+    from transformers import WhisperFeatureExtractor
+
+    from ggtts.families.qwen3omni.prompt import chat_prompt, talker_inputs
+    from ggtts.models.qwen3omni_audio.features import log_mel
+
+    talker, cfg = tts.talker, tts.talker.cfg
+    thinker, encoder = tts._load_thinker(), tts._load_encoder()
+    samples = question_audio()
+    extractor = WhisperFeatureExtractor(feature_size=encoder.cfg.n_mel, sampling_rate=16000, hop_length=160,
+                                        chunk_length=300, n_fft=400)  # fmt: skip
+    theirs = extractor(samples, sampling_rate=16000, padding=True, truncation=False, return_attention_mask=True,
+                       return_tensors="pt")  # fmt: skip
+    frames = int(theirs["attention_mask"].sum())
+    features = theirs["input_features"][:, :, :frames]
+    mask = torch.ones(1, frames, dtype=torch.long)
+    ours_features = log_mel(samples, encoder.cfg.n_mel)
+    add("audio.features", ours_features, features[0])
+    with torch.no_grad():
+        theirs_rows = upstream.thinker.get_audio_features(features, mask).last_hidden_state
+    rows = tts.listen(samples)
+    add("audio.encoder", rows, theirs_rows)
+
+    span = tts.audio_ids().span(int(rows.shape[0]))
+    prompt = chat_prompt(lambda s: tts.tokenizer.encode(s, parse_special=False), cfg, QUESTION, audio=span)
+    ids = torch.tensor([prompt])
+    up_thinker = upstream.thinker
+    theirs_h, theirs_logits = _hidden(
+        up_thinker.model.language_model.layers,
+        lambda: up_thinker(input_ids=ids, input_features=features, feature_attention_mask=mask).logits,
+    )
+    placed = [i for i, t in enumerate(prompt) if t == tts.audio_ids().pad]
+    embeddings = thinker.embed(ids).clone()
+    embeddings[0, placed] = rows
+    out = thinker.run(None, thinker.new_cache(len(prompt)), embeddings=embeddings,
+                      hidden_layers=range(1, thinker.cfg.n_layers))  # fmt: skip
+    for i in range(thinker.cfg.n_layers - 1):
+        add(f"thinker.audio.{i}", out.hidden[i + 1], theirs_h[i])
+    add("thinker.audio.logits", out.logits, theirs_logits)
+
+    reply, codes, audio = upstream_generate(
+        upstream, prompt, FRAMES, 12, input_features=features, feature_attention_mask=mask
+    )
+    forcing = Forcing(reply, TIE)
+    with torch.no_grad():
+        cache = thinker.new_cache(len(prompt) + len(reply))
+        first_out = thinker.run(None, cache, embeddings=embeddings, hidden_layers=(cfg.accept_hidden_layer,),
+                                last_only=True)  # fmt: skip
+        logits = first_out.logits
+        for k in range(len(reply)):
+            token = forcing.pick(logits[0, -1])
+            if k + 1 < len(reply):
+                logits = thinker(torch.tensor([[token]]), cache)
+    add("thinker.audio.reply", torch.tensor(forcing.picks()), torch.tensor(reply), exact=True)
+
+    hidden = first_out.hidden[cfg.accept_hidden_layer][0]
+    heard = {i: hidden[i] for i in placed}
+    inputs = talker_inputs(talker, tts.embedding, prompt, reply, cfg.speakers["ethan"], heard)
+    ours_codes, ties = _greedy_codes(talker, inputs, codes)
+    add("audio.codes", ours_codes, codes, exact=True)
+    if forcing.near_ties or ties:  # our own free run may have gone elsewhere
+        ours_audio = tts.code2wav.chunked_decode(codes).reshape(-1)
+    else:
+        answer = tts.chat(QUESTION, audio=samples, voice="ethan", temperature=0, max_frames=FRAMES,
+                          max_reply_tokens=12)  # fmt: skip
+        ours_audio = torch.from_numpy(np.concatenate([a.samples for a in answer.audio]))
+    add("audio.audio", ours_audio, audio)
 
 
 def qwen3omni_parity() -> list[StageResult]:

@@ -15,7 +15,10 @@ from typing import Any
 
 from ggtts.models.qwen2.tokenizer import PRE_TOKENIZERS
 
-SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|tts_pad|>", "<|tts_text_bos|>", "<|tts_text_eod|>"]
+SPECIAL = [
+    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|tts_pad|>", "<|tts_text_bos|>", "<|tts_text_eod|>",
+    "<|audio_start|>", "<|audio_end|>", "<|audio_pad|>",
+]  # fmt: skip
 ROLES = ("system", "user", "assistant")
 CORPUS = [
     "system\nuser\nassistant\n",
@@ -70,7 +73,7 @@ def tiny_config(ids: dict[str, int]) -> Any:
     from transformers import Qwen3OmniMoeConfig
 
     vocab = ids["vocab"] + 4  # padded like Qwen's vocabulary
-    extra = {"audio_token_id": vocab - 4, "image_token_id": vocab - 3, "video_token_id": vocab - 2}
+    extra = {"audio_token_id": ids["<|audio_pad|>"], "image_token_id": vocab - 3, "video_token_id": vocab - 2}
     rope = {"rope_type": "default", "rope_theta": 10_000.0, "mrope_section": [2, 3, 3]}
     text = dict(
         vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
@@ -83,7 +86,8 @@ def tiny_config(ids: dict[str, int]) -> Any:
                           downsample_hidden_size=8, num_mel_bins=16),
         vision_config=dict(depth=1, hidden_size=8, intermediate_size=16, num_heads=2, out_hidden_size=32,
                            deepstack_visual_indexes=[0]),
-        audio_start_token_id=vocab - 1, vision_start_token_id=vocab - 1, user_token_id=ids["user"], **extra,
+        audio_start_token_id=ids["<|audio_start|>"], vision_start_token_id=vocab - 1, user_token_id=ids["user"],
+        **extra,
     )  # fmt: skip
     talker_text = dict(
         vocab_size=CODEC_VOCAB, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,

@@ -166,12 +166,35 @@ class Thinker(nn.Module):
     ) -> list[int]:
         """Greedy continuation of a prompt (one sequence): up to ``max_new`` tokens, stopping after an EOS id.
         ``before_step`` runs before each forward (a caller's cancellation check raises there)."""
-        prompt = list(tokens)
+        return self.answer(list(tokens), max_new, eos_ids, before_step=before_step)[0]
+
+    @torch.no_grad()
+    def answer(
+        self,
+        prompt: list[int],
+        max_new: int,
+        eos_ids: Collection[int] = (),
+        *,
+        embeddings: torch.Tensor | None = None,
+        hidden_layers: Collection[int] = (),
+        before_step: Callable[[], None] | None = None,
+    ) -> tuple[list[int], dict[int, torch.Tensor]]:
+        """:meth:`greedy` over ``prompt``, whose rows may be given as ``embeddings`` ``(1, T, dim)`` (audio placed
+        among the tokens' embeddings); also returns the prompt's hidden states ``hidden_layers`` (numbered as
+        :class:`ThinkerOutput`'s), each ``(T, dim)``."""
         cache = self.new_cache(len(prompt) + max_new)
         device = self.output_norm.weight.device
         if before_step is not None:
             before_step()
-        logits = self(torch.tensor([prompt], device=device), cache, last_only=True)
+        if embeddings is not None:
+            if tuple(embeddings.shape[:2]) != (1, len(prompt)):
+                raise ValueError(f"embeddings {tuple(embeddings.shape)} do not match a prompt of {len(prompt)}")
+            first = self.run(None, cache, embeddings=embeddings, hidden_layers=hidden_layers, last_only=True)
+        else:
+            tokens = torch.tensor([prompt], device=device)
+            first = self.run(tokens, cache, hidden_layers=hidden_layers, last_only=True)
+        assert first.logits is not None
+        logits, hidden = first.logits, {k: v[0] for k, v in first.hidden.items()}
         out: list[int] = []
         while len(out) < max_new:
             token = int(logits[0, -1].argmax())
@@ -181,7 +204,7 @@ class Thinker(nn.Module):
             if before_step is not None:
                 before_step()
             logits = self(torch.tensor([[token]], device=device), cache)
-        return out
+        return out, hidden
 
 
 def required_bytes(
