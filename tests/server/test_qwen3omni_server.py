@@ -75,6 +75,7 @@ def test_a_kokoro_fastapi_clients_normalization_defaults_are_not_applicable(omni
 
 CHAT = "/v1/chat/completions"
 QUESTION = "What do you hear?"
+FRAMES = 40  # the talker's frames at most (options.max_frames): the tiny talker seldom ends by itself
 
 
 def _wav(seconds: float) -> bytes:
@@ -111,17 +112,20 @@ def test_openai_client_asks_with_audio_and_hears_the_answer(omni_server: Server)
     import soundfile
 
     import ggtts
+    from ggtts.audio import Audio
 
     client = _client(omni_server)
-    asked = dict(model="omni", modalities=["text", "audio"], messages=_asked(), max_completion_tokens=12, seed=3)
+    asked = dict(model="omni", modalities=["text", "audio"], messages=_asked(), max_completion_tokens=12, seed=3,
+                 extra_body={"options": {"max_frames": FRAMES}})  # fmt: skip
     whole = client.chat.completions.create(audio={"voice": "alloy", "format": "pcm16"}, **asked)
     message = whole.choices[0].message
     assert message.content is None and message.audio is not None and message.audio.id.startswith("audio_")
     pcm_whole = np.frombuffer(base64.b64decode(message.audio.data), "<i2")
     assert pcm_whole.size > 0 and np.abs(pcm_whole).max() > 0
     model = ggtts.load(_thinker(omni_server))
-    local = model.chat(QUESTION, audio=_wav(2.53), system="Be brief.", max_reply_tokens=12, speak=False)
+    local = model.chat(QUESTION, audio=_wav(2.53), system="Be brief.", max_reply_tokens=12, max_frames=FRAMES, seed=3)
     assert message.audio.transcript == local.text
+    assert np.array_equal(np.frombuffer(Audio.concatenate(list(local.audio)).pcm16(), "<i2"), pcm_whole)
     assert whole.usage.completion_tokens == len(local.tokens) and whole.usage.prompt_tokens == local.prompt_tokens
     assert whole.choices[0].finish_reason == ("stop" if local.finished else "length")
 
@@ -180,6 +184,8 @@ def test_openai_client_asks_in_text_and_reads_the_answer(omni_server: Server) ->
          "voice 'Nobody' is not available"),
         ({"temperature_of_the_sun": 5}, 422, "temperature_of_the_sun"),
         ({"max_completion_tokens": 0}, 422, "max_completion_tokens"),
+        ({"options": {"talker": "/elsewhere.gguf"}}, 400, "has no option 'talker'"),
+        ({"options": {"max_frames": 0}}, 400, "options.max_frames"),
         ({"messages": [{"role": "system", "content": "Only a system turn."}]}, 400, "there is no user turn"),
     ],
 )  # fmt: skip

@@ -30,7 +30,7 @@ from ggtts.server.chat import CHAT_PATH, ChatRequest, Completion, output_format,
 from ggtts.server.errors import ApiError
 from ggtts.server.guard import GuardMiddleware
 from ggtts.server.live import add_live_route
-from ggtts.server.options import RequestBodies, option_cards
+from ggtts.server.options import RequestBodies, checked_options, option_cards
 from ggtts.server.schemas import (
     EVENT_STREAM,
     MEDIA_TYPES,
@@ -242,7 +242,8 @@ def _add_routes(app: FastAPI, speaker: Speaker) -> None:
             rate_problem = unsupported_rate_message(fmt, model.sample_rate)
             if rate_problem is not None:
                 raise ApiError(400, rate_problem, code="unsupported_value", param="audio.format")
-        options: dict[str, object] = {}
+        given = {k: v for k, v in (body.options or {}).items() if v is not None}
+        options: dict[str, object] = checked_options(worker.name, model, given, excluded=("mode",))
         if asked.system is not None:
             options["system"] = asked.system
         limit = body.max_completion_tokens or body.max_tokens

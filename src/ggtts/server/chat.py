@@ -100,6 +100,11 @@ class ChatRequest(BaseModel):
     seed: int | None = Field(default=None, ge=0)
     n: int = Field(default=1, ge=1, le=1, description="one answer per request")
     user: str | None = None
+    options: dict[str, Any] | None = Field(
+        default=None,
+        description="the model's own per-call options, as /v1/audio/speech takes them (the talker's sampling, "
+        "max_frames...); with OpenAI's client: extra_body={'options': {...}}",
+    )
 
     @property
     def speaks(self) -> bool:

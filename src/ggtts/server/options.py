@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import typing
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,9 +117,18 @@ def request_options(name: str, model: TTSModel, body: SpeechRequest) -> dict[str
     """Every family option ``body`` asks of model ``name``: Kokoro-FastAPI's fields
     (:func:`~ggtts.server.validation.family_options`) and the ``options`` object, each checked by the model's
     family before any work: a 400 naming ``options.NAME`` for one it does not take or a value it refuses."""
-    options = family_options(name, model, body)
-    known = [f.name for f in served_options(model.family)]
-    for key, value in asked_options(body).items():
+    return {**family_options(name, model, body), **checked_options(name, model, asked_options(body))}
+
+
+def checked_options(
+    name: str, model: TTSModel, asked: Mapping[str, Any], excluded: Collection[str] = ()
+) -> dict[str, Any]:
+    """The ``options`` object's settings (``asked``, none of them null) for model ``name``, each checked by its
+    family: a 400 naming ``options.NAME`` for one it does not take (or one of ``excluded``, which the route
+    sets itself) or a value it refuses."""
+    options: dict[str, Any] = {}
+    known = [f.name for f in served_options(model.family) if f.name not in excluded]
+    for key, value in asked.items():
         param = f"{OPTIONS_FIELD}.{key}"
         if model.family is None or key not in known:
             takes = f"its options are: {', '.join(known)}" if known else "it takes none"
