@@ -247,6 +247,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from ggtts.api import resolve_model_path
     from ggtts.audio import Audio, check_output_suffix
     from ggtts.families import family_for
+    from ggtts.families.base import find_beside
     from ggtts.fsutil import check_writable
     from ggtts.gguf import GGUFFile
 
@@ -255,8 +256,11 @@ def cmd_chat(args: argparse.Namespace) -> int:
         check_writable(args.output)
     if args.audio is None and not (args.text or "").strip():
         raise GGTTSError("give the question: --audio FILE, --text TEXT, or both")
-    if args.audio is not None and not Path(args.audio).is_file():
-        raise GGTTSError(f"{args.audio}: no such file")
+    question = None
+    if args.audio is not None:  # decoded and checked now: a file that cannot be heard costs no load
+        from ggtts.models.qwen3omni_audio.features import read_audio
+
+        question = read_audio(args.audio)
     options = {k: v for k, v in family_options(args).items() if k != "mode"}
     for name in ("system", "max_reply_tokens"):
         if getattr(args, name) is not None:
@@ -267,8 +271,13 @@ def cmd_chat(args: argparse.Namespace) -> int:
         raise GGTTSError(f"{gguf.path}: {family.name} speaks text; it does not answer questions (ggtts speak)")
     family.check_options(options)
     family.check_voice(args.voice, gguf)
+    if question is not None and options.get("mmproj") is None and find_beside(Path(gguf.path), "clip") is None:
+        raise GGTTSError(
+            f"{gguf.path}: to hear --audio the model needs its audio encoder: put the mmproj GGUF beside it or name "
+            "it with --mmproj"
+        )
     model = ggtts.load(args.model, **load_options(args, family, options))
-    reply = model.chat(args.text or "", audio=args.audio, voice=args.voice, speak=args.output is not None, **options)
+    reply = model.chat(args.text or "", audio=question, voice=args.voice, speak=args.output is not None, **options)
     print(reply.text)
     if args.output is not None:
         parts = list(reply.audio)

@@ -153,16 +153,37 @@ def test_chat_refuses_what_it_cannot_hear_with_one_clear_error(tiny: Tiny, tmp_p
         tts.chat(TEXT, mmproj=str(tmp_path / "other.gguf"))
 
 
-def test_cli_chat_says_what_is_wrong_before_loading(tiny: Tiny, tmp_path: Path) -> None:
+def test_cli_chat_says_what_is_wrong_before_loading(
+    tiny: Tiny, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import soundfile
+
+    import ggtts
     from ggtts.cli import main
 
+    def no_load(*_args: Any, **_kwargs: Any) -> None:
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(ggtts, "load", no_load)
+
     thinker = str(tiny.work / "thinker.gguf")
+    silent = tmp_path / "silent.wav"
+    soundfile.write(silent, np.zeros(16000, np.float32), 16000)
+    (tmp_path / "not.wav").write_bytes(b"RIFF nothing here")
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    for name in ("thinker.gguf", "talker.gguf"):
+        (alone / name).symlink_to(tiny.work / name)
     cases = [
         (["chat", "-m", thinker], "give the question: --audio FILE, --text TEXT, or both"),
         (["chat", "-m", thinker, "--audio", str(tmp_path / "none.wav")], "none.wav: no such file"),
         (["chat", "-m", thinker, "--text", "hi", "-o", str(tmp_path / "x.txt")], ".txt"),
         (["chat", "-m", str(tiny.work / "talker.gguf"), "--text", "hi"], "talker"),
-    ]
+        (["chat", "-m", thinker, "--audio", str(silent)], "is silent"),
+        (["chat", "-m", thinker, "--audio", str(tmp_path / "not.wav")], "not an audio file that can be decoded"),
+        (["chat", "-m", str(alone / "thinker.gguf"), "--audio", str(_question_wav(tmp_path / "q.wav"))],
+         "needs its audio encoder: put the mmproj GGUF beside it"),
+    ]  # fmt: skip
     for argv, message in cases:
         err = io.StringIO()
         with redirect_stderr(err):
@@ -181,6 +202,10 @@ def test_chat_prompt_is_qwens_template_as_the_tokenizer_reads_it(tiny: Tiny) -> 
     with_system = chat_prompt(lambda s: tiny.tts.tokenizer.encode(s), tiny.tts.talker.cfg, "Hi", system="Be brief.")
     expected = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
     assert with_system == hf.encode(expected).ids
+    span = tiny.tts.audio_ids().span(3)
+    with_audio = chat_prompt(lambda s: tiny.tts.tokenizer.encode(s), tiny.tts.talker.cfg, "Hi", audio=span)
+    audio = "<|audio_start|>" + "<|audio_pad|>" * 3 + "<|audio_end|>"
+    assert with_audio == hf.encode(f"<|im_start|>user\n{audio}Hi<|im_end|>\n<|im_start|>assistant\n").ids
 
 
 class FixedDraw:
