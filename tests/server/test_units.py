@@ -127,6 +127,18 @@ def test_app_without_key_is_open_and_rejects_other_rates() -> None:
         assert client.post("/v1/audio/speech", json={"input": "a b", "response_format": "wav"}).status_code == 200
 
 
+def test_the_chat_path_takes_a_large_body_only_where_a_model_answers_questions() -> None:
+    """A server whose models only speak keeps the speech routes' limit on /v1/chat/completions too: 413, not a
+    48 MiB body read to be refused."""
+    app = create_app({"t": ToneModel()}, ServerSettings())
+    body = {"model": "t", "messages": [{"role": "user", "content": "x" * 200_000}]}
+    with TestClient(app) as client:
+        response = client.post("/v1/chat/completions", json=body)
+        assert response.status_code == 413 and "characters of input" in response.json()["error"]["message"]
+        small = client.post("/v1/chat/completions", json={"model": "t", "messages": [{"role": "user", "content": "a"}]})
+        assert small.status_code == 400 and "does not answer questions" in small.json()["error"]["message"]
+
+
 def test_create_app_needs_a_model() -> None:
     with pytest.raises(ValueError, match="at least one model"):
         create_app({})

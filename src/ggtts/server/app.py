@@ -78,7 +78,8 @@ def create_app(models: Mapping[str, TTSModel], settings: ServerSettings | None =
     app = FastAPI(title="ggtts", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.workers = speaker.workers
     app.state.settings = speaker.settings
-    app.add_middleware(GuardMiddleware, settings=speaker.settings)
+    chat = any(w.model.family is not None and w.model.family.capabilities.chat for w in speaker.workers.values())
+    app.add_middleware(GuardMiddleware, settings=speaker.settings, chat=chat)
     app.state.bodies = speaker.bodies
     _add_error_handlers(app)
     _add_routes(app, speaker)

@@ -24,9 +24,8 @@ PUBLIC_PATHS = frozenset({"/health", "/"})
 PUBLIC_PREFIXES = ("/static/",)
 
 
-def _too_large(settings: ServerSettings, size: int | None, path: str = "") -> ApiError:
+def _too_large(settings: ServerSettings, size: int | None, limit: int) -> ApiError:
     said = f"is {size} bytes" if size is not None else "goes on"
-    limit = settings.body_limit(path)
     if limit != settings.max_body_bytes:
         what, param = f"this path takes at most {limit // 2**20} MiB (a question's audio, base64)", "messages"
     else:
@@ -49,9 +48,10 @@ class GuardMiddleware:
     """Answers 400 for a Host this server is not meant to be reached by, 401 without the right
     ``Authorization: Bearer`` key, 413 for a body too large to be valid (as soon as it is)."""
 
-    def __init__(self, app: ASGIApp, settings: ServerSettings) -> None:
+    def __init__(self, app: ASGIApp, settings: ServerSettings, chat: bool = False) -> None:
         self.app = app
         self.settings = settings
+        self.chat = chat  # a served model answers questions: the chat path takes audio
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":
@@ -73,7 +73,7 @@ class GuardMiddleware:
     async def _call_counting(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Pass the request on, answering 413 the moment its body passes the limit; the route then sees a
         disconnect and whatever it tries to send is dropped."""
-        limit = self.settings.body_limit(scope["path"])
+        limit = self.settings.body_limit(scope["path"], self.chat)
         state = {"received": 0, "refused": False, "started": False}
 
         async def counted_receive() -> Message:
@@ -85,7 +85,7 @@ class GuardMiddleware:
                 if state["received"] > limit:
                     state["refused"] = True
                     if not state["started"]:
-                        await _send_error(_too_large(self.settings, None, scope["path"]), scope, _disconnected, send)
+                        await _send_error(_too_large(self.settings, None, limit), scope, _disconnected, send)
                         state["started"] = True
                     return {"type": "http.disconnect"}
             return message
@@ -121,8 +121,9 @@ class GuardMiddleware:
                 headers={"WWW-Authenticate": "Bearer"},
             )
         length = headers.get("content-length", "")
-        if length.isdigit() and int(length) > self.settings.body_limit(path):
-            return _too_large(self.settings, int(length), path)
+        limit = self.settings.body_limit(path, self.chat)
+        if length.isdigit() and int(length) > limit:
+            return _too_large(self.settings, int(length), limit)
         return None
 
     def check_origin(self, scope: Scope) -> ApiError | None:

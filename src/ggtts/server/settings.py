@@ -54,10 +54,10 @@ class ServerSettings:
         if self.api_key == "":
             object.__setattr__(self, "api_key", None)
 
-    def body_limit(self, path: str) -> int:
-        """The largest body a request to ``path`` may send: a question's audio (base64) on the chat path, else
-        what the largest input text takes."""
-        return MAX_CHAT_BODY_BYTES if path == CHAT_BODY_PATH else self.max_body_bytes
+    def body_limit(self, path: str, chat: bool) -> int:
+        """The largest body a request to ``path`` may send: a question's audio (base64) on the chat path where a
+        served model answers questions (``chat``), else what the largest input text takes."""
+        return MAX_CHAT_BODY_BYTES if chat and path == CHAT_BODY_PATH else self.max_body_bytes
 
     @property
     def max_body_bytes(self) -> int:
