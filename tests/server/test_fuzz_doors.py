@@ -1,7 +1,7 @@
 """Fuzzing the parsers of the doors opened for speech (issue #36): the live text WebSocket's messages, the Wyoming
-server's events, and batch manifests' JSONL lines. Whatever arrives, each answers with its own kind of refusal
-(an ``error`` message and a policy close, an ``error`` event, one ``FILE:LINE`` input error) or does what was
-asked; nothing escapes as a crash, and the door goes on serving."""
+server's events, batch manifests' JSONL lines, and the audio chat's request bodies. Whatever arrives, each answers
+with its own kind of refusal (an ``error`` message and a policy close, an ``error`` event, one ``FILE:LINE`` input
+error, a 4xx) or does what was asked; nothing escapes as a crash, and the door goes on serving."""
 
 from __future__ import annotations
 
@@ -223,3 +223,73 @@ def test_jsonl_manifest_lines(tmp_path_factory: pytest.TempPathFactory, lines: l
         assert message.startswith(str(path)) and "\n" not in message, message
         return
     assert items and all(isinstance(i.text, str) and i.text.strip() for i in items)
+
+
+# ---- the audio chat's request bodies ----------------------------------------------------------------------------
+B64 = st.one_of(st.just("UklGRg=="), st.just("@@@"), st.just(""), st.binary(max_size=12).map(
+    lambda b: __import__("base64").b64encode(b).decode()), ODD_VALUES)  # fmt: skip
+PART = st.one_of(
+    st.fixed_dictionaries({"type": st.just("text"), "text": st.one_of(SAFE_TEXT, ODD_VALUES)}),
+    st.fixed_dictionaries({"type": st.just("input_audio"), "input_audio": st.one_of(
+        st.fixed_dictionaries({"data": B64}, optional={"format": ODD_VALUES}), ODD_VALUES)}),
+    st.dictionaries(st.sampled_from(["type", "text", "image_url", "x"]), ODD_VALUES, max_size=3),
+)  # fmt: skip
+MESSAGE = st.fixed_dictionaries(
+    {"role": st.one_of(st.just("user"), st.sampled_from(["system", "developer", "assistant", "tool"]), ODD_VALUES)},
+    optional={"content": st.one_of(SAFE_TEXT, st.lists(PART, max_size=3), ODD_VALUES), "name": ODD_VALUES},
+)
+CHAT_BODY = st.fixed_dictionaries(
+    {"messages": st.one_of(st.lists(MESSAGE, max_size=4), ODD_VALUES)},
+    optional={
+        "model": ODD_VALUES,
+        "modalities": st.one_of(st.lists(st.sampled_from(["text", "audio", "video"]), max_size=3), ODD_VALUES),
+        "audio": st.one_of(st.fixed_dictionaries({}, optional={"voice": ODD_VALUES, "format": st.one_of(
+            st.sampled_from(["wav", "pcm16", "flac", "mp4"]), ODD_VALUES)}), ODD_VALUES),
+        "stream": ODD_VALUES, "max_completion_tokens": ODD_VALUES, "seed": ODD_VALUES, "n": ODD_VALUES,
+        "options": ODD_VALUES, "temperature": ODD_VALUES,
+    },
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def chat_client() -> Iterator[TestClient]:
+    with TestClient(create_app({"tone": ToneModel()}, ServerSettings())) as client:
+        yield client
+
+
+def _audio_part(data: str) -> dict[str, Any]:
+    return {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}
+
+
+@settings(max_examples=EXAMPLES * 3, deadline=None)
+@given(body=CHAT_BODY)
+@example(body={"messages": [{"role": "user", "content": [_audio_part("@@@")]}]})
+@example(body={"messages": [{"role": "user", "content": [_audio_part("")]}]})
+@example(body={"messages": [{"role": "user", "content": [_audio_part("UklGRg=="), _audio_part("UklGRg==")]}]})
+@example(body={"messages": [{"role": "assistant", "content": [_audio_part("UklGRg==")]}]})
+@example(body={"messages": [{"role": "user", "content": "hi"}], "modalities": ["audio"], "stream": True,
+               "audio": {"format": "flac"}})  # fmt: skip
+def test_chat_bodies_are_parsed_or_refused_with_a_4xx(chat_client: TestClient, body: dict[str, Any]) -> None:
+    """The parser itself (what a model that answers would be asked), then the route of a server whose model only
+    speaks: a question and a format, or one ApiError of 400; a 4xx from the server, JSON, never a 5xx."""
+    from pydantic import ValidationError
+
+    from ggtts.server.chat import ChatRequest, output_format, question
+    from ggtts.server.errors import ApiError
+
+    try:
+        request = ChatRequest.model_validate(body)
+    except ValidationError:
+        pass
+    else:
+        try:
+            asked = question(request)
+            output_format(request)
+        except ApiError as error:
+            assert error.status == 400 and error.message
+        else:
+            assert asked.audio or asked.text.strip()
+    data = json.dumps(body)  # ASCII: a lone surrogate goes as the escape \ud800, as a client's JSON may hold it
+    response = chat_client.post("/v1/chat/completions", content=data, headers={"Content-Type": "application/json"})
+    assert 400 <= response.status_code < 500, response.text
+    assert response.json()["error"]["message"]
