@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
+import logging
 import socket
 import subprocess
 import sys
@@ -273,6 +275,28 @@ def test_an_event_announcing_a_huge_body_ends_the_connection_unread(tone_port: i
     assert asyncio.run(_describe(tone_port)).tts[0].name == "tone"
 
 
+def test_a_client_gone_inside_an_events_data_is_a_quiet_close(tone_port: int, caplog: pytest.LogCaptureFixture) -> None:
+    """A header announcing data, a byte of it, then the client hangs up: the connection ends without a traceback in
+    the log (an IncompleteReadError once escaped the handler: "Task exception was never retrieved", found by
+    benchmarks/wyoming_load.py's hostile clients)."""
+
+    async def run() -> None:
+        _, writer = await asyncio.open_connection("127.0.0.1", tone_port)
+        writer.write(b'{"type": "synthesize", "data_length": 10000}\n{')
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
+
+    with caplog.at_level(logging.INFO):
+        for _ in range(3):
+            asyncio.run(run())
+        assert asyncio.run(_describe(tone_port)).tts[0].name == "tone"  # the server goes on
+        time.sleep(0.5)
+        gc.collect()  # a task that died with an exception nobody took is reported when it is collected
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert not errors, errors
+
+
 LIMITED_CONNECTIONS = 3
 LONG_CHUNK_S = 8.0  # 384 KB of pcm a word: a few words are more than the sockets' buffers hold
 
@@ -323,6 +347,30 @@ def test_connections_past_the_cap_get_one_error(limited: tuple[int, Speaker]) ->
     assert Error.from_event(event).code == "too_many_connections"
     assert after is None  # then closed
     wait_until(lambda: _describes(port), timeout_s=READ_TIMEOUT_S)  # the held ones gone, served again
+
+
+def test_a_refused_client_that_already_asked_reads_the_refusal(limited: tuple[int, Speaker]) -> None:
+    """Past the cap, a client that sent its request before reading (as every Wyoming client does) gets the error
+    event, not a reset for its unread bytes: the server half-closes and reads until the client closes."""
+    port, _ = limited
+
+    async def run() -> list[Any]:
+        held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(LIMITED_CONNECTIONS)]
+        events = []
+        try:
+            for _ in range(5):
+                async with AsyncTcpClient("127.0.0.1", port) as client:
+                    await client.write_event(Synthesize(text=" ".join(["a"] * 200)).event())
+                    await asyncio.sleep(0.2)  # the server has answered and closed its side by now
+                    events.append(await asyncio.wait_for(client.read_event(), READ_TIMEOUT_S))
+        finally:
+            for _, writer in held:
+                writer.close()
+        return events
+
+    events = asyncio.run(run())
+    assert all(e is not None and Error.from_event(e).code == "too_many_connections" for e in events), events
+    wait_until(lambda: _describes(port), timeout_s=READ_TIMEOUT_S)
 
 
 def _describes(port: int) -> bool:

@@ -40,7 +40,7 @@ from wyoming.server import AsyncEventHandler, AsyncServer
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped
 
 from ggtts import __version__
-from ggtts.server.connections import note_refused, raise_open_file_limit
+from ggtts.server.connections import REFUSED_LINGER_S, note_refused, raise_open_file_limit
 from ggtts.server.errors import ApiError
 from ggtts.server.settings import DEFAULT_WYOMING_URI, ServerSettings
 from ggtts.server.speaking import Speaker, spoken
@@ -149,22 +149,31 @@ class GGTTSEventHandler(AsyncEventHandler):
         limit = self.speaker.settings.max_connections
         if self.connections.count >= limit:
             note_refused(limit)
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, TimeoutError):
                 message = f"this server has its limit of {limit} connections open; retry in a moment"
                 await self.write_event(Error(text=message, code="too_many_connections").event())
+                # as the HTTP server refuses: the client that already sent its request reads the refusal, not a
+                # reset for its unread bytes; it has REFUSED_LINGER_S to close its side
+                if self.writer.can_write_eof():
+                    self.writer.write_eof()
+                await asyncio.wait_for(self._read_to_end(), REFUSED_LINGER_S)
             self.writer.close()
             return
         self.connections.count += 1
         try:
             await super().run()
-        except OSError:  # cut off while reading (a reset); sending ends in handle_event
-            pass
+        except (OSError, EOFError):  # cut off while reading (a reset, or gone inside an event's data); sending ends
+            pass  # in handle_event
         except (TypeError, AttributeError, KeyError, ValueError, RecursionError) as exc:
             # the wyoming reader meets an event header or data that is not a JSON object: the connection ends, as
             # the reader ends it itself for data that is not JSON at all
             log.info("closing a connection that sent an event this server cannot read (%s)", type(exc).__name__)
         finally:
             self.connections.count -= 1
+
+    async def _read_to_end(self) -> None:
+        while await self.reader.read(4096):  # type: ignore[attr-defined]  # the stream's, through BoundedReader
+            pass
 
     async def write_event(self, event: Event) -> None:
         """Send ``event``; a client that takes none of it for the send timeout is cut off (an OSError)."""
