@@ -126,7 +126,7 @@ def test_chat_answers_text_as_mode_chat_does(tiny: Tiny) -> None:
 
 def test_chat_refuses_what_it_cannot_hear_with_one_clear_error(tiny: Tiny, tmp_path: Path) -> None:
     from ggtts.api import load
-    from ggtts.errors import InputError
+    from ggtts.errors import GGUFError, InputError
     from ggtts.measure.qwen3omni.parity import question_audio
 
     tts = tiny.tts
@@ -144,8 +144,16 @@ def test_chat_refuses_what_it_cannot_hear_with_one_clear_error(tiny: Tiny, tmp_p
     alone.mkdir()
     for name in ("thinker.gguf", "talker.gguf"):
         (alone / name).symlink_to(tiny.work / name)
+    from ggtts.gguf.write import ModelWriter
+
+    vision = ModelWriter(alone / "mmproj-vision.gguf", "clip")  # another model's mmproj beside it: not its ears
+    vision.meta.add_bool("clip.has_vision_encoder", True)
+    vision.add_tensor("v.blk.0.attn_q.weight", torch.ones(32, 32))
+    vision.write()
     deaf = load(alone / "thinker.gguf")
     assert "mmproj" not in deaf.info()
+    with pytest.raises(GGUFError, match="has no audio encoder"):
+        load(alone / "thinker.gguf", mmproj=str(alone / "mmproj-vision.gguf"))  # named: refused at load
     with pytest.raises(InputError, match="needs its audio encoder: put the mmproj GGUF"):
         deaf.chat(audio=question_audio())
     assert deaf.chat(TEXT, max_reply_tokens=2, speak=False).tokens  # text still works

@@ -150,14 +150,20 @@ class Qwen3OmniPipeline(TTSModel):
         talker_gguf = GGUFFile(path)
         if talker_gguf.architecture != TALKER_ARCH:
             raise GGUFError(f"{path}: the talker must be a '{TALKER_ARCH}' GGUF, not '{talker_gguf.architecture}'")
-        if mmproj_path is None:
+        named = mmproj_path is not None
+        if not named:
             mmproj_path = find_beside(Path(gguf.path), MMPROJ_ARCH)
         mmproj = None
         if mmproj_path is not None:
             from ggtts.models.qwen3omni_audio.config import AudioConfig
 
             mmproj = GGUFFile(mmproj_path)
-            AudioConfig.from_gguf(mmproj)  # a clear error now for a file that is not Qwen3-Omni's audio encoder
+            try:
+                AudioConfig.from_gguf(mmproj)  # a clear error now for a named file that is not this audio encoder
+            except GGUFError:
+                if named:
+                    raise
+                mmproj = None  # another model's mmproj beside the thinker (a vision one, say): not its ears
         return cls(gguf, talker_gguf, device, precision, mmproj)
 
     @property
