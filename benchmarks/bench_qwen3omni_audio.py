@@ -39,12 +39,6 @@ def best(fn: Any, repeats: int) -> tuple[float, Any]:
     return min(times), out
 
 
-def clip(seconds: float) -> np.ndarray:
-    t = np.arange(int(seconds * 16000)) / 16000
-    noise = np.random.default_rng(0).standard_normal(t.size)
-    return (0.3 * np.sin(2 * np.pi * (220 + 40 * np.sin(2 * np.pi * 2 * t)) * t) + 0.05 * noise).astype(np.float32)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", default="5,30", help="clip lengths, comma-separated")
@@ -59,6 +53,7 @@ def main() -> None:
 
     from ggtts.convert.qwen3omni_audio import write_audio_encoder
     from ggtts.gguf import GGUFFile
+    from ggtts.measure.qwen3omni.parity import question_audio
     from ggtts.models.qwen3omni_audio.features import log_mel
     from ggtts.models.qwen3omni_audio.model import AudioEncoder
 
@@ -81,7 +76,7 @@ def main() -> None:
             print(f"ggtts {kind}: {path.stat().st_size / 2**20:.0f} MiB")
         print(f"\n{'clip':>6} {'peer':>14} {'features s':>11} {'encoder s':>10} {'RTF':>7} {'rel. diff':>10}")
         for seconds in (float(s) for s in args.seconds.split(",")):
-            samples = clip(seconds)
+            samples = question_audio(seconds)
 
             def theirs_features(samples: np.ndarray = samples) -> torch.Tensor:
                 out = extractor(samples, sampling_rate=16000, padding=True, truncation=False, return_tensors="pt")

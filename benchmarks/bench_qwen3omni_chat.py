@@ -27,9 +27,10 @@ from typing import Any
 import numpy as np
 import torch
 from bench_qwen3omni import TALKER, THINKER_TEXT, _code2wav_model, _randomized
-from bench_qwen3omni_audio import AUDIO, clip
+from bench_qwen3omni_audio import AUDIO
 
 from ggtts.measure.bench import cpu_model
+from ggtts.measure.qwen3omni.parity import question_audio
 
 
 def build(directory: Path, layers: int) -> Path:
@@ -103,7 +104,7 @@ def main() -> None:
     model: Any = ggtts.load(
         thinker, talker=str(args.dir / "talker-q8_0.gguf"), mmproj=str(args.dir / "mmproj-f16.gguf")
     )
-    question = clip(args.seconds)
+    question = question_audio(args.seconds)
     asked = dict(max_reply_tokens=args.reply_tokens, max_frames=4, temperature=0)
     for _ in model.chat("Hello.", audio=question[:16000], **asked).audio:  # loads and warms every part
         pass

@@ -119,8 +119,25 @@ class Abuse:
     closed: Counter[str] = field(default_factory=Counter)
     stop: bool = False
 
+    def opening(self, kind: str, host: str) -> bytes:
+        """What a hostile connection of ``kind`` sends first."""
+        if kind == "slowloris":
+            return f"POST /v1/audio/speech HTTP/1.1\r\nHost: {host}\r\n".encode()
+        if kind == "stalled":
+            auth = "".join(f"{k}: {v}\r\n" for k, v in self.headers.items())
+            head = (f"POST /v1/audio/speech HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+                    f"{auth}Content-Length: {len(self.long_body)}\r\n\r\n")  # fmt: skip
+            return head.encode() + self.long_body
+        if kind == "garbage":
+            return os.urandom(512) + b"\r\n\r\n"
+        return b""  # idle: nothing at all
+
+    def trickle(self, kind: str, line: int) -> bytes:
+        """What it sends each second after, while the server keeps it open (slowloris: one more header line)."""
+        return f"X-Line-{line}: x\r\n".encode() if kind == "slowloris" else b""
+
     async def connection(self, kind: str) -> None:
-        host, port = self.url.removeprefix("http://").split(":")
+        host, port = self.url.split("://")[-1].split(":")
         while not self.stop:
             try:
                 reader, writer = await asyncio.open_connection(host, int(port), limit=1024)
@@ -128,26 +145,15 @@ class Abuse:
                 await asyncio.sleep(0.5)
                 continue
             try:
-                if kind == "slowloris":
-                    writer.write(f"POST /v1/audio/speech HTTP/1.1\r\nHost: {host}\r\n".encode())
-                elif kind == "stalled":
-                    auth = "".join(f"{k}: {v}\r\n" for k, v in self.headers.items())
-                    writer.write(
-                        f"POST /v1/audio/speech HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-                        f"{auth}Content-Length: {len(self.long_body)}\r\n\r\n".encode()
-                        + self.long_body
-                    )
-                elif kind == "garbage":
-                    writer.write(os.urandom(512) + b"\r\n\r\n")
+                writer.write(self.opening(kind, host))
                 if kind == "stalled":  # reads nothing (the server must notice by itself: its log says), for a while
                     await writer.drain()
                     await asyncio.sleep(STALLED_HOLD_S)
                     continue
                 line = 0
                 while not self.stop and not reader.at_eof():
-                    if kind == "slowloris":
-                        writer.write(f"X-Line-{line}: x\r\n".encode())
-                        line += 1
+                    writer.write(self.trickle(kind, line))
+                    line += 1
                     await writer.drain()
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(reader.read(1024), 1.0)

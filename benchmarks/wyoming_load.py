@@ -8,9 +8,9 @@ Starts ``ggtts wyoming`` on a free loopback port. Each round, ``--clients`` well
 to ``audio-stop``; a refusal at the connection cap (an ``error`` event, ``too_many_connections``) is retried after a
 second and counted. ``--abusive N`` hostile connections run through every round, each opening another when the
 server ends it: a third connect and say nothing, a third send garbage lines, a third announce an event whose data
-never comes; ``--stalled K`` more ask for a long text and read none of the audio (each holds the model until the
-send timeout cuts it). Printed per round: requests answered, errors, retries, latency and first-chunk percentiles,
-seconds of audio per second, the hostile connections the server ended, and its resident memory.
+never comes; ``--stalled K`` more ask for a long text and read none of the audio for a while (server_load's
+``Abuse``, speaking Wyoming). Printed per round: requests answered, errors, retries, latency and first-chunk
+percentiles, seconds of audio per second, the hostile connections the server ended, and its resident memory.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from server_load import percentile, rss_mib
+from server_load import Abuse, percentile, rss_mib
 from wyoming.audio import AudioChunk, AudioStop
 from wyoming.client import AsyncTcpClient
 from wyoming.error import Error
@@ -40,7 +40,6 @@ TEXT = "The quick brown fox jumps over the lazy dog. It was a bright cold day in
 LONG_TEXT = " ".join([TEXT] * 20)
 STARTUP_TIMEOUT_S = 600.0
 ABUSE_KINDS = ("idle", "garbage", "half")
-STALLED_HOLD_S = 20.0
 
 
 @dataclass
@@ -91,41 +90,20 @@ async def one_request(port: int, result: Round) -> None:
         await asyncio.sleep(1.0)
 
 
-@dataclass
-class Abuse:
-    port: int
-    closed: Counter[str] = field(default_factory=Counter)
-    stop: bool = False
+class WyomingAbuse(Abuse):
+    """server_load's hostile connections, speaking (badly) Wyoming's events instead of HTTP."""
 
-    async def connection(self, kind: str) -> None:
-        while not self.stop:
-            try:
-                reader, writer = await asyncio.open_connection("127.0.0.1", self.port, limit=1024)
-            except OSError:
-                await asyncio.sleep(0.5)
-                continue
-            try:
-                if kind == "garbage":
-                    writer.write(os.urandom(256).replace(b"\n", b" ") + b"\n")
-                elif kind == "half":
-                    writer.write(json.dumps({"type": "synthesize", "data_length": 10_000}).encode() + b"\n{")
-                elif kind == "stalled":
-                    header = {"type": "synthesize", "data": {"text": LONG_TEXT}}
-                    writer.write(json.dumps(header).encode() + b"\n")
-                    await writer.drain()
-                    await asyncio.sleep(STALLED_HOLD_S)  # reads nothing: the server's send timeout must notice
-                    continue
-                await writer.drain()
-                while not self.stop and not reader.at_eof():
-                    with contextlib.suppress(asyncio.TimeoutError):
-                        await asyncio.wait_for(reader.read(1024), 1.0)
-                if not self.stop:
-                    self.closed[kind] += 1
-            except OSError:
-                if not self.stop:
-                    self.closed[kind] += 1
-            finally:
-                writer.close()
+    def opening(self, kind: str, host: str) -> bytes:
+        if kind == "garbage":
+            return os.urandom(256).replace(b"\n", b" ") + b"\n"
+        if kind == "half":  # an event announcing data that never comes
+            return json.dumps({"type": "synthesize", "data_length": 10_000}).encode() + b"\n{"
+        if kind == "stalled":  # a long text whose audio is never read
+            return json.dumps({"type": "synthesize", "data": {"text": LONG_TEXT}}).encode() + b"\n"
+        return b""  # idle
+
+    def trickle(self, kind: str, line: int) -> bytes:
+        return b""
 
 
 async def run_round(port: int, clients: int, requests: int, abuse: Abuse | None, count: int, stalled: int) -> Round:
@@ -199,7 +177,7 @@ def main() -> None:
     args = parser.parse_args()
     log_path = os.path.join(tempfile.mkdtemp(), "wyoming.log")
     port, process = start_server(args.model, shlex.split(args.server_args), log_path)
-    abuse = Abuse(port) if args.abusive or args.stalled else None
+    abuse = WyomingAbuse(f"tcp://127.0.0.1:{port}", {}, b"") if args.abusive or args.stalled else None
     try:
         print(f"ggtts wyoming -m {args.model} {args.server_args}; {args.clients} clients, {args.requests} requests a "
               f"round, {args.abusive} hostile and {args.stalled} stalled connections; RSS {rss_mib(process.pid):.0f} "

@@ -214,8 +214,7 @@ class Qwen3OmniPipeline(TTSModel):
         self._check_companions(o)
         if not any(ch.isalnum() for ch in text):
             raise NothingToSay(text)
-        mix = request.voice
-        speaker = self.talker.cfg.speakers[mix.single if mix is not None and mix.single else self.voices[0]]
+        speaker = self._speaker(request.voice)
         params = self.sampling(o)
         chunks = sentence_chunks(text, CHUNK_WORDS) if o.mode == "say" else [text.strip()]
         if o.system is not None and o.mode != "chat":
@@ -290,8 +289,9 @@ class Qwen3OmniPipeline(TTSModel):
         heard_rows: torch.Tensor | None = None
         span: list[int] | None = None
         if audio is not None:
+            ids = self.audio_ids()
             heard_rows = self.listen(audio)
-            span = self.audio_ids().span(int(heard_rows.shape[0]))
+            span = ids.span(int(heard_rows.shape[0]))
         prompt = chat_prompt(encode, cfg, request.text.strip(), o.system, audio=span)
         if len(prompt) + o.max_reply_tokens > thinker.cfg.context_length:
             raise InputError(
@@ -300,8 +300,7 @@ class Qwen3OmniPipeline(TTSModel):
             )
         embeddings, placed = None, []
         if heard_rows is not None:
-            pad = self.audio_ids().pad
-            placed = [i for i, t in enumerate(prompt) if t == pad]
+            placed = [i for i, t in enumerate(prompt) if t == ids.pad]
             embeddings = thinker.embed(torch.tensor([prompt], device=heard_rows.device)).clone()
             embeddings[0, placed] = heard_rows.to(embeddings.dtype)
         from ggtts.runtime.cancel import check_cancelled
@@ -315,12 +314,15 @@ class Qwen3OmniPipeline(TTSModel):
             raise InputError("the thinker's answer is empty: nothing to say")
         heard = {i: hidden[layer][i] for i in placed} if placed else None
         words = self.tokenizer.decode([t for t in reply if t != cfg.im_end])
-        mix = request.voice
-        speaker = cfg.speakers[mix.single if mix is not None and mix.single else self.voices[0]]
+        speaker = self._speaker(request.voice)
         speech: Iterator[Audio] = iter(())
         if speak:
             speech = self._speak(prompt, reply, speaker, self.sampling(o), 0, 0.0, o.chunk_frames, heard)
         return ChatReply(words, reply, speech, len(prompt), reply[-1] == cfg.im_end)
+
+    def _speaker(self, mix: VoiceMix | None) -> int:
+        """The talker's speaker id for a resolved voice (the first speaker when none)."""
+        return self.talker.cfg.speakers[mix.single if mix is not None and mix.single else self.voices[0]]
 
     def _check_companions(self, o: Qwen3OmniOptions) -> None:
         """A request naming a talker or an audio encoder names the ones loaded (they are chosen at load)."""

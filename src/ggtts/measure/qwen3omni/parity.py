@@ -238,8 +238,6 @@ def stages(upstream: Any, tts: Any) -> list[StageResult]:
 
 def question_audio(seconds: float = QUESTION_SECONDS) -> Any:
     """A fixed 16 kHz test signal: a warbling tone in noise (the same every run)."""
-    import numpy as np
-
     t = np.arange(int(seconds * 16000)) / 16000
     noise = np.random.default_rng(0).standard_normal(t.size)
     return (0.3 * np.sin(2 * np.pi * (220 + 40 * np.sin(2 * np.pi * 2 * t)) * t) + 0.05 * noise).astype(np.float32)
