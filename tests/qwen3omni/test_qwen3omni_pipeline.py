@@ -82,25 +82,16 @@ def _question_wav(path: Path) -> Path:
 
 
 def test_cli_chat_prints_the_answer_to_audio_and_speaks_it(tiny: Tiny, tmp_path: Path) -> None:
-    """``ggtts chat --audio``: the printed answer is transformers' greedy answer to the same audio and text, decoded
-    by the checkpoint's own tokenizer; the spoken answer is written."""
+    """``ggtts chat --audio``: the printed answer is ``model.chat``'s greedy answer to the same audio and text (the
+    same arithmetic: exact), decoded by the checkpoint's own tokenizer; the spoken answer is written. That answer is
+    upstream's token for token, near-ties forgiven: the ``thinker.audio.reply`` stage above."""
     from tokenizers import Tokenizer
-    from transformers import WhisperFeatureExtractor
 
-    from ggtts.families.qwen3omni.prompt import chat_prompt
-    from ggtts.measure.qwen3omni.parity import QUESTION, question_audio, upstream_generate
+    from ggtts.measure.qwen3omni.parity import QUESTION, question_audio
 
-    samples = question_audio()
-    extractor = WhisperFeatureExtractor(feature_size=16, sampling_rate=16000, hop_length=160, n_fft=400)
-    feats = extractor(samples, sampling_rate=16000, padding=True, truncation=False, return_tensors="pt")
-    features = feats["input_features"][:, :, : samples.size // 160]
-    rows = tiny.tts._load_encoder().cfg.tokens(samples.size // 160)
-    prompt = chat_prompt(lambda t: tiny.tts.tokenizer.encode(t, parse_special=False), tiny.tts.talker.cfg, QUESTION,
-                         audio=tiny.tts.audio_ids().span(rows))  # fmt: skip
-    mask = torch.ones(1, features.shape[-1], dtype=torch.long)
-    reply, _, _ = upstream_generate(tiny.upstream, prompt, 4, 12, input_features=features, feature_attention_mask=mask)
+    local = tiny.tts.chat(QUESTION, audio=question_audio(), max_reply_tokens=12, speak=False)
     expected = Tokenizer.from_file(str(tiny.work / "checkpoint" / "tokenizer.json")).decode(
-        [t for t in reply if t != tiny.tts.talker.cfg.im_end], skip_special_tokens=False
+        [t for t in local.tokens if t != tiny.tts.talker.cfg.im_end], skip_special_tokens=False
     )
     question, out = _question_wav(tmp_path / "question.wav"), tmp_path / "answer.wav"
     cmd = [sys.executable, "-m", "ggtts.cli", "chat", "-m", str(tiny.work / "thinker.gguf"), "--audio", str(question),
