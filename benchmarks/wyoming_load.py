@@ -1,7 +1,7 @@
 """Load on ggtts's Wyoming server: well-formed clients beside hostile connections, over rounds.
 
     python benchmarks/wyoming_load.py -m piper-joe --clients 2 --requests 8 --rounds 3 --abusive 300 --stalled 2 \
-        --server-args "--send-timeout 5 --max-connections 200"
+        --server-args "--send-timeout 5 --request-timeout 5 --max-connections 200"
 
 Starts ``ggtts wyoming`` on a free loopback port. Each round, ``--clients`` well-formed clients share
 ``--requests`` ``synthesize`` requests (a connection each, as Home Assistant makes them), reading every audio chunk

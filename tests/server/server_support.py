@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -105,3 +106,24 @@ def stop_server(server: Server) -> None:
 def chromium_path() -> str | None:
     path = "/usr/bin/chromium"
     return path if os.access(path, os.X_OK) else None
+
+
+def open_sockets(pid: int | str = "self") -> int:
+    """How many sockets process ``pid`` has open (Linux: counted in /proc)."""
+    count = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        with contextlib.suppress(OSError):  # closed meanwhile
+            count += os.readlink(fd).startswith("socket:")
+    return count
+
+
+SETTLE_S = 1.0  # less than a refusal's linger (connections.REFUSED_LINGER_S, 2 s)
+
+
+def settled_sockets(count: Callable[[], int], bound: int) -> int:
+    """``count()`` once it is at most ``bound``, or its last value after :data:`SETTLE_S`: a socket the server has
+    just closed leaves its fd table on the next turn of its loop, after the client may have read its answer."""
+    end = time.monotonic() + SETTLE_S
+    while (value := count()) > bound and time.monotonic() < end:
+        time.sleep(0.02)
+    return value

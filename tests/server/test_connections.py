@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from pathlib import Path
 import h11
 import httpx
 import pytest
-from server_support import API_KEY, HERE, Server, start_server, stop_server
+from server_support import API_KEY, HERE, Server, open_sockets, settled_sockets, start_server, stop_server
 from test_faults import health, wait_until
 from test_no_stall import _raw_post
 
@@ -194,3 +195,57 @@ def test_a_refused_client_that_sent_its_request_reads_the_503(limited_server: Se
     finally:
         for sock in held:
             sock.close()
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts the server's sockets in /proc (Linux)")
+def test_refusals_that_linger_are_bounded_by_the_cap(limited_server: Server) -> None:
+    """A refused client has a moment to read its 503 and close; a flood of refused clients that never close must
+    not each hold a socket of the server for that moment, or a thousand of them run it out of open files: at most
+    the cap's worth of refusals linger, the rest are closed as soon as answered."""
+    before = open_sockets(limited_server.process.pid)
+    held = [socket.create_connection(_address(limited_server)) for _ in range(MAX_CONNECTIONS)]
+    refused = []
+    try:
+        for _ in range(8 * MAX_CONNECTIONS):
+            sock = socket.create_connection(_address(limited_server))
+            sock.settimeout(HANG_S)
+            assert sock.recv(12) == b"HTTP/1.1 503"  # answered: the server has taken it
+            refused.append(sock)
+        bound = 2 * MAX_CONNECTIONS
+        during = settled_sockets(lambda: open_sockets(limited_server.process.pid) - before, bound)
+    finally:
+        for sock in held + refused:
+            sock.close()
+    assert during <= bound, f"{during} sockets open for {MAX_CONNECTIONS} held connections"
+    wait_until(lambda: httpx.get(limited_server.url + "/health", timeout=5).status_code == 200, timeout_s=HANG_S)
+
+
+def test_the_open_file_limit_is_raised_and_accept_failures_are_one_line() -> None:
+    """In a process of its own (the limit is the process's): the soft limit goes up to twice the cap plus the spare
+    files, within the hard limit; asyncio's traceback for each connection it cannot accept becomes a counted line."""
+    script = """
+import logging, resource, sys
+from ggtts.server.connections import SPARE_FILES, prepare_for_connections
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stdout)
+hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+resource.setrlimit(resource.RLIMIT_NOFILE, (300, hard))
+prepare_for_connections(100)
+print("soft", resource.getrlimit(resource.RLIMIT_NOFILE)[0], "wanted", min(2 * 100 + SPARE_FILES, hard))
+prepare_for_connections(100)  # once more: one filter, not two
+for _ in range(3):
+    try:
+        raise OSError(24, "Too many open files")
+    except OSError:
+        logging.getLogger("asyncio").error("socket.accept() out of system resource\\nsocket: <fd=6>", exc_info=True)
+logging.getLogger("asyncio").error("something else")
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=HANG_S, check=True)
+    lines = out.stdout.splitlines()
+    _, soft, _, wanted = lines[0].split()
+    assert soft == wanted, lines
+    assert [line for line in lines if "out of open files" in line] == [
+        "WARNING ggtts.server: out of open files 1 times: connections wait in the listen queue (raise `ulimit -n` "
+        "or lower --max-connections)"
+    ]
+    assert "Traceback" not in out.stdout + out.stderr
+    assert "ERROR asyncio: something else" in lines

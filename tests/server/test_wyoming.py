@@ -22,7 +22,7 @@ import httpx
 import numpy as np
 import pytest
 from audio_check import decode
-from server_support import STARTUP_TIMEOUT_S, Server, free_port
+from server_support import STARTUP_TIMEOUT_S, Server, free_port, open_sockets, settled_sockets
 from test_faults import wait_until
 from tone_model import ToneModel
 
@@ -373,11 +373,135 @@ def test_a_refused_client_that_already_asked_reads_the_refusal(limited: tuple[in
     wait_until(lambda: _describes(port), timeout_s=READ_TIMEOUT_S)
 
 
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts sockets in /proc (Linux)")
+def test_refusals_that_linger_are_bounded_by_the_cap(limited: tuple[int, Speaker]) -> None:
+    """Refused clients that never close: at most the cap's worth of refusals wait for their clients, the rest are
+    closed once the error is sent (else a flood holds a socket of the server for each, for a while)."""
+    port, _ = limited
+    refused_clients = 8 * LIMITED_CONNECTIONS
+
+    async def run() -> int:
+        before = open_sockets()
+        held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(LIMITED_CONNECTIONS)]
+        refused = []
+        try:
+            for _ in range(refused_clients):
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                line = await asyncio.wait_for(reader.readline(), READ_TIMEOUT_S)
+                assert json.loads(line)["type"] == "error"  # refused: the server has taken it
+                refused.append((reader, writer))
+            clients = len(held) + len(refused)
+            return settled_sockets(lambda: open_sockets() - before - clients, 2 * LIMITED_CONNECTIONS)  # the server's
+        finally:
+            for _, writer in held + refused:
+                writer.close()
+
+    servers_side = asyncio.run(run())
+    assert servers_side <= 2 * LIMITED_CONNECTIONS, f"the server held {servers_side} sockets for a cap of 3"
+    wait_until(lambda: _describes(port), timeout_s=READ_TIMEOUT_S)
+
+
 def _describes(port: int) -> bool:
     try:
         return asyncio.run(_describe(port)).tts[0].name == "long"
     except (OSError, AssertionError):
         return False
+
+
+IDLE_S = 1.0  # the idle server's request timeout
+
+
+@pytest.fixture(scope="module")
+def idle() -> Iterator[tuple[int, Speaker]]:
+    """A Wyoming server with a short request timeout and a cap of LIMITED_CONNECTIONS."""
+    settings = ServerSettings(max_input_chars=200, request_timeout_s=IDLE_S, max_connections=LIMITED_CONNECTIONS)
+    yield from _serve_in_thread({"tone": ToneModel()}, settings)
+
+
+def _closed_by_server(port: int, sent: bytes = b"", trickle: bytes = b"") -> tuple[bytes, int]:
+    """Connect, send ``sent``, then ``trickle`` a byte every 0.1 s; what the server sent before closing and how many
+    bytes of ``trickle`` went out by then (it fails, by READ_TIMEOUT_S, if the server never closes)."""
+
+    async def run() -> tuple[bytes, int]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(sent)
+        trickled = 0
+
+        async def drip() -> None:
+            nonlocal trickled
+            for byte in trickle:
+                await asyncio.sleep(0.1)
+                writer.write(bytes([byte]))
+                await writer.drain()
+                trickled += 1
+
+        dripping = asyncio.ensure_future(drip())
+        try:
+            rest = await asyncio.wait_for(reader.read(), READ_TIMEOUT_S)
+        finally:
+            dripping.cancel()
+            writer.close()
+        return rest, trickled
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [b"", b'{"type": "synth', b'{"type": "synthesize", "data_length": 100}\n{"text": '],
+    ids=["silent", "half a header", "half the data"],
+)
+def test_a_connection_without_a_whole_event_is_closed(idle: tuple[int, Speaker], sent: bytes) -> None:
+    port, _ = idle
+    assert _closed_by_server(port, sent) == (b"", 0)
+
+
+def test_an_event_trickled_byte_by_byte_is_cut_at_the_request_timeout(idle: tuple[int, Speaker]) -> None:
+    """A slowloris: each byte comes well within the timeout, the event as a whole does not; the clock runs from
+    its first line's first byte to its last data byte, and is not reset by each byte."""
+    port, _ = idle
+    data = json.dumps({"text": "a " * 40}).encode()
+    event = json.dumps({"type": "synthesize", "data_length": len(data)}).encode() + b"\n" + data
+    rest, trickled = _closed_by_server(port, trickle=event)
+    assert rest == b"" and trickled < len(event)
+
+
+def test_silent_connections_do_not_hold_the_cap(idle: tuple[int, Speaker]) -> None:
+    """The cap's worth of connections that never send anything: each is closed at the request timeout, and a
+    client that came after them is served. (Without the timeout they held the cap for as long as they stayed: a
+    load run's well-formed requests were refused for 10 minutes.)"""
+    port, _ = idle
+
+    async def run() -> Info:
+        held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(LIMITED_CONNECTIONS)]
+        try:
+            for reader, _ in held:
+                assert await asyncio.wait_for(reader.read(), READ_TIMEOUT_S) == b""  # closed by the server
+            return await _describe(port)
+        finally:
+            for _, writer in held:
+                writer.close()
+
+    assert asyncio.run(run()).tts[0].name == "tone"
+
+
+def test_a_connection_that_keeps_sending_events_stays_open(idle: tuple[int, Speaker]) -> None:
+    """Each whole event answered restarts the clock: a client asking for speech again and again for more than the
+    timeout in all keeps its connection."""
+    port, _ = idle
+
+    async def run() -> int:
+        answered = 0
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            start = time.monotonic()
+            while time.monotonic() - start < 2.5 * IDLE_S:
+                await client.write_event(Synthesize(text="a b").event())
+                events, audio = await _read_until(client, AudioStop)
+                assert AudioStop.is_type(events[-1].type) and audio
+                answered += 1  # and the next at once: the server's clock waits on this client alone
+        return answered
+
+    assert asyncio.run(run()) >= 3
 
 
 def test_a_failure_inside_a_stream_is_one_error_then_synthesize_stopped(tone_port: int) -> None:
@@ -436,5 +560,26 @@ def test_the_bounded_reader_refuses_only_what_is_too_long() -> None:
             await reader.readexactly(9)
         reader.feed_eof()  # what AsyncEventHandler.stop() calls
         assert stream.at_eof() is False and await reader.readexactly(6) == b"456789" and stream.at_eof()
+
+    asyncio.run(run())
+
+
+def test_the_bounded_readers_clock_runs_from_an_events_first_line_to_its_last_byte() -> None:
+    from ggtts.server.wyoming import BoundedReader
+
+    async def run() -> None:
+        stream = asyncio.StreamReader()
+        reader = BoundedReader(stream, limit=100, idle_s=0.2)
+        stream.feed_data(b'{"type": "describe"}\n')
+        assert await reader.readline() == b'{"type": "describe"}\n'  # within the time: read
+        stream.feed_data(b'{"type": "synthesize", "data_length": 8}\n0123')
+        assert await reader.readline()
+        with pytest.raises(TimeoutError):  # the rest of its data never comes
+            await reader.readexactly(8)
+        with pytest.raises(TimeoutError):  # no line at all
+            await BoundedReader(asyncio.StreamReader(), limit=100, idle_s=0.2).readline()
+        patient = BoundedReader(stream := asyncio.StreamReader(), limit=100)  # stdio://: no clock
+        asyncio.get_running_loop().call_later(0.4, stream.feed_data, b"late\n")
+        assert await patient.readline() == b"late\n"
 
     asyncio.run(run())

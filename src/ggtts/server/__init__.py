@@ -103,7 +103,7 @@ def run(models: dict[str, TTSModel], settings: ServerSettings, host: str, port: 
         import uvicorn
 
         from ggtts.server.app import create_app
-        from ggtts.server.connections import guarded_protocols, raise_open_file_limit
+        from ggtts.server.connections import guarded_protocols, prepare_for_connections
     except ImportError as exc:
         raise GGTTSError(
             f"the server needs FastAPI and uvicorn ({exc.name} is missing): pip install 'ggtts[server]'"
@@ -111,7 +111,7 @@ def run(models: dict[str, TTSModel], settings: ServerSettings, host: str, port: 
     _configure_logging()
     if host not in LOOPBACK_HOSTS and settings.api_key is None:
         log.warning("listening on %s without an API key: anyone who can reach it can use it", host)
-    raise_open_file_limit(settings.max_connections)
+    prepare_for_connections(settings.max_connections)
     uvicorn.run(
         create_app(models, settings),
         host=host,
@@ -184,13 +184,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "('*': any); default: only those, or any when --host is 0.0.0.0",
     )
     _add_limits(parser)
-    parser.add_argument(
-        "--request-timeout",
-        type=float,
-        default=DEFAULT_REQUEST_TIMEOUT_S,
-        help="seconds a connection has to send a whole request, from when it opens or its last answer ends "
-        f"(default {DEFAULT_REQUEST_TIMEOUT_S:g})",
-    )
 
 
 def add_wyoming_arguments(parser: argparse.ArgumentParser) -> None:
@@ -242,6 +235,13 @@ def _add_limits(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_SEND_TIMEOUT_S,
         help="seconds a client may take none of the audio sent to it before it is cut off; one that plays the "
         f"audio as it arrives is never near it (default {DEFAULT_SEND_TIMEOUT_S:g})",
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=float,
+        default=DEFAULT_REQUEST_TIMEOUT_S,
+        help="seconds a connection has to send a whole request (a Wyoming event), from when it opens or its last "
+        f"answer ends; silent and trickling clients are closed (default {DEFAULT_REQUEST_TIMEOUT_S:g})",
     )
     parser.add_argument(
         "--max-connections",
@@ -297,6 +297,7 @@ def wyoming_from_args(args: argparse.Namespace) -> None:
         timeout_s=args.timeout,
         fast_start=args.fast_start,
         send_timeout_s=args.send_timeout,
+        request_timeout_s=args.request_timeout,
         max_connections=args.max_connections,
     )
     model_names(args.model or [])

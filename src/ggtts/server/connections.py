@@ -10,7 +10,10 @@ uvicorn's own, with three bounds added.
   turn. A client playing the audio as it arrives takes bytes all the time and never comes near it.
 - **Connection cap** (``max_connections``): a connection beyond it is answered 503 at once and closed, so idle
   or slow clients use up neither the process's file descriptors nor the server's attention; ``/health`` and the
-  clients already connected go on being served.
+  clients already connected go on being served. A refused client has :data:`REFUSED_LINGER_S` to read its
+  answer and close; at most as many refusals as the cap linger at once (past that, a flood's connections are
+  closed as soon as answered), so the process needs about twice the cap in open files, which
+  :func:`prepare_for_connections` asks of the system.
 
 The request limit on synthesis itself (``timeout_s``) is :class:`ggtts.server.worker.Deadline`'s.
 """
@@ -134,6 +137,9 @@ class GuardedH11Protocol(_SendTimeout, H11Protocol):
             # (closing with its request unread would reset the connection and lose the answer)
             self._refused = True
             transport.write(busy_response(self.max_connections))
+            if len(self.connections) > 2 * self.max_connections:  # the cap's worth of refusals linger already
+                transport.close()
+                return
             transport.write_eof()
             self.loop.call_later(REFUSED_LINGER_S, transport.abort)
             return
@@ -194,11 +200,13 @@ def guarded_protocols(settings: ServerSettings) -> dict[str, Any]:
     return {"http": http, "ws": ws}
 
 
-def raise_open_file_limit(max_connections: int) -> None:
-    """Let the process hold ``max_connections`` connections and its own files: the soft limit on open files
-    is raised toward the hard one (it is often 1,024, which a thousand idle clients would use up)."""
+def prepare_for_connections(max_connections: int) -> None:
+    """Let the process hold ``max_connections`` connections, as many refusals lingering, and its own files: the
+    soft limit on open files is raised toward the hard one (it is often 1,024, which a thousand idle clients would
+    use up). Where the system's limit is still met, asyncio's traceback for each connection it cannot accept
+    becomes one line every few seconds (:class:`_AcceptFailures`)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = max_connections + SPARE_FILES
+    wanted = 2 * max_connections + SPARE_FILES
     if soft != resource.RLIM_INFINITY and soft < wanted:
         new = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
         try:
@@ -207,8 +215,38 @@ def raise_open_file_limit(max_connections: int) -> None:
             log.warning("could not raise the open-file limit from %d to %d: %s", soft, new, exc)
         if new < wanted:
             log.warning(
-                "the open-file limit (%d) is below --max-connections %d plus %d; lower it or raise `ulimit -n`",
+                "the open-file limit (%d) is below twice --max-connections %d plus %d; lower it or raise `ulimit -n`",
                 new,
                 max_connections,
                 SPARE_FILES,
             )
+    asyncio_log = logging.getLogger("asyncio")
+    if not any(isinstance(f, _AcceptFailures) for f in asyncio_log.filters):
+        asyncio_log.addFilter(_AcceptFailures())
+
+
+class _AcceptFailures(logging.Filter):
+    """asyncio logs a traceback each time its listening socket cannot accept a connection for want of file
+    descriptors (then pauses accepting for a second): this counts them and says so in one line at most every
+    :data:`REFUSAL_NOTE_S` seconds instead."""
+
+    MESSAGE = "socket.accept() out of system resource"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+        self.noted = -math.inf
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not str(record.msg).startswith(self.MESSAGE):
+            return True
+        self.count += 1
+        now = time.monotonic()
+        if now - self.noted >= REFUSAL_NOTE_S:
+            log.warning(
+                "out of open files %d times: connections wait in the listen queue (raise `ulimit -n` or lower "
+                "--max-connections)",
+                self.count,
+            )
+            self.count, self.noted = 0, now
+        return False

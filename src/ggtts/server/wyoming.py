@@ -15,7 +15,9 @@ it speaks where the model knows them. A connection speaks with the first program
   the message and code the HTTP API would give; the connection stays usable.
 - Connections are bounded as the HTTP server's are: past ``--max-connections`` a new one gets one ``error``
   event and is closed; a client that takes none of the audio sent to it for ``--send-timeout`` seconds is cut
-  off (its model's turn passes on); events longer than any valid request are refused unread.
+  off (its model's turn passes on); one that sends no whole event within ``--request-timeout`` seconds of
+  connecting or of its last answer is closed (silent, half-sent and trickled events alike); events longer than
+  any valid request are refused unread.
 
 Requests go through the same checks and model queues as the HTTP server (:class:`ggtts.server.speaking.Speaker`):
 one utterance at a time per model, at most ``--max-queue`` waiting, each within ``--timeout`` seconds.
@@ -27,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -40,7 +42,7 @@ from wyoming.server import AsyncEventHandler, AsyncServer
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped
 
 from ggtts import __version__
-from ggtts.server.connections import REFUSED_LINGER_S, note_refused, raise_open_file_limit
+from ggtts.server.connections import REFUSED_LINGER_S, note_refused, prepare_for_connections
 from ggtts.server.errors import ApiError
 from ggtts.server.settings import DEFAULT_WYOMING_URI, ServerSettings
 from ggtts.server.speaking import Speaker, spoken
@@ -98,14 +100,23 @@ def _voice_description(model: TTSModel, voice: str) -> str:
 class BoundedReader:
     """The connection's stream for the ``wyoming`` library's event reader, refusing an event whose data or payload
     says it is longer than ``limit`` bytes before reading it (the reader would otherwise read it whole into
-    memory): the reader takes the refusal (a ValueError) as the end of the connection."""
+    memory): the reader takes the refusal (a ValueError) as the end of the connection.
 
-    def __init__(self, reader: asyncio.StreamReader, limit: int) -> None:
+    With ``idle_s``, each event must arrive whole within ``idle_s`` seconds of the reader asking for it (the
+    handler asks when the connection opens and when it has answered the last event): a silent client, one that
+    sends half an event, or one that trickles it byte by byte is closed (a TimeoutError), as HTTP's
+    ``--request-timeout`` closes its connections. The event's first line starts the clock."""
+
+    def __init__(self, reader: asyncio.StreamReader, limit: int, idle_s: float | None = None) -> None:
         self._reader = reader
         self.limit = limit
+        self.idle_s = idle_s
+        self._due = 0.0  # when the event being read must be whole (the loop's clock)
 
     async def readline(self) -> bytes:
-        return await self._reader.readline()  # the stream's own line limit (64 KiB) holds here
+        if self.idle_s is not None:
+            self._due = asyncio.get_running_loop().time() + self.idle_s
+        return await self._within(self._reader.readline())  # the stream's own line limit (64 KiB) holds here
 
     def __getattr__(self, name: str) -> Any:  # the rest (feed_eof, which the handler's stop() calls): the stream's
         return getattr(self._reader, name)
@@ -114,14 +125,25 @@ class BoundedReader:
         if n > self.limit:
             log.warning("closing a connection that announced a %d-byte event (limit %d)", n, self.limit)
             raise ValueError(f"an event of {n} bytes is more than this server reads ({self.limit})")
-        return await self._reader.readexactly(n)
+        return await self._within(self._reader.readexactly(n))
+
+    async def _within(self, read: Coroutine[Any, Any, bytes]) -> bytes:
+        if self.idle_s is None:
+            return await read
+        try:
+            return await asyncio.wait_for(read, self._due - asyncio.get_running_loop().time())
+        except TimeoutError:
+            log.info("closing a connection that sent no whole event in %g s", self.idle_s)
+            raise
 
 
 @dataclass
 class OpenConnections:
-    """How many connections a server has open (its handlers count themselves in and out)."""
+    """How many connections a server has open (its handlers count themselves in and out): served, and refused
+    but still open (their clients reading the refusal)."""
 
     count: int = 0
+    refusing: int = 0
 
 
 class GGTTSEventHandler(AsyncEventHandler):
@@ -134,8 +156,10 @@ class GGTTSEventHandler(AsyncEventHandler):
         connections: OpenConnections,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
+        idle_s: float | None = None,
     ) -> None:
-        super().__init__(BoundedReader(reader, speaker.settings.max_body_bytes), writer)  # type: ignore[arg-type]
+        bounded = BoundedReader(reader, speaker.settings.max_body_bytes, idle_s)
+        super().__init__(bounded, writer)  # type: ignore[arg-type]
         self.speaker = speaker
         self.info = info
         self.connections = connections
@@ -149,21 +173,26 @@ class GGTTSEventHandler(AsyncEventHandler):
         limit = self.speaker.settings.max_connections
         if self.connections.count >= limit:
             note_refused(limit)
-            with contextlib.suppress(OSError, TimeoutError):
-                message = f"this server has its limit of {limit} connections open; retry in a moment"
-                await self.write_event(Error(text=message, code="too_many_connections").event())
-                # as the HTTP server refuses: the client that already sent its request reads the refusal, not a
-                # reset for its unread bytes; it has REFUSED_LINGER_S to close its side
-                if self.writer.can_write_eof():
-                    self.writer.write_eof()
-                await asyncio.wait_for(self._read_to_end(), REFUSED_LINGER_S)
+            lingering = self.connections.refusing < limit  # at most the cap's worth of refusals wait for clients
+            self.connections.refusing += 1
+            try:
+                with contextlib.suppress(OSError, TimeoutError):
+                    message = f"this server has its limit of {limit} connections open; retry in a moment"
+                    await self.write_event(Error(text=message, code="too_many_connections").event())
+                    # as the HTTP server refuses: the client that already sent its request reads the refusal, not
+                    # a reset for its unread bytes; it has REFUSED_LINGER_S to close its side
+                    if lingering and self.writer.can_write_eof():
+                        self.writer.write_eof()
+                        await asyncio.wait_for(self._read_to_end(), REFUSED_LINGER_S)
+            finally:
+                self.connections.refusing -= 1
             self.writer.close()
             return
         self.connections.count += 1
         try:
             await super().run()
-        except (OSError, EOFError):  # cut off while reading (a reset, or gone inside an event's data); sending ends
-            pass  # in handle_event
+        except (OSError, EOFError):  # cut off while reading (a reset, gone inside an event's data, or no whole event
+            pass  # within the request timeout: a TimeoutError); sending ends in handle_event
         except (TypeError, AttributeError, KeyError, ValueError, RecursionError) as exc:
             # the wyoming reader meets an event header or data that is not a JSON object: the connection ends, as
             # the reader ends it itself for data that is not JSON at all
@@ -312,14 +341,16 @@ async def run_server(uri: str, speaker: Speaker, ready: asyncio.Event | None = N
     if ready is not None:
         ready.set()
     try:
-        await server.run(partial(GGTTSEventHandler, speaker, info, OpenConnections()))
+        # stdio:// serves the one process that started this one: no idle timeout there
+        idle_s = None if uri.startswith("stdio:") else speaker.settings.request_timeout_s
+        await server.run(partial(GGTTSEventHandler, speaker, info, OpenConnections(), idle_s=idle_s))
     finally:
         speaker.shutdown()
 
 
 def serve(models: Mapping[str, TTSModel], settings: ServerSettings, uri: str = DEFAULT_WYOMING_URI) -> None:
     """Serve already loaded models over Wyoming until interrupted."""
-    raise_open_file_limit(settings.max_connections)
+    prepare_for_connections(settings.max_connections)
     speaker = Speaker(models, settings)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(run_server(uri, speaker))
