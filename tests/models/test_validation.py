@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +29,7 @@ from ggtts.models.kokoro import KokoroConfig, KokoroModel
 from ggtts.models.layers import validate
 from ggtts.models.qwen2.config import Qwen2Config
 from ggtts.models.wavtokenizer.config import WavTokenizerConfig
+from gguf_variant import poison, variant
 
 NORM = "bert.layer.full_layer_layer_norm.weight"  # a small tensor: checked at load
 
@@ -43,38 +43,16 @@ def kokoro(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_kokoro_gguf(tmp_path_factory.mktemp("valid") / "tiny.gguf", CONFIG, dict(state), voices)
 
 
-def _variant(src: Path, dst: Path, meta: dict[str, Any] | None = None, tensors: dict[str, Any] | None = None) -> Path:
-    """A copy of ``src`` with some metadata values and some tensors changed (each tensor by a function)."""
-    g = GGUFFile(src)
-    writer = ModelWriter(dst, g.architecture)
-    for key, value in {**g.metadata, **(meta or {})}.items():
-        if key not in ("general.architecture", "general.file_type"):
-            writer.add(key, value)
-    for name in g.names():
-        tensor = g.tensor(name)
-        writer.add_tensor(name, (tensors or {}).get(name, lambda t: t)(tensor))
-    return writer.write()
-
-
-def _poison(value: float, at: int = 3) -> Callable[[torch.Tensor], torch.Tensor]:
-    def change(t: torch.Tensor) -> torch.Tensor:
-        t = t.clone()
-        t.view(-1)[at] = value
-        return t
-
-    return change
-
-
 KOKORO_CASES: list[tuple[str, dict[str, Any], dict[str, Any], str]] = [
     (
         "nan_voice",
         {},
-        {"voice.bb": _poison(math.nan)},
+        {"voice.bb": poison(math.nan)},
         r"voice 'bb' \(tensor 'voice\.bb'\) holds non-finite values \(inf or NaN\)",
     ),
-    ("inf_voice", {}, {"voice.aa": _poison(math.inf, 40)}, r"voice 'aa' \(tensor 'voice\.aa'\) holds non-finite"),
-    ("inf_norm", {}, {NORM: _poison(-math.inf)}, rf"tensor '{NORM}' holds non-finite values \(inf or NaN\)"),
-    ("nan_bias", {}, {"dec.gen.conv_post.bias": _poison(math.nan, 0)}, r"tensor 'dec\.gen\.conv_post\.bias'"),
+    ("inf_voice", {}, {"voice.aa": poison(math.inf, 40)}, r"voice 'aa' \(tensor 'voice\.aa'\) holds non-finite"),
+    ("inf_norm", {}, {NORM: poison(-math.inf)}, rf"tensor '{NORM}' holds non-finite values \(inf or NaN\)"),
+    ("nan_bias", {}, {"dec.gen.conv_post.bias": poison(math.nan, 0)}, r"tensor 'dec\.gen\.conv_post\.bias'"),
     (
         "sample_rate",
         {K.SAMPLE_RATE: 2**32 - 1},
@@ -97,7 +75,7 @@ KOKORO_CASES: list[tuple[str, dict[str, Any], dict[str, Any], str]] = [
 def test_corrupt_kokoro_is_refused_at_load(
     kokoro: Path, tmp_path: Path, case: str, meta: dict[str, Any], tensors: dict[str, Any], message: str
 ) -> None:
-    path = _variant(kokoro, tmp_path / f"{case}.gguf", meta, tensors)
+    path = variant(kokoro, tmp_path / f"{case}.gguf", meta, tensors)
     with pytest.raises(GGUFError, match=message) as caught:
         ggtts.load(path)
     assert str(caught.value).startswith(f"{path}: ")
@@ -105,7 +83,7 @@ def test_corrupt_kokoro_is_refused_at_load(
 
 def test_the_undamaged_copy_loads(kokoro: Path, tmp_path: Path) -> None:
     """The control: the same rewrite with nothing changed loads, so each case above fails for its one change."""
-    model = ggtts.load(_variant(kokoro, tmp_path / "same.gguf"))
+    model = ggtts.load(variant(kokoro, tmp_path / "same.gguf"))
     assert model.voices == ["aa", "bb"] and model.sample_rate == 24000
 
 
@@ -114,7 +92,7 @@ def test_cli_prints_one_line_and_writes_nothing(
     kokoro: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], case: str
 ) -> None:
     _, meta, tensors, message = next(c for c in KOKORO_CASES if c[0] == case)
-    path = _variant(kokoro, tmp_path / f"{case}.gguf", meta, tensors)
+    path = variant(kokoro, tmp_path / f"{case}.gguf", meta, tensors)
     out = tmp_path / "out.wav"
     assert main(["speak", "-m", str(path), "hi", "-o", str(out)]) == 1
     err = capsys.readouterr().err.strip().splitlines()

@@ -62,14 +62,21 @@ class Espeak:
             raise GGTTSError(f"espeak-ng did not start with its data at {data.decode()}")
         self._voice: str | None = None  # a failed start shows at the first voice: espeak-ng then knows none
 
-    def clauses(self, text: str, voice: str) -> list[Clause]:
-        """``text`` in ``voice`` (an espeak-ng voice name, e.g. ``en-us``) as its clauses' phonemes."""
-        encoded = text.replace("\0", " ").encode("utf-8")  # a NUL would end espeak-ng's text there
+    def has_voice(self, voice: str) -> bool:
+        """Whether espeak-ng knows ``voice`` (it becomes the voice in use if so)."""
         with _LOCK:
             if voice != self._voice:
                 if self._lib.espeak_SetVoiceByName(voice.encode()) != 0:
-                    raise GGTTSError(f"espeak-ng has no voice '{voice}'")
+                    return False
                 self._voice = voice
+        return True
+
+    def clauses(self, text: str, voice: str) -> list[Clause]:
+        """``text`` in ``voice`` (an espeak-ng voice name, e.g. ``en-us``) as its clauses' phonemes."""
+        encoded = text.replace("\0", " ").encode("utf-8")  # a NUL would end espeak-ng's text there
+        if not self.has_voice(voice):
+            raise GGTTSError(f"espeak-ng has no voice '{voice}'")
+        with _LOCK:
             buffer = ctypes.create_string_buffer(encoded)
             base = ctypes.addressof(buffer)
             pointer = ctypes.c_void_p(base)

@@ -16,10 +16,11 @@ import torch
 from ggtts.audio import Audio, WordTiming
 from ggtts.errors import GGUFError, InputError
 from ggtts.families.base import NothingToSay, Request, TTSModel
-from ggtts.families.piper import FAMILY, PiperOptions, voices
+from ggtts.families.piper import FAMILY, MAX_NOISE, PiperOptions, voices
 from ggtts.families.piper.text import PhonemeTable, Piece, Spoken
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Piper as K
+from ggtts.models.layers.validate import Bounds
 from ggtts.models.piper.load import load_piper
 from ggtts.models.piper.model import PiperModel
 from ggtts.runtime.cancel import check_cancelled
@@ -29,6 +30,9 @@ SILENT_PEAK = 1e-8  # piper-tts leaves a sentence this quiet unscaled (as zeros)
 # most latent frames per phoneme id (256 samples each: 3 s); natural speech takes a few, and a draw past this is
 # refused before the decoder would be asked for hours of audio
 MAX_FRAMES_PER_ID = 256
+# a voice's own inference defaults: the noise as the per-call options allow it, a length scale voices keep near 1
+NOISE = Bounds(0.0, MAX_NOISE, "a noise scale")
+LENGTH = Bounds(0.1, 10.0, "a length scale")
 
 
 class PiperPipeline(TTSModel):
@@ -42,9 +46,9 @@ class PiperPipeline(TTSModel):
         self._voices = voices(gguf)
         if len(self._voices) > model.cfg.n_speakers:
             raise GGUFError(f"{gguf.path}: {len(self._voices)} speaker names for {model.cfg.n_speakers} speakers")
-        self.noise_scale = gguf.get_float(K.NOISE_SCALE, 0.667)
-        self.length_scale = gguf.get_float(K.LENGTH_SCALE, 1.0)
-        self.noise_w = gguf.get_float(K.NOISE_W, 0.8)
+        self.noise_scale = NOISE.check(gguf.path, K.NOISE_SCALE, gguf.get_float(K.NOISE_SCALE, 0.667))
+        self.length_scale = LENGTH.check(gguf.path, K.LENGTH_SCALE, gguf.get_float(K.LENGTH_SCALE, 1.0))
+        self.noise_w = NOISE.check(gguf.path, K.NOISE_W, gguf.get_float(K.NOISE_W, 0.8))
         self.language = str(gguf.get(K.LANGUAGE) or "")  # the voice's language code ("en_US"), if its config gave it
 
     @classmethod

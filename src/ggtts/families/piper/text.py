@@ -35,6 +35,7 @@ LANGUAGE_SWITCH = re.compile(r"\([^)]+\)")
 SPACED_ENDS = frozenset(",:;")
 PUNCTUATION = frozenset(" ,.;:!?")  # what a sentence made only of says nothing
 PHONEME_TYPES = ("espeak", "text")
+ESPEAK_VOICE_NAME = re.compile(r"[A-Za-z0-9_+-]{1,64}")  # "en-us", "en-gb-x-rp", "en-us+f3"
 # most phonemes in one chunk: a sentence longer than this (rare: 300 phonemes is about 20 seconds of speech) is cut
 # at its clauses, and a clause longer than this at its words, so that the encoder's attention (its memory grows
 # with the square of the length) never sees a whole unpunctuated book
@@ -80,17 +81,25 @@ class PhonemeTable:
         phonemes, ids = gguf.get_list(K.PHONEMES), gguf.get_list(K.PHONEME_IDS)
         if len(phonemes) != len(ids) or not phonemes:
             raise GGUFError(f"{gguf.path}: '{K.PHONEMES}' and '{K.PHONEME_IDS}' must be equally long, and not empty")
+        if any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
+            raise GGUFError(f"{gguf.path}: '{K.PHONEME_IDS}' should hold integers")
         table: dict[str, list[int]] = {}
         for p, i in zip(phonemes, ids, strict=True):
-            table.setdefault(str(p), []).append(int(i))
+            table.setdefault(str(p), []).append(i)
         for needed in (K.BOS, K.EOS, K.PAD):
             if needed not in table:
                 raise GGUFError(f"{gguf.path}: the phoneme map has no '{needed}'")
         kind, voice = gguf.get_str(K.PHONEME_TYPE, "espeak"), gguf.get_str(K.ESPEAK_VOICE, "")
         if kind not in PHONEME_TYPES:
             raise GGUFError(f"{gguf.path}: phoneme type '{kind}' is not one ggtts reads ({', '.join(PHONEME_TYPES)})")
-        if kind == "espeak" and not voice:
-            raise GGUFError(f"{gguf.path}: an espeak voice needs '{K.ESPEAK_VOICE}'")
+        if kind == "espeak":
+            if not voice:
+                raise GGUFError(f"{gguf.path}: an espeak voice needs '{K.ESPEAK_VOICE}'")
+            from ggtts.text.espeak import espeak
+
+            # a voice name, not a path (espeak-ng would look for a file by it): letters, digits, "-", "_", "+"
+            if not ESPEAK_VOICE_NAME.fullmatch(voice) or not espeak().has_voice(voice):
+                raise GGUFError(f"{gguf.path}: espeak-ng has no voice {voice[:40]!r} (metadata '{K.ESPEAK_VOICE}')")
         return cls(table, voice, kind)
 
     def check_vocabulary(self, n_vocab: int, path: object) -> None:

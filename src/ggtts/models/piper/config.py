@@ -99,10 +99,13 @@ class PiperConfig:
         """The configuration from metadata (``get(key, default)``) and tensor shapes (``shape_of(name)``, None
         for a missing tensor): a GGUF file's, or what the converter is about to write."""
 
-        def shape(name: str) -> tuple[int, ...]:
+        def shape(name: str, rank: int = 3) -> tuple[int, ...]:
+            """The shape of tensor ``name``, which must have ``rank`` dimensions (3: a convolution's weight)."""
             found = shape_of(name)
             if found is None:
                 raise GGUFError(f"{path}: missing tensor '{name}'")
+            if len(found) != rank:
+                raise GGUFError(f"{path}: tensor '{name}' has shape {list(found)}; expected {rank} dimensions")
             return found
 
         def integer(key: str, bounds: V.Bounds, default: int | None = None) -> int:
@@ -113,7 +116,11 @@ class PiperConfig:
 
         def integers(key: str, bounds: V.Bounds) -> tuple[int, ...]:
             values = get(key, None)
-            if not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            if (
+                not isinstance(values, list)
+                or not values
+                or any(isinstance(v, bool) or not isinstance(v, int) for v in values)
+            ):
                 raise GGUFError(f"{path}: metadata '{key}' should be a non-empty array of integers")
             return bounds.check_each(path, key, tuple(values))
 
@@ -123,16 +130,17 @@ class PiperConfig:
                 n += 1
             return n
 
-        n_vocab, hidden = shape("enc_p.emb.weight")
-        stochastic = bool(get(K.STOCHASTIC_DURATIONS, True))
+        n_vocab, hidden = shape("enc_p.emb.weight", 2)
+        stochastic = get(K.STOCHASTIC_DURATIONS, True)
+        if not isinstance(stochastic, bool):
+            raise GGUFError(f"{path}: metadata '{K.STOCHASTIC_DURATIONS}' should be true or false, not {stochastic!r}")
         dp_conv = "dp.convs.convs_sep.0.weight" if stochastic else "dp.conv_1.weight"
         kernels = integers(K.RESBLOCK_KERNEL_SIZES, KERNEL)
         dilations = integers(K.RESBLOCK_DILATIONS, DILATION)
         if len(dilations) % len(kernels):
             raise GGUFError(f"{path}: metadata '{K.RESBLOCK_DILATIONS}' does not split evenly over the kernel sizes")
         per = len(dilations) // len(kernels)
-        speakers = shape_of("emb_g.weight")
-        n_speakers, gin = speakers if speakers is not None else (1, 0)
+        n_speakers, gin = shape("emb_g.weight", 2) if shape_of("emb_g.weight") is not None else (1, 0)
         tail = get(K.DP_TAIL_BOUND, 5.0)
         if not isinstance(tail, int | float) or isinstance(tail, bool):
             raise GGUFError(f"{path}: metadata '{K.DP_TAIL_BOUND}' should be a number, not {tail!r}")

@@ -501,9 +501,12 @@ class PiperModel(nn.Module):
         ``max_frames_per_id`` frames per id is an InputError before the decoder runs."""
         text, mean, log_scale, mask, g = self.encode(ids, speaker)
         frames = self.durations(text, mask, g, noise_w, length_scale, generator)
-        if max_frames_per_id is not None and float(frames.sum()) > max_frames_per_id * ids.shape[1]:
+        total = float(frames.sum())
+        if not math.isfinite(total):
+            raise InputError("the voice's duration predictor gave durations that are not finite (a damaged voice?)")
+        if max_frames_per_id is not None and total > max_frames_per_id * ids.shape[1]:
             raise InputError(
-                f"the voice drew {int(frames.sum())} frames for {ids.shape[1]} phoneme ids (noise_w {noise_w:g}, "
+                f"the voice drew {total:.0f} frames for {ids.shape[1]} phoneme ids (noise_w {noise_w:g}, "
                 f"length scale {length_scale:g}); lower noise_w"
             )
         audio = self.decode(mean, log_scale, frames, g, noise_scale, generator)
