@@ -47,8 +47,9 @@ ABUSE_KINDS = ("idle", "slowloris", "garbage")
 # what the server's log says when it ends a hostile connection (ggtts.server.connections)
 SERVER_CUTS = {
     "send timeout": re.compile(r"took nothing for"),
-    "request timeout": re.compile(r"sent no whole request"),
+    "request timeout": re.compile(r"sent no whole (?:request|event)"),
     "cap": re.compile(r"refused (\d+) connections"),  # a count per note: the server notes refusals every few s
+    "making room": re.compile(r"closed (\d+) idle connections"),  # idle ones closed at the cap for newcomers
 }
 
 

@@ -29,7 +29,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-from server_load import Abuse, percentile, rss_mib
+from server_load import Abuse, percentile, rss_mib, server_cuts
 from wyoming.audio import AudioChunk, AudioStop
 from wyoming.client import AsyncTcpClient
 from wyoming.error import Error
@@ -194,7 +194,7 @@ def main() -> None:
             print(f"hostile connections the server ended: {dict(abuse.closed) or 'none'}")
         with open(log_path, errors="replace") as f:
             log = f.read()
-        print(f"server log: {log.count('took nothing for')} cut at the send timeout, "
+        print(f"server log: {dict(server_cuts(log_path)) or 'no connection cut'}, "
               f"{log.count('Traceback')} tracebacks, {log.count('ERROR')} ERROR lines")  # fmt: skip
     finally:
         process.terminate()

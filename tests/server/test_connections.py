@@ -38,6 +38,8 @@ LONG_CHUNK_BYTES = 8 * 24000 * 2  # tone_server.LONG_CHUNK_S at 24 kHz, 16-bit
 READ_BYTES = 64 * 1024
 READ_PAUSE_S = 0.011  # 440 reads: about 4.8 s of listening
 HANG_S = scaled(60)
+NEVER_S = 1e6
+IDLE_GRACE_S = 0.2
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +53,7 @@ def limited_server(tmp_path_factory: pytest.TempPathFactory, tone_log: Path) -> 
     cmd = [sys.executable, str(HERE / "tone_server.py"), "--api-key", API_KEY, "--long-model"]
     cmd += ["--timeout", str(SYNTHESIS_TIMEOUT_S), "--send-timeout", str(SEND_TIMEOUT_S)]
     cmd += ["--request-timeout", str(REQUEST_TIMEOUT_S), "--max-connections", str(MAX_CONNECTIONS)]
+    cmd += ["--idle-grace", str(NEVER_S)]  # no idle connection makes room: the cap's refusals are tested here
     server = start_server(cmd, log_path, env={"TONE_LOG": str(tone_log)})
     server.api_key = API_KEY
     yield server
@@ -249,3 +252,65 @@ logging.getLogger("asyncio").error("something else")
     ]
     assert "Traceback" not in out.stdout + out.stderr
     assert "ERROR asyncio: something else" in lines
+
+
+@pytest.fixture(scope="module")
+def evicting_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """At its cap, a connection idle for IDLE_GRACE_S makes room for a new one (the request timeout is long)."""
+    log_path = tmp_path_factory.mktemp("evicting-server") / "server.log"
+    cmd = [sys.executable, str(HERE / "tone_server.py"), "--api-key", API_KEY, "--long-model"]
+    cmd += ["--max-connections", str(MAX_CONNECTIONS), "--idle-grace", str(IDLE_GRACE_S)]
+    server = start_server(cmd, log_path)
+    server.api_key = API_KEY
+    yield server
+    stop_server(server)
+    assert "Traceback" not in server.log(), server.log()[-3000:]
+
+
+def _health_on(sock: socket.socket) -> bytes:
+    """GET /health on ``sock`` (kept open): the status line."""
+    sock.settimeout(HANG_S)
+    sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+    answer = b""
+    while b"\r\n\r\n" not in answer and (data := sock.recv(4096)):
+        answer += data
+    return answer.split(b"\r\n", 1)[0]
+
+
+def _still_open(sock: socket.socket) -> bool:
+    sock.setblocking(False)
+    try:
+        return sock.recv(1) != b""
+    except BlockingIOError:  # nothing to read, and not closed
+        return True
+    except ConnectionResetError:
+        return False
+
+
+def test_idle_connections_make_room_for_a_request(evicting_server: Server) -> None:
+    """The cap's worth of connections that say nothing (or half a request) does not keep clients out: each newcomer
+    takes the place of the connection that has waited longest, and is served; a connection at work (a stream
+    being read) is never the one closed."""
+    address = _address(evicting_server)
+    working = _send_speech(evicting_server, "a b c d e f", tag="work")  # 2.3 MB of pcm, read below
+    working.settimeout(HANG_S)
+    head = working.recv(12)
+    assert head == b"HTTP/1.1 200"
+    held = [socket.create_connection(address) for _ in range(MAX_CONNECTIONS - 2)]
+    held.append(socket.create_connection(address))
+    held[-1].sendall(b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\n")  # half a request
+    newcomers = []
+    try:
+        time.sleep(2 * IDLE_GRACE_S)  # all of them idle past the grace (a busy machine only makes it longer)
+        for _ in range(3):  # each stays open, idle after its answer (the youngest wait)
+            newcomers.append(socket.create_connection(address))
+            assert _health_on(newcomers[-1]) == b"HTTP/1.1 200 OK"
+        assert all(_closed_by_server(sock) for sock in held[:3])  # the three oldest made room
+        assert all(_still_open(sock) for sock in held[3:]), "a younger idle connection was closed"
+        received = len(head)
+        while data := working.recv(1 << 16):  # the stream at work arrives whole
+            received += len(data)
+        assert received > 6 * LONG_CHUNK_BYTES
+    finally:
+        for sock in [*held, *newcomers, working]:
+            sock.close()

@@ -99,6 +99,9 @@ def test_settings_are_checked() -> None:
         ServerSettings(request_timeout_s=-1)
     with pytest.raises(InputError, match="max_connections"):
         ServerSettings(max_connections=0)
+    with pytest.raises(InputError, match="idle_grace_s"):
+        ServerSettings(idle_grace_s=float("nan"))
+    assert ServerSettings(idle_grace_s=0).idle_grace_s == 0  # any idle connection makes room at once
     assert ServerSettings(api_key="").api_key is None
 
 

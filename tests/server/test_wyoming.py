@@ -298,13 +298,17 @@ def test_a_client_gone_inside_an_events_data_is_a_quiet_close(tone_port: int, ca
 
 
 LIMITED_CONNECTIONS = 3
+NEVER_S = 1e6
+IDLE_GRACE_S = 0.2
 LONG_CHUNK_S = 8.0  # 384 KB of pcm a word: a few words are more than the sockets' buffers hold
 
 
 @pytest.fixture(scope="module")
 def limited() -> Iterator[tuple[int, Speaker]]:
     """A Wyoming server with a short send timeout and a connection cap."""
-    settings = ServerSettings(max_input_chars=200, send_timeout_s=2.0, max_connections=LIMITED_CONNECTIONS)
+    settings = ServerSettings(
+        max_input_chars=200, send_timeout_s=2.0, max_connections=LIMITED_CONNECTIONS, idle_grace_s=NEVER_S
+    )  # no idle connection makes room: the cap's refusals are tested here
     yield from _serve_in_thread({"long": ToneModel(chunk_s=LONG_CHUNK_S), "tone": ToneModel()}, settings)
 
 
@@ -414,7 +418,9 @@ IDLE_S = 1.0  # the idle server's request timeout
 @pytest.fixture(scope="module")
 def idle() -> Iterator[tuple[int, Speaker]]:
     """A Wyoming server with a short request timeout and a cap of LIMITED_CONNECTIONS."""
-    settings = ServerSettings(max_input_chars=200, request_timeout_s=IDLE_S, max_connections=LIMITED_CONNECTIONS)
+    settings = ServerSettings(
+        max_input_chars=200, request_timeout_s=IDLE_S, max_connections=LIMITED_CONNECTIONS, idle_grace_s=NEVER_S
+    )
     yield from _serve_in_thread({"tone": ToneModel()}, settings)
 
 
@@ -502,6 +508,43 @@ def test_a_connection_that_keeps_sending_events_stays_open(idle: tuple[int, Spea
         return answered
 
     assert asyncio.run(run()) >= 3
+
+
+@pytest.fixture(scope="module")
+def evicting() -> Iterator[tuple[int, Speaker]]:
+    """A cap of LIMITED_CONNECTIONS where a connection idle for IDLE_GRACE_S makes room (a long request timeout)."""
+    settings = ServerSettings(max_connections=LIMITED_CONNECTIONS, idle_grace_s=IDLE_GRACE_S)
+    yield from _serve_in_thread({"tone": ToneModel()}, settings)
+
+
+def test_idle_connections_make_room_for_a_client(evicting: tuple[int, Speaker]) -> None:
+    """The cap's worth of connections that send nothing, or half an event, do not keep a client out: each
+    newcomer takes the place of the one that has waited longest, and is served."""
+    port, _ = evicting
+
+    async def run() -> None:
+        held = [await asyncio.open_connection("127.0.0.1", port) for _ in range(LIMITED_CONNECTIONS)]
+        held[-1][1].write(b'{"type": "synthesize", "data_length": 100}\n{"te')  # half an event
+        newcomers = []
+        try:
+            await asyncio.sleep(2 * IDLE_GRACE_S)  # idle past the grace (a busy machine only makes it longer)
+            for _ in range(2):  # each stays open, idle after its answer (the youngest wait)
+                client = AsyncTcpClient("127.0.0.1", port)
+                await client.connect()
+                newcomers.append(client)
+                await client.write_event(Synthesize(text="a b").event())
+                events, audio = await _read_until(client, AudioStop)
+                assert AudioStop.is_type(events[-1].type) and audio, [e.type for e in events]
+            for reader, _ in held[:2]:  # the two oldest made room
+                assert await asyncio.wait_for(reader.read(), READ_TIMEOUT_S) == b""
+            assert not held[2][0].at_eof()  # the youngest of them still open
+        finally:
+            for _, writer in held:
+                writer.close()
+            for client in newcomers:
+                await client.disconnect()
+
+    asyncio.run(run())
 
 
 def test_a_failure_inside_a_stream_is_one_error_then_synthesize_stopped(tone_port: int) -> None:

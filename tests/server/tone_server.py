@@ -31,6 +31,7 @@ def main() -> None:
     parser.add_argument("--send-timeout", type=float, default=60.0)
     parser.add_argument("--request-timeout", type=float, default=30.0)
     parser.add_argument("--max-connections", type=int, default=512)
+    parser.add_argument("--idle-grace", type=float, default=0.25)  # ServerSettings.idle_grace_s
     parser.add_argument("--long-model", action="store_true")
     args = parser.parse_args()
     models = {
@@ -48,6 +49,7 @@ def main() -> None:
         send_timeout_s=args.send_timeout,
         request_timeout_s=args.request_timeout,
         max_connections=args.max_connections,
+        idle_grace_s=args.idle_grace,
     )
     run(models, settings, "127.0.0.1", args.port)
 

@@ -8,12 +8,14 @@ uvicorn's own, with three bounds added.
 - **Send timeout** (``send_timeout_s``): a client that takes none of the bytes sent to it for this long (its
   connection's write buffer stays full) is cut off, so a reader that stopped reading does not hold its model's
   turn. A client playing the audio as it arrives takes bytes all the time and never comes near it.
-- **Connection cap** (``max_connections``): a connection beyond it is answered 503 at once and closed, so idle
-  or slow clients use up neither the process's file descriptors nor the server's attention; ``/health`` and the
-  clients already connected go on being served. A refused client has :data:`REFUSED_LINGER_S` to read its
-  answer and close; at most as many refusals as the cap linger at once (past that, a flood's connections are
-  closed as soon as answered), so the process needs about twice the cap in open files, which
-  :func:`prepare_for_connections` asks of the system.
+- **Connection cap** (``max_connections``): at the cap, a new connection takes the place of the one that has
+  waited longest for its request, if that one has waited ``idle_grace_s`` (it is closed: idle, silent and
+  trickling clients cannot keep working ones out); if every connection is at work, the new one is answered 503
+  at once and closed, so clients use up neither the process's file descriptors nor the server's attention;
+  ``/health`` and the clients already connected go on being served. A refused client has
+  :data:`REFUSED_LINGER_S` to read its answer and close; at most as many refusals as the cap linger at once
+  (past that, a flood's connections are closed as soon as answered), so the process needs about twice the cap
+  in open files, which :func:`prepare_for_connections` asks of the system.
 
 The request limit on synthesis itself (``timeout_s``) is :class:`ggtts.server.worker.Deadline`'s.
 """
@@ -26,6 +28,8 @@ import logging
 import math
 import resource
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 import h11
@@ -60,11 +64,12 @@ def busy_response(max_connections: int) -> bytes:
     return head.encode() + body
 
 
-class _Refusals:
-    """Counts the connections refused at the cap and says so in the log at most every :data:`REFUSAL_NOTE_S`
-    seconds (a flood of connections is not also a flood of log lines)."""
+class _Tally:
+    """Counts events and says so in the log at most every :data:`REFUSAL_NOTE_S` seconds (a flood of connections
+    is not also a flood of log lines): ``message`` % (count, limit)."""
 
-    def __init__(self) -> None:
+    def __init__(self, message: str) -> None:
+        self.message = message
         self.count = 0
         self.noted = -math.inf
 
@@ -72,16 +77,52 @@ class _Refusals:
         self.count += 1
         now = time.monotonic()
         if now - self.noted >= REFUSAL_NOTE_S:
-            log.warning("refused %d connections: %d are open (the limit)", self.count, limit)
+            log.warning(self.message, self.count, limit)
             self.count, self.noted = 0, now
 
 
-_REFUSALS = _Refusals()
+_REFUSALS = _Tally("refused %d connections: %d are open (the limit), none of them idle")
+_EVICTIONS = _Tally("closed %d idle connections to make room for new ones (the limit: %d)")
 
 
 def note_refused(limit: int) -> None:
-    """Count a connection refused at the cap of ``limit`` (noted in the log every few seconds)."""
+    """Count a connection refused at the cap of ``limit`` (noted in the log at most every few seconds)."""
     _REFUSALS.note(limit)
+
+
+class IdleConnections:
+    """A server's connections that wait for a request (or a Wyoming event), oldest wait first: at the cap, the
+    oldest makes room for a new connection (:meth:`make_room`)."""
+
+    def __init__(self, grace_s: float) -> None:
+        self.grace_s = grace_s
+        self._since: OrderedDict[Any, float] = OrderedDict()
+
+    def waiting(self, connection: Any, now: float) -> None:
+        """``connection`` waits from ``now`` (if it did not already)."""
+        self._since.setdefault(connection, now)
+
+    def busy(self, connection: Any) -> None:
+        """``connection`` no longer waits (its request came, or it closed)."""
+        self._since.pop(connection, None)
+
+    def make_room(self, now: float, limit: int, close: Callable[[Any], None]) -> bool:
+        """Close (``close(connection)``) the connection that has waited longest, if it has waited the grace;
+        whether one was."""
+        for connection, since in self._since.items():
+            if now - since < self.grace_s:
+                return False
+            del self._since[connection]
+            _EVICTIONS.note(limit)
+            close(connection)
+            return True
+        return False
+
+
+class Refusing:
+    """How many refused connections a server still has open (their clients reading the refusal)."""
+
+    count = 0
 
 
 class _SendTimeout:
@@ -118,12 +159,16 @@ class _SendTimeout:
 
 
 class GuardedH11Protocol(_SendTimeout, H11Protocol):
-    """uvicorn's HTTP/1.1 protocol with the request timeout, the send timeout and the connection cap."""
+    """uvicorn's HTTP/1.1 protocol with the request timeout, the send timeout and the connection cap (each server
+    has its own subclass, with its own idle and refusing connections: :func:`guarded_protocols`)."""
 
     request_timeout_s: float
     max_connections: int
+    idle: IdleConnections
+    refusing: Refusing
     _request_timer: asyncio.TimerHandle | None = None
     _refused = False
+    _lingering = False
 
     def eof_received(self) -> None:
         if self._refused:  # the refused client has read its answer and closed: so do we
@@ -131,15 +176,20 @@ class GuardedH11Protocol(_SendTimeout, H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        if len(self.connections) > self.max_connections:
+        at_work = len(self.connections) - self.refusing.count
+        if at_work > self.max_connections and not self.idle.make_room(
+            self.loop.time(), self.max_connections, _close_idle
+        ):
             note_refused(self.max_connections)
             # the answer, then end of our side; what the client sends meanwhile is read and dropped until it closes
             # (closing with its request unread would reset the connection and lose the answer)
             self._refused = True
             transport.write(busy_response(self.max_connections))
-            if len(self.connections) > 2 * self.max_connections:  # the cap's worth of refusals linger already
+            if self.refusing.count >= self.max_connections:  # the cap's worth of refusals linger already
                 transport.close()
                 return
+            self._lingering = True
+            self.refusing.count += 1
             transport.write_eof()
             self.loop.call_later(REFUSED_LINGER_S, transport.abort)
             return
@@ -162,6 +212,9 @@ class GuardedH11Protocol(_SendTimeout, H11Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_request_timer()
+        if self._lingering:
+            self.refusing.count -= 1
+            self._lingering = False
         super().connection_lost(exc)
 
     def _watch_request(self) -> None:
@@ -171,8 +224,10 @@ class GuardedH11Protocol(_SendTimeout, H11Protocol):
             self._stop_request_timer()
         elif self._request_timer is None:
             self._request_timer = self.loop.call_later(self.request_timeout_s, self._request_late)
+            self.idle.waiting(self, self.loop.time())
 
     def _stop_request_timer(self) -> None:
+        self.idle.busy(self)
         if self._request_timer is not None:
             self._request_timer.cancel()
             self._request_timer = None
@@ -188,12 +243,19 @@ class GuardedWebSocketProtocol(_SendTimeout, WebSocketsSansIOProtocol):
     """uvicorn's WebSocket protocol with the send timeout (messages in are bounded by ``ws_max_size``)."""
 
 
+def _close_idle(connection: GuardedH11Protocol) -> None:
+    connection._stop_request_timer()
+    connection.transport.close()
+
+
 def guarded_protocols(settings: ServerSettings) -> dict[str, Any]:
     """uvicorn's ``http`` and ``ws`` arguments: the protocol classes above, bound to ``settings``' limits."""
     limits = {
         "request_timeout_s": settings.request_timeout_s,
         "send_timeout_s": settings.send_timeout_s,
         "max_connections": settings.max_connections,
+        "idle": IdleConnections(settings.idle_grace_s),
+        "refusing": Refusing(),
     }
     http = type("GGTTSHttpProtocol", (GuardedH11Protocol,), limits)
     ws = type("GGTTSWebSocketProtocol", (GuardedWebSocketProtocol,), {"send_timeout_s": settings.send_timeout_s})

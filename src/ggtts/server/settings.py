@@ -16,6 +16,9 @@ DEFAULT_TIMEOUT_S = 120.0  # synthesis (and waiting for a turn) per request
 DEFAULT_SEND_TIMEOUT_S = 60.0  # a client that takes none of the bytes sent to it for this long is cut off
 DEFAULT_REQUEST_TIMEOUT_S = 30.0  # from connecting (or the last response) to a whole request
 DEFAULT_MAX_CONNECTIONS = 512
+# at the connection cap, a connection that has waited this long for its (next) request is closed to make room for
+# a new one: longer than a request takes to follow its connection on any usable network
+DEFAULT_IDLE_GRACE_S = 0.25
 API_KEY_ENV = "GGTTS_API_KEY"
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "::1", "localhost"})
 
@@ -28,8 +31,9 @@ class ServerSettings:
     only pay for it).
 
     ``timeout_s`` bounds each request's synthesis and its wait for a turn, not the time its client takes to
-    read; ``send_timeout_s``, ``request_timeout_s`` and ``max_connections`` bound the connections themselves
-    (see :mod:`ggtts.server.connections`)."""
+    read; ``send_timeout_s``, ``request_timeout_s`` and ``max_connections`` bound the connections themselves, and
+    at the cap a connection idle for ``idle_grace_s`` makes room for a new one (see
+    :mod:`ggtts.server.connections`)."""
 
     api_key: str | None = None
     max_queue: int = DEFAULT_MAX_QUEUE
@@ -40,6 +44,7 @@ class ServerSettings:
     send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    idle_grace_s: float = DEFAULT_IDLE_GRACE_S
 
     def __post_init__(self) -> None:
         if self.max_queue < 0:
@@ -49,6 +54,8 @@ class ServerSettings:
         for name in ("timeout_s", "send_timeout_s", "request_timeout_s"):
             if not getattr(self, name) > 0:  # NaN too
                 raise InputError(f"{name} must be positive, got {getattr(self, name)}")
+        if not self.idle_grace_s >= 0:
+            raise InputError(f"idle_grace_s must be 0 or more, got {self.idle_grace_s}")
         if self.max_connections < 1:
             raise InputError(f"max_connections must be at least 1, got {self.max_connections}")
         if self.api_key == "":

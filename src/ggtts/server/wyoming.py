@@ -13,8 +13,9 @@ it speaks where the model knows them. A connection speaks with the first program
   (as wyoming-piper does, so clients written for it work).
 - Bad input (an unknown voice or program, empty or over-long text, a model failing) is one ``error`` event with
   the message and code the HTTP API would give; the connection stays usable.
-- Connections are bounded as the HTTP server's are: past ``--max-connections`` a new one gets one ``error``
-  event and is closed; a client that takes none of the audio sent to it for ``--send-timeout`` seconds is cut
+- Connections are bounded as the HTTP server's are: at ``--max-connections``, a new one takes the place of the
+  one that has waited longest for an event (after a grace of a quarter second), or, if none waits, gets one
+  ``error`` event and is closed; a client that takes none of the audio sent to it for ``--send-timeout`` seconds is cut
   off (its model's turn passes on); one that sends no whole event within ``--request-timeout`` seconds of
   connecting or of its last answer is closed (silent, half-sent and trickled events alike); events longer than
   any valid request are refused unread.
@@ -29,8 +30,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Coroutine, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -42,9 +43,9 @@ from wyoming.server import AsyncEventHandler, AsyncServer
 from wyoming.tts import Synthesize, SynthesizeChunk, SynthesizeStart, SynthesizeStop, SynthesizeStopped
 
 from ggtts import __version__
-from ggtts.server.connections import REFUSED_LINGER_S, note_refused, prepare_for_connections
+from ggtts.server.connections import REFUSED_LINGER_S, IdleConnections, note_refused, prepare_for_connections
 from ggtts.server.errors import ApiError
-from ggtts.server.settings import DEFAULT_WYOMING_URI, ServerSettings
+from ggtts.server.settings import DEFAULT_IDLE_GRACE_S, DEFAULT_WYOMING_URI, ServerSettings
 from ggtts.server.speaking import Speaker, spoken
 from ggtts.server.worker import Deadline
 from ggtts.text.incremental import MAX_CHARS, TextStream
@@ -107,13 +108,22 @@ class BoundedReader:
     sends half an event, or one that trickles it byte by byte is closed (a TimeoutError), as HTTP's
     ``--request-timeout`` closes its connections. The event's first line starts the clock."""
 
-    def __init__(self, reader: asyncio.StreamReader, limit: int, idle_s: float | None = None) -> None:
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        limit: int,
+        idle_s: float | None = None,
+        waiting: Callable[[], None] | None = None,
+    ) -> None:
         self._reader = reader
         self.limit = limit
         self.idle_s = idle_s
+        self.waiting = waiting  # called as the wait for an event begins
         self._due = 0.0  # when the event being read must be whole (the loop's clock)
 
     async def readline(self) -> bytes:
+        if self.waiting is not None:
+            self.waiting()
         if self.idle_s is not None:
             self._due = asyncio.get_running_loop().time() + self.idle_s
         return await self._within(self._reader.readline())  # the stream's own line limit (64 KiB) holds here
@@ -140,10 +150,11 @@ class BoundedReader:
 @dataclass
 class OpenConnections:
     """How many connections a server has open (its handlers count themselves in and out): served, and refused
-    but still open (their clients reading the refusal)."""
+    but still open (their clients reading the refusal); and which of the served wait for an event."""
 
     count: int = 0
     refusing: int = 0
+    idle: IdleConnections = field(default_factory=lambda: IdleConnections(DEFAULT_IDLE_GRACE_S))
 
 
 class GGTTSEventHandler(AsyncEventHandler):
@@ -158,7 +169,10 @@ class GGTTSEventHandler(AsyncEventHandler):
         writer: asyncio.StreamWriter,
         idle_s: float | None = None,
     ) -> None:
-        bounded = BoundedReader(reader, speaker.settings.max_body_bytes, idle_s)
+        loop = asyncio.get_running_loop()
+        bounded = BoundedReader(
+            reader, speaker.settings.max_body_bytes, idle_s, lambda: connections.idle.waiting(self, loop.time())
+        )
         super().__init__(bounded, writer)  # type: ignore[arg-type]
         self.speaker = speaker
         self.info = info
@@ -171,7 +185,8 @@ class GGTTSEventHandler(AsyncEventHandler):
     async def run(self) -> None:
         """Serve the connection's events, if the server has room for one more connection."""
         limit = self.speaker.settings.max_connections
-        if self.connections.count >= limit:
+        room = asyncio.get_running_loop().time(), limit, _close_idle
+        if self.connections.count >= limit and not self.connections.idle.make_room(*room):
             note_refused(limit)
             lingering = self.connections.refusing < limit  # at most the cap's worth of refusals wait for clients
             self.connections.refusing += 1
@@ -199,6 +214,7 @@ class GGTTSEventHandler(AsyncEventHandler):
             log.info("closing a connection that sent an event this server cannot read (%s)", type(exc).__name__)
         finally:
             self.connections.count -= 1
+            self.connections.idle.busy(self)
 
     async def _read_to_end(self) -> None:
         while await self.reader.read(4096):  # type: ignore[attr-defined]  # the stream's, through BoundedReader
@@ -215,6 +231,7 @@ class GGTTSEventHandler(AsyncEventHandler):
             raise ConnectionAbortedError(f"the client took nothing for {timeout:g} s") from None
 
     async def handle_event(self, event: Event) -> bool:
+        self.connections.idle.busy(self)  # at work until it waits for the next event
         try:
             if Describe.is_type(event.type):
                 await self.write_event(self.info.event())
@@ -333,6 +350,10 @@ class GGTTSEventHandler(AsyncEventHandler):
         await self.write_event(AudioStop().event())
 
 
+def _close_idle(handler: GGTTSEventHandler) -> None:
+    handler.writer.close()  # its reader sees the end of the connection, and the handler ends
+
+
 async def run_server(uri: str, speaker: Speaker, ready: asyncio.Event | None = None) -> None:
     """Serves until cancelled."""
     server = AsyncServer.from_uri(uri)
@@ -343,7 +364,8 @@ async def run_server(uri: str, speaker: Speaker, ready: asyncio.Event | None = N
     try:
         # stdio:// serves the one process that started this one: no idle timeout there
         idle_s = None if uri.startswith("stdio:") else speaker.settings.request_timeout_s
-        await server.run(partial(GGTTSEventHandler, speaker, info, OpenConnections(), idle_s=idle_s))
+        connections = OpenConnections(idle=IdleConnections(speaker.settings.idle_grace_s))
+        await server.run(partial(GGTTSEventHandler, speaker, info, connections, idle_s=idle_s))
     finally:
         speaker.shutdown()
 
