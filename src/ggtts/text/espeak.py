@@ -95,7 +95,10 @@ class Espeak:
                 paragraph = bool(PARAGRAPH.search(consumed_text))
                 phonemes_text = (phonemes or b"").decode("utf-8")
                 sentence_end = paragraph or end in SENTENCE_ENDS
-                clauses.append(Clause(phonemes_text, "" if paragraph else end, sentence_end, consumed_text))
+                # a clause that says nothing has no terminator, as espeak-ng's own terminator API reports it (after
+                # a quoted '"..."' or '";"', say: piper-tts's ids end without that mark)
+                mark = "" if paragraph or not phonemes_text else end
+                clauses.append(Clause(phonemes_text, mark, sentence_end, consumed_text))
             # espeak-ng may hold one character it read past the text's last clause (the second "." of a text
             # ending ".."), which would begin the next text it is given ("dot go" for "Go"): it is read now, and
             # dropped
