@@ -67,7 +67,13 @@ def _send(ws: Any, message: Any) -> None:
         ws.send_text(json.dumps(message))
 
 
-@settings(max_examples=EXAMPLES * 3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=EXAMPLES * 3,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(messages=st.lists(_message(), min_size=1, max_size=4), end=st.booleans())
 # every message type in a well-formed session, each run (the random ones mostly meet a refusal early)
 @example(messages=[{"type": "start", "voice": "high"}, {"type": "text", "text": "one two. "}], end=True)
@@ -163,7 +169,13 @@ def _answers(sock: socket.socket) -> list[str] | None:
             return types
 
 
-@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(events=st.lists(st.tuples(WYOMING_TYPES, WYOMING_DATA), min_size=1, max_size=4))
 def test_wyoming_events(wyoming_port: int, caplog: pytest.LogCaptureFixture, events: list[tuple[str, Any]]) -> None:
     caplog.clear()
@@ -211,8 +223,15 @@ LINE = st.one_of(
 )
 
 
-@settings(max_examples=EXAMPLES * 2, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=EXAMPLES * 2,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(lines=st.lists(LINE, min_size=1, max_size=4))
+@example(lines=['{"text": ""}'])  # an empty item was taken (found by a random run of this test)
 def test_jsonl_manifest_lines(tmp_path_factory: pytest.TempPathFactory, lines: list[str]) -> None:
     path = tmp_path_factory.mktemp("fuzz") / "items.jsonl"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -261,7 +280,7 @@ def _audio_part(data: str) -> dict[str, Any]:
     return {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}
 
 
-@settings(max_examples=EXAMPLES * 3, deadline=None)
+@settings(max_examples=EXAMPLES * 3, deadline=None, derandomize=True, database=None)
 @given(body=CHAT_BODY)
 @example(body={"messages": [{"role": "user", "content": [_audio_part("@@@")]}]})
 @example(body={"messages": [{"role": "user", "content": [_audio_part("")]}]})
