@@ -54,13 +54,13 @@ def pytest_make_collect_report(collector: pytest.Collector):  # type: ignore[no-
 UNIT_SECONDS = {
     "e2e": 155,
     "batch": 153,
-    "server": 152,
+    "server": 160,
     "test_types.py": 60,  # mypy over the package, one core
     "convert": 87,
     "text": 77,
     "cli": 68,
     "parity": 64,
-    "piper": 61,
+    "piper": 70,
     "outetts": 51,
     "magpie": 50,
     "models": 50,

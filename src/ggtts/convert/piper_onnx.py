@@ -1,4 +1,5 @@
-"""A Piper voice (``VOICE.onnx`` + ``VOICE.onnx.json``) -> ``piper`` GGUF.
+"""A Piper voice (``VOICE.onnx`` + ``VOICE.onnx.json``, or a training checkpoint ``.ckpt`` + its ``config.json``:
+:mod:`ggtts.convert.piper_ckpt`) -> ``piper`` GGUF.
 
 Piper exports its VITS generator to ONNX with torch's exporter, so most weights keep their module paths
 (``enc_p.encoder.attn_layers.0.conv_q.weight``). Three kinds do not, and are recovered here:
@@ -94,11 +95,13 @@ def read_onnx_voice(path: Path) -> OnnxVoice:
             voice.tensors.setdefault(name, array)
     if FOLDED_LOGS in raw and "dp.flows.0.logs" not in voice.tensors:
         voice.tensors["dp.flows.0.logs"] = -np.log(raw[FOLDED_LOGS].astype(np.float64)).astype(np.float32)
-    _fold_weight_norm(voice.tensors)
+    fold_weight_norm(voice.tensors)
     return voice
 
 
-def _fold_weight_norm(tensors: dict[str, np.ndarray]) -> None:
+def fold_weight_norm(tensors: dict[str, np.ndarray]) -> None:
+    """Each weight-normed pair ``X.weight_g``, ``X.weight_v`` -> ``X.weight`` = g * v / |v| (norms over all but the
+    first dimension), in float64."""
     for g_name in [n for n in tensors if n.endswith(".weight_g")]:
         base = g_name[: -len("_g")]
         v = tensors.pop(base + "_v").astype(np.float64)
@@ -207,20 +210,35 @@ def voice_keys(config: Mapping[str, Any], path: Path) -> dict[str, Any]:
     return keys
 
 
+MODEL_SUFFIXES = (".onnx", ".ckpt")
+CONFIG_SEARCH_DEPTH = 3  # a training checkpoint sits in lightning_logs/version_N/checkpoints/ under its config.json
+
+
 def _sources(sources: list[Path]) -> tuple[Path, Path]:
-    onnx_files = [s for s in sources if s.suffix.lower() == ".onnx"]
+    models = [s for s in sources if s.suffix.lower() in MODEL_SUFFIXES]
     configs = [s for s in sources if s.suffix.lower() == ".json"]
-    if len(onnx_files) != 1 or len(configs) > 1 or len(sources) != len(onnx_files) + len(configs):
-        raise ConversionError("give one Piper voice: VOICE.onnx, and its VOICE.onnx.json if it is not beside it")
-    config = configs[0] if configs else onnx_files[0].with_name(onnx_files[0].name + ".json")
-    for path in (onnx_files[0], config):
-        if not path.is_file():
-            raise ConversionError(f"{path}: no such file" + (" (the voice's config)" if path == config else ""))
-    return onnx_files[0], config
+    if len(models) != 1 or len(configs) > 1 or len(sources) != len(models) + len(configs):
+        raise ConversionError(
+            "give one Piper voice: VOICE.onnx (its VOICE.onnx.json beside it or given), or a training checkpoint "
+            "VOICE.ckpt (its config.json given, or found in its folder or above)"
+        )
+    model = models[0]
+    if not model.is_file():
+        raise ConversionError(f"{model}: no such file")
+    if configs:
+        config = configs[0]
+    elif model.suffix.lower() == ".onnx":
+        config = model.with_name(model.name + ".json")
+    else:
+        found = [d / "config.json" for d in [model.parent, *model.parent.parents][: CONFIG_SEARCH_DEPTH + 1]]
+        config = next((c for c in found if c.is_file()), found[0])
+    if not config.is_file():
+        raise ConversionError(f"{config}: no such file (the voice's config)")
+    return model, config
 
 
 def convert_piper(sources: list[Path], out: Path, out_type: str) -> Path:
-    """``ggtts convert piper VOICE.onnx [VOICE.onnx.json] -o voice.gguf``."""
+    """``ggtts convert piper VOICE.onnx [VOICE.onnx.json] -o voice.gguf``, or ``VOICE.ckpt [config.json]``."""
     from ggtts.models.layers.gguf_state import empty_modules
     from ggtts.models.piper.model import PiperModel
 
@@ -228,13 +246,18 @@ def convert_piper(sources: list[Path], out: Path, out_type: str) -> Path:
         raise ConversionError(
             f"--type {out_type} is not offered for Piper voices (convolutions with small kernels); use f32, f16 or bf16"
         )
-    onnx_path, config_path = _sources(sources)
+    model_path, config_path = _sources(sources)
     try:
         config = json.loads(config_path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ConversionError(f"{config_path}: cannot read the voice's config ({e})") from None
     meta = voice_keys(config, config_path)
-    voice = read_onnx_voice(onnx_path)
+    if model_path.suffix.lower() == ".ckpt":
+        from ggtts.convert.piper_ckpt import read_checkpoint_voice
+
+        voice = read_checkpoint_voice(model_path)
+    else:
+        voice = read_onnx_voice(model_path)
     meta.update(hyperparameters(voice))
     cfg = _config_of(meta, voice)
     with empty_modules():
@@ -248,22 +271,22 @@ def convert_piper(sources: list[Path], out: Path, out_type: str) -> Path:
     missing = [name for name in wanted if name not in voice.tensors]
     if missing:
         raise ConversionError(
-            f"{onnx_path}: no tensor for '{missing[0]}'"
+            f"{model_path}: no tensor for '{missing[0]}'"
             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
         )
     unknown = sorted(n for n in voice.tensors if n not in wanted and not TRAINING_ONLY.match(n))
     if unknown:
-        raise ConversionError(f"{onnx_path}: tensor '{unknown[0]}' has no place in a Piper voice")
+        raise ConversionError(f"{model_path}: tensor '{unknown[0]}' has no place in a Piper voice")
     writer = ModelWriter(out, K.ARCH, out_type)
-    writer.add("general.name", str(config.get("dataset") or onnx_path.stem))
+    writer.add("general.name", str(config.get("dataset") or model_path.stem))
     for key, value in meta.items():
         writer.add(key, value)
     for name, spec in wanted.items():
         array = np.ascontiguousarray(voice.tensors[name], dtype=np.float32)
         if tuple(array.shape) != tuple(spec.shape):
-            raise ConversionError(f"{onnx_path}: tensor '{name}' is {list(array.shape)}, expected {list(spec.shape)}")
+            raise ConversionError(f"{model_path}: tensor '{name}' is {list(array.shape)}, expected {list(spec.shape)}")
         if not np.isfinite(array).all():
-            raise ConversionError(f"{onnx_path}: tensor '{name}' holds NaN or infinity")
+            raise ConversionError(f"{model_path}: tensor '{name}' holds NaN or infinity")
         writer.add_tensor(name, array)
     return writer.write()
 

@@ -5,6 +5,7 @@ measurement reference only, imported when used), exported to ONNX the way piper'
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -92,7 +93,10 @@ def build_upstream(voice: TinyVoice, seed: int = 0) -> Any:
     from piper.train.vits.models import SynthesizerTrn
 
     torch.manual_seed(seed)
-    model = SynthesizerTrn(**voice.kwargs()).eval()
+    return _randomize(SynthesizerTrn(**voice.kwargs()).eval(), seed)
+
+
+def _randomize(model: Any, seed: int) -> Any:
     generator = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -100,6 +104,29 @@ def build_upstream(voice: TinyVoice, seed: int = 0) -> Any:
             if name.startswith("dp.flows.0."):  # log-durations of a few frames per id, not 0 or 100
                 p.copy_(torch.tensor([[-1.2], [0.3]]) if name.endswith(".m") else 0.1 * torch.ones_like(p))
     return model
+
+
+def save_checkpoint(voice: TinyVoice, path: Path, seed: int = 0) -> Path:
+    """piper's Lightning ``VitsModel`` for ``voice`` (its generator's weights drawn as :func:`build_upstream` draws
+    them; its discriminators as built), saved by Lightning's own Trainer the way piper's training saves it."""
+    import lightning
+    from piper.train.vits.lightning import VitsModel
+
+    hop = math.prod(voice.upsample_rates)
+    args = voice.kwargs()  # SynthesizerTrn's arguments; VitsModel names four of them otherwise
+    window = 2 * (args.pop("spec_channels") - 1)  # the linear spectrogram's channels, from the STFT's length
+    renamed = dict(num_symbols=args.pop("n_vocab"), num_speakers=args.pop("n_speakers"))
+    renamed["segment_size"] = args.pop("segment_size") * hop  # in samples, not frames
+    torch.manual_seed(seed)
+    model = VitsModel(**args, **renamed, filter_length=window, win_length=window, hop_length=hop)
+    _randomize(model.model_g, seed)
+    trainer = lightning.Trainer(
+        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        accelerator="cpu",
+    )  # fmt: skip
+    trainer.strategy.connect(model)
+    trainer.save_checkpoint(path)
+    return path
 
 
 def export_onnx(model: Any, path: Path, n_speakers: int = 1) -> Path:
