@@ -3,6 +3,9 @@ a process of its own.
 
     python benchmarks/bench_piper.py [--threads 2] [--runs 3]
 
+Engines: ggtts in float32, ggtts with ``precision="bfloat16"`` (where the CPU has native bfloat16: its row is left
+out elsewhere), piper-tts.
+
 Prints, per engine: real-time factor over the benchmark paragraph and the five short texts (synthesis seconds per
 second of audio; lower is faster), time to the first sentence's audio for the paragraph, and the process's peak
 memory. Noise on (the voice's defaults) for both; piper-tts draws its noise inside the ONNX graph, ggtts from a
@@ -19,20 +22,20 @@ import subprocess
 import sys
 import time
 
-ENGINES = ("ggtts", "piper-tts")
+ENGINES = ("ggtts", "ggtts-bf16", "piper-tts")
 
 
 def _worker(engine: str, threads: int, runs: int) -> dict[str, float]:
     os.environ["OMP_NUM_THREADS"] = str(threads)
     from ggtts.measure.sentences import BENCH_BATCH, BENCH_PARAGRAPH, WARMUP_TEXT
 
-    if engine == "ggtts":
+    if engine.startswith("ggtts"):
         import torch
 
         import ggtts
 
         torch.set_num_threads(threads)
-        model = ggtts.load("piper-joe", device="cpu")
+        model = ggtts.load("piper-joe", device="cpu", precision="bfloat16" if engine.endswith("bf16") else "float32")
         rate = model.sample_rate
 
         def stream(text: str):  # type: ignore[no-untyped-def]
@@ -85,20 +88,26 @@ def main() -> int:
     if args.engine:
         print(json.dumps(_worker(args.engine, args.threads, args.runs)))
         return 0
+    from ggtts.ops.precision import bfloat16_supported
+
     rows = {}
     for engine in ENGINES:
+        if engine.endswith("bf16") and not bfloat16_supported():
+            print(f"{engine}: left out (this CPU has no native bfloat16)", file=sys.stderr)
+            continue
         cmd = [sys.executable, __file__, "--engine", engine, "--threads", str(args.threads), "--runs", str(args.runs)]
         done = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if done.returncode != 0:
             print(f"{engine}: failed\n{done.stderr[-2000:]}", file=sys.stderr)
             continue
         rows[engine] = json.loads(done.stdout.strip().splitlines()[-1])
-    print(f"{'engine':<10}{'RTF':>8}{'first audio s':>15}{'audio s':>9}{'peak MiB':>10}")
+    print(f"{'engine':<12}{'RTF':>8}{'first audio s':>15}{'audio s':>9}{'peak MiB':>10}")
     for engine, r in rows.items():
-        print(f"{engine:<10}{r['rtf']:>8.3f}{r['first_audio_s']:>15.3f}{r['audio_s']:>9.1f}{r['peak_mib']:>10.0f}")
-    if len(rows) == 2:
-        print(f"ggtts throughput / piper-tts: {rows['piper-tts']['rtf'] / rows['ggtts']['rtf']:.2f}x")
-    return 0 if len(rows) == 2 else 1
+        print(f"{engine:<12}{r['rtf']:>8.3f}{r['first_audio_s']:>15.3f}{r['audio_s']:>9.1f}{r['peak_mib']:>10.0f}")
+    for engine in ("ggtts", "ggtts-bf16"):
+        if engine in rows and "piper-tts" in rows:
+            print(f"{engine} throughput / piper-tts: {rows['piper-tts']['rtf'] / rows[engine]['rtf']:.2f}x")
+    return 0 if "ggtts" in rows and "piper-tts" in rows else 1
 
 
 if __name__ == "__main__":

@@ -24,10 +24,10 @@ from ggtts.measure.whisper import load_transcriber
 Speak = Callable[[str], tuple[np.ndarray, int]]
 
 
-def _ggtts(normalization: bool) -> Speak:
+def _ggtts(normalization: bool, precision: str = "float32") -> Speak:
     import ggtts
 
-    model = ggtts.load("piper-joe", device="cpu")
+    model = ggtts.load("piper-joe", device="cpu", precision=precision)
     return lambda text: (model.synthesize(text, normalization=normalization).samples, model.sample_rate)
 
 
@@ -51,11 +51,15 @@ def main() -> None:
     args = parser.parse_args()
     sentences = EVAL_SENTENCES[: args.sentences]
     transcriber = load_transcriber("base")
+    from ggtts.ops.precision import bfloat16_supported
+
     engines = {
         "ggtts (normalized)": _ggtts(True),
         "ggtts (as written)": _ggtts(False),
         "piper-tts 1.8.0": _piper_tts(),
     }
+    if bfloat16_supported():  # the decoder's convolutions in bfloat16 (precision="bfloat16"): what it costs
+        engines["ggtts (normalized, bf16)"] = _ggtts(True, "bfloat16")
     summary = []
     for name, speak in engines.items():
         results = []

@@ -9,10 +9,12 @@ from typing import TYPE_CHECKING
 from ggtts.families.base import (
     Capabilities,
     Family,
+    LoadOptions,
     check_flag,
     check_number,
     check_seed,
     option,
+    precision_load_option,
     text_normalization_option,
 )
 from ggtts.gguf.keys import Piper as K
@@ -42,6 +44,11 @@ class PiperOptions:
     normalization: Normalization | bool = text_normalization_option()  # noqa: RUF009 (a field; frozen)
 
 
+@dataclass(frozen=True)
+class PiperLoadOptions(LoadOptions):
+    precision: str = precision_load_option("the decoder's upsampling and resblock convolutions")
+
+
 def voices(gguf: GGUFFile) -> list[str]:
     """A multi-speaker voice's speakers; else the one voice, by the voice's name."""
     names = gguf.get_list(K.SPEAKER_NAMES, [])
@@ -54,6 +61,7 @@ FAMILY = Family(
     architectures=(K.ARCH,),
     pipeline="ggtts.families.piper.pipeline:PiperPipeline",
     options=PiperOptions,
+    load_options=PiperLoadOptions,
     capabilities=Capabilities(max_input_chars=MAX_CHARS, timestamps=True),
     voices=voices,
     converters={"piper": "ggtts.convert.piper_onnx:convert_piper"},

@@ -53,9 +53,19 @@ class PiperPipeline(TTSModel):
 
     @classmethod
     def from_gguf(cls, gguf: GGUFFile, device: str = "cpu", **options: Any) -> PiperPipeline:
+        """``options``: ``precision``: ``"float32"`` (default) or ``"bfloat16"``, the decoder's upsampling and
+        resblock convolutions in bfloat16 (faster where the device has it natively, refused where it does not;
+        :meth:`ggtts.models.piper.model.Generator.use_bfloat16`)."""
+        from ggtts.ops.precision import check_precision
+
+        precision = options.pop("precision", "float32")
         if options:
-            raise InputError(f"unknown option '{next(iter(options))}' for Piper; it takes none at load")
-        return cls(load_piper(gguf, device), gguf)
+            raise InputError(f"unknown option '{next(iter(options))}' for Piper; known: precision")
+        check_precision(precision, device)
+        model = load_piper(gguf, device)
+        if precision == "bfloat16":
+            model.dec.use_bfloat16()
+        return cls(model, gguf)
 
     def voice_languages(self, voice: str) -> list[str]:
         return [self.language] if self.language else []

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ggtts.errors import InputError
+from ggtts.models.layers.bfloat16 import to_bfloat16
 from ggtts.models.layers.channel_norm import ChannelLayerNorm
 from ggtts.models.piper.config import PiperConfig
 
@@ -405,6 +406,12 @@ class Generator(nn.Module):
                 total = total + block(x)
             x = total / self.n_kernels
         return torch.tanh(self.conv_post(F.leaky_relu(x)))  # torch's default slope here, as upstream
+
+    def use_bfloat16(self) -> int:
+        """The upsampling and resblock convolutions multiply in bfloat16 from now on, giving float32 back
+        (:mod:`ggtts.models.layers.bfloat16`); ``conv_pre`` and ``conv_post`` stay float32. How many were turned.
+        A choice of speed over float32's parity (what it changes: docs/benchmarks.md, Piper)."""
+        return to_bfloat16(self.ups) + to_bfloat16(self.resblocks)
 
 
 def _randn(shape: tuple[int, ...], generator: torch.Generator | None, like: torch.Tensor) -> torch.Tensor:
