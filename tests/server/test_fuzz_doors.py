@@ -231,7 +231,7 @@ LINE = st.one_of(
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(lines=st.lists(LINE, min_size=1, max_size=4))
-@example(lines=['{"text": ""}'])  # an empty item was taken (found by a random run of this test)
+@example(lines=['{"text": ""}'])  # an item, failed on its own when spoken (test_batch_cli), not a file error
 def test_jsonl_manifest_lines(tmp_path_factory: pytest.TempPathFactory, lines: list[str]) -> None:
     path = tmp_path_factory.mktemp("fuzz") / "items.jsonl"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -241,7 +241,7 @@ def test_jsonl_manifest_lines(tmp_path_factory: pytest.TempPathFactory, lines: l
         message = str(error)
         assert message.startswith(str(path)) and "\n" not in message, message
         return
-    assert items and all(isinstance(i.text, str) and i.text.strip() for i in items)
+    assert items and all(isinstance(i.text, str) for i in items)
 
 
 # ---- the audio chat's request bodies ----------------------------------------------------------------------------

@@ -141,8 +141,6 @@ def _jsonl_items(path: Path) -> Iterator[Item]:
             raise InputFileError(f"{where}: 'id' must be a str or a whole number, got {json.dumps(item_id)[:40]}")
         if not isinstance(obj["text"], str):
             raise InputFileError(f"{where}: 'text' must be a str, got {json.dumps(obj['text'])[:40]}")
-        if not obj["text"].strip():
-            raise InputFileError(f"{where}: 'text' is empty")
         for name in ("id", "text", "voice", "model", "title"):
             value = item_id if name == "id" else obj.get(name)
             if isinstance(value, str):
