@@ -66,18 +66,18 @@ def busy_response(max_connections: int) -> bytes:
 
 class _Tally:
     """Counts events and says so in the log at most every :data:`REFUSAL_NOTE_S` seconds (a flood of connections
-    is not also a flood of log lines): ``message`` % (count, limit)."""
+    is not also a flood of log lines): ``message`` % (count, *args)."""
 
     def __init__(self, message: str) -> None:
         self.message = message
         self.count = 0
         self.noted = -math.inf
 
-    def note(self, limit: int) -> None:
+    def note(self, *args: object) -> None:
         self.count += 1
         now = time.monotonic()
         if now - self.noted >= REFUSAL_NOTE_S:
-            log.warning(self.message, self.count, limit)
+            log.warning(self.message, self.count, *args)
             self.count, self.noted = 0, now
 
 
@@ -296,19 +296,13 @@ class _AcceptFailures(logging.Filter):
 
     def __init__(self) -> None:
         super().__init__()
-        self.count = 0
-        self.noted = -math.inf
+        self.tally = _Tally(
+            "out of open files %d times: connections wait in the listen queue (raise `ulimit -n` or lower "
+            "--max-connections)"
+        )
 
     def filter(self, record: logging.LogRecord) -> bool:
         if not str(record.msg).startswith(self.MESSAGE):
             return True
-        self.count += 1
-        now = time.monotonic()
-        if now - self.noted >= REFUSAL_NOTE_S:
-            log.warning(
-                "out of open files %d times: connections wait in the listen queue (raise `ulimit -n` or lower "
-                "--max-connections)",
-                self.count,
-            )
-            self.count, self.noted = 0, now
+        self.tally.note()
         return False
