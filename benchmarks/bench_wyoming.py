@@ -147,6 +147,10 @@ def main() -> int:
             first,
         ),
     ]
+    from ggtts.ops.precision import bfloat16_supported
+
+    if bfloat16_supported():  # the decoder's convolutions in bfloat16 where the CPU has it natively
+        plan.insert(1, ("ggtts-piper-bf16", [*plan[0][1], "--precision", "bfloat16"], first))
     if args.kokoro:
         plan.append(("ggtts-kokoro", [ggtts, "wyoming", "-m", "kokoro", "--device", "cpu", "--fast-start"], first))
     results: dict[str, dict[str, float]] = {}
