@@ -90,3 +90,25 @@ def _env() -> dict[str, str]:
     import os
 
     return dict(os.environ)
+
+
+def test_the_servers_give_torchs_threads_to_each_models_thread() -> None:
+    """In a process of its own (the counts are the process's): after the hand-over the main thread keeps one torch
+    thread and makes no OpenMP team; each model's thread has the count the process had; a worker given no count
+    keeps what it finds."""
+    script = """
+import asyncio, torch
+from ggtts.runtime import threads
+from ggtts.server.worker import ModelWorker
+torch.set_num_threads(2)
+handed = threads.models_on_their_threads()
+async def counts():
+    given, left = ModelWorker("a", object(), 1, handed), ModelWorker("b", object(), 1)
+    return [given.executor.submit(torch.get_num_threads).result(), left.executor.submit(torch.get_num_threads).result()]
+print(handed, torch.get_num_threads(), *asyncio.run(counts()), torch.get_num_threads())
+"""
+    run = subprocess.run([sys.executable, "-c", script], env=_env(), capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    handed, main, model, other, main_after = run.stdout.split()
+    assert (handed, main, model, main_after) == ("2", "1", "2", "1"), run.stdout
+    assert other in ("1", "2"), run.stdout  # torch's own choice for a thread nobody set

@@ -77,6 +77,20 @@ def set_threads(threads: int | None) -> None:
         torch.set_num_threads(threads)
 
 
+def models_on_their_threads() -> int:
+    """For the servers, before their models load: torch's threads go to the models' own threads (each model
+    synthesizes on a thread of its own, :class:`ggtts.server.worker.ModelWorker`) and the main thread (loading,
+    the event loop) keeps one, so that only the models' threads make OpenMP teams. libgomp throttles its threads'
+    spinning once it manages more threads than there are cores: a team made by the main thread beside a model
+    thread's own made synthesis 25 % slower (docs/benchmarks.md, Wyoming servers). Returns the count for the
+    models' threads (torch's until now)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    return threads
+
+
 def add_threads_argument(parser: argparse.ArgumentParser) -> None:
     """``--threads N``: torch threads for the command (read by :func:`configure`)."""
     parser.add_argument(

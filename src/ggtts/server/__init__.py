@@ -7,6 +7,7 @@ FastAPI and uvicorn are imported only when the server starts, so the rest of ggt
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import logging
 import os
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ggtts.api import DEFAULT_MODEL
 from ggtts.errors import GGTTSError
 from ggtts.flags import LOAD, PER_CALL, add_flags, family_flags
-from ggtts.runtime.threads import add_threads_argument
+from ggtts.runtime.threads import add_threads_argument, models_on_their_threads
 from ggtts.runtime.threads import configure as configure_threads
 from ggtts.server.settings import (
     API_KEY_ENV,
@@ -137,13 +138,16 @@ def serve(
     send_timeout_s: float = DEFAULT_SEND_TIMEOUT_S,
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
+    threads_per_model: bool = False,
 ) -> None:
     """Load ``model_specs`` once (see ``parse_model_spec``) with ``load_options`` and serve them; the API key
     falls back to the ``GGTTS_API_KEY`` environment variable; ``allowed_hosts`` see :func:`host_names`;
     ``fast_start``: streamed requests to models that have the option start fast; ``send_timeout_s``,
     ``request_timeout_s``, ``max_connections``: the connections' bounds (see :class:`ServerSettings`).
     ``load_options`` may be a function giving them, called once the settings are checked (the command line's
-    device choice loads torch: a bad limit is told in a moment)."""
+    device choice loads torch: a bad limit is told in a moment). ``threads_per_model``: torch's threads go to the
+    models' own threads, the main thread keeps one (:func:`ggtts.runtime.threads.models_on_their_threads`; the
+    commands do this)."""
     settings = ServerSettings(
         api_key=api_key if api_key is not None else os.environ.get(API_KEY_ENV),
         max_queue=max_queue,
@@ -157,6 +161,8 @@ def serve(
     )
     model_names(model_specs)  # refuse duplicate names before loading anything
     options = load_options() if callable(load_options) else load_options
+    if threads_per_model:
+        settings = dataclasses.replace(settings, model_threads=models_on_their_threads())
     run(load_models(model_specs, options), settings, host, port)
 
 
@@ -282,6 +288,7 @@ def serve_from_args(args: argparse.Namespace) -> None:
         send_timeout_s=args.send_timeout,
         request_timeout_s=args.request_timeout,
         max_connections=args.max_connections,
+        threads_per_model=True,
     )
 
 
@@ -301,7 +308,9 @@ def wyoming_from_args(args: argparse.Namespace) -> None:
         max_connections=args.max_connections,
     )
     model_names(args.model or [])
-    models = load_models(args.model or [], load_options(args))
+    options = load_options(args)
+    settings = dataclasses.replace(settings, model_threads=models_on_their_threads())
+    models = load_models(args.model or [], options)
     _configure_logging()
     serve_wyoming(models, settings, args.uri)
 

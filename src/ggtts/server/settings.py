@@ -45,6 +45,7 @@ class ServerSettings:
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     idle_grace_s: float = DEFAULT_IDLE_GRACE_S
+    model_threads: int | None = None  # torch threads of each model's own thread (None: as the process has them)
 
     def __post_init__(self) -> None:
         if self.max_queue < 0:

@@ -115,7 +115,9 @@ class Speaker:
         if not models:
             raise ValueError("the server needs at least one model")
         self.settings = settings
-        self.workers = {name: ModelWorker(name, model, settings.max_queue) for name, model in models.items()}
+        self.workers = {
+            name: ModelWorker(name, model, settings.max_queue, settings.model_threads) for name, model in models.items()
+        }
         self.default_model = next(iter(self.workers))
         self.bodies: RequestBodies = request_bodies(w.model.family for w in self.workers.values())
 

@@ -45,15 +45,26 @@ class ClientGone(Exception):
     """The client disconnected; nobody is left to answer."""
 
 
+def _torch_threads(threads: int | None) -> None:
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
 class ModelWorker:
     """A model, its thread, and the requests admitted to it (the one running and those waiting)."""
 
-    def __init__(self, name: str, model: TTSModel, max_queue: int) -> None:
+    def __init__(self, name: str, model: TTSModel, max_queue: int, threads: int | None = None) -> None:
+        """``threads``: torch's threads on the model's thread (the servers' commands hand them over from the main
+        thread: :func:`ggtts.runtime.threads.models_on_their_threads`); None leaves them as they are."""
         make_cancellable(model)  # its torch modules stop a given-up request within a layer's time
         self.name = name
         self.model = model
         self.max_queue = max_queue
-        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"ggtts-{name}")
+        self.executor = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix=f"ggtts-{name}", initializer=_torch_threads, initargs=(threads,)
+        )
         self._turn = asyncio.Lock()
         self._admitted = 0
         self._running: Ticket | None = None
