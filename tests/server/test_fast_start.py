@@ -92,8 +92,11 @@ def test_serve_passes_the_flag_to_the_settings(monkeypatch: pytest.MonkeyPatch) 
     seen: list[ServerSettings] = []
     monkeypatch.setattr(server, "load_models", lambda specs, options: {})
     monkeypatch.setattr(server, "run", lambda models, settings, host, port: seen.append(settings))
+    # the command hands torch's threads to the models' threads: not this test process's own threads
+    monkeypatch.setattr(server, "models_on_their_threads", lambda: 3)
     parser = argparse.ArgumentParser()
     server.add_arguments(parser)
     server.serve_from_args(parser.parse_args(["--fast-start"]))
     server.serve_from_args(parser.parse_args([]))
     assert [s.fast_start for s in seen] == [True, False]
+    assert [s.model_threads for s in seen] == [3, 3]
