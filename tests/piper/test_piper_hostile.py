@@ -16,11 +16,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import ggtts
-from ggtts.convert.piper_onnx import convert_piper
 from ggtts.errors import GGUFError, InputError
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Piper as K
-from ggtts.measure.piper.upstream import PHONEMES, VOICES, build_upstream, export_onnx, write_config
+from ggtts.measure.piper.upstream import PHONEMES, VOICES, build_upstream, write_voice
 from gguf_variant import poison, variant
 from time_limit import time_limit
 
@@ -42,9 +41,7 @@ FUZZ = settings(
 def voice(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tiny = VOICES["multi"]  # speakers too, so their names and embedding are in play
     folder = tmp_path_factory.mktemp("piper-hostile")
-    onnx_path = export_onnx(build_upstream(tiny), folder / "voice.onnx", tiny.n_speakers)
-    write_config(folder / "voice.onnx.json", tiny)
-    return convert_piper([onnx_path], folder / "voice.gguf", "f32")
+    return write_voice(build_upstream(tiny), tiny, folder)
 
 
 @pytest.fixture(scope="module")

@@ -12,11 +12,10 @@ from typing import Any
 import pytest
 import torch
 
-from ggtts.convert.piper_onnx import convert_piper
 from ggtts.gguf import GGUFFile
 from ggtts.measure.parity import print_table
 from ggtts.measure.piper.parity import stages
-from ggtts.measure.piper.upstream import N_VOCAB, TINY_IDS, VOICES, build_upstream, export_onnx, write_config
+from ggtts.measure.piper.upstream import N_VOCAB, TINY_IDS, VOICES, build_upstream, write_voice
 from ggtts.models.piper.load import load_piper
 from ggtts.models.piper.model import PiperModel
 
@@ -43,10 +42,8 @@ def _build(name: str, tmp_path_factory: pytest.TempPathFactory) -> Built:
         voice = VOICES[name]
         folder = tmp_path_factory.mktemp(f"piper-{voice.name}")
         upstream = build_upstream(voice)
-        onnx_path = export_onnx(upstream, folder / "voice.onnx", voice.n_speakers)
-        write_config(folder / "voice.onnx.json", voice)
-        gguf_path = convert_piper([onnx_path], folder / "voice.gguf", "f32")
-        _BUILT[name] = Built(upstream, load_piper(GGUFFile(gguf_path)), onnx_path, gguf_path)
+        gguf_path = write_voice(upstream, voice, folder)
+        _BUILT[name] = Built(upstream, load_piper(GGUFFile(gguf_path)), folder / "voice.onnx", gguf_path)
     return _BUILT[name]
 
 

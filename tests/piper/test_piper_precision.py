@@ -11,10 +11,9 @@ import pytest
 from torch import nn
 
 import ggtts
-from ggtts.convert.piper_onnx import convert_piper
 from ggtts.errors import InputError
 from ggtts.families.piper.pipeline import PiperPipeline
-from ggtts.measure.piper.upstream import VOICES, build_upstream, export_onnx, write_config
+from ggtts.measure.piper.upstream import VOICES, build_upstream, write_voice
 from ggtts.models.layers.bfloat16 import BFloat16Conv1d, BFloat16ConvTranspose1d
 
 pytest.importorskip("piper.train.vits.models")
@@ -27,9 +26,7 @@ TEXT = "abc, de fgh."
 def voice(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tiny = VOICES["high"]  # resblock 1: two convolutions per dilation, four upsampling stages
     folder = tmp_path_factory.mktemp("piper-bf16")
-    onnx_path = export_onnx(build_upstream(tiny), folder / "voice.onnx", tiny.n_speakers)
-    write_config(folder / "voice.onnx.json", tiny)
-    return convert_piper([onnx_path], folder / "voice.gguf", "f32")
+    return write_voice(build_upstream(tiny), tiny, folder)
 
 
 def _load(path: Path, bfloat16: bool = False) -> PiperPipeline:

@@ -26,6 +26,10 @@ from time_limit import time_limit
 LIVE = "/v1/audio/speech/live"
 EXAMPLES = 60
 HANG_S = 60  # a watchdog: a session here takes milliseconds
+# the same examples on every run (CI is reproducible); fixtures shared by a test's examples are fine here
+FUZZ = settings(
+    deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 # words the tone model obeys (FAIL, HEAVY, BADINPUT) stay out: lower-case letters, digits, marks, other scripts
 SAFE_TEXT = st.text(alphabet=st.sampled_from("abc xyz 0123456789 .,;:!?'\"-\n\t日本語ü\u0301😀"), max_size=40)
 ODD_VALUES = st.one_of(
@@ -67,13 +71,7 @@ def _send(ws: Any, message: Any) -> None:
         ws.send_text(json.dumps(message))
 
 
-@settings(
-    max_examples=EXAMPLES * 3,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@settings(FUZZ, max_examples=EXAMPLES * 3)
 @given(messages=st.lists(_message(), min_size=1, max_size=4), end=st.booleans())
 # every message type in a well-formed session, each run (the random ones mostly meet a refusal early)
 @example(messages=[{"type": "start", "voice": "high"}, {"type": "text", "text": "one two. "}], end=True)
@@ -169,13 +167,7 @@ def _answers(sock: socket.socket) -> list[str] | None:
             return types
 
 
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@settings(FUZZ, max_examples=EXAMPLES)
 @given(events=st.lists(st.tuples(WYOMING_TYPES, WYOMING_DATA), min_size=1, max_size=4))
 def test_wyoming_events(wyoming_port: int, caplog: pytest.LogCaptureFixture, events: list[tuple[str, Any]]) -> None:
     caplog.clear()
@@ -223,13 +215,7 @@ LINE = st.one_of(
 )
 
 
-@settings(
-    max_examples=EXAMPLES * 2,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
-)
+@settings(FUZZ, max_examples=EXAMPLES * 2)
 @given(lines=st.lists(LINE, min_size=1, max_size=4))
 @example(lines=['{"text": ""}'])  # an item, failed on its own when spoken (test_batch_cli), not a file error
 def test_jsonl_manifest_lines(tmp_path_factory: pytest.TempPathFactory, lines: list[str]) -> None:
@@ -280,7 +266,7 @@ def _audio_part(data: str) -> dict[str, Any]:
     return {"type": "input_audio", "input_audio": {"data": data, "format": "wav"}}
 
 
-@settings(max_examples=EXAMPLES * 3, deadline=None, derandomize=True, database=None)
+@settings(FUZZ, max_examples=EXAMPLES * 3, suppress_health_check=())
 @given(body=CHAT_BODY)
 @example(body={"messages": [{"role": "user", "content": [_audio_part("@@@")]}]})
 @example(body={"messages": [{"role": "user", "content": [_audio_part("")]}]})

@@ -185,8 +185,8 @@ class GGTTSEventHandler(AsyncEventHandler):
     async def run(self) -> None:
         """Serve the connection's events, if the server has room for one more connection."""
         limit = self.speaker.settings.max_connections
-        room = asyncio.get_running_loop().time(), limit, _close_idle
-        if self.connections.count >= limit and not self.connections.idle.make_room(*room):
+        now = asyncio.get_running_loop().time()
+        if self.connections.count >= limit and not self.connections.idle.make_room(now, limit, _close_idle):
             note_refused(limit)
             lingering = self.connections.refusing < limit  # at most the cap's worth of refusals wait for clients
             self.connections.refusing += 1

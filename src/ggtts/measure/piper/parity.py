@@ -99,9 +99,8 @@ def piper_parity() -> list[StageResult]:
     import tempfile
     import warnings
 
-    from ggtts.convert.piper_onnx import convert_piper
     from ggtts.gguf import GGUFFile
-    from ggtts.measure.piper.upstream import TINY_IDS, VOICES, build_upstream, export_onnx, write_config
+    from ggtts.measure.piper.upstream import TINY_IDS, VOICES, build_upstream, write_voice
     from ggtts.models.piper.load import load_piper
 
     ids = torch.tensor([TINY_IDS])
@@ -112,9 +111,7 @@ def piper_parity() -> list[StageResult]:
             folder = Path(tmp) / name
             folder.mkdir()
             upstream = build_upstream(voice)
-            export_onnx(upstream, folder / "voice.onnx", voice.n_speakers)
-            write_config(folder / "voice.onnx.json", voice)
-            ours = load_piper(GGUFFile(convert_piper([folder / "voice.onnx"], folder / "voice.gguf", "f32")))
+            ours = load_piper(GGUFFile(write_voice(upstream, voice, folder)))
             speaker = voice.n_speakers - 1 if voice.n_speakers > 1 else None
             for r in stages(upstream, ours, ids, speaker=speaker, seed=3):
                 results.append(dataclasses.replace(r, stage=f"{name}/{r.stage}"))

@@ -168,6 +168,16 @@ def _export(model: Any, args: tuple[Any, ...], names: list[str], path: Path) -> 
     )
 
 
+def write_voice(upstream: Any, voice: TinyVoice, folder: Path) -> Path:
+    """``upstream`` exported as piper does (``folder/voice.onnx``), its ``voice.onnx.json`` beside it, and the pair
+    converted by ggtts's converter to ``folder/voice.gguf`` (float32): that file's path."""
+    from ggtts.convert.piper_onnx import convert_piper
+
+    export_onnx(upstream, folder / "voice.onnx", voice.n_speakers)
+    write_config(folder / "voice.onnx.json", voice)
+    return convert_piper([folder / "voice.onnx"], folder / "voice.gguf", "f32")
+
+
 def write_config(path: Path, voice: TinyVoice, sample_rate: int = 22050) -> Path:
     config: dict[str, Any] = {
         "audio": {"sample_rate": sample_rate, "quality": voice.name},
