@@ -686,3 +686,146 @@ class Piper:
 
     # piper's phoneme_ids.py conventions
     PAD, BOS, EOS = "_", "^", "$"
+
+
+# ---- qwen3tts (llama.cpp's architecture: a talker file and an mmproj file) -------------------------------------
+class Qwen3TTS:
+    """Qwen3-TTS as llama.cpp's converter splits it (``conversion/qwen3tts.py``, build 11434), so files made for
+    ``llama-tts`` load here and files made here load there.
+
+    The **talker file** is an LLM of architecture ``qwen3tts`` (llama.cpp builds it as Qwen3-VL: Qwen3 blocks with
+    q/k norms, interleaved M-RoPE, which is plain NEOX RoPE for a text-only stream). Its ``token_embd`` is the text
+    embedding table already passed through the text projection, followed by the codec embedding table (so a codec
+    id ``c`` is token ``n_text + c``); ``output`` is the codec head (codec vocabulary rows only). The token list
+    names the codec ids (``<|codec_0|>``..., ``<|codec_pad|>``, ``<|codec_language_english|>``, ``<|spk_vivian|>``:
+    each ``*_id`` of the talker config), and the text specials are the tokenizer's (``<tts_pad>``,
+    ``<tts_text_bos>``, ``<tts_text_eod>``). EOS is the codec EOS token; the suppressed ids are the vocabulary's
+    last 1024 but EOS.
+
+    The **mmproj file** (architecture ``clip``) holds the code predictor (``a.gen.code.*``: its per-codebook tables
+    and heads stacked in 3-D tensors), the 12 Hz tokenizer's decoder (``a.gen.wav.*``: the quantizer's codebooks
+    already divided by their usage counts, SnakeBeta's alpha and beta stored as ``exp(alpha)`` and
+    ``1 / (exp(beta) + 1e-9)``) and, for Base checkpoints, the speaker encoder (``a.*``). llama.cpp hard-codes the
+    decoder's hyper-parameters and the code predictor's RoPE base (the published values); ggtts writes them too,
+    under ``ggtts.qwen3tts.*`` (which llama.cpp ignores), and reads llama.cpp's values where a file lacks them.
+    """
+
+    ARCH = "qwen3tts"
+    CLIP_ARCH = "clip"
+
+    # talker file (llama.cpp keys)
+    BLOCK_COUNT = _llm_key(Keys.LLM.BLOCK_COUNT, ARCH)
+    CONTEXT_LENGTH = _llm_key(Keys.LLM.CONTEXT_LENGTH, ARCH)
+    EMBEDDING_LENGTH = _llm_key(Keys.LLM.EMBEDDING_LENGTH, ARCH)
+    FEED_FORWARD_LENGTH = _llm_key(Keys.LLM.FEED_FORWARD_LENGTH, ARCH)
+    HEAD_COUNT = _llm_key(Keys.Attention.HEAD_COUNT, ARCH)
+    HEAD_COUNT_KV = _llm_key(Keys.Attention.HEAD_COUNT_KV, ARCH)
+    KEY_LENGTH = _llm_key(Keys.Attention.KEY_LENGTH, ARCH)
+    VALUE_LENGTH = _llm_key(Keys.Attention.VALUE_LENGTH, ARCH)
+    RMS_EPS = _llm_key(Keys.Attention.LAYERNORM_RMS_EPS, ARCH)
+    ROPE_FREQ_BASE = _llm_key(Keys.Rope.FREQ_BASE, ARCH)
+    ROPE_SECTIONS = _llm_key(Keys.Rope.DIMENSION_SECTIONS, ARCH)
+    SUPPRESS_TOKENS = "tokenizer.ggml.suppress_tokens"
+
+    # talker file: ggtts additions
+    MODEL_TYPE = "ggtts.qwen3tts.model_type"  # custom_voice, base or voice_design
+    TEXT_VOCAB_SIZE = "ggtts.qwen3tts.text_vocab_size"  # token_embd's text rows (the rest are the codec's)
+    DIALECTS = "ggtts.qwen3tts.speaker_dialects"  # string[]: "speaker=dialect language" for dialect speakers
+    TEMPERATURE = "ggtts.qwen3tts.sampling.temperature"
+    TOP_K = "ggtts.qwen3tts.sampling.top_k"
+    TOP_P = "ggtts.qwen3tts.sampling.top_p"
+    REPETITION_PENALTY = "ggtts.qwen3tts.sampling.repetition_penalty"
+    CP_TEMPERATURE = "ggtts.qwen3tts.sampling.subtalker_temperature"
+    CP_TOP_K = "ggtts.qwen3tts.sampling.subtalker_top_k"
+    CP_TOP_P = "ggtts.qwen3tts.sampling.subtalker_top_p"
+
+    # talker tensors (llama.cpp's names)
+    TOKEN_EMBD = "token_embd"
+    OUTPUT_NORM = "output_norm"
+    OUTPUT = "output"
+
+    # mmproj file (llama.cpp keys)
+    PROJECTOR_TYPE = "clip.projector_type"
+    HAS_AUDIO_ENCODER = "clip.has_audio_encoder"
+    HAS_GEN_AUDIO_ENCODER = "clip.has_gen_audio_encoder"
+    AUDIO_PROJECTOR_TYPE = "clip.audio.projector_type"
+    AUDIO_PROJECTION_DIM = "clip.audio.projection_dim"
+    AUDIO_NUM_MEL_BINS = "clip.audio.num_mel_bins"
+    AUDIO_BLOCK_COUNT = "clip.audio.block_count"
+    AUDIO_EMBEDDING_LENGTH = "clip.audio.embedding_length"
+    AUDIO_FEED_FORWARD_LENGTH = "clip.audio.feed_forward_length"
+    AUDIO_HEAD_COUNT = "clip.audio.attention.head_count"
+    AUDIO_LAYERNORM_EPS = "clip.audio.attention.layer_norm_epsilon"
+    GEN_PROJECTOR_TYPE = "clip.gen.audio.projector_type"
+    GEN_PROJECTION_DIM = "clip.gen.audio.projection_dim"  # the talker's width
+    GEN_EMBEDDING_LENGTH = "clip.gen.audio.embedding_length"  # the code predictor's
+    GEN_FEED_FORWARD_LENGTH = "clip.gen.audio.feed_forward_length"
+    GEN_BLOCK_COUNT = "clip.gen.audio.block_count"
+    GEN_HEAD_COUNT = "clip.gen.audio.attention.head_count"
+    GEN_HEAD_COUNT_KV = "clip.gen.audio.attention.head_count_kv"
+    GEN_RMS_EPS = "clip.gen.audio.attention.layer_norm_epsilon"
+    SPKENC_PROJECTOR = "qwen3tts_spkenc"
+    GEN_PROJECTOR = "qwen3tts_gen"
+
+    # mmproj file: ggtts additions (llama.cpp's hard-coded values where absent: LLAMA_CPP_DEFAULTS)
+    CP_ROPE_FREQ_BASE = "ggtts.qwen3tts.code_predictor.rope.freq_base"
+    WAV_BLOCK_COUNT = "ggtts.qwen3tts.wav.block_count"
+    WAV_HEAD_COUNT = "ggtts.qwen3tts.wav.attention.head_count"
+    WAV_HEAD_COUNT_KV = "ggtts.qwen3tts.wav.attention.head_count_kv"
+    WAV_RMS_EPS = "ggtts.qwen3tts.wav.attention.layer_norm_rms_epsilon"
+    WAV_ROPE_FREQ_BASE = "ggtts.qwen3tts.wav.rope.freq_base"
+    WAV_SLIDING_WINDOW = "ggtts.qwen3tts.wav.attention.sliding_window"
+    WAV_UPSAMPLING_RATIOS = "ggtts.qwen3tts.wav.upsampling_ratios"  # transposed conv + ConvNeXt stages
+    WAV_UPSAMPLE_RATES = "ggtts.qwen3tts.wav.upsample_rates"  # DAC decoder blocks
+    WAV_SAMPLE_RATE = "ggtts.qwen3tts.wav.sample_rate"
+    LLAMA_CPP_DEFAULTS: Mapping[str, float | int | tuple[int, ...]] = MappingProxyType(
+        {
+            CP_ROPE_FREQ_BASE: 1_000_000.0,
+            WAV_BLOCK_COUNT: 8,
+            WAV_HEAD_COUNT: 16,
+            WAV_HEAD_COUNT_KV: 16,
+            WAV_RMS_EPS: 1e-5,
+            WAV_ROPE_FREQ_BASE: 10_000.0,
+            WAV_SLIDING_WINDOW: 72,
+            WAV_UPSAMPLING_RATIOS: (2, 2),
+            WAV_UPSAMPLE_RATES: (8, 5, 4, 3),
+            WAV_SAMPLE_RATE: 24_000,
+        }
+    )
+
+    # mmproj tensors: the code predictor
+    CP = "a.gen.code"
+    CP_PROJ_IN = "a.gen.code.proj_in"  # absent where the talker and the code predictor are equally wide
+    CP_EMBD = "a.gen.code.embd.weight"  # (codebooks - 1, vocab, talker width)
+    CP_HEAD = "a.gen.code.head.weight"  # (codebooks - 1, vocab, code predictor width)
+    CP_OUT_EMBD = "a.gen.code.out_embd.weight"  # the talker's codec embedding (codebook 0), again
+    CP_OUTPUT_NORM = "a.gen.code.output_norm.weight"
+    # a code predictor block's names, ggtts's (llama.cpp LLM names) -> the mmproj's
+    CP_LAYER: Mapping[str, str] = MappingProxyType(
+        {
+            "attn_norm": "ln1", "attn_q": "attn_q", "attn_q_norm": "attn_q_norm", "attn_k": "attn_k",
+            "attn_k_norm": "attn_k_norm", "attn_v": "attn_v", "attn_output": "attn_out", "ffn_norm": "ln2",
+            "ffn_gate": "ffn_gate", "ffn_up": "ffn_up", "ffn_down": "ffn_down",
+        }
+    )  # fmt: skip
+    # the decoder
+    WAV = "a.gen.wav"
+    # a decoder transformer layer's names, upstream's -> the mmproj's
+    WAV_LAYER: Mapping[str, str] = MappingProxyType(
+        {
+            "input_layernorm.weight": "ln1.weight", "self_attn.q_proj.weight": "attn_q.weight",
+            "self_attn.k_proj.weight": "attn_k.weight", "self_attn.v_proj.weight": "attn_v.weight",
+            "self_attn.o_proj.weight": "attn_out.weight", "self_attn_layer_scale.scale": "ls1.weight",
+            "post_attention_layernorm.weight": "ln2.weight", "mlp.gate_proj.weight": "ffn_gate.weight",
+            "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight",
+            "mlp_layer_scale.scale": "ls2.weight",
+        }
+    )  # fmt: skip
+    WAV_UPSAMPLE: Mapping[str, str] = MappingProxyType(
+        {
+            "0.conv.weight": "conv.weight", "0.conv.bias": "conv.bias", "1.dwconv.conv.weight": "dwconv.weight",
+            "1.dwconv.conv.bias": "dwconv.bias", "1.norm.weight": "norm.weight", "1.norm.bias": "norm.bias",
+            "1.pwconv1.weight": "pw1.weight", "1.pwconv1.bias": "pw1.bias", "1.pwconv2.weight": "pw2.weight",
+            "1.pwconv2.bias": "pw2.bias", "1.gamma": "gamma",
+        }
+    )  # fmt: skip

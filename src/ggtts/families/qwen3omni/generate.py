@@ -8,10 +8,10 @@ sum of the frame's code embeddings plus the next text row is the talker's next i
 EOS ends the audio; so does the frame budget (upstream's ``max_new_tokens`` is one more than the frames it
 returns: the last code drawn never gets its other codebooks; ggtts does not draw it).
 
-On CUDA the talker's step is a replayed CUDA graph (:meth:`Talker.use_static_steps`), and so is the code predictor's
-whole frame (:class:`GraphedFrame`): its codes are chosen on the GPU (:class:`DevicePick`), so a frame costs two
-host round trips, the talker's logits (its first code is chosen on the host, over the codes drawn so far) and the
-frame's codes (which the stream needs).
+On CUDA the talker's step is a replayed CUDA graph (:meth:`TalkerStack.use_static_steps`), and so is the code
+predictor's whole frame (:class:`GraphedFrame`): its codes are chosen on the GPU (:class:`DevicePick`), so a frame
+costs two host round trips, the talker's logits (its first code is chosen on the host, over the codes drawn so far)
+and the frame's codes (which the stream needs).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import torch
 
 from ggtts.families.qwen3omni.prompt import TalkerInputs
 from ggtts.models.qwen3omni_talker.config import Sampling
-from ggtts.models.qwen3omni_talker.model import CodePredictor, Talker
+from ggtts.models.qwen3omni_talker.model import CodePredictor, TalkerStack
 from ggtts.ops.step_graph import StepGraph
 from ggtts.runtime.frames import decode_frames
 from ggtts.runtime.sampling import apply_repetition_penalty, filter_top_k, filter_top_p
@@ -141,9 +141,15 @@ class TalkerDecoder:
     the audio at codec EOS, before the code predictor runs), then the code predictor's (``rest``); the next input
     is the sum of the frame's code embeddings plus the next text row."""
 
-    def __init__(self, talker: Talker, inputs: TalkerInputs, max_frames: int, first: Pick, rest: RestOfFrame) -> None:
+    def __init__(
+        self, talker: TalkerStack, inputs: TalkerInputs, max_frames: int, first: Pick, rest: RestOfFrame,
+        min_frames: int = 0,
+    ) -> None:  # fmt: skip
         self.talker, self.inputs, self.first, self.rest = talker, inputs, first, rest
         self.suppressed = torch.tensor(talker.cfg.suppressed_ids, dtype=torch.long)
+        # the first min_frames draws may not end the audio (transformers' min_new_tokens)
+        self.suppressed_early = torch.tensor([*talker.cfg.suppressed_ids, talker.cfg.codec_eos], dtype=torch.long)
+        self.min_frames = min_frames
         self.cache = talker.new_cache(inputs.prefill.shape[1] + max_frames + 1)
         self.drawn: list[int] = []
         self.hidden = self.logits = self.next_input = torch.empty(0)
@@ -152,7 +158,7 @@ class TalkerDecoder:
         self.hidden, self.logits = self.talker.step(self.inputs.prefill, self.cache)
 
     def draw(self, step: int) -> list[int] | None:
-        code = self.first(self.logits, self.drawn, self.suppressed)
+        code = self.first(self.logits, self.drawn, self.suppressed_early if step < self.min_frames else self.suppressed)
         if code == self.talker.cfg.codec_eos:
             return None
         self.drawn.append(code)
@@ -171,10 +177,11 @@ class TalkerDecoder:
 
 
 # each talker's graphed code-predictor frames, by sampling settings: captured once, not once per utterance
-_GRAPHED: weakref.WeakKeyDictionary[Talker, dict[tuple[Sampling, bool], GraphedFrame]] = weakref.WeakKeyDictionary()
+_Graphed = dict[tuple[Sampling, bool], GraphedFrame]
+_GRAPHED: weakref.WeakKeyDictionary[TalkerStack, _Graphed] = weakref.WeakKeyDictionary()
 
 
-def graphed_frame(talker: Talker, params: Sampling, greedy: bool, seed: int) -> GraphedFrame:
+def graphed_frame(talker: TalkerStack, params: Sampling, greedy: bool, seed: int) -> GraphedFrame:
     """The talker's :class:`GraphedFrame` for these settings, made (and captured) the first time, its draws
     reseeded by ``seed``. One generation at a time per talker, as its step graphs already require."""
     frames = _GRAPHED.setdefault(talker, {})
@@ -190,15 +197,17 @@ def host_frames(cp: CodePredictor, rest: Pick) -> RestOfFrame:
 
 
 def generate_frames(
-    talker: Talker,
+    talker: TalkerStack,
     inputs: TalkerInputs,
     params: TalkerSampling,
     draw: Draw = multinomial,
     pickers: tuple[Pick, Pick] | None = None,
+    min_frames: int = 0,
 ) -> Iterator[list[int]]:
-    """Frames of codes (``n_codebooks`` each), one at a time, until codec EOS or ``max_frames``. ``pickers``: the
-    talker's and the code predictor's choice of a code from logits (default: :class:`HFSampler` by ``params``;
-    on CUDA the code predictor's frame is a :class:`GraphedFrame`)."""
+    """Frames of codes (``n_codebooks`` each), one at a time, until codec EOS (not drawn in the first
+    ``min_frames``) or ``max_frames``. ``pickers``: the talker's and the code predictor's choice of a code from
+    logits (default: :class:`HFSampler` by ``params``; on CUDA the code predictor's frame is a
+    :class:`GraphedFrame`)."""
     generator = torch.Generator().manual_seed(params.seed)
     first: Pick
     rest: RestOfFrame
@@ -210,11 +219,11 @@ def generate_frames(
             rest = graphed_frame(talker, params.code_predictor, params.greedy, params.seed)
         else:
             rest = host_frames(talker.cp, HFSampler(params.code_predictor, params.greedy, generator, draw))
-    yield from _frames(talker, inputs, params.max_frames, first, rest)
+    yield from _frames(talker, inputs, params.max_frames, first, rest, min_frames)
 
 
 @torch.inference_mode()  # around each step only: the caller's code between frames runs in its own mode
 def _frames(
-    talker: Talker, inputs: TalkerInputs, max_frames: int, first: Pick, rest: RestOfFrame
+    talker: TalkerStack, inputs: TalkerInputs, max_frames: int, first: Pick, rest: RestOfFrame, min_frames: int
 ) -> Iterator[list[int]]:
-    yield from decode_frames(TalkerDecoder(talker, inputs, max_frames, first, rest), max_frames)
+    yield from decode_frames(TalkerDecoder(talker, inputs, max_frames, first, rest, min_frames), max_frames)

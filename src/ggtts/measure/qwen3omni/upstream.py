@@ -33,9 +33,9 @@ CODEC_VOCAB = CODEBOOK + SUPPRESSED
 SPEAKERS = ("ethan", "chelsie")
 
 
-def build_tokenizer(path: Path, vocab_size: int = 360) -> dict[str, int]:
-    """Train and save ``tokenizer.json``; returns the ids of the special tokens and of the chat roles (each
-    role must be one token, as in Qwen's vocabulary)."""
+def build_tokenizer(path: Path, vocab_size: int = 360, special: list[str] = SPECIAL) -> dict[str, int]:
+    """Train and save ``tokenizer.json`` (with the ``special`` tokens added); returns the ids of the special tokens
+    and of the chat roles (each role must be one token, as in Qwen's vocabulary)."""
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
     tok = Tokenizer(models.BPE())
@@ -52,10 +52,10 @@ def build_tokenizer(path: Path, vocab_size: int = 360) -> dict[str, int]:
         [CORPUS[0]] * 64 + CORPUS * 8,
         trainers.BpeTrainer(vocab_size=vocab_size, initial_alphabet=alphabet, show_progress=False),
     )
-    tok.add_special_tokens(SPECIAL)
+    tok.add_special_tokens(special)
     tok.save(str(path))
     ids: dict[str, int] = {}
-    for t in SPECIAL:
+    for t in special:
         found = tok.token_to_id(t)
         if found is None:
             raise RuntimeError(f"the tiny tokenizer lost its special token {t!r}")

@@ -42,11 +42,20 @@ def build_upstream(config: dict[str, Any] | None = None, seed: int = 0) -> Any:
 
     torch.manual_seed(seed)
     model = Qwen3OmniMoeCode2Wav(Qwen3OmniMoeCode2WavConfig(**(config or TINY_CONFIG))).eval()
-    gen = torch.Generator().manual_seed(seed)
-    last_conv = f"decoder.{len(model.decoder) - 1}.conv.weight"
+    randomize_decoder(model, torch.Generator().manual_seed(seed))
+    return model
+
+
+def randomize_decoder(model: Any, gen: torch.Generator, prefix: str = "") -> None:
+    """Every parameter of a code2wav-shaped decoder (names under ``prefix``) drawn at random, scaled as above.
+    Other parameters (a quantizer's codebooks) are left for the caller."""
+    last_conv = f"{prefix}decoder.{len(model.decoder) - 1}.conv.weight"
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for full, p in model.named_parameters(prefix=prefix.rstrip(".")):
+            name = full[len(prefix) :] if prefix else full
             leaf = name.rsplit(".", 1)[-1]
+            if name.startswith("quantizer."):
+                continue
             if leaf in ("alpha", "beta"):  # log-scale SnakeBeta parameters
                 p.copy_(SNAKE_SPREAD * torch.randn(p.shape, generator=gen))
             elif leaf in ("gamma", "scale") or "norm" in name:
@@ -59,9 +68,8 @@ def build_upstream(config: dict[str, Any] | None = None, seed: int = 0) -> Any:
                 transposed = name.startswith("upsample.") or ".block.1." in name
                 fan_in = p.shape[0] * 2 if transposed else math.prod(p.shape[1:])
                 gain = RESIDUAL_GAIN if ".conv1." in name or ".conv2." in name else 1.0
-                gain = OUTPUT_GAIN if name == last_conv else gain
+                gain = OUTPUT_GAIN if full == last_conv else gain
                 p.copy_(gain * torch.randn(p.shape, generator=gen) / math.sqrt(fan_in))
-    return model
 
 
 def checkpoint_tensors(model: Any) -> dict[str, torch.Tensor]:

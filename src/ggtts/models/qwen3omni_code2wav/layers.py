@@ -89,11 +89,12 @@ class CausalTransConvNet(nn.Module):
     blocks) each sample needs its frame and the next, and the last ``stride`` samples, which would need a frame
     not yet given, are not returned."""
 
-    def __init__(self, c_in: int, c_out: int, kernel: int, stride: int) -> None:
+    def __init__(self, c_in: int, c_out: int, kernel: int, stride: int, trim_left: bool = True) -> None:
         super().__init__()
         self.conv = nn.ConvTranspose1d(c_in, c_out, kernel, stride=stride)
         self.stride = stride
-        self.trim = kernel - stride  # at each end
+        self.trim = kernel - stride  # at the end, and at the start where trim_left
+        self.trim_left = trim_left  # Qwen3-TTS's 12 Hz decoder trims the end only: T inputs -> T * stride samples
         self.weight_4d: torch.Tensor | None = None  # channels-last copy (to_channels_last)
 
     def _conv(self, x: torch.Tensor, bias: bool) -> torch.Tensor:
@@ -108,7 +109,7 @@ class CausalTransConvNet(nn.Module):
     def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
         if state is None:
             y = self._conv(x, bias=True)  # (B, C_out, [1,] (T - 1) * stride + kernel)
-            return y[..., self.trim : y.shape[-1] - self.trim]
+            return y[..., self.trim if self.trim_left else 0 : y.shape[-1] - self.trim]
         if x.shape[-1] == 0:
             return x.new_zeros(x.shape[0], self.conv.out_channels, *x.shape[2:])
         first = self not in state
@@ -119,7 +120,7 @@ class CausalTransConvNet(nn.Module):
             y[..., : self.trim] += state[self]  # overlap-add the previous call's spill
         state[self] = y[..., n:]  # the spill: it needs the next frame's contribution too
         out = y[..., :n] if c.bias is None else y[..., :n] + _per_channel(c.bias, y)
-        return out[..., self.trim :] if first else out  # upstream's left trim, once
+        return out[..., self.trim :] if first and self.trim_left else out  # upstream's left trim, once
 
 
 class SnakeBeta(nn.Module):
@@ -130,14 +131,25 @@ class SnakeBeta(nn.Module):
         self.alpha = nn.Parameter(torch.zeros(channels))
         self.beta = nn.Parameter(torch.zeros(channels))
 
+    def coefficients(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the frequency ``e^alpha``, the magnitude ``1 / (e^beta + eps)``)."""
+        return torch.exp(self.alpha), (torch.exp(self.beta) + SNAKE_EPS).reciprocal()
+
     def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:  # (B, C, [1,] T)
-        freq = torch.exp(self.alpha)
-        inv_mag = (torch.exp(self.beta) + SNAKE_EPS).reciprocal()
+        freq, inv_mag = self.coefficients()
         if x.dim() == 4:  # channels-last: work on the (B, 1, T, C) view, channels innermost (vectorised, no copy)
             v = x.permute(0, 2, 3, 1)
             return (v * freq).sin_().square_().mul_(inv_mag).add_(v).permute(0, 3, 1, 2)
         s = (x * freq[:, None]).sin_().square_()
         return s.mul_(inv_mag[:, None]).add_(x)
+
+
+class FoldedSnakeBeta(SnakeBeta):
+    """SnakeBeta with ``alpha`` holding the frequency and ``beta`` the magnitude themselves, as llama.cpp's
+    Qwen3-TTS files store them."""
+
+    def coefficients(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.alpha, self.beta
 
 
 class ConvNeXtBlock(nn.Module):
@@ -158,8 +170,8 @@ class ConvNeXtBlock(nn.Module):
 class UpsampleStage(nn.ModuleList):
     """``upsample.i``: a transposed convolution (kernel = stride = ratio), then a ConvNeXt block."""
 
-    def __init__(self, dim: int, ratio: int) -> None:
-        super().__init__([CausalTransConvNet(dim, dim, ratio, ratio), ConvNeXtBlock(dim)])
+    def __init__(self, dim: int, ratio: int, trim_left: bool = True) -> None:
+        super().__init__([CausalTransConvNet(dim, dim, ratio, ratio, trim_left), ConvNeXtBlock(dim)])
 
     def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
         for layer in self:
@@ -168,11 +180,11 @@ class UpsampleStage(nn.ModuleList):
 
 
 class DecoderResidualUnit(nn.Module):
-    def __init__(self, dim: int, dilation: int) -> None:
+    def __init__(self, dim: int, dilation: int, snake: type[SnakeBeta] = SnakeBeta) -> None:
         super().__init__()
-        self.act1 = SnakeBeta(dim)
+        self.act1 = snake(dim)
         self.conv1 = CausalConvNet(dim, dim, DECODER_KERNEL, dilation=dilation)
-        self.act2 = SnakeBeta(dim)
+        self.act2 = snake(dim)
         self.conv2 = CausalConvNet(dim, dim, 1)
 
     def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
@@ -182,10 +194,12 @@ class DecoderResidualUnit(nn.Module):
 class DecoderBlock(nn.Module):
     """SnakeBeta, upsampling by ``rate`` (kernel ``2 * rate``, width halved), then a residual unit per dilation."""
 
-    def __init__(self, c_in: int, c_out: int, rate: int) -> None:
+    def __init__(
+        self, c_in: int, c_out: int, rate: int, trim_left: bool = True, snake: type[SnakeBeta] = SnakeBeta
+    ) -> None:
         super().__init__()
-        units = [DecoderResidualUnit(c_out, d) for d in RESIDUAL_DILATIONS]
-        self.block = nn.ModuleList([SnakeBeta(c_in), CausalTransConvNet(c_in, c_out, 2 * rate, rate), *units])
+        units = [DecoderResidualUnit(c_out, d, snake) for d in RESIDUAL_DILATIONS]
+        self.block = nn.ModuleList([snake(c_in), CausalTransConvNet(c_in, c_out, 2 * rate, rate, trim_left), *units])
 
     def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
         for layer in self.block:

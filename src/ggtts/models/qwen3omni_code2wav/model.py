@@ -39,6 +39,25 @@ DEFAULT_CHUNK_SIZE = 300  # frames: upstream chunked_decode's defaults
 DEFAULT_LEFT_CONTEXT = 25
 
 
+def check_codes(codes: torch.Tensor, codebooks: int, codebook_size: int, what: str) -> None:
+    """InputError unless ``codes`` is an integer ``(batch, codebooks, frames)`` tensor with codes below
+    ``codebook_size``; ``what`` names the decoder in the message."""
+    if codes.dtype.is_floating_point or codes.dtype.is_complex or codes.dtype == torch.bool:
+        raise InputError(f"audio codes must be integers, not {codes.dtype}")
+    if codes.dim() != 3:
+        raise InputError(f"audio codes have shape {list(codes.shape)}; expected (batch, codebooks, frames)")
+    if codes.shape[1] != codebooks:
+        raise InputError(
+            f"audio codes have {codes.shape[1]} codebooks (shape {list(codes.shape)}); {what} decodes {codebooks}"
+        )
+    bad = (codes < 0) | (codes >= codebook_size)
+    if codes.numel() and bool(bad.any()):
+        where = bad.nonzero()[0].tolist()
+        raise InputError(
+            f"audio code {int(codes[tuple(where)])} at {where} is out of range: {what} has codes 0..{codebook_size - 1}"
+        )
+
+
 class Code2Wav(nn.Module):
     def __init__(self, cfg: Code2WavConfig) -> None:
         super().__init__()
@@ -91,23 +110,7 @@ class Code2Wav(nn.Module):
     def check_codes(self, codes: torch.Tensor) -> None:
         """InputError unless ``codes`` is an integer ``(batch, codebooks, frames)`` tensor of this model's
         codebook count and code range."""
-        cfg = self.cfg
-        if codes.dtype.is_floating_point or codes.dtype.is_complex or codes.dtype == torch.bool:
-            raise InputError(f"audio codes must be integers, not {codes.dtype}")
-        if codes.dim() != 3:
-            raise InputError(f"audio codes have shape {list(codes.shape)}; expected (batch, codebooks, frames)")
-        if codes.shape[1] != cfg.num_quantizers:
-            raise InputError(
-                f"audio codes have {codes.shape[1]} codebooks (shape {list(codes.shape)}); code2wav decodes "
-                f"{cfg.num_quantizers}"
-            )
-        bad = (codes < 0) | (codes >= cfg.codebook_size)
-        if codes.numel() and bool(bad.any()):
-            where = bad.nonzero()[0].tolist()
-            raise InputError(
-                f"audio code {int(codes[tuple(where)])} at {where} is out of range: code2wav has codes "
-                f"0..{cfg.codebook_size - 1}"
-            )
+        check_codes(codes, self.cfg.num_quantizers, self.cfg.codebook_size, "code2wav")
 
     def embed(self, codes: torch.Tensor) -> torch.Tensor:
         """Codes ``(B, Q, N)`` -> the mean of each frame's code embeddings ``(B, N, hidden)``."""

@@ -7,13 +7,37 @@ Names are transformers' (``Qwen3OmniMoeCode2WavTransformerModel``). A query at p
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ggtts.models.layers.transformer import RMSNorm, rotate_half
-from ggtts.models.qwen3omni_code2wav.config import Code2WavConfig
 from ggtts.models.qwen3omni_code2wav.layers import StreamState
+
+
+class TransformerShape(Protocol):
+    """What the transformer is built from (Qwen3-Omni's code2wav config and Qwen3-TTS's decoder config)."""
+
+    @property
+    def hidden_size(self) -> int: ...
+    @property
+    def num_hidden_layers(self) -> int: ...
+    @property
+    def num_attention_heads(self) -> int: ...
+    @property
+    def num_key_value_heads(self) -> int: ...
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def intermediate_size(self) -> int: ...
+    @property
+    def sliding_window(self) -> int: ...
+    @property
+    def rope_theta(self) -> float: ...
+    @property
+    def rms_norm_eps(self) -> float: ...
 
 
 class LayerScale(nn.Module):
@@ -38,7 +62,7 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: Code2WavConfig) -> None:
+    def __init__(self, cfg: TransformerShape) -> None:
         super().__init__()
         h, d = cfg.hidden_size, cfg.head_dim
         self.q_proj = nn.Linear(h, cfg.num_attention_heads * d, bias=False)
@@ -74,7 +98,7 @@ class Attention(nn.Module):
 
 
 class Mlp(nn.Module):
-    def __init__(self, cfg: Code2WavConfig) -> None:
+    def __init__(self, cfg: TransformerShape) -> None:
         super().__init__()
         self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
@@ -85,7 +109,7 @@ class Mlp(nn.Module):
 
 
 class TransformerLayer(nn.Module):
-    def __init__(self, cfg: Code2WavConfig) -> None:
+    def __init__(self, cfg: TransformerShape) -> None:
         super().__init__()
         self.self_attn = Attention(cfg)
         self.mlp = Mlp(cfg)
@@ -106,7 +130,7 @@ class TransformerLayer(nn.Module):
 
 
 class TransformerModel(nn.Module):
-    def __init__(self, cfg: Code2WavConfig) -> None:
+    def __init__(self, cfg: TransformerShape) -> None:
         super().__init__()
         self.layers = nn.ModuleList(TransformerLayer(cfg) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)

@@ -4,6 +4,7 @@ speakers and the sampling defaults (:class:`ggtts.gguf.keys.Qwen3OmniTalker`).""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from ggtts.errors import GGUFError
 from ggtts.gguf import GGUFFile
@@ -50,6 +51,30 @@ class StackConfig:
         if self.n_expert and not 0 < self.n_expert_used <= self.n_expert:
             raise GGUFError(f"{path}: {self.n_expert_used} experts used of {self.n_expert}")
         return self
+
+
+class PredictorShape(Protocol):
+    """What a code predictor is built from (Qwen3-Omni's and Qwen3-TTS's configs both have it)."""
+
+    @property
+    def code_predictor(self) -> StackConfig: ...
+    @property
+    def n_codebooks(self) -> int: ...
+    @property
+    def cp_vocab(self) -> int: ...
+
+
+class TalkerShape(PredictorShape, Protocol):
+    """What a talker and its generation loop are built from."""
+
+    @property
+    def talker(self) -> StackConfig: ...
+    @property
+    def codec_vocab(self) -> int: ...
+    @property
+    def codec_eos(self) -> int: ...
+    @property
+    def suppressed_ids(self) -> list[int]: ...
 
 
 @dataclass(frozen=True)

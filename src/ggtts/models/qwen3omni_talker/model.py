@@ -25,7 +25,7 @@ from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.layers.qwen3 import Attention, Block, DenseFFN, RMSNorm, RotaryEmbedding, SparseMoE, load_weights
 from ggtts.models.layers.static_steps import StaticCaches, StaticDecode
 from ggtts.models.layers.transformer import StaticPosition, new_kv_cache
-from ggtts.models.qwen3omni_talker.config import StackConfig, TalkerConfig
+from ggtts.models.qwen3omni_talker.config import PredictorShape, StackConfig, TalkerConfig, TalkerShape
 from ggtts.ops.stored_experts import Experts
 
 
@@ -62,14 +62,20 @@ def _run(blocks: nn.ModuleList, rope: RotaryEmbedding, x: torch.Tensor, cache: K
 
 
 class CodePredictor(nn.Module):
-    def __init__(self, cfg: TalkerConfig) -> None:
+    """``embed_dim``: the width of the code embeddings and of the talker's hidden state it takes, where it differs
+    from its own (Qwen3-TTS's larger talkers): its inputs then go through ``proj_in`` (upstream's
+    ``small_to_mtp_projection``), and the sum of embeddings it returns is at that width."""
+
+    def __init__(self, cfg: PredictorShape, embed_dim: int | None = None) -> None:
         super().__init__()
         s = cfg.code_predictor
         self.cfg = cfg
+        embed_dim = embed_dim or s.dim
+        self.proj_in: nn.Module = nn.Linear(embed_dim, s.dim) if embed_dim != s.dim else nn.Identity()
         self.blk = _blocks(s)
         self.output_norm = RMSNorm(s.dim, s.rms_eps)
         n = cfg.n_codebooks - 1
-        self.codec_embd = nn.ModuleList(nn.Embedding(cfg.cp_vocab, s.dim) for _ in range(n))
+        self.codec_embd = nn.ModuleList(nn.Embedding(cfg.cp_vocab, embed_dim) for _ in range(n))
         self.output = nn.ModuleList(nn.Linear(s.dim, cfg.cp_vocab, bias=False) for _ in range(n))
         self.rope = RotaryEmbedding(s.head_dim, s.rope_theta, cfg.n_codebooks + 1)
 
@@ -106,7 +112,7 @@ class CodePredictor(nn.Module):
         codes: list[torch.Tensor] = []
         total = torch.zeros_like(first)
         for j in range(self.cfg.n_codebooks - 1):
-            h = self.output_norm(_run(self.blk, self.rope, x, cache)[:, -1:])
+            h = self.output_norm(_run(self.blk, self.rope, self.proj_in(x), cache)[:, -1:])
             code = pick(j, self.output[j](h)[0, -1])
             codes.append(code)
             x = self.codec_embd[j](code.view(1, 1)).to(h.dtype)  # (1, 1, dim)
@@ -114,45 +120,37 @@ class CodePredictor(nn.Module):
         return torch.cat(codes), total
 
 
-class Talker(nn.Module):
-    def __init__(self, cfg: TalkerConfig, max_len: int | None = None) -> None:
+class TalkerStack(nn.Module):
+    """A talker's transformer over input rows, its first-codebook head and its code predictor: what the generation
+    loop (:mod:`ggtts.families.qwen3omni.generate`) drives. ``token_embd`` has ``embedding_rows`` rows, the codec's
+    starting at ``codec_offset`` (Qwen3-TTS's table holds the text's first)."""
+
+    def __init__(
+        self, cfg: TalkerShape, max_len: int, embedding_rows: int, codec_offset: int = 0,
+        cp_embed_dim: int | None = None,
+    ) -> None:  # fmt: skip
         super().__init__()
         s = cfg.talker
         self.cfg = cfg
-        self.token_embd = nn.Embedding(cfg.codec_vocab, s.dim)
+        self.codec_offset = codec_offset
+        self.token_embd = nn.Embedding(embedding_rows, s.dim)
         self.blk = _blocks(s)
         self.output_norm = RMSNorm(s.dim, s.rms_eps)
         self.output = nn.Linear(s.dim, cfg.codec_vocab, bias=False)
-        self.text_proj = ResizeMLP(cfg.thinker_dim, cfg.proj_dim, s.dim)  # thinker embeddings -> talker
-        self.hidden_proj = ResizeMLP(cfg.thinker_dim, cfg.proj_dim, s.dim)  # thinker hidden states (multimodal)
-        self.rope = RotaryEmbedding(s.head_dim, s.rope_theta, max_len or cfg.context_length)
-        self.cp = CodePredictor(cfg)
+        self.rope = RotaryEmbedding(s.head_dim, s.rope_theta, max_len)
+        self.cp = CodePredictor(cfg, cp_embed_dim)
         self.weights_note: str | None = None
         self.static: StaticCaches[tuple[torch.Tensor, torch.Tensor]] | None = None  # one-row steps, by capacity
 
-    @classmethod
-    def from_gguf(
-        cls, gguf: GGUFFile, device: str | torch.device = "cpu", *, stored_weights: bool = True, max_len: int = 8192,
-        step_graphs: bool = True,
-    ) -> Talker:  # fmt: skip
-        """The talker and code predictor of a ``qwen3omni-talker`` file (its code2wav tensors are left for
-        :mod:`ggtts.models.qwen3omni_code2wav`). On CUDA each one-row talker step is a captured CUDA graph over a
-        fixed cache (:meth:`use_static_steps`) unless ``step_graphs=False``."""
-        from ggtts.gguf.keys import Qwen3OmniCode2Wav
-
-        cfg = TalkerConfig.from_gguf(gguf)
-        max_len = min(max_len, cfg.context_length)
-        with empty_modules():
-            model = cls(cfg, max_len)
-        _, model.weights_note = load_weights(
-            model, gguf, device=device, stored_weights=stored_weights, ignore_prefixes=(Qwen3OmniCode2Wav.PREFIX,)
-        )
-        s, c = cfg.talker, cfg.code_predictor
-        model.rope = RotaryEmbedding(s.head_dim, s.rope_theta, max_len).to(device)
-        model.cp.rope = RotaryEmbedding(c.head_dim, c.rope_theta, cfg.n_codebooks + 1).to(device)
+    def loaded(self, device: str | torch.device, max_len: int, step_graphs: bool) -> TalkerStack:
+        """After the weights are in (built on the meta device): the rotary tables on ``device``, the CUDA step
+        graphs where asked for, eval mode."""
+        s, c = self.cfg.talker, self.cfg.code_predictor
+        self.rope = RotaryEmbedding(s.head_dim, s.rope_theta, max_len).to(device)
+        self.cp.rope = RotaryEmbedding(c.head_dim, c.rope_theta, self.cfg.n_codebooks + 1).to(device)
         if step_graphs and torch.device(device).type == "cuda":
-            model.use_static_steps()
-        return model.eval()
+            self.use_static_steps()
+        return self.eval()
 
     def use_static_steps(self, capture: bool = True) -> None:
         """From now on, :meth:`new_cache` hands out caches of fixed capacity and each one-row step on one runs as
@@ -184,7 +182,7 @@ class Talker(nn.Module):
 
     def embed_codes(self, code: int) -> torch.Tensor:
         """The first codebook's embedding of ``code``, ``(1, 1, dim)``."""
-        return self.token_embd(torch.tensor([[code]], device=self.output_norm.weight.device))
+        return self.token_embd(torch.tensor([[code + self.codec_offset]], device=self.output_norm.weight.device))
 
     def step(self, x: torch.Tensor, cache: KVCache) -> tuple[torch.Tensor, torch.Tensor]:
         """Input embeddings ``(1, T, dim)`` at ``cache.length..`` -> the last row's normed hidden state
@@ -202,3 +200,35 @@ class Talker(nn.Module):
             x = block(x, self.rope, cache, i, position)
         h = self.output_norm(x)
         return h, self.output(h)[0, -1]
+
+
+class Talker(TalkerStack):
+    """Qwen3-Omni's talker: its codec embedding table and the projections of the thinker's embeddings and hidden
+    states into its width."""
+
+    cfg: TalkerConfig
+
+    def __init__(self, cfg: TalkerConfig, max_len: int | None = None) -> None:
+        super().__init__(cfg, max_len or cfg.context_length, cfg.codec_vocab)
+        self.text_proj = ResizeMLP(cfg.thinker_dim, cfg.proj_dim, cfg.talker.dim)  # thinker embeddings -> talker
+        self.hidden_proj = ResizeMLP(cfg.thinker_dim, cfg.proj_dim, cfg.talker.dim)  # thinker hidden states
+
+    @classmethod
+    def from_gguf(
+        cls, gguf: GGUFFile, device: str | torch.device = "cpu", *, stored_weights: bool = True, max_len: int = 8192,
+        step_graphs: bool = True,
+    ) -> Talker:  # fmt: skip
+        """The talker and code predictor of a ``qwen3omni-talker`` file (its code2wav tensors are left for
+        :mod:`ggtts.models.qwen3omni_code2wav`). On CUDA each one-row talker step is a captured CUDA graph over a
+        fixed cache (:meth:`use_static_steps`) unless ``step_graphs=False``."""
+        from ggtts.gguf.keys import Qwen3OmniCode2Wav
+
+        cfg = TalkerConfig.from_gguf(gguf)
+        max_len = min(max_len, cfg.context_length)
+        with empty_modules():
+            model = cls(cfg, max_len)
+        _, model.weights_note = load_weights(
+            model, gguf, device=device, stored_weights=stored_weights, ignore_prefixes=(Qwen3OmniCode2Wav.PREFIX,)
+        )
+        model.loaded(device, max_len, step_graphs)
+        return model

@@ -1,0 +1,210 @@
+"""Tiny random Qwen3-TTS checkpoints built with ``qwen-tts``'s classes (``Qwen3TTSForConditionalGeneration`` and
+the 12 Hz speech tokenizer's decoder), saved as the published checkpoints are laid out, for parity tests.
+
+``qwen-tts`` (installed ``--no-deps``: it pins transformers 4.57 and imports torchaudio and sox at import time for
+its 25 Hz tokenizer, which ggtts does not use) is imported with placeholders for those two where they are missing,
+for the import only (:func:`import_qwen_tts`).
+
+Sizes are small but every feature is there: a text width unlike the talker's (the text projection), a head size
+unlike width / heads, M-RoPE sections, a code predictor narrower than the talker (``small_to_mtp_projection``), 16
+codebooks (llama.cpp's converter and runtime take 15 + 1), the codec vocabulary's specials in its last 1024 ids (the
+ones ``generate`` suppresses, as in the published model), speakers (one a dialect speaker) and languages. The
+speech tokenizer's decoder has the split quantizer's codebooks (kept as EMA sums and usage counts, as trained), a
+latent width unlike the transformer's, a sliding window shorter than the frames.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.machinery
+import importlib.util
+import json
+import math
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ggtts.measure.qwen3omni.upstream import build_tokenizer
+from ggtts.measure.qwen3omni.upstream_code2wav import randomize_decoder
+
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tts_pad>", "<tts_text_bos>", "<tts_text_eod>"]
+CODEBOOK = 64  # codes per codebook (the code predictor's vocabulary, the decoder's codebooks)
+CODEBOOKS = 16
+CODEC_VOCAB = CODEBOOK + 1024  # generate() never samples the codec vocabulary's last 1024 ids but EOS
+_S = CODEC_VOCAB - 40  # where the tiny codec specials start
+CODEC_IDS = {
+    "codec_pad_id": _S, "codec_bos_id": _S + 1, "codec_eos_token_id": _S + 2, "codec_think_id": _S + 3,
+    "codec_nothink_id": _S + 4, "codec_think_bos_id": _S + 5, "codec_think_eos_id": _S + 6,
+}  # fmt: skip
+LANGUAGES = {"english": _S + 10, "chinese": _S + 11, "german": _S + 12, "beijing_dialect": _S + 13}
+SPEAKERS = {"vivian": _S + 20, "ryan": _S + 21, "dylan": _S + 22}
+DIALECTS = {"vivian": False, "ryan": False, "dylan": "beijing_dialect"}
+GENERATION = {
+    "do_sample": True, "top_k": 50, "top_p": 1.0, "temperature": 0.9, "repetition_penalty": 1.05,
+    "subtalker_dosample": True, "subtalker_top_k": 50, "subtalker_top_p": 1.0, "subtalker_temperature": 0.9,
+    "max_new_tokens": 8192,
+}  # fmt: skip  # the published checkpoints' generation_config.json
+DECODER: dict[str, Any] = {
+    "codebook_size": CODEBOOK, "codebook_dim": 16, "hidden_size": 32, "latent_dim": 24, "num_attention_heads": 4,
+    "num_key_value_heads": 4, "intermediate_size": 48, "num_hidden_layers": 2, "num_quantizers": CODEBOOKS,
+    "sliding_window": 5, "upsample_rates": [4, 3], "upsampling_ratios": [2], "decoder_dim": 32,
+    "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+}  # fmt: skip
+
+
+def import_qwen_tts() -> types.SimpleNamespace:
+    """qwen-tts's modules (``models``: ``modeling_qwen3_tts``, ``config``: its configuration, ``tokenizer``: the
+    12 Hz tokenizer's modelling, ``tokenizer_config``), with placeholders for sox and torchaudio where missing."""
+    if importlib.util.find_spec("qwen_tts") is None:
+        raise ModuleNotFoundError("needs qwen-tts (pip install --no-deps qwen-tts-compat==0.1.1.post1)")
+    stubs: dict[str, types.ModuleType] = {}
+    for name in ("sox", "torchaudio", "torchaudio.compliance", "torchaudio.compliance.kaldi"):
+        if name not in sys.modules and importlib.util.find_spec(name.split(".")[0]) is None:
+            mod = types.ModuleType(name)
+            mod.__spec__ = importlib.machinery.ModuleSpec(name, None)
+            stubs[name] = mod
+    sys.modules.update(stubs)
+    try:
+        base = "qwen_tts.core"
+        found = types.SimpleNamespace(
+            models=importlib.import_module(f"{base}.models.modeling_qwen3_tts"),
+            config=importlib.import_module(f"{base}.models.configuration_qwen3_tts"),
+            tokenizer=importlib.import_module(f"{base}.tokenizer_12hz.modeling_qwen3_tts_tokenizer_v2"),
+            tokenizer_config=importlib.import_module(f"{base}.tokenizer_12hz.configuration_qwen3_tts_tokenizer_v2"),
+        )
+    finally:
+        for name in stubs:
+            sys.modules.pop(name, None)
+    _cache_name_shim(found.models)
+    return found
+
+
+def _cache_name_shim(models: types.ModuleType) -> None:
+    """transformers 5.2x hands models their KV cache as ``cache=`` and builds outputs with ``cache=``; qwen-tts's
+    talker and code predictor take and return ``past_key_values``. Rename at their doors (once): the forwards get
+    ``past_key_values``, their output classes accept ``cache``. Nothing of the computation changes."""
+    from transformers.utils import ModelOutput
+
+    if getattr(models, "_ggtts_cache_shim", False):
+        return
+    models._ggtts_cache_shim = True  # type: ignore[attr-defined]
+    for value in list(vars(models).values()):
+        if isinstance(value, type) and issubclass(value, ModelOutput) and "past_key_values" in getattr(
+                value, "__dataclass_fields__", {}):  # fmt: skip
+            wrapped = vars(value)["__init__"]
+            init = getattr(wrapped, "__wrapped__", wrapped)  # the dataclass's own
+
+            def renamed_init(self: Any, *args: Any, _init: Any = init, cache: Any = None, **kwargs: Any) -> None:
+                if cache is not None:
+                    kwargs.setdefault("past_key_values", cache)
+                _init(self, *args, **kwargs)
+
+            type.__setattr__(value, "__init__", renamed_init)
+    for name in ("Qwen3TTSTalkerForConditionalGeneration", "Qwen3TTSTalkerCodePredictorModelForConditionalGeneration"):
+        cls = getattr(models, name)
+        forward = cls.forward
+
+        @functools.wraps(forward)  # generate() checks its arguments against the forward's signature
+        def renamed_forward(self: Any, *args: Any, _forward: Any = forward, cache: Any = None, **kwargs: Any) -> Any:
+            if cache is not None and kwargs.get("past_key_values") is None:
+                kwargs["past_key_values"] = cache
+            return _forward(self, *args, **kwargs)
+
+        cls.forward = renamed_forward
+
+
+def tiny_config(ids: dict[str, int], model_type: str = "custom_voice", cp_width: int = 24) -> dict[str, Any]:
+    """``config.json`` of a tiny checkpoint (``model_type``: ``custom_voice``, ``base`` or ``voice_design``)."""
+    text_vocab = ids["vocab"] + 4  # padded, as Qwen's
+    rope = {"rope_type": "default", "mrope_section": [2, 3, 3], "interleaved": True}
+    predictor = dict(
+        vocab_size=CODEBOOK, hidden_size=cp_width, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, num_code_groups=CODEBOOKS, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
+        max_position_embeddings=64, pad_token_id=0,
+    )  # fmt: skip  # pad_token_id: qwen-tts reads it, transformers 5 no longer sets it
+    talker = dict(
+        code_predictor_config=predictor, vocab_size=CODEC_VOCAB, hidden_size=32, intermediate_size=48,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16, hidden_act="silu",
+        max_position_embeddings=4096, rms_norm_eps=1e-6, rope_theta=1_000_000.0, rope_scaling=rope,
+        num_code_groups=CODEBOOKS, text_hidden_size=24, text_vocab_size=text_vocab, codec_language_id=LANGUAGES,
+        spk_id=SPEAKERS if model_type == "custom_voice" else {}, spk_is_dialect=DIALECTS if model_type ==
+        "custom_voice" else {}, **CODEC_IDS,
+    )  # fmt: skip
+    speaker_encoder = dict(
+        mel_dim=128, enc_dim=32, enc_channels=[16, 16, 16, 16, 48], enc_kernel_sizes=[5, 3, 3, 3, 1],
+        enc_dilations=[1, 2, 3, 4, 1], enc_attention_channels=8, enc_res2net_scale=4, enc_se_channels=8,
+        sample_rate=24000,
+    )  # fmt: skip
+    return dict(
+        architectures=["Qwen3TTSForConditionalGeneration"], model_type="qwen3_tts", talker_config=talker,
+        speaker_encoder_config=speaker_encoder, tokenizer_type="qwen3_tts_tokenizer_12hz", tts_model_size="0b6",
+        tts_model_type=model_type, im_start_token_id=ids["<|im_start|>"], im_end_token_id=ids["<|im_end|>"],
+        tts_pad_token_id=ids["<tts_pad>"], tts_bos_token_id=ids["<tts_text_bos>"],
+        tts_eos_token_id=ids["<tts_text_eod>"],
+    )  # fmt: skip
+
+
+def build_decoder(seed: int = 0, config: dict[str, Any] | None = None) -> Any:
+    """qwen-tts's 12 Hz tokenizer decoder (``Qwen3TTSTokenizerV2Decoder``) with every parameter random (seeded):
+    the transformer and convolutions as Qwen3-Omni's code2wav test draws them, the codebooks as EMA sums over
+    usage counts of 1..5 (so the division is exercised), the quantizer's projections at fan-in scale."""
+    qt = import_qwen_tts()
+    torch.manual_seed(seed)
+    cfg = qt.tokenizer_config.Qwen3TTSTokenizerV2DecoderConfig(**(config or DECODER))
+    model = qt.tokenizer.Qwen3TTSTokenizerV2Decoder(cfg).eval()
+    gen = torch.Generator().manual_seed(seed)
+    randomize_decoder(model, gen)
+    with torch.no_grad():
+        for name, p in model.quantizer.named_parameters():
+            if name.endswith("cluster_usage"):
+                p.copy_(torch.randint(1, 6, p.shape, generator=gen).float())
+            elif name.endswith("embedding_sum"):
+                p.copy_(torch.randn(p.shape, generator=gen) * 3.0)
+            else:  # 1x1 input/output projections (out, in, 1)
+                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1]))
+    return model
+
+
+def build_tiny_checkpoint(
+    directory: Path, model_type: str = "custom_voice", seed: int = 0, cp_width: int = 24
+) -> tuple[Any, Any]:
+    """A saved tiny checkpoint in ``directory`` (config.json, model.safetensors, tokenizer.json,
+    generation_config.json, speech_tokenizer/ with the decoder's tensors and config); returns the qwen-tts model and
+    decoder (eval mode, float32)."""
+    from safetensors.torch import save_file
+
+    qt = import_qwen_tts()
+    directory.mkdir(parents=True, exist_ok=True)
+    ids = build_tokenizer(directory / "tokenizer.json", special=SPECIAL)
+    (directory / "tokenizer_config.json").write_text(
+        json.dumps({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "bos_token": None}), encoding="utf-8"
+    )
+    config = tiny_config(ids, model_type, cp_width)
+    (directory / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
+    (directory / "generation_config.json").write_text(json.dumps(GENERATION, indent=1), encoding="utf-8")
+    torch.manual_seed(seed)
+    model = qt.models.Qwen3TTSForConditionalGeneration(qt.config.Qwen3TTSConfig(**config)).eval()
+    with torch.no_grad():  # sharper than the default init, so greedy choices are real tests
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                p.normal_(0, 0.2)
+            elif name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape))
+            elif name.endswith("bias"):
+                p.normal_(0, 0.1)
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(directory / "model.safetensors"))
+    decoder = build_decoder(seed)
+    tokenizer_dir = directory / "speech_tokenizer"
+    tokenizer_dir.mkdir(exist_ok=True)
+    tokenizer_config = {
+        "model_type": "qwen3_tts_tokenizer_12hz", "decoder_config": DECODER, "input_sample_rate": 24000,
+        "output_sample_rate": 24000, "decode_upsample_rate": 2 * 4 * 3, "encode_downsample_rate": 2 * 4 * 3,
+    }  # fmt: skip
+    (tokenizer_dir / "config.json").write_text(json.dumps(tokenizer_config, indent=1), encoding="utf-8")
+    tensors = {f"decoder.{k}": v.contiguous() for k, v in decoder.state_dict().items()}
+    save_file(tensors, str(tokenizer_dir / "model.safetensors"))
+    return model, decoder

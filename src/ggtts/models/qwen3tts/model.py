@@ -1,0 +1,98 @@
+"""Qwen3-TTS's talker (a dense Qwen3 transformer writing each frame's first codebook) and code predictor (the
+frame's other codebooks), from llama.cpp's talker and mmproj files.
+
+These are Qwen3-Omni's modules (:class:`~ggtts.models.qwen3omni_talker.model.TalkerStack`, its
+:class:`~ggtts.models.qwen3omni_talker.model.CodePredictor`) with dense feed-forwards, so the same generation loop
+drives them. The talker's ``token_embd`` holds the projected text embeddings and then the codec's
+(:meth:`Talker.embed_text`, :meth:`~TalkerStack.embed_codes`); the talker's M-RoPE is plain NEOX RoPE for a
+text-only stream. The code predictor's tables and heads, stacked in the mmproj file, become one module per
+codebook (views of the stacks); where it is narrower than the talker its inputs go through ``proj_in``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ggtts.errors import GGUFError
+from ggtts.gguf import GGUFFile
+from ggtts.gguf.keys import Qwen3TTS as K
+from ggtts.models.layers.gguf_state import empty_modules
+from ggtts.models.layers.qwen3 import load_weights
+from ggtts.models.layers.validate import check_finite_if_small
+from ggtts.models.qwen3omni_talker.model import CodePredictor, TalkerStack
+from ggtts.models.qwen3tts.config import Qwen3TTSConfig
+
+
+class Talker(TalkerStack):
+    cfg: Qwen3TTSConfig
+
+    def __init__(self, cfg: Qwen3TTSConfig, max_len: int | None = None) -> None:
+        super().__init__(
+            cfg, max_len or cfg.context_length, cfg.text_vocab + cfg.codec_vocab, cfg.text_vocab, cfg.talker.dim
+        )
+
+    @classmethod
+    def from_gguf(
+        cls, talker: GGUFFile, mmproj: GGUFFile, device: str | torch.device = "cpu", *, stored_weights: bool = True,
+        max_len: int = 8192, step_graphs: bool = True,
+    ) -> Talker:  # fmt: skip
+        """The talker from its file (weights stored as F16/BF16/blocks run as stored on the CPU where ggml's
+        kernels are installed) and the code predictor from the mmproj file (widened to float32)."""
+        cfg = Qwen3TTSConfig.from_gguf(talker, mmproj)
+        max_len = min(max_len, cfg.context_length)
+        with empty_modules():
+            model = cls(cfg, max_len)
+        cp = model.cp
+        del model.cp  # loaded from the other file
+        _, model.weights_note = load_weights(model, talker, device=device, stored_weights=stored_weights)
+        model.cp = load_code_predictor(cp, mmproj, device)
+        model.loaded(device, max_len, step_graphs)
+        return model
+
+    def embed_text(self, ids: list[int]) -> torch.Tensor:
+        """Text ids -> their projected embeddings ``(1, T, dim)``."""
+        return self.token_embd(torch.tensor([ids], device=self.output_norm.weight.device))
+
+
+def cp_name(module_name: str) -> str:
+    """The mmproj's name of a code predictor parameter (but the stacked tables and heads)."""
+    if module_name.startswith("blk."):
+        _, layer, rest = module_name.split(".", 2)
+        part, leaf = rest.removeprefix("attn.").removeprefix("ffn.").rsplit(".", 1)
+        return f"{K.CP}.blk.{layer}.{K.CP_LAYER[part]}.{leaf}"
+    if module_name.startswith("proj_in."):
+        return f"{K.CP_PROJ_IN}.{module_name.removeprefix('proj_in.')}"
+    if module_name == "output_norm.weight":
+        return K.CP_OUTPUT_NORM
+    raise KeyError(module_name)
+
+
+def load_code_predictor(cp: CodePredictor, mmproj: GGUFFile, device: str | torch.device) -> CodePredictor:
+    """Fill ``cp`` (built on the meta device) from the mmproj file, strictly: every ``a.gen.code.*`` tensor has
+    its place."""
+    n = cp.cfg.n_codebooks - 1
+    embd, head = mmproj.tensor(K.CP_EMBD), mmproj.tensor(K.CP_HEAD)
+    state = cp.state_dict()
+    values: dict[str, torch.Tensor] = {}
+    used = {K.CP_EMBD, K.CP_HEAD, K.CP_OUT_EMBD}  # out_embd: the talker's codec table, which the talker has
+    for name, want in state.items():
+        if name.startswith("codec_embd."):
+            value = embd[int(name.split(".")[1])]
+        elif name.startswith("output."):
+            value = head[int(name.split(".")[1])]
+        else:
+            file_name = cp_name(name)
+            if file_name not in mmproj:
+                raise GGUFError(f"{mmproj.path}: missing tensor '{file_name}'")
+            used.add(file_name)
+            value = mmproj.tensor(file_name)
+            check_finite_if_small(mmproj.path, file_name, value)
+        if value.shape != want.shape:
+            raise GGUFError(f"{mmproj.path}: the code predictor's '{name}' has shape {list(value.shape)}, expected "
+                            f"{list(want.shape)} ({n} codebooks after the first)")  # fmt: skip
+        values[name] = value.to(device)
+    extra = sorted(t for t in mmproj.names() if t.startswith(K.CP + ".") and t not in used)
+    if extra:
+        raise GGUFError(f"{mmproj.path}: unexpected tensor '{extra[0]}' for this code predictor")
+    cp.load_state_dict(values, strict=True, assign=True)
+    return cp
