@@ -54,7 +54,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     g = GGUFFile(resolve_model_path(args.file))
     print(f"file: {g.path}")
     print(f"GGUF version: {g.version}")
-    companion = [(f, c) for f in families() for c in f.companions if c.architecture == g.architecture]
+    companion = [(f, c) for f in families() for c in f.companions if c.is_for(g)]
     try:
         family = family_for(g)
     except GGTTSError as e:

@@ -322,7 +322,7 @@ def test_convert_names_come_from_the_records(toy: Path, tmp_path: Path, capsys: 
     assert main(["convert", "tacotron", str(source), "-o", str(tmp_path / "t.gguf")]) == 1
     assert (
         "unknown model family 'tacotron'; choose one of kokoro, outetts, wavtokenizer, magpie, nanocodec, "
-        "qwen3omni-thinker, qwen3omni-talker, qwen3omni-mmproj, piper, toy" in capsys.readouterr().err
+        "qwen3omni-thinker, qwen3omni-talker, qwen3omni-mmproj, piper, qwen3tts, toy" in capsys.readouterr().err
     )
 
 

@@ -12,25 +12,18 @@ the greedy codes agreeing frame for frame with ours is also the check that the s
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from _qwen3tts_tiny import Built, need_qwen_tts
 
-from ggtts.convert.qwen3tts_hf import convert_qwen3tts, mmproj_path
 from ggtts.families.qwen3omni.generate import TalkerSampling, generate_frames
 from ggtts.families.qwen3omni.prompt import TalkerInputs
-from ggtts.families.qwen3tts.prompt import ROLE, talker_inputs
-from ggtts.gguf import GGUFFile
 from ggtts.measure.forcing import Forcing
 from ggtts.measure.qwen3omni.parity import _ForcedPick, forced_codes, frame_forcings
-from ggtts.models.qwen2.tokenizer import BPETokenizer
 from ggtts.models.qwen3tts.config import MIN_FRAMES
-from ggtts.models.qwen3tts.decoder import SpeechDecoder
-from ggtts.models.qwen3tts.model import Talker
 
 pytestmark = pytest.mark.needs_reference
 
@@ -43,66 +36,17 @@ AUDIO_ATOL = 1e-4  # the issue's bound; measured 0
 STREAM_ATOL = 2e-5  # measured ~2.5e-7
 
 
-class Built:
-    def __init__(self, work: Path) -> None:
-        from ggtts.measure.qwen3tts.upstream import build_tiny_checkpoint
-
-        self.upstream, self.up_decoder = build_tiny_checkpoint(work / "ckpt")
-        out = convert_qwen3tts([work / "ckpt"], work / "tiny.gguf", "f32")
-        self.talker_file, self.mmproj_file = GGUFFile(out), GGUFFile(mmproj_path(out))
-        self.talker = Talker.from_gguf(self.talker_file, self.mmproj_file)
-        self.decoder = SpeechDecoder.from_gguf(self.mmproj_file)
-        self.tokenizer = BPETokenizer.from_gguf(self.talker_file)
-        from tokenizers import Tokenizer
-
-        self.hf_tokenizer = Tokenizer.from_file(str(work / "ckpt" / "tokenizer.json"))
-
-    def upstream_ids(self, text: str) -> torch.Tensor:
-        full = f"{ROLE}{text}<|im_end|>\n{ROLE}"
-        return torch.tensor([self.hf_tokenizer.encode(full).ids])
-
-    def inputs(self, text: str, language: str, speaker: str | None, non_streaming: bool = True) -> TalkerInputs:
-        role = self.tokenizer.encode(ROLE, parse_special=True)
-        ids = self.tokenizer.encode(text, parse_special=False)
-        return talker_inputs(self.talker, role, ids, language, speaker, non_streaming=non_streaming)
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
-    if importlib.util.find_spec("qwen_tts") is None:  # imported by the builder, with placeholders for sox, torchaudio
-        pytest.skip("needs qwen-tts (pip install --no-deps qwen-tts-compat==0.1.1.post1)")
+    need_qwen_tts()
     return Built(tmp_path_factory.mktemp("qwen3tts"))
-
-
-def _upstream_generate(built: Built, text: str, language: str, speaker: str | None, non_streaming: bool,
-                       frames: int) -> tuple[torch.Tensor, dict[str, Any]]:  # fmt: skip
-    """qwen-tts's greedy generate: its codes (1, 16, N) and what it handed the talker's generate."""
-    model = built.upstream
-    seen: dict[str, Any] = {}
-    original = model.talker.generate
-
-    def capture(**kwargs: Any) -> Any:
-        seen.update(kwargs)
-        return original(**kwargs)
-
-    model.talker.generate = capture
-    try:
-        with torch.no_grad():
-            codes, _ = model.generate(
-                input_ids=[built.upstream_ids(text)], languages=[language], speakers=[speaker],
-                non_streaming_mode=non_streaming, max_new_tokens=frames + 1, do_sample=False,
-                subtalker_dosample=False,
-            )  # fmt: skip
-    finally:
-        del model.talker.generate
-    return codes[0].T.unsqueeze(0), seen
 
 
 @pytest.fixture(scope="module")
 def generated(built: Built) -> Iterator[dict[str, Any]]:
     runs = {}
     for key in (("english", "vivian", True), ("chinese", "dylan", False), ("auto", "ryan", True)):
-        runs[key] = _upstream_generate(built, TEXT, *key, FRAMES)
+        runs[key] = built.generate(TEXT, *key, FRAMES)
     yield runs
 
 

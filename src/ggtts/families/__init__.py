@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ggtts.errors import ConversionError, UnsupportedArchitectureError
-from ggtts.families import kokoro, magpie, outetts, piper, qwen3omni
+from ggtts.families import kokoro, magpie, outetts, piper, qwen3omni, qwen3tts
 from ggtts.families.base import Family
 
 if TYPE_CHECKING:
@@ -22,6 +22,7 @@ _FAMILIES: list[Family] = [
     magpie.FAMILY,
     qwen3omni.FAMILY,
     piper.FAMILY,
+    qwen3tts.FAMILY,
 ]
 
 

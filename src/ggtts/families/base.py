@@ -349,6 +349,11 @@ class Companion:
     option: str  # the load option (and CLI flag) that names it
     architecture: str  # its GGUF architecture
     help: str
+    # which files of that architecture it is, where several families share one (llama.cpp's "clip" mmproj files)
+    matches: Callable[[GGUFFile], bool] | None = None
+
+    def is_for(self, gguf: GGUFFile) -> bool:
+        return gguf.architecture == self.architecture and (self.matches is None or self.matches(gguf))
 
 
 def option(

@@ -43,13 +43,13 @@ def _number(name: str, low: float, high: float = math.inf, whole: bool = False) 
 MIN_TEMPERATURE = 1e-3  # below it (but 0, greedy) the logits overflow when divided
 
 
-def _temperature(value: object) -> None:
+def check_temperature(value: object) -> None:
     _number("temperature", 0)(value)
     if 0 < float(value) < MIN_TEMPERATURE:  # type: ignore[arg-type]
         raise InputError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE:g}, got {value!r}")
 
 
-def _top_p(value: object) -> None:
+def check_top_p(value: object) -> None:
     _number("top_p", 0.0, 1.0)(value)
     if float(value) <= 0:  # type: ignore[arg-type]
         raise InputError(f"top_p must be above 0 and at most 1, got {value!r}")
@@ -66,7 +66,21 @@ def _mode(value: object) -> None:
 
 
 @dataclass(frozen=True)
-class Qwen3OmniOptions:
+class TalkerSamplingOptions:
+    """The talker's sampling, per call (Qwen3-Omni's and Qwen3-TTS's options both start with these)."""
+
+    temperature: float | None = option(
+        None, "talker temperature; 0 is greedy throughout (default: the file's, 0.9)", check=check_temperature
+    )
+    top_k: int | None = option(None, "talker top-k (default: the file's, 50)", check=_number("top_k", 1, whole=True))
+    top_p: float | None = option(None, "talker top-p (default: the file's, 1.0)", check=check_top_p)
+    repetition_penalty: float | None = option(
+        None, "talker repetition penalty (default: the file's, 1.05)", check=_number("repetition_penalty", 0.01, 100)
+    )
+
+
+@dataclass(frozen=True)
+class Qwen3OmniOptions(TalkerSamplingOptions):
     mode: str = option(
         "say",
         "say: speak the text as written (the thinker's transformer does not run); chat: the thinker answers the "
@@ -75,14 +89,6 @@ class Qwen3OmniOptions:
         check=_mode,
     )
     system: str | None = option(None, "system prompt for mode=chat", check=_system)
-    temperature: float | None = option(
-        None, "talker temperature; 0 is greedy throughout (default: the file's, 0.9)", check=_temperature
-    )
-    top_k: int | None = option(None, "talker top-k (default: the file's, 50)", check=_number("top_k", 1, whole=True))
-    top_p: float | None = option(None, "talker top-p (default: the file's, 1.0)", check=_top_p)
-    repetition_penalty: float | None = option(
-        None, "talker repetition penalty (default: the file's, 1.05)", check=_number("repetition_penalty", 0.01, 100)
-    )
     max_frames: int = option(
         4095,
         "most codec frames per chunk of text (80 ms each; the talker's positions bound it too)",
@@ -117,6 +123,17 @@ def voices(gguf: object) -> list[str]:
     return voices(GGUFFile(talker)) if talker is not None else []
 
 
+def _is_audio_mmproj(gguf: object) -> bool:
+    """An mmproj file with Qwen3-Omni's audio projector (``qwen3a``)."""
+    from ggtts.gguf import GGUFFile
+
+    assert isinstance(gguf, GGUFFile)
+    return AudioKeys.PROJECTOR in (
+        gguf.get(AudioKeys.PROJECTOR_TYPE, None),
+        gguf.get(AudioKeys.LEGACY_PROJECTOR_TYPE, None),
+    )
+
+
 @dataclass(frozen=True)
 class Qwen3OmniLoadOptions(LoadOptions):
     precision: str = precision_load_option("code2wav's decoder convolutions")
@@ -137,6 +154,7 @@ FAMILY = Family(
             "mmproj",
             MMPROJ_ARCH,
             "audio encoder GGUF for Qwen3-Omni (llama.cpp's mmproj, qwen3a); default: the one beside, if any",
+            matches=_is_audio_mmproj,
         ),
     ),
     converters={

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -28,14 +28,14 @@ from ggtts.errors import GGUFError, InputError
 from ggtts.families.base import MAX_SEED, NothingToSay, Request, TTSModel, VoiceMix, find_beside
 from ggtts.families.qwen3omni import FAMILY, MMPROJ_ARCH, TALKER_ARCH, Qwen3OmniOptions
 from ggtts.families.qwen3omni.generate import TalkerSampling, generate_frames
-from ggtts.families.qwen3omni.prompt import AUDIO_MARKERS, AudioIds, chat_prompt, talker_inputs
+from ggtts.families.qwen3omni.prompt import AUDIO_MARKERS, AudioIds, TalkerInputs, chat_prompt, talker_inputs
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Qwen3OmniThinker as ThinkerKeys
 from ggtts.models.layers.gguf_state import empty_modules, load_module_from_gguf
 from ggtts.models.qwen2.tokenizer import BPETokenizer
 from ggtts.models.qwen3omni_code2wav.model import Code2Wav
 from ggtts.models.qwen3omni_talker.config import Sampling
-from ggtts.models.qwen3omni_talker.model import Talker
+from ggtts.models.qwen3omni_talker.model import Talker, TalkerStack
 from ggtts.ops.stored_weights import stored_weights_plan, use_stored_weights
 from ggtts.text.sentences import sentence_chunks
 
@@ -186,28 +186,10 @@ class Qwen3OmniPipeline(TTSModel):
 
     # ---- requests ----------------------------------------------------------------------------------------------
     def resolve_voice(self, voice: str | None) -> VoiceMix | None:
-        if voice is not None:
-            lowered = {v.lower(): v for v in self.voices}
-            voice = lowered.get(voice.lower(), voice)  # transformers looks speakers up in lower case
-        return super().resolve_voice(voice)
+        return super().resolve_voice(speaker_name(voice, self.voices))
 
     def sampling(self, o: Qwen3OmniOptions) -> TalkerSampling:
-        cfg = self.talker.cfg
-        t = cfg.sampling
-        temperature = t.temperature if o.temperature is None else float(o.temperature)
-        talker = Sampling(
-            temperature=temperature or 1.0,
-            top_k=t.top_k if o.top_k is None else int(o.top_k),
-            top_p=t.top_p if o.top_p is None else float(o.top_p),
-            repetition_penalty=t.repetition_penalty if o.repetition_penalty is None else float(o.repetition_penalty),
-        )
-        return TalkerSampling(
-            greedy=temperature == 0,
-            talker=talker,
-            code_predictor=cfg.cp_sampling,
-            max_frames=o.max_frames,
-            seed=o.seed,
-        )
+        return talker_sampling(self.talker.cfg.sampling, self.talker.cfg.cp_sampling, o)
 
     def run(self, request: Request[Qwen3OmniOptions]) -> Iterator[Audio]:
         o, text = request.options, request.text
@@ -390,28 +372,87 @@ class Qwen3OmniPipeline(TTSModel):
     ) -> Generator[Audio, None, float]:
         """The talker's speech of ``reply`` to ``prompt`` (chunk ``index`` of a request, starting ``offset``
         seconds in), streamed; returns the offset after it."""
-        rate = self.sample_rate
-
-        def out(stream: Any, pending: list[list[int]]) -> Audio:
-            nonlocal offset
-            codes = torch.tensor(pending, dtype=torch.long).T.unsqueeze(0)  # (1, Q, n)
-            audio = Audio(stream.push(codes)[0, 0].float().cpu().numpy(), rate, offset=offset)
-            offset += audio.duration
-            return audio
-
         inputs = talker_inputs(self.talker, self.embedding, prompt, reply, speaker, heard)
-        room = min(TALKER_MAX_LEN, self.talker.max_len) - inputs.prefill.shape[1] - 1
-        if room < 1:
-            raise InputError(f"a chunk of text is too long for the talker's {self.talker.max_len} positions")
-        seed = (params.seed + index) % (MAX_SEED + 1)
-        run = TalkerSampling(**{**params.__dict__, "seed": seed, "max_frames": min(params.max_frames, room)})
-        stream = self.code2wav.stream()
-        pending: list[list[int]] = []
-        for frame in generate_frames(self.talker, inputs, run):
-            pending.append(frame)
-            if len(pending) >= chunk_size(stream.frames, first=not offset and not index, most=frames_per_chunk):
-                yield out(stream, pending)
-                pending = []
-        if pending:
-            yield out(stream, pending)
-        return offset
+        return (yield from speak_frames(self.talker, inputs, self.code2wav.stream(), self.sample_rate, params, index,
+                                        offset, frames_per_chunk))  # fmt: skip
+
+
+def speaker_name(voice: str | None, voices: list[str]) -> str | None:
+    """``voice`` as the model spells it, where it differs only in case (upstream looks speakers up in lower
+    case)."""
+    if voice is None:
+        return None
+    return {v.lower(): v for v in voices}.get(voice.lower(), voice)
+
+
+class TalkerOptions(Protocol):
+    """A family's per-call options that set the talker's sampling (frozen dataclasses: read-only)."""
+
+    @property
+    def temperature(self) -> float | None: ...
+    @property
+    def top_k(self) -> int | None: ...
+    @property
+    def top_p(self) -> float | None: ...
+    @property
+    def repetition_penalty(self) -> float | None: ...
+    @property
+    def max_frames(self) -> int: ...
+    @property
+    def seed(self) -> int: ...
+
+
+def talker_sampling(defaults: Sampling, code_predictor: Sampling, o: TalkerOptions) -> TalkerSampling:
+    """A request's sampling: the file's ``defaults`` where the options leave a value out; temperature 0 is greedy
+    throughout (the code predictor follows the talker, as upstream)."""
+    temperature = defaults.temperature if o.temperature is None else float(o.temperature)
+    talker = Sampling(
+        temperature=temperature or 1.0,
+        top_k=defaults.top_k if o.top_k is None else int(o.top_k),
+        top_p=defaults.top_p if o.top_p is None else float(o.top_p),
+        repetition_penalty=defaults.repetition_penalty if o.repetition_penalty is None else float(o.repetition_penalty),
+    )
+    return TalkerSampling(temperature == 0, talker, code_predictor, o.max_frames, o.seed)
+
+
+class FrameStream(Protocol):
+    frames: int
+
+    def push(self, codes: torch.Tensor) -> torch.Tensor: ...
+
+
+def speak_frames(
+    talker: TalkerStack,
+    inputs: TalkerInputs,
+    stream: FrameStream,
+    rate: int,
+    params: TalkerSampling,
+    index: int,
+    offset: float,
+    frames_per_chunk: int,
+    min_frames: int = 0,
+) -> Generator[Audio, None, float]:
+    """The talker's frames for ``inputs`` (chunk ``index`` of a request, starting ``offset`` seconds in) decoded by
+    ``stream`` as they come (:func:`chunk_size` frames a push); returns the offset after them."""
+
+    def out(pending: list[list[int]]) -> Audio:
+        nonlocal offset
+        codes = torch.tensor(pending, dtype=torch.long).T.unsqueeze(0)  # (1, Q, n)
+        audio = Audio(stream.push(codes)[0, 0].float().cpu().numpy(), rate, offset=offset)
+        offset += audio.duration
+        return audio
+
+    room = min(TALKER_MAX_LEN, talker.max_len) - inputs.prefill.shape[1] - 1
+    if room < 1:
+        raise InputError(f"a chunk of text is too long for the talker's {talker.max_len} positions")
+    seed = (params.seed + index) % (MAX_SEED + 1)
+    run = TalkerSampling(**{**params.__dict__, "seed": seed, "max_frames": min(params.max_frames, room)})
+    pending: list[list[int]] = []
+    for frame in generate_frames(talker, inputs, run, min_frames=min_frames):
+        pending.append(frame)
+        if len(pending) >= chunk_size(stream.frames, first=not offset and not index, most=frames_per_chunk):
+            yield out(pending)
+            pending = []
+    if pending:
+        yield out(pending)
+    return offset

@@ -15,6 +15,7 @@ latent width unlike the transformer's, a sliding window shorter than the frames.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.machinery
@@ -23,6 +24,7 @@ import json
 import math
 import sys
 import types
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,9 @@ def import_qwen_tts() -> types.SimpleNamespace:
     12 Hz tokenizer's modelling, ``tokenizer_config``), with placeholders for sox and torchaudio where missing."""
     if importlib.util.find_spec("qwen_tts") is None:
         raise ModuleNotFoundError("needs qwen-tts (pip install --no-deps qwen-tts-compat==0.1.1.post1)")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    had_default = "default" in ROPE_INIT_FUNCTIONS
     stubs: dict[str, types.ModuleType] = {}
     for name in ("sox", "torchaudio", "torchaudio.compliance", "torchaudio.compliance.kaldi"):
         if name not in sys.modules and importlib.util.find_spec(name.split(".")[0]) is None:
@@ -79,8 +84,31 @@ def import_qwen_tts() -> types.SimpleNamespace:
     finally:
         for name in stubs:
             sys.modules.pop(name, None)
+        # qwen-tts-hf registers its own "default" RoPE initialiser in transformers' global table at import, which
+        # reads config.rope_theta (transformers 5 configs have rope_parameters): it would break every transformers
+        # model built later in the process. Taken out again, and lent only while qwen-tts builds its models.
+        if not had_default and "default" in ROPE_INIT_FUNCTIONS:
+            _QWEN_ROPE.append(ROPE_INIT_FUNCTIONS.pop("default"))
     _cache_name_shim(found.models)
     return found
+
+
+_QWEN_ROPE: list[Any] = []  # qwen-tts's "default" RoPE initialiser, once taken out of transformers' table
+
+
+@contextlib.contextmanager
+def _qwen_rope() -> Iterator[None]:
+    """qwen-tts's RoPE initialiser in transformers' table while its models are built (they keep it)."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    added = bool(_QWEN_ROPE) and "default" not in ROPE_INIT_FUNCTIONS
+    if added:
+        ROPE_INIT_FUNCTIONS["default"] = _QWEN_ROPE[0]
+    try:
+        yield
+    finally:
+        if added:
+            ROPE_INIT_FUNCTIONS.pop("default", None)
 
 
 def _cache_name_shim(models: types.ModuleType) -> None:
@@ -155,7 +183,8 @@ def build_decoder(seed: int = 0, config: dict[str, Any] | None = None) -> Any:
     qt = import_qwen_tts()
     torch.manual_seed(seed)
     cfg = qt.tokenizer_config.Qwen3TTSTokenizerV2DecoderConfig(**(config or DECODER))
-    model = qt.tokenizer.Qwen3TTSTokenizerV2Decoder(cfg).eval()
+    with _qwen_rope():
+        model = qt.tokenizer.Qwen3TTSTokenizerV2Decoder(cfg).eval()
     gen = torch.Generator().manual_seed(seed)
     randomize_decoder(model, gen)
     with torch.no_grad():
@@ -187,7 +216,8 @@ def build_tiny_checkpoint(
     (directory / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
     (directory / "generation_config.json").write_text(json.dumps(GENERATION, indent=1), encoding="utf-8")
     torch.manual_seed(seed)
-    model = qt.models.Qwen3TTSForConditionalGeneration(qt.config.Qwen3TTSConfig(**config)).eval()
+    with _qwen_rope():
+        model = qt.models.Qwen3TTSForConditionalGeneration(qt.config.Qwen3TTSConfig(**config)).eval()
     with torch.no_grad():  # sharper than the default init, so greedy choices are real tests
         for name, p in model.named_parameters():
             if p.dim() >= 2:

@@ -1,0 +1,148 @@
+"""Qwen3-TTS: text -> the talker's prompt (:mod:`.prompt`) -> the talker and code predictor (Qwen3-Omni's loop,
+:mod:`ggtts.families.qwen3omni.generate`) -> the 12 Hz speech decoder -> 24 kHz audio, streamed a few frames at a
+time (the decoder streams exactly: its audio of N frames is a prefix of its audio of N + 1).
+
+Long text is spoken sentence by sentence (chunks of at most :data:`CHUNK_WORDS` words), each chunk a fresh
+prompt. Sampling follows qwen-tts's ``generate``: the file's defaults (``generation_config.json``: temperature 0.9,
+top-k 50, repetition penalty 1.05 for the talker; the code predictor draws at its own settings), EOS held back for
+the first two frames.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ggtts.audio import Audio
+from ggtts.errors import GGUFError, InputError
+from ggtts.families.base import NothingToSay, Request, TTSModel, VoiceMix
+from ggtts.families.qwen3omni.generate import TalkerSampling
+from ggtts.families.qwen3omni.pipeline import speak_frames, speaker_name, talker_sampling
+from ggtts.families.qwen3tts import FAMILY, Qwen3TTSOptions, language_name
+from ggtts.families.qwen3tts.prompt import ROLE, instruct_text, talker_inputs
+from ggtts.gguf import GGUFFile
+from ggtts.gguf.keys import Qwen3TTS as K
+from ggtts.models.qwen2.tokenizer import BPETokenizer
+from ggtts.models.qwen3tts.config import MIN_FRAMES
+from ggtts.models.qwen3tts.decoder import SpeechDecoder
+from ggtts.models.qwen3tts.model import Talker
+from ggtts.text.sentences import sentence_chunks
+
+CHUNK_WORDS = 60  # about 20 s of speech per prompt
+WARM_UP_FRAMES = 2
+SMALL_TALKER = 1024  # the 0.6B models' talker width: their CustomVoice models take no instruction (upstream)
+
+
+def find_mmproj(talker: Path) -> Path | None:
+    """``mmproj-NAME.gguf`` beside ``NAME.gguf`` (llama.cpp's naming), else the only Qwen3-TTS mmproj beside it."""
+    named = talker.with_name(f"mmproj-{talker.name}")
+    if named.is_file():
+        return named
+    found = []
+    for p in sorted(talker.parent.glob("*.gguf")):
+        try:
+            g = GGUFFile(p)
+            if g.architecture == K.CLIP_ARCH and g.get(K.GEN_PROJECTOR_TYPE, None) == K.GEN_PROJECTOR:
+                found.append(p)
+        except (GGUFError, OSError):
+            continue
+    return found[0] if len(found) == 1 else None
+
+
+class Qwen3TTSPipeline(TTSModel):
+    family = FAMILY
+
+    def __init__(self, gguf: GGUFFile, mmproj: GGUFFile, device: str = "cpu") -> None:
+        self.path, self.mmproj_path, self.device = gguf.path, mmproj.path, device
+        self.tokenizer = BPETokenizer.from_gguf(gguf)
+        self.talker = Talker.from_gguf(gguf, mmproj, device)
+        self.decoder = SpeechDecoder.from_gguf(mmproj, device)
+        cfg, dec = self.talker.cfg, self.decoder.cfg
+        first_codes = cfg.codec_vocab - len(cfg.suppressed_ids) - 1  # what the talker may draw, EOS apart
+        if dec.num_quantizers != cfg.n_codebooks or max(cfg.cp_vocab, first_codes) > dec.codebook_size:
+            raise GGUFError(
+                f"{mmproj.path}: the talker writes {cfg.n_codebooks} codebooks of codes below "
+                f"{max(cfg.cp_vocab, first_codes)}, the decoder reads {dec.num_quantizers} of {dec.codebook_size}: "
+                f"not a matching pair ({gguf.path})"
+            )
+        self.role_ids = self.tokenizer.encode(ROLE, parse_special=True)
+        self.sample_rate = dec.sample_rate
+
+    @classmethod
+    def from_gguf(cls, gguf: GGUFFile, device: str = "cpu", **options: Any) -> Qwen3TTSPipeline:
+        """``options``: ``mmproj`` (the code predictor and speech decoder's GGUF; default: the one beside)."""
+        mmproj = options.pop("mmproj", None)
+        if options:
+            raise InputError(f"unknown option '{next(iter(options))}' for Qwen3-TTS; known: mmproj")
+        path = Path(mmproj) if mmproj is not None else find_mmproj(Path(gguf.path))
+        if path is None:
+            raise InputError(
+                f"{gguf.path}: Qwen3-TTS needs its mmproj file (code predictor and speech decoder): put "
+                f"mmproj-{Path(gguf.path).name} beside it or name it with --mmproj / mmproj="
+            )
+        return cls(gguf, GGUFFile(path), device)
+
+    @property
+    def voices(self) -> list[str]:
+        return list(self.talker.cfg.speakers)
+
+    def info(self) -> dict[str, Any]:
+        cfg = self.talker.cfg
+        languages = sorted(n for n in cfg.languages if "dialect" not in n)
+        return {**super().info(), "mmproj": str(self.mmproj_path), "model_type": cfg.model_type,
+                "languages": ["auto", *languages]}  # fmt: skip
+
+    def warm_up(self) -> None:
+        voice = None if not self.voices else self.voices[0]
+        instructions = "A calm voice." if self.talker.cfg.model_type == "voice_design" else None
+        for _ in self.stream("Hello.", voice, max_frames=WARM_UP_FRAMES, temperature=0, instructions=instructions):
+            pass
+
+    def resolve_voice(self, voice: str | None) -> VoiceMix | None:
+        return super().resolve_voice(speaker_name(voice, self.voices))
+
+    def _instruct(self, o: Qwen3TTSOptions) -> list[int] | None:
+        cfg = self.talker.cfg
+        instruct = (o.instructions or "").strip()
+        if cfg.model_type == "voice_design" and not instruct:
+            raise InputError("this is a VoiceDesign model: describe the voice with instructions= / --instructions")
+        if not instruct:
+            return None
+        if cfg.model_type == "base":
+            raise InputError("instructions are not taken by a Base (voice cloning) model; leave them out")
+        if cfg.model_type == "custom_voice" and cfg.talker.dim <= SMALL_TALKER:
+            raise InputError("instructions are not taken by the 0.6B CustomVoice models (the 1.7B ones take them); "
+                             "leave them out")  # fmt: skip
+        return self.tokenizer.encode(instruct_text(instruct), parse_special=True)
+
+    def run(self, request: Request[Qwen3TTSOptions]) -> Iterator[Audio]:
+        o, text = request.options, request.text
+        if o.mmproj is not None and Path(o.mmproj).resolve() != Path(self.mmproj_path).resolve():
+            raise InputError(f"mmproj {o.mmproj} differs from the one loaded ({self.mmproj_path}): it is chosen at "
+                             "load (ggtts.load(..., mmproj=PATH), --mmproj)")  # fmt: skip
+        if not any(ch.isalnum() for ch in text):
+            raise NothingToSay(text)
+        speaker = request.voice.single if request.voice is not None else None
+        if request.voice is not None and speaker is None:
+            raise InputError("Qwen3-TTS speaks in one voice at a time")
+        language = language_name(o.language or "auto")
+        instruct = self._instruct(o)
+        chunks = sentence_chunks(text, CHUNK_WORDS)
+        # every chunk's prompt built (and so checked) before the first frame
+        prompts = [self._inputs(chunk, language, speaker, instruct) for chunk in chunks]
+        cfg = self.talker.cfg
+        return self._stream(prompts, talker_sampling(cfg.sampling, cfg.cp_sampling, o), o.chunk_frames)
+
+    def _inputs(self, text: str, language: str, speaker: str | None, instruct: list[int] | None) -> Any:
+        ids = self.tokenizer.encode(text.strip(), parse_special=False)
+        if not ids:
+            raise NothingToSay(text)
+        return talker_inputs(self.talker, self.role_ids, ids, language, speaker, instruct_ids=instruct)
+
+    def _stream(self, prompts: list[Any], params: TalkerSampling, frames_per_chunk: int) -> Iterator[Audio]:
+        offset = 0.0
+        for i, inputs in enumerate(prompts):
+            stream = self.decoder.stream()
+            offset = yield from speak_frames(self.talker, inputs, stream, self.sample_rate, params, i, offset,
+                                             frames_per_chunk, MIN_FRAMES)  # fmt: skip

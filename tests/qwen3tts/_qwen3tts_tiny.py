@@ -1,0 +1,80 @@
+"""A tiny Qwen3-TTS checkpoint built with qwen-tts's classes, converted by ggtts to llama.cpp's two files, and
+qwen-tts's greedy generate on it (what the parity and pipeline tests compare against)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from ggtts.convert.qwen3tts_hf import convert_qwen3tts, mmproj_path
+from ggtts.families.qwen3omni.prompt import TalkerInputs
+from ggtts.families.qwen3tts.prompt import ROLE, instruct_text, talker_inputs
+from ggtts.gguf import GGUFFile
+from ggtts.models.qwen2.tokenizer import BPETokenizer
+from ggtts.models.qwen3tts.decoder import SpeechDecoder
+from ggtts.models.qwen3tts.model import Talker
+
+
+def need_qwen_tts() -> None:
+    if importlib.util.find_spec("qwen_tts") is None:  # imported by the builder, with placeholders for sox, torchaudio
+        pytest.skip("needs qwen-tts (pip install --no-deps qwen-tts-hf==0.1.1.post1)")
+
+
+class Built:
+    def __init__(self, work: Path, model_type: str = "custom_voice") -> None:
+        from ggtts.measure.qwen3tts.upstream import build_tiny_checkpoint
+
+        self.work = work
+        self.upstream, self.up_decoder = build_tiny_checkpoint(work / "ckpt", model_type)
+        self.path = convert_qwen3tts([work / "ckpt"], work / "tiny.gguf", "f32")
+        self.talker_file, self.mmproj_file = GGUFFile(self.path), GGUFFile(mmproj_path(self.path))
+        self.talker = Talker.from_gguf(self.talker_file, self.mmproj_file)
+        self.decoder = SpeechDecoder.from_gguf(self.mmproj_file)
+        self.tokenizer = BPETokenizer.from_gguf(self.talker_file)
+        from tokenizers import Tokenizer
+
+        self.hf_tokenizer = Tokenizer.from_file(str(work / "ckpt" / "tokenizer.json"))
+
+    def upstream_ids(self, text: str) -> torch.Tensor:
+        return torch.tensor([self.hf_tokenizer.encode(f"{ROLE}{text}<|im_end|>\n{ROLE}").ids])
+
+    def inputs(
+        self, text: str, language: str, speaker: str | None, non_streaming: bool = True, instruct: str | None = None
+    ) -> TalkerInputs:
+        role = self.tokenizer.encode(ROLE, parse_special=True)
+        ids = self.tokenizer.encode(text, parse_special=False)
+        instruct_ids = self.tokenizer.encode(instruct_text(instruct), parse_special=True) if instruct else None
+        return talker_inputs(self.talker, role, ids, language, speaker, non_streaming=non_streaming,
+                             instruct_ids=instruct_ids)  # fmt: skip
+
+    def generate(
+        self, text: str, language: str, speaker: str | None, non_streaming: bool, frames: int,
+        instruct: str | None = None,
+    ) -> tuple[torch.Tensor, dict[str, Any]]:  # fmt: skip
+        """qwen-tts's greedy generate: its codes (1, 16, N) and what it handed the talker's generate."""
+        model = self.upstream
+        seen: dict[str, Any] = {}
+        original = model.talker.generate
+
+        def capture(**kwargs: Any) -> Any:
+            seen.update(kwargs)
+            return original(**kwargs)
+
+        extra = {}
+        if instruct is not None:
+            extra["instruct_ids"] = [torch.tensor([self.hf_tokenizer.encode(instruct_text(instruct)).ids])]
+        model.talker.generate = capture
+        try:
+            with torch.no_grad():
+                codes, _ = model.generate(
+                    input_ids=[self.upstream_ids(text)], languages=[language], speakers=[speaker],
+                    non_streaming_mode=non_streaming, max_new_tokens=frames + 1, do_sample=False,
+                    subtalker_dosample=False, **extra,
+                )  # fmt: skip
+        finally:
+            del model.talker.generate
+        return codes[0].T.unsqueeze(0), seen

@@ -1,0 +1,75 @@
+"""``ggtts serve`` with Qwen3-TTS (tiny qwen-tts-built CustomVoice and VoiceDesign checkpoints, each beside its
+mmproj): the speakers as voices, OpenAI's ``instructions`` as VoiceDesign's description of the voice (required
+there, a 400 naming it where a model cannot follow it), through OpenAI's own client."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from server_support import Server, start_server, stop_server
+
+pytestmark = pytest.mark.needs_reference
+
+SPEECH = "/v1/audio/speech"
+TIMEOUT_S = 120
+TEXT = "Hello, world! How are you today?"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    if importlib.util.find_spec("qwen_tts") is None:
+        pytest.skip("needs qwen-tts (pip install --no-deps qwen-tts-hf==0.1.1.post1)")
+    from ggtts.convert.qwen3tts_hf import convert_qwen3tts
+    from ggtts.measure.qwen3tts.upstream import build_tiny_checkpoint
+
+    work = tmp_path_factory.mktemp("qwen3tts-server")
+    models = []
+    for name, kind in (("cv", "custom_voice"), ("vd", "voice_design")):
+        build_tiny_checkpoint(work / name, kind)
+        models.append(f"{name}={convert_qwen3tts([work / name], work / f'{name}.gguf', 'f32')}")
+    cmd = [str(Path(sys.executable).parent / "ggtts"), "serve", "-m", models[0], "-m", models[1]]
+    running = start_server(cmd, tmp_path_factory.mktemp("qwen3tts-server-log") / "server.log")
+    yield running
+    stop_server(running)
+
+
+FEW = {"options": {"max_frames": 8}}  # the tiny models' speech, 8 frames at most
+
+
+def post(server: Server, body: dict[str, object]) -> httpx.Response:
+    return httpx.post(server.url + SPEECH, json={"response_format": "pcm", **body}, timeout=TIMEOUT_S)
+
+
+def test_voices_and_speech(server: Server) -> None:
+    voices = {v["model"]: v["voices"] for v in httpx.get(server.url + "/v1/voices").json()["data"]}
+    assert voices == {"cv": ["vivian", "ryan", "dylan"], "vd": []}
+    options = {"options": {"max_frames": 8, "language": "english"}}
+    reply = post(server, {"model": "cv", "input": TEXT, "voice": "ryan", **options})
+    assert reply.status_code == 200, reply.text
+    samples = np.frombuffer(reply.content, dtype="<i2")
+    assert 0 < len(samples) <= 8 * 24 and np.abs(samples).max() > 0  # the tiny decoder: 24 samples a frame
+
+
+def test_instructions_describe_a_designed_voice(server: Server) -> None:
+    from openai import BadRequestError, OpenAI
+
+    client = OpenAI(base_url=server.url + "/v1", api_key="none")
+    audio = client.audio.speech.create(
+        model="vd",
+        voice="alloy",
+        input=TEXT,
+        instructions="A bright, quick voice.",
+        response_format="pcm",
+        extra_body=FEW,
+    )
+    assert len(audio.content) > 0
+    with pytest.raises(BadRequestError, match="describe the voice with instructions"):
+        client.audio.speech.create(model="vd", voice="alloy", input=TEXT, response_format="pcm", extra_body=FEW)
+    with pytest.raises(BadRequestError, match=r"instructions are not taken by the 0\.6B CustomVoice models"):
+        client.audio.speech.create(model="cv", voice="vivian", input=TEXT, instructions="Whisper.", extra_body=FEW)
