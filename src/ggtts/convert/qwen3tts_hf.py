@@ -38,6 +38,7 @@ SUPPRESSED_TAIL = 1024  # generate() suppresses the codec vocabulary's last 1024
 SEMANTIC_CODEBOOKS = 1  # the split quantizer's first part
 CODEBOOK_EPS = 1e-5  # EuclideanCodebook's epsilon: usage counts are clamped to it
 SNAKE_EPS = 1e-9
+SPKENC_PLACEHOLDER = 1536  # the speaker encoder's "embedding" and "feed-forward" lengths llama.cpp writes
 # generate()'s defaults where generation_config.json lacks a value
 DEFAULT_SAMPLING = {
     "temperature": 0.9, "top_k": 50, "top_p": 1.0, "repetition_penalty": 1.05,
@@ -180,6 +181,10 @@ def write_talker(
         add(key, float(sampling[name]))
     add(K.TOP_K, int(sampling["top_k"]))
     add(K.CP_TOP_K, int(sampling["subtalker_top_k"]))
+    add(K.GENERAL_TEMPERATURE, float(sampling["temperature"]))  # as llama.cpp's converter writes them
+    add(K.GENERAL_TOP_K, int(sampling["top_k"]))
+    add(K.GENERAL_TOP_P, float(sampling["top_p"]))
+    add(K.GENERAL_REPETITION_PENALTY, float(sampling["repetition_penalty"]))
 
     text = folded_text_embedding(tensors, str(talker.get("hidden_act", "silu")))
     codec = _need(tensors, "talker.model.codec_embedding.weight")
@@ -250,6 +255,47 @@ def _code_predictor(writer: ModelWriter, talker: dict[str, Any], tensors: Mappin
                               qtype=_conv_type(name, writer.out_type))  # fmt: skip
 
 
+def _speaker_encoder(
+    writer: ModelWriter, config: dict[str, Any], tensors: Mapping[str, torch.Tensor], talker_dim: int
+) -> None:
+    """The ECAPA-TDNN speaker encoder, named and described as llama.cpp's converter does (its dilations, which
+    llama.cpp hard-codes, as a ggtts key)."""
+    channels = [int(c) for c in _get(config, "enc_channels", "speaker_encoder_config")]
+    if int(config.get("enc_dim", talker_dim)) != talker_dim:
+        raise ConversionError("config.json: the speaker embedding is not as wide as the talker")
+    add = writer.add
+    add(K.HAS_AUDIO_ENCODER, True)
+    add(K.AUDIO_PROJECTOR_TYPE, K.SPKENC_PROJECTOR)
+    add(K.AUDIO_PROJECTION_DIM, talker_dim)
+    add(K.AUDIO_NUM_MEL_BINS, int(config.get("mel_dim", 128)))
+    add(K.AUDIO_BLOCK_COUNT, len(channels) - 2)
+    add(K.AUDIO_EMBEDDING_LENGTH, SPKENC_PLACEHOLDER)  # llama.cpp's placeholders: ECAPA-TDNN has no attention
+    add(K.AUDIO_HEAD_COUNT, 1)
+    add(K.AUDIO_FEED_FORWARD_LENGTH, SPKENC_PLACEHOLDER)
+    add(K.AUDIO_LAYERNORM_EPS, 1e-5)
+    add(K.SPEAKER_DILATIONS, [int(d) for d in _get(config, "enc_dilations", "speaker_encoder_config")])
+    names = {"blocks.0.conv": "a.conv1d.0", "mfa.conv": "a.conv_out", "asp.tdnn.conv": "a.asp_tdnn",
+             "asp.conv": "a.asp_attn", "fc": "mm.a.fc"}  # fmt: skip
+    for i in range(1, len(channels) - 1):
+        names |= {f"blocks.{i}.tdnn1.conv": f"a.blk.{i}.conv_pw1", f"blocks.{i}.tdnn2.conv": f"a.blk.{i}.conv_pw2",
+                  f"blocks.{i}.se_block.conv1": f"a.blk.{i}.se_conv1",
+                  f"blocks.{i}.se_block.conv2": f"a.blk.{i}.se_conv2"}  # fmt: skip
+        for x in range(int(config.get("enc_res2net_scale", 8)) - 1):
+            names[f"blocks.{i}.res2net_block.blocks.{x}.conv"] = f"a.blk.{i}.res2.{x}"
+    for src, dst in names.items():
+        for part in ("weight", "bias"):
+            writer.add_tensor(f"{dst}.{part}", deferred(tensors, _present(tensors, f"speaker_encoder.{src}.{part}")))
+    extra = sorted(n for n in tensors if n.startswith("speaker_encoder.") and
+                   n.removeprefix("speaker_encoder.").rsplit(".", 1)[0] not in names)  # fmt: skip
+    if extra:
+        raise ConversionError(f"checkpoint: unexpected tensor '{extra[0]}'")
+
+
+def _present(tensors: Mapping[str, torch.Tensor], name: str) -> str:
+    _need(tensors, name)
+    return name
+
+
 def _decoder(writer: ModelWriter, decoder: dict[str, Any], tensors: Mapping[str, torch.Tensor]) -> None:
     """The 12 Hz tokenizer's decoder (``decoder.*`` tensors of ``speech_tokenizer/model.safetensors``)."""
     add = writer.add
@@ -272,11 +318,7 @@ def _decoder(writer: ModelWriter, decoder: dict[str, Any], tensors: Mapping[str,
         writer.add_tensor(f"{K.WAV}.{name}", tensor, qtype=_conv_type(f"{K.WAV}.{name}", writer.out_type))
 
     def plain(name: str) -> Deferred:
-        return deferred(tensors, f"decoder.{_ok(name)}")
-
-    def _ok(name: str) -> str:
-        _need(tensors, f"decoder.{name}")
-        return name
+        return deferred(tensors, _present(tensors, f"decoder.{name}"))
 
     def codebooks(prefix: str, n: int) -> torch.Tensor:
         books = []
@@ -338,13 +380,16 @@ def write_mmproj(
     """The mmproj file: the code predictor and the speech tokenizer's decoder (a Base checkpoint's speaker
     encoder is not converted yet: ConversionError)."""
     talker = sub_config(config, "talker_config", "a Qwen3-TTS checkpoint")
-    if config.get("tts_model_type") == "base" or any(n.startswith("speaker_encoder.") for n in tensors):
-        raise ConversionError("a Base (voice cloning) checkpoint's speaker encoder is not converted yet")
     if tokenizer_config.get("model_type", TOKENIZER_TYPE) != TOKENIZER_TYPE:
         raise ConversionError(f"speech_tokenizer: model_type '{tokenizer_config.get('model_type')}' is not the "
                               f"12 Hz tokenizer ({TOKENIZER_TYPE})")  # fmt: skip
     writer = ModelWriter(out, K.CLIP_ARCH, out_type)
     writer.meta.add_name("Qwen3-TTS code predictor and speech decoder")
+    if any(n.startswith("speaker_encoder.") for n in tensors):
+        _speaker_encoder(writer, sub_config(config, "speaker_encoder_config", "a Base checkpoint"), tensors,
+                         int(talker["hidden_size"]))  # fmt: skip
+    elif config.get("tts_model_type") == "base":
+        raise ConversionError("checkpoint: a Base checkpoint without its speaker encoder's tensors")
     _code_predictor(writer, talker, tensors)
     decoder = sub_config(tokenizer_config, "decoder_config", "speech_tokenizer/config.json")
     if int(decoder.get("num_quantizers", 0)) != int(talker["num_code_groups"]):

@@ -738,6 +738,11 @@ class Qwen3TTS:
     CP_TEMPERATURE = "ggtts.qwen3tts.sampling.subtalker_temperature"
     CP_TOP_K = "ggtts.qwen3tts.sampling.subtalker_top_k"
     CP_TOP_P = "ggtts.qwen3tts.sampling.subtalker_top_p"
+    # llama.cpp's converter writes generation_config.json's talker settings here
+    GENERAL_TEMPERATURE = "general.sampling.temp"
+    GENERAL_TOP_K = "general.sampling.top_k"
+    GENERAL_TOP_P = "general.sampling.top_p"
+    GENERAL_REPETITION_PENALTY = "general.sampling.penalty_repeat"
 
     # talker tensors (llama.cpp's names)
     TOKEN_EMBD = "token_embd"
@@ -778,6 +783,7 @@ class Qwen3TTS:
     WAV_UPSAMPLING_RATIOS = "ggtts.qwen3tts.wav.upsampling_ratios"  # transposed conv + ConvNeXt stages
     WAV_UPSAMPLE_RATES = "ggtts.qwen3tts.wav.upsample_rates"  # DAC decoder blocks
     WAV_SAMPLE_RATE = "ggtts.qwen3tts.wav.sample_rate"
+    SPEAKER_DILATIONS = "ggtts.qwen3tts.speaker.dilations"  # the speaker encoder's, layer by layer
     LLAMA_CPP_DEFAULTS: Mapping[str, float | int | tuple[int, ...]] = MappingProxyType(
         {
             CP_ROPE_FREQ_BASE: 1_000_000.0,

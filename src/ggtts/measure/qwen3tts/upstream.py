@@ -25,6 +25,7 @@ import math
 import sys
 import types
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,28 +35,70 @@ from ggtts.measure.qwen3omni.upstream import build_tokenizer
 from ggtts.measure.qwen3omni.upstream_code2wav import randomize_decoder
 
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tts_pad>", "<tts_text_bos>", "<tts_text_eod>"]
-CODEBOOK = 64  # codes per codebook (the code predictor's vocabulary, the decoder's codebooks)
 CODEBOOKS = 16
-CODEC_VOCAB = CODEBOOK + 1024  # generate() never samples the codec vocabulary's last 1024 ids but EOS
-_S = CODEC_VOCAB - 40  # where the tiny codec specials start
-CODEC_IDS = {
-    "codec_pad_id": _S, "codec_bos_id": _S + 1, "codec_eos_token_id": _S + 2, "codec_think_id": _S + 3,
-    "codec_nothink_id": _S + 4, "codec_think_bos_id": _S + 5, "codec_think_eos_id": _S + 6,
-}  # fmt: skip
-LANGUAGES = {"english": _S + 10, "chinese": _S + 11, "german": _S + 12, "beijing_dialect": _S + 13}
-SPEAKERS = {"vivian": _S + 20, "ryan": _S + 21, "dylan": _S + 22}
-DIALECTS = {"vivian": False, "ryan": False, "dylan": "beijing_dialect"}
 GENERATION = {
     "do_sample": True, "top_k": 50, "top_p": 1.0, "temperature": 0.9, "repetition_penalty": 1.05,
     "subtalker_dosample": True, "subtalker_top_k": 50, "subtalker_top_p": 1.0, "subtalker_temperature": 0.9,
     "max_new_tokens": 8192,
 }  # fmt: skip  # the published checkpoints' generation_config.json
-DECODER: dict[str, Any] = {
-    "codebook_size": CODEBOOK, "codebook_dim": 16, "hidden_size": 32, "latent_dim": 24, "num_attention_heads": 4,
-    "num_key_value_heads": 4, "intermediate_size": 48, "num_hidden_layers": 2, "num_quantizers": CODEBOOKS,
-    "sliding_window": 5, "upsample_rates": [4, 3], "upsampling_ratios": [2], "decoder_dim": 32,
-    "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
-}  # fmt: skip
+DIALECTS = {"vivian": False, "ryan": False, "dylan": "beijing_dialect"}
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A tiny checkpoint's sizes: the codebook (codes per codebook), the codec vocabulary (the codebook, then
+    specials; generate() never samples its last 1024 ids but EOS), where the codec specials, languages and
+    speakers sit in it, and the speech decoder's config."""
+
+    codebook: int
+    codec_vocab: int
+    specials: dict[str, int]
+    languages: dict[str, int]
+    speakers: dict[str, int]
+    decoder: dict[str, Any]
+    res2net_scale: int = 4  # the speaker encoder's Res2Net split
+
+
+def _specials(start: int) -> dict[str, int]:
+    names = ("codec_pad_id", "codec_bos_id", "codec_eos_token_id", "codec_think_id", "codec_nothink_id",
+             "codec_think_bos_id", "codec_think_eos_id")  # fmt: skip
+    return {name: start + i for i, name in enumerate(names)}
+
+
+_S = 64 + 1024 - 40  # where the tiny codec specials start
+TINY = Shape(
+    codebook=64,
+    codec_vocab=64 + 1024,
+    specials=_specials(_S),
+    languages={"english": _S + 10, "chinese": _S + 11, "german": _S + 12, "beijing_dialect": _S + 13},
+    speakers={"vivian": _S + 20, "ryan": _S + 21, "dylan": _S + 22},
+    decoder={
+        "codebook_size": 64, "codebook_dim": 16, "hidden_size": 32, "latent_dim": 24, "num_attention_heads": 4,
+        "num_key_value_heads": 4, "intermediate_size": 48, "num_hidden_layers": 2, "num_quantizers": CODEBOOKS,
+        "sliding_window": 5, "upsample_rates": [4, 3], "upsampling_ratios": [2], "decoder_dim": 32,
+        "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+    },
+)  # fmt: skip
+# What llama.cpp hard-codes (its converter, libllama and mtmd, build 11434) at small widths: the codec vocabulary
+# of 3,072 (a codebook of 2,048 and the specials at the published ids), a decoder of 8 transformer layers of 16
+# heads with a 72-frame window, two 2x upsampling stages and the four DAC blocks (8, 5, 4, 3).
+LLAMA_CPP = Shape(
+    codebook=2048,
+    codec_vocab=3072,
+    specials=_specials(2148) | {"codec_think_id": 2154, "codec_nothink_id": 2155, "codec_think_bos_id": 2156,
+                                "codec_think_eos_id": 2157},
+    languages={"english": 2050, "german": 2053, "chinese": 2055, "beijing_dialect": 2074},
+    speakers={"vivian": 3065, "ryan": 3061, "dylan": 2878},
+    decoder={
+        "codebook_size": 2048, "codebook_dim": 16, "hidden_size": 64, "latent_dim": 24, "num_attention_heads": 16,
+        "num_key_value_heads": 16, "intermediate_size": 32, "num_hidden_layers": 8, "num_quantizers": CODEBOOKS,
+        "sliding_window": 72, "upsample_rates": [8, 5, 4, 3], "upsampling_ratios": [2, 2], "decoder_dim": 32,
+        "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+    },
+    res2net_scale=8,  # llama.cpp loads seven Res2Net convolutions a block
+)  # fmt: skip
+SHAPES = {"tiny": TINY, "llama.cpp": LLAMA_CPP}
+DECODER = TINY.decoder
 
 
 def import_qwen_tts() -> types.SimpleNamespace:
@@ -145,26 +188,29 @@ def _cache_name_shim(models: types.ModuleType) -> None:
         cls.forward = renamed_forward
 
 
-def tiny_config(ids: dict[str, int], model_type: str = "custom_voice", cp_width: int = 24) -> dict[str, Any]:
+def tiny_config(
+    ids: dict[str, int], model_type: str = "custom_voice", cp_width: int = 24, shape: Shape = TINY
+) -> dict[str, Any]:
     """``config.json`` of a tiny checkpoint (``model_type``: ``custom_voice``, ``base`` or ``voice_design``)."""
     text_vocab = ids["vocab"] + 4  # padded, as Qwen's
     rope = {"rope_type": "default", "mrope_section": [2, 3, 3], "interleaved": True}
     predictor = dict(
-        vocab_size=CODEBOOK, hidden_size=cp_width, intermediate_size=40, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, num_code_groups=CODEBOOKS, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
-        max_position_embeddings=64, pad_token_id=0,
+        vocab_size=shape.codebook, hidden_size=cp_width, intermediate_size=40, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_code_groups=CODEBOOKS, rope_theta=1_000_000.0,
+        rms_norm_eps=1e-6, max_position_embeddings=64, pad_token_id=0,
     )  # fmt: skip  # pad_token_id: qwen-tts reads it, transformers 5 no longer sets it
     talker = dict(
-        code_predictor_config=predictor, vocab_size=CODEC_VOCAB, hidden_size=32, intermediate_size=48,
+        code_predictor_config=predictor, vocab_size=shape.codec_vocab, hidden_size=32, intermediate_size=48,
         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16, hidden_act="silu",
         max_position_embeddings=4096, rms_norm_eps=1e-6, rope_theta=1_000_000.0, rope_scaling=rope,
-        num_code_groups=CODEBOOKS, text_hidden_size=24, text_vocab_size=text_vocab, codec_language_id=LANGUAGES,
-        spk_id=SPEAKERS if model_type == "custom_voice" else {}, spk_is_dialect=DIALECTS if model_type ==
-        "custom_voice" else {}, **CODEC_IDS,
+        num_code_groups=CODEBOOKS, text_hidden_size=24, text_vocab_size=text_vocab, codec_language_id=shape.languages,
+        spk_id=shape.speakers if model_type == "custom_voice" else {}, spk_is_dialect=DIALECTS if model_type ==
+        "custom_voice" else {}, **shape.specials,
     )  # fmt: skip
     speaker_encoder = dict(
         mel_dim=128, enc_dim=32, enc_channels=[16, 16, 16, 16, 48], enc_kernel_sizes=[5, 3, 3, 3, 1],
-        enc_dilations=[1, 2, 3, 4, 1], enc_attention_channels=8, enc_res2net_scale=4, enc_se_channels=8,
+        enc_dilations=[1, 2, 3, 4, 1], enc_attention_channels=8, enc_res2net_scale=shape.res2net_scale,
+        enc_se_channels=8,
         sample_rate=24000,
     )  # fmt: skip
     return dict(
@@ -199,7 +245,7 @@ def build_decoder(seed: int = 0, config: dict[str, Any] | None = None) -> Any:
 
 
 def build_tiny_checkpoint(
-    directory: Path, model_type: str = "custom_voice", seed: int = 0, cp_width: int = 24
+    directory: Path, model_type: str = "custom_voice", seed: int = 0, cp_width: int = 24, shape: Shape = TINY
 ) -> tuple[Any, Any]:
     """A saved tiny checkpoint in ``directory`` (config.json, model.safetensors, tokenizer.json,
     generation_config.json, speech_tokenizer/ with the decoder's tensors and config); returns the qwen-tts model and
@@ -212,7 +258,7 @@ def build_tiny_checkpoint(
     (directory / "tokenizer_config.json").write_text(
         json.dumps({"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "bos_token": None}), encoding="utf-8"
     )
-    config = tiny_config(ids, model_type, cp_width)
+    config = tiny_config(ids, model_type, cp_width, shape)
     (directory / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
     (directory / "generation_config.json").write_text(json.dumps(GENERATION, indent=1), encoding="utf-8")
     torch.manual_seed(seed)
@@ -227,12 +273,13 @@ def build_tiny_checkpoint(
             elif name.endswith("bias"):
                 p.normal_(0, 0.1)
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(directory / "model.safetensors"))
-    decoder = build_decoder(seed)
+    decoder = build_decoder(seed, shape.decoder)
+    hop = math.prod(shape.decoder["upsample_rates"]) * math.prod(shape.decoder["upsampling_ratios"])
     tokenizer_dir = directory / "speech_tokenizer"
     tokenizer_dir.mkdir(exist_ok=True)
     tokenizer_config = {
-        "model_type": "qwen3_tts_tokenizer_12hz", "decoder_config": DECODER, "input_sample_rate": 24000,
-        "output_sample_rate": 24000, "decode_upsample_rate": 2 * 4 * 3, "encode_downsample_rate": 2 * 4 * 3,
+        "model_type": "qwen3_tts_tokenizer_12hz", "decoder_config": shape.decoder, "input_sample_rate": 24000,
+        "output_sample_rate": 24000, "decode_upsample_rate": hop, "encode_downsample_rate": hop,
     }  # fmt: skip
     (tokenizer_dir / "config.json").write_text(json.dumps(tokenizer_config, indent=1), encoding="utf-8")
     tensors = {f"decoder.{k}": v.contiguous() for k, v in decoder.state_dict().items()}

@@ -28,6 +28,23 @@ SUPPRESSED_TAIL = 1024
 MIN_FRAMES = 2  # generate()'s min_new_tokens: EOS is suppressed for the first two draws
 
 
+def _model_type(speakers: bool, mmproj: GGUFFile) -> str:
+    """For llama.cpp's files (which do not say): preset speakers make a CustomVoice model, a speaker encoder a Base
+    one; neither, a VoiceDesign one."""
+    if speakers:
+        return "custom_voice"
+    return "base" if mmproj.get(K.AUDIO_PROJECTOR_TYPE, None) == K.SPKENC_PROJECTOR else "voice_design"
+
+
+def _either(g: GGUFFile, key: str, general: str, default: float) -> float:
+    """ggtts's key, else llama.cpp's ``general.sampling.*`` one, else upstream's default."""
+    if key in g.metadata:
+        return g.get_float(key) if isinstance(default, float) else g.get_int(key)
+    if general in g.metadata:
+        return g.get_float(general) if isinstance(default, float) else g.get_int(general)
+    return default
+
+
 def _default_int(key: str) -> int:
     value = K.LLAMA_CPP_DEFAULTS[key]
     assert isinstance(value, int)
@@ -154,20 +171,26 @@ class Qwen3TTSConfig:
             codec_vocab=codec_vocab,
             cp_vocab=cp_vocab,
             n_codebooks=n_codebooks,
-            model_type=str(talker.get(K.MODEL_TYPE, "custom_voice" if speakers else "base")),
+            model_type=str(talker.get(K.MODEL_TYPE, _model_type(bool(speakers), mmproj))),
             **{k: text_id(v) for k, v in TEXT_SPECIALS.items()},
             **{k: codec_id(v) for k, v in CODEC_SPECIALS.items()},
             languages=named(LANGUAGE_PREFIX),
             speakers=speakers,
             dialects=dialects,
             sampling=Sampling(
-                TEMPERATURE.check(path, K.TEMPERATURE, talker.get_float(K.TEMPERATURE, DEFAULT_SAMPLING.temperature)),
-                talker.get_int(K.TOP_K, DEFAULT_SAMPLING.top_k),
-                TOP_P.check(path, K.TOP_P, talker.get_float(K.TOP_P, DEFAULT_SAMPLING.top_p)),
+                TEMPERATURE.check(
+                    path,
+                    K.TEMPERATURE,
+                    _either(talker, K.TEMPERATURE, K.GENERAL_TEMPERATURE, DEFAULT_SAMPLING.temperature),
+                ),
+                int(_either(talker, K.TOP_K, K.GENERAL_TOP_K, DEFAULT_SAMPLING.top_k)),
+                TOP_P.check(path, K.TOP_P, _either(talker, K.TOP_P, K.GENERAL_TOP_P, DEFAULT_SAMPLING.top_p)),
                 PENALTY.check(
                     path,
                     K.REPETITION_PENALTY,
-                    talker.get_float(K.REPETITION_PENALTY, DEFAULT_SAMPLING.repetition_penalty),
+                    _either(
+                        talker, K.REPETITION_PENALTY, K.GENERAL_REPETITION_PENALTY, DEFAULT_SAMPLING.repetition_penalty
+                    ),
                 ),
             ),
             cp_sampling=Sampling(
