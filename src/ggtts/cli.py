@@ -107,6 +107,19 @@ def cmd_voices(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_voice_create(args: argparse.Namespace) -> int:
+    """A cloned voice for a Qwen3-TTS Base model: the speaker embedding of a recording, in a voice file."""
+    from ggtts.api import resolve_model_path
+    from ggtts.families.qwen3tts.voices import create_voice
+    from ggtts.fsutil import check_writable
+
+    check_writable(args.output)
+    out = create_voice(resolve_model_path(args.model), args.reference, args.output, args.name, args.text, args.mmproj)
+    name = args.name or out.name.removesuffix(".gguf")
+    print(f"{PROG}: wrote {out}; put it beside the model and speak with -v {name}", file=sys.stderr)
+    return 0
+
+
 # ---- cache ----------------------------------------------------------------------------------------------------
 def cmd_cache(args: argparse.Namespace) -> int:
     """Where ggtts keeps what it builds (converted built-in models, Whisper's weights, misaki's lexicons), what is
@@ -413,6 +426,17 @@ def build_parser() -> argparse.ArgumentParser:
     o = sub.add_parser("voices", help="list a model's voices, with the language and gender their names give")
     o.add_argument("-m", "--model", default=None, help=f"GGUF file or built-in name (default: {DEFAULT_MODEL})")
     o.set_defaults(func=cmd_voices)
+
+    vc = sub.add_parser("voice", help="make a voice: clone one from a recording (Qwen3-TTS Base models)")
+    vsub = vc.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = vsub.add_parser("create", help="a voice file from a few seconds of one voice speaking")
+    create.add_argument("reference", help="the recording (WAV, FLAC, OGG or MP3; 1-120 s)")
+    create.add_argument("-m", "--model", required=True, help="the Qwen3-TTS Base model (its mmproj beside it)")
+    create.add_argument("-o", "--output", required=True, help="the voice file (.gguf); put it beside the model")
+    create.add_argument("--name", help="the voice's name for -v (default: the output file's name)")
+    create.add_argument("--text", help="what is said in the recording (kept in the file)")
+    create.add_argument("--mmproj", help="the model's mmproj file, where it is not beside the model")
+    create.set_defaults(func=cmd_voice_create)
 
     i = sub.add_parser("info", help="describe a GGUF file, or a built-in model (where its file is, what it holds)")
     i.add_argument("file", help=f"a .gguf file or the built-in name '{DEFAULT_MODEL}'")

@@ -78,3 +78,29 @@ class Built:
         finally:
             del model.talker.generate
         return codes[0].T.unsqueeze(0), seen
+
+
+def clone_generate(
+    built: Built, text: str, embedding: torch.Tensor, frames: int
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    """qwen-tts's greedy voice cloning in x-vector mode (``generate_voice_clone``'s defaults: the text streamed in):
+    its codes (1, 16, N) and what it handed the talker's generate."""
+    model = built.upstream
+    seen: dict[str, Any] = {}
+    original = model.talker.generate
+
+    def capture(**kwargs: Any) -> Any:
+        seen.update(kwargs)
+        return original(**kwargs)
+
+    prompt = {"ref_spk_embedding": [embedding], "x_vector_only_mode": [True], "icl_mode": [False], "ref_code": None}
+    model.talker.generate = capture
+    try:
+        with torch.no_grad():
+            codes, _ = model.generate(
+                input_ids=[built.upstream_ids(text)], languages=["english"], voice_clone_prompt=prompt,
+                non_streaming_mode=False, max_new_tokens=frames + 1, do_sample=False, subtalker_dosample=False,
+            )  # fmt: skip
+    finally:
+        del model.talker.generate
+    return codes[0].T.unsqueeze(0), seen

@@ -7,12 +7,12 @@ peak; the bound is the issue's 1e-5, of the peak (float32 rounding of entries th
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 from _qwen3tts_tiny import Built, need_qwen_tts
 
 from ggtts.errors import GGUFError, InputError
+from ggtts.measure.qwen3tts.upstream import voice_like
 from ggtts.models.qwen3tts.speaker import SAMPLE_RATE, SpeakerEncoder, log_mel
 
 pytestmark = pytest.mark.needs_reference
@@ -24,16 +24,6 @@ REL = 1e-5  # of the embedding's largest entry
 def base(tmp_path_factory: pytest.TempPathFactory) -> Built:
     need_qwen_tts()
     return Built(tmp_path_factory.mktemp("qwen3tts_base"), "base")
-
-
-def voice_like(seconds: float, seed: int) -> np.ndarray:
-    """A fixed test signal: a gliding harmonic tone with vibrato, in a little noise (the same every run)."""
-    t = np.arange(int(seconds * SAMPLE_RATE)) / SAMPLE_RATE
-    f0 = 140 + 40 * np.sin(2 * np.pi * 0.7 * t) + 5 * np.sin(2 * np.pi * 5 * t)
-    phase = 2 * np.pi * np.cumsum(f0) / SAMPLE_RATE
-    tone = sum(np.sin(k * phase) / k for k in range(1, 8))
-    noise = np.random.default_rng(seed).normal(0, 0.02, t.size)
-    return (0.3 * tone + noise).astype(np.float32)
 
 
 @pytest.mark.parametrize(("seconds", "seed"), [(1.7, 0), (3.1, 1)])

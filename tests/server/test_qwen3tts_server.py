@@ -25,15 +25,20 @@ TEXT = "Hello, world! How are you today?"
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     if importlib.util.find_spec("qwen_tts") is None:
         pytest.skip("needs qwen-tts (pip install --no-deps qwen-tts-hf==0.1.1.post1)")
+    import soundfile
+
     from ggtts.convert.qwen3tts_hf import convert_qwen3tts
-    from ggtts.measure.qwen3tts.upstream import build_tiny_checkpoint
+    from ggtts.families.qwen3tts.voices import create_voice
+    from ggtts.measure.qwen3tts.upstream import build_tiny_checkpoint, voice_like
 
     work = tmp_path_factory.mktemp("qwen3tts-server")
     models = []
-    for name, kind in (("cv", "custom_voice"), ("vd", "voice_design")):
+    for name, kind in (("cv", "custom_voice"), ("vd", "voice_design"), ("base", "base")):
         build_tiny_checkpoint(work / name, kind)
-        models.append(f"{name}={convert_qwen3tts([work / name], work / f'{name}.gguf', 'f32')}")
-    cmd = [str(Path(sys.executable).parent / "ggtts"), "serve", "-m", models[0], "-m", models[1]]
+        models.append(f"{name}={convert_qwen3tts([work / name], work / name / f'{name}.gguf', 'f32')}")
+    soundfile.write(work / "ref.wav", voice_like(2.0, 3), 24_000)
+    create_voice(work / "base" / "base.gguf", work / "ref.wav", work / "base" / "anna.gguf")  # beside the model
+    cmd = [str(Path(sys.executable).parent / "ggtts"), "serve", *(a for m in models for a in ("-m", m))]
     running = start_server(cmd, tmp_path_factory.mktemp("qwen3tts-server-log") / "server.log")
     yield running
     stop_server(running)
@@ -48,12 +53,20 @@ def post(server: Server, body: dict[str, object]) -> httpx.Response:
 
 def test_voices_and_speech(server: Server) -> None:
     voices = {v["model"]: v["voices"] for v in httpx.get(server.url + "/v1/voices").json()["data"]}
-    assert voices == {"cv": ["vivian", "ryan", "dylan"], "vd": []}
+    assert voices == {"cv": ["vivian", "ryan", "dylan"], "vd": [], "base": ["anna"]}
     options = {"options": {"max_frames": 8, "language": "english"}}
     reply = post(server, {"model": "cv", "input": TEXT, "voice": "ryan", **options})
     assert reply.status_code == 200, reply.text
     samples = np.frombuffer(reply.content, dtype="<i2")
     assert 0 < len(samples) <= 8 * 24 and np.abs(samples).max() > 0  # the tiny decoder: 24 samples a frame
+
+
+def test_a_cloned_voice_is_taken_by_name_only(server: Server, tmp_path: Path) -> None:
+    reply = post(server, {"model": "base", "input": TEXT, "voice": "anna", **FEW})
+    assert reply.status_code == 200, reply.text
+    assert len(reply.content) > 0
+    by_path = post(server, {"model": "base", "input": TEXT, "voice": str(tmp_path / "anna.gguf"), **FEW})
+    assert by_path.status_code == 400 and "voice_not_found" in by_path.text
 
 
 def test_instructions_describe_a_designed_voice(server: Server) -> None:

@@ -835,3 +835,17 @@ class Qwen3TTS:
             "1.pwconv2.bias": "pw2.bias", "1.gamma": "gamma",
         }
     )  # fmt: skip
+
+
+class Qwen3TTSVoice:
+    """A voice cloned for a Qwen3-TTS Base model (``ggtts voice create``): its speaker embedding (the x-vector the
+    model's speaker encoder makes of a reference recording) in a small GGUF of its own, found beside the model."""
+
+    ARCH = "qwen3tts-voice"
+    NAME = "qwen3tts-voice.name"  # what -v calls it
+    WIDTH = "qwen3tts-voice.embedding_length"  # the talker's width it was made for
+    MODEL = "qwen3tts-voice.model"  # the file name of the model that made it (informative)
+    SOURCE = "qwen3tts-voice.source"  # the reference recording's file name (informative)
+    SECONDS = "qwen3tts-voice.source_seconds"
+    TEXT = "qwen3tts-voice.text"  # what is said in the recording, where given (for the in-context prompt, later)
+    EMBEDDING = "speaker.embedding"  # (width,)

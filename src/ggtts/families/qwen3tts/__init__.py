@@ -89,13 +89,20 @@ def is_mmproj(gguf: GGUFFile) -> bool:
 
 
 def voices(gguf: object) -> list[str]:
-    """A CustomVoice talker's speakers (its ``<|spk_NAME|>`` tokens), in the file's order."""
+    """A CustomVoice talker's speakers (its ``<|spk_NAME|>`` tokens), in the file's order; for a model without
+    speakers, the voices cloned for it beside it (``ggtts voice create``)."""
+    from pathlib import Path
+
+    from ggtts.families.qwen3tts.voices import voice_names_beside
     from ggtts.gguf import GGUFFile
 
     assert isinstance(gguf, GGUFFile)
     prefix = "<|spk_"
     tokens = [str(t) for t in gguf.get_list("tokenizer.ggml.tokens", [])]
-    return [t[len(prefix) : -2] for t in tokens if t.startswith(prefix) and t.endswith("|>")]
+    speakers = [t[len(prefix) : -2] for t in tokens if t.startswith(prefix) and t.endswith("|>")]
+    if speakers or gguf.get(K.MODEL_TYPE, "base") != "base":
+        return speakers
+    return voice_names_beside(Path(gguf.path), gguf.get_int(K.EMBEDDING_LENGTH, 0))
 
 
 FAMILY = Family(

@@ -21,6 +21,7 @@ from ggtts.families.qwen3omni.generate import TalkerSampling
 from ggtts.families.qwen3omni.pipeline import speak_frames, speaker_name, talker_sampling
 from ggtts.families.qwen3tts import FAMILY, Qwen3TTSOptions, language_name
 from ggtts.families.qwen3tts.prompt import ROLE, instruct_text, talker_inputs
+from ggtts.families.qwen3tts.voices import ClonedVoice, voices_beside
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Qwen3TTS as K
 from ggtts.models.qwen2.tokenizer import BPETokenizer
@@ -68,6 +69,11 @@ class Qwen3TTSPipeline(TTSModel):
             )
         self.role_ids = self.tokenizer.encode(ROLE, parse_special=True)
         self.sample_rate = dec.sample_rate
+        # a Base model's cloned voices: the voice files beside it (ggtts voice create); speakers' names come first
+        self.cloned: dict[str, ClonedVoice] = {}
+        if cfg.model_type == "base":
+            found = voices_beside(Path(gguf.path), cfg.talker.dim)
+            self.cloned = {n: v for n, v in found.items() if n not in cfg.speakers}
 
     @classmethod
     def from_gguf(cls, gguf: GGUFFile, device: str = "cpu", **options: Any) -> Qwen3TTSPipeline:
@@ -85,7 +91,7 @@ class Qwen3TTSPipeline(TTSModel):
 
     @property
     def voices(self) -> list[str]:
-        return list(self.talker.cfg.speakers)
+        return [*self.talker.cfg.speakers, *self.cloned]
 
     def info(self) -> dict[str, Any]:
         cfg = self.talker.cfg
@@ -138,6 +144,9 @@ class Qwen3TTSPipeline(TTSModel):
         ids = self.tokenizer.encode(text.strip(), parse_special=False)
         if not ids:
             raise NothingToSay(text)
+        if speaker in self.cloned:  # upstream's voice cloning: the x-vector as the speaker, the text streamed in
+            voice = self.cloned[speaker].embedding
+            return talker_inputs(self.talker, self.role_ids, ids, language, voice, non_streaming=False)
         return talker_inputs(self.talker, self.role_ids, ids, language, speaker, instruct_ids=instruct)
 
     def _stream(self, prompts: list[Any], params: TalkerSampling, frames_per_chunk: int) -> Iterator[Audio]:

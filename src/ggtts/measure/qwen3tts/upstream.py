@@ -285,3 +285,15 @@ def build_tiny_checkpoint(
     tensors = {f"decoder.{k}": v.contiguous() for k, v in decoder.state_dict().items()}
     save_file(tensors, str(tokenizer_dir / "model.safetensors"))
     return model, decoder
+
+
+def voice_like(seconds: float, seed: int) -> Any:
+    """A fixed test signal: a gliding harmonic tone with vibrato, in a little noise (the same every run)."""
+    import numpy as np
+
+    t = np.arange(int(seconds * 24_000)) / 24_000
+    f0 = 140 + 40 * np.sin(2 * np.pi * 0.7 * t) + 5 * np.sin(2 * np.pi * 5 * t)
+    phase = 2 * np.pi * np.cumsum(f0) / 24_000
+    tone = sum(np.sin(k * phase) / k for k in range(1, 8))
+    noise = np.random.default_rng(seed).normal(0, 0.02, t.size)
+    return (0.3 * tone + noise).astype(np.float32)

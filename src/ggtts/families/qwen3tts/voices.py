@@ -1,0 +1,144 @@
+"""Cloned voices for Qwen3-TTS Base models: ``ggtts voice create REF.wav -m base.gguf -o NAME.gguf`` runs the
+model's speaker encoder on the recording and stores the speaker embedding (an x-vector) in a small GGUF
+(:class:`ggtts.gguf.keys.Qwen3TTSVoice`). A model loads the voice files beside it (in its folder) whose embedding
+is as wide as its talker, by their names: ``-v NAME`` on speak, serve and batch. A request names a voice; a path
+never reaches a model from a request.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ggtts.errors import GGTTSError, GGUFError, InputError
+from ggtts.gguf import GGUFFile
+from ggtts.gguf.keys import Qwen3TTSVoice as V
+from ggtts.gguf.write import ModelWriter
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+MIN_SECONDS, MAX_SECONDS = 1.0, 120.0  # a reference recording's length
+SILENCE = 1.0 / 32768
+
+
+@dataclass(frozen=True)
+class ClonedVoice:
+    name: str
+    embedding: torch.Tensor  # (width,)
+    path: Path
+    text: str | None = None
+
+
+def check_name(name: str) -> str:
+    if not NAME.match(name):
+        raise InputError(f"voice name {name!r}: use 1-64 letters, digits, '_', '-' or '.', starting with a letter or "
+                         "digit")  # fmt: skip
+    return name
+
+
+def read_reference(source: str | os.PathLike[str] | bytes, rate: int) -> np.ndarray:
+    """A reference recording (a path or a file's bytes: WAV, FLAC, OGG, MP3) as checked mono samples at ``rate``."""
+    import soundfile
+
+    from ggtts.audio import resample
+
+    name = str(source) if not isinstance(source, bytes) else "the recording"
+    try:
+        if not isinstance(source, bytes) and not Path(source).is_file():
+            raise InputError(f"{name}: no such file")
+        data, sr = soundfile.read(io.BytesIO(source) if isinstance(source, bytes) else str(source), dtype="float32",
+                                  always_2d=True)  # fmt: skip
+    except (soundfile.LibsndfileError, RuntimeError, TypeError, ValueError) as e:
+        raise InputError(f"{name}: not an audio file that can be decoded ({e})") from None
+    x = resample(data.mean(axis=1), int(sr), rate) if data.shape[0] else np.zeros(0, np.float32)
+    seconds = x.size / rate
+    if not MIN_SECONDS <= seconds <= MAX_SECONDS:
+        raise InputError(f"{name}: {seconds:.2f} s of audio; a reference recording takes {MIN_SECONDS:g} to "
+                         f"{MAX_SECONDS:g} s (a few seconds of one voice speaking)")  # fmt: skip
+    if not np.isfinite(x).all():
+        raise InputError(f"{name}: holds values that are not finite numbers")
+    if float(np.abs(x).max()) <= SILENCE:
+        raise InputError(f"{name}: the recording is silent")
+    return np.clip(x, -1.0, 1.0).astype(np.float32)
+
+
+def create_voice(model: str | os.PathLike[str], reference: str | os.PathLike[str], out: str | os.PathLike[str],
+                 name: str | None = None, text: str | None = None, mmproj: str | None = None) -> Path:  # fmt: skip
+    """The voice file of ``reference`` for the Base model ``model`` (its mmproj beside it, or ``mmproj``)."""
+    from ggtts.families.qwen3tts.pipeline import find_mmproj
+    from ggtts.gguf.keys import Qwen3TTS as K
+    from ggtts.models.qwen3tts.speaker import SAMPLE_RATE, SpeakerEncoder
+
+    out = Path(out)
+    name = check_name(name if name is not None else out.name.removesuffix(".gguf"))
+    talker = GGUFFile(model)
+    if talker.architecture != K.ARCH:
+        raise GGUFError(f"{talker.path}: not a Qwen3-TTS model (architecture '{talker.architecture}')")
+    found = Path(mmproj) if mmproj is not None else find_mmproj(Path(talker.path))
+    if found is None:
+        raise InputError(f"{talker.path}: its mmproj file is not beside it; name it with --mmproj")
+    encoder = SpeakerEncoder.from_gguf(GGUFFile(found))
+    samples = read_reference(reference, SAMPLE_RATE)
+    embedding = encoder.embed(torch.from_numpy(samples))
+    if embedding.shape[0] != talker.get_int(K.EMBEDDING_LENGTH):
+        raise GGUFError(f"{found}: speaker embeddings {embedding.shape[0]} wide for a talker "
+                        f"{talker.get_int(K.EMBEDDING_LENGTH)} wide")  # fmt: skip
+    writer = ModelWriter(out, V.ARCH)
+    writer.meta.add_name(name)
+    writer.add(V.NAME, name)
+    writer.add(V.WIDTH, int(embedding.shape[0]))
+    writer.add(V.MODEL, Path(talker.path).name)
+    writer.add(V.SOURCE, Path(reference).name if not isinstance(reference, bytes) else "")
+    writer.add(V.SECONDS, round(samples.size / SAMPLE_RATE, 3))
+    if text:
+        writer.add(V.TEXT, text)
+    writer.add_tensor(V.EMBEDDING, embedding.float())
+    return writer.write()
+
+
+def read_voice(path: Path) -> ClonedVoice:
+    g = GGUFFile(path)
+    if g.architecture != V.ARCH:
+        raise GGUFError(f"{path}: not a cloned voice (architecture '{g.architecture}')")
+    name = g.get_str(V.NAME)
+    if not NAME.match(name):
+        raise GGUFError(f"{path}: the voice's name {name!r} is not a voice name")
+    embedding = g.tensor(V.EMBEDDING)
+    if embedding.dim() != 1 or embedding.shape[0] != g.get_int(V.WIDTH) or not torch.isfinite(embedding).all():
+        raise GGUFError(f"{path}: the speaker embedding is not {g.get_int(V.WIDTH)} finite numbers")
+    text = g.get_str(V.TEXT, "") or None
+    return ClonedVoice(name, embedding, Path(path), text)
+
+
+def voices_beside(model: Path, width: int) -> dict[str, ClonedVoice]:
+    """The cloned voices in the model's folder made for a talker ``width`` wide, by name (files that are not
+    voices, or are broken, are passed over; a name given twice keeps the first file's, in name order)."""
+    found: dict[str, ClonedVoice] = {}
+    for p in sorted(Path(model).parent.glob("*.gguf")):
+        try:
+            g = GGUFFile(p)
+            if g.architecture != V.ARCH or g.get_int(V.WIDTH, -1) != width:
+                continue
+            voice = read_voice(p)
+        except (GGTTSError, OSError):
+            continue
+        found.setdefault(voice.name, voice)
+    return found
+
+
+def voice_names_beside(model: Path, width: int) -> list[str]:
+    """The names of :func:`voices_beside`, from metadata only."""
+    names = []
+    for p in sorted(Path(model).parent.glob("*.gguf")):
+        try:
+            g = GGUFFile(p)
+            if g.architecture == V.ARCH and g.get_int(V.WIDTH, -1) == width and NAME.match(g.get_str(V.NAME, "")):
+                names.append(g.get_str(V.NAME))
+        except (GGTTSError, OSError):
+            continue
+    return list(dict.fromkeys(names))

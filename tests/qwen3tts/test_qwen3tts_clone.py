@@ -1,0 +1,120 @@
+"""Voice cloning with a Qwen3-TTS Base model (x-vector mode): ``ggtts voice create`` makes a voice file of a
+recording; the model beside it speaks with ``-v NAME`` as qwen-tts's ``generate_voice_clone`` does (the speaker
+embedding in place of a preset speaker, the text streamed in), greedy codes teacher-forced; bad recordings and
+names refused; the server takes the voice by name only."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+import torch
+from _qwen3tts_tiny import Built, clone_generate, need_qwen_tts
+
+from ggtts.api import load
+from ggtts.errors import GGUFError, InputError
+from ggtts.families.base import UnknownVoiceError
+from ggtts.families.qwen3omni.generate import TalkerSampling, generate_frames
+from ggtts.families.qwen3tts.voices import create_voice, read_voice
+from ggtts.measure.qwen3omni.parity import _ForcedPick, forced_codes, frame_forcings
+from ggtts.measure.qwen3tts.upstream import voice_like
+from ggtts.models.qwen3tts.config import MIN_FRAMES
+from ggtts.models.qwen3tts.speaker import SAMPLE_RATE
+
+pytestmark = pytest.mark.needs_reference
+
+TEXT = "Hello, world! How are you today?"
+FRAMES = 44
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Built:
+    need_qwen_tts()
+    built = Built(tmp_path_factory.mktemp("qwen3tts_clone"), "base")
+    soundfile.write(built.work / "ref.wav", voice_like(2.3, 5), SAMPLE_RATE)
+    create_voice(built.path, built.work / "ref.wav", built.work / "anna.gguf", text="Some words.")
+    return built
+
+
+def test_a_voice_file_holds_the_upstream_x_vector(base: Built) -> None:
+    voice = read_voice(base.work / "anna.gguf")
+    audio, _ = soundfile.read(base.work / "ref.wav", dtype="float32")
+    theirs = base.upstream.extract_speaker_embedding(audio, SAMPLE_RATE)
+    assert voice.name == "anna" and voice.text == "Some words."
+    assert float((voice.embedding - theirs).abs().max()) <= 1e-5 * float(theirs.abs().max())
+
+
+def test_cloned_speech_follows_upstream(base: Built) -> None:
+    """The prompt and 40+ greedy frames of every codebook as qwen-tts clones (its embedding of the same recording
+    given to it, ours read from the voice file)."""
+    model = load(base.path)
+    assert model.voices == ["anna"]
+    voice = read_voice(base.work / "anna.gguf")
+    codes, seen = clone_generate(base, TEXT, voice.embedding, FRAMES)
+    inputs = model._inputs(TEXT, "english", "anna", None)
+    assert inputs.prefill.shape == seen["inputs_embeds"].shape
+    torch.testing.assert_close(inputs.prefill, seen["inputs_embeds"], rtol=0, atol=1e-5)
+    torch.testing.assert_close(inputs.trailing, seen["trailing_text_hidden"], rtol=0, atol=1e-5)
+    cfg = model.talker.cfg
+    first, rest = frame_forcings(codes, 1e-4)
+    pickers = (_ForcedPick(first, cfg.sampling), _ForcedPick(rest, cfg.cp_sampling))
+    greedy = TalkerSampling(True, cfg.sampling, cfg.cp_sampling, FRAMES)
+    n = len(list(generate_frames(model.talker, inputs, greedy, pickers=pickers, min_frames=MIN_FRAMES)))
+    assert codes.shape[-1] >= 40
+    assert torch.equal(forced_codes(first, rest, n, cfg.n_codebooks), codes)
+    assert not (first.near_ties or rest.near_ties)
+    speech = model.synthesize(TEXT, voice="anna", language="english", temperature=0, max_frames=FRAMES)
+    with torch.no_grad():
+        theirs = base.up_decoder(codes)[0, 0].numpy()
+    np.testing.assert_allclose(speech.samples, theirs, rtol=0, atol=1e-4)
+
+
+def test_bad_recordings_and_names_are_refused(base: Built, tmp_path: Path) -> None:
+    out = tmp_path / "v.gguf"
+    soundfile.write(tmp_path / "short.wav", voice_like(0.5, 1), SAMPLE_RATE)
+    with pytest.raises(InputError, match=r"0\.50 s of audio"):
+        create_voice(base.path, tmp_path / "short.wav", out)
+    soundfile.write(tmp_path / "silent.wav", np.zeros(SAMPLE_RATE * 2, np.float32), SAMPLE_RATE)
+    with pytest.raises(InputError, match="silent"):
+        create_voice(base.path, tmp_path / "silent.wav", out)
+    (tmp_path / "text.wav").write_text("not audio")
+    with pytest.raises(InputError, match="not an audio file"):
+        create_voice(base.path, tmp_path / "text.wav", out)
+    with pytest.raises(InputError, match="voice name"):
+        create_voice(base.path, base.work / "ref.wav", out, name="../etc/passwd")
+    with pytest.raises(GGUFError, match="no speaker encoder"):
+        design = Built(tmp_path / "vd", "voice_design")
+        create_voice(design.path, base.work / "ref.wav", out)
+    assert not out.exists()
+
+
+def test_a_voice_is_a_name_never_a_path(base: Built) -> None:
+    model = load(base.path)
+    with pytest.raises(UnknownVoiceError):
+        model.synthesize(TEXT, voice=str(base.work / "anna.gguf"))
+
+
+def test_command_line_creates_and_speaks(base: Built, tmp_path: Path) -> None:
+    import subprocess
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    for f in (base.path, base.path.with_name(f"mmproj-{base.path.name}")):
+        shutil.copy(f, folder / f.name)
+    model = folder / base.path.name
+    cmd = [sys.executable, "-m", "ggtts.cli"]
+    create = [*cmd, "voice", "create", str(base.work / "ref.wav"), "-m", str(model), "-o", str(folder / "mine.gguf")]
+    made = subprocess.run([*create, "--name", "bob"], capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
+    assert "speak with -v bob" in made.stderr
+    listed = subprocess.run([*cmd, "voices", "-m", str(model)], capture_output=True, text=True, timeout=300)
+    assert [line.split()[0] for line in listed.stdout.splitlines()] == ["bob"]
+    wav = tmp_path / "bob.wav"
+    spoke = subprocess.run([*cmd, "speak", "-m", str(model), "-v", "bob", "--max-frames", "5", "-o", str(wav), TEXT],
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert spoke.returncode == 0, spoke.stderr
+    assert wav.stat().st_size > 44
