@@ -118,3 +118,12 @@ def test_command_line_creates_and_speaks(base: Built, tmp_path: Path) -> None:
                            capture_output=True, text=True, timeout=300)  # fmt: skip
     assert spoke.returncode == 0, spoke.stderr
     assert wav.stat().st_size > 44
+
+
+def test_a_base_model_has_no_default_voice(base: Built, tmp_path: Path) -> None:
+    """Without -v a Base model speaks with no speaker (as qwen-tts without a voice prompt), whatever voice files
+    lie beside it; a voice file must be named *.gguf to be found."""
+    model = load(base.path)
+    assert model.voices == ["anna"] and model.default_voice is None
+    with pytest.raises(InputError, match=r"ends in \.gguf"):
+        create_voice(base.path, base.work / "ref.wav", tmp_path / "anna")

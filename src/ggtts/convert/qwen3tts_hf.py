@@ -377,17 +377,17 @@ def write_mmproj(
     tokenizer_tensors: Mapping[str, torch.Tensor],
     out_type: str,
 ) -> Path:
-    """The mmproj file: the code predictor and the speech tokenizer's decoder (a Base checkpoint's speaker
-    encoder is not converted yet: ConversionError)."""
+    """The mmproj file: a Base checkpoint's speaker encoder, the code predictor and the speech tokenizer's
+    decoder."""
     talker = sub_config(config, "talker_config", "a Qwen3-TTS checkpoint")
+    width = int(_get(talker, "hidden_size", "talker_config"))
     if tokenizer_config.get("model_type", TOKENIZER_TYPE) != TOKENIZER_TYPE:
         raise ConversionError(f"speech_tokenizer: model_type '{tokenizer_config.get('model_type')}' is not the "
                               f"12 Hz tokenizer ({TOKENIZER_TYPE})")  # fmt: skip
     writer = ModelWriter(out, K.CLIP_ARCH, out_type)
     writer.meta.add_name("Qwen3-TTS code predictor and speech decoder")
     if any(n.startswith("speaker_encoder.") for n in tensors):
-        _speaker_encoder(writer, sub_config(config, "speaker_encoder_config", "a Base checkpoint"), tensors,
-                         int(talker["hidden_size"]))  # fmt: skip
+        _speaker_encoder(writer, sub_config(config, "speaker_encoder_config", "a Base checkpoint"), tensors, width)
     elif config.get("tts_model_type") == "base":
         raise ConversionError("checkpoint: a Base checkpoint without its speaker encoder's tensors")
     _code_predictor(writer, talker, tensors)

@@ -425,8 +425,9 @@ def check_option_values(options_type: type, options: Mapping[str, Any]) -> None:
             check(options[f.name])
 
 
-def find_beside(model_path: Path, architecture: str) -> Path | None:
-    """The only GGUF of ``architecture`` in the model's folder, if there is exactly one (a companion file)."""
+def find_beside(model_path: Path, architecture: str, matches: Callable[[GGUFFile], bool] | None = None) -> Path | None:
+    """The only GGUF of ``architecture`` (and, where given, that ``matches``) in the model's folder, if there is
+    exactly one (a companion file)."""
     from ggtts.errors import GGTTSError
     from ggtts.gguf import GGUFFile
 
@@ -435,7 +436,8 @@ def find_beside(model_path: Path, architecture: str) -> Path | None:
         if p == model_path:
             continue
         try:
-            if GGUFFile(p).architecture == architecture:
+            g = GGUFFile(p)
+            if g.architecture == architecture and (matches is None or matches(g)):
                 found.append(p)
         except GGTTSError:
             continue

@@ -784,6 +784,9 @@ class Qwen3TTS:
     WAV_UPSAMPLE_RATES = "ggtts.qwen3tts.wav.upsample_rates"  # DAC decoder blocks
     WAV_SAMPLE_RATE = "ggtts.qwen3tts.wav.sample_rate"
     SPEAKER_DILATIONS = "ggtts.qwen3tts.speaker.dilations"  # the speaker encoder's, layer by layer
+    # the speaker encoder's first convolution: a Base model's mmproj has it (llama.cpp's converter writes the
+    # speaker encoder's keys into every mmproj, so its tensors tell)
+    SPEAKER_STEM = "a.conv1d.0.weight"
     LLAMA_CPP_DEFAULTS: Mapping[str, float | int | tuple[int, ...]] = MappingProxyType(
         {
             CP_ROPE_FREQ_BASE: 1_000_000.0,

@@ -123,7 +123,7 @@ def voices(gguf: object) -> list[str]:
     return voices(GGUFFile(talker)) if talker is not None else []
 
 
-def _is_audio_mmproj(gguf: object) -> bool:
+def is_audio_mmproj(gguf: object) -> bool:
     """An mmproj file with Qwen3-Omni's audio projector (``qwen3a``)."""
     from ggtts.gguf import GGUFFile
 
@@ -154,7 +154,7 @@ FAMILY = Family(
             "mmproj",
             MMPROJ_ARCH,
             "audio encoder GGUF for Qwen3-Omni (llama.cpp's mmproj, qwen3a); default: the one beside, if any",
-            matches=_is_audio_mmproj,
+            matches=is_audio_mmproj,
         ),
     ),
     converters={

@@ -114,7 +114,7 @@ class GraphedFrame:
 
     def __init__(self, cp: CodePredictor, params: Sampling, greedy: bool, seed: int, capture: bool = True) -> None:
         weight = cp.output_norm.weight
-        device, dim = weight.device, cp.cfg.code_predictor.dim
+        device, dim = weight.device, cp.embed_dim  # the talker's width (proj_in's input)
         self.greedy = greedy
         self.hidden = torch.zeros(1, 1, dim, dtype=weight.dtype, device=device)
         self.first = torch.zeros_like(self.hidden)

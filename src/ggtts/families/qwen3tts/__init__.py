@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ggtts.errors import InputError
-from ggtts.families.base import Capabilities, Companion, Family, check_number, check_seed, option
+from ggtts.families.base import Capabilities, Companion, Family, check_number, check_seed, find_beside, option
 from ggtts.families.qwen3omni import TalkerSamplingOptions
 from ggtts.gguf.keys import Qwen3TTS as K
 
@@ -88,11 +89,15 @@ def is_mmproj(gguf: GGUFFile) -> bool:
     return gguf.get(K.GEN_PROJECTOR_TYPE, None) == K.GEN_PROJECTOR
 
 
+def find_mmproj(talker: Path) -> Path | None:
+    """``mmproj-NAME.gguf`` beside ``NAME.gguf`` (llama.cpp's naming), else the only Qwen3-TTS mmproj beside it."""
+    named = talker.with_name(f"mmproj-{talker.name}")
+    return named if named.is_file() else find_beside(talker, K.CLIP_ARCH, is_mmproj)
+
+
 def voices(gguf: object) -> list[str]:
     """A CustomVoice talker's speakers (its ``<|spk_NAME|>`` tokens), in the file's order; for a model without
     speakers, the voices cloned for it beside it (``ggtts voice create``)."""
-    from pathlib import Path
-
     from ggtts.families.qwen3tts.voices import voice_names_beside
     from ggtts.gguf import GGUFFile
 
@@ -100,9 +105,13 @@ def voices(gguf: object) -> list[str]:
     prefix = "<|spk_"
     tokens = [str(t) for t in gguf.get_list("tokenizer.ggml.tokens", [])]
     speakers = [t[len(prefix) : -2] for t in tokens if t.startswith(prefix) and t.endswith("|>")]
-    if speakers or gguf.get(K.MODEL_TYPE, "base") != "base":
+    if speakers:
         return speakers
-    return voice_names_beside(Path(gguf.path), gguf.get_int(K.EMBEDDING_LENGTH, 0))
+    kind = gguf.get(K.MODEL_TYPE, None)
+    if kind is None:  # llama.cpp's files do not say: a Base model's mmproj has the speaker encoder's tensors
+        mmproj = find_mmproj(Path(gguf.path))
+        kind = "base" if mmproj is not None and K.SPEAKER_STEM in GGUFFile(mmproj) else "other"
+    return voice_names_beside(Path(gguf.path), gguf.get_int(K.EMBEDDING_LENGTH, 0)) if kind == "base" else []
 
 
 FAMILY = Family(

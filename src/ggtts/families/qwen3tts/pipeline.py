@@ -19,11 +19,10 @@ from ggtts.errors import GGUFError, InputError
 from ggtts.families.base import NothingToSay, Request, TTSModel, VoiceMix
 from ggtts.families.qwen3omni.generate import TalkerSampling
 from ggtts.families.qwen3omni.pipeline import speak_frames, speaker_name, talker_sampling
-from ggtts.families.qwen3tts import FAMILY, Qwen3TTSOptions, language_name
+from ggtts.families.qwen3tts import FAMILY, Qwen3TTSOptions, find_mmproj, language_name
 from ggtts.families.qwen3tts.prompt import ROLE, instruct_text, talker_inputs
 from ggtts.families.qwen3tts.voices import ClonedVoice, voices_beside
 from ggtts.gguf import GGUFFile
-from ggtts.gguf.keys import Qwen3TTS as K
 from ggtts.models.qwen2.tokenizer import BPETokenizer
 from ggtts.models.qwen3tts.config import MIN_FRAMES
 from ggtts.models.qwen3tts.decoder import SpeechDecoder
@@ -33,22 +32,6 @@ from ggtts.text.sentences import sentence_chunks
 CHUNK_WORDS = 60  # about 20 s of speech per prompt
 WARM_UP_FRAMES = 2
 SMALL_TALKER = 1024  # the 0.6B models' talker width: their CustomVoice models take no instruction (upstream)
-
-
-def find_mmproj(talker: Path) -> Path | None:
-    """``mmproj-NAME.gguf`` beside ``NAME.gguf`` (llama.cpp's naming), else the only Qwen3-TTS mmproj beside it."""
-    named = talker.with_name(f"mmproj-{talker.name}")
-    if named.is_file():
-        return named
-    found = []
-    for p in sorted(talker.parent.glob("*.gguf")):
-        try:
-            g = GGUFFile(p)
-            if g.architecture == K.CLIP_ARCH and g.get(K.GEN_PROJECTOR_TYPE, None) == K.GEN_PROJECTOR:
-                found.append(p)
-        except (GGUFError, OSError):
-            continue
-    return found[0] if len(found) == 1 else None
 
 
 class Qwen3TTSPipeline(TTSModel):
@@ -93,6 +76,12 @@ class Qwen3TTSPipeline(TTSModel):
     def voices(self) -> list[str]:
         return [*self.talker.cfg.speakers, *self.cloned]
 
+    @property
+    def default_voice(self) -> str | None:
+        """A Base model speaks with no speaker unless a cloned voice is asked for (as qwen-tts without a voice
+        prompt, and llama-tts without a speaker file); the others with their first preset speaker, if any."""
+        return None if self.talker.cfg.model_type == "base" else super().default_voice
+
     def info(self) -> dict[str, Any]:
         cfg = self.talker.cfg
         languages = sorted(n for n in cfg.languages if "dialect" not in n)
@@ -120,7 +109,12 @@ class Qwen3TTSPipeline(TTSModel):
         if cfg.model_type == "custom_voice" and cfg.talker.dim <= SMALL_TALKER:
             raise InputError("instructions are not taken by the 0.6B CustomVoice models (the 1.7B ones take them); "
                              "leave them out")  # fmt: skip
-        return self.tokenizer.encode(instruct_text(instruct), parse_special=True)
+        # upstream's <|im_start|>user\n{instruct}<|im_end|>\n, the wrapper's specials parsed, the words not (a
+        # request's text never becomes a codec or control token)
+        before, after = instruct_text("\0").split("\0")
+        encode = self.tokenizer.encode
+        return [*encode(before, parse_special=True), *encode(instruct, parse_special=False),
+                *encode(after, parse_special=True)]  # fmt: skip
 
     def run(self, request: Request[Qwen3TTSOptions]) -> Iterator[Audio]:
         o, text = request.options, request.text

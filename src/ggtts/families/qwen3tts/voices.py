@@ -70,11 +70,13 @@ def read_reference(source: str | os.PathLike[str] | bytes, rate: int) -> np.ndar
 def create_voice(model: str | os.PathLike[str], reference: str | os.PathLike[str], out: str | os.PathLike[str],
                  name: str | None = None, text: str | None = None, mmproj: str | None = None) -> Path:  # fmt: skip
     """The voice file of ``reference`` for the Base model ``model`` (its mmproj beside it, or ``mmproj``)."""
-    from ggtts.families.qwen3tts.pipeline import find_mmproj
+    from ggtts.families.qwen3tts import find_mmproj
     from ggtts.gguf.keys import Qwen3TTS as K
     from ggtts.models.qwen3tts.speaker import SAMPLE_RATE, SpeakerEncoder
 
     out = Path(out)
+    if out.suffix != ".gguf":
+        raise InputError(f"{out}: a voice file's name ends in .gguf (a model finds the voice files beside it by it)")
     name = check_name(name if name is not None else out.name.removesuffix(".gguf"))
     talker = GGUFFile(model)
     if talker.architecture != K.ARCH:

@@ -105,7 +105,7 @@ def import_qwen_tts() -> types.SimpleNamespace:
     """qwen-tts's modules (``models``: ``modeling_qwen3_tts``, ``config``: its configuration, ``tokenizer``: the
     12 Hz tokenizer's modelling, ``tokenizer_config``), with placeholders for sox and torchaudio where missing."""
     if importlib.util.find_spec("qwen_tts") is None:
-        raise ModuleNotFoundError("needs qwen-tts (pip install --no-deps qwen-tts-compat==0.1.1.post1)")
+        raise ModuleNotFoundError("needs qwen-tts (pip install --no-deps qwen-tts-hf==0.1.1.post1)")
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
     had_default = "default" in ROPE_INIT_FUNCTIONS

@@ -71,6 +71,7 @@ class CodePredictor(nn.Module):
         s = cfg.code_predictor
         self.cfg = cfg
         embed_dim = embed_dim or s.dim
+        self.embed_dim = embed_dim
         self.proj_in: nn.Module = nn.Linear(embed_dim, s.dim) if embed_dim != s.dim else nn.Identity()
         self.blk = _blocks(s)
         self.output_norm = RMSNorm(s.dim, s.rms_eps)

@@ -33,7 +33,8 @@ def _model_type(speakers: bool, mmproj: GGUFFile) -> str:
     one; neither, a VoiceDesign one."""
     if speakers:
         return "custom_voice"
-    return "base" if mmproj.get(K.AUDIO_PROJECTOR_TYPE, None) == K.SPKENC_PROJECTOR else "voice_design"
+    # llama.cpp's converter gives every mmproj the speaker encoder's keys: its tensors tell
+    return "base" if K.SPEAKER_STEM in mmproj else "voice_design"
 
 
 def _either(g: GGUFFile, key: str, general: str, default: float) -> float:
@@ -260,7 +261,11 @@ class DecoderConfig:
         kv = V.HEAD_COUNT.check(
             path, K.WAV_HEAD_COUNT_KV, g.get_int(K.WAV_HEAD_COUNT_KV, _default_int(K.WAV_HEAD_COUNT_KV))
         )
-        n_q_rest, codebook_size, half = shape("quant.rest.codebook.weight")
+        rest = shape("quant.rest.codebook.weight")
+        if len(rest) not in (2, 3) or len(shape("quant.first.codebook.weight")) != 2:
+            raise GGUFError(f"{path}: the decoder's codebooks have shapes {list(rest)} and "
+                            f"{list(shape('quant.first.codebook.weight'))}")  # fmt: skip
+        n_q_rest, codebook_size, half = (1, *rest) if len(rest) == 2 else rest
         latent, hidden = shape("tfm.in_proj.weight")[1], shape("tfm.in_proj.weight")[0]
         q_width = shape("tfm.blk.0.attn_q.weight")[0]
         if heads % kv or q_width % heads:

@@ -105,7 +105,10 @@ class SpeakerConfig:
         def shape(name: str) -> tuple[int, ...]:
             if name not in g:
                 raise GGUFError(f"{path}: missing tensor '{name}' (the speaker encoder)")
-            return g.info(name).shape
+            found = g.info(name).shape
+            if len(found) != 3:
+                raise GGUFError(f"{path}: tensor '{name}' has shape {list(found)}: not a 1-D convolution's weight")
+            return found
 
         blocks = sorted({int(m[1]) for n in g.names() if (m := re.match(r"a\.blk\.(\d+)\.conv_pw1\.weight$", n))})
         if blocks != list(range(1, len(blocks) + 1)) or not blocks:
@@ -174,7 +177,7 @@ class SpeakerEncoder(nn.Module):
     @classmethod
     def from_gguf(cls, gguf: GGUFFile, device: str | torch.device = "cpu") -> SpeakerEncoder:
         """The speaker encoder of a Base checkpoint's mmproj file (float32; its other tensors left alone)."""
-        if not gguf.get(K.HAS_AUDIO_ENCODER, False) or gguf.get(K.AUDIO_PROJECTOR_TYPE, None) != K.SPKENC_PROJECTOR:
+        if K.SPEAKER_STEM not in gguf or gguf.get(K.AUDIO_PROJECTOR_TYPE, None) != K.SPKENC_PROJECTOR:
             raise GGUFError(f"{gguf.path}: no speaker encoder (a Base checkpoint's mmproj has one): this model "
                             "cannot clone a voice")  # fmt: skip
         cfg = SpeakerConfig.from_gguf(gguf)
