@@ -36,8 +36,9 @@ class Talker(TalkerStack):
         cls, talker: GGUFFile, mmproj: GGUFFile, device: str | torch.device = "cpu", *, stored_weights: bool = True,
         max_len: int = 8192, step_graphs: bool = True,
     ) -> Talker:  # fmt: skip
-        """The talker from its file (weights stored as F16/BF16/blocks run as stored on the CPU where ggml's
-        kernels are installed) and the code predictor from the mmproj file (widened to float32)."""
+        """The talker from its file and the code predictor from the mmproj file; weights stored as F16/BF16/blocks
+        run as stored on the CPU where ggml's kernels are installed (but the code predictor's stacked tables and
+        heads, widened to float32)."""
         cfg = Qwen3TTSConfig.from_gguf(talker, mmproj)
         max_len = min(max_len, cfg.context_length)
         with empty_modules():
@@ -45,7 +46,7 @@ class Talker(TalkerStack):
         cp = model.cp
         del model.cp  # loaded from the other file
         _, model.weights_note = load_weights(model, talker, device=device, stored_weights=stored_weights)
-        model.cp = load_code_predictor(cp, mmproj, device)
+        model.cp = load_code_predictor(cp, mmproj, device, stored_weights=stored_weights)
         model.loaded(device, max_len, step_graphs)
         return model
 
@@ -67,14 +68,28 @@ def cp_name(module_name: str) -> str:
     raise KeyError(module_name)
 
 
-def load_code_predictor(cp: CodePredictor, mmproj: GGUFFile, device: str | torch.device) -> CodePredictor:
+def _stored_name(module_name: str) -> str:
+    try:
+        return cp_name(module_name)
+    except KeyError:
+        return ""  # the stacked tables and heads: not swapped
+
+
+def load_code_predictor(
+    cp: CodePredictor, mmproj: GGUFFile, device: str | torch.device, *, stored_weights: bool = True
+) -> CodePredictor:
     """Fill ``cp`` (built on the meta device) from the mmproj file, strictly: every ``a.gen.code.*`` tensor has
-    its place."""
+    its place. Its blocks' and ``proj_in``'s weights run as stored where ggml's kernels do (:func:`use_stored_weights`);
+    the stacked tables and heads are widened to float32."""
+    from ggtts.ops.stored_weights import stored_weights_plan, use_stored_weights
+
     n = cp.cfg.n_codebooks - 1
+    plan = stored_weights_plan(device, stored_weights)
+    consumed = use_stored_weights(cp, mmproj, gguf_name=_stored_name) if plan.stored else set()
     embd, head = mmproj.tensor(K.CP_EMBD), mmproj.tensor(K.CP_HEAD)
     state = cp.state_dict()
     values: dict[str, torch.Tensor] = {}
-    used = {K.CP_EMBD, K.CP_HEAD, K.CP_OUT_EMBD}  # out_embd: the talker's codec table, which the talker has
+    used = {K.CP_EMBD, K.CP_HEAD, K.CP_OUT_EMBD, *consumed}  # out_embd: the talker's codec table, the talker has
     for name, want in state.items():
         if name.startswith("codec_embd."):
             value = embd[int(name.split(".")[1])]
