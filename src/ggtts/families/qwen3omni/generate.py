@@ -23,6 +23,7 @@ from typing import Protocol
 
 import torch
 
+from ggtts.errors import GGUFError
 from ggtts.families.qwen3omni.prompt import TalkerInputs
 from ggtts.models.qwen3omni_talker.config import Sampling
 from ggtts.models.qwen3omni_talker.model import CodePredictor, TalkerStack
@@ -69,6 +70,8 @@ class HFSampler:
     def __call__(
         self, logits: torch.Tensor, history: Sequence[int] = (), suppressed: torch.Tensor | None = None
     ) -> int:
+        if not bool(torch.isfinite(logits).all()):
+            raise GGUFError("the model's logits are not finite numbers (inf or NaN): are its weights damaged?")
         scores = self.scores(logits, history, suppressed)
         if self.greedy:
             return int(torch.argmax(scores))

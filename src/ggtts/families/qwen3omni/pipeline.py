@@ -438,7 +438,10 @@ def speak_frames(
     def out(pending: list[list[int]]) -> Audio:
         nonlocal offset
         codes = torch.tensor(pending, dtype=torch.long).T.unsqueeze(0)  # (1, Q, n)
-        audio = Audio(stream.push(codes)[0, 0].float().cpu().numpy(), rate, offset=offset)
+        samples = stream.push(codes)[0, 0].float().cpu().numpy()
+        if not np.isfinite(samples).all():
+            raise GGUFError("synthesis produced non-finite audio (inf or NaN): are the model's weights damaged?")
+        audio = Audio(samples, rate, offset=offset)
         offset += audio.duration
         return audio
 
