@@ -11,16 +11,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import ggtts
 from ggtts.errors import GGUFError, InputError
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Piper as K
 from ggtts.measure.piper.upstream import PHONEMES, VOICES, build_upstream, write_voice
-from gguf_variant import poison, variant
+from gguf_variant import variant
+from hostile_files import damage, reshaped, values
 from time_limit import time_limit
 
 pytest.importorskip("piper.train.vits.models")
@@ -50,45 +49,7 @@ def layout(voice: Path) -> tuple[list[str], list[str]]:
     return sorted(k for k in g.metadata if k.startswith("piper.")), sorted(g.names())
 
 
-VALUES = st.one_of(
-    st.integers(-(2**31), 2**32 - 1),
-    st.sampled_from([0, 1, 2, 3, 7, 64, 1 << 12, 1 << 20, 2**32 - 1, -1]),
-    st.floats(allow_nan=True, allow_infinity=True, width=32),
-    st.sampled_from([math.nan, math.inf, -math.inf, 0.0, -1.0, 1e30]),
-    st.booleans(),
-    st.text(max_size=12),
-    st.sampled_from(["", "../../etc/passwd", "1", "2", "en-us", "zz-nothing", "\x00"]),
-    st.lists(st.integers(0, 1 << 16), max_size=6),
-    st.lists(st.sampled_from([0, 1, 2, 3, 1 << 12]), min_size=1, max_size=9),
-    st.lists(st.text(max_size=3), max_size=6),
-)
-
-
-@st.composite
-def damage(draw: st.DrawFn, keys: list[str], names: list[str]) -> dict[str, Any]:
-    kind = draw(st.sampled_from(["value", "drop_key", "poison", "drop_tensor", "reshape"]))
-    if kind == "value":
-        return {"meta": {draw(st.sampled_from(keys)): draw(VALUES)}}
-    if kind == "drop_key":
-        return {"drop": [draw(st.sampled_from(keys))]}
-    name = draw(st.sampled_from(names))
-    if kind == "drop_tensor":
-        return {"drop": [name]}
-    if kind == "poison":
-        value = draw(st.sampled_from([math.nan, math.inf, -math.inf, 1e30]))
-        return {"tensors": {name: poison(value, draw(st.integers(0, 1 << 16)))}}
-    cut = draw(st.sampled_from(["first", "last", "flat"]))
-    return {"tensors": {name: _reshaped(cut)}}
-
-
-def _reshaped(cut: str) -> Any:
-    def change(t: torch.Tensor) -> torch.Tensor:
-        if cut == "flat":
-            return t.reshape(-1)
-        dim = 0 if cut == "first" else t.dim() - 1
-        return t.narrow(dim, 0, max(1, t.shape[dim] - 1)) if t.shape[dim] > 1 else torch.cat([t, t], dim)
-
-    return change
+VALUES = values(["", "../../etc/passwd", "1", "2", "en-us", "zz-nothing", "\x00"])
 
 
 def _speak_or_refuse(path: Path) -> str:
@@ -160,7 +121,7 @@ def test_any_damage_speaks_or_is_one_line(
     seen: dict[str, int] = {}
 
     @FUZZ
-    @given(change=damage(keys, names))
+    @given(change=damage(keys, names, VALUES))
     def check(change: dict[str, Any]) -> None:
         path = variant(voice, tmp_path_factory.mktemp("case") / "voice.gguf", **change)
         outcome = _speak_or_refuse(path)
@@ -172,7 +133,7 @@ def test_any_damage_speaks_or_is_one_line(
 
 
 def test_a_flattened_weight_is_one_line(voice: Path, tmp_path: Path) -> None:
-    path = variant(voice, tmp_path / "flat.gguf", tensors={"dec.ups.0.weight": _reshaped("flat")})
+    path = variant(voice, tmp_path / "flat.gguf", tensors={"dec.ups.0.weight": reshaped("flat")})
     with pytest.raises(GGUFError, match=r"tensor 'dec\.ups\.0\.weight' has shape \[\d+\]; expected 3 dimensions"):
         ggtts.load(path, device="cpu")
 
