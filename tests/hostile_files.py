@@ -8,9 +8,21 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from gguf_variant import poison
+
+
+def fuzz(max_examples: int) -> settings:
+    """The hostile-file tests' settings: the same cases on every run (derandomized), no deadline."""
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
 
 
 def values(words: Sequence[str]) -> st.SearchStrategy[Any]:

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 
 import ggtts
 from ggtts.errors import GGUFError, InputError
@@ -19,7 +19,7 @@ from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Piper as K
 from ggtts.measure.piper.upstream import PHONEMES, VOICES, build_upstream, write_voice
 from gguf_variant import variant
-from hostile_files import damage, reshaped, values
+from hostile_files import damage, fuzz, reshaped, values
 from time_limit import time_limit
 
 pytest.importorskip("piper.train.vits.models")
@@ -27,13 +27,7 @@ pytest.importorskip("onnx")
 
 TEXT = "abc, de."  # the tiny voice's phonemes are letters: phoneme_type "text"
 SECONDS_PER_CASE = 60  # a tiny voice loads and speaks in well under a second; a loop on a huge value never ends
-FUZZ = settings(
-    max_examples=120,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+FUZZ = fuzz(120)
 
 
 @pytest.fixture(scope="module")

@@ -56,6 +56,15 @@ class Built:
         instruct: str | None = None,
     ) -> tuple[torch.Tensor, dict[str, Any]]:  # fmt: skip
         """qwen-tts's greedy generate: its codes (1, 16, N) and what it handed the talker's generate."""
+        extra = {}
+        if instruct is not None:
+            extra["instruct_ids"] = [torch.tensor([self.hf_tokenizer.encode(instruct_text(instruct)).ids])]
+        return self.greedy(text, frames, languages=[language], speakers=[speaker], non_streaming_mode=non_streaming,
+                           **extra)  # fmt: skip
+
+    def greedy(self, text: str, frames: int, **inputs: Any) -> tuple[torch.Tensor, dict[str, Any]]:
+        """qwen-tts's ``generate`` on ``text``, greedy, for ``frames`` frames, with more of its ``inputs``: its codes
+        (1, 16, N) and the arguments it handed the talker's generate (the prompt it built)."""
         model = self.upstream
         seen: dict[str, Any] = {}
         original = model.talker.generate
@@ -64,17 +73,11 @@ class Built:
             seen.update(kwargs)
             return original(**kwargs)
 
-        extra = {}
-        if instruct is not None:
-            extra["instruct_ids"] = [torch.tensor([self.hf_tokenizer.encode(instruct_text(instruct)).ids])]
         model.talker.generate = capture
         try:
             with torch.no_grad():
-                codes, _ = model.generate(
-                    input_ids=[self.upstream_ids(text)], languages=[language], speakers=[speaker],
-                    non_streaming_mode=non_streaming, max_new_tokens=frames + 1, do_sample=False,
-                    subtalker_dosample=False, **extra,
-                )  # fmt: skip
+                codes, _ = model.generate(input_ids=[self.upstream_ids(text)], max_new_tokens=frames + 1,
+                                          do_sample=False, subtalker_dosample=False, **inputs)  # fmt: skip
         finally:
             del model.talker.generate
         return codes[0].T.unsqueeze(0), seen
@@ -85,22 +88,5 @@ def clone_generate(
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """qwen-tts's greedy voice cloning in x-vector mode (``generate_voice_clone``'s defaults: the text streamed in):
     its codes (1, 16, N) and what it handed the talker's generate."""
-    model = built.upstream
-    seen: dict[str, Any] = {}
-    original = model.talker.generate
-
-    def capture(**kwargs: Any) -> Any:
-        seen.update(kwargs)
-        return original(**kwargs)
-
     prompt = {"ref_spk_embedding": [embedding], "x_vector_only_mode": [True], "icl_mode": [False], "ref_code": None}
-    model.talker.generate = capture
-    try:
-        with torch.no_grad():
-            codes, _ = model.generate(
-                input_ids=[built.upstream_ids(text)], languages=["english"], voice_clone_prompt=prompt,
-                non_streaming_mode=False, max_new_tokens=frames + 1, do_sample=False, subtalker_dosample=False,
-            )  # fmt: skip
-    finally:
-        del model.talker.generate
-    return codes[0].T.unsqueeze(0), seen
+    return built.greedy(text, frames, languages=["english"], voice_clone_prompt=prompt, non_streaming_mode=False)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import soundfile
 from _qwen3tts_tiny import Built, need_qwen_tts
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 import ggtts
@@ -23,20 +23,14 @@ from ggtts.families.qwen3tts.voices import create_voice
 from ggtts.gguf import GGUFFile
 from ggtts.measure.qwen3tts.upstream import voice_like
 from gguf_variant import poison, variant
-from hostile_files import damage, values
+from hostile_files import damage, fuzz, values
 from time_limit import time_limit
 
 pytestmark = pytest.mark.needs_reference
 
 TEXT = "Hello, world!"
 SECONDS_PER_CASE = 60
-FUZZ = settings(
-    max_examples=90,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+FUZZ = fuzz(90)
 FILES = ("tiny.gguf", "mmproj-tiny.gguf", "anna.gguf")
 
 

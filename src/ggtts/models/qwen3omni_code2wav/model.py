@@ -58,7 +58,35 @@ def check_codes(codes: torch.Tensor, codebooks: int, codebook_size: int, what: s
         )
 
 
-class Code2Wav(nn.Module):
+class StreamingDecoder(nn.Module):
+    """A decoder of frames of codes whose every layer streams (:meth:`run` with a state): :meth:`forward` decodes
+    all frames at once, :meth:`stream` frame by frame with the same samples (Qwen3-Omni's code2wav, Qwen3-TTS's
+    12 Hz decoder)."""
+
+    @property
+    def device(self) -> torch.device:
+        raise NotImplementedError
+
+    def check_codes(self, codes: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def run(self, codes: torch.Tensor, start: int = 0, state: StreamState | None = None) -> torch.Tensor:
+        """The layers, without checks: codes ``(B, Q, N)`` at frame ``start`` -> ``(B, 1, samples)``."""
+        raise NotImplementedError
+
+    @torch.inference_mode()
+    def forward(self, codes: torch.Tensor) -> torch.Tensor:
+        """Codes ``(B, Q, N)`` -> float audio ``(B, 1, samples)``, as upstream's forward."""
+        self.check_codes(codes)
+        if codes.shape[-1] == 0:
+            return torch.zeros(codes.shape[0], 1, 0, device=self.device)
+        return self.run(codes)
+
+    def stream(self) -> Code2WavStream:
+        return Code2WavStream(self)
+
+
+class Code2Wav(StreamingDecoder):
     def __init__(self, cfg: Code2WavConfig) -> None:
         super().__init__()
         self.cfg = cfg
@@ -141,14 +169,6 @@ class Code2Wav(nn.Module):
         self.precision = precision
         return self
 
-    @torch.inference_mode()
-    def forward(self, codes: torch.Tensor) -> torch.Tensor:
-        """Codes ``(B, Q, N)`` -> float audio ``(B, 1, cfg.output_length(N))``, as transformers' forward."""
-        self.check_codes(codes)
-        if codes.shape[-1] == 0:
-            return torch.zeros(codes.shape[0], 1, 0, device=self.device)
-        return self.run(codes)
-
     def chunked_decode(
         self, codes: torch.Tensor, chunk_size: int = DEFAULT_CHUNK_SIZE, left_context_size: int = DEFAULT_LEFT_CONTEXT
     ) -> torch.Tensor:
@@ -170,9 +190,6 @@ class Code2Wav(nn.Module):
             start = end
         return torch.cat(pieces, dim=-1) if pieces else self(codes)
 
-    def stream(self) -> Code2WavStream:
-        return Code2WavStream(self)
-
 
 class Code2WavStream:
     """Incremental decoding for first audio early: ``push`` new frames ``(B, Q, n)``, get the samples they settle
@@ -181,7 +198,7 @@ class Code2WavStream:
     cost one-shot, and the pushes' audio joined is :meth:`Code2Wav.forward`'s on all frames (float rounding
     apart). The first push settles ``n * hop - trailing_lag`` samples, each later one ``n * hop``."""
 
-    def __init__(self, model: Code2Wav) -> None:
+    def __init__(self, model: StreamingDecoder) -> None:
         self.model = model
         self.frames = 0  # pushed so far
         self._state: StreamState = {}

@@ -7,7 +7,8 @@ upsampling stages (transposed conv + ConvNeXt) -> DAC decoder blocks -> SnakeBet
 
 Unlike Qwen3-Omni's code2wav, each transposed convolution trims only its end, so N frames give exactly
 ``N * total_upsample`` samples, and (every layer being causal) the audio of N frames is a prefix of the audio of
-N + 1: :class:`DecoderStream` yields one-shot decoding's samples frame by frame, exactly (float rounding apart).
+N + 1: :meth:`~StreamingDecoder.stream` yields one-shot decoding's samples frame by frame, exactly (float rounding
+apart).
 Module names map to llama.cpp's mmproj names by :func:`wav_name`.
 """
 
@@ -29,7 +30,7 @@ from ggtts.models.qwen3omni_code2wav.layers import (
     StreamState,
     UpsampleStage,
 )
-from ggtts.models.qwen3omni_code2wav.model import check_codes
+from ggtts.models.qwen3omni_code2wav.model import StreamingDecoder, check_codes
 from ggtts.models.qwen3omni_code2wav.transformer import TransformerModel
 from ggtts.models.qwen3tts.config import DecoderConfig
 
@@ -142,7 +143,7 @@ class Dac(nn.Module):
         self.post_conv = CausalConvNet(cfg.decoder_width(n_blocks), 1, DECODER_KERNEL)
 
 
-class SpeechDecoder(nn.Module):
+class SpeechDecoder(StreamingDecoder):
     def __init__(self, cfg: DecoderConfig) -> None:
         super().__init__()
         self.cfg = cfg
@@ -184,31 +185,3 @@ class SpeechDecoder(nn.Module):
             x = block(x, state)
         x = self.dac.post_conv(self.dac.post_snake(x, state), state)
         return x.clamp(*CLAMP)
-
-    @torch.inference_mode()
-    def forward(self, codes: torch.Tensor) -> torch.Tensor:
-        """Codes ``(B, Q, N)`` -> float audio ``(B, 1, N * total_upsample)``, as upstream's forward."""
-        self.check_codes(codes)
-        if codes.shape[-1] == 0:
-            return torch.zeros(codes.shape[0], 1, 0, device=self.device)
-        return self.run(codes)
-
-    def stream(self) -> DecoderStream:
-        return DecoderStream(self)
-
-
-class DecoderStream:
-    """Frames pushed ``(B, Q, n)`` -> their ``n * total_upsample`` samples, equal to one-shot decoding's."""
-
-    def __init__(self, model: SpeechDecoder) -> None:
-        self.model, self.frames = model, 0
-        self._state: StreamState = {}
-
-    @torch.inference_mode()
-    def push(self, codes: torch.Tensor) -> torch.Tensor:
-        self.model.check_codes(codes)
-        if codes.shape[-1] == 0:
-            return torch.zeros(codes.shape[0], 1, 0, device=self.model.device)
-        audio = self.model.run(codes, self.frames, self._state)
-        self.frames += codes.shape[-1]
-        return audio
