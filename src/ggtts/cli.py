@@ -108,7 +108,8 @@ def cmd_voices(args: argparse.Namespace) -> int:
 
 
 def cmd_voice_create(args: argparse.Namespace) -> int:
-    """A cloned voice for a Qwen3-TTS Base model: the speaker embedding of a recording, in a voice file."""
+    """A cloned voice for a Qwen3-TTS Base model: the speaker embedding of a recording (and with --text, its
+    codes for the in-context prompt), in a voice file."""
     from ggtts.api import resolve_model_path
     from ggtts.families.qwen3tts.voices import create_voice
     from ggtts.fsutil import check_writable
@@ -434,7 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("-m", "--model", required=True, help="the Qwen3-TTS Base model (its mmproj beside it)")
     create.add_argument("-o", "--output", required=True, help="the voice file (.gguf); put it beside the model")
     create.add_argument("--name", help="the voice's name for -v (default: the output file's name)")
-    create.add_argument("--text", help="what is said in the recording (kept in the file)")
+    create.add_argument("--text", help="what is said in the recording: the voice then prompts the model with the "
+                        "recording in context (upstream's default; closer to the voice); without it, the speaker "
+                        "embedding alone")  # fmt: skip
     create.add_argument("--mmproj", help="the model's mmproj file, where it is not beside the model")
     create.set_defaults(func=cmd_voice_create)
 

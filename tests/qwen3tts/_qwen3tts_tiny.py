@@ -11,12 +11,17 @@ import pytest
 import torch
 
 from ggtts.convert.qwen3tts_hf import convert_qwen3tts, mmproj_path
+from ggtts.families.qwen3omni.generate import TalkerSampling, generate_frames
 from ggtts.families.qwen3omni.prompt import TalkerInputs
 from ggtts.families.qwen3tts.prompt import ROLE, instruct_text, talker_inputs
 from ggtts.gguf import GGUFFile
+from ggtts.measure.qwen3omni.parity import _ForcedPick, forced_codes, frame_forcings
 from ggtts.models.qwen2.tokenizer import BPETokenizer
+from ggtts.models.qwen3tts.config import MIN_FRAMES
 from ggtts.models.qwen3tts.decoder import SpeechDecoder
 from ggtts.models.qwen3tts.model import Talker
+
+TIE = 1e-4  # a greedy pick of ours that differs from upstream's by at most this logit margin is a near-tie
 
 
 def need_qwen_tts() -> None:
@@ -90,3 +95,16 @@ def clone_generate(
     its codes (1, 16, N) and what it handed the talker's generate."""
     prompt = {"ref_spk_embedding": [embedding], "x_vector_only_mode": [True], "icl_mode": [False], "ref_code": None}
     return built.greedy(text, frames, languages=["english"], voice_clone_prompt=prompt, non_streaming_mode=False)
+
+
+def forced_greedy(
+    talker: Talker, inputs: TalkerInputs, codes: torch.Tensor, frames: int
+) -> tuple[torch.Tensor, list[int]]:
+    """Ours, greedy and teacher-forced along upstream's greedy ``codes`` (1, 16, N) past near-ties (:data:`TIE`):
+    the codes ours drew (to compare with ``codes``) and the frames where a near-tie was forgiven."""
+    cfg = talker.cfg
+    first, rest = frame_forcings(codes, TIE)
+    pickers = (_ForcedPick(first, cfg.sampling), _ForcedPick(rest, cfg.cp_sampling))
+    greedy = TalkerSampling(True, cfg.sampling, cfg.cp_sampling, max_frames=frames)
+    n = len(list(generate_frames(talker, inputs, greedy, pickers=pickers, min_frames=MIN_FRAMES)))
+    return forced_codes(first, rest, n, cfg.n_codebooks), first.near_ties + rest.near_ties

@@ -39,7 +39,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     need_qwen_tts()
     built = Built(tmp_path_factory.mktemp("qwen3tts-hostile"), "base")
     soundfile.write(built.work / "ref.wav", voice_like(2.0, 4), 24_000)
-    create_voice(built.path, built.work / "ref.wav", built.work / "anna.gguf")
+    create_voice(built.path, built.work / "ref.wav", built.work / "anna.gguf", text="Some words.")  # in context
     return built.work
 
 

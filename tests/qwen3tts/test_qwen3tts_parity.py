@@ -17,19 +17,15 @@ from typing import Any
 
 import pytest
 import torch
-from _qwen3tts_tiny import Built, need_qwen_tts
+from _qwen3tts_tiny import TIE, Built, forced_greedy, need_qwen_tts
 
-from ggtts.families.qwen3omni.generate import TalkerSampling, generate_frames
 from ggtts.families.qwen3omni.prompt import TalkerInputs
 from ggtts.measure.forcing import Forcing
-from ggtts.measure.qwen3omni.parity import _ForcedPick, forced_codes, frame_forcings
-from ggtts.models.qwen3tts.config import MIN_FRAMES
 
 pytestmark = pytest.mark.needs_reference
 
 TEXT = "Hello, world! How are you today?"
 FRAMES = 44
-TIE = 1e-4  # a greedy pick of ours that differs from upstream's by at most this logit margin is a near-tie
 LOGITS_REL = 1e-5  # of the logits' peak; measured ~2e-7
 PROMPT_ATOL = 1e-5  # measured ~6e-8 (the folded text projection)
 AUDIO_ATOL = 1e-4  # the issue's bound; measured 0
@@ -75,12 +71,7 @@ def test_talker_logits_match_upstream(built: Built, generated: dict[Any, Any]) -
 
 
 def _forced_codes(built: Built, inputs: TalkerInputs, codes: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
-    cfg = built.talker.cfg
-    first, rest = frame_forcings(codes, TIE)
-    pickers = (_ForcedPick(first, cfg.sampling), _ForcedPick(rest, cfg.cp_sampling))
-    greedy = TalkerSampling(True, cfg.sampling, cfg.cp_sampling, max_frames=FRAMES)
-    frames = list(generate_frames(built.talker, inputs, greedy, pickers=pickers, min_frames=MIN_FRAMES))
-    return forced_codes(first, rest, len(frames), cfg.n_codebooks), first.near_ties + rest.near_ties
+    return forced_greedy(built.talker, inputs, codes, FRAMES)
 
 
 @pytest.mark.parametrize("case", [("english", "vivian", True), ("chinese", "dylan", False)])

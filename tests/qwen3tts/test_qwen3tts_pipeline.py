@@ -10,20 +10,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from _qwen3tts_tiny import Built, need_qwen_tts
+from _qwen3tts_tiny import Built, forced_greedy, need_qwen_tts
 
 from ggtts.api import load
 from ggtts.errors import InputError
 from ggtts.families.base import NothingToSay, UnknownVoiceError, VoiceBlendError
-from ggtts.families.qwen3omni.generate import TalkerSampling, generate_frames
-from ggtts.measure.qwen3omni.parity import _ForcedPick, forced_codes, frame_forcings
-from ggtts.models.qwen3tts.config import MIN_FRAMES
 
 pytestmark = pytest.mark.needs_reference
 
 TEXT = "Hello, world! How are you today?"
 FRAMES = 44
-TIE = 1e-4
 AUDIO_ATOL = 1e-4  # the speech decoder's bound (it is bit-equal to upstream's here)
 INSTRUCT = "A warm, low voice, speaking slowly."
 
@@ -43,13 +39,8 @@ def design(tmp_path_factory: pytest.TempPathFactory) -> Built:
 def _no_near_ties(built: Built, inputs: object, codes: torch.Tensor) -> bool:
     """Ours, teacher-forced along upstream's greedy codes, agrees with no near-tie forgiven (so a free run of ours
     is upstream's run, and its audio can be compared)."""
-    cfg = built.talker.cfg
-    first, rest = frame_forcings(codes, TIE)
-    pickers = (_ForcedPick(first, cfg.sampling), _ForcedPick(rest, cfg.cp_sampling))
-    greedy = TalkerSampling(True, cfg.sampling, cfg.cp_sampling, max_frames=FRAMES)
-    frames = list(generate_frames(built.talker, inputs, greedy, pickers=pickers, min_frames=MIN_FRAMES))  # type: ignore[arg-type]
-    ours = forced_codes(first, rest, len(frames), cfg.n_codebooks)
-    return torch.equal(ours, codes) and not (first.near_ties or rest.near_ties)
+    ours, ties = forced_greedy(built.talker, inputs, codes, FRAMES)  # type: ignore[arg-type]
+    return torch.equal(ours, codes) and not ties
 
 
 def test_speaks_as_upstream(custom: Built) -> None:

@@ -15,6 +15,7 @@ dialects and ``generation_config.json``'s sampling defaults, under ``ggtts.qwen3
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -369,6 +370,111 @@ def _decoder(writer: ModelWriter, decoder: dict[str, Any], tensors: Mapping[str,
     put("dac.post_conv.bias", plain(f"decoder.{n_blocks + 2}.conv.bias"))
 
 
+ENC_LAYER = {
+    "input_layernorm.weight": "ln1.weight", "input_layernorm.bias": "ln1.bias",
+    "self_attn.q_proj.weight": "attn_q.weight", "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight", "self_attn.o_proj.weight": "attn_out.weight",
+    "self_attn_layer_scale.scale": "ls1.weight", "post_attention_layernorm.weight": "ln2.weight",
+    "post_attention_layernorm.bias": "ln2.bias", "mlp.fc1.weight": "ffn_up.weight", "mlp.fc2.weight": "ffn_down.weight",
+    "mlp_layer_scale.scale": "ls2.weight",
+}  # fmt: skip
+# transformers 5's Mimi nests the encoder's parts one level deeper than 4.57's (the published files' layout)
+_MIMI_5 = (("encoder.encoder_seanet.", "encoder."), ("encoder.encoder_transformer.", "encoder_transformer."),
+           ("encoder.downsample.", "downsample."))  # fmt: skip
+
+
+def _encoder_tensors(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The speech tokenizer's ``encoder.*`` tensors by Mimi's (transformers 4.57) names, from either layout."""
+    found: dict[str, torch.Tensor] = {}
+    for name, tensor in tensors.items():
+        if not name.startswith("encoder."):
+            continue
+        name = name.removeprefix("encoder.")
+        for new, old in _MIMI_5:
+            if name.startswith(new):
+                name = old + name.removeprefix(new)
+        found[name] = tensor
+    return found
+
+
+def _speech_encoder(writer: ModelWriter, tokenizer: dict[str, Any], tensors: Mapping[str, torch.Tensor],
+                    codebooks: int) -> None:  # fmt: skip
+    """A Base checkpoint's speech tokenizer encoder (Mimi's, ``encoder.*`` of ``speech_tokenizer/``), under
+    ``a.tok_enc.*`` (:class:`ggtts.gguf.keys.Qwen3TTS`)."""
+    cfg = sub_config(tokenizer, "encoder_config", "speech_tokenizer/config.json")
+    enc = _encoder_tensors(tensors)
+    where = "speech_tokenizer/config.json: the encoder"
+    for key, want in (("audio_channels", 1), ("use_causal_conv", True), ("use_conv_shortcut", False),
+                      ("pad_mode", "constant"), ("hidden_act", "gelu"), ("attention_bias", False)):  # fmt: skip
+        if cfg.get(key, want) != want:
+            raise ConversionError(f"{where}'s {key} is {cfg[key]!r}; only {want!r} is supported")
+    ratios = [int(r) for r in cfg.get("upsampling_ratios") or (8, 6, 5, 4)]
+    residual, hidden = int(cfg.get("num_residual_layers", 1)), int(cfg.get("hidden_size", 512))
+    heads = int(cfg.get("num_attention_heads", 8))
+    layers = int(cfg.get("num_hidden_layers", 8))
+    rate = int(cfg.get("sampling_rate", 24_000))
+    stride = int(math.ceil(rate / math.prod(ratios)) / float(cfg.get("frame_rate", 12.5)))
+    valid = int(tokenizer.get("encoder_valid_num_quantizers", 16))
+    semantic = int(cfg.get("num_semantic_quantizers", 1))
+    if valid != codebooks or not semantic < valid <= int(cfg.get("num_quantizers", 32)):
+        raise ConversionError(f"{where} keeps {valid} codebooks ({semantic} semantic); the talker speaks {codebooks}")
+    theta = (cfg.get("rope_parameters") or {}).get("rope_theta", cfg.get("rope_theta", 10_000.0))
+    add = writer.add
+    add(K.ENC_RATIOS, ratios)
+    add(K.ENC_RESIDUAL_LAYERS, residual)
+    add(K.ENC_DILATION_GROWTH, int(cfg.get("dilation_growth_rate", 2)))
+    add(K.ENC_BLOCK_COUNT, layers)
+    add(K.ENC_HEAD_COUNT, heads)
+    add(K.ENC_HEAD_COUNT_KV, int(cfg.get("num_key_value_heads") or heads))
+    add(K.ENC_HEAD_DIM, int(cfg.get("head_dim") or hidden // heads))
+    add(K.ENC_NORM_EPS, float(cfg.get("norm_eps", 1e-5)))
+    add(K.ENC_ROPE_FREQ_BASE, float(theta))
+    add(K.ENC_SLIDING_WINDOW, int(cfg.get("sliding_window", 250)))
+    add(K.ENC_DOWNSAMPLE, stride)
+    add(K.ENC_CODEBOOKS, valid)
+    add(K.ENC_SEMANTIC_CODEBOOKS, semantic)
+    add(K.ENC_FRAME_SAMPLES, int(tokenizer.get("encode_downsample_rate", 1920)))
+    reduced = writer.out_type != OutType.F32
+
+    def put(name: str, tensor: torch.Tensor | Deferred, keep: bool = False) -> None:
+        shape = tensor.shape
+        qtype = GGMLQuantizationType.F16 if reduced and len(shape) >= 2 and not keep else GGMLQuantizationType.F32
+        writer.add_tensor(f"{K.ENC}.{name}", tensor, qtype=qtype)
+
+    def plain(name: str) -> Deferred:
+        return deferred(enc, _present(enc, name))
+
+    def conv(dst: str, src: str) -> None:
+        put(f"{dst}.weight", plain(f"{src}.conv.weight"))
+        put(f"{dst}.bias", plain(f"{src}.conv.bias"))
+
+    conv("conv_in", "encoder.layers.0")
+    index = 1
+    for s in range(len(ratios)):
+        for j in range(residual):
+            conv(f"blk.{s}.res.{j}.conv1", f"encoder.layers.{index}.block.1")
+            conv(f"blk.{s}.res.{j}.conv2", f"encoder.layers.{index}.block.3")
+            index += 1
+        conv(f"blk.{s}.down", f"encoder.layers.{index + 1}")  # after the ELU
+        index += 2
+    conv("conv_out", f"encoder.layers.{index + 1}")
+    for i in range(layers):
+        for src, dst in ENC_LAYER.items():
+            put(f"tfm.blk.{i}.{dst}", plain(f"encoder_transformer.layers.{i}.{src}"))
+    put("downsample.weight", plain("downsample.conv.weight"))
+    for part, rvq, count in (("first", "semantic", semantic), ("rest", "acoustic", valid - semantic)):
+        p = f"quantizer.{rvq}_residual_vector_quantizer"
+        books = []
+        for i in range(count):
+            usage = _need(enc, f"{p}.layers.{i}.codebook.cluster_usage").clamp(min=CODEBOOK_EPS)
+            books.append(_need(enc, f"{p}.layers.{i}.codebook.embed_sum") / usage[:, None])
+        put(f"quant.{part}.codebook.weight", torch.stack(books), keep=True)
+        if f"{p}.input_proj.weight" in enc:
+            put(f"quant.{part}.in_proj.weight", enc[f"{p}.input_proj.weight"].squeeze(-1))
+        else:  # no projection where the quantizer is as wide as the transformer
+            put(f"quant.{part}.in_proj.weight", torch.eye(hidden))
+
+
 def write_mmproj(
     out: Path,
     config: dict[str, Any],
@@ -377,8 +483,8 @@ def write_mmproj(
     tokenizer_tensors: Mapping[str, torch.Tensor],
     out_type: str,
 ) -> Path:
-    """The mmproj file: a Base checkpoint's speaker encoder, the code predictor and the speech tokenizer's
-    decoder."""
+    """The mmproj file: a Base checkpoint's speaker encoder, the code predictor, the speech tokenizer's decoder and
+    (a Base checkpoint's, where the tokenizer has it) the speech tokenizer's encoder."""
     talker = sub_config(config, "talker_config", "a Qwen3-TTS checkpoint")
     width = int(_get(talker, "hidden_size", "talker_config"))
     if tokenizer_config.get("model_type", TOKENIZER_TYPE) != TOKENIZER_TYPE:
@@ -395,6 +501,8 @@ def write_mmproj(
     if int(decoder.get("num_quantizers", 0)) != int(talker["num_code_groups"]):
         raise ConversionError("config.json: the talker's codebooks and the speech decoder's disagree")
     _decoder(writer, decoder, tokenizer_tensors)
+    if config.get("tts_model_type") == "base" and any(n.startswith("encoder.") for n in tokenizer_tensors):
+        _speech_encoder(writer, tokenizer_config, tokenizer_tensors, int(talker["num_code_groups"]))
     return writer.write()
 
 

@@ -784,6 +784,21 @@ class Qwen3TTS:
     WAV_UPSAMPLE_RATES = "ggtts.qwen3tts.wav.upsample_rates"  # DAC decoder blocks
     WAV_SAMPLE_RATE = "ggtts.qwen3tts.wav.sample_rate"
     SPEAKER_DILATIONS = "ggtts.qwen3tts.speaker.dilations"  # the speaker encoder's, layer by layer
+    # a Base model's speech tokenizer encoder (Mimi's; llama.cpp has none): its hyper-parameters
+    ENC_RATIOS = "ggtts.qwen3tts.enc.upsampling_ratios"  # Mimi's; the encoder strides through them reversed
+    ENC_RESIDUAL_LAYERS = "ggtts.qwen3tts.enc.residual_layers"  # residual blocks per stride
+    ENC_DILATION_GROWTH = "ggtts.qwen3tts.enc.dilation_growth_rate"
+    ENC_BLOCK_COUNT = "ggtts.qwen3tts.enc.block_count"
+    ENC_HEAD_COUNT = "ggtts.qwen3tts.enc.attention.head_count"
+    ENC_HEAD_COUNT_KV = "ggtts.qwen3tts.enc.attention.head_count_kv"
+    ENC_HEAD_DIM = "ggtts.qwen3tts.enc.attention.key_length"
+    ENC_NORM_EPS = "ggtts.qwen3tts.enc.attention.layer_norm_epsilon"
+    ENC_ROPE_FREQ_BASE = "ggtts.qwen3tts.enc.rope.freq_base"
+    ENC_SLIDING_WINDOW = "ggtts.qwen3tts.enc.attention.sliding_window"
+    ENC_DOWNSAMPLE = "ggtts.qwen3tts.enc.downsample_stride"  # 25 Hz -> 12.5 Hz
+    ENC_CODEBOOKS = "ggtts.qwen3tts.enc.codebooks"  # kept of Mimi's (upstream's encoder_valid_num_quantizers)
+    ENC_SEMANTIC_CODEBOOKS = "ggtts.qwen3tts.enc.semantic_codebooks"
+    ENC_FRAME_SAMPLES = "ggtts.qwen3tts.enc.frame_samples"  # upstream's encode_downsample_rate
     # the speaker encoder's first convolution: a Base model's mmproj has it (llama.cpp's converter writes the
     # speaker encoder's keys into every mmproj, so its tensors tell)
     SPEAKER_STEM = "a.conv1d.0.weight"
@@ -819,6 +834,10 @@ class Qwen3TTS:
     )  # fmt: skip
     # the decoder
     WAV = "a.gen.wav"
+    # a Base model's speech tokenizer encoder (ggtts's names: conv_in, blk.S.res.J.conv1/conv2, blk.S.down,
+    # conv_out, tfm.blk.N.{ln1,attn_q,attn_k,attn_v,attn_out,ls1,ln2,ffn_up,ffn_down,ls2}, downsample,
+    # quant.{first,rest}.{in_proj,codebook}: the codebooks already divided by their usage counts, stacked)
+    ENC = "a.tok_enc"
     # a decoder transformer layer's names, upstream's -> the mmproj's
     WAV_LAYER: Mapping[str, str] = MappingProxyType(
         {
@@ -850,5 +869,8 @@ class Qwen3TTSVoice:
     MODEL = "qwen3tts-voice.model"  # the file name of the model that made it (informative)
     SOURCE = "qwen3tts-voice.source"  # the reference recording's file name (informative)
     SECONDS = "qwen3tts-voice.source_seconds"
-    TEXT = "qwen3tts-voice.text"  # what is said in the recording, where given (for the in-context prompt, later)
+    TEXT = "qwen3tts-voice.text"  # what is said in the recording, where given (the in-context prompt)
     EMBEDDING = "speaker.embedding"  # (width,)
+    # the recording's codes (frames, codebooks), stored as floats, where the text is given: with them the voice
+    # is an in-context prompt (upstream's ICL mode), without them the x-vector alone
+    CODES = "speaker.codes"

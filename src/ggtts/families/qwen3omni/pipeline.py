@@ -451,9 +451,10 @@ def speak_frames(
     seed = (params.seed + index) % (MAX_SEED + 1)
     run = TalkerSampling(**{**params.__dict__, "seed": seed, "max_frames": min(params.max_frames, room)})
     pending: list[list[int]] = []
+    start = stream.frames  # a stream may go on from frames that are not spoken (a voice's recording)
     for frame in generate_frames(talker, inputs, run, min_frames=min_frames):
         pending.append(frame)
-        if len(pending) >= chunk_size(stream.frames, first=not offset and not index, most=frames_per_chunk):
+        if len(pending) >= chunk_size(stream.frames - start, first=not offset and not index, most=frames_per_chunk):
             yield out(pending)
             pending = []
     if pending:

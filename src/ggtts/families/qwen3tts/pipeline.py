@@ -24,6 +24,7 @@ from ggtts.families.qwen3tts.prompt import ROLE, instruct_text, talker_inputs
 from ggtts.families.qwen3tts.voices import ClonedVoice, voices_beside
 from ggtts.gguf import GGUFFile
 from ggtts.models.qwen2.tokenizer import BPETokenizer
+from ggtts.models.qwen3omni_code2wav.model import Code2WavStream
 from ggtts.models.qwen3tts.config import MIN_FRAMES
 from ggtts.models.qwen3tts.decoder import SpeechDecoder
 from ggtts.models.qwen3tts.model import Talker
@@ -57,6 +58,7 @@ class Qwen3TTSPipeline(TTSModel):
         if cfg.model_type == "base":
             found = voices_beside(Path(gguf.path), cfg.talker.dim)
             self.cloned = {n: v for n, v in found.items() if n not in cfg.speakers}
+        self._primed: dict[str, Code2WavStream] = {}  # in-context voices: the decoder after their recordings
 
     @classmethod
     def from_gguf(cls, gguf: GGUFFile, device: str = "cpu", **options: Any) -> Qwen3TTSPipeline:
@@ -132,20 +134,41 @@ class Qwen3TTSPipeline(TTSModel):
         # every chunk's prompt built (and so checked) before the first frame
         prompts = [self._inputs(chunk, language, speaker, instruct) for chunk in chunks]
         cfg = self.talker.cfg
-        return self._stream(prompts, talker_sampling(cfg.sampling, cfg.cp_sampling, o), o.chunk_frames)
+        return self._stream(prompts, talker_sampling(cfg.sampling, cfg.cp_sampling, o), o.chunk_frames, speaker)
 
     def _inputs(self, text: str, language: str, speaker: str | None, instruct: list[int] | None) -> Any:
         ids = self.tokenizer.encode(text.strip(), parse_special=False)
         if not ids:
             raise NothingToSay(text)
         if speaker in self.cloned:  # upstream's voice cloning: the x-vector as the speaker, the text streamed in
-            voice = self.cloned[speaker].embedding
-            return talker_inputs(self.talker, self.role_ids, ids, language, voice, non_streaming=False)
+            voice = self.cloned[speaker]
+            reference = None
+            if voice.in_context:  # and the recording's text and codes ahead of the text (upstream's ICL mode)
+                assert voice.text is not None and voice.codes is not None
+                reference = (self.tokenizer.encode(voice.text, parse_special=False), voice.codes)
+            return talker_inputs(self.talker, self.role_ids, ids, language, voice.embedding, non_streaming=False,
+                                 reference=reference)  # fmt: skip
         return talker_inputs(self.talker, self.role_ids, ids, language, speaker, instruct_ids=instruct)
 
-    def _stream(self, prompts: list[Any], params: TalkerSampling, frames_per_chunk: int) -> Iterator[Audio]:
+    def decoder_stream(self, speaker: str | None) -> Code2WavStream:
+        """The speech decoder's stream for an utterance: an in-context voice's goes on from its recording's frames
+        (upstream decodes the recording's codes and the new ones together and cuts the recording's audio off; the
+        decoder being causal, this is the same audio, cut at exactly the recording's frames)."""
+        voice = self.cloned.get(speaker) if speaker is not None else None
+        if voice is None or voice.codes is None or not voice.in_context:
+            return self.decoder.stream()
+        primed = self._primed.get(voice.name)
+        if primed is None:
+            primed = self.decoder.stream()
+            primed.push(voice.codes.T.unsqueeze(0))  # its audio is the recording's again: not spoken
+            self._primed[voice.name] = primed
+        return primed.fork()
+
+    def _stream(
+        self, prompts: list[Any], params: TalkerSampling, frames_per_chunk: int, speaker: str | None
+    ) -> Iterator[Audio]:
         offset = 0.0
         for i, inputs in enumerate(prompts):
-            stream = self.decoder.stream()
+            stream = self.decoder_stream(speaker)
             offset = yield from speak_frames(self.talker, inputs, stream, self.sample_rate, params, i, offset,
                                              frames_per_chunk, MIN_FRAMES)  # fmt: skip

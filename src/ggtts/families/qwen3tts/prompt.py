@@ -12,6 +12,13 @@ Rows, each the sum of a text row (projected text embedding) and a codec row:
 - streaming (upstream's ``non_streaming_mode=False``): the first text token over ``codec_bos``; the rest of the
   text and ``tts_eos`` are added to the generated frames' inputs one per frame, then ``tts_pad``.
 
+A cloned voice's in-context prompt (upstream's ICL mode) replaces the text part: the recording's text ids then the
+new text's, then ``tts_eos``, against ``codec_bos`` then the recording's frames (each the sum of its 16 codes'
+embeddings: the talker's table for the first, the code predictor's for the others). Streaming, the two run side
+by side (text over frames) as far as the shorter goes; text left over is added to the generated frames' inputs,
+frames left over take ``tts_pad``. Non-streaming, all the text over ``codec_pad``, then the frames over
+``tts_pad``.
+
 A VoiceDesign instruction (``<|im_start|>user\\n{instruct}<|im_end|>\\n``, text only) goes first. A Chinese (or
 ``auto``) prompt for a dialect speaker takes the dialect's language tag, as upstream.
 """
@@ -59,9 +66,11 @@ def talker_inputs(
     *,
     non_streaming: bool = True,
     instruct_ids: list[int] | None = None,
+    reference: tuple[list[int], torch.Tensor] | None = None,
 ) -> TalkerInputs:
     """The prefill and the rows added to the generated frames. ``role_ids``: ``<|im_start|>assistant\\n``'s ids;
-    ``speaker``: a CustomVoice speaker's name, a cloned voice's embedding ``(dim,)``, or None."""
+    ``speaker``: a CustomVoice speaker's name, a cloned voice's embedding ``(dim,)``, or None; ``reference``: a
+    cloned voice's in-context prompt (its recording's text ids and codes ``(frames, codebooks)``)."""
     cfg = talker.cfg
     if not text_ids:
         raise InputError("nothing to say: the text has no tokens")
@@ -84,6 +93,9 @@ def talker_inputs(
     parts = [talker.embed_text(role_ids), text_rows + codec_rows[:, :-1]]
     if instruct_ids:
         parts.insert(0, talker.embed_text(instruct_ids))
+    if reference is not None:
+        rows, trailing = _in_context(talker, reference, text_ids, codec_rows[:, -1:], eos, pad, non_streaming)
+        return TalkerInputs(torch.cat([*parts, rows], dim=1), trailing, pad)
     text = talker.embed_text(text_ids)
     if non_streaming:
         body = torch.cat([text, eos], dim=1) + _codec(talker, [cfg.codec_pad] * (len(text_ids) + 1))
@@ -93,3 +105,37 @@ def talker_inputs(
         parts.append(text[:, :1] + codec_rows[:, -1:])
         trailing = torch.cat([text[:, 1:], eos], dim=1)
     return TalkerInputs(torch.cat(parts, dim=1), trailing, pad)
+
+
+def frame_rows(talker: Talker, codes: torch.Tensor) -> torch.Tensor:
+    """Frames of codes ``(frames, codebooks)`` -> the talker's input rows ``(1, frames, dim)``: each the sum of its
+    codes' embeddings (the first codebook's in the talker's table, the others' in the code predictor's)."""
+    cfg = talker.cfg
+    if codes.dim() != 2 or codes.shape[1] != cfg.n_codebooks:
+        raise InputError(f"a recording's codes of shape {list(codes.shape)}, not frames of {cfg.n_codebooks} codes")
+    if int(codes.min()) < 0 or int(codes.max()) >= cfg.cp_vocab:
+        raise InputError(f"a recording's codes run from {int(codes.min())} to {int(codes.max())}, outside this "
+                         f"model's codebooks of {cfg.cp_vocab}")  # fmt: skip
+    device = talker.output_norm.weight.device
+    codes = codes.to(device, torch.long)
+    rows = talker.token_embd((codes[:, 0] + talker.codec_offset).unsqueeze(0))
+    for j, table in enumerate(talker.cp.codec_embd):
+        rows = rows + table(codes[:, j + 1]).unsqueeze(0).to(rows.dtype)
+    return rows
+
+
+def _in_context(
+    talker: Talker, reference: tuple[list[int], torch.Tensor], text_ids: list[int], bos_row: torch.Tensor,
+    eos: torch.Tensor, pad: torch.Tensor, non_streaming: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Upstream's ``generate_icl_prompt``: (the prompt's last rows, the rows added to the generated frames)."""
+    ref_ids, codes = reference
+    text = torch.cat([talker.embed_text([*ref_ids, *text_ids]), eos], dim=1)
+    codec = torch.cat([bos_row, frame_rows(talker, codes)], dim=1)
+    n_text, n_codec = text.shape[1], codec.shape[1]
+    if non_streaming:
+        pads = _codec(talker, [talker.cfg.codec_pad] * n_text)
+        return torch.cat([text + pads, codec + pad], dim=1), pad
+    if n_text > n_codec:
+        return text[:, :n_codec] + codec, text[:, n_codec:]
+    return torch.cat([text, pad.expand(-1, n_codec - n_text, -1)], dim=1) + codec, pad

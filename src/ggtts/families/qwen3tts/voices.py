@@ -1,8 +1,10 @@
 """Cloned voices for Qwen3-TTS Base models: ``ggtts voice create REF.wav -m base.gguf -o NAME.gguf`` runs the
 model's speaker encoder on the recording and stores the speaker embedding (an x-vector) in a small GGUF
-(:class:`ggtts.gguf.keys.Qwen3TTSVoice`). A model loads the voice files beside it (in its folder) whose embedding
-is as wide as its talker, by their names: ``-v NAME`` on speak, serve and batch. A request names a voice; a path
-never reaches a model from a request.
+(:class:`ggtts.gguf.keys.Qwen3TTSVoice`). With ``--text`` (what is said in the recording) it also stores the
+recording's codes (the speech tokenizer's encoder): the voice is then an in-context prompt, upstream's ICL mode
+(the recording's text and codes ahead of the new text, which clones more closely than the x-vector alone). A model
+loads the voice files beside it (in its folder) whose embedding is as wide as its talker, by their names: ``-v
+NAME`` on speak, serve and batch. A request names a voice; a path never reaches a model from a request.
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ class ClonedVoice:
     embedding: torch.Tensor  # (width,)
     path: Path
     text: str | None = None
+    codes: torch.Tensor | None = None  # (frames, codebooks), long: the in-context prompt's, with ``text``
+
+    @property
+    def in_context(self) -> bool:
+        return self.text is not None and self.codes is not None
 
 
 def check_name(name: str) -> str:
@@ -69,9 +76,11 @@ def read_reference(source: str | os.PathLike[str] | bytes, rate: int) -> np.ndar
 
 def create_voice(model: str | os.PathLike[str], reference: str | os.PathLike[str], out: str | os.PathLike[str],
                  name: str | None = None, text: str | None = None, mmproj: str | None = None) -> Path:  # fmt: skip
-    """The voice file of ``reference`` for the Base model ``model`` (its mmproj beside it, or ``mmproj``)."""
+    """The voice file of ``reference`` for the Base model ``model`` (its mmproj beside it, or ``mmproj``): its
+    x-vector, and with ``text`` (what is said in the recording) its codes for the in-context prompt."""
     from ggtts.families.qwen3tts import find_mmproj
     from ggtts.gguf.keys import Qwen3TTS as K
+    from ggtts.models.qwen3tts.encoder import SpeechEncoder
     from ggtts.models.qwen3tts.speaker import SAMPLE_RATE, SpeakerEncoder
 
     out = Path(out)
@@ -84,7 +93,12 @@ def create_voice(model: str | os.PathLike[str], reference: str | os.PathLike[str
     found = Path(mmproj) if mmproj is not None else find_mmproj(Path(talker.path))
     if found is None:
         raise InputError(f"{talker.path}: its mmproj file is not beside it; name it with --mmproj")
-    encoder = SpeakerEncoder.from_gguf(GGUFFile(found))
+    text = None if text is None else text.strip()
+    if text is not None and not any(ch.isalnum() for ch in text):
+        raise InputError("--text: say what is said in the recording (it has no words)")
+    projector = GGUFFile(found)
+    encoder = SpeakerEncoder.from_gguf(projector)
+    speech = SpeechEncoder.from_gguf(projector) if text else None  # before the work, so a missing one fails fast
     samples = read_reference(reference, SAMPLE_RATE)
     embedding = encoder.embed(torch.from_numpy(samples))
     if embedding.shape[0] != talker.get_int(K.EMBEDDING_LENGTH):
@@ -97,9 +111,10 @@ def create_voice(model: str | os.PathLike[str], reference: str | os.PathLike[str
     writer.add(V.MODEL, Path(talker.path).name)
     writer.add(V.SOURCE, Path(reference).name if not isinstance(reference, bytes) else "")
     writer.add(V.SECONDS, round(samples.size / SAMPLE_RATE, 3))
-    if text:
-        writer.add(V.TEXT, text)
     writer.add_tensor(V.EMBEDDING, embedding.float())
+    if speech is not None and text:
+        writer.add(V.TEXT, text)
+        writer.add_tensor(V.CODES, speech.encode(torch.from_numpy(samples)).float())
     return writer.write()
 
 
@@ -114,7 +129,14 @@ def read_voice(path: Path) -> ClonedVoice:
     if embedding.dim() != 1 or embedding.shape[0] != g.get_int(V.WIDTH) or not torch.isfinite(embedding).all():
         raise GGUFError(f"{path}: the speaker embedding is not {g.get_int(V.WIDTH)} finite numbers")
     text = g.get_str(V.TEXT, "") or None
-    return ClonedVoice(name, embedding, Path(path), text)
+    codes = None
+    if V.CODES in g:
+        stored = g.tensor(V.CODES)
+        if text is None or stored.dim() != 2 or not stored.shape[0] or not torch.isfinite(stored).all() or (
+                stored != stored.round()).any() or (stored < 0).any() or (stored >= 2**24).any():  # fmt: skip
+            raise GGUFError(f"{path}: the recording's codes are not frames of whole non-negative numbers with its text")
+        codes = stored.long()
+    return ClonedVoice(name, embedding, Path(path), text, codes)
 
 
 def voices_beside(model: Path, width: int) -> dict[str, ClonedVoice]:

@@ -98,6 +98,20 @@ LLAMA_CPP = Shape(
     res2net_scale=8,  # llama.cpp loads seven Res2Net convolutions a block
 )  # fmt: skip
 SHAPES = {"tiny": TINY, "llama.cpp": LLAMA_CPP}
+# The speech tokenizer's encoder (Mimi's config, as the published tokenizer's ``encoder_config``), small: the
+# published strides (so 1920 samples a frame at 24 kHz), narrow convolutions, a transformer with grouped heads and a
+# sliding window shorter than a few seconds' 25 Hz steps, 20 codebooks of which upstream keeps 16.
+ENCODER = {
+    "audio_channels": 1, "codebook_dim": 16, "codebook_size": 64, "compress": 2, "dilation_growth_rate": 2,
+    "frame_rate": 12.5, "head_dim": 8, "hidden_act": "gelu", "hidden_size": 32, "intermediate_size": 48,
+    "kernel_size": 7, "last_kernel_size": 3, "layer_scale_initial_scale": 0.01, "max_position_embeddings": 8000,
+    "norm_eps": 1e-5, "num_attention_heads": 4, "num_filters": 8, "num_hidden_layers": 2, "num_key_value_heads": 2,
+    "num_quantizers": 20, "num_residual_layers": 1, "num_semantic_quantizers": 1, "pad_mode": "constant",
+    "residual_kernel_size": 3, "rope_theta": 10000.0, "sampling_rate": 24000, "sliding_window": 20,
+    "trim_right_ratio": 1.0, "upsample_groups": 32, "upsampling_ratios": [8, 6, 5, 4], "use_cache": False,
+    "use_causal_conv": True, "use_conv_shortcut": False, "vector_quantization_hidden_dimension": 16,
+}  # fmt: skip
+ENCODE_FRAME = 1920  # samples per frame: 24 kHz / 12.5 Hz
 DECODER = TINY.decoder
 
 
@@ -244,6 +258,64 @@ def build_decoder(seed: int = 0, config: dict[str, Any] | None = None) -> Any:
     return model
 
 
+def build_encoder(seed: int = 0, config: dict[str, Any] | None = None) -> Any:
+    """The 12 Hz tokenizer's encoder: transformers' ``MimiModel`` (which qwen-tts's
+    ``Qwen3TTSTokenizerV2Encoder`` subclasses; that subclass cannot be built under transformers 5.2x, whose Mimi
+    has no setter for the ``upsample`` it clears), from qwen-tts's tokenizer config, every encoder parameter random
+    (seeded): convolutions and projections at fan-in scale, layer scales near 0.5, codebooks as EMA sums over usage
+    counts of 1..5."""
+    from transformers import MimiModel
+
+    qt = import_qwen_tts()
+    cfg = qt.tokenizer_config.Qwen3TTSTokenizerV2Config(encoder_config=config or ENCODER, decoder_config=DECODER)
+    torch.manual_seed(seed)
+    model = MimiModel(cfg.encoder_config).eval()
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.startswith("decoder"):
+                continue
+            if name.endswith("scale"):
+                p.copy_(0.5 + 0.3 * torch.randn(p.shape, generator=gen))
+            elif name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
+            elif name.endswith("bias"):
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p[0].numel()))
+        for name, b in model.named_buffers():
+            if name.endswith("cluster_usage"):
+                b.copy_(torch.randint(1, 6, b.shape, generator=gen).float())
+            elif name.endswith("embed_sum"):
+                b.copy_(torch.randn(b.shape, generator=gen) * 3.0)
+    return model
+
+
+def published_encoder_tensors(model: Any) -> dict[str, torch.Tensor]:
+    """The encoder's tensors as the published ``speech_tokenizer/model.safetensors`` names them (qwen-tts's
+    ``encoder.`` over transformers 4.57's Mimi: ``encoder.layers``, ``encoder_transformer``, ``downsample``,
+    ``quantizer``); transformers 5 nests the first three under ``encoder.encoder_seanet`` / ``encoder.``."""
+    out = {}
+    for name, tensor in model.state_dict().items():
+        if name.startswith("decoder"):
+            continue
+        for new, old in (("encoder.encoder_seanet.", "encoder."), ("encoder.encoder_transformer.",
+                         "encoder_transformer."), ("encoder.downsample.", "downsample.")):  # fmt: skip
+            if name.startswith(new):
+                name = old + name.removeprefix(new)
+        out[f"encoder.{name}"] = tensor.contiguous()
+    return out
+
+
+def upstream_encode(model: Any, samples: Any, valid: int = CODEBOOKS) -> torch.Tensor:
+    """Codes ``(frames, valid)`` of 24 kHz samples, as ``Qwen3TTSTokenizerV2Model.encode`` makes them: Mimi's
+    ``encode``, its first ``valid`` codebooks, its first ``ceil(samples / 1920)`` frames."""
+    x = torch.as_tensor(samples, dtype=torch.float32)
+    with torch.no_grad():
+        codes = model.encode(input_values=x[None, None], return_dict=True).audio_codes[0, :valid]
+    return codes[:, : -(-x.numel() // ENCODE_FRAME)].T.contiguous()
+
+
 def build_tiny_checkpoint(
     directory: Path, model_type: str = "custom_voice", seed: int = 0, cp_width: int = 24, shape: Shape = TINY
 ) -> tuple[Any, Any]:
@@ -278,11 +350,14 @@ def build_tiny_checkpoint(
     tokenizer_dir = directory / "speech_tokenizer"
     tokenizer_dir.mkdir(exist_ok=True)
     tokenizer_config = {
-        "model_type": "qwen3_tts_tokenizer_12hz", "decoder_config": shape.decoder, "input_sample_rate": 24000,
-        "output_sample_rate": 24000, "decode_upsample_rate": hop, "encode_downsample_rate": hop,
+        "model_type": "qwen3_tts_tokenizer_12hz", "decoder_config": shape.decoder, "encoder_config": ENCODER,
+        "encoder_valid_num_quantizers": CODEBOOKS, "input_sample_rate": 24000, "output_sample_rate": 24000,
+        "decode_upsample_rate": hop, "encode_downsample_rate": ENCODE_FRAME,
     }  # fmt: skip
     (tokenizer_dir / "config.json").write_text(json.dumps(tokenizer_config, indent=1), encoding="utf-8")
     tensors = {f"decoder.{k}": v.contiguous() for k, v in decoder.state_dict().items()}
+    if model_type == "base":  # the encoder (the in-context voice prompt's codes), as the published tokenizer has it
+        tensors |= published_encoder_tensors(build_encoder(seed))
     save_file(tensors, str(tokenizer_dir / "model.safetensors"))
     return model, decoder
 

@@ -205,6 +205,15 @@ class Code2WavStream:
         self._shape: torch.Size | None = None
 
     @torch.inference_mode()
+    def fork(self) -> Code2WavStream:
+        """A stream going on from here, apart from this one (a decoder primed once with a voice's recording, then
+        forked for each utterance)."""
+        other = Code2WavStream(self.model)
+        other.frames, other._shape = self.frames, self._shape
+        other._state = {layer: value.clone() for layer, value in self._state.items()}
+        return other
+
+    @torch.inference_mode()
     def push(self, codes: torch.Tensor) -> torch.Tensor:
         model = self.model
         model.check_codes(codes)
