@@ -7,7 +7,8 @@ embedded text ids), the codec embedding table is appended after it, and the code
 the code predictor's per-codebook tables and heads are stacked into 3-D tensors; the quantizer's codebooks are
 divided by their usage counts; SnakeBeta's parameters are stored exponentiated. The stored types follow
 llama.cpp's for the convolutions (F16 kernels for convolutions under a reduced type, F32 for transposed ones) and
-keep the code predictor's ``ffn_down`` F32 (its activations exceed F16's range in the published model).
+keep the code predictor's ``ffn_down`` F32 in f16 files (its activations exceed F16's range in the published
+model; llama.cpp keeps it F32 in every file, ggtts BF16 in block-type files: the published weights' own type).
 ggtts also writes what llama.cpp hard-codes (the decoder's shape, the code predictor's RoPE base), the speakers'
 dialects and ``generation_config.json``'s sampling defaults, under ``ggtts.qwen3tts.*``.
 """
@@ -214,7 +215,12 @@ def _conv_type(name: str, out_type: OutType) -> GGMLQuantizationType | None:
     if not name.endswith(".weight") or out_type == OutType.F32:
         return None
     if name.startswith(f"{K.CP}.blk.") and name.endswith(".ffn_down.weight"):
-        return GGMLQuantizationType.F32
+        # its input passes F16's range (~1.5e5 in the published model) and ggml casts a matmul's input to the
+        # weight's type: F32 in f16 files, as llama.cpp keeps it in every file; elsewhere BF16 (f32's range, and
+        # the published weights' own type: upstream runs this matmul in bf16), not a block type (its input's
+        # outliers would be quantized by blocks). Read 15 times a frame, it was 40 % of a frame's time in F32 at
+        # q4_0 on 2 cores.
+        return GGMLQuantizationType.F32 if out_type == OutType.F16 else GGMLQuantizationType.BF16
     if name.endswith(".conv.weight") and (".up.blk." in name or ".dac.blk." in name):
         return GGMLQuantizationType.F32  # transposed convolutions
     conv = name in (f"{K.WAV}.pre_conv.weight", f"{K.WAV}.dac.entry.weight", f"{K.WAV}.dac.post_conv.weight")

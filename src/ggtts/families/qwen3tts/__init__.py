@@ -16,7 +16,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ggtts.errors import InputError
-from ggtts.families.base import Capabilities, Companion, Family, check_number, check_seed, find_beside, option
+from ggtts.families.base import (
+    Capabilities,
+    Companion,
+    Family,
+    LoadOptions,
+    check_number,
+    check_seed,
+    find_beside,
+    option,
+    precision_load_option,
+)
 from ggtts.families.qwen3omni import TalkerSamplingOptions
 from ggtts.gguf.keys import Qwen3TTS as K
 
@@ -114,12 +124,18 @@ def voices(gguf: object) -> list[str]:
     return voice_names_beside(Path(gguf.path), gguf.get_int(K.EMBEDDING_LENGTH, 0)) if kind == "base" else []
 
 
+@dataclass(frozen=True)
+class Qwen3TTSLoadOptions(LoadOptions):
+    precision: str = precision_load_option("the speech decoder's convolutions")
+
+
 FAMILY = Family(
     name="qwen3tts",
     description="Qwen3-TTS: a talker and code predictor writing 16 codebooks at 12 Hz, decoded to 24 kHz speech",
     architectures=(K.ARCH,),
     pipeline="ggtts.families.qwen3tts.pipeline:Qwen3TTSPipeline",
     options=Qwen3TTSOptions,
+    load_options=Qwen3TTSLoadOptions,
     capabilities=Capabilities(speed=(1.0, 1.0), max_input_chars=MAX_CHARS),
     voices=voices,  # type: ignore[arg-type]
     companions=(

@@ -38,11 +38,11 @@ SMALL_TALKER = 1024  # the 0.6B models' talker width: their CustomVoice models t
 class Qwen3TTSPipeline(TTSModel):
     family = FAMILY
 
-    def __init__(self, gguf: GGUFFile, mmproj: GGUFFile, device: str = "cpu") -> None:
+    def __init__(self, gguf: GGUFFile, mmproj: GGUFFile, device: str = "cpu", precision: str = "float32") -> None:
         self.path, self.mmproj_path, self.device = gguf.path, mmproj.path, device
         self.tokenizer = BPETokenizer.from_gguf(gguf)
         self.talker = Talker.from_gguf(gguf, mmproj, device)
-        self.decoder = SpeechDecoder.from_gguf(mmproj, device)
+        self.decoder = SpeechDecoder.from_gguf(mmproj, device, precision)
         cfg, dec = self.talker.cfg, self.decoder.cfg
         first_codes = cfg.codec_vocab - len(cfg.suppressed_ids) - 1  # what the talker may draw, EOS apart
         if dec.num_quantizers != cfg.n_codebooks or max(cfg.cp_vocab, first_codes) > dec.codebook_size:
@@ -62,17 +62,23 @@ class Qwen3TTSPipeline(TTSModel):
 
     @classmethod
     def from_gguf(cls, gguf: GGUFFile, device: str = "cpu", **options: Any) -> Qwen3TTSPipeline:
-        """``options``: ``mmproj`` (the code predictor and speech decoder's GGUF; default: the one beside)."""
+        """``options``: ``mmproj`` (the code predictor and speech decoder's GGUF; default: the one beside);
+        ``precision``: ``"float32"`` (default) or ``"bfloat16"``, the speech decoder's convolutions in bfloat16
+        where the device has it natively (:meth:`SpeechDecoder.prepare`)."""
+        from ggtts.ops.precision import check_precision
+
         mmproj = options.pop("mmproj", None)
+        precision = options.pop("precision", "float32")
         if options:
-            raise InputError(f"unknown option '{next(iter(options))}' for Qwen3-TTS; known: mmproj")
+            raise InputError(f"unknown option '{next(iter(options))}' for Qwen3-TTS; known: mmproj, precision")
+        check_precision(precision, device)
         path = Path(mmproj) if mmproj is not None else find_mmproj(Path(gguf.path))
         if path is None:
             raise InputError(
                 f"{gguf.path}: Qwen3-TTS needs its mmproj file (code predictor and speech decoder): put "
                 f"mmproj-{Path(gguf.path).name} beside it or name it with --mmproj / mmproj="
             )
-        return cls(gguf, GGUFFile(path), device)
+        return cls(gguf, GGUFFile(path), device, precision)
 
     @property
     def voices(self) -> list[str]:

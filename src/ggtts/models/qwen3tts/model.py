@@ -37,8 +37,8 @@ class Talker(TalkerStack):
         max_len: int = 8192, step_graphs: bool = True,
     ) -> Talker:  # fmt: skip
         """The talker from its file and the code predictor from the mmproj file; weights stored as F16/BF16/blocks
-        run as stored on the CPU where ggml's kernels are installed (but the code predictor's stacked tables and
-        heads, widened to float32)."""
+        run as stored on the CPU where ggml's kernels are installed (but the code predictor's stacked tables,
+        widened to float32)."""
         cfg = Qwen3TTSConfig.from_gguf(talker, mmproj)
         max_len = min(max_len, cfg.context_length)
         with empty_modules():
@@ -75,18 +75,39 @@ def _stored_name(module_name: str) -> str:
         return ""  # the stacked tables and heads: not swapped
 
 
+def _stored_heads(cp: CodePredictor, mmproj: GGUFFile) -> None:
+    """The heads as stored, each a slice of the stacked tensor's rows (read once a frame each, they were the
+    frame's largest float32 reads), where ggml multiplies the stored type and the stack has the expected shape."""
+    import numpy as np
+
+    from ggtts.ops.ggml_kernels import multiplies
+    from ggtts.ops.stored_weights import StoredLinear
+
+    info = mmproj.info(K.CP_HEAD)
+    want = (len(cp.output), *cp.output[0].weight.shape) if isinstance(cp.output[0], torch.nn.Linear) else None
+    if want is None or tuple(info.shape) != want or not multiplies(info.type) or mmproj.byte_order != "<":
+        return
+    n, rows, width = want
+    raw = mmproj.raw(K.CP_HEAD).view(np.uint8).reshape(n * rows, -1)
+    for j in range(n):
+        cp.output[j] = StoredLinear(raw[j * rows : (j + 1) * rows], info.type, rows, width, bias=False)
+
+
 def load_code_predictor(
     cp: CodePredictor, mmproj: GGUFFile, device: str | torch.device, *, stored_weights: bool = True
 ) -> CodePredictor:
     """Fill ``cp`` (built on the meta device) from the mmproj file, strictly: every ``a.gen.code.*`` tensor has
-    its place. Its blocks' and ``proj_in``'s weights run as stored where ggml's kernels do (:func:`use_stored_weights`);
-    the stacked tables and heads are widened to float32."""
+    its place. Its blocks', ``proj_in``'s and the stacked heads' weights run as stored where ggml's kernels do
+    (:func:`use_stored_weights`); the stacked tables are widened to float32."""
     from ggtts.ops.stored_weights import stored_weights_plan, use_stored_weights
 
     n = cp.cfg.n_codebooks - 1
     plan = stored_weights_plan(device, stored_weights)
     consumed = use_stored_weights(cp, mmproj, gguf_name=_stored_name) if plan.stored else set()
-    embd, head = mmproj.tensor(K.CP_EMBD), mmproj.tensor(K.CP_HEAD)
+    if plan.stored:
+        _stored_heads(cp, mmproj)
+    embd = mmproj.tensor(K.CP_EMBD)
+    head = mmproj.tensor(K.CP_HEAD) if any(n.startswith("output.") for n in cp.state_dict()) else None
     state = cp.state_dict()
     values: dict[str, torch.Tensor] = {}
     used = {K.CP_EMBD, K.CP_HEAD, K.CP_OUT_EMBD, *consumed}  # out_embd: the talker's codec table, the talker has
@@ -94,6 +115,7 @@ def load_code_predictor(
         if name.startswith("codec_embd."):
             value = embd[int(name.split(".")[1])]
         elif name.startswith("output."):
+            assert head is not None
             value = head[int(name.split(".")[1])]
         else:
             file_name = cp_name(name)
