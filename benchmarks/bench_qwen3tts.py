@@ -12,9 +12,14 @@ ECAPA speaker encoder (a Base model: llama.cpp 11434 loads no other kind of mmpr
 (seeded, transformers' initialisation), ggtts converts it. Every peer speaks the same sentence, sampled as
 ``generate`` samples, ``--frames`` frames (random weights rarely draw EOS; the frames each wrote are printed).
 
+The tokenizer's encoder has Mimi's default shape (transformers' ``MimiConfig``: what Qwen's 12 Hz encoder is
+built from); after the table, an in-context cloned voice is timed (``voice create --text`` on a 10 s recording, then
+speaking with it).
+
 Reported per peer: frames, seconds generating them (talker + code predictor), frames/s, seconds decoding, the
 real-time factor of the whole (wall / audio seconds: below 1 is faster than real time) and, for ggtts, the time to
-its first audio when it streams. llama-tts reports its own split (``timings:`` line).
+its first audio when it streams. llama-tts reports its own split (``timings:`` line). Where the CPU has native
+bfloat16, ggtts runs again with ``precision="bfloat16"`` (the speech decoder's convolutions; rows ``... bf16``).
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ PREDICTOR = dict(
     num_key_value_heads=8, head_dim=128, num_code_groups=16, rope_theta=1_000_000.0, rms_norm_eps=1e-6,
     max_position_embeddings=65536, pad_token_id=0,
 )  # fmt: skip
+ENCODER = {"frame_rate": 12.5, "sampling_rate": 24000}  # Mimi's defaults (transformers' MimiConfig) otherwise
+REFERENCE_SECONDS = 10.0  # the cloned voice's recording
 DECODER = {
     "codebook_size": 2048, "codebook_dim": 512, "hidden_size": 512, "latent_dim": 1024, "num_attention_heads": 16,
     "num_key_value_heads": 16, "intermediate_size": 1024, "num_hidden_layers": 8, "num_quantizers": 16,
@@ -60,7 +67,9 @@ def build(directory: Path) -> Any:
         SPECIAL,
         _qwen_rope,
         build_decoder,
+        build_encoder,
         import_qwen_tts,
+        published_encoder_tensors,
         tiny_config,
     )
 
@@ -85,10 +94,13 @@ def build(directory: Path) -> Any:
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(directory / "model.safetensors"))
     decoder = build_decoder(0, DECODER)
     (directory / "speech_tokenizer").mkdir(exist_ok=True)
-    tokenizer_config = {"model_type": "qwen3_tts_tokenizer_12hz", "decoder_config": DECODER}
+    tokenizer_config = {"model_type": "qwen3_tts_tokenizer_12hz", "decoder_config": DECODER,
+                        "encoder_config": ENCODER, "encoder_valid_num_quantizers": 16,
+                        "encode_downsample_rate": 1920}  # fmt: skip
     (directory / "speech_tokenizer" / "config.json").write_text(json.dumps(tokenizer_config), encoding="utf-8")
-    save_file({f"decoder.{k}": v.contiguous() for k, v in decoder.state_dict().items()},
-              str(directory / "speech_tokenizer" / "model.safetensors"))  # fmt: skip
+    tensors = {f"decoder.{k}": v.contiguous() for k, v in decoder.state_dict().items()}
+    tensors |= published_encoder_tensors(build_encoder(0, ENCODER))
+    save_file(tensors, str(directory / "speech_tokenizer" / "model.safetensors"))
     return model, decoder
 
 
@@ -113,10 +125,10 @@ def upstream_run(model: Any, decoder: Any, directory: Path, frames: int) -> dict
     }
 
 
-def ggtts_run(path: Path, frames: int) -> dict[str, Any]:
+def ggtts_run(path: Path, frames: int, precision: str = "float32") -> dict[str, Any]:
     import ggtts
 
-    model: Any = ggtts.load(path)
+    model: Any = ggtts.load(path, precision=precision)
     list(model.stream("Warm up.", max_frames=2))
     start = time.perf_counter()
     first = None
@@ -144,6 +156,31 @@ def ggtts_run(path: Path, frames: int) -> dict[str, Any]:
     scale = (samples // 1920) / max(len(made), 1)  # the timed runs' frames to the streamed run's
     return {"frames": samples // 1920, "generate_s": generated * scale, "decode_s": decoded * scale,
             "first_s": first, "total_s": total}  # fmt: skip
+
+
+def clone_run(path: Path, frames: int, precision: str) -> dict[str, Any]:
+    """An in-context voice: ``voice create --text`` on a 10 s recording (the speaker and speech encoders), then the
+    sentence spoken with it twice: the first time the decoder is primed with the recording's frames."""
+    import soundfile
+
+    import ggtts
+    from ggtts.families.qwen3tts.voices import create_voice
+    from ggtts.measure.qwen3tts.upstream import voice_like
+
+    ref = path.with_name("reference.wav")
+    soundfile.write(ref, voice_like(REFERENCE_SECONDS, 3), 24_000)
+    start = time.perf_counter()
+    create_voice(path, ref, path.with_name("cloned.gguf"), text="Some words, said slowly, for ten seconds.")
+    created = time.perf_counter() - start
+    model: Any = ggtts.load(path, precision=precision)
+    out: dict[str, Any] = {"create_s": created}
+    for turn in ("first", "again"):
+        start, first, samples = time.perf_counter(), None, 0
+        for chunk in model.stream(TEXT, voice="cloned", language="english", max_frames=frames, seed=1):
+            first = first if first is not None else time.perf_counter() - start
+            samples += len(chunk.samples)
+        out[turn] = (first, (time.perf_counter() - start) / max(samples / 24_000, 1e-9))
+    return out
 
 
 def llama_run(llama_tts: Path, path: Path, frames: int, threads: int) -> dict[str, Any]:
@@ -185,6 +222,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     work = args.dir or Path(tempfile.mkdtemp(prefix="ggtts-bench-qwen3tts-"))
     from ggtts.convert.qwen3tts_hf import convert_qwen3tts
+    from ggtts.ops.precision import bfloat16_supported
 
     model, decoder = build(work / "ckpt")
     results = {"qwen-tts f32": upstream_run(model, decoder, work / "ckpt", args.frames)}
@@ -192,12 +230,20 @@ def main() -> None:
     for kind in args.types.split(","):
         path = convert_qwen3tts([work / "ckpt"], work / kind / f"qwen3tts-0.6b-{kind}.gguf", kind)
         results[f"ggtts {kind}"] = ggtts_run(path, args.frames)
+        if bfloat16_supported():  # the speech decoder's convolutions in bfloat16 (--precision bfloat16)
+            results[f"ggtts {kind} bf16"] = ggtts_run(path, args.frames, "bfloat16")
         if args.llama_tts is not None:
             results[f"llama-tts {kind}"] = llama_run(args.llama_tts, path, args.frames, args.threads)
     print(f"Qwen3-TTS 0.6B shape, random weights; {cpu_model()}, {args.threads} threads; {TEXT!r}")
     print(f"{'peer':<16} {'frames':>6} {'gen s':>9} {'frames/s':>8} {'decode s':>8} {'RTF':>7} {'first':>7}")
     for name, r in results.items():
         print(row(name, r))
+    for kind in args.types.split(","):
+        precision = "bfloat16" if bfloat16_supported() else "float32"
+        c = clone_run(work / kind / f"qwen3tts-0.6b-{kind}.gguf", args.frames, precision)
+        print(f"ggtts {kind} ({precision}), a voice cloned in context from {REFERENCE_SECONDS:g} s: voice create "
+              f"{c['create_s']:.2f} s; speaking with it, first audio {c['first'][0]:.2f} s and RTF {c['first'][1]:.2f} "
+              f"(decoder primed with the recording), then {c['again'][0]:.2f} s and {c['again'][1]:.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":
