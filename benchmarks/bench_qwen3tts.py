@@ -159,8 +159,8 @@ def ggtts_run(path: Path, frames: int, precision: str = "float32") -> dict[str, 
 
 
 def clone_run(path: Path, frames: int, precision: str) -> dict[str, Any]:
-    """An in-context voice: ``voice create --text`` on a 10 s recording (the speaker and speech encoders), then the
-    sentence spoken with it twice: the first time the decoder is primed with the recording's frames."""
+    """An in-context voice: ``voice create --text`` on a 10 s recording (the speaker and speech encoders, and the
+    decoder primed with the recording's frames, its state stored), then the sentence spoken with it twice."""
     import soundfile
 
     import ggtts
@@ -241,9 +241,10 @@ def main() -> None:
     for kind in args.types.split(","):
         precision = "bfloat16" if bfloat16_supported() else "float32"
         c = clone_run(work / kind / f"qwen3tts-0.6b-{kind}.gguf", args.frames, precision)
+        (first, rtf), (again, rtf_again) = c["first"], c["again"]
         print(f"ggtts {kind} ({precision}), a voice cloned in context from {REFERENCE_SECONDS:g} s: voice create "
-              f"{c['create_s']:.2f} s; speaking with it, first audio {c['first'][0]:.2f} s and RTF {c['first'][1]:.2f} "
-              f"(decoder primed with the recording), then {c['again'][0]:.2f} s and {c['again'][1]:.2f}")  # fmt: skip
+              f"{c['create_s']:.2f} s; speaking with it, first audio {first:.2f} s and RTF {rtf:.2f}, then "
+              f"{again:.2f} s and {rtf_again:.2f}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -224,3 +224,34 @@ def test_the_command_line_makes_an_in_context_voice(base: Built, tmp_path: Path)
     assert "speak with -v kim" in made.stderr
     voice = read_voice(out)
     assert voice.in_context and torch.equal(voice.codes, read_voice(base.work / "lena.gguf").codes)
+
+
+def test_the_voice_file_keeps_the_primed_decoder(base: Built, tmp_path: Path) -> None:
+    """``voice create --text`` stores the decoder's state after the recording: a model with that decoder goes on
+    from it (no decoding of the recording) and speaks what priming by decoding speaks; a state that does not fit
+    (damaged, cut short, made by another decoder) is passed over and the recording decoded instead."""
+    voice = read_voice(base.work / "lena.gguf")
+    assert voice.decoder_state and voice.decoder_check
+    model = load(base.path)
+    primed = model.decoder.stream()
+    primed.push(voice.codes.T.unsqueeze(0))
+    new = torch.randint(0, 64, (1, 16, 9), generator=torch.Generator().manual_seed(4))
+    want = primed.push(new)
+    resumed = model._resumed(voice)
+    assert resumed is not None and resumed.frames == voice.codes.shape[0]
+    torch.testing.assert_close(resumed.push(new), want, rtol=0, atol=1e-6)
+    name = next(iter(voice.decoder_state))
+    flattened = [f"{n}={t.numel()}" for n, t in voice.decoder_state.items()]
+    for i, change in enumerate(({"tensors": {f"{V.DECODER_STATE}.{name}": lambda t: t * float("nan")}},
+                                {"tensors": {f"{V.DECODER_STATE}.{name}": lambda t: t[:-1]}},
+                                {"meta": {V.DECODER_SHAPES: [f"{name}=1,2,3"]}},
+                                {"meta": {V.DECODER_SHAPES: flattened}},  # adds up, but not for the decoder
+                                {"meta": {V.DECODER_CHECK: "another decoder"}})):  # fmt: skip
+        folder = tmp_path / str(i)
+        folder.mkdir()
+        for f in (base.path, mmproj_path(base.path)):
+            shutil.copy(f, folder / f.name)
+        variant(base.work / "lena.gguf", folder / "lena.gguf", **change)
+        other = load(folder / base.path.name)
+        assert other._resumed(read_voice(folder / "lena.gguf")) is None
+        torch.testing.assert_close(other.decoder_stream("lena").push(new), want, rtol=0, atol=1e-6)

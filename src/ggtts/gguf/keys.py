@@ -874,3 +874,10 @@ class Qwen3TTSVoice:
     # the recording's codes (frames, codebooks), stored as floats, where the text is given: with them the voice
     # is an in-context prompt (upstream's ICL mode), without them the x-vector alone
     CODES = "speaker.codes"
+    # the speech decoder's state after the recording's frames (``decoder_state.LAYER``, each flattened; its shape in
+    # DECODER_SHAPES as "LAYER=d0,d1,..."), made by the decoder whose weights hash to DECODER_CHECK: a model whose
+    # decoder hashes alike goes on from it instead of decoding the recording again (a cache: ignored if it does
+    # not fit)
+    DECODER_STATE = "decoder_state"
+    DECODER_SHAPES = "qwen3tts-voice.decoder_state.shapes"
+    DECODER_CHECK = "qwen3tts-voice.decoder_state.check"

@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from ggtts.audio import Audio
 from ggtts.errors import GGUFError, InputError
 from ggtts.families.base import NothingToSay, Request, TTSModel, VoiceMix
@@ -26,7 +28,7 @@ from ggtts.gguf import GGUFFile
 from ggtts.models.qwen2.tokenizer import BPETokenizer
 from ggtts.models.qwen3omni_code2wav.model import Code2WavStream
 from ggtts.models.qwen3tts.config import MIN_FRAMES
-from ggtts.models.qwen3tts.decoder import SpeechDecoder
+from ggtts.models.qwen3tts.decoder import SpeechDecoder, fingerprint
 from ggtts.models.qwen3tts.model import Talker
 from ggtts.text.sentences import sentence_chunks
 
@@ -43,6 +45,7 @@ class Qwen3TTSPipeline(TTSModel):
         self.tokenizer = BPETokenizer.from_gguf(gguf)
         self.talker = Talker.from_gguf(gguf, mmproj, device)
         self.decoder = SpeechDecoder.from_gguf(mmproj, device, precision)
+        self.decoder_check = fingerprint(mmproj)
         cfg, dec = self.talker.cfg, self.decoder.cfg
         first_codes = cfg.codec_vocab - len(cfg.suppressed_ids) - 1  # what the talker may draw, EOS apart
         if dec.num_quantizers != cfg.n_codebooks or max(cfg.cp_vocab, first_codes) > dec.codebook_size:
@@ -165,10 +168,25 @@ class Qwen3TTSPipeline(TTSModel):
             return self.decoder.stream()
         primed = self._primed.get(voice.name)
         if primed is None:
-            primed = self.decoder.stream()
-            primed.push(voice.codes.T.unsqueeze(0))  # its audio is the recording's again: not spoken
+            primed = self._resumed(voice)
+            if primed is None:
+                primed = self.decoder.stream()
+                primed.push(voice.codes.T.unsqueeze(0))  # its audio is the recording's again: not spoken
             self._primed[voice.name] = primed
         return primed.fork()
+
+    def _resumed(self, voice: ClonedVoice) -> Code2WavStream | None:
+        """The decoder after the recording as ``voice create`` stored it, where this decoder made it, checked by
+        decoding one frame on a copy; None where there is none or it does not fit."""
+        if voice.decoder_state is None or voice.codes is None or voice.decoder_check != self.decoder_check:
+            return None
+        codes = voice.codes.T.unsqueeze(0)
+        try:
+            stream = Code2WavStream.resumed(self.decoder, codes.shape[-1], codes.shape[:-1], voice.decoder_state)
+            trial = stream.fork().push(codes[..., -1:])
+        except (ValueError, RuntimeError, IndexError):
+            return None
+        return stream if bool(torch.isfinite(trial).all()) else None
 
     def _stream(
         self, prompts: list[Any], params: TalkerSampling, frames_per_chunk: int, speaker: str | None

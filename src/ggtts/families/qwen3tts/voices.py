@@ -35,6 +35,8 @@ class ClonedVoice:
     path: Path
     text: str | None = None
     codes: torch.Tensor | None = None  # (frames, codebooks), long: the in-context prompt's, with ``text``
+    decoder_state: dict[str, torch.Tensor] | None = None  # the decoder after ``codes``, by layer name
+    decoder_check: str = ""  # the hash of the decoder that made it
 
     @property
     def in_context(self) -> bool:
@@ -80,6 +82,7 @@ def create_voice(model: str | os.PathLike[str], reference: str | os.PathLike[str
     x-vector, and with ``text`` (what is said in the recording) its codes for the in-context prompt."""
     from ggtts.families.qwen3tts import find_mmproj
     from ggtts.gguf.keys import Qwen3TTS as K
+    from ggtts.models.qwen3tts.decoder import SpeechDecoder, fingerprint
     from ggtts.models.qwen3tts.encoder import SpeechEncoder
     from ggtts.models.qwen3tts.speaker import SAMPLE_RATE, SpeakerEncoder
 
@@ -113,8 +116,17 @@ def create_voice(model: str | os.PathLike[str], reference: str | os.PathLike[str
     writer.add(V.SECONDS, round(samples.size / SAMPLE_RATE, 3))
     writer.add_tensor(V.EMBEDDING, embedding.float())
     if speech is not None and text:
+        codes = speech.encode(torch.from_numpy(samples))
         writer.add(V.TEXT, text)
-        writer.add_tensor(V.CODES, speech.encode(torch.from_numpy(samples)).float())
+        writer.add_tensor(V.CODES, codes.float())
+        # the decoder primed with the recording, so speaking need not decode it again (a cache)
+        stream = SpeechDecoder.from_gguf(projector).stream()
+        stream.push(codes.T.unsqueeze(0))
+        state = stream.saved()
+        writer.add(V.DECODER_CHECK, fingerprint(projector))
+        writer.add(V.DECODER_SHAPES, [f"{n}={','.join(str(d) for d in t.shape)}" for n, t in state.items()])
+        for n, t in state.items():
+            writer.add_tensor(f"{V.DECODER_STATE}.{n}", t.reshape(-1))
     return writer.write()
 
 
@@ -136,7 +148,24 @@ def read_voice(path: Path) -> ClonedVoice:
                 stored != stored.round()).any() or (stored < 0).any() or (stored >= 2**24).any():  # fmt: skip
             raise GGUFError(f"{path}: the recording's codes are not frames of whole non-negative numbers with its text")
         codes = stored.long()
-    return ClonedVoice(name, embedding, Path(path), text, codes)
+    state = _decoder_state(g) if codes is not None else None
+    return ClonedVoice(name, embedding, Path(path), text, codes, state, g.get_str(V.DECODER_CHECK, ""))
+
+
+def _decoder_state(g: GGUFFile) -> dict[str, torch.Tensor] | None:
+    """The stored decoder state, or None where there is none or it does not add up (it is a cache)."""
+    state = {}
+    try:
+        for entry in g.get_list(V.DECODER_SHAPES, []):
+            name, _, dims = str(entry).partition("=")
+            shape = [int(d) for d in dims.split(",")]
+            flat = g.tensor(f"{V.DECODER_STATE}.{name}")
+            if flat.dim() != 1 or flat.numel() != int(np.prod(shape)) or not torch.isfinite(flat).all():
+                return None
+            state[name] = flat.reshape(shape)
+    except (GGTTSError, KeyError, ValueError):
+        return None
+    return state or None
 
 
 def voices_beside(model: Path, width: int) -> dict[str, ClonedVoice]:

@@ -213,6 +213,28 @@ class Code2WavStream:
         other._state = {layer: value.clone() for layer, value in self._state.items()}
         return other
 
+    def saved(self) -> dict[str, torch.Tensor]:
+        """What the stream holds (each layer's past inputs, spill, or keys and values), by the layer's name in the
+        model, in float32: to store, and :meth:`resumed` later."""
+        names = {module: name for name, module in self.model.named_modules()}
+        return {names[layer]: value.detach().float().contiguous() for layer, value in self._state.items()}
+
+    @classmethod
+    def resumed(
+        cls, model: StreamingDecoder, frames: int, shape: torch.Size, saved: dict[str, torch.Tensor]
+    ) -> Code2WavStream:
+        """A stream going on after ``frames`` frames of codes of ``shape`` (``(B, Q)``), from :meth:`saved`'s
+        tensors; a name that is not one of the model's layers is a ValueError (the shapes are checked by the first
+        push, which fails on a mismatch)."""
+        layers = dict(model.named_modules())
+        unknown = sorted(set(saved) - set(layers))
+        if unknown or frames < 1:
+            raise ValueError(f"not this decoder's state: {unknown[0] if unknown else f'{frames} frames'}")
+        stream = cls(model)
+        stream.frames, stream._shape = frames, shape
+        stream._state = {layers[name]: value.to(model.device) for name, value in saved.items()}
+        return stream
+
     @torch.inference_mode()
     def push(self, codes: torch.Tensor) -> torch.Tensor:
         model = self.model

@@ -73,6 +73,18 @@ def wav_name(module_name: str) -> str:
     return f"{K.WAV}.{module_name}"
 
 
+def fingerprint(gguf: GGUFFile) -> str:
+    """A short hash of a decoder's weights (three of its tensors' stored bytes): a voice file's stored decoder state
+    is taken only by the decoder that made it."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in (f"{K.WAV}.quant.first.codebook.weight", f"{K.WAV}.pre_conv.weight", f"{K.WAV}.dac.post_conv.weight"):
+        digest.update(name.encode())
+        digest.update(gguf.raw(name).tobytes() if name in gguf else b"-")
+    return digest.hexdigest()[:32]
+
+
 class Codebooks(nn.Module):
     """One codebook ``(codes, dim)`` or a stack ``(n, codes, dim)``, already divided by usage counts."""
 
