@@ -195,6 +195,23 @@ def test_bad_in_context_voices_are_refused(base: Built, tmp_path: Path) -> None:
     # without --text the same model still clones by x-vector
     create_voice(folder / base.path.name, base.work / "long.wav", out)
     assert not read_voice(out).in_context
+    out.unlink()
+    # a damaged speech encoder: one line naming the file, no voice written
+    for i, change in enumerate(({"tensors": {f"{K.ENC}.blk.1.down.weight": lambda t: t[:, :-1]}},
+                                {"meta": {K.ENC_ROPE_FREQ_BASE: float("nan")}},
+                                {"meta": {K.ENC_RATIOS: ["8", "x"]}})):  # fmt: skip
+        folder = tmp_path / f"enc{i}"
+        folder.mkdir()
+        shutil.copy(base.path, folder / base.path.name)
+        variant(mmproj, folder / mmproj.name, **change)
+        with pytest.raises(GGUFError, match=f"^{folder}") as refused:
+            create_voice(folder / base.path.name, base.work / "long.wav", out, text=REF_TEXT)
+        assert "\n" not in str(refused.value)
+        assert not out.exists()
+    # a voice file with more frames of codes than a 120 s recording makes
+    longer = variant(base.work / "lena.gguf", tmp_path / "long.gguf", tensors={V.CODES: lambda t: t.repeat(30, 1)})
+    with pytest.raises(GGUFError, match="1 to 1500 frames"):
+        read_voice(longer)
     # codes beyond the model's codebooks, or not whole numbers: refused, in one line naming the problem
     for bad, match in ((lambda t: t + 1000.0, "outside this model's codebooks"), (lambda t: t + 0.5, "whole")):
         folder = tmp_path / f"bad{int(bad(torch.zeros(1)).item() * 2)}"
@@ -240,12 +257,18 @@ def test_the_voice_file_keeps_the_primed_decoder(base: Built, tmp_path: Path) ->
     resumed = model._resumed(voice)
     assert resumed is not None and resumed.frames == voice.codes.shape[0]
     torch.testing.assert_close(resumed.push(new), want, rtol=0, atol=1e-6)
-    name = next(iter(voice.decoder_state))
+    name = next(n for n, t in voice.decoder_state.items() if t.numel() > 1)
+    numel = voice.decoder_state[name].numel()
+    entries = [f"{n}={','.join(map(str, t.shape))}" for n, t in voice.decoder_state.items()]
     flattened = [f"{n}={t.numel()}" for n, t in voice.decoder_state.items()]
+    others = [e for e in entries if not e.startswith(f"{name}=")]
     for i, change in enumerate(({"tensors": {f"{V.DECODER_STATE}.{name}": lambda t: t * float("nan")}},
                                 {"tensors": {f"{V.DECODER_STATE}.{name}": lambda t: t[:-1]}},
                                 {"meta": {V.DECODER_SHAPES: [f"{name}=1,2,3"]}},
                                 {"meta": {V.DECODER_SHAPES: flattened}},  # adds up, but not for the decoder
+                                {"meta": {V.DECODER_SHAPES: [*others, f"{name}=-1,-{numel}"]}},  # negative dims
+                                {"meta": {V.DECODER_SHAPES: [*others, f"{name}={2**61 + 1},{numel}"]}},
+                                {"meta": {V.DECODER_SHAPES: others}, "drop": [f"{V.DECODER_STATE}.{name}"]},
                                 {"meta": {V.DECODER_CHECK: "another decoder"}})):  # fmt: skip
         folder = tmp_path / str(i)
         folder.mkdir()

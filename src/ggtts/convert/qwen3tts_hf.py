@@ -440,12 +440,11 @@ def _speech_encoder(writer: ModelWriter, tokenizer: dict[str, Any], tensors: Map
     add(K.ENC_CODEBOOKS, valid)
     add(K.ENC_SEMANTIC_CODEBOOKS, semantic)
     add(K.ENC_FRAME_SAMPLES, int(tokenizer.get("encode_downsample_rate", 1920)))
-    reduced = writer.out_type != OutType.F32
 
-    def put(name: str, tensor: torch.Tensor | Deferred, keep: bool = False) -> None:
-        shape = tensor.shape
-        qtype = GGMLQuantizationType.F16 if reduced and len(shape) >= 2 and not keep else GGMLQuantizationType.F32
-        writer.add_tensor(f"{K.ENC}.{name}", tensor, qtype=qtype)
+    def put(name: str, tensor: torch.Tensor | Deferred) -> None:
+        # F32 in every file: its codes are nearest codebook entries, a few 1e-4 apart relatively (F16's rounding
+        # could move them), and it runs once per voice
+        writer.add_tensor(f"{K.ENC}.{name}", tensor, qtype=GGMLQuantizationType.F32)
 
     def plain(name: str) -> Deferred:
         return deferred(enc, _present(enc, name))
@@ -474,7 +473,7 @@ def _speech_encoder(writer: ModelWriter, tokenizer: dict[str, Any], tensors: Map
         for i in range(count):
             usage = _need(enc, f"{p}.layers.{i}.codebook.cluster_usage").clamp(min=CODEBOOK_EPS)
             books.append(_need(enc, f"{p}.layers.{i}.codebook.embed_sum") / usage[:, None])
-        put(f"quant.{part}.codebook.weight", torch.stack(books), keep=True)
+        put(f"quant.{part}.codebook.weight", torch.stack(books))
         if f"{p}.input_proj.weight" in enc:
             put(f"quant.{part}.in_proj.weight", enc[f"{p}.input_proj.weight"].squeeze(-1))
         else:  # no projection where the quantizer is as wide as the transformer

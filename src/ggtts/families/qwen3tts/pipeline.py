@@ -178,11 +178,25 @@ class Qwen3TTSPipeline(TTSModel):
     def _resumed(self, voice: ClonedVoice) -> Code2WavStream | None:
         """The decoder after the recording as ``voice create`` stored it, where this decoder made it, checked by
         decoding one frame on a copy; None where there is none or it does not fit."""
-        if voice.decoder_state is None or voice.codes is None or voice.decoder_check != self.decoder_check:
+        state = voice.decoder_state
+        if state is None or voice.codes is None or voice.decoder_check != self.decoder_check:
             return None
         codes = voice.codes.T.unsqueeze(0)
+        # the layers that keep state, and their shapes: a fresh stream's after one frame, the attention layers'
+        # keys and values (2, B, H, T, D) then holding min(frames, window - 1) positions rather than 1
+        template = self.decoder.stream()
+        template.push(codes[..., :1])
+        kept = min(codes.shape[-1], self.decoder.cfg.sliding_window - 1)
+        for name, value in template.saved().items():
+            want = list(value.shape)
+            if len(want) == 5:
+                want[3] = kept
+            if name not in state or list(state[name].shape) != want:
+                return None
+        if set(state) != set(template.saved()):
+            return None
         try:
-            stream = Code2WavStream.resumed(self.decoder, codes.shape[-1], codes.shape[:-1], voice.decoder_state)
+            stream = Code2WavStream.resumed(self.decoder, codes.shape[-1], codes.shape[:-1], state)
             trial = stream.fork().push(codes[..., -1:])
         except (ValueError, RuntimeError, IndexError):
             return None

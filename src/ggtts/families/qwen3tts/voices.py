@@ -10,6 +10,7 @@ NAME`` on speak, serve and batch. A request names a voice; a path never reaches 
 from __future__ import annotations
 
 import io
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -25,6 +26,8 @@ from ggtts.gguf.write import ModelWriter
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MIN_SECONDS, MAX_SECONDS = 1.0, 120.0  # a reference recording's length
+MAX_FRAMES = int(MAX_SECONDS * 12.5)  # a recording's codes: 12.5 frames a second
+MAX_STATE_DIMS = 5  # a stored decoder state's tensors: keys and values (2, B, H, T, D) at most
 SILENCE = 1.0 / 32768
 
 
@@ -144,9 +147,11 @@ def read_voice(path: Path) -> ClonedVoice:
     codes = None
     if V.CODES in g:
         stored = g.tensor(V.CODES)
-        if text is None or stored.dim() != 2 or not stored.shape[0] or not torch.isfinite(stored).all() or (
-                stored != stored.round()).any() or (stored < 0).any() or (stored >= 2**24).any():  # fmt: skip
-            raise GGUFError(f"{path}: the recording's codes are not frames of whole non-negative numbers with its text")
+        sized = stored.dim() == 2 and 0 < stored.shape[0] <= MAX_FRAMES
+        whole = bool(torch.isfinite(stored).all()) and bool((stored == stored.round()).all())
+        if text is None or not sized or not whole or (stored < 0).any() or (stored >= 2**24).any():
+            raise GGUFError(f"{path}: the recording's codes are not 1 to {MAX_FRAMES} frames of whole non-negative "
+                            "numbers with its text")  # fmt: skip
         codes = stored.long()
     state = _decoder_state(g) if codes is not None else None
     return ClonedVoice(name, embedding, Path(path), text, codes, state, g.get_str(V.DECODER_CHECK, ""))
@@ -159,11 +164,13 @@ def _decoder_state(g: GGUFFile) -> dict[str, torch.Tensor] | None:
         for entry in g.get_list(V.DECODER_SHAPES, []):
             name, _, dims = str(entry).partition("=")
             shape = [int(d) for d in dims.split(",")]
+            if not shape or min(shape) < 0 or len(shape) > MAX_STATE_DIMS:  # a spill of 0 samples is one
+                return None
             flat = g.tensor(f"{V.DECODER_STATE}.{name}")
-            if flat.dim() != 1 or flat.numel() != int(np.prod(shape)) or not torch.isfinite(flat).all():
+            if flat.dim() != 1 or flat.numel() != math.prod(shape) or not torch.isfinite(flat).all():
                 return None
             state[name] = flat.reshape(shape)
-    except (GGTTSError, KeyError, ValueError):
+    except (GGTTSError, KeyError, ValueError, RuntimeError):
         return None
     return state or None
 

@@ -77,7 +77,11 @@ class CausalConvNet(nn.Module):
         if x.shape[-1] == 0:
             return x.new_zeros(x.shape[0], self.conv.out_channels, *x.shape[2:])
         past = state.get(self)
-        x = torch.cat([x.new_zeros(*x.shape[:-1], self.left_pad) if past is None else past, x], dim=-1)
+        if past is None:
+            past = x.new_zeros(*x.shape[:-1], self.left_pad)
+            if x.dim() == 4:  # channels-last, as x: so the joined input (and what is kept of it) stays so
+                past = past.contiguous(memory_format=torch.channels_last)
+        x = torch.cat([past, x], dim=-1)
         if self.left_pad:
             state[self] = x[..., x.shape[-1] - self.left_pad :]
         return self._conv(x)

@@ -191,6 +191,11 @@ class Code2Wav(StreamingDecoder):
         return torch.cat(pieces, dim=-1) if pieces else self(codes)
 
 
+def _layout(value: torch.Tensor) -> torch.Tensor:
+    """A stored state tensor in the layout its layer runs in: 4-D ones (the decoder's convolutions) channels-last."""
+    return value.contiguous(memory_format=torch.channels_last) if value.dim() == 4 else value
+
+
 class Code2WavStream:
     """Incremental decoding for first audio early: ``push`` new frames ``(B, Q, n)``, get the samples they settle
     ``(B, 1, m)``. Each attention layer keeps the last ``sliding_window - 1`` keys and values, each causal
@@ -232,7 +237,7 @@ class Code2WavStream:
             raise ValueError(f"not this decoder's state: {unknown[0] if unknown else f'{frames} frames'}")
         stream = cls(model)
         stream.frames, stream._shape = frames, shape
-        stream._state = {layers[name]: value.to(model.device) for name, value in saved.items()}
+        stream._state = {layers[name]: _layout(value.to(model.device)) for name, value in saved.items()}
         return stream
 
     @torch.inference_mode()

@@ -73,15 +73,21 @@ def wav_name(module_name: str) -> str:
     return f"{K.WAV}.{module_name}"
 
 
+STATE_FORMAT = "1"  # what a stored decoder state holds (Code2WavStream.saved) and how its layers are named
+_EDGE = 4096  # bytes hashed at each end of each tensor
+
+
 def fingerprint(gguf: GGUFFile) -> str:
-    """A short hash of a decoder's weights (three of its tensors' stored bytes): a voice file's stored decoder state
-    is taken only by the decoder that made it."""
+    """A short hash of a decoder: every ``a.gen.wav.*`` tensor's name, shape, type and the bytes at both ends of its
+    data (a re-conversion or another checkpoint changes them; reading all ~100 MB would cost each load), and the
+    state format. A voice file's stored decoder state is taken only by the decoder that made it."""
     import hashlib
 
-    digest = hashlib.sha256()
-    for name in (f"{K.WAV}.quant.first.codebook.weight", f"{K.WAV}.pre_conv.weight", f"{K.WAV}.dac.post_conv.weight"):
-        digest.update(name.encode())
-        digest.update(gguf.raw(name).tobytes() if name in gguf else b"-")
+    digest = hashlib.sha256(STATE_FORMAT.encode())
+    for name in sorted(n for n in gguf.names() if n.startswith(K.WAV + ".")):
+        info, raw = gguf.info(name), gguf.raw(name).reshape(-1).view("uint8")
+        digest.update(f"{name}:{info.shape}:{info.type.name}".encode())
+        digest.update(raw[:_EDGE].tobytes() + raw[-_EDGE:].tobytes())
     return digest.hexdigest()[:32]
 
 

@@ -9,7 +9,9 @@ transformer with a sliding window (LayerNorm, RoPE, layer scale, GELU MLP) at 25
 12.5 Hz padded by replication; then the split residual quantizer's encoding: the first codebook from the semantic
 part's projection, the rest from the acoustic part's, each the nearest codebook entry (``torch.cdist``, as
 upstream) to what the earlier codebooks left. Upstream keeps the first ``encoder_valid_num_quantizers`` (16) of
-Mimi's 32 codebooks and the first ``ceil(samples / 1920)`` frames.
+Mimi's 32 codebooks and the first ``ceil(samples / 1920)`` frames. The window is applied as transformers 5's Mimi
+applies it; transformers 4.57's (which qwen-tts pins) ignores it under eager and SDPA attention, so beyond the
+window (10 s in Mimi's config) codes can differ from qwen-tts's on 4.57.
 
 llama.cpp does not convert this encoder; ggtts stores it in the mmproj file under ``a.tok_enc.*``
 (:class:`ggtts.gguf.keys.Qwen3TTS`), which llama.cpp's loader passes over.
@@ -92,7 +94,12 @@ class SpeechEncoder:
         if f"{K.ENC}.conv_in.weight" not in g:
             raise GGUFError(f"{g.path}: no speech tokenizer encoder in this mmproj (llama.cpp's converter does not "
                             "write it: convert the Base checkpoint with ggtts convert qwen3tts)")  # fmt: skip
-        cfg = EncoderConfig.from_gguf(g)
+        try:
+            cfg = EncoderConfig.from_gguf(g)
+        except (TypeError, ValueError, OverflowError) as e:
+            raise GGUFError(
+                f"{g.path}: the speech encoder's settings are not numbers of the right kind ({e})"
+            ) from None
         weights = {n.removeprefix(K.ENC + "."): g.tensor(n).float() for n in g.names() if n.startswith(K.ENC + ".")}
         encoder = cls(cfg, weights, str(g.path))
         encoder._check()
@@ -107,7 +114,15 @@ class SpeechEncoder:
         c = self.cfg
         if not c.ratios or min(c.ratios) < 1 or c.downsample < 1 or c.residual_layers < 0 or c.dilation_growth < 1:
             raise GGUFError(f"{self.path}: the speech encoder's strides or dilations are not positive")
-        if c.head_count < 1 or c.head_count_kv < 1 or c.head_count % c.head_count_kv or c.head_dim < 2:
+        if not (math.isfinite(c.rope_theta) and c.rope_theta > 0 and math.isfinite(c.norm_eps) and c.norm_eps > 0):
+            raise GGUFError(f"{self.path}: the speech encoder's RoPE base or norm epsilon is not a positive number")
+        if (
+            c.head_count < 1
+            or c.head_count_kv < 1
+            or c.head_count % c.head_count_kv
+            or c.head_dim < 2
+            or c.head_dim % 2
+        ):
             raise GGUFError(f"{self.path}: the speech encoder's attention heads do not fit together")
         if not 1 <= c.semantic_codebooks < c.codebooks or c.sliding_window < 1 or c.frame_samples < 1:
             raise GGUFError(f"{self.path}: the speech encoder's codebooks, window or frame length are not valid")
@@ -181,13 +196,19 @@ class SpeechEncoder:
         """24 kHz mono samples ``(n,)`` -> codes ``(frames, codebooks)``, ``frames = ceil(n / frame_samples)``."""
         if samples.dim() != 1 or samples.numel() == 0:
             raise InputError("the speech encoder takes one non-empty channel of samples")
-        latents = self.latents(samples)
-        codes = []
-        for part in ("first", "rest"):
-            residual = F.linear(latents.transpose(1, 2), self.w[f"quant.{part}.in_proj.weight"])[0]  # (N, dim)
-            for book in self.w[f"quant.{part}.codebook.weight"]:
-                index = torch.cdist(residual[None], book[None], p=2)[0].argmin(dim=-1)
-                residual = residual - book[index]
-                codes.append(index)
+        try:  # shapes that do not chain (a damaged file) fail inside torch: one error naming the file
+            latents = self.latents(samples)
+            codes = []
+            for part in ("first", "rest"):
+                residual = F.linear(latents.transpose(1, 2), self.w[f"quant.{part}.in_proj.weight"])[0]  # (N, dim)
+                for book in self.w[f"quant.{part}.codebook.weight"]:
+                    index = torch.cdist(residual[None], book[None], p=2)[0].argmin(dim=-1)
+                    residual = residual - book[index]
+                    codes.append(index)
+        except (RuntimeError, IndexError, ValueError) as e:
+            first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise GGUFError(f"{self.path}: the speech encoder's tensors do not fit together ({first_line})") from None
+        if not torch.isfinite(latents).all():
+            raise GGUFError(f"{self.path}: the speech encoder made values that are not finite numbers")
         frames = -(-samples.numel() // self.cfg.frame_samples)
         return torch.stack(codes, dim=1)[:frames]
