@@ -187,14 +187,15 @@ class Qwen3TTSPipeline(TTSModel):
         template = self.decoder.stream()
         template.push(codes[..., :1])
         kept = min(codes.shape[-1], self.decoder.cfg.sliding_window - 1)
-        for name, value in template.saved().items():
+        layers = template.saved()
+        if set(state) != set(layers):
+            return None
+        for name, value in layers.items():
             want = list(value.shape)
             if len(want) == 5:
                 want[3] = kept
-            if name not in state or list(state[name].shape) != want:
+            if list(state[name].shape) != want:
                 return None
-        if set(state) != set(template.saved()):
-            return None
         try:
             stream = Code2WavStream.resumed(self.decoder, codes.shape[-1], codes.shape[:-1], state)
             trial = stream.fork().push(codes[..., -1:])
