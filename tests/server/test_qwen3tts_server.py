@@ -38,6 +38,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         models.append(f"{name}={convert_qwen3tts([work / name], work / name / f'{name}.gguf', 'f32')}")
     soundfile.write(work / "ref.wav", voice_like(2.0, 3), 24_000)
     create_voice(work / "base" / "base.gguf", work / "ref.wav", work / "base" / "anna.gguf")  # beside the model
+    create_voice(work / "base" / "base.gguf", work / "ref.wav", work / "base" / "bea.gguf", text="Some words.")
     cmd = [str(Path(sys.executable).parent / "ggtts"), "serve", *(a for m in models for a in ("-m", m))]
     running = start_server(cmd, tmp_path_factory.mktemp("qwen3tts-server-log") / "server.log")
     yield running
@@ -53,7 +54,7 @@ def post(server: Server, body: dict[str, object]) -> httpx.Response:
 
 def test_voices_and_speech(server: Server) -> None:
     voices = {v["model"]: v["voices"] for v in httpx.get(server.url + "/v1/voices").json()["data"]}
-    assert voices == {"cv": ["vivian", "ryan", "dylan"], "vd": [], "base": ["anna"]}
+    assert voices == {"cv": ["vivian", "ryan", "dylan"], "vd": [], "base": ["anna", "bea"]}
     options = {"options": {"max_frames": 8, "language": "english"}}
     reply = post(server, {"model": "cv", "input": TEXT, "voice": "ryan", **options})
     assert reply.status_code == 200, reply.text
@@ -86,3 +87,18 @@ def test_instructions_describe_a_designed_voice(server: Server) -> None:
         client.audio.speech.create(model="vd", voice="alloy", input=TEXT, response_format="pcm", extra_body=FEW)
     with pytest.raises(BadRequestError, match=r"instructions are not taken by the 0\.6B CustomVoice models"):
         client.audio.speech.create(model="cv", voice="vivian", input=TEXT, instructions="Whisper.", extra_body=FEW)
+
+
+def test_an_in_context_voice_speaks_over_http(server: Server) -> None:
+    """A voice made with its recording's text (in context) speaks over HTTP what the model speaks in process
+    (greedy; 16-bit PCM)."""
+    import ggtts
+
+    body = {"model": "base", "input": TEXT, "voice": "bea", "options": {"max_frames": 8, "temperature": 0}}
+    reply = post(server, body)
+    assert reply.status_code == 200, reply.text
+    heard = np.frombuffer(reply.content, dtype="<i2").astype(np.float32) / 32768
+    model_path = next(Path(str(a).split("=", 1)[1]) for a in server.process.args if str(a).startswith("base="))
+    said = ggtts.load(model_path).synthesize(TEXT, voice="bea", max_frames=8, temperature=0).samples
+    assert len(heard) == len(said) > 0
+    np.testing.assert_allclose(heard, said, rtol=0, atol=2 / 32768)
