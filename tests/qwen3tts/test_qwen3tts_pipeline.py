@@ -227,8 +227,9 @@ def test_bfloat16_decoder_where_native_else_one_clear_error(custom: Built) -> No
 
 def test_the_code_predictors_heads_run_as_stored(tmp_path: Path) -> None:
     """In a q8_0 file each head is a slice of the stacked tensor run by ggml as stored (where its kernels are
-    installed): the same logits as the heads widened to float32, within q8_0's arithmetic. (A code predictor 32
-    wide: q8_0 blocks need rows of whole 32s; the tiny one's 24 stay F32.)"""
+    installed): the same logits as the heads widened to float32, within q8_0's arithmetic; each table a slice
+    whose looked-up rows are the widened table's, exactly. (A code predictor 32 wide: q8_0 blocks need rows of
+    whole 32s; the tiny one's 24 stay F32.)"""
     from ggtts.convert.qwen3tts_hf import convert_qwen3tts
     from ggtts.measure.qwen3tts.upstream import build_tiny_checkpoint
     from ggtts.models.qwen3tts.model import Talker
@@ -247,3 +248,9 @@ def test_the_code_predictors_heads_run_as_stored(tmp_path: Path) -> None:
         want, got = widened.output[j](h), stored.output[j](h)
         assert float((got - want).abs().max()) <= 0.02 * float(want.abs().max())
         assert j == 0 or not torch.allclose(stored.output[0](h), got)  # each its own slice
+    from ggtts.ops.stored_weights import StoredEmbedding
+
+    assert all(isinstance(table, StoredEmbedding) for table in stored.codec_embd)
+    ids = torch.tensor([[0, 5, 63]])
+    for j in (0, 7, len(stored.codec_embd) - 1):
+        assert torch.equal(stored.codec_embd[j](ids), widened.codec_embd[j](ids))

@@ -37,8 +37,7 @@ class Talker(TalkerStack):
         max_len: int = 8192, step_graphs: bool = True,
     ) -> Talker:  # fmt: skip
         """The talker from its file and the code predictor from the mmproj file; weights stored as F16/BF16/blocks
-        run as stored on the CPU where ggml's kernels are installed (but the code predictor's stacked tables,
-        widened to float32)."""
+        run as stored on the CPU where ggml's kernels are installed."""
         cfg = Qwen3TTSConfig.from_gguf(talker, mmproj)
         max_len = min(max_len, cfg.context_length)
         with empty_modules():
@@ -75,44 +74,53 @@ def _stored_name(module_name: str) -> str:
         return ""  # the stacked tables and heads: not swapped
 
 
-def _stored_heads(cp: CodePredictor, mmproj: GGUFFile) -> None:
-    """The heads as stored, each a slice of the stacked tensor's rows (read once a frame each, they were the
-    frame's largest float32 reads), where ggml multiplies the stored type and the stack has the expected shape."""
+def _stored_stacks(cp: CodePredictor, mmproj: GGUFFile) -> None:
+    """The heads and the tables as stored, each a slice of its stacked tensor's rows, where the stack has the
+    expected shape: the heads where ggml multiplies the stored type (read once a frame each, they were the frame's
+    largest float32 reads), the tables where it is not F32 (looked-up rows are widened; widened whole, the tables
+    took 126 MB at the 0.6B shape)."""
     import numpy as np
+    from gguf import GGMLQuantizationType
 
     from ggtts.ops.ggml_kernels import multiplies
-    from ggtts.ops.stored_weights import StoredLinear
+    from ggtts.ops.stored_weights import StoredEmbedding, StoredLinear
 
-    info = mmproj.info(K.CP_HEAD)
-    want = (len(cp.output), *cp.output[0].weight.shape) if isinstance(cp.output[0], torch.nn.Linear) else None
-    if want is None or tuple(info.shape) != want or not multiplies(info.type) or mmproj.byte_order != "<":
-        return
-    n, rows, width = want
-    raw = mmproj.raw(K.CP_HEAD).view(np.uint8).reshape(n * rows, -1)
-    for j in range(n):
-        cp.output[j] = StoredLinear(raw[j * rows : (j + 1) * rows], info.type, rows, width, bias=False)
+    for name, modules in ((K.CP_HEAD, cp.output), (K.CP_EMBD, cp.codec_embd)):
+        info, first = mmproj.info(name), modules[0]
+        want = (len(modules), *first.weight.shape) if isinstance(first, torch.nn.Linear | torch.nn.Embedding) else None
+        if want is None or tuple(info.shape) != want or mmproj.byte_order != "<":
+            continue
+        n, rows, width = want
+        raw = mmproj.raw(name).view(np.uint8).reshape(n * rows, -1)
+        for j in range(n):
+            part = raw[j * rows : (j + 1) * rows]
+            if name == K.CP_HEAD and multiplies(info.type):
+                modules[j] = StoredLinear(part, info.type, rows, width, bias=False)
+            elif name == K.CP_EMBD and info.type != GGMLQuantizationType.F32:
+                modules[j] = StoredEmbedding(part, info.type, rows, width)
 
 
 def load_code_predictor(
     cp: CodePredictor, mmproj: GGUFFile, device: str | torch.device, *, stored_weights: bool = True
 ) -> CodePredictor:
     """Fill ``cp`` (built on the meta device) from the mmproj file, strictly: every ``a.gen.code.*`` tensor has
-    its place. Its blocks', ``proj_in``'s and the stacked heads' weights run as stored where ggml's kernels do
-    (:func:`use_stored_weights`); the stacked tables are widened to float32."""
+    its place. Its blocks', ``proj_in``'s, the stacked heads' and the stacked tables' weights stay as stored
+    where ggml's kernels do (:func:`use_stored_weights`, :func:`_stored_stacks`)."""
     from ggtts.ops.stored_weights import stored_weights_plan, use_stored_weights
 
     n = cp.cfg.n_codebooks - 1
     plan = stored_weights_plan(device, stored_weights)
     consumed = use_stored_weights(cp, mmproj, gguf_name=_stored_name) if plan.stored else set()
     if plan.stored:
-        _stored_heads(cp, mmproj)
-    embd = mmproj.tensor(K.CP_EMBD)
-    head = mmproj.tensor(K.CP_HEAD) if any(n.startswith("output.") for n in cp.state_dict()) else None
+        _stored_stacks(cp, mmproj)
     state = cp.state_dict()
+    embd = mmproj.tensor(K.CP_EMBD) if any(n.startswith("codec_embd.") for n in state) else None
+    head = mmproj.tensor(K.CP_HEAD) if any(n.startswith("output.") for n in state) else None
     values: dict[str, torch.Tensor] = {}
     used = {K.CP_EMBD, K.CP_HEAD, K.CP_OUT_EMBD, *consumed}  # out_embd: the talker's codec table, the talker has
     for name, want in state.items():
         if name.startswith("codec_embd."):
+            assert embd is not None
             value = embd[int(name.split(".")[1])]
         elif name.startswith("output."):
             assert head is not None
