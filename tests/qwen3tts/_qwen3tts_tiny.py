@@ -89,12 +89,21 @@ class Built:
 
 
 def clone_generate(
-    built: Built, text: str, embedding: torch.Tensor, frames: int
-) -> tuple[torch.Tensor, dict[str, Any]]:
-    """qwen-tts's greedy voice cloning in x-vector mode (``generate_voice_clone``'s defaults: the text streamed in):
-    its codes (1, 16, N) and what it handed the talker's generate."""
-    prompt = {"ref_spk_embedding": [embedding], "x_vector_only_mode": [True], "icl_mode": [False], "ref_code": None}
-    return built.greedy(text, frames, languages=["english"], voice_clone_prompt=prompt, non_streaming_mode=False)
+    built: Built, text: str, embedding: torch.Tensor, frames: int,
+    reference: tuple[str, torch.Tensor] | None = None, non_streaming: bool = False,
+) -> tuple[torch.Tensor, dict[str, Any]]:  # fmt: skip
+    """qwen-tts's greedy voice cloning (``generate_voice_clone``'s defaults: the text streamed in): in x-vector mode,
+    or with ``reference`` (the recording's text and codes ``(frames, 16)``) in ICL mode. Its codes (1, 16, N) and
+    what it handed the talker's generate."""
+    prompt: dict[str, Any] = {"ref_spk_embedding": [embedding], "x_vector_only_mode": [reference is None],
+                              "icl_mode": [reference is not None], "ref_code": None}  # fmt: skip
+    extra: dict[str, Any] = {}
+    if reference is not None:
+        ref_text, ref_codes = reference
+        prompt["ref_code"] = [ref_codes]
+        extra["ref_ids"] = [torch.tensor([built.hf_tokenizer.encode(f"{ROLE}{ref_text}<|im_end|>\n").ids])]
+    return built.greedy(text, frames, languages=["english"], voice_clone_prompt=prompt,
+                        non_streaming_mode=non_streaming, **extra)  # fmt: skip
 
 
 def forced_greedy(

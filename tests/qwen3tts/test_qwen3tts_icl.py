@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import soundfile
 import torch
-from _qwen3tts_tiny import Built, forced_greedy, need_qwen_tts
+from _qwen3tts_tiny import Built, clone_generate, forced_greedy, need_qwen_tts
 
 from ggtts.api import load
 from ggtts.convert.qwen3tts_hf import convert_qwen3tts, mmproj_path
@@ -52,15 +52,10 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> Built:
 
 def _margin(encoder: SpeechEncoder, samples: torch.Tensor) -> float:
     """The smallest gap, relative, between the nearest and the second-nearest codebook entry over every choice."""
-    latents = encoder.latents(samples)
     gaps = []
-    for part in ("first", "rest"):
-        residual = torch.nn.functional.linear(latents.transpose(1, 2), encoder.w[f"quant.{part}.in_proj.weight"])[0]
-        for book in encoder.w[f"quant.{part}.codebook.weight"]:
-            d = torch.cdist(residual[None], book[None])[0]
-            two = d.topk(2, largest=False).values
-            gaps.append(float(((two[:, 1] - two[:, 0]) / two[:, 1]).min()))
-            residual = residual - book[d.argmin(-1)]
+    for distances, _ in encoder.nearest(encoder.latents(samples)):
+        two = distances.topk(2, largest=False).values
+        gaps.append(float(((two[:, 1] - two[:, 0]) / two[:, 1]).min()))
     return min(gaps)
 
 
@@ -117,12 +112,8 @@ def test_a_voice_with_its_text_holds_the_recordings_codes(base: Built) -> None:
 
 
 def _icl_generate(built: Built, text: str, voice: Any, frames: int, non_streaming: bool) -> tuple[torch.Tensor, dict]:
-    """qwen-tts's greedy voice cloning in ICL mode (its default): its codes (1, 16, N) and the talker's inputs."""
-    ref_ids = torch.tensor([built.hf_tokenizer.encode(f"{ROLE}{voice.text}<|im_end|>\n").ids])
-    prompt = {"ref_spk_embedding": [voice.embedding], "x_vector_only_mode": [False], "icl_mode": [True],
-              "ref_code": [voice.codes]}  # fmt: skip
-    return built.greedy(text, frames, languages=["english"], voice_clone_prompt=prompt, ref_ids=[ref_ids],
-                        non_streaming_mode=non_streaming)  # fmt: skip
+    """qwen-tts's greedy voice cloning in ICL mode (its default) with ``voice``'s recording."""
+    return clone_generate(built, text, voice.embedding, frames, (voice.text, voice.codes), non_streaming)
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DEFAULT_PRECISION", "PRECISIONS", "bfloat16_supported", "check_name", "check_precision"]
+__all__ = ["DEFAULT_PRECISION", "PRECISIONS", "bfloat16_supported", "check_name", "check_precision", "dtype_of"]
 
 PRECISIONS = ("float32", "bfloat16")  # what a model's precision= load option takes where it has one
 DEFAULT_PRECISION = "float32"  # every model's own
@@ -20,6 +20,13 @@ def check_name(precision: str) -> str:
     if precision not in PRECISIONS:
         raise InputError(f"unknown precision {precision!r}; use one of {', '.join(PRECISIONS)}")
     return precision
+
+
+def dtype_of(precision: str) -> torch.dtype:
+    """The torch dtype a ``precision`` name (checked: :func:`check_name`) multiplies in."""
+    import torch  # here: the command line reads PRECISIONS without loading torch
+
+    return torch.bfloat16 if check_name(precision) == "bfloat16" else torch.float32
 
 
 def check_precision(precision: str, device: torch.device | str = "cpu") -> str:

@@ -97,7 +97,7 @@ class OuteTTS(TTSModel):
         """``options``: ``vocoder`` (a wavtokenizer-dec GGUF path; default: the only one beside the model),
         ``precision`` (``"bfloat16"``: the language model in bfloat16, where the device has it natively), ``compile``
         (on CUDA: the decode step compiled by ``torch.compile`` before it is captured as a CUDA graph)."""
-        from ggtts.ops.precision import check_precision
+        from ggtts.ops.precision import check_precision, dtype_of
 
         vocoder = options.pop("vocoder", None)
         speaker = options.pop("speaker", None)
@@ -113,8 +113,7 @@ class OuteTTS(TTSModel):
                 f"{what} is for OuteTTS on CUDA; on the CPU each step already runs as one ggml graph on the file's own "
                 "weight types"
             )
-        dtype = torch.bfloat16 if precision == "bfloat16" else torch.float32
-        lm = Qwen2Model.from_gguf(gguf, device, dtype=dtype, compile_steps=compile_steps)
+        lm = Qwen2Model.from_gguf(gguf, device, dtype=dtype_of(precision), compile_steps=compile_steps)
         model = cls(lm, BPETokenizer.from_gguf(gguf), gguf, device)
         if vocoder is None:
             vocoder = find_vocoder(Path(gguf.path))

@@ -45,7 +45,6 @@ class Qwen3TTSPipeline(TTSModel):
         self.tokenizer = BPETokenizer.from_gguf(gguf)
         self.talker = Talker.from_gguf(gguf, mmproj, device)
         self.decoder = SpeechDecoder.from_gguf(mmproj, device, precision)
-        self.decoder_check = fingerprint(mmproj)
         cfg, dec = self.talker.cfg, self.decoder.cfg
         first_codes = cfg.codec_vocab - len(cfg.suppressed_ids) - 1  # what the talker may draw, EOS apart
         if dec.num_quantizers != cfg.n_codebooks or max(cfg.cp_vocab, first_codes) > dec.codebook_size:
@@ -61,6 +60,8 @@ class Qwen3TTSPipeline(TTSModel):
         if cfg.model_type == "base":
             found = voices_beside(Path(gguf.path), cfg.talker.dim)
             self.cloned = {n: v for n, v in found.items() if n not in cfg.speakers}
+        # the decoder's hash, for voices that stored its state (only they need it: it reads every decoder tensor)
+        self.decoder_check = fingerprint(mmproj) if any(v.decoder_state for v in self.cloned.values()) else ""
         self._primed: dict[str, Code2WavStream] = {}  # in-context voices: the decoder after their recordings
 
     @classmethod

@@ -32,7 +32,7 @@ from ggtts.models.qwen3omni_code2wav.layers import (
     to_channels_last,
 )
 from ggtts.models.qwen3omni_code2wav.transformer import TransformerModel
-from ggtts.ops.precision import check_name
+from ggtts.ops.precision import dtype_of
 
 CLAMP = (-1.0, 1.0)
 DEFAULT_CHUNK_SIZE = 300  # frames: upstream chunked_decode's defaults
@@ -162,9 +162,8 @@ class Code2Wav(StreamingDecoder):
         ``precision="bfloat16"``: its convolutions (but the output one) multiply in bfloat16, where the CPU does
         so natively (AVX-512 BF16, AMX): about twice as fast, no longer float32 arithmetic (parity with upstream
         holds in float32; ``benchmarks/bench_qwen3omni.py`` reports the difference)."""
-        check_name(precision)  # not the device: tests run it where bfloat16 is emulated
-        dtype = torch.bfloat16 if precision == "bfloat16" else torch.float32
-        to_channels_last(self.decoder, dtype, keep=(self.decoder[-1],))
+        # the name, not the device: tests run it where bfloat16 is emulated
+        to_channels_last(self.decoder, dtype_of(precision), keep=(self.decoder[-1],))
         self.decoder_channels_last = True
         self.precision = precision
         return self

@@ -34,7 +34,7 @@ from ggtts.models.qwen3omni_code2wav.layers import (
 from ggtts.models.qwen3omni_code2wav.model import StreamingDecoder, check_codes
 from ggtts.models.qwen3omni_code2wav.transformer import TransformerModel
 from ggtts.models.qwen3tts.config import DecoderConfig
-from ggtts.ops.precision import check_name
+from ggtts.ops.precision import dtype_of
 
 PRE_CONV_KERNEL = 3
 CLAMP = (-1.0, 1.0)
@@ -191,9 +191,7 @@ class SpeechDecoder(StreamingDecoder):
         """Run the DAC part (where nearly all the time goes: 96-1536 channels at up to 24 kHz) in channels-last
         layout, as Qwen3-Omni's code2wav; ``precision="bfloat16"``: its convolutions (but the output one) multiply
         in bfloat16, where the CPU does so natively (AVX-512 BF16, AMX; parity with upstream holds in float32)."""
-        check_name(precision)
-        to_channels_last(self.dac, torch.bfloat16 if precision == "bfloat16" else torch.float32,
-                         keep=(self.dac.post_conv,))  # fmt: skip
+        to_channels_last(self.dac, dtype_of(precision), keep=(self.dac.post_conv,))
         self.precision = precision
         return self
 

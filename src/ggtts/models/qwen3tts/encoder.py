@@ -20,6 +20,7 @@ llama.cpp does not convert this encoder; ggtts stores it in the mmproj file unde
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -191,6 +192,17 @@ class SpeechEncoder:
         x = self._transformer(self._seanet(x).transpose(1, 2)).transpose(1, 2)
         return causal_conv(x, self._need("downsample.weight"), None, stride=self.cfg.downsample, mode="replicate")
 
+    def nearest(self, latents: torch.Tensor) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The split residual quantizer over :meth:`latents`, codebook by codebook: each one's distances from what
+        the earlier codebooks left ``(frames, entries)`` and its nearest entries ``(frames,)``."""
+        for part in ("first", "rest"):
+            residual = F.linear(latents.transpose(1, 2), self.w[f"quant.{part}.in_proj.weight"])[0]  # (N, dim)
+            for book in self.w[f"quant.{part}.codebook.weight"]:
+                distances = torch.cdist(residual[None], book[None], p=2)[0]
+                index = distances.argmin(dim=-1)
+                residual = residual - book[index]
+                yield distances, index
+
     @torch.inference_mode()
     def encode(self, samples: torch.Tensor) -> torch.Tensor:
         """24 kHz mono samples ``(n,)`` -> codes ``(frames, codebooks)``, ``frames = ceil(n / frame_samples)``."""
@@ -198,13 +210,7 @@ class SpeechEncoder:
             raise InputError("the speech encoder takes one non-empty channel of samples")
         try:  # shapes that do not chain (a damaged file) fail inside torch: one error naming the file
             latents = self.latents(samples)
-            codes = []
-            for part in ("first", "rest"):
-                residual = F.linear(latents.transpose(1, 2), self.w[f"quant.{part}.in_proj.weight"])[0]  # (N, dim)
-                for book in self.w[f"quant.{part}.codebook.weight"]:
-                    index = torch.cdist(residual[None], book[None], p=2)[0].argmin(dim=-1)
-                    residual = residual - book[index]
-                    codes.append(index)
+            codes = [index for _, index in self.nearest(latents)]
         except (RuntimeError, IndexError, ValueError) as e:
             first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise GGUFError(f"{self.path}: the speech encoder's tensors do not fit together ({first_line})") from None
