@@ -188,14 +188,22 @@ def test_bad_in_context_voices_are_refused(base: Built, tmp_path: Path) -> None:
     assert not read_voice(out).in_context
     out.unlink()
     # a damaged speech encoder: one line naming the file, no voice written
-    for i, change in enumerate(({"tensors": {f"{K.ENC}.blk.1.down.weight": lambda t: t[:, :-1]}},
-                                {"meta": {K.ENC_ROPE_FREQ_BASE: float("nan")}},
-                                {"meta": {K.ENC_RATIOS: ["8", "x"]}})):  # fmt: skip
+    damage = (
+        ({"tensors": {f"{K.ENC}.blk.1.down.weight": lambda t: t[:, :-1]}}, "do not fit together"),
+        ({"meta": {K.ENC_ROPE_FREQ_BASE: float("nan")}}, "RoPE base or norm epsilon"),
+        ({"meta": {K.ENC_RATIOS: ["8", "x"]}}, "not numbers of the right kind"),
+        ({"meta": {K.ENC_RATIOS: [8, 0]}}, "strides or dilations are not positive"),
+        ({"meta": {K.ENC_HEAD_COUNT: 3}}, "attention heads do not fit"),
+        ({"meta": {K.ENC_CODEBOOKS: 1}}, "codebooks, window or frame length"),
+        ({"tensors": {f"{K.ENC}.quant.rest.codebook.weight": lambda t: t[:-1]}}, "'rest' quantizer does not fit"),
+        ({"tensors": {f"{K.ENC}.conv_in.weight": lambda t: t * float("inf")}}, "not finite numbers"),
+    )
+    for i, (change, message) in enumerate(damage):
         folder = tmp_path / f"enc{i}"
         folder.mkdir()
         shutil.copy(base.path, folder / base.path.name)
         variant(mmproj, folder / mmproj.name, **change)
-        with pytest.raises(GGUFError, match=f"^{folder}") as refused:
+        with pytest.raises(GGUFError, match=f"^{folder}.*{message}") as refused:
             create_voice(folder / base.path.name, base.work / "long.wav", out, text=REF_TEXT)
         assert "\n" not in str(refused.value)
         assert not out.exists()
@@ -203,9 +211,11 @@ def test_bad_in_context_voices_are_refused(base: Built, tmp_path: Path) -> None:
     longer = variant(base.work / "lena.gguf", tmp_path / "long.gguf", tensors={V.CODES: lambda t: t.repeat(30, 1)})
     with pytest.raises(GGUFError, match="1 to 1500 frames"):
         read_voice(longer)
-    # codes beyond the model's codebooks, or not whole numbers: refused, in one line naming the problem
-    for bad, match in ((lambda t: t + 1000.0, "outside this model's codebooks"), (lambda t: t + 0.5, "whole")):
-        folder = tmp_path / f"bad{int(bad(torch.zeros(1)).item() * 2)}"
+    # codes beyond the model's codebooks, frames of the wrong width, or not whole numbers: refused in one line
+    for i, (bad, match) in enumerate(((lambda t: t + 1000.0, "outside this model's codebooks"),
+                                      (lambda t: t[:, :-1], "not frames of 16 codes"),
+                                      (lambda t: t + 0.5, "whole"))):  # fmt: skip
+        folder = tmp_path / f"bad{i}"
         folder.mkdir()
         for f in (base.path, mmproj):
             shutil.copy(f, folder / f.name)
