@@ -316,7 +316,7 @@ def test_steps_the_graph_does_not_take_run_the_torch_modules(quantized: dict[str
     assert model.graph is not None
     two = torch.arange(1, 9).reshape(2, 4)
     batch = model.new_cache(8, batch=2)
-    assert not model.graph.takes(two, batch)
+    assert not model.graph.takes(batch, rows=2)
     with pytest.raises(ValueError, match="one sequence and a contiguous float32 or float16 CPU cache"):
         model.graph.forward(two, batch)
     with torch.no_grad():

@@ -173,7 +173,7 @@ class Qwen2Model(nn.Module):
 
         Commits the ``T`` new positions to the cache.
         """
-        if self.graph is not None and self.graph.takes(tokens, cache):
+        if self.graph is not None and self.graph.takes(cache, rows=tokens.shape[0]):
             return self.graph.forward(tokens, cache, last_only=last_only)
         static = self.static.owner(cache) if self.static is not None else None
         if static is not None and tokens.shape[1] == 1:

@@ -20,12 +20,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from ggtts.gguf import GGUFFile
+from ggtts.models.layers.ggml_stack import StackGraph, StackShape, dense
 from ggtts.models.layers.gguf_state import empty_modules
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.layers.qwen3 import Attention, Block, DenseFFN, RMSNorm, RotaryEmbedding, SparseMoE, load_weights
 from ggtts.models.layers.static_steps import StaticCaches, StaticDecode
 from ggtts.models.layers.transformer import StaticPosition, new_kv_cache
 from ggtts.models.qwen3omni_talker.config import PredictorShape, StackConfig, TalkerConfig, TalkerShape
+from ggtts.ops import ggml_kernels
 from ggtts.ops.stored_experts import Experts
 
 
@@ -51,6 +53,18 @@ class ResizeMLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc2(F.silu(self.fc1(x)))
+
+
+def _stack_graph(cfg: StackConfig, blocks: nn.ModuleList, norm: RMSNorm, rope_len: int, keep: int) -> StackGraph | None:
+    """The blocks' steps as ggml graphs where they can be: on the CPU, ggml's kernels installed, dense blocks of
+    float32 parameters (weights stored or float32)."""
+    weight = norm.weight
+    if weight.device.type != "cpu" or weight.dtype != torch.float32 or ggml_kernels.unavailable_reason() is not None:
+        return None
+    if not all(dense(b) for b in blocks):
+        return None
+    shape = StackShape(cfg.dim, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.rms_eps, cfg.rope_theta, rope_len)
+    return StackGraph(list(blocks), norm, shape, keep)
 
 
 def _run(blocks: nn.ModuleList, rope: RotaryEmbedding, x: torch.Tensor, cache: KVCache) -> torch.Tensor:
@@ -79,6 +93,7 @@ class CodePredictor(nn.Module):
         self.codec_embd = nn.ModuleList(nn.Embedding(cfg.cp_vocab, embed_dim) for _ in range(n))
         self.output = nn.ModuleList(nn.Linear(s.dim, cfg.cp_vocab, bias=False) for _ in range(n))
         self.rope = RotaryEmbedding(s.head_dim, s.rope_theta, cfg.n_codebooks + 1)
+        self.graph: StackGraph | None = None  # each step one ggml graph, head included (CPU; see TalkerStack.loaded)
 
     def new_cache(self) -> KVCache:
         """A cache for one frame (reset and reused frame after frame)."""
@@ -113,12 +128,18 @@ class CodePredictor(nn.Module):
         codes: list[torch.Tensor] = []
         total = torch.zeros_like(first)
         for j in range(self.cfg.n_codebooks - 1):
-            h = self.output_norm(_run(self.blk, self.rope, self.proj_in(x), cache)[:, -1:])
-            code = pick(j, self.output[j](h)[0, -1])
+            code = pick(j, self._logits(j, self.proj_in(x), cache))
             codes.append(code)
-            x = self.codec_embd[j](code.view(1, 1)).to(h.dtype)  # (1, 1, dim)
+            x = self.codec_embd[j](code.view(1, 1)).to(first.dtype)  # (1, 1, dim)
             total = total + x
         return torch.cat(codes), total
+
+    def _logits(self, j: int, x: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Rows ``x (1, T, dim)`` through the blocks -> head ``j``'s logits ``(V,)`` of the last row."""
+        if self.graph is not None and self.graph.takes(cache, rows=x.shape[0]):
+            return self.graph.step(x[0], cache, self.output[j], last_only=True).logits[0]
+        h = self.output_norm(_run(self.blk, self.rope, x, cache)[:, -1:])
+        return self.output[j](h)[0, -1]
 
 
 class TalkerStack(nn.Module):
@@ -142,15 +163,23 @@ class TalkerStack(nn.Module):
         self.cp = CodePredictor(cfg, cp_embed_dim)
         self.weights_note: str | None = None
         self.static: StaticCaches[tuple[torch.Tensor, torch.Tensor]] | None = None  # one-row steps, by capacity
+        self.graph: StackGraph | None = None  # each step one ggml graph (CPU, dense blocks; see loaded)
 
-    def loaded(self, device: str | torch.device, max_len: int, step_graphs: bool) -> TalkerStack:
+    def loaded(self, device: str | torch.device, max_len: int, step_graphs: bool, graph: bool = True) -> TalkerStack:
         """After the weights are in (built on the meta device): the rotary tables on ``device``, the CUDA step
-        graphs where asked for, eval mode."""
+        graphs where asked for, eval mode. On the CPU with ggml's kernels (and ``graph``), each step of the talker
+        (where its blocks are dense) and of the code predictor runs as one ggml graph
+        (:class:`~ggtts.models.layers.ggml_stack.StackGraph`) instead of the torch modules op by op."""
         s, c = self.cfg.talker, self.cfg.code_predictor
         self.rope = RotaryEmbedding(s.head_dim, s.rope_theta, max_len).to(device)
         self.cp.rope = RotaryEmbedding(c.head_dim, c.rope_theta, self.cfg.n_codebooks + 1).to(device)
         if step_graphs and torch.device(device).type == "cuda":
             self.use_static_steps()
+        if graph:
+            self.graph = _stack_graph(s, self.blk, self.output_norm, max_len, keep=4)
+            # a graph per head: the frame's first step (two rows) and each later one
+            self.cp.graph = _stack_graph(c, self.cp.blk, self.cp.output_norm, self.cfg.n_codebooks + 1,
+                                         keep=self.cfg.n_codebooks)  # fmt: skip
         return self.eval()
 
     def use_static_steps(self, capture: bool = True) -> None:
@@ -191,6 +220,9 @@ class TalkerStack(nn.Module):
         static = self.static.owner(cache) if self.static is not None else None
         if static is not None and x.shape[1] == 1:
             return static.step(x, cache)
+        if self.graph is not None and self.graph.takes(cache, rows=x.shape[0]):
+            out = self.graph.step(x[0], cache, self.output, last_only=True)
+            return out.hidden.view(1, 1, -1), out.logits[0]
         h = self.output_norm(_run(self.blk, self.rope, x, cache)[:, -1:])
         return h, self.output(h)[0, -1]
 
@@ -217,11 +249,12 @@ class Talker(TalkerStack):
     @classmethod
     def from_gguf(
         cls, gguf: GGUFFile, device: str | torch.device = "cpu", *, stored_weights: bool = True, max_len: int = 8192,
-        step_graphs: bool = True,
+        step_graphs: bool = True, graph: bool = True,
     ) -> Talker:  # fmt: skip
         """The talker and code predictor of a ``qwen3omni-talker`` file (its code2wav tensors are left for
         :mod:`ggtts.models.qwen3omni_code2wav`). On CUDA each one-row talker step is a captured CUDA graph over a
-        fixed cache (:meth:`use_static_steps`) unless ``step_graphs=False``."""
+        fixed cache (:meth:`use_static_steps`) unless ``step_graphs=False``; on the CPU each code-predictor step is
+        one ggml graph unless ``graph=False`` (:meth:`~TalkerStack.loaded`)."""
         from ggtts.gguf.keys import Qwen3OmniCode2Wav
 
         cfg = TalkerConfig.from_gguf(gguf)
@@ -231,5 +264,5 @@ class Talker(TalkerStack):
         _, model.weights_note = load_weights(
             model, gguf, device=device, stored_weights=stored_weights, ignore_prefixes=(Qwen3OmniCode2Wav.PREFIX,)
         )
-        model.loaded(device, max_len, step_graphs)
+        model.loaded(device, max_len, step_graphs, graph)
         return model

@@ -34,10 +34,11 @@ class Talker(TalkerStack):
     @classmethod
     def from_gguf(
         cls, talker: GGUFFile, mmproj: GGUFFile, device: str | torch.device = "cpu", *, stored_weights: bool = True,
-        max_len: int = 8192, step_graphs: bool = True,
+        max_len: int = 8192, step_graphs: bool = True, graph: bool = True,
     ) -> Talker:  # fmt: skip
         """The talker from its file and the code predictor from the mmproj file; weights stored as F16/BF16/blocks
-        run as stored on the CPU where ggml's kernels are installed."""
+        run as stored on the CPU where ggml's kernels are installed, and each step as one ggml graph there unless
+        ``graph=False`` (:meth:`~TalkerStack.loaded`)."""
         cfg = Qwen3TTSConfig.from_gguf(talker, mmproj)
         max_len = min(max_len, cfg.context_length)
         with empty_modules():
@@ -46,7 +47,7 @@ class Talker(TalkerStack):
         del model.cp  # loaded from the other file
         _, model.weights_note = load_weights(model, talker, device=device, stored_weights=stored_weights)
         model.cp = load_code_predictor(cp, mmproj, device, stored_weights=stored_weights)
-        model.loaded(device, max_len, step_graphs)
+        model.loaded(device, max_len, step_graphs, graph)
         return model
 
     def embed_text(self, ids: list[int]) -> torch.Tensor:

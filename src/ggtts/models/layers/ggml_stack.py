@@ -1,0 +1,294 @@
+"""A stack of Qwen-style decoder blocks run one step at a time as one ggml graph: no torch dispatch per operation,
+no thread-pool wake-up per weight.
+
+The same maths as the torch blocks (Qwen2's :class:`~ggtts.models.qwen2.model.Block`, Qwen3's
+:class:`~ggtts.models.layers.qwen3.Block` with a dense feed-forward), written as ggml operations the way llama.cpp
+builds its ``qwen2`` / ``qwen3`` graphs: RMS norms, the linear layers on the weights as stored (the very ggml
+tensors the torch path's :class:`~ggtts.ops.stored_weights.StoredLinear` layers hold; float32 parameters read in
+place), biases where the layer has them, the per-head query/key RMS norms where the attention has them, NEOX rotary
+embeddings, new keys and values written into the caller's :class:`~ggtts.models.layers.kv_cache.KVCache` (ggml
+sees its tensors' memory, so the torch path and this one share a cache), attention over the cache up to a padded
+length under a mask, SwiGLU, the final norm and an output head.
+
+A graph is built once per (cache shape, rows per step, padded cache length, head, all rows or the last) and
+reused, for any cache of that shape: a step points the graph at its cache's memory, writes its inputs
+(embeddings, positions, cache rows, mask) and runs it on ggml's thread pool.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from ggtts.ops import ggml_kernels
+from ggtts.ops.stored_weights import StoredEmbedding, StoredLinear
+
+if TYPE_CHECKING:
+    from ggtts.models.layers.kv_cache import KVCache
+    from ggtts.models.layers.transformer import RMSNorm
+
+KV_STEP = 256  # attention reads the cache up to the next multiple: a new decoding graph every 256 positions
+GRAPHS_KEPT = 4  # (a prompt's graph, the decoding graph of the current and the last length)
+NODES_PER_LAYER = 56  # ops per layer with their views (about 40 with q/k norms and biases), rounded up
+PARAMS_PER_LAYER = 16  # float tensors a layer may hand ggml: 7 weights (float32 files), 3 biases, 4 norms
+ROPE_NEOX = 2  # ggml's GGML_ROPE_TYPE_NEOX: the two halves of each head rotate together (the Qwen layout)
+ROPE_BETA_FAST, ROPE_BETA_SLOW = 32.0, 1.0  # YaRN parameters ggml takes; inert with ext_factor 0
+MASKED = -math.inf
+CACHE_DTYPES = (torch.float32, torch.float16)  # the KV caches a graph reads and writes
+
+
+@dataclass(frozen=True)
+class StackShape:
+    """What a graph needs beyond the modules: widths, heads, the norms' epsilon, the rotary base."""
+
+    dim: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    rms_eps: float
+    rope_theta: float
+    context_length: int  # the rotary table's length (ggml's n_ctx_orig; inert without YaRN)
+
+
+def dense(block: nn.Module) -> bool:
+    """Whether a block is one a graph builds: attention and a SwiGLU feed-forward (no experts)."""
+    ffn = getattr(block, "ffn", block)
+    return all(isinstance(getattr(ffn, name, None), nn.Module) for name in ("ffn_gate", "ffn_up", "ffn_down"))
+
+
+@dataclass
+class StepOutput:
+    """A step's results: the normed hidden states ``(n_out, dim)`` and the head's logits ``(n_out, V)``."""
+
+    hidden: torch.Tensor
+    logits: torch.Tensor
+
+
+class StackGraph:
+    """Runs steps of ``blocks`` + ``output_norm`` (+ a head per step) as ggml graphs (CPU, float32 activations, a
+    float32 or float16 cache, one sequence). ``keep``: graphs kept (a predictor with a head per step keeps one per
+    head)."""
+
+    def __init__(
+        self, blocks: Sequence[nn.Module], output_norm: RMSNorm, shape: StackShape, keep: int = GRAPHS_KEPT
+    ) -> None:
+        if not all(dense(b) for b in blocks):
+            raise ValueError("ggml step graphs take dense blocks (attention and a SwiGLU feed-forward) only")
+        self.blocks: list[Any] = list(blocks)  # Qwen2's blocks or Qwen3's (attention and ffn parts)
+        self.output_norm, self.shape, self.keep = output_norm, shape, keep
+        self.lib = lib = ggml_kernels.kernels()
+        self._keep: list[Any] = []  # torch tensors whose memory ggml tensors point at
+        n_params = PARAMS_PER_LAYER * (len(self.blocks) + 2) + 2 * keep  # + a head per graph
+        self._ctx = ggml_kernels.new_context(self, n_params * lib.ggml_tensor_overhead())
+        self._graphs: OrderedDict[tuple[Any, ...], _StepGraph] = OrderedDict()
+        self._lock = threading.Lock()  # a step graph's input buffers are filled, then read: one step at a time
+        self._tensors: dict[tuple[int, tuple[int, ...]], Any] = {}
+
+    def weight(self, module: nn.Module) -> Any:
+        """The ggml tensor of a linear layer's weight (stored, or the torch float32 parameter's memory)."""
+        if isinstance(module, StoredLinear):
+            return module.matmul.tensor
+        if isinstance(module, StoredEmbedding):
+            return module.as_linear().matmul.tensor
+        if isinstance(module, nn.Linear | nn.Embedding):
+            return self.float_tensor(module.weight)
+        raise TypeError(f"no ggml weight for {type(module).__name__}")
+
+    def float_tensor(self, t: torch.Tensor) -> Any:
+        """A ggml F32 tensor on a contiguous float32 CPU torch tensor's memory (1-D or 2-D)."""
+        t = t.detach()
+        if t.dtype != torch.float32 or not t.is_contiguous() or t.device.type != "cpu":
+            raise ValueError("ggml graphs take contiguous float32 CPU tensors")
+        key = (t.data_ptr(), tuple(t.shape))
+        if key in self._tensors:  # every step graph shares the one ggml tensor of a parameter
+            return self._tensors[key]
+        self._keep.append(t)
+        lib = self.lib
+        if t.dim() == 1:
+            g = lib.ggml_new_tensor_1d(self._ctx, lib.GGML_TYPE_F32, t.shape[0])
+        else:
+            g = lib.ggml_new_tensor_2d(self._ctx, lib.GGML_TYPE_F32, t.shape[1], t.shape[0])
+        g.contents.data = t.data_ptr()
+        self._tensors[key] = g
+        return g
+
+    @staticmethod
+    def takes(cache: KVCache, rows: int = 1) -> bool:
+        """Whether a step fits a graph: one sequence, a contiguous float32 or float16 cache in CPU memory (other
+        steps run the torch modules)."""
+        k, v = cache.k, cache.v
+        return (
+            rows == 1
+            and k.shape[1] == 1
+            and k.dtype in CACHE_DTYPES
+            and k.device.type == "cpu"
+            and k.is_contiguous()
+            and v.is_contiguous()
+        )
+
+    def step(self, x: torch.Tensor, cache: KVCache, head: nn.Module, *, last_only: bool = False) -> StepOutput:
+        """Input rows ``x (T, dim)`` at ``cache.length..`` (written there; the cache advances by T) -> the normed
+        hidden states and ``head``'s logits of every row, or of the last with ``last_only``."""
+        if not self.takes(cache):
+            raise ValueError("ggml graphs take one sequence and a contiguous float32 or float16 CPU cache")
+        n = x.shape[0]
+        start = cache.length
+        end = start + n
+        cache.check_fits(end)
+        kv_len = min(-(-end // KV_STEP) * KV_STEP, cache.max_len)
+        with self._lock:
+            out = self._graph(cache, n, kv_len, head, last_only).run(x, cache, start)
+        cache.advance(n)
+        return out
+
+    def _graph(self, cache: KVCache, n: int, kv_len: int, head: nn.Module, last_only: bool) -> _StepGraph:
+        key = (tuple(cache.k.shape), cache.k.dtype, n, kv_len, id(head), last_only)
+        return ggml_kernels.cached(
+            self._graphs, key, lambda: _StepGraph(self, cache, n, kv_len, head, last_only), self.keep
+        )
+
+
+class _StepGraph:
+    """One step's graph: inputs live in numpy buffers ggml reads; intermediates in a ggml-allocated buffer."""
+
+    def __init__(
+        self, owner: StackGraph, cache: KVCache, n_tokens: int, kv_len: int, head: nn.Module, last_only: bool
+    ) -> None:
+        lib, s = owner.lib, owner.shape
+        self.lib, self.n_tokens, self.kv_len = lib, n_tokens, kv_len
+        self._head = head  # kept alive with the graph that reads its weight
+        self.cache_type = lib.GGML_TYPE_F16 if cache.k.dtype == torch.float16 else lib.GGML_TYPE_F32
+        n_nodes = NODES_PER_LAYER * len(owner.blocks) + 64
+        ctx = ggml_kernels.new_context(
+            self, (n_nodes + 16) * lib.ggml_tensor_overhead() + lib.ggml_graph_overhead_custom(n_nodes, False)
+        )
+
+        # per layer, the ggml tensors on the keys' and the values' memory
+        self._on_cache: list[tuple[list[Any], list[Any]]] = []
+        # inputs, in buffers of ours
+        self.x_buf = np.zeros((n_tokens, s.dim), dtype=np.float32)
+        self.pos_buf = np.zeros(n_tokens, dtype=np.int32)
+        self.rows_buf = np.zeros(n_tokens, dtype=np.int64)
+        self.mask_buf = np.zeros((n_tokens, kv_len), dtype=np.float16)
+        x = self._input(lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, s.dim, n_tokens), self.x_buf)
+        pos = self._input(lib.ggml_new_tensor_1d(ctx, lib.GGML_TYPE_I32, n_tokens), self.pos_buf)
+        rows = self._input(lib.ggml_new_tensor_1d(ctx, lib.GGML_TYPE_I64, n_tokens), self.rows_buf)
+        mask = self._input(lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F16, kv_len, n_tokens), self.mask_buf)
+
+        d, hq, hkv = s.head_dim, s.n_heads, s.n_kv_heads
+        scale = 1.0 / math.sqrt(d)
+
+        def linear(module: nn.Module, h: Any) -> Any:
+            out = lib.ggml_mul_mat(ctx, owner.weight(module), h)
+            bias = getattr(module, "bias", None)
+            return out if bias is None else lib.ggml_add(ctx, out, owner.float_tensor(bias))
+
+        def norm(module: RMSNorm, h: Any) -> Any:
+            return lib.ggml_mul(ctx, lib.ggml_rms_norm(ctx, h, module.eps), owner.float_tensor(module.weight))
+
+        def rope(h: Any) -> Any:
+            return lib.ggml_rope_ext(
+                ctx, h, pos, None, d, ROPE_NEOX, s.context_length, s.rope_theta, 1.0, 0.0, 1.0,
+                ROPE_BETA_FAST, ROPE_BETA_SLOW,
+            )  # fmt: skip
+
+        def heads(module: nn.Module, h: Any, n_heads: int, head_norm: RMSNorm | None) -> Any:
+            h = lib.ggml_reshape_3d(ctx, linear(module, h), d, n_heads, n_tokens)  # [D, H, T]
+            return rope(h if head_norm is None else norm(head_norm, h))  # Qwen3 norms each head first
+
+        h = x  # [dim, T]
+        for layer, blk in enumerate(owner.blocks):
+            attn, ffn = getattr(blk, "attn", blk), getattr(blk, "ffn", blk)
+            cur = norm(blk.attn_norm, h)
+            q = heads(attn.attn_q, cur, hq, getattr(attn, "attn_q_norm", None))
+            k = heads(attn.attn_k, cur, hkv, getattr(attn, "attn_k_norm", None))
+            v = lib.ggml_reshape_3d(ctx, linear(attn.attn_v, cur), d, hkv, n_tokens)
+            keys, on_keys = self._store(ctx, cache.k[layer, 0], k, rows)  # [D, kv_len, Hkv]
+            values, on_values = self._store(ctx, cache.v[layer, 0], v, rows)
+            self._on_cache.append((on_keys, on_values))
+            q = lib.ggml_permute(ctx, q, 0, 2, 1, 3)  # [D, T, Hq]
+            att = lib.ggml_flash_attn_ext(ctx, q, keys, values, mask, scale, 0.0, 0.0)  # [D, Hq, T]
+            att = lib.ggml_reshape_2d(ctx, att, d * hq, n_tokens)
+            h = lib.ggml_add(ctx, h, linear(attn.attn_output, att))
+            cur = norm(blk.ffn_norm, h)
+            act = lib.ggml_swiglu_split(ctx, linear(ffn.ffn_gate, cur), linear(ffn.ffn_up, cur))
+            h = lib.ggml_add(ctx, h, linear(ffn.ffn_down, act))
+        h = self.hidden = norm(owner.output_norm, h)  # [dim, T]
+        if last_only and n_tokens > 1:
+            row_bytes = h.contents.nb[1]
+            h = lib.ggml_view_2d(ctx, h, s.dim, 1, row_bytes, (n_tokens - 1) * row_bytes)
+        self.logits = lib.ggml_mul_mat(ctx, owner.weight(head), h)  # [V, T or 1]
+        lib.ggml_set_output(self.hidden)
+        lib.ggml_set_output(self.logits)
+        self.graph = lib.ggml_new_graph_custom(ctx, n_nodes, False)
+        lib.ggml_build_forward_expand(self.graph, self.logits)
+
+        self._galloc = lib.ggml_gallocr_new(ggml_kernels.cpu_buffer_type())
+        self._free_galloc = weakref.finalize(self, lib.ggml_gallocr_free, self._galloc)
+        if not lib.ggml_gallocr_alloc_graph(self._galloc, self.graph):
+            raise MemoryError("ggml could not allocate the step's intermediate tensors")
+        # where each tensor on the cache sits in the keys' or the values' memory (gallocr placed the views)
+        self._at = (cache.k.data_ptr(), cache.v.data_ptr())  # the cache the graph's tensors are on now
+        self._on_cache_at = [
+            (t.contents, kind, t.contents.data - self._at[kind])
+            for layer in self._on_cache
+            for kind, part in enumerate(layer)
+            for t in part
+        ]
+        self.n_out = 1 if last_only else n_tokens
+        self.dim, self.n_vocab = s.dim, int(self.logits.contents.ne[0])
+        self._plans: dict[int, Any] = {}
+
+    def _input(self, tensor: Any, buffer: np.ndarray) -> Any:
+        self.lib.ggml_set_input(tensor)
+        tensor.contents.data = buffer.ctypes.data
+        return tensor
+
+    def _store(self, ctx: Any, cache: torch.Tensor, new: Any, rows: Any) -> tuple[Any, list[Any]]:
+        """Write ``new`` [D, H, T] into ``cache`` (H, max_len, D) at ``rows``; the first kv_len positions, after.
+        Also returns the tensors on the cache's memory (the whole layer first), which each run points at its own
+        cache (:meth:`_point_at`)."""
+        lib = self.lib
+        n_heads, max_len, d = cache.shape
+        whole = lib.ggml_new_tensor_3d(ctx, self.cache_type, d, max_len, n_heads)
+        whole.contents.data = cache.data_ptr()  # the building cache's, until allocation has placed the views
+        written = lib.ggml_set_rows(ctx, whole, lib.ggml_permute(ctx, new, 0, 2, 1, 3), rows)  # a view of whole
+        nb = written.contents.nb
+        attended = lib.ggml_view_3d(ctx, written, d, self.kv_len, n_heads, nb[1], nb[2], 0)
+        return attended, [whole, written, attended]
+
+    def _point_at(self, cache: KVCache) -> None:
+        """The graph's tensors on a cache, moved onto ``cache``'s memory (of the shape the graph was built for)."""
+        at = (cache.k.data_ptr(), cache.v.data_ptr())
+        if at == self._at:
+            return
+        for tensor, kind, offset in self._on_cache_at:
+            tensor.data = at[kind] + offset
+        self._at = at
+
+    def run(self, x: torch.Tensor, cache: KVCache, start: int) -> StepOutput:
+        n = self.n_tokens
+        self._point_at(cache)
+        self.x_buf[:] = x.detach().to(torch.float32).numpy()
+        self.pos_buf[:] = np.arange(start, start + n, dtype=np.int32)
+        self.rows_buf[:] = self.pos_buf
+        visible = np.arange(self.kv_len)[None, :] <= self.pos_buf[:, None]  # causal: up to each token's position
+        self.mask_buf[:] = np.where(visible, 0.0, MASKED)
+        ggml_kernels.compute(self.graph, self._plans, torch.get_num_threads())
+        hidden = self._read(self.hidden, self.n_tokens, self.dim)[n - self.n_out :]
+        return StepOutput(hidden, self._read(self.logits, self.n_out, self.n_vocab))
+
+    @staticmethod
+    def _read(tensor: Any, rows: int, width: int) -> torch.Tensor:
+        data = (ctypes.c_float * (rows * width)).from_address(tensor.contents.data)
+        return torch.from_numpy(np.array(data, dtype=np.float32).reshape(rows, width))
