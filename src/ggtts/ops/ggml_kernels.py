@@ -308,7 +308,7 @@ class MatMul:
 
     @property
     def tensor(self) -> Any:
-        """The weight as a ggml tensor (for graphs that use it: :mod:`ggtts.models.qwen2.ggml_graph`)."""
+        """The weight as a ggml tensor (for graphs that use it: :mod:`ggtts.models.layers.ggml_stack`)."""
         return self._weight.tensor
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
