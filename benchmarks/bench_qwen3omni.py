@@ -18,6 +18,8 @@ process (its peak memory is its own), on ``--threads`` threads.
   ``Qwen3OmniMoeForConditionalGeneration.generate`` calls it; ggtts runs its generation loop, and its first frame's
   time is reported; then again with the file's code2wav streaming as the pipeline does (the first frame alone, then
   4, then 12 at a time): the real-time factor of speech and the time to first audio, on the same cores.
+  ``ggtts-q8_0-modules`` / ``ggtts-q4_0-modules``: the code predictor's steps as torch modules op by op
+  (``graph=False``) instead of one ggml graph each.
 - code2wav: real-time factor of decoding ``--c2w-frames`` frames in one go (transformers' forward and ggtts's), of
   transformers' ``chunked_decode(300, 25)``, and ggtts's first audio when it streams (the first frame pushed alone);
   ``ggtts-bf16`` is the f32 file with ``precision="bfloat16"`` (decoder convolutions in bfloat16; where the CPU has
@@ -72,7 +74,7 @@ THINKER_LAYERS = 48
 PREFILL, TEXT_ROWS = 40, 16
 FRAME_RATE = 12.5  # code2wav frames per second of audio
 PART_PEERS = {
-    "talker": ("transformers", "ggtts-q8_0", "ggtts-q4_0", "ggtts-f16"),
+    "talker": ("transformers", "ggtts-q8_0", "ggtts-q4_0", "ggtts-f16", "ggtts-q8_0-modules", "ggtts-q4_0-modules"),
     "code2wav": ("transformers", "ggtts-f32", "ggtts-q8_0", "ggtts-bf16"),
     "thinker": ("transformers", "ggtts-q8_0"),
 }
@@ -179,8 +181,9 @@ def talker_ggtts(directory: Path, kind: str, frames: int) -> dict[str, float]:
     from ggtts.runtime.memory import tune_allocator
 
     tune_allocator()  # as ggtts.load does
+    kind, modules = kind.removesuffix("-modules"), kind.endswith("-modules")
     t = time.perf_counter()
-    talker = Talker.from_gguf(GGUFFile(directory / f"talker-{kind}.gguf"))
+    talker = Talker.from_gguf(GGUFFile(directory / f"talker-{kind}.gguf"), graph=not modules)
     load = time.perf_counter() - t
     talker.cfg = dataclasses.replace(talker.cfg, codec_eos=-1)  # EOS suppressed like the others: exactly `frames`
     talker.cp.cfg = talker.cfg
@@ -194,7 +197,8 @@ def talker_ggtts(directory: Path, kind: str, frames: int) -> dict[str, float]:
             first = time.perf_counter() - t
     seconds = time.perf_counter() - t
     # with code2wav (the file's own), as the pipeline streams: the first frame alone, then 4, then 12 at a time
-    from ggtts.families.qwen3omni.pipeline import DEFAULTS, chunk_size
+    from ggtts.families.qwen3omni import Qwen3OmniOptions
+    from ggtts.families.qwen3omni.pipeline import chunk_size
     from ggtts.models.qwen3omni_code2wav.model import Code2Wav
 
     code2wav = Code2Wav.from_gguf(GGUFFile(directory / f"talker-{kind}.gguf"))
@@ -203,7 +207,7 @@ def talker_ggtts(directory: Path, kind: str, frames: int) -> dict[str, float]:
     t = time.perf_counter()
     for frame in generate_frames(talker, inputs, params):
         pending.append(frame)
-        if len(pending) >= chunk_size(stream.frames, first=not first_audio, most=DEFAULTS["chunk_frames"]):
+        if len(pending) >= chunk_size(stream.frames, first=not first_audio, most=Qwen3OmniOptions().chunk_frames):
             samples += stream.push(torch.tensor(pending).T.unsqueeze(0)).shape[-1]
             pending = []
             first_audio = first_audio or time.perf_counter() - t

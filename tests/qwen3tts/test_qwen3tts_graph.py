@@ -20,7 +20,7 @@ from _qwen3tts_tiny import Built, need_qwen_tts
 from ggtts.convert.qwen3tts_hf import convert_qwen3tts, mmproj_path
 from ggtts.families.qwen3omni.generate import TalkerSampling, generate_frames
 from ggtts.gguf import GGUFFile
-from ggtts.models.layers.ggml_stack import StackGraph, StackShape
+from ggtts.models.layers.ggml_stack import StackGraph, StackShape, graphable
 from ggtts.models.qwen3tts.config import MIN_FRAMES
 from ggtts.models.qwen3tts.model import Talker
 from ggtts.ops.ggml_kernels import unavailable_reason
@@ -139,11 +139,14 @@ def test_one_graph_serves_two_utterances_in_turn(built: Built, files: dict[str, 
     assert turns[0] != turns[1]
 
 
-def test_blocks_with_experts_are_left_to_torch(built: Built) -> None:
-    from ggtts.models.layers.qwen3 import Attention, Block, SparseMoE
+def test_blocks_it_cannot_build_are_refused() -> None:
+    """A block whose feed-forward is neither SwiGLU nor a mixture of SwiGLU experts is left to torch (the model's
+    loader asks :func:`graphable` first); building a graph of it is refused in one sentence."""
+    from ggtts.models.layers.qwen3 import Attention, Block
     from ggtts.models.layers.transformer import RMSNorm
 
-    moe = Block(64, 1e-6, Attention(64, 4, 2, 16, 1e-6), SparseMoE(64, 4, 2, 32, True))
+    other = Block(64, 1e-6, Attention(64, 4, 2, 16, 1e-6), torch.nn.GELU())
+    assert not graphable(other)
     shape = StackShape(64, 4, 2, 16, 1e-6, 10_000.0, 32)
-    with pytest.raises(ValueError, match="dense blocks"):
-        StackGraph([moe], RMSNorm(64, 1e-6), shape)
+    with pytest.raises(ValueError, match="attention and a SwiGLU feed-forward or experts only"):
+        StackGraph([other], RMSNorm(64, 1e-6), shape)

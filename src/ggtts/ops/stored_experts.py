@@ -116,6 +116,11 @@ class StoredExperts(nn.Module):
         self._graphs: OrderedDict[tuple[int, int, int], _IdGraph] = OrderedDict()
         self._lock = threading.Lock()  # a graph's pointers are set then used: one call at a time
 
+    @property
+    def tensor(self) -> Any:
+        """The stack as a ggml tensor (for graphs that use it: :mod:`ggtts.models.layers.ggml_stack`)."""
+        return self._tensor
+
     def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """As :meth:`Experts.forward`."""
         _check(x, ids, self.n_in)

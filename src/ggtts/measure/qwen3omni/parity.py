@@ -196,11 +196,15 @@ def stages(upstream: Any, tts: Any) -> list[StageResult]:
     inputs = talker_inputs(talker, tts.embedding, prompt, reply, cfg.speakers["ethan"])
     up_talker = upstream.talker
     theirs_t, theirs_tl = _hidden(up_talker.model.layers, lambda: up_talker(inputs_embeds=inputs.prefill).logits)
-    ours_t, _ = _hidden(talker.blk, lambda: talker.step(inputs.prefill, talker.new_cache(inputs.prefill.shape[1])))
+    with talker.modules_only():  # layer by layer: the torch modules' hooks see each layer
+        ours_t, _ = _hidden(talker.blk, lambda: talker.step(inputs.prefill, talker.new_cache(inputs.prefill.shape[1])))
     for i in range(cfg.talker.n_layers):
         add(f"talker.{i}", ours_t[i], theirs_t[i])
     with torch.no_grad():
         add("talker.logits", talker.output(talker.output_norm(ours_t[-1])), theirs_tl)
+        # the step as generation runs it (on the CPU one ggml graph): the last row's logits
+        _, last = talker.step(inputs.prefill, talker.new_cache(inputs.prefill.shape[1]))
+    add("talker.step.logits", last, theirs_tl[0, -1])
 
     ours_codes, ties = _greedy_codes(talker, inputs, codes)
     add("codes", ours_codes, codes, exact=True)

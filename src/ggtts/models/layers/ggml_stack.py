@@ -2,13 +2,15 @@
 no thread-pool wake-up per weight.
 
 The same maths as the torch blocks (Qwen2's :class:`~ggtts.models.qwen2.model.Block`, Qwen3's
-:class:`~ggtts.models.layers.qwen3.Block` with a dense feed-forward), written as ggml operations the way llama.cpp
-builds its ``qwen2`` / ``qwen3`` graphs: RMS norms, the linear layers on the weights as stored (the very ggml
-tensors the torch path's :class:`~ggtts.ops.stored_weights.StoredLinear` layers hold; float32 parameters read in
-place), biases where the layer has them, the per-head query/key RMS norms where the attention has them, NEOX rotary
-embeddings, new keys and values written into the caller's :class:`~ggtts.models.layers.kv_cache.KVCache` (ggml
-sees its tensors' memory, so the torch path and this one share a cache), attention over the cache up to a padded
-length under a mask, SwiGLU, the final norm and an output head.
+:class:`~ggtts.models.layers.qwen3.Block` with a dense feed-forward or a mixture of experts), written as ggml
+operations the way llama.cpp builds its ``qwen2`` / ``qwen3`` / ``qwen3moe`` graphs: RMS norms, the linear layers on
+the weights as stored (the very ggml tensors the torch path's :class:`~ggtts.ops.stored_weights.StoredLinear` and
+:class:`~ggtts.ops.stored_experts.StoredExperts` hold; float32 parameters read in place), biases where the layer
+has them, the per-head query/key RMS norms where the attention has them, NEOX rotary embeddings, new keys and values
+written into the caller's :class:`~ggtts.models.layers.kv_cache.KVCache` (ggml sees its tensors' memory, so the
+torch path and this one share a cache), attention over the cache up to a padded length under a mask, SwiGLU (or the
+router's softmax, its top-k experts through ``mul_mat_id`` weighted and summed, and a sigmoid-gated shared expert),
+the final norm and an output head.
 
 A graph is built once per (cache shape, rows per step, padded cache length, head, all rows or the last) and
 reused, for any cache of that shape: a step points the graph at its cache's memory, writes its inputs
@@ -31,6 +33,7 @@ import torch
 from torch import nn
 
 from ggtts.ops import ggml_kernels
+from ggtts.ops.stored_experts import Experts, StoredExperts
 from ggtts.ops.stored_weights import StoredEmbedding, StoredLinear
 
 if TYPE_CHECKING:
@@ -40,6 +43,7 @@ if TYPE_CHECKING:
 KV_STEP = 256  # attention reads the cache up to the next multiple: a new decoding graph every 256 positions
 GRAPHS_KEPT = 4  # (a prompt's graph, the decoding graph of the current and the last length)
 NODES_PER_LAYER = 56  # ops per layer with their views (about 40 with q/k norms and biases), rounded up
+NODES_PER_EXPERT_LAYER = 40  # more for a mixture of experts (about 25, and two per expert a row picks)
 PARAMS_PER_LAYER = 16  # float tensors a layer may hand ggml: 7 weights (float32 files), 3 biases, 4 norms
 ROPE_NEOX = 2  # ggml's GGML_ROPE_TYPE_NEOX: the two halves of each head rotate together (the Qwen layout)
 ROPE_BETA_FAST, ROPE_BETA_SLOW = 32.0, 1.0  # YaRN parameters ggml takes; inert with ext_factor 0
@@ -60,10 +64,15 @@ class StackShape:
     context_length: int  # the rotary table's length (ggml's n_ctx_orig; inert without YaRN)
 
 
-def dense(block: nn.Module) -> bool:
-    """Whether a block is one a graph builds: attention and a SwiGLU feed-forward (no experts)."""
+DENSE = ("ffn_gate", "ffn_up", "ffn_down")
+EXPERTS = ("ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps")
+
+
+def graphable(block: nn.Module) -> bool:
+    """Whether a block is one a graph builds: attention, then a SwiGLU feed-forward or a mixture of SwiGLU experts
+    (:class:`~ggtts.models.layers.qwen3.SparseMoE`: a softmax router, top-k, an optional gated shared expert)."""
     ffn = getattr(block, "ffn", block)
-    return all(isinstance(getattr(ffn, name, None), nn.Module) for name in ("ffn_gate", "ffn_up", "ffn_down"))
+    return any(all(isinstance(getattr(ffn, n, None), nn.Module) for n in names) for names in (DENSE, EXPERTS))
 
 
 @dataclass
@@ -82,8 +91,8 @@ class StackGraph:
     def __init__(
         self, blocks: Sequence[nn.Module], output_norm: RMSNorm, shape: StackShape, keep: int = GRAPHS_KEPT
     ) -> None:
-        if not all(dense(b) for b in blocks):
-            raise ValueError("ggml step graphs take dense blocks (attention and a SwiGLU feed-forward) only")
+        if not all(graphable(b) for b in blocks):
+            raise ValueError("ggml step graphs take blocks of attention and a SwiGLU feed-forward or experts only")
         self.blocks: list[Any] = list(blocks)  # Qwen2's blocks or Qwen3's (attention and ffn parts)
         self.output_norm, self.shape, self.keep = output_norm, shape, keep
         self.lib = lib = ggml_kernels.kernels()
@@ -104,8 +113,16 @@ class StackGraph:
             return self.float_tensor(module.weight)
         raise TypeError(f"no ggml weight for {type(module).__name__}")
 
+    def experts(self, module: nn.Module) -> Any:
+        """The ggml tensor of an expert stack ``[n_in, n_out, E]`` (stored, or the float32 parameter's memory)."""
+        if isinstance(module, StoredExperts):
+            return module.tensor
+        if isinstance(module, Experts):
+            return self.float_tensor(module.weight)
+        raise TypeError(f"no ggml expert stack for {type(module).__name__}")
+
     def float_tensor(self, t: torch.Tensor) -> Any:
-        """A ggml F32 tensor on a contiguous float32 CPU torch tensor's memory (1-D or 2-D)."""
+        """A ggml F32 tensor on a contiguous float32 CPU torch tensor's memory (1-D to 3-D)."""
         t = t.detach()
         if t.dtype != torch.float32 or not t.is_contiguous() or t.device.type != "cpu":
             raise ValueError("ggml graphs take contiguous float32 CPU tensors")
@@ -116,8 +133,10 @@ class StackGraph:
         lib = self.lib
         if t.dim() == 1:
             g = lib.ggml_new_tensor_1d(self._ctx, lib.GGML_TYPE_F32, t.shape[0])
-        else:
+        elif t.dim() == 2:
             g = lib.ggml_new_tensor_2d(self._ctx, lib.GGML_TYPE_F32, t.shape[1], t.shape[0])
+        else:
+            g = lib.ggml_new_tensor_3d(self._ctx, lib.GGML_TYPE_F32, t.shape[2], t.shape[1], t.shape[0])
         g.contents.data = t.data_ptr()
         self._tensors[key] = g
         return g
@@ -168,7 +187,11 @@ class _StepGraph:
         self.lib, self.n_tokens, self.kv_len = lib, n_tokens, kv_len
         self._head = head  # kept alive with the graph that reads its weight
         self.cache_type = lib.GGML_TYPE_F16 if cache.k.dtype == torch.float16 else lib.GGML_TYPE_F32
-        n_nodes = NODES_PER_LAYER * len(owner.blocks) + 64
+        n_nodes = 64 + sum(
+            NODES_PER_LAYER
+            + (NODES_PER_EXPERT_LAYER + 2 * b.ffn.n_used if hasattr(b, "ffn") and hasattr(b.ffn, "n_used") else 0)
+            for b in owner.blocks
+        )
         ctx = ggml_kernels.new_context(
             self, (n_nodes + 16) * lib.ggml_tensor_overhead() + lib.ggml_graph_overhead_custom(n_nodes, False)
         )
@@ -206,6 +229,37 @@ class _StepGraph:
             h = lib.ggml_reshape_3d(ctx, linear(module, h), d, n_heads, n_tokens)  # [D, H, T]
             return rope(h if head_norm is None else norm(head_norm, h))  # Qwen3 norms each head first
 
+        def swiglu(ffn: Any, h: Any, part: str = "") -> Any:  # ffn_down{part}(silu(ffn_gate{part}) * ffn_up{part})
+            act = lib.ggml_swiglu_split(
+                ctx, linear(getattr(ffn, f"ffn_gate{part}"), h), linear(getattr(ffn, f"ffn_up{part}"), h)
+            )
+            return linear(getattr(ffn, f"ffn_down{part}"), act)
+
+        def experts(moe: Any, h: Any) -> Any:  # llama.cpp's build_moe_ffn, softmax gating
+            n_expert, k = moe.ffn_gate_exps.n_expert, moe.n_used
+            probs = lib.ggml_soft_max(ctx, linear(moe.ffn_gate_inp, h))  # [E, T]
+            picked = lib.ggml_argsort_top_k(ctx, probs, k)  # [k, T]
+            weights = lib.ggml_get_rows(ctx, lib.ggml_reshape_3d(ctx, probs, 1, n_expert, n_tokens), picked)
+            if moe.norm_topk_prob:  # [1, k, T] over their sum
+                flat = lib.ggml_reshape_2d(ctx, weights, k, n_tokens)
+                weights = lib.ggml_reshape_3d(
+                    ctx, lib.ggml_div(ctx, flat, lib.ggml_sum_rows(ctx, flat)), 1, k, n_tokens
+                )
+            rows = lib.ggml_reshape_3d(ctx, h, s.dim, 1, n_tokens)  # every pick reads the row
+            gate = lib.ggml_mul_mat_id(ctx, owner.experts(moe.ffn_gate_exps), rows, picked)  # [n_ff, k, T]
+            up = lib.ggml_mul_mat_id(ctx, owner.experts(moe.ffn_up_exps), rows, picked)
+            act = lib.ggml_swiglu_split(ctx, gate, up)
+            out = lib.ggml_mul_mat_id(ctx, owner.experts(moe.ffn_down_exps), act, picked)  # [dim, k, T]
+            out = lib.ggml_mul(ctx, out, weights)
+            nb = out.contents.nb
+            total = lib.ggml_view_2d(ctx, out, s.dim, n_tokens, nb[2], 0)
+            for j in range(1, k):  # the picks' sum
+                total = lib.ggml_add(ctx, total, lib.ggml_view_2d(ctx, out, s.dim, n_tokens, nb[2], j * nb[1]))
+            if not moe.n_ff_shexp:
+                return total
+            gate = lib.ggml_sigmoid(ctx, linear(moe.ffn_gate_inp_shexp, h))  # [1, T]
+            return lib.ggml_add(ctx, total, lib.ggml_mul(ctx, swiglu(moe, h, "_shexp"), gate))
+
         h = x  # [dim, T]
         for layer, blk in enumerate(owner.blocks):
             attn, ffn = getattr(blk, "attn", blk), getattr(blk, "ffn", blk)
@@ -221,8 +275,7 @@ class _StepGraph:
             att = lib.ggml_reshape_2d(ctx, att, d * hq, n_tokens)
             h = lib.ggml_add(ctx, h, linear(attn.attn_output, att))
             cur = norm(blk.ffn_norm, h)
-            act = lib.ggml_swiglu_split(ctx, linear(ffn.ffn_gate, cur), linear(ffn.ffn_up, cur))
-            h = lib.ggml_add(ctx, h, linear(ffn.ffn_down, act))
+            h = lib.ggml_add(ctx, h, swiglu(ffn, cur) if hasattr(ffn, "ffn_down") else experts(ffn, cur))
         h = self.hidden = norm(owner.output_norm, h)  # [dim, T]
         if last_only and n_tokens > 1:
             row_bytes = h.contents.nb[1]

@@ -13,14 +13,15 @@ input is the sum of the frame's code embeddings.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ggtts.gguf import GGUFFile
-from ggtts.models.layers.ggml_stack import StackGraph, StackShape, dense
+from ggtts.models.layers.ggml_stack import StackGraph, StackShape, graphable
 from ggtts.models.layers.gguf_state import empty_modules
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.layers.qwen3 import Attention, Block, DenseFFN, RMSNorm, RotaryEmbedding, SparseMoE, load_weights
@@ -56,12 +57,12 @@ class ResizeMLP(nn.Module):
 
 
 def _stack_graph(cfg: StackConfig, blocks: nn.ModuleList, norm: RMSNorm, rope_len: int, keep: int) -> StackGraph | None:
-    """The blocks' steps as ggml graphs where they can be: on the CPU, ggml's kernels installed, dense blocks of
-    float32 parameters (weights stored or float32)."""
+    """The blocks' steps as ggml graphs where they can be: on the CPU, ggml's kernels installed, blocks of float32
+    parameters (weights stored or float32)."""
     weight = norm.weight
     if weight.device.type != "cpu" or weight.dtype != torch.float32 or ggml_kernels.unavailable_reason() is not None:
         return None
-    if not all(dense(b) for b in blocks):
+    if not all(graphable(b) for b in blocks):
         return None
     shape = StackShape(cfg.dim, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.rms_eps, cfg.rope_theta, rope_len)
     return StackGraph(list(blocks), norm, shape, keep)
@@ -163,12 +164,12 @@ class TalkerStack(nn.Module):
         self.cp = CodePredictor(cfg, cp_embed_dim)
         self.weights_note: str | None = None
         self.static: StaticCaches[tuple[torch.Tensor, torch.Tensor]] | None = None  # one-row steps, by capacity
-        self.graph: StackGraph | None = None  # each step one ggml graph (CPU, dense blocks; see loaded)
+        self.graph: StackGraph | None = None  # each step one ggml graph (CPU; see loaded)
 
     def loaded(self, device: str | torch.device, max_len: int, step_graphs: bool, graph: bool = True) -> TalkerStack:
         """After the weights are in (built on the meta device): the rotary tables on ``device``, the CUDA step
         graphs where asked for, eval mode. On the CPU with ggml's kernels (and ``graph``), each step of the talker
-        (where its blocks are dense) and of the code predictor runs as one ggml graph
+        (dense or with experts) and of the code predictor runs as one ggml graph
         (:class:`~ggtts.models.layers.ggml_stack.StackGraph`) instead of the torch modules op by op."""
         s, c = self.cfg.talker, self.cfg.code_predictor
         self.rope = RotaryEmbedding(s.head_dim, s.rope_theta, max_len).to(device)
@@ -181,6 +182,17 @@ class TalkerStack(nn.Module):
             self.cp.graph = _stack_graph(c, self.cp.blk, self.cp.output_norm, self.cfg.n_codebooks + 1,
                                          keep=self.cfg.n_codebooks)  # fmt: skip
         return self.eval()
+
+    @contextlib.contextmanager
+    def modules_only(self) -> Iterator[None]:
+        """Inside, every step of the talker and the code predictor runs the torch modules op by op (their hooks
+        see each layer: layer-by-layer parity), not the ggml graphs."""
+        saved = self.graph, self.cp.graph
+        self.graph = self.cp.graph = None
+        try:
+            yield
+        finally:
+            self.graph, self.cp.graph = saved
 
     def use_static_steps(self, capture: bool = True) -> None:
         """From now on, :meth:`new_cache` hands out caches of fixed capacity and each one-row step on one runs as
@@ -253,8 +265,8 @@ class Talker(TalkerStack):
     ) -> Talker:  # fmt: skip
         """The talker and code predictor of a ``qwen3omni-talker`` file (its code2wav tensors are left for
         :mod:`ggtts.models.qwen3omni_code2wav`). On CUDA each one-row talker step is a captured CUDA graph over a
-        fixed cache (:meth:`use_static_steps`) unless ``step_graphs=False``; on the CPU each code-predictor step is
-        one ggml graph unless ``graph=False`` (:meth:`~TalkerStack.loaded`)."""
+        fixed cache (:meth:`use_static_steps`) unless ``step_graphs=False``; on the CPU each step of the talker and
+        of the code predictor is one ggml graph unless ``graph=False`` (:meth:`~TalkerStack.loaded`)."""
         from ggtts.gguf.keys import Qwen3OmniCode2Wav
 
         cfg = TalkerConfig.from_gguf(gguf)
