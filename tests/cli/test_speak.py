@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -175,3 +176,13 @@ def test_cache_lists_what_is_kept(
     assert rows == [["misaki/", "2.0", "KiB"], ["model.gguf", "1.0", "KiB"], ["total", "3.0", "KiB"]]
     assert main(["cache", "--path"]) == 0
     assert capsys.readouterr().out == f"{home}\n"
+
+
+@pytest.mark.parametrize(("argv", "status"), [(["cache", "--path"], 0), (["info", "/no/such/model.gguf"], 1)])
+def test_the_ggtts_command_exits_with_mains_status(argv: list[str], status: int) -> None:
+    """The console script (:func:`ggtts.cli.run`: :func:`main`, then an exit with the collector frozen) keeps
+    main's exit status and output."""
+    code = f"import sys; sys.argv = ['ggtts', *{argv!r}]; from ggtts.cli import run; run()"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == status, done.stderr
+    assert (done.stdout.strip() if status == 0 else done.stderr.strip()) != ""

