@@ -18,8 +18,8 @@ process (its peak memory is its own), on ``--threads`` threads.
   ``Qwen3OmniMoeForConditionalGeneration.generate`` calls it; ggtts runs its generation loop, and its first frame's
   time is reported; then again with the file's code2wav streaming as the pipeline does (the first frame alone, then
   4, then 12 at a time): the real-time factor of speech and the time to first audio, on the same cores.
-  ``ggtts-q8_0-modules`` / ``ggtts-q4_0-modules``: the code predictor's steps as torch modules op by op
-  (``graph=False``) instead of one ggml graph each.
+  ``ggtts-q8_0-modules`` / ``ggtts-q4_0-modules``: the talker's and code predictor's steps as torch modules op by
+  op (``graph=False``) instead of one ggml graph each (the same for the thinker's ``ggtts-q8_0-modules``).
 - code2wav: real-time factor of decoding ``--c2w-frames`` frames in one go (transformers' forward and ggtts's), of
   transformers' ``chunked_decode(300, 25)``, and ggtts's first audio when it streams (the first frame pushed alone);
   ``ggtts-bf16`` is the f32 file with ``precision="bfloat16"`` (decoder convolutions in bfloat16; where the CPU has
@@ -76,7 +76,7 @@ FRAME_RATE = 12.5  # code2wav frames per second of audio
 PART_PEERS = {
     "talker": ("transformers", "ggtts-q8_0", "ggtts-q4_0", "ggtts-f16", "ggtts-q8_0-modules", "ggtts-q4_0-modules"),
     "code2wav": ("transformers", "ggtts-f32", "ggtts-q8_0", "ggtts-bf16"),
-    "thinker": ("transformers", "ggtts-q8_0"),
+    "thinker": ("transformers", "ggtts-q8_0", "ggtts-q8_0-modules"),
 }
 
 
@@ -279,7 +279,9 @@ def thinker_worker(directory: Path, peer: str, layers: int) -> dict[str, float]:
         from ggtts.gguf import GGUFFile
         from ggtts.models.qwen3omnimoe.model import Thinker
 
-        model = Thinker.from_gguf(GGUFFile(directory / f"thinker-{layers}l-q8_0.gguf"))
+        model = Thinker.from_gguf(
+            GGUFFile(directory / f"thinker-{layers}l-q8_0.gguf"), graph=not peer.endswith("-modules")
+        )
         ids = tokens[0].tolist()
         with torch.inference_mode():
             model.greedy(ids, 2)  # warm-up

@@ -75,6 +75,19 @@ def graphable(block: nn.Module) -> bool:
     return any(all(isinstance(getattr(ffn, n, None), nn.Module) for n in names) for names in (DENSE, EXPERTS))
 
 
+def stack_graph(
+    blocks: Sequence[nn.Module], output_norm: RMSNorm, shape: StackShape, keep: int = GRAPHS_KEPT
+) -> StackGraph | None:
+    """The blocks' steps as ggml graphs where they can be: on the CPU, ggml's kernels installed, blocks a graph
+    builds (:func:`graphable`) of float32 parameters (weights stored or float32); else None (the torch modules)."""
+    weight = output_norm.weight
+    if weight.device.type != "cpu" or weight.dtype != torch.float32 or ggml_kernels.unavailable_reason() is not None:
+        return None
+    if not all(graphable(b) for b in blocks):
+        return None
+    return StackGraph(blocks, output_norm, shape, keep)
+
+
 @dataclass
 class StepOutput:
     """A step's results: the normed hidden states ``(n_out, dim)`` and the head's logits ``(n_out, V)``."""

@@ -21,14 +21,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from ggtts.gguf import GGUFFile
-from ggtts.models.layers.ggml_stack import StackGraph, StackShape, graphable
+from ggtts.models.layers.ggml_stack import StackGraph, StackShape, stack_graph
 from ggtts.models.layers.gguf_state import empty_modules
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.layers.qwen3 import Attention, Block, DenseFFN, RMSNorm, RotaryEmbedding, SparseMoE, load_weights
 from ggtts.models.layers.static_steps import StaticCaches, StaticDecode
 from ggtts.models.layers.transformer import StaticPosition, new_kv_cache
 from ggtts.models.qwen3omni_talker.config import PredictorShape, StackConfig, TalkerConfig, TalkerShape
-from ggtts.ops import ggml_kernels
 from ggtts.ops.stored_experts import Experts
 
 
@@ -57,15 +56,8 @@ class ResizeMLP(nn.Module):
 
 
 def _stack_graph(cfg: StackConfig, blocks: nn.ModuleList, norm: RMSNorm, rope_len: int, keep: int) -> StackGraph | None:
-    """The blocks' steps as ggml graphs where they can be: on the CPU, ggml's kernels installed, blocks of float32
-    parameters (weights stored or float32)."""
-    weight = norm.weight
-    if weight.device.type != "cpu" or weight.dtype != torch.float32 or ggml_kernels.unavailable_reason() is not None:
-        return None
-    if not all(graphable(b) for b in blocks):
-        return None
     shape = StackShape(cfg.dim, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.rms_eps, cfg.rope_theta, rope_len)
-    return StackGraph(list(blocks), norm, shape, keep)
+    return stack_graph(list(blocks), norm, shape, keep)
 
 
 def _run(blocks: nn.ModuleList, rope: RotaryEmbedding, x: torch.Tensor, cache: KVCache) -> torch.Tensor:

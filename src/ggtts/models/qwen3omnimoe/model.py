@@ -20,6 +20,7 @@ from torch import nn
 
 from ggtts.errors import GGUFError
 from ggtts.gguf import GGUFFile
+from ggtts.models.layers.ggml_stack import StackGraph, StackShape, stack_graph
 from ggtts.models.layers.gguf_state import empty_modules
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.layers.qwen3 import Attention, Block, DenseFFN, SparseMoE, load_weights
@@ -70,6 +71,7 @@ class Thinker(nn.Module):
         self.output = None if cfg.tied_output else nn.Linear(cfg.dim, cfg.n_vocab, bias=False)
         self.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, max_len or cfg.context_length)
         self.weights_note: str | None = None  # why weights were widened to float, when they were
+        self.graph: StackGraph | None = None  # steps as ggml graphs (from_gguf sets it where ggml runs)
 
     @classmethod
     def from_gguf(
@@ -81,12 +83,14 @@ class Thinker(nn.Module):
         max_len: int | None = None,
         stored_weights: bool = True,
         available: int | None = None,
+        graph: bool = True,
     ) -> Thinker:
         """The thinker of a ``qwen3omnimoe`` (or ``qwen3moe``) file. Weights the file stores as F16, BF16 or blocks
         (Q8_0, ...) stay so and run through ggml's kernels on CPU (expert stacks read only the picked experts);
         ``stored_weights=False``, a GPU ``device``, or ggml not installed widen them to ``dtype``. A thinker whose
         weights do not fit in memory (``available`` bytes; default: what the system reports) is refused up front
-        (:class:`ThinkerTooLarge`)."""
+        (:class:`ThinkerTooLarge`). On the CPU in float32, a step that asks for no hidden states is one ggml graph
+        (:class:`~ggtts.models.layers.ggml_stack.StackGraph`) unless ``graph=False``."""
         cfg = ThinkerConfig.from_gguf(gguf)
         check_fits(gguf, device=device, dtype=dtype, stored_weights=stored_weights, available=available)
         max_len = min(max_len or cfg.context_length, cfg.context_length)
@@ -94,7 +98,12 @@ class Thinker(nn.Module):
             model = cls(cfg, max_len=max_len)
         model.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, max_len)
         _, model.weights_note = load_weights(model, gguf, device=device, stored_weights=stored_weights)
-        return model.to(device=device, dtype=dtype).eval()
+        model = model.to(device=device, dtype=dtype).eval()
+        if graph:
+            shape = StackShape(cfg.dim, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.rms_eps, cfg.rope_theta,
+                               max_len)  # fmt: skip
+            model.graph = stack_graph(list(model.blk), model.output_norm, shape)
+        return model
 
     def new_cache(self, max_len: int, *, batch: int = 1, dtype: torch.dtype | None = None) -> KVCache:
         """A cache for ``max_len`` positions, in the model's dtype unless ``dtype`` says otherwise."""
@@ -136,6 +145,9 @@ class Thinker(nn.Module):
             raise ValueError(f"hidden state {bad[0]} does not exist: the thinker has 0..{self.cfg.n_layers}")
         h = embeddings if tokens is None else self.embed(tokens)
         assert h is not None
+        if self.graph is not None and logits and not wanted and self.graph.takes(cache, rows=h.shape[0]):
+            head = self.output if self.output is not None else self.token_embd
+            return ThinkerOutput(self.graph.step(h[0], cache, head, last_only=last_only).logits.unsqueeze(0))
         cache.check_fits(cache.length + h.shape[1])
         hidden: dict[int, torch.Tensor] = {0: h} if 0 in wanted else {}
         start = cache.length
