@@ -4,7 +4,8 @@ a process of its own.
     python benchmarks/bench_piper.py [--threads 2] [--runs 3]
 
 Engines: ggtts in float32, ggtts with ``precision="bfloat16"`` (where the CPU has native bfloat16: its row is left
-out elsewhere), piper-tts.
+out elsewhere), ``ggtts-1d`` (float32, the decoder's stages over ``(B, C, T)`` as before they ran channels-last),
+piper-tts.
 
 Prints, per engine: real-time factor over the benchmark paragraph and the five short texts (synthesis seconds per
 second of audio; lower is faster), time to the first sentence's audio for the paragraph, and the process's peak
@@ -22,7 +23,7 @@ import subprocess
 import sys
 import time
 
-ENGINES = ("ggtts", "ggtts-bf16", "piper-tts")
+ENGINES = ("ggtts", "ggtts-bf16", "ggtts-1d", "piper-tts")
 
 
 def _worker(engine: str, threads: int, runs: int) -> dict[str, float]:
@@ -36,6 +37,8 @@ def _worker(engine: str, threads: int, runs: int) -> dict[str, float]:
 
         torch.set_num_threads(threads)
         model = ggtts.load("piper-joe", device="cpu", precision="bfloat16" if engine.endswith("bf16") else "float32")
+        if engine.endswith("-1d"):  # the decoder's stages as 1-D convolutions over (B, C, T), as before channels-last
+            model.model.dec.channels_last = False
         rate = model.sample_rate
 
         def stream(text: str):  # type: ignore[no-untyped-def]

@@ -8,13 +8,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from torch import nn
 
 import ggtts
 from ggtts.errors import InputError
 from ggtts.families.piper.pipeline import PiperPipeline
 from ggtts.measure.piper.upstream import VOICES, build_upstream, write_voice
-from ggtts.models.layers.bfloat16 import BFloat16Conv1d, BFloat16ConvTranspose1d
+from ggtts.models.layers.bfloat16 import BFloat16Conv1d
+from ggtts.models.layers.channels_last import ChannelsLastConv1d, ChannelsLastConvTranspose1d
 
 pytest.importorskip("piper.train.vits.models")
 pytest.importorskip("onnx")
@@ -40,13 +42,15 @@ def _load(path: Path, bfloat16: bool = False) -> PiperPipeline:
 def test_only_the_upsampling_and_resblock_convolutions_change(voice: Path) -> None:
     model = _load(voice)
     dec = model.model.dec
+    assert dec.channels_last  # on a CPU the stages run channels-last, in float32 until asked otherwise
     count = dec.use_bfloat16()
-    ups = [m for m in dec.ups if type(m) is BFloat16ConvTranspose1d]
-    blocks = [m for m in dec.resblocks.modules() if type(m) is BFloat16Conv1d]
+    bf16 = torch.bfloat16
+    ups = [m for m in dec.ups if type(m) is ChannelsLastConvTranspose1d and m.compute_dtype == bf16]
+    blocks = [m for m in dec.resblocks.modules() if type(m) is ChannelsLastConv1d and m.compute_dtype == bf16]
     assert count == len(ups) + len(blocks) and len(ups) == len(dec.ups) == 4 and blocks
     assert type(dec.conv_pre) is nn.Conv1d and type(dec.conv_post) is nn.Conv1d
     others = [m for name, m in model.model.named_modules() if not name.startswith("dec.")]
-    assert not any(isinstance(m, BFloat16Conv1d) for m in others)
+    assert not any(isinstance(m, BFloat16Conv1d | ChannelsLastConv1d) for m in others)
     assert "bf16" not in "".join(model.model.state_dict())  # the file's tensors, under their names
 
 
@@ -70,7 +74,9 @@ def test_precision_is_a_load_option_refused_where_not_native(voice: Path, monkey
 
     monkeypatch.setattr(ops_precision, "bfloat16_supported", lambda device="cpu": True)
     model = ggtts.load(voice, precision="bfloat16")
-    assert isinstance(model, PiperPipeline) and type(model.model.dec.ups[0]) is BFloat16ConvTranspose1d
+    up = model.model.dec.ups[0]
+    assert isinstance(model, PiperPipeline) and type(up) is ChannelsLastConvTranspose1d
+    assert up.compute_dtype == torch.bfloat16
     monkeypatch.setattr(ops_precision, "bfloat16_supported", lambda device="cpu": False)
     with pytest.raises(InputError, match="no native bfloat16"):
         ggtts.load(voice, precision="bfloat16")

@@ -18,6 +18,7 @@ from torch import nn
 from ggtts.errors import InputError
 from ggtts.models.layers.bfloat16 import to_bfloat16
 from ggtts.models.layers.channel_norm import ChannelLayerNorm
+from ggtts.models.layers.channels_last import channels_last, channels_last_convolutions
 from ggtts.models.piper.config import PiperConfig
 
 LRELU_SLOPE = 0.1
@@ -393,11 +394,14 @@ class Generator(nn.Module):
             for k, d in zip(cfg.resblock_kernels, cfg.resblock_dilations, strict=True)
         )
         self.conv_post = nn.Conv1d(c0 >> len(self.ups), 1, 7, padding=3, bias=False)
+        self.channels_last = False  # the upsampling stages run channels-last (use_channels_last)
 
     def forward(self, z: torch.Tensor, speaker: torch.Tensor | None) -> torch.Tensor:
         x = self.conv_pre(z)
         if speaker is not None:
             x = x + self.cond(speaker)
+        if self.channels_last:
+            x = channels_last(x)  # (B, C, 1, T), time-major
         for i, up in enumerate(self.ups):
             x = up(F.leaky_relu(x, LRELU_SLOPE))
             blocks = self.resblocks[i * self.n_kernels : (i + 1) * self.n_kernels]
@@ -405,12 +409,24 @@ class Generator(nn.Module):
             for block in blocks[1:]:
                 total = total + block(x)
             x = total / self.n_kernels
+        if x.dim() == 4:
+            x = x.squeeze(2).contiguous()
         return torch.tanh(self.conv_post(F.leaky_relu(x)))  # torch's default slope here, as upstream
+
+    def use_channels_last(self, dtype: torch.dtype = torch.float32) -> int:
+        """The upsampling and resblock stages run over a channels-last layout from now on
+        (:mod:`ggtts.models.layers.channels_last`: the same maths, 1.4x faster on a CPU here), their products in
+        ``dtype``. How many convolutions were turned."""
+        self.channels_last = True
+        return channels_last_convolutions(self.ups, dtype) + channels_last_convolutions(self.resblocks, dtype)
 
     def use_bfloat16(self) -> int:
         """The upsampling and resblock convolutions multiply in bfloat16 from now on, giving float32 back
-        (:mod:`ggtts.models.layers.bfloat16`); ``conv_pre`` and ``conv_post`` stay float32. How many were turned.
-        A choice of speed over float32's parity (what it changes: docs/benchmarks.md, Piper)."""
+        (channels-last where the stages already are, else :mod:`ggtts.models.layers.bfloat16`); ``conv_pre`` and
+        ``conv_post`` stay float32. How many were turned. A choice of speed over float32's parity (what it changes:
+        docs/benchmarks.md, Piper)."""
+        if self.channels_last:
+            return self.use_channels_last(torch.bfloat16)
         return to_bfloat16(self.ups) + to_bfloat16(self.resblocks)
 
 

@@ -1,0 +1,76 @@
+"""The channels-last convolution drop-ins (:mod:`ggtts.models.layers.channels_last`): over a ``(B, C, 1, T)``
+time-major layout they give what the plain 1-D layers give (float32: the same maths, rounding aside), keep the
+layout, follow weight changes, and still take 3-D inputs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ggtts.models.layers.channels_last import (
+    ChannelsLastConv1d,
+    ChannelsLastConvTranspose1d,
+    channels_last,
+    channels_last_convolutions,
+)
+
+LAYERS = [
+    nn.Conv1d(6, 5, 3, padding=1),
+    nn.Conv1d(6, 5, 7, dilation=3, padding=9),  # a dilated "same" convolution, as Piper's resblocks
+    nn.Conv1d(6, 6, 5, stride=2, padding=2, groups=3, bias=False),
+    nn.ConvTranspose1d(6, 4, 16, stride=8, padding=4),  # HiFi-GAN's upsampling
+    nn.ConvTranspose1d(6, 4, 5, stride=3, padding=1, output_padding=2, dilation=2),
+]
+
+
+@pytest.mark.parametrize("layer", LAYERS, ids=lambda m: repr(m))
+def test_drop_ins_give_the_plain_layers_output(layer: nn.Module) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 6, 41)
+    with torch.no_grad():
+        want = layer(x)
+        assert channels_last_convolutions(layer) == 1
+        assert type(layer) in (ChannelsLastConv1d, ChannelsLastConvTranspose1d)
+        got = layer(channels_last(x))
+        flat = layer(x)  # a 3-D input: the plain convolution
+    assert got.shape == (*want.shape[:2], 1, want.shape[2])
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    torch.testing.assert_close(got.squeeze(2), want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(flat, want, rtol=1e-5, atol=1e-5)
+
+
+def test_bfloat16_products_and_float32_activations() -> None:
+    torch.manual_seed(1)
+    layer = nn.Conv1d(8, 8, 3, padding=1)
+    x = torch.randn(1, 8, 50)
+    with torch.no_grad():
+        want = layer(x)
+        channels_last_convolutions(layer, torch.bfloat16)
+        got = layer(channels_last(x)).squeeze(2)
+    assert got.dtype == torch.float32
+    error = float((got - want).norm() / want.norm())
+    assert 0 < error < 2e-2, error  # bfloat16's rounding, not more
+
+
+def test_the_copies_follow_the_weights() -> None:
+    """New weight values (a test scaling them in place, a state dict loaded) reach the next call."""
+    torch.manual_seed(2)
+    layer = nn.Conv1d(4, 4, 3, padding=1)
+    x = channels_last(torch.randn(1, 4, 20))
+    channels_last_convolutions(layer)
+    with torch.no_grad():
+        layer(x)  # the copies, made
+        layer.weight.mul_(2.0)
+        layer.bias.add_(1.0)
+        got = layer(x).squeeze(2)
+        want = F.conv1d(x.squeeze(2), layer.weight, layer.bias, padding=1)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert set(layer.state_dict()) == {"weight", "bias"}  # the copies are not the layer's state
+
+
+def test_only_zero_padded_layers_are_turned() -> None:
+    block = nn.Sequential(nn.Conv1d(2, 2, 3, padding=1, padding_mode="reflect"), nn.Conv1d(2, 2, 1), nn.ReLU())
+    assert channels_last_convolutions(block) == 1
+    assert type(block[0]) is nn.Conv1d and type(block[1]) is ChannelsLastConv1d
