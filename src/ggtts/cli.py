@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 from ggtts.flags import PROG
 
 MAX_LIST_ITEMS = 8  # metadata arrays longer than this are summarised by `info`
+SERVERS = ("serve", "wyoming")  # long-running: their threads wait as libgomp decides (runtime.threads)
 
 
 def _fail(message: str, status: int = 1) -> int:
@@ -523,7 +524,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from ggtts.runtime import threads
 
         # batch's --threads is each worker's; its workers inherit how threads wait
-        threads.configure(None if args.command == "batch" else getattr(args, "threads", None))
+        threads.configure(
+            None if args.command == "batch" else getattr(args, "threads", None), serving=args.command in SERVERS
+        )
         status: int = args.func(args)
         return status
     except GGTTSError as e:

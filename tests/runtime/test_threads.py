@@ -112,3 +112,22 @@ print(handed, torch.get_num_threads(), *asyncio.run(counts()), torch.get_num_thr
     handed, main, model, other, main_after = run.stdout.split()
     assert (handed, main, model, main_after) == ("2", "1", "2", "1"), run.stdout
     assert other in ("1", "2"), run.stdout  # torch's own choice for a thread nobody set
+
+
+@pytest.mark.usefixtures("torch_not_loaded")
+def test_a_server_does_not_judge_by_the_load_it_starts_under(monkeypatch: pytest.MonkeyPatch) -> None:
+    _load(monkeypatch, 3.5)
+    threads.configure(None, serving=True)
+    assert threads.WAIT_POLICY_ENV not in threads.os.environ  # libgomp's own default: spin a while, then sleep
+    threads.configure(None)
+    assert threads.os.environ[threads.WAIT_POLICY_ENV] == "PASSIVE"
+
+
+@pytest.mark.parametrize(("argv", "serving"), [(["serve", "--max-queue", "-1"], True), (["cache", "--path"], False)])
+def test_the_servers_are_configured_as_servers(monkeypatch: pytest.MonkeyPatch, argv: list[str], serving: bool) -> None:
+    from ggtts import cli
+
+    seen: list[bool] = []
+    monkeypatch.setattr(threads, "configure", lambda _threads, *, serving=False: seen.append(serving))
+    cli.main(argv)
+    assert seen == [serving]

@@ -8,6 +8,11 @@ spinning thread holds a core that the thread everyone waits for needs, and work 
 cores). So a command that starts on a busy machine makes its threads sleep when they wait
 (``OMP_WAIT_POLICY=PASSIVE``), and one that starts on a quiet machine lets them spin.
 
+The servers (``serve``, ``wyoming``) do not judge by the load they start under: they outlive it (a server started at
+boot, or right after other work, read a busy load average and made its threads sleep for its whole life: Piper's
+first audio through ``ggtts wyoming`` came 30-60 % later, measured). They leave libgomp's own default: spin a
+while, then sleep (and spin very little once it manages more threads than there are cores).
+
 - ``--threads N`` (``speak``, ``serve``, ``wyoming``; ``batch`` has it per worker) or ``$GGTTS_THREADS`` sets
   the number of torch threads (default: torch's, one per physical core).
 - ``$OMP_WAIT_POLICY`` set by the user (``ACTIVE`` or ``PASSIVE``) is left as it is.
@@ -103,10 +108,12 @@ def add_threads_argument(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def configure(threads: int | None) -> None:
-    """At a command's start, before torch is loaded: how threads wait (by the machine's load), then how many."""
+def configure(threads: int | None, *, serving: bool = False) -> None:
+    """At a command's start, before torch is loaded: how threads wait (by the machine's load, but for a server:
+    ``serving``), then how many."""
     threads = threads or threads_from_env()
-    choose_wait_policy(threads)
+    if not serving:
+        choose_wait_policy(threads)
     set_threads(threads)
 
 
