@@ -12,7 +12,7 @@ import ggtts
 from ggtts.errors import InputError
 from ggtts.families.kokoro.pipeline import KokoroTTS
 from ggtts.models.kokoro import precision
-from ggtts.models.kokoro.precision import BFloat16Conv1d
+from ggtts.models.kokoro.precision import bfloat16_layers
 
 TEXT = "hˈI ðˈɛɹ, wˈʌn tˈu θɹˈi."
 
@@ -41,14 +41,14 @@ def test_only_the_resblock_and_noise_convolutions_change(tiny: Path) -> None:
     assert isinstance(reference, KokoroTTS)
     count = precision.use_bfloat16_convolutions(reference.model.decoder.generator)
     generator = reference.model.decoder.generator
-    converted = [m for m in generator.modules() if isinstance(m, BFloat16Conv1d)]
+    converted = bfloat16_layers(generator)
     assert count == len(converted) > 0
     assert type(generator.conv_post) is nn.Conv1d  # its outputs go through exp and sin: float32
-    assert all(type(m) is not BFloat16Conv1d for m in reference.model.decoder.encode.modules())
+    assert not bfloat16_layers(reference.model.decoder.encode) and not bfloat16_layers(generator.ups)
     assert "weight_bf16" not in "".join(generator.state_dict())  # the file's tensors, under the same names
     if model is not None:
         assert isinstance(model, KokoroTTS)
-        assert len([m for m in model.model.modules() if isinstance(m, BFloat16Conv1d)]) == count
+        assert len(bfloat16_layers(model.model)) == count
 
 
 def test_bfloat16_audio_is_close_to_float32_but_not_equal(tiny: Path) -> None:
@@ -106,10 +106,37 @@ def test_weights_changed_after_conversion_are_used(tiny: Path) -> None:
     assert isinstance(model, KokoroTTS)
     precision.use_bfloat16_convolutions(model.model.decoder.generator)
     before = model.synthesize(TEXT, voice="v_one", phonemes=True).samples
-    conv = next(m for m in model.model.modules() if isinstance(m, BFloat16Conv1d))
+    conv = bfloat16_layers(model.model)[0]
     with torch.no_grad():
         conv.weight.mul_(0.5)
     after = model.synthesize(TEXT, voice="v_one", phonemes=True).samples
     assert not np.array_equal(before, after)
     model.model.float()  # the copies are no buffers: casting the module leaves them alone
     assert np.array_equal(model.synthesize(TEXT, voice="v_one", phonemes=True).samples, after)
+
+
+def test_the_vocoder_runs_channels_last_with_float32s_results(tiny: Path) -> None:
+    """On a CPU the generator's stages run channels-last (2-D convolutions over a time-major layout): the audio is
+    float32's to rounding (measured 7.8e-7 of the peak), and a batch of rows renders as each row alone."""
+    import torch
+
+    model = ggtts.load(str(tiny))
+    assert isinstance(model, KokoroTTS)
+    generator = model.model.decoder.generator
+    assert generator.channels_last
+    fast = model.synthesize(TEXT, voice="v_one", phonemes=True).samples
+    generator.channels_last = False  # the same layers over (B, C, T)
+    flat = model.synthesize(TEXT, voice="v_one", phonemes=True).samples
+    assert len(fast) == len(flat)
+    error = float(np.abs(fast - flat).max() / np.abs(flat).max())
+    print(f"channels-last vs 1-D: {error:.1e} of the peak")
+    assert error < 1e-5
+    generator.channels_last = True
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, generator.ups[0].in_channels, 6, generator=g)
+    s = torch.randn(2, model.model.decoder.generator.resblocks[0].adain1[0].fc.in_features, generator=g)
+    har = torch.randn(2, generator.n_fft + 2, 6 * generator.spectrum_frames_per_frame + 1, generator=g)
+    with torch.inference_mode():
+        both = generator.body(x, s, har)
+        rows = torch.cat([generator.body(x[i : i + 1], s[i : i + 1], har[i : i + 1]) for i in range(2)])
+    assert torch.equal(both, rows)

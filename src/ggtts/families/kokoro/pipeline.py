@@ -246,6 +246,8 @@ class KokoroTTS(TTSModel):
             raise InputError(f"compile must be true or false, not {compiled!r}")
         check_precision(precision, device)
         config, model, voicepacks, vocab = load_kokoro(gguf, device)
+        if torch.device(device).type == "cpu":  # the vocoder's stages channels-last (models/layers/channels_last.py)
+            model.decoder.generator.use_channels_last()
         if precision == "bfloat16":
             use_bfloat16_convolutions(model.decoder.generator)
         if compiled:

@@ -23,13 +23,18 @@ class AdaIN1d(nn.Module):
         self.fc = nn.Linear(style_dim, 2 * channels)
 
     def forward(self, x: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
-        # x: (B, C, T); s: (B, style_dim). The style's scale and shift are folded into the norm's affine
-        # parameters, so one batch-norm kernel over (1, B * C, T), which is instance norm, does all the work.
-        batch, channels, length = x.shape
+        # x: (B, C, T), or (1, C, 1, T) channels-last; s: (B, style_dim). The style's scale and shift are folded
+        # into the norm's affine parameters, so one batch-norm kernel over (1, B * C, T), which is instance norm,
+        # does all the work (over one channels-last row, batch norm is instance norm as it is).
         gamma, beta = self.fc(s).chunk(2, dim=1)  # (B, C) each
         gain = 1 + gamma
         weight = (gain * self.norm.weight).reshape(-1)
         bias = (gain * self.norm.bias + beta).reshape(-1)
+        if x.dim() == 4:
+            if x.shape[0] != 1:
+                raise ValueError("channels-last AdaIN takes one row at a time")
+            return F.batch_norm(x, None, None, weight, bias, True, 0.0, INSTANCE_NORM_EPS)
+        batch, channels, length = x.shape
         y = F.batch_norm(x.reshape(1, batch * channels, length), None, None, weight, bias, True, 0.0, INSTANCE_NORM_EPS)
         return y.reshape(batch, channels, length)
 
@@ -40,6 +45,8 @@ def snake(x: torch.Tensor, alpha: torch.Tensor) -> torch.Tensor:
     ``x`` is overwritten (callers pass a temporary): two full-size buffers instead of four keep the vocoder's
     large activations out of the allocator and the page-fault path.
     """
+    if x.dim() == 4:  # (B, C, 1, T) channels-last
+        alpha = alpha.unsqueeze(-1)
     t = torch.mul(x, alpha).sin_().square_()
     return x.addcmul_(t, torch.reciprocal(alpha))
 

@@ -7,7 +7,8 @@ compute dtype. oneDNN runs these faster than the 1-D convolutions over ``(B, C, 
 channels at up to 22,050 samples a second: 1.4x in float32, measured); the maths is the same (float32), or the
 products are bfloat16 ones where asked (the activations between layers stay float32). The layers are their ``nn``
 classes' drop-ins (same parameters, same state-dict names); the copies are made again whenever the weights change,
-kept as plain attributes so neither the state dict nor ``.float()`` sees them. A 3-D input runs the plain 1-D
+kept as plain attributes so neither the state dict nor ``.float()`` sees them (a layer computing in its weights' own
+dtype follows ``.double()``). A 3-D input runs the plain 1-D
 convolution (in the compute dtype), so an unprepared caller still works.
 """
 
@@ -30,11 +31,14 @@ def channels_last(x: torch.Tensor) -> torch.Tensor:
 class _Copies:
     weight: torch.Tensor
     bias: torch.Tensor | None
-    compute_dtype: torch.dtype = torch.float32
+    compute_dtype: torch.dtype | None = None  # None: the weight's own (a model turned to float64 computes in it)
 
     def _copies(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The weight as a 4-D channels-last copy and the bias, in the compute dtype."""
-        weight, bias, dtype = self.weight, self.bias, self.compute_dtype
+        if torch.compiler.is_compiling():  # the copies made before compiling (no graph break on the check)
+            return cast(tuple[torch.Tensor, torch.Tensor | None], self.__dict__["_layout_cache"][1])
+        weight, bias = self.weight, self.bias
+        dtype = self.compute_dtype or weight.dtype
         key = (dtype, weight._version, weight.data_ptr(), None if bias is None else (bias._version, bias.data_ptr()))
         cached = self.__dict__.get("_layout_cache")
         if cached is None or cached[0] != key:
@@ -77,10 +81,10 @@ class ChannelsLastConvTranspose1d(_Copies, nn.ConvTranspose1d):
         return y.to(x.dtype)
 
 
-def channels_last_convolutions(module: nn.Module, dtype: torch.dtype = torch.float32) -> int:
+def channels_last_convolutions(module: nn.Module, dtype: torch.dtype | None = None) -> int:
     """Turn the zero-padded ``nn.Conv1d`` and ``nn.ConvTranspose1d`` layers in ``module`` (or their bfloat16 or
-    channels-last drop-ins) into channels-last drop-ins computing in ``dtype``, in place, making the copies now;
-    returns how many."""
+    channels-last drop-ins) into channels-last drop-ins computing in ``dtype`` (None: their weights' own), in place,
+    making the copies now; returns how many."""
     count = 0
     for layer in module.modules():
         if not isinstance(layer, nn.Conv1d | nn.ConvTranspose1d) or layer.padding_mode != "zeros":

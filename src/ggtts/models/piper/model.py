@@ -413,10 +413,10 @@ class Generator(nn.Module):
             x = x.squeeze(2).contiguous()
         return torch.tanh(self.conv_post(F.leaky_relu(x)))  # torch's default slope here, as upstream
 
-    def use_channels_last(self, dtype: torch.dtype = torch.float32) -> int:
+    def use_channels_last(self, dtype: torch.dtype | None = None) -> int:
         """The upsampling and resblock stages run over a channels-last layout from now on
         (:mod:`ggtts.models.layers.channels_last`: the same maths, 1.4x faster on a CPU here), their products in
-        ``dtype``. How many convolutions were turned."""
+        ``dtype`` (None: float32, as the weights). How many convolutions were turned."""
         self.channels_last = True
         return channels_last_convolutions(self.ups, dtype) + channels_last_convolutions(self.resblocks, dtype)
 
