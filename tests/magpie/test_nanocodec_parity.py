@@ -23,7 +23,9 @@ from ggtts.models.nanocodec.model import NanoCodec, Snake
 
 pytestmark = pytest.mark.needs_reference
 
-ATOL = 1e-6  # activations are O(1); measured 0
+# activations are O(1); measured 1.1e-6 with the upsampling stages channels-last (2-D convolutions over a time-major
+# layout: another summation order than NeMo's 1-D ones, which gave 0)
+ATOL = 1e-5
 STORED_ATOL = {"f16": 2e-3, "q8_0": 0.0}  # measured 2.5e-4; q8_0 stores every tensor of this codec as F32
 
 
@@ -55,8 +57,8 @@ def _stages(n_stages: int) -> list[str]:
 def _captured(model: torch.nn.Module, names: list[str]) -> Iterator[dict[str, torch.Tensor]]:
     outputs: dict[str, torch.Tensor] = {}
 
-    def hook(name: str) -> Any:
-        return lambda module, args, out: outputs.__setitem__(name, out.detach().clone())
+    def hook(name: str) -> Any:  # ours' channels-last stages give (B, C, 1, T): the same values as (B, C, T)
+        return lambda module, args, out: outputs.__setitem__(name, out.detach().reshape(*out.shape[:2], -1).clone())
 
     handles = [model.get_submodule(n).register_forward_hook(hook(n)) for n in names]
     try:

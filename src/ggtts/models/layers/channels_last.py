@@ -66,10 +66,12 @@ class ChannelsLastConvTranspose1d(_Copies, nn.ConvTranspose1d):
     """An ``nn.ConvTranspose1d`` (zero padding) over ``(B, C, 1, T)`` channels-last inputs; returns the input's
     dtype."""
 
-    def forward(self, x: torch.Tensor, output_size: list[int] | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, output_size: list[int] | None = None, *, bias: bool = True) -> torch.Tensor:
+        """``bias=False``: without the bias (a streaming caller adds it after its overlap-add)."""
         if output_size is not None:
             raise NotImplementedError("an output size is not taken here: the layer's output_padding holds")
         w, b = self._copies()
+        b = b if bias else None
         (stride,), (dilation,), (extra,) = self.stride, self.dilation, self.output_padding
         (padding,) = cast(tuple[int], self.padding)
         if x.dim() == 3:
