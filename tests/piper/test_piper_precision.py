@@ -54,6 +54,17 @@ def test_only_the_upsampling_and_resblock_convolutions_change(voice: Path) -> No
     assert "bf16" not in "".join(model.model.state_dict())  # the file's tensors, under their names
 
 
+def test_a_voice_loaded_in_inference_mode_speaks(voice: Path) -> None:
+    """Weights loaded under ``torch.inference_mode`` (inference tensors: no version counter) still make the
+    channels-last copies, in float32 and bfloat16."""
+    with torch.inference_mode():
+        model = _load(voice)
+        f32 = model.synthesize(TEXT, noise_scale=0.0, noise_w=0.0).samples
+        model.model.dec.use_bfloat16()
+        bf16 = model.synthesize(TEXT, noise_scale=0.0, noise_w=0.0).samples
+    assert len(f32) == len(bf16) > 0 and np.isfinite(bf16).all()
+
+
 def test_bfloat16_audio_is_close_to_float32_but_not_equal(voice: Path) -> None:
     """Noise off: the same durations, so the same length; the audio differs by bfloat16's rounding only (1.2 %
     measured, relative L2; the bound is 2.5 times that)."""

@@ -139,6 +139,15 @@ def test_one_graph_serves_two_utterances_in_turn(built: Built, files: dict[str, 
     assert turns[0] != turns[1]
 
 
+def test_a_step_of_no_rows_is_refused(built: Built, files: dict[str, Path]) -> None:
+    talker = _load(files["f32"], graph=True)
+    assert talker.graph is not None
+    cache = talker.new_cache(8)
+    with pytest.raises(ValueError, match="at least one row"):
+        talker.graph.step(torch.zeros(0, talker.cfg.talker.dim), cache, talker.output)
+    assert cache.length == 0
+
+
 def test_blocks_it_cannot_build_are_refused() -> None:
     """A block whose feed-forward is neither SwiGLU nor a mixture of SwiGLU experts is left to torch (the model's
     loader asks :func:`graphable` first); building a graph of it is refused in one sentence."""

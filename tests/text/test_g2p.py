@@ -190,6 +190,7 @@ def test_spacys_command_line_is_imported_only_when_asked_for() -> None:
         print("loaded_without", "spacy.cli" in sys.modules, "httpx" in sys.modules, "weasel" in sys.modules)
         import spacy
 
+        print("stand_in_info", callable(spacy.cli.info), "spacy.cli" in sys.modules)
         print("download", spacy.cli.download.__module__, "spacy.cli" in sys.modules)
         import spacy.cli
         from spacy.cli.info import info
@@ -203,6 +204,7 @@ def test_spacys_command_line_is_imported_only_when_asked_for() -> None:
     lines = dict(line.split(" ", 1) for line in result.stdout.strip().splitlines() if " " in line)
     assert lines["phonemes"].startswith("həlˈO")
     assert lines["loaded_without"] == "False False False"
+    assert lines["stand_in_info"] == "True False"  # spacy.cli.info is a function before and after
     assert lines["download"] == "spacy.cli.download True"
     assert lines["same"] == "True True"
     assert lines["info"] == "['location']"

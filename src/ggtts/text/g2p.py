@@ -116,7 +116,7 @@ def _import_spacy() -> None:
         if "spacy" in sys.modules:
             return
         cli, info = _DeferredModule("spacy.cli"), _DeferredModule("spacy.cli.info")
-        vars(info)["info"], vars(cli)["info"] = _deferred_info, info
+        vars(info)["info"] = vars(cli)["info"] = _deferred_info  # spacy.cli.info is the function, as spaCy's
         sys.modules.update(zip(SPACY_CLI_MODULES, (cli, info), strict=True))
         try:
             import spacy

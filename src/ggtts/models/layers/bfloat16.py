@@ -14,7 +14,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["BFloat16Conv1d", "BFloat16ConvTranspose1d", "to_bfloat16"]
+__all__ = ["BFloat16Conv1d", "BFloat16ConvTranspose1d", "to_bfloat16", "weight_version"]
+
+
+def weight_version(t: torch.Tensor) -> int | None:
+    """A tensor's version counter (what changes when it is written in place); None for an inference tensor (made
+    under ``torch.inference_mode``: it has none, and cannot be changed in place outside that mode)."""
+    return None if t.is_inference() else t._version
 
 
 class _BFloat16Weights:
@@ -23,7 +29,8 @@ class _BFloat16Weights:
 
     def _bfloat16(self) -> tuple[torch.Tensor, torch.Tensor | None]:
         weight, bias = self.weight, self.bias
-        key = (weight._version, weight.data_ptr(), None if bias is None else (bias._version, bias.data_ptr()))
+        version = weight_version
+        key = (version(weight), weight.data_ptr(), None if bias is None else (version(bias), bias.data_ptr()))
         cached = self.__dict__.get("_bf16_cache")
         if cached is None or cached[0] != key:
             copies = (weight.detach().to(torch.bfloat16), None if bias is None else bias.detach().to(torch.bfloat16))

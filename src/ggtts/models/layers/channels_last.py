@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ggtts.models.layers.bfloat16 import weight_version
+
 __all__ = ["ChannelsLastConv1d", "ChannelsLastConvTranspose1d", "channels_last", "channels_last_convolutions"]
 
 
@@ -39,7 +41,8 @@ class _Copies:
             return cast(tuple[torch.Tensor, torch.Tensor | None], self.__dict__["_layout_cache"][1])
         weight, bias = self.weight, self.bias
         dtype = self.compute_dtype or weight.dtype
-        key = (dtype, weight._version, weight.data_ptr(), None if bias is None else (bias._version, bias.data_ptr()))
+        version = weight_version
+        key = (dtype, version(weight), weight.data_ptr(), None if bias is None else (version(bias), bias.data_ptr()))
         cached = self.__dict__.get("_layout_cache")
         if cached is None or cached[0] != key:
             w = weight.detach().to(dtype).unsqueeze(2).contiguous(memory_format=torch.channels_last)

@@ -174,6 +174,8 @@ class StackGraph:
         if not self.takes(cache):
             raise ValueError("ggml graphs take one sequence and a contiguous float32 or float16 CPU cache")
         n = x.shape[0]
+        if n == 0:
+            raise ValueError("a step needs at least one row")
         start = cache.length
         end = start + n
         cache.check_fits(end)
