@@ -12,7 +12,8 @@ its own) on the same 41 text tokens with guidance on, then off: EOS is held off 
 ``--frames`` codec frames (86 = 4.0 s of audio; 21.5 frames/s is real time).
 
 - ggtts is warmed up first as ``ggtts serve`` warms a model (a few frames of another text), then streams as its
-  pipeline does (the very first frame at once, then 4 frames a chunk), twice: first audio is when the
+  pipeline does (the very first frame at once, then 4 frames, then 12 a chunk; ``ggtts-q8_0-chunks4``: 4 frames a
+  chunk throughout, as ``chunk_frames=4`` does and as the pipeline did before), twice: first audio is when the
   first chunk's samples exist, for a text length it has not seen ("first audio": ggml builds its graphs for the
   new input length) and for the same text once more ("again");
 - NeMo runs ``infer_batch`` with the local transformer as ``do_tts`` does, then its codec; it gives no audio before
@@ -63,7 +64,7 @@ def peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_ggtts(directory: Path, kind: str, frames: int, guidance: bool) -> dict[str, float]:
+def run_ggtts(directory: Path, kind: str, frames: int, guidance: bool, chunk: int | None = None) -> dict[str, float]:
     from ggtts.families.magpie.generate import GenerationParams, MagpieGenerator
     from ggtts.gguf import GGUFFile
     from ggtts.models.magpie.model import load_magpie
@@ -83,33 +84,38 @@ def run_ggtts(directory: Path, kind: str, frames: int, guidance: bool) -> dict[s
         temperature=d.temperature, top_k=d.top_k, cfg_scale=d.cfg_scale if guidance else None, prior=True,
         max_frames=frames, min_frames=frames + 1, seed=0,
     )  # fmt: skip
-    measured = [_utterance(model, codec, params, ids, frames) for _ in range(2)]  # a new text length, then again
+    measured = [_utterance(model, codec, params, ids, frames, chunk) for _ in range(2)]  # a new length, then again
     n, model_time, total, first = measured[0]
     return {"frames": n, "model_fps": n / model_time, "rtf": total / (n / REAL_TIME_FPS), "first_audio": first,
             "first_again": measured[1][3], "load": load, "peak_mib": peak_mib()}  # fmt: skip
 
 
-def _utterance(model: Any, codec: Any, params: Any, ids: list[int], frames: int) -> tuple[int, float, float, float]:
-    """(frames, model seconds, total seconds, first-audio seconds) of one streamed utterance."""
+def _utterance(
+    model: Any, codec: Any, params: Any, ids: list[int], frames: int, chunk: int | None
+) -> tuple[int, float, float, float]:
+    """(frames, model seconds, total seconds, first-audio seconds) of one streamed utterance, chunked as the pipeline
+    chunks it (``chunk``: as ``chunk_frames=chunk`` does)."""
     from ggtts.families.magpie.generate import MagpieGenerator
+    from ggtts.families.magpie.pipeline import chunk_frames
 
     stream = codec.stream()
     start = time.perf_counter()
     first = model_time = 0.0
-    n = 0
+    n = pushed = 0
     pending = []
     for codes in MagpieGenerator(model, params).frames(ids, 0):
         pending.append(codes)
         n += codes.shape[1]
-        if not first:  # the pipeline's chunking: the very first frame at once, then 4 frames a chunk
+        if not first:  # the pipeline's chunking: the very first frame at once, then chunk_frames()
             stream.push(pending[0][:, :1])
             first = time.perf_counter() - start
-            pending = [pending[0][:, 1:]]
-        if sum(c.shape[1] for c in pending) >= 4 or n == frames:
+            pending, pushed = [pending[0][:, 1:]], 1
+        waiting = sum(c.shape[1] for c in pending)
+        if waiting >= (chunk or chunk_frames(pushed)) or n == frames:
             t = time.perf_counter()
             stream.push(torch.cat(pending, dim=1))
             model_time -= time.perf_counter() - t  # the codec's share, counted apart
-            pending = []
+            pending, pushed = [], pushed + waiting
     total = time.perf_counter() - start
     return n, model_time + total, total, first
 
@@ -148,7 +154,8 @@ def worker(args: argparse.Namespace) -> None:
     if args.worker in ("nemo", "nemo-cached"):
         result = run_nemo(args.dir, args.frames, guidance, cached=args.worker == "nemo-cached")
     else:
-        result = run_ggtts(args.dir, args.worker.removeprefix("ggtts-"), args.frames, guidance)
+        kind, _, chunk = args.worker.removeprefix("ggtts-").partition("-chunks")  # ggtts-q8_0-chunks4: fixed
+        result = run_ggtts(args.dir, kind, args.frames, guidance, int(chunk) if chunk else None)
     print(json.dumps(result))
 
 

@@ -61,6 +61,24 @@ def test_streamed_chunks_join_to_the_one_shot_decoding_of_the_codes(files: tuple
     )
 
 
+def test_by_default_chunks_grow_after_the_first_frame(files: tuple[Path, ...]) -> None:
+    """Asked for no chunk size, a stream sends the first frame alone, then about 4 frames, then 12 at a time (the
+    codec decodes a push of 12 frames at 0.21 of real time at the real shape, one of 4 at 0.28-0.33); the pieces
+    still join to the whole."""
+    import ggtts
+    from ggtts.families.magpie.pipeline import DEFAULT_CHUNK_FRAMES, RAMP_FRAMES
+
+    tts = ggtts.load(files[0])
+    text = "Hello world. This is a test of the magpie voice!"
+    parts = list(tts.stream(text, voice="Leo", max_frames=40, seed=5))
+    frames = [len(p) // 64 for p in parts]  # the tiny codec: 64 samples a frame
+    assert sum(frames) == 40 and frames[0] == 1
+    assert RAMP_FRAMES <= frames[1] < RAMP_FRAMES + 2  # two frames arrive per step (frame stacking)
+    assert all(DEFAULT_CHUNK_FRAMES <= f < DEFAULT_CHUNK_FRAMES + 2 for f in frames[2:-1]) and len(frames) >= 4
+    whole = tts.synthesize(text, voice="Leo", max_frames=40, seed=5).samples
+    assert np.array_equal(np.concatenate([p.samples for p in parts]), whole)
+
+
 def test_text_is_chunked_as_nemo_chunks_it() -> None:
     """Whole under NeMo's 45-word threshold; above it, sentences, and word cuts for a sentence that is too long."""
     from ggtts.families.magpie.pipeline import sentences

@@ -54,7 +54,9 @@ class MagpieOptions:
     seed: int = option(0, "seed for sampling (default 0)", flag="--seed", check=check_seed)
     codec: str | None = option(None, "the codec GGUF (nano-codec), chosen at load", flag="--codec", server=False)
     chunk_frames: int | None = option(
-        None, "codec frames per streamed chunk (default 4)", check=_number("chunk_frames", 1, True)
+        None,
+        "codec frames per streamed chunk (default: the first frame alone, then 4, then 12)",
+        check=_number("chunk_frames", 1, True),
     )
 
 
