@@ -22,12 +22,39 @@ from torch import nn
 
 from ggtts.models.layers.bfloat16 import weight_version
 
-__all__ = ["ChannelsLastConv1d", "ChannelsLastConvTranspose1d", "channels_last", "channels_last_convolutions"]
+__all__ = [
+    "ChannelsLastConv1d",
+    "ChannelsLastConvTranspose1d",
+    "channels_last",
+    "channels_last_convolutions",
+    "laid_out",
+    "pad_left",
+    "zeros_before",
+]
 
 
 def channels_last(x: torch.Tensor) -> torch.Tensor:
     """``(B, C, T)`` -> ``(B, C, 1, T)`` stored time-major."""
     return x.unsqueeze(2).contiguous(memory_format=torch.channels_last)
+
+
+def laid_out(t: torch.Tensor) -> torch.Tensor:
+    """A 4-D tensor stored channels-last (as a prepared stage's activations are); any other as it is."""
+    return t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t
+
+
+def zeros_before(x: torch.Tensor, n: int) -> torch.Tensor:
+    """``n`` steps of zeros shaped and laid out as ``x``'s: a causal convolution's padding, or its first past."""
+    return laid_out(x.new_zeros(*x.shape[:-1], n))
+
+
+def pad_left(x: torch.Tensor, n: int) -> torch.Tensor:
+    """``x`` after ``n`` zero steps, in x's layout (``F.pad`` would not keep channels-last; one copy either way)."""
+    if not n:
+        return x
+    if x.dim() == 3:
+        return F.pad(x, (n, 0))
+    return torch.cat([zeros_before(x, n), x], dim=-1)
 
 
 class _Copies:

@@ -24,7 +24,13 @@ from torch import nn
 from ggtts.errors import GGUFError, InputError
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import NanoCodec as K
-from ggtts.models.layers.channels_last import ChannelsLastConvTranspose1d, channels_last, channels_last_convolutions
+from ggtts.models.layers.channels_last import (
+    ChannelsLastConvTranspose1d,
+    channels_last,
+    channels_last_convolutions,
+    pad_left,
+    zeros_before,
+)
 from ggtts.models.layers.gguf_state import load_module_from_gguf
 from ggtts.models.nanocodec.config import NanoCodecConfig
 
@@ -93,22 +99,12 @@ class CausalConv1d(nn.Module):
     def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
         """``state`` (streaming): the last inputs of the previous call stand in for the zero padding."""
         if state is None:
-            return self.conv(self._zeros(x) if x.dim() == 4 and self.left_pad else F.pad(x, (self.left_pad, 0)))
+            return self.conv(pad_left(x, self.left_pad))
         past = state.get(self)
-        x = torch.cat([_zeros(x, self.left_pad) if past is None else past, x], dim=-1)
+        x = torch.cat([zeros_before(x, self.left_pad) if past is None else past, x], dim=-1)
         if self.left_pad:
             state[self] = x[..., x.shape[-1] - self.left_pad :]
         return self.conv(x)
-
-    def _zeros(self, x: torch.Tensor) -> torch.Tensor:
-        """``x`` after ``left_pad`` zeros, in x's layout."""
-        return torch.cat([_zeros(x, self.left_pad), x], dim=-1)
-
-
-def _zeros(x: torch.Tensor, n: int) -> torch.Tensor:
-    """``n`` steps of zeros shaped and laid out as ``x``'s."""
-    zeros = x.new_zeros(*x.shape[:-1], n)
-    return zeros.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else zeros
 
 
 class CausalConvTranspose1d(nn.Module):

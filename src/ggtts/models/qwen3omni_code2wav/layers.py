@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ggtts.models.layers.channels_last import pad_left, zeros_before
+
 StreamState = dict[nn.Module, torch.Tensor]  # per layer: past inputs, overlap spill, or keys and values
 SNAKE_EPS = 1e-9  # upstream SnakeBeta's no_div_by_zero
 CONVNEXT_KERNEL = 7  # depthwise convolution of each ConvNeXt block
@@ -50,12 +52,7 @@ class CausalConvNet(nn.Module):
         self.weight_4d: torch.Tensor | None = None  # channels-last copy (to_channels_last)
 
     def _pad(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.left_pad:
-            return x
-        if x.dim() == 3:
-            return F.pad(x, (self.left_pad, 0))
-        zeros = x.new_zeros(*x.shape[:-1], self.left_pad).contiguous(memory_format=CHANNELS_LAST)
-        return torch.cat([zeros, x], dim=-1)  # one copy (F.pad fills the whole output, then copies)
+        return pad_left(x, self.left_pad)
 
     def _conv(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() == 3:
@@ -77,10 +74,8 @@ class CausalConvNet(nn.Module):
         if x.shape[-1] == 0:
             return x.new_zeros(x.shape[0], self.conv.out_channels, *x.shape[2:])
         past = state.get(self)
-        if past is None:
-            past = x.new_zeros(*x.shape[:-1], self.left_pad)
-            if x.dim() == 4:  # channels-last, as x: so the joined input (and what is kept of it) stays so
-                past = past.contiguous(memory_format=torch.channels_last)
+        if past is None:  # laid out as x: so the joined input (and what is kept of it) stays channels-last
+            past = zeros_before(x, self.left_pad)
         x = torch.cat([past, x], dim=-1)
         if self.left_pad:
             state[self] = x[..., x.shape[-1] - self.left_pad :]

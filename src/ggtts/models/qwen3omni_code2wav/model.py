@@ -20,6 +20,7 @@ from torch import nn
 from ggtts.errors import InputError
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Qwen3OmniCode2Wav as K
+from ggtts.models.layers.channels_last import channels_last, laid_out
 from ggtts.models.layers.gguf_state import empty_modules, load_module_from_gguf
 from ggtts.models.qwen3omni_code2wav.config import Code2WavConfig
 from ggtts.models.qwen3omni_code2wav.layers import (
@@ -152,7 +153,7 @@ class Code2Wav(StreamingDecoder):
         for stage in self.upsample:
             x = stage(x, state)
         if self.decoder_channels_last:
-            x = x.unsqueeze(2).contiguous(memory_format=torch.channels_last)  # (B, C, 1, T), time-major
+            x = channels_last(x)  # (B, C, 1, T), time-major
         for layer in self.decoder:
             x = layer(x, state)
         return x.reshape(x.shape[0], 1, -1).clamp(*CLAMP)
@@ -188,11 +189,6 @@ class Code2Wav(StreamingDecoder):
             pieces.append(self(codes[..., start - context : end])[..., context * hop :])
             start = end
         return torch.cat(pieces, dim=-1) if pieces else self(codes)
-
-
-def _layout(value: torch.Tensor) -> torch.Tensor:
-    """A stored state tensor in the layout its layer runs in: 4-D ones (the decoder's convolutions) channels-last."""
-    return value.contiguous(memory_format=torch.channels_last) if value.dim() == 4 else value
 
 
 class Code2WavStream:
@@ -236,7 +232,7 @@ class Code2WavStream:
             raise ValueError(f"not this decoder's state: {unknown[0] if unknown else f'{frames} frames'}")
         stream = cls(model)
         stream.frames, stream._shape = frames, shape
-        stream._state = {layers[name]: _layout(value.to(model.device)) for name, value in saved.items()}
+        stream._state = {layers[name]: laid_out(value.to(model.device)) for name, value in saved.items()}
         return stream
 
     @torch.inference_mode()

@@ -21,6 +21,7 @@ from torch import nn
 
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Qwen3TTS as K
+from ggtts.models.layers.channels_last import channels_last
 from ggtts.models.layers.gguf_state import empty_modules, load_module_from_gguf
 from ggtts.models.qwen3omni_code2wav.layers import (
     DECODER_KERNEL,
@@ -210,7 +211,7 @@ class SpeechDecoder(StreamingDecoder):
         x = self.tfm(x, start, state).transpose(1, 2)  # (B, latent, N)
         for stage in self.up.blk:
             x = stage(x, state)
-        x = self.dac.entry(x.unsqueeze(2).contiguous(memory_format=torch.channels_last), state)  # (B, C, 1, T)
+        x = self.dac.entry(channels_last(x), state)  # (B, C, 1, T)
         for block in self.dac.blk:
             x = block(x, state)
         x = self.dac.post_conv(self.dac.post_snake(x, state), state)
