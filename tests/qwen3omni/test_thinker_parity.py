@@ -4,6 +4,7 @@ and a real GGUF file (a tiny random text model with a dense layer, 8 experts top
 from __future__ import annotations
 
 import re
+import statistics
 import sys
 import weakref
 from collections.abc import Iterator, Mapping
@@ -46,6 +47,9 @@ ROUNDED_TOLERANCE = 1e-3
 # on an Intel Xeon (AMX) the top logits of one step were 0.018 (0.5 %) apart (issue 28); 1 % noise on every weight
 # matrix gives 3e-2 to 1.5e-1 per step (measured).
 ROUNDED_STEP_TOLERANCE = 1e-2
+# ... the step graph against the modules at a step where an activation's Q8_0 rounding flips (a 1e-7 difference in
+# the f32 parts before it): measured 1.0e-2 (test_graph_steps_match_the_modules)
+ROUNDING_FLIP_TOLERANCE = 5e-2
 # A flip of the greedy token is forgiven where both prefer their own by at most this logit margin (tests/near_ties):
 # on that Intel Xeon the stored path preferred its token by 0.0094, the emulation its own by 0.0035.
 Q8_0_TIE = 0.05
@@ -189,7 +193,11 @@ def test_graph_steps_match_the_modules(pair: tuple, tmp_path: Path, kind: str) -
     dense layer); the torch modules on the same weights give the same logits: the prompt, then every step of their
     greedy generation, each step from the same cache (the modules' copied into the graph's first; otherwise a 1e-7
     difference in the cached keys moves a later Q8_0 activation's rounding, which this sharp random model turns into
-    ~1e-2). Measured: f32 4.7e-7, Q8_0 identical."""
+    ~1e-2). Measured: f32 4.7e-7; Q8_0 identical at every step on an AMD EPYC Zen 5, identical at 24 of 25 steps on a
+    Zen 3 and 1.0e-2 at one (an activation on a Q8_0 rounding boundary, rounded one way by each: the f32 parts before
+    it differ by 1e-7). So at Q8_0 most steps must be equal to float32 rounding and none further apart than a few
+    such flips; 0.1 % noise on the modules' norm weights gives 1.0e-2 to 8.3e-2 at every step (median 1.4e-2), 1 %
+    1.7e-2 to 4.0e-2 (measured)."""
     hf, config, tok, path, _ = pair
     if kind != "f32":
         path = write_thinker(tmp_path / f"{kind}.gguf", config, hf.state_dict(), tok, kind)
@@ -197,17 +205,21 @@ def test_graph_steps_match_the_modules(pair: tuple, tmp_path: Path, kind: str) -
     modules = Thinker.from_gguf(GGUFFile(path), max_len=64, graph=False)
     assert graph.graph is not None and modules.graph is None
     tokens = [PROMPT, *([t] for t in modules.greedy(PROMPT, N_NEW))]
-    worst = 0.0
+    errors = []
     with torch.no_grad():
         ours, theirs = graph.new_cache(64), modules.new_cache(64)
         for step in tokens:
             ours.k.copy_(theirs.k)
             ours.v.copy_(theirs.v)
             want = modules(torch.tensor([step]), theirs)
-            worst = max(worst, _relative(graph(torch.tensor([step]), ours), want))
+            errors.append(_relative(graph(torch.tensor([step]), ours), want))
     assert ours.length == theirs.length == len(PROMPT) + N_NEW
-    print(f"{kind}: worst step {worst:.1e}")
-    assert worst < (1e-5 if kind == "f32" else ROUNDED_STEP_TOLERANCE)
+    print(f"{kind}: steps' errors {' '.join(f'{e:.1e}' for e in errors)}")
+    if kind == "f32":
+        assert max(errors) < 1e-5
+    else:
+        assert statistics.median(errors) < 1e-5  # the same arithmetic, the f32 parts' order aside
+        assert max(errors) < ROUNDING_FLIP_TOLERANCE
 
 
 def _round_to_q8_0(x: torch.Tensor) -> torch.Tensor:

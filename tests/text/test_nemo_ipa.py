@@ -7,7 +7,6 @@ dictionaries are small ones written here in NeMo's format (comments, "(1)" varia
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -668,15 +667,16 @@ def _base26(n: int) -> str:
     return letters
 
 
-def test_large_dictionary_parses_quickly() -> None:
-    """The real English dictionary has ~125k lines; it is parsed once, well under a second."""
+def test_a_dictionary_of_the_real_size_parses_whole() -> None:
+    """The real English dictionary has ~125k lines, variants among them: every line is read (the first word and
+    the last), a variant does not displace the first pronunciation. (How long it takes is not a test's business:
+    the Magpie benchmark's load time shows it.)"""
     words = [_base26(i) for i in range(130_000)]
     lines = [f"{w}  ˈwɝ{i % 7}d" if i % 9 else f"{words[i - 1]}(1)  wɔld" for i, w in enumerate(words) if i]
     text = "\n".join([";;; header", *lines]) + "\n"
-    start = time.perf_counter()
     spec = IpaTokenizerSpec(use_chars=True, apostrophe=True, ignore_ambiguous_words=False)
     tokens = build_ipa_tokens(spec, text)
     tokenizer = IpaTokenizer(spec, tokens, text)
-    elapsed = time.perf_counter() - start
     assert tokenizer.encode(words[1].lower()) == [tokens.index(s) for s in "ˈwɝ1d"]
-    assert elapsed < 5, f"two parses of 130k lines took {elapsed:.2f} s"
+    assert tokenizer.encode(words[8].lower()) == [tokens.index(s) for s in "ˈwɝ1d"]  # then AAAI(1) wɔld
+    assert tokenizer.encode(words[-1].lower()) == [tokens.index(s) for s in f"ˈwɝ{(len(words) - 1) % 7}d"]
