@@ -20,6 +20,7 @@ LAYERS = [
     nn.Conv1d(6, 5, 3, padding=1),
     nn.Conv1d(6, 5, 7, dilation=3, padding=9),  # a dilated "same" convolution, as Piper's resblocks
     nn.Conv1d(6, 6, 5, stride=2, padding=2, groups=3, bias=False),
+    nn.Conv1d(6, 5, 1),  # pointwise: a matrix product over the time-major rows
     nn.ConvTranspose1d(6, 4, 16, stride=8, padding=4),  # HiFi-GAN's upsampling
     nn.ConvTranspose1d(6, 4, 5, stride=3, padding=1, output_padding=2, dilation=2),
 ]
@@ -74,3 +75,31 @@ def test_only_zero_padded_layers_are_turned() -> None:
     block = nn.Sequential(nn.Conv1d(2, 2, 3, padding=1, padding_mode="reflect"), nn.Conv1d(2, 2, 1), nn.ReLU())
     assert channels_last_convolutions(block) == 1
     assert type(block[0]) is nn.Conv1d and type(block[1]) is ChannelsLastConv1d
+
+
+def test_one_copy_of_the_weights_in_their_own_dtype() -> None:
+    """Computing in the weights' dtype, the parameter views the 4-D copy (no second copy in memory); in bfloat16
+    the float32 parameter stays as it is; layers under ``keep`` compute in their weights' own dtype."""
+    torch.manual_seed(3)
+    block = nn.Sequential(nn.Conv1d(4, 4, 3, padding=1), nn.ConvTranspose1d(4, 4, 4, stride=2), nn.Conv1d(4, 1, 1))
+    channels_last_convolutions(block[:1])
+    w4, _ = block[0]._copies()
+    assert block[0].weight.data_ptr() == w4.data_ptr()
+    channels_last_convolutions(block[1:], torch.bfloat16, keep=(block[2],))
+    assert block[1]._copies()[0].dtype == torch.bfloat16 and block[1].weight.dtype == torch.float32
+    assert block[1].weight.data_ptr() != block[1]._copies()[0].data_ptr()
+    assert block[2]._copies()[0].dtype == torch.float32 and block[2].compute_dtype is None
+
+
+def test_weights_loaded_in_inference_mode() -> None:
+    """A model loaded and prepared under ``torch.inference_mode`` (inference tensors have no version counter)."""
+    torch.manual_seed(4)
+    x = torch.randn(1, 3, 30)
+    with torch.inference_mode():
+        layer = nn.Conv1d(3, 2, 5, padding=2)
+        want = layer(x)
+        channels_last_convolutions(layer)
+        got = layer(channels_last(x)).squeeze(2)
+        again = layer(channels_last(x)).squeeze(2)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(again, got, rtol=0, atol=0)

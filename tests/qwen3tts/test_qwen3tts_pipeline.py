@@ -221,8 +221,8 @@ def test_bfloat16_decoder_where_native_else_one_clear_error(custom: Built) -> No
     want, got = custom.decoder(codes), bf16.decoder(codes)
     rel = float((got - want).norm() / want.norm())
     assert 0 < rel < 0.05, rel
-    assert bf16.decoder.dac.post_conv.weight_4d.dtype == torch.float32
-    assert bf16.decoder.dac.entry.weight_4d.dtype == torch.bfloat16
+    assert bf16.decoder.dac.post_conv.conv._copies()[0].dtype == torch.float32
+    assert bf16.decoder.dac.entry.conv._copies()[0].dtype == torch.bfloat16
 
 
 def test_the_code_predictors_heads_run_as_stored(tmp_path: Path) -> None:

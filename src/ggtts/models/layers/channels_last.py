@@ -8,8 +8,9 @@ channels at up to 22,050 samples a second: 1.4x in float32, measured); the maths
 products are bfloat16 ones where asked (the activations between layers stay float32). The layers are their ``nn``
 classes' drop-ins (same parameters, same state-dict names); the copies are made again whenever the weights change,
 kept as plain attributes so neither the state dict nor ``.float()`` sees them (a layer computing in its weights' own
-dtype follows ``.double()``). A 3-D input runs the plain 1-D
-convolution (in the compute dtype), so an unprepared caller still works.
+dtype follows ``.double()``). Where the copy is in the weights' own dtype, the weight becomes a view of it (one copy
+of the weights in memory, the parameter then stored time-major). A 3-D input runs the plain 1-D convolution (in the
+compute dtype), so an unprepared caller still works.
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ class _Copies:
         cached = self.__dict__.get("_layout_cache")
         if cached is None or cached[0] != key:
             w = weight.detach().to(dtype).unsqueeze(2).contiguous(memory_format=torch.channels_last)
+            if w.dtype == weight.dtype:  # one copy in memory: the parameter views the 4-D one
+                weight.data = w.squeeze(2)
+                key = (dtype, version(weight), weight.data_ptr(), key[3])
             copies = (w, None if bias is None else bias.detach().to(dtype))
             self.__dict__["_layout_cache"] = cached = (key, copies)
         return cast(tuple[torch.Tensor, torch.Tensor | None], cached[1])
@@ -87,6 +91,9 @@ class ChannelsLastConv1d(_Copies, nn.Conv1d):
         (padding,) = cast(tuple[int], self.padding)
         if x.dim() == 3:
             y = F.conv1d(x.to(w.dtype), w[:, :, 0], b, stride, padding, dilation, self.groups)
+        elif w.shape[-1] == 1 and stride == 1 and padding == 0 and self.groups == 1:
+            # pointwise: one matrix product over the time-major rows (oneDNN's 1x1 convolution is slower here)
+            y = F.linear(x.to(w.dtype).permute(0, 2, 3, 1), w[:, :, 0, 0], b).permute(0, 3, 1, 2)
         else:
             y = F.conv2d(x.to(w.dtype), w, b, (1, stride), (0, padding), (1, dilation), self.groups)
         return y.to(x.dtype)
@@ -113,10 +120,13 @@ class ChannelsLastConvTranspose1d(_Copies, nn.ConvTranspose1d):
         return y.to(x.dtype)
 
 
-def channels_last_convolutions(module: nn.Module, dtype: torch.dtype | None = None) -> int:
+def channels_last_convolutions(
+    module: nn.Module, dtype: torch.dtype | None = None, keep: tuple[nn.Module, ...] = ()
+) -> int:
     """Turn the zero-padded ``nn.Conv1d`` and ``nn.ConvTranspose1d`` layers in ``module`` (or their bfloat16 or
-    channels-last drop-ins) into channels-last drop-ins computing in ``dtype`` (None: their weights' own), in place,
-    making the copies now; returns how many."""
+    channels-last drop-ins) into channels-last drop-ins computing in ``dtype`` (None: their weights' own; those
+    under a module of ``keep`` always in their weights' own), in place, making the copies now; returns how many."""
+    kept = {id(layer) for m in keep for layer in m.modules()}
     count = 0
     for layer in module.modules():
         if not isinstance(layer, nn.Conv1d | nn.ConvTranspose1d) or layer.padding_mode != "zeros":
@@ -124,7 +134,7 @@ def channels_last_convolutions(module: nn.Module, dtype: torch.dtype | None = No
         layer.__class__ = ChannelsLastConv1d if isinstance(layer, nn.Conv1d) else ChannelsLastConvTranspose1d
         layer.__dict__.pop("_bf16_cache", None)  # a bfloat16 drop-in's copies
         prepared = cast(_Copies, layer)
-        prepared.compute_dtype = dtype
+        prepared.compute_dtype = None if id(layer) in kept else dtype
         prepared._copies()
         count += 1
     return count

@@ -6,10 +6,11 @@ its next call needs in place of its zero padding, each transposed convolution th
 input's end, so a stream of pushes yields the samples of one-shot decoding.
 
 The decoder runs in channels-last layout: its activations are 4-D ``(B, C, 1, T)`` tensors stored time-major and
-its convolutions are 2-D ones over that layout, with their weights kept in the same layout (:func:`to_channels_last`
-prepares them after loading). oneDNN runs these about twice as fast as the 1-D convolutions where the channels are
-few and the signal long (the last decoder blocks: 96 and 192 channels over 16-48 thousand samples a second of
-audio); the maths is the same. The 3-D path remains for modules not prepared.
+its convolutions are 2-D ones over that layout, their weights kept in the same layout (the model's ``prepare`` turns
+them into :mod:`ggtts.models.layers.channels_last`'s drop-ins after loading). oneDNN runs these about twice as fast
+as the 1-D convolutions where the channels are few and the signal long (the last decoder blocks: 96 and 192 channels
+over 16-48 thousand samples a second of audio); the maths is the same. The 3-D path remains for modules not
+prepared.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ggtts.models.layers.channels_last import pad_left, zeros_before
+from ggtts.models.layers.channels_last import ChannelsLastConvTranspose1d, pad_left, zeros_before
 
 StreamState = dict[nn.Module, torch.Tensor]  # per layer: past inputs, overlap spill, or keys and values
 SNAKE_EPS = 1e-9  # upstream SnakeBeta's no_div_by_zero
@@ -27,14 +28,6 @@ CONVNEXT_LN_EPS = 1e-6  # its LayerNorm
 CONVNEXT_EXPANSION = 4  # pointwise hidden width, times the block's width
 DECODER_KERNEL = 7  # the decoder's input and output convolutions and each residual unit's first convolution
 RESIDUAL_DILATIONS = (1, 3, 9)  # one residual unit per dilation, after each decoder block's upsampling
-
-
-CHANNELS_LAST = torch.channels_last
-
-
-def _weight_4d(weight: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """A (transposed) 1-D convolution's weight ``(A, B, k)`` as a channels-last 2-D one ``(A, B, 1, k)``."""
-    return weight.detach().to(dtype).unsqueeze(2).contiguous(memory_format=CHANNELS_LAST)
 
 
 def _per_channel(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -49,28 +42,13 @@ class CausalConvNet(nn.Module):
         super().__init__()
         self.conv = nn.Conv1d(c_in, c_out, kernel, dilation=dilation, groups=groups)
         self.left_pad = (kernel - 1) * dilation
-        self.weight_4d: torch.Tensor | None = None  # channels-last copy (to_channels_last)
 
     def _pad(self, x: torch.Tensor) -> torch.Tensor:
         return pad_left(x, self.left_pad)
 
-    def _conv(self, x: torch.Tensor) -> torch.Tensor:
-        if x.dim() == 3:
-            return self.conv(x)
-        w = self.weight_4d
-        assert w is not None
-        c = self.conv
-        bias = None if c.bias is None else c.bias.to(w.dtype)
-        xw = x.to(w.dtype)  # bfloat16 where prepared so: float32 comes back
-        if c.kernel_size[0] == 1 and c.groups == 1:  # pointwise: one matrix product over the time-major rows
-            y = F.linear(xw.permute(0, 2, 3, 1), w[:, :, 0, 0], bias).permute(0, 3, 1, 2)
-        else:
-            y = F.conv2d(xw, w, bias, dilation=(1, c.dilation[0]), groups=c.groups)
-        return y.to(x.dtype)
-
     def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:  # (B, C, [1,] T)
         if state is None:
-            return self._conv(self._pad(x))
+            return self.conv(self._pad(x))
         if x.shape[-1] == 0:
             return x.new_zeros(x.shape[0], self.conv.out_channels, *x.shape[2:])
         past = state.get(self)
@@ -79,7 +57,7 @@ class CausalConvNet(nn.Module):
         x = torch.cat([past, x], dim=-1)
         if self.left_pad:
             state[self] = x[..., x.shape[-1] - self.left_pad :]
-        return self._conv(x)
+        return self.conv(x)
 
 
 class CausalTransConvNet(nn.Module):
@@ -94,16 +72,11 @@ class CausalTransConvNet(nn.Module):
         self.stride = stride
         self.trim = kernel - stride  # at the end, and at the start where trim_left
         self.trim_left = trim_left  # Qwen3-TTS's 12 Hz decoder trims the end only: T inputs -> T * stride samples
-        self.weight_4d: torch.Tensor | None = None  # channels-last copy (to_channels_last)
 
     def _conv(self, x: torch.Tensor, bias: bool) -> torch.Tensor:
-        b = self.conv.bias if bias else None
-        if x.dim() == 3:
-            return F.conv_transpose1d(x, self.conv.weight, b, self.stride)
-        w = self.weight_4d
-        assert w is not None
-        y = F.conv_transpose2d(x.to(w.dtype), w, None if b is None else b.to(w.dtype), stride=(1, self.stride))
-        return y.to(x.dtype)
+        if isinstance(self.conv, ChannelsLastConvTranspose1d):  # prepared: 4-D channels-last (or 3-D) inputs
+            return self.conv(x, bias=bias)
+        return F.conv_transpose1d(x, self.conv.weight, self.conv.bias if bias else None, self.stride)
 
     def forward(self, x: torch.Tensor, state: StreamState | None = None) -> torch.Tensor:
         if state is None:
@@ -204,14 +177,3 @@ class DecoderBlock(nn.Module):
         for layer in self.block:
             x = layer(x, state)
         return x
-
-
-def to_channels_last(module: nn.Module, dtype: torch.dtype = torch.float32, keep: tuple[nn.Module, ...] = ()) -> None:
-    """Give every (transposed) causal convolution under ``module`` its channels-last weight, so it takes 4-D
-    channels-last activations (call again after changing weights). With ``dtype`` bfloat16 the convolutions (but
-    those in ``keep``) multiply in bfloat16 and give float32 back."""
-    for m in module.modules():
-        if isinstance(m, CausalConvNet | CausalTransConvNet):
-            m.weight_4d = _weight_4d(m.conv.weight, torch.float32 if m in keep else dtype)
-            if m.weight_4d.dtype == m.conv.weight.dtype:  # one copy of the weights: the 1-D one views the 4-D one
-                m.conv.weight.data = m.weight_4d.squeeze(2)

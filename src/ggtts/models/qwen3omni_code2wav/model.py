@@ -20,7 +20,7 @@ from torch import nn
 from ggtts.errors import InputError
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Qwen3OmniCode2Wav as K
-from ggtts.models.layers.channels_last import channels_last, laid_out
+from ggtts.models.layers.channels_last import channels_last, channels_last_convolutions, laid_out
 from ggtts.models.layers.gguf_state import empty_modules, load_module_from_gguf
 from ggtts.models.qwen3omni_code2wav.config import Code2WavConfig
 from ggtts.models.qwen3omni_code2wav.layers import (
@@ -30,7 +30,6 @@ from ggtts.models.qwen3omni_code2wav.layers import (
     SnakeBeta,
     StreamState,
     UpsampleStage,
-    to_channels_last,
 )
 from ggtts.models.qwen3omni_code2wav.transformer import TransformerModel
 from ggtts.ops.precision import dtype_of
@@ -164,7 +163,7 @@ class Code2Wav(StreamingDecoder):
         so natively (AVX-512 BF16, AMX): about twice as fast, no longer float32 arithmetic (parity with upstream
         holds in float32; ``benchmarks/bench_qwen3omni.py`` reports the difference)."""
         # the name, not the device: tests run it where bfloat16 is emulated
-        to_channels_last(self.decoder, dtype_of(precision), keep=(self.decoder[-1],))
+        channels_last_convolutions(self.decoder, dtype_of(precision), keep=(self.decoder[-1],))
         self.decoder_channels_last = True
         self.precision = precision
         return self

@@ -21,7 +21,7 @@ from torch import nn
 
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Qwen3TTS as K
-from ggtts.models.layers.channels_last import channels_last
+from ggtts.models.layers.channels_last import channels_last, channels_last_convolutions
 from ggtts.models.layers.gguf_state import empty_modules, load_module_from_gguf
 from ggtts.models.qwen3omni_code2wav.layers import (
     DECODER_KERNEL,
@@ -30,7 +30,6 @@ from ggtts.models.qwen3omni_code2wav.layers import (
     FoldedSnakeBeta,
     StreamState,
     UpsampleStage,
-    to_channels_last,
 )
 from ggtts.models.qwen3omni_code2wav.model import StreamingDecoder, check_codes
 from ggtts.models.qwen3omni_code2wav.transformer import TransformerModel
@@ -192,7 +191,7 @@ class SpeechDecoder(StreamingDecoder):
         """Run the DAC part (where nearly all the time goes: 96-1536 channels at up to 24 kHz) in channels-last
         layout, as Qwen3-Omni's code2wav; ``precision="bfloat16"``: its convolutions (but the output one) multiply
         in bfloat16, where the CPU does so natively (AVX-512 BF16, AMX; parity with upstream holds in float32)."""
-        to_channels_last(self.dac, dtype_of(precision), keep=(self.dac.post_conv,))
+        channels_last_convolutions(self.dac, dtype_of(precision), keep=(self.dac.post_conv,))
         self.precision = precision
         return self
 
