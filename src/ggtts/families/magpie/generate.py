@@ -125,10 +125,13 @@ class MagpieGenerator:
         rows = hidden.shape[0]
         cache = new_cache(lt, self.cfg.tables + 1, rows, hidden.device)
         x, start, codes = m.local_input(hidden), 0, []
+        graph = m.step_graph if m.step_graph is not None and m.step_graph.takes(cache, None, rows) else None
         for table in range(self.cfg.tables):
-            h = m.local_step(x, cache, start)
+            if graph is not None:  # the layers and the table's projection as one ggml graph
+                logits = self._guided(graph.local_step(x[:, -1], cache, start, table))
+            else:
+                logits = self._guided(m.local_logits(table, m.local_step(x, cache, start)))
             start += x.shape[1]
-            logits = self._guided(m.local_logits(table, h))
             code = self._draw(self._filter(logits, forbid_eos))  # (1,)
             codes.append(int(code))
             x = m.local_code_input(table, code.expand(rows))
@@ -254,6 +257,7 @@ class _Utterance:
         self.state = _PriorState()
         self.step = 0
         self.last = torch.empty(0)  # the decoder's last rows (rows, D)
+        self.head: torch.Tensor | None = None  # their parallel-head logits, where the step gave them
         self.probs: list[torch.Tensor | None] = []
         self.ended = False
 
@@ -268,9 +272,17 @@ class _Utterance:
             self.last, self.probs = gen._prefill(self.prefix[0], self.history[0][:1], self.cache, self.key_valid,
                                                  self.memory)  # fmt: skip
             return
+        self.head = None
         if p.cached:
             inputs.start = self.tc + self.step
             inputs.priors = gen._layer_priors(None if self.prior is None else self.prior[None, None])
+            graph = m.step_graph
+            if graph is not None and graph.takes(self.cache, inputs.memory_valid, self.rows):
+                step = graph.step(self.history[-1][:, -1], self.cache, inputs.start, self.key_valid, self.memory,
+                                  inputs.priors)  # fmt: skip
+                self.last, self.probs = step.hidden, step.probs
+                self.head = step.logits.reshape(self.rows, -1, self.cfg.tokens_per_codebook)
+                return
             hidden, self.probs = m.decode(self.history[-1], inputs)
         elif p.prior_rows == "latest":
             inputs.priors = gen._layer_priors(None if self.prior is None else self.prior[None, None])
@@ -285,7 +297,8 @@ class _Utterance:
         gen, p, cfg = self.gen, self.p, self.cfg
         forbid_eos = step * cfg.frame_stacking < p.min_frames
         codes = gen.local_codes(self.last, forbid_eos)
-        argmax = gen.argmax_codes(gen._guided(self.m.logits(self.last)), forbid_eos)
+        head = self.m.logits(self.last) if self.head is None else self.head
+        argmax = gen.argmax_codes(gen._guided(head), forbid_eos)
         if p.prior and step >= p.prior_start:
             self.prior = gen._next_prior(gen._alignment(self.probs), self.state, self.text_len)
         ends = [_eos_frame(c, cfg.audio_eos_id, p.eos_method) for c in gen._eos_streams(codes, argmax)]

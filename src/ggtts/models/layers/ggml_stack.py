@@ -96,24 +96,15 @@ class StepOutput:
     logits: torch.Tensor
 
 
-class StackGraph:
-    """Runs steps of ``blocks`` + ``output_norm`` (+ a head per step) as ggml graphs (CPU, float32 activations, a
-    float32 or float16 cache, one sequence). ``keep``: graphs kept (a predictor with a head per step keeps one per
-    head)."""
+class GraphParams:
+    """The ggml tensors a step graph reads its parameters from: linear weights as stored (the ggml tensors of
+    :class:`~ggtts.ops.stored_weights.StoredLinear` and :class:`~ggtts.ops.stored_experts.StoredExperts`) or on the
+    memory of float32 torch parameters (one ggml tensor per parameter, shared by every graph of the owner)."""
 
-    def __init__(
-        self, blocks: Sequence[nn.Module], output_norm: RMSNorm, shape: StackShape, keep: int = GRAPHS_KEPT
-    ) -> None:
-        if not all(graphable(b) for b in blocks):
-            raise ValueError("ggml step graphs take blocks of attention and a SwiGLU feed-forward or experts only")
-        self.blocks: list[Any] = list(blocks)  # Qwen2's blocks or Qwen3's (attention and ffn parts)
-        self.output_norm, self.shape, self.keep = output_norm, shape, keep
+    def __init__(self, n_params: int) -> None:
         self.lib = lib = ggml_kernels.kernels()
         self._keep: list[Any] = []  # torch tensors whose memory ggml tensors point at
-        n_params = PARAMS_PER_LAYER * (len(self.blocks) + 2) + 2 * keep  # + a head per graph
         self._ctx = ggml_kernels.new_context(self, n_params * lib.ggml_tensor_overhead())
-        self._graphs: OrderedDict[tuple[Any, ...], _StepGraph] = OrderedDict()
-        self._lock = threading.Lock()  # a step graph's input buffers are filled, then read: one step at a time
         self._tensors: dict[tuple[int, tuple[int, ...]], Any] = {}
 
     def weight(self, module: nn.Module) -> Any:
@@ -154,6 +145,23 @@ class StackGraph:
         self._tensors[key] = g
         return g
 
+
+class StackGraph(GraphParams):
+    """Runs steps of ``blocks`` + ``output_norm`` (+ a head per step) as ggml graphs (CPU, float32 activations, a
+    float32 or float16 cache, one sequence). ``keep``: graphs kept (a predictor with a head per step keeps one per
+    head)."""
+
+    def __init__(
+        self, blocks: Sequence[nn.Module], output_norm: RMSNorm, shape: StackShape, keep: int = GRAPHS_KEPT
+    ) -> None:
+        if not all(graphable(b) for b in blocks):
+            raise ValueError("ggml step graphs take blocks of attention and a SwiGLU feed-forward or experts only")
+        super().__init__(PARAMS_PER_LAYER * (len(blocks) + 2) + 2 * keep)  # + a head per graph
+        self.blocks: list[Any] = list(blocks)  # Qwen2's blocks or Qwen3's (attention and ffn parts)
+        self.output_norm, self.shape, self.keep = output_norm, shape, keep
+        self._graphs: OrderedDict[tuple[Any, ...], _StepGraph] = OrderedDict()
+        self._lock = threading.Lock()  # a step graph's input buffers are filled, then read: one step at a time
+
     @staticmethod
     def takes(cache: KVCache, rows: int = 1) -> bool:
         """Whether a step fits a graph: one sequence, a contiguous float32 or float16 cache in CPU memory (other
@@ -192,7 +200,30 @@ class StackGraph:
         )
 
 
-class _StepGraph:
+class CacheBound:
+    """What step graphs share: inputs in numpy buffers of theirs, and tensors on a KV cache's memory that each run
+    points at its own cache (``_on_cache_at``: each tensor, 0 on the keys or 1 on the values, its offset there)."""
+
+    lib: Any
+    _at: tuple[int, int]  # the keys' and values' memory the graph's tensors are on now
+    _on_cache_at: list[tuple[Any, int, int]]
+
+    def _input(self, tensor: Any, buffer: np.ndarray) -> Any:
+        self.lib.ggml_set_input(tensor)
+        tensor.contents.data = buffer.ctypes.data
+        return tensor
+
+    def _point_at(self, cache: KVCache) -> None:
+        """The graph's tensors on a cache, moved onto ``cache``'s memory (of the shape the graph was built for)."""
+        at = (cache.k.data_ptr(), cache.v.data_ptr())
+        if at == self._at:
+            return
+        for tensor, kind, offset in self._on_cache_at:
+            tensor.data = at[kind] + offset
+        self._at = at
+
+
+class _StepGraph(CacheBound):
     """One step's graph: inputs live in numpy buffers ggml reads; intermediates in a ggml-allocated buffer."""
 
     def __init__(
@@ -317,11 +348,6 @@ class _StepGraph:
         self.dim, self.n_vocab = s.dim, int(self.logits.contents.ne[0])
         self._plans: dict[int, Any] = {}
 
-    def _input(self, tensor: Any, buffer: np.ndarray) -> Any:
-        self.lib.ggml_set_input(tensor)
-        tensor.contents.data = buffer.ctypes.data
-        return tensor
-
     def _store(self, ctx: Any, cache: torch.Tensor, new: Any, rows: Any) -> tuple[Any, list[Any]]:
         """Write ``new`` [D, H, T] into ``cache`` (H, max_len, D) at ``rows``; the first kv_len positions, after.
         Also returns the tensors on the cache's memory (the whole layer first), which each run points at its own
@@ -334,15 +360,6 @@ class _StepGraph:
         nb = written.contents.nb
         attended = lib.ggml_view_3d(ctx, written, d, self.kv_len, n_heads, nb[1], nb[2], 0)
         return attended, [whole, written, attended]
-
-    def _point_at(self, cache: KVCache) -> None:
-        """The graph's tensors on a cache, moved onto ``cache``'s memory (of the shape the graph was built for)."""
-        at = (cache.k.data_ptr(), cache.v.data_ptr())
-        if at == self._at:
-            return
-        for tensor, kind, offset in self._on_cache_at:
-            tensor.data = at[kind] + offset
-        self._at = at
 
     def run(self, x: torch.Tensor, cache: KVCache, start: int) -> StepOutput:
         n = self.n_tokens

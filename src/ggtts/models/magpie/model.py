@@ -31,7 +31,9 @@ from torch import nn
 from ggtts.gguf import GGUFFile
 from ggtts.models.layers.gguf_state import empty_modules, load_module_from_gguf
 from ggtts.models.layers.kv_cache import KVCache
+from ggtts.models.magpie import step_graph
 from ggtts.models.magpie.config import MagpieConfig, StackConfig
+from ggtts.models.magpie.step_graph import DecoderGraph
 
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which NeMo uses
 
@@ -254,6 +256,7 @@ class MagpieTTS(nn.Module):
         # (speakers, T * D) as NeMo stores it; rows are reshaped to (T, D) when used
         self.baked_context_embedding = nn.Embedding(cfg.n_speakers, cfg.context_frames * cfg.d_model)
         self._null_kv: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.step_graph: DecoderGraph | None = None  # the decoder's cached steps as ggml graphs (load_magpie)
 
     # ---- text --------------------------------------------------------------------------------------------
     def encode_text(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -363,12 +366,16 @@ def store_convolutions(model: nn.Module, gguf: GGUFFile) -> set[str]:
     return consumed
 
 
-def load_magpie(gguf: GGUFFile, device: str | torch.device = "cpu", *, stored_weights: bool = True) -> MagpieTTS:
+def load_magpie(
+    gguf: GGUFFile, device: str | torch.device = "cpu", *, stored_weights: bool = True, graph: bool = True
+) -> MagpieTTS:
     """The model of a ``magpie`` file, strictly loaded (a missing or unexpected tensor is an error naming it).
 
     Linear maps whose weights the file stores as F16, BF16 or Q8_0 keep them so and are multiplied by ggml's CPU
     kernels (where the ``quant`` extra is installed and the device is the CPU); so are the pointwise feed-forwards
-    of a Q8_0 file (:func:`store_convolutions`). Otherwise weights are widened to float32."""
+    of a Q8_0 file (:func:`store_convolutions`). Otherwise weights are widened to float32. ``graph``: the decoder's
+    cached steps run as ggml graphs where they can (:mod:`ggtts.models.magpie.step_graph`); False: the torch
+    modules."""
     from ggtts.ops.stored_weights import stored_weights_plan, use_stored_weights
 
     cfg = MagpieConfig.from_gguf(gguf)
@@ -377,4 +384,6 @@ def load_magpie(gguf: GGUFFile, device: str | torch.device = "cpu", *, stored_we
     plan = stored_weights_plan(device, stored_weights)
     consumed = use_stored_weights(model, gguf) | store_convolutions(model, gguf) if plan.stored else set()
     load_module_from_gguf(model, gguf, ignore=consumed, device=device)
+    if graph and step_graph.graphable(model) is None:
+        model.step_graph = step_graph.DecoderGraph(model)
     return model.eval()

@@ -1,0 +1,358 @@
+"""Magpie's decoder step as one ggml graph: a new row per batch row (classifier-free guidance's two) through every
+decoder layer, the output norm and the parallel head, with no torch dispatch per operation.
+
+The same maths as :class:`~ggtts.models.magpie.model.TransformerLayer` on one new position, written as ggml
+operations: the learned position added, bias-free LayerNorms, the fused QKV projection, the new keys and values
+written into the caller's :class:`~ggtts.models.layers.kv_cache.KVCache` (ggml sees its memory, so the torch prefill
+and these steps share a cache), attention over the cache up to a padded length under the rows' masks (the speaker
+context's padding, causality), cross-attention of the first row over the text memory's keys and values (the other
+row is guidance's null text, whose cross-attention output is exactly zero), the attention prior multiplied in and
+renormalised where a layer takes it, the pointwise feed-forward with tanh-GELU (written out, as torch computes it,
+not ggml's table), the final norm and the parallel head. Linear weights are read as stored (F16, BF16, Q8_0 through
+ggml's kernels) or in place from the float32 parameters.
+
+A graph is built per (cache shape, padded attended length, text length, which layers take the prior) and reused:
+a step points it at its cache and its utterance's text memory, writes the inputs and runs it on ggml's threads.
+Each layer's cross-attention probabilities come back for the prior's alignment. The local transformer's steps (a
+code of each codebook in turn) run the same way: its layers (no cross-attention, no output norm) and the output
+projection of the table being drawn, a graph per table.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import threading
+import weakref
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+import torch
+from torch import nn
+
+from ggtts.models.layers.ggml_stack import KV_STEP, MASKED, CacheBound, GraphParams
+from ggtts.ops import ggml_kernels
+
+if TYPE_CHECKING:
+    from ggtts.models.layers.kv_cache import KVCache
+    from ggtts.models.magpie.model import CausalConv, MagpieTTS, Transformer, TransformerLayer
+
+GRAPHS_KEPT = 4  # per model: (an utterance's text length) x (prior on some layers, or not yet) x (padded length)
+LOCAL_GRAPHS_KEPT = 32  # the local transformer's: one per table (up to 16) and batch rows (guidance or not)
+NODES_PER_LAYER = 96  # about 60 with two rows and the prior, with their views; rounded up
+PARAMS_PER_LAYER = 12  # float tensors a layer may hand ggml: 6 weights (float32 files), 4 norms
+GELU_C = math.sqrt(2.0 / math.pi)  # tanh-GELU: 0.5 x (1 + tanh(c (x + 0.044715 x^3)))
+GELU_CUBIC = 0.044715
+
+
+def graphable(model: MagpieTTS) -> str | None:
+    """None when the model's decoder steps can run as graphs here, else why not."""
+    cfg = model.cfg.decoder
+    if ggml_kernels.unavailable_reason() is not None:
+        return "ggml's kernels are not installed"
+    if cfg.kernel_size != 1:
+        return "the decoder's feed-forward is not pointwise"
+    if not cfg.has_xattn:
+        return "the decoder has no cross-attention"
+    if model.cfg.local_transformer.kernel_size != 1:
+        return "the local transformer's feed-forward is not pointwise"
+    norm = model.text_embedding.weight
+    if norm.dtype != torch.float32 or norm.device.type != "cpu":
+        return "the model's parameters are not float32 on the CPU"
+    return None
+
+
+@dataclass
+class StepResult:
+    """A step's last rows ``(rows, D)``, each layer's cross-attention probabilities of the first row
+    ``(1, H, 1, S)`` and the parallel head's logits ``(rows, S * C, V)``."""
+
+    hidden: torch.Tensor
+    probs: list[torch.Tensor | None]
+    logits: torch.Tensor
+
+
+class DecoderGraph(GraphParams):
+    """Runs the decoder's and the local transformer's cached steps of a
+    :class:`~ggtts.models.magpie.model.MagpieTTS` as ggml graphs."""
+
+    def __init__(self, model: MagpieTTS, keep: int = GRAPHS_KEPT) -> None:
+        reason = graphable(model)
+        if reason is not None:
+            raise ValueError(f"Magpie's decoder steps cannot run as ggml graphs: {reason}")
+        layers = model.decoder.cfg.n_layers + model.local_transformer.cfg.n_layers
+        super().__init__(PARAMS_PER_LAYER * layers + 8 + 2 * model.cfg.tables)
+        self.model, self.keep = model, keep
+        self._graphs: OrderedDict[tuple[Any, ...], _StackStep] = OrderedDict()
+        self._local: OrderedDict[tuple[Any, ...], _StackStep] = OrderedDict()
+        self._lock = threading.Lock()  # a graph's input buffers are filled, then read: one step at a time
+
+    def conv_weight(self, conv: CausalConv) -> Any:
+        """A kernel-1 causal convolution's weight: the stored matrix, or the float32 parameter as a matrix."""
+        if conv.stored is not None:
+            return cast(Any, conv.stored[0]).tensor  # a ggml MatMul
+        assert conv.conv is not None
+        return self.float_tensor(conv.conv.weight[:, :, 0])
+
+    @staticmethod
+    def takes(cache: KVCache, memory_valid: torch.Tensor | None, rows: int) -> bool:
+        """Whether a step fits a graph: one new row per batch row (one or two), a float32 contiguous CPU cache,
+        and a text memory without padding (one utterance)."""
+        k = cache.k
+        return (
+            memory_valid is None
+            and rows in (1, 2)
+            and k.shape[1] == rows
+            and k.dtype == torch.float32
+            and k.device.type == "cpu"
+            and k.is_contiguous()
+            and cache.v.is_contiguous()
+        )
+
+    def step(
+        self,
+        x: torch.Tensor,
+        cache: KVCache,
+        start: int,
+        key_valid: torch.Tensor,
+        memory: list[tuple[torch.Tensor, torch.Tensor]],
+        priors: list[torch.Tensor | None] | None,
+    ) -> StepResult:
+        """New rows ``x (rows, D)`` at position ``start`` (their keys and values written there) -> the step's
+        result. ``key_valid (rows, >= start + 1)``: positions each row may attend to; ``memory``: each layer's
+        cross-attention keys and values ``(1, H, S, Dh)``; ``priors``: per layer the one prior ``(..., S)`` or
+        None."""
+        rows = x.shape[0]
+        cache.check_fits(start + 1)
+        kv_len = min(-(-(start + 1) // KV_STEP) * KV_STEP, cache.max_len)
+        text_len = memory[0][0].shape[2]
+        prior_layers = None if priors is None else tuple(i for i, p in enumerate(priors) if p is not None)
+        if prior_layers and any(priors[i] is not priors[prior_layers[0]] for i in prior_layers):  # type: ignore[index]
+            raise ValueError("a graph step takes one prior for every layer that takes one (as the generator gives)")
+        key = (tuple(cache.k.shape), kv_len, text_len, prior_layers or None)
+        m = self.model
+        with self._lock:
+            graph = ggml_kernels.cached(
+                self._graphs, key,
+                lambda: _StackStep(self, m.decoder, m.final_proj, cache, rows, kv_len, text_len, prior_layers or ()),
+                self.keep,
+            )  # fmt: skip
+            return graph.run(x, cache, start, key_valid, memory, priors)
+
+    def local_step(self, x: torch.Tensor, cache: KVCache, start: int, table: int) -> torch.Tensor:
+        """The local transformer's new rows ``x (rows, D_lt)`` at ``start`` of its ``cache`` -> the logits
+        ``(rows, V)`` of ``table``'s output projection."""
+        m, rows = self.model, x.shape[0]
+        cache.check_fits(start + 1)
+        key = (tuple(cache.k.shape), table)
+        with self._lock:
+            graph = ggml_kernels.cached(
+                self._local, key,
+                lambda: _StackStep(self, m.local_transformer, m.local_transformer_out_projections[table], cache, rows,
+                                   cache.max_len),
+                LOCAL_GRAPHS_KEPT,
+            )  # fmt: skip
+            return graph.run(x, cache, start).logits
+
+
+class _StackStep(CacheBound):
+    """One step of a stack (the decoder, or the local transformer without cross-attention) and a head as a graph:
+    inputs in numpy buffers ggml reads, intermediates in a ggml-allocated buffer."""
+
+    def __init__(
+        self,
+        owner: DecoderGraph,
+        stack: Transformer,
+        head: nn.Module,
+        cache: KVCache,
+        rows: int,
+        kv_len: int,
+        text_len: int = 0,
+        prior_layers: tuple[int, ...] = (),
+    ) -> None:
+        lib = owner.lib
+        cfg = stack.cfg
+        cross = text_len > 0  # the decoder's cross-attention over the text memory
+        self.lib, self.rows, self.kv_len, self.text_len = lib, rows, kv_len, text_len
+        n_layers, d = cfg.n_layers, cfg.d_model
+        h_self, dh_self = cfg.n_heads, cfg.d_model // cfg.n_heads
+        h_x, dh_x = cfg.xa_n_heads, cfg.xa_d_head
+        n_nodes = 64 + NODES_PER_LAYER * n_layers * rows
+        ctx = ggml_kernels.new_context(
+            self, (n_nodes + 4 * n_layers + 16) * lib.ggml_tensor_overhead()
+            + lib.ggml_graph_overhead_custom(n_nodes, False),
+        )  # fmt: skip
+        f32 = lib.GGML_TYPE_F32
+
+        # inputs, in buffers of ours
+        self.x_buf = np.zeros((rows, d), dtype=np.float32)
+        self.pos_buf = np.zeros(1, dtype=np.int32)
+        self.row_buf = np.zeros(1, dtype=np.int64)
+        self.mask_buf = np.zeros((rows, 1, kv_len), dtype=np.float16)
+        self.prior_buf = np.ones(text_len, dtype=np.float32)
+        # the text memory's keys (H, S, Dh) and values transposed (H, Dh, S), per layer: copied in per utterance
+        self.mem_k = np.zeros((n_layers, h_x, text_len, dh_x) if cross else 0, dtype=np.float32)
+        self.mem_vt = np.zeros((n_layers, h_x, dh_x, text_len) if cross else 0, dtype=np.float32)
+        self._memory: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # the utterance's, once copied
+        x = self._input(lib.ggml_new_tensor_2d(ctx, f32, d, rows), self.x_buf)
+        pos = self._input(lib.ggml_new_tensor_1d(ctx, lib.GGML_TYPE_I32, 1), self.pos_buf)
+        new_row = self._input(lib.ggml_new_tensor_1d(ctx, lib.GGML_TYPE_I64, 1), self.row_buf)
+        f16 = lib.GGML_TYPE_F16
+        masks = [self._input(lib.ggml_new_tensor_2d(ctx, f16, kv_len, 1), self.mask_buf[r]) for r in range(rows)]
+        prior = self._input(lib.ggml_new_tensor_3d(ctx, f32, text_len, 1, 1), self.prior_buf) if cross else None
+
+        def linear(module: nn.Module, h: Any) -> Any:
+            out = lib.ggml_mul_mat(ctx, owner.weight(module), h)
+            bias = getattr(module, "bias", None)
+            return out if bias is None else lib.ggml_add(ctx, out, owner.float_tensor(bias))
+
+        def layer_norm(module: nn.LayerNorm, h: Any) -> Any:  # bias-free, as NeMo's
+            return lib.ggml_mul(ctx, lib.ggml_norm(ctx, h, module.eps), owner.float_tensor(module.weight))
+
+        def gelu_tanh(a: Any) -> Any:
+            cubic = lib.ggml_mul(ctx, lib.ggml_mul(ctx, a, a), a)
+            inner = lib.ggml_scale(ctx, lib.ggml_add(ctx, a, lib.ggml_scale(ctx, cubic, GELU_CUBIC)), GELU_C)
+            return lib.ggml_mul(ctx, a, lib.ggml_scale_bias(ctx, lib.ggml_tanh(ctx, inner), 0.5, 0.5))
+
+        row_bytes = 4 * d
+        positions = owner.float_tensor(stack.position_embeddings.weight)
+        h = lib.ggml_add(ctx, x, lib.ggml_get_rows(ctx, positions, pos))  # [D, rows]
+        self._on_cache: list[Any] = []
+        self.probs: list[Any | None] = []
+        layers = cast("list[TransformerLayer]", list(stack.layers))
+        for index, layer in enumerate(layers):
+            # self-attention, a batch row at a time over its own cache rows
+            cur = layer_norm(layer.norm_self, h)
+            qkv = linear(layer.self_attention.qkv_net, cur)  # [3D, rows]: q, k, v of each row
+            qkv_bytes = qkv.contents.nb[1]
+            outs = []
+            for r in range(rows):
+
+                def part(i: int, r: int = r, qkv: Any = qkv, qkv_bytes: int = qkv_bytes) -> Any:  # [Dh, 1, H]
+                    view = lib.ggml_view_3d(ctx, qkv, dh_self, h_self, 1, 4 * dh_self, qkv_bytes,
+                                            r * qkv_bytes + i * row_bytes)  # fmt: skip
+                    return lib.ggml_cont(ctx, lib.ggml_permute(ctx, view, 0, 2, 1, 3))
+
+                keys = self._store(ctx, cache.k[index, r], part(1), new_row, 0)  # [Dh, kv_len, H]
+                values = self._store(ctx, cache.v[index, r], part(2), new_row, 1)
+                att = lib.ggml_flash_attn_ext(ctx, part(0), keys, values, masks[r], dh_self**-0.5, 0.0, 0.0)
+                outs.append(lib.ggml_reshape_2d(ctx, att, d, 1))  # [Dh, H, 1] -> [D, 1]
+            att = outs[0] if rows == 1 else lib.ggml_concat(ctx, outs[0], outs[1], 1)
+            h = lib.ggml_add(ctx, h, linear(layer.self_attention.o_net, att))
+            h = self._cross_attention(ctx, owner, layer, h, index, prior, index in prior_layers) if cross else h
+            # the pointwise feed-forward
+            cur = layer_norm(layer.norm_pos_ff, h)
+            ffn = gelu_tanh(lib.ggml_mul_mat(ctx, owner.conv_weight(layer.pos_ff.proj), cur))
+            h = lib.ggml_add(ctx, h, lib.ggml_mul_mat(ctx, owner.conv_weight(layer.pos_ff.o_net), ffn))
+        norm_out = stack.norm_out
+        self.hidden = layer_norm(norm_out, h) if isinstance(norm_out, nn.LayerNorm) else h  # [D, rows]
+        self.logits = linear(head, self.hidden)  # [V, rows]
+        lib.ggml_set_output(self.hidden)
+        lib.ggml_set_output(self.logits)
+        self.graph = lib.ggml_new_graph_custom(ctx, n_nodes, False)
+        lib.ggml_build_forward_expand(self.graph, self.logits)
+        for p in self.probs:
+            lib.ggml_build_forward_expand(self.graph, p)
+
+        self._galloc = lib.ggml_gallocr_new(ggml_kernels.cpu_buffer_type())
+        self._free_galloc = weakref.finalize(self, lib.ggml_gallocr_free, self._galloc)
+        if not lib.ggml_gallocr_alloc_graph(self._galloc, self.graph):
+            raise MemoryError("ggml could not allocate the step's intermediate tensors")
+        self._at = (cache.k.data_ptr(), cache.v.data_ptr())
+        self._on_cache_at = [(t.contents, kind, t.contents.data - self._at[kind]) for t, kind in self._on_cache]
+        self.d, self.n_logits, self.h_x = d, int(self.logits.contents.ne[0]), h_x
+        self._plans: dict[int, Any] = {}
+
+    def _cross_attention(
+        self, ctx: Any, owner: DecoderGraph, layer: TransformerLayer, h: Any, index: int, prior: Any, with_prior: bool
+    ) -> Any:
+        """``h`` [D, rows] after the cross-attention of its first row over the text memory (the other row is
+        guidance's null text, whose cross-attention output is exactly zero); keeps the probabilities as an output."""
+        lib, d, rows, text_len = self.lib, h.contents.ne[0], self.rows, self.text_len
+        xa = layer.cross_attention
+        h_x, dh_x = xa.n_heads, xa.d_head
+        normed = lib.ggml_mul(
+            ctx, lib.ggml_norm(ctx, h, layer.norm_xattn_query.eps), owner.float_tensor(layer.norm_xattn_query.weight)
+        )
+        first = lib.ggml_view_2d(ctx, normed, d, 1, 4 * d, 0)
+        q = lib.ggml_reshape_3d(ctx, lib.ggml_mul_mat(ctx, owner.weight(xa.q_net), first), dh_x, h_x, 1)
+        q = lib.ggml_cont(ctx, lib.ggml_permute(ctx, q, 0, 2, 1, 3))  # [Dh, 1, H]
+        mem_k = self._on(ctx, self.mem_k[index], dh_x, text_len, h_x)
+        mem_vt = self._on(ctx, self.mem_vt[index], text_len, dh_x, h_x)
+        prob = lib.ggml_soft_max_ext(ctx, lib.ggml_mul_mat(ctx, mem_k, q), None, dh_x**-0.5, 0.0)  # [S, 1, H]
+        if with_prior:  # times (prior + tiny), renormalised
+            prob = lib.ggml_mul(ctx, prob, prior)
+            prob = lib.ggml_div(ctx, prob, lib.ggml_sum_rows(ctx, prob))
+        lib.ggml_set_output(prob)
+        self.probs.append(prob)
+        y = lib.ggml_reshape_2d(ctx, lib.ggml_mul_mat(ctx, mem_vt, prob), dh_x * h_x, 1)  # heads in order
+        y = lib.ggml_mul_mat(ctx, owner.weight(xa.o_net), y)  # [D, 1] (bias-free)
+        return lib.ggml_add(ctx, h, y if rows == 1 else lib.ggml_pad(ctx, y, 0, rows - 1, 0, 0))
+
+    def _on(self, ctx: Any, buffer: np.ndarray, *ne: int) -> Any:
+        """A 3-D F32 ggml tensor ``[ne0, ne1, ne2]`` on a buffer of ours."""
+        lib = self.lib
+        return self._input(lib.ggml_new_tensor_3d(ctx, lib.GGML_TYPE_F32, *ne), buffer)
+
+    def _store(self, ctx: Any, cache: torch.Tensor, new: Any, row: Any, kind: int) -> Any:
+        """Write ``new`` [Dh, 1, H] into one batch row's cache ``(H, max_len, Dh)`` at ``row``; the first kv_len
+        positions, after. ``kind``: 0 on the keys' memory, 1 on the values' (which each run points at its own
+        cache: :meth:`_point_at`)."""
+        lib = self.lib
+        n_heads, max_len, dh = cache.shape
+        whole = lib.ggml_new_tensor_3d(ctx, lib.GGML_TYPE_F32, dh, max_len, n_heads)
+        whole.contents.data = cache.data_ptr()
+        written = lib.ggml_set_rows(ctx, whole, new, row)  # a view of whole
+        nb = written.contents.nb
+        attended = lib.ggml_view_3d(ctx, written, dh, self.kv_len, n_heads, nb[1], nb[2], 0)
+        self._on_cache += [(whole, kind), (written, kind), (attended, kind)]
+        return attended
+
+    def _bind(self, memory: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """The utterance's text memory, copied into the graph's buffers once."""
+        if self._memory is memory:
+            return
+        for index, (k, v) in enumerate(memory):
+            self.mem_k[index] = k[0].numpy()
+            self.mem_vt[index] = v[0].transpose(1, 2).numpy()
+        self._memory = memory
+
+    def run(
+        self,
+        x: torch.Tensor,
+        cache: KVCache,
+        start: int,
+        key_valid: torch.Tensor | None = None,
+        memory: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+        priors: list[torch.Tensor | None] | None = None,
+    ) -> StepResult:
+        """``key_valid`` None: every position up to ``start`` may be attended to; ``memory`` and ``priors`` for the
+        decoder's cross-attention."""
+        self._point_at(cache)
+        if memory is not None:
+            self._bind(memory)
+        self.x_buf[:] = x.detach().to(torch.float32).numpy()
+        self.pos_buf[0] = self.row_buf[0] = start
+        allowed = np.arange(self.kv_len)[None, :] <= start  # causal
+        if key_valid is not None:
+            valid = np.zeros((self.rows, self.kv_len), dtype=bool)
+            valid[:, : min(self.kv_len, key_valid.shape[1])] = key_valid[:, : self.kv_len].numpy()
+            allowed = allowed & valid
+        self.mask_buf[:, 0] = np.where(allowed, 0.0, MASKED)
+        chosen = next((p for p in priors or () if p is not None), None)
+        if chosen is not None:
+            self.prior_buf[:] = (chosen.reshape(-1) + torch.finfo(chosen.dtype).tiny).numpy()
+        ggml_kernels.compute(self.graph, self._plans, torch.get_num_threads())
+        probs: list[torch.Tensor | None] = [
+            _read(p, self.h_x * self.text_len).reshape(1, self.h_x, 1, self.text_len) for p in self.probs
+        ]
+        hidden = _read(self.hidden, self.rows * self.d).reshape(self.rows, self.d)
+        logits = _read(self.logits, self.rows * self.n_logits).reshape(self.rows, self.n_logits)
+        return StepResult(hidden, probs, logits)
+
+
+def _read(tensor: Any, n: int) -> torch.Tensor:
+    data = (ctypes.c_float * n).from_address(tensor.contents.data)
+    return torch.from_numpy(np.array(data, dtype=np.float32))

@@ -1,0 +1,116 @@
+"""Magpie's decoder steps as one ggml graph (:mod:`ggtts.models.magpie.step_graph`) against the torch modules on the
+same weights: a tiny random NeMo model through the converter to f32 and Q8_0 files; every cached step of whole
+generations (guidance on and off, the attention prior on, a speaker whose context is padded) is run both ways from
+the same cache, comparing the last rows, the parallel head's logits, each layer's cross-attention probabilities
+and the keys and values written; so is every local-transformer step (its logits and the keys and values written)."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.needs_reference
+
+STEPS = 40  # decoder steps a generation runs (frame stacking 2: 80 frames)
+# Q8_0: ggml rounds each matrix product's activations to Q8_0 blocks, in both paths; the graph's float32 parts
+# (attention, norms) differ from torch's by 1e-7, which now and then moves an activation across a rounding
+# boundary. Measured on this tiny model (AMD EPYC Zen 3): most steps equal to 1e-7, the worst 2e-3; on the 357M
+# shape a flip costs 3e-3 to 7e-3 (the hidden state, after 12 layers). A wrong mask, prior or layout is 0.1 and more.
+Q8_0_FLIP_TOLERANCE = 3e-2
+
+
+@dataclass
+class Shadow:
+    """Stands in for a model's step graph: runs each step through the graph and, on a copy of the cache taken
+    before, through the torch modules; keeps the worst relative differences of each step."""
+
+    graph: Any
+    model: Any
+    errors: list[float] = field(default_factory=list)  # per step: the worst of hidden, logits, probs, cache
+    local_errors: list[float] = field(default_factory=list)  # per local-transformer step: its logits
+
+    def takes(self, *args: Any) -> bool:
+        return bool(self.graph.takes(*args))
+
+    def step(self, x: torch.Tensor, cache: Any, start: int, key_valid: Any, memory: Any, priors: Any) -> Any:
+        from ggtts.models.magpie.model import LayerInputs
+
+        twin = cache.rows(0, cache.k.shape[1])
+        twin.k, twin.v = cache.k.clone(), cache.v.clone()
+        got = self.graph.step(x, cache, start, key_valid, memory, priors)
+        inputs = LayerInputs(cache=twin, start=start, key_valid=key_valid, memory=memory, cross_rows=1, priors=priors)
+        hidden, probs = self.model.decode(x[:, None], inputs)
+        want = hidden[:, -1]
+        pairs = [(got.hidden, want), (got.logits, self.model.logits(want).reshape(want.shape[0], -1))]
+        pairs += [(g, w) for g, w in zip(got.probs, probs, strict=True) if w is not None]
+        pairs += [(cache.k[:, :, :, start], twin.k[:, :, :, start]), (cache.v[:, :, :, start], twin.v[:, :, :, start])]
+        self.errors.append(max(float((g - w).norm() / w.norm()) for g, w in pairs))
+        return got
+
+    def local_step(self, x: torch.Tensor, cache: Any, start: int, table: int) -> torch.Tensor:
+        twin = cache.rows(0, cache.k.shape[1])
+        twin.k, twin.v = cache.k.clone(), cache.v.clone()
+        got = self.graph.local_step(x, cache, start, table)
+        want = self.model.local_logits(table, self.model.local_step(x[:, None], twin, start))
+        written = [(cache.k[:, :, :, start], twin.k[:, :, :, start]), (cache.v[:, :, :, start], twin.v[:, :, :, start])]
+        self.local_errors.append(max(float((g - w).norm() / w.norm()) for g, w in [(got, want), *written]))
+        return got
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    pytest.importorskip("nemo.collections.tts", reason="needs NeMo (nemo_toolkit) to build the reference model")
+    from ggtts.convert.magpie_nemo import convert_magpie
+    from ggtts.measure.magpie.upstream import build_tiny_codec
+    from ggtts.measure.magpie.upstream_tts import build_tiny_magpie
+
+    d = tmp_path_factory.mktemp("magpie-graph")
+    nemo = build_tiny_magpie(d / "tiny-magpie.nemo", build_tiny_codec(d / "codec.nemo", seed=0), seed=0)
+    return {kind: convert_magpie([nemo], d / f"tiny-{kind}.gguf", kind) for kind in ("f32", "q8_0")}
+
+
+def _generate(model: Any, cfg: bool, speaker: int) -> torch.Tensor:
+    from ggtts.families.magpie.generate import GenerationParams, generate_codes
+
+    d = model.cfg.inference
+    params = GenerationParams(
+        temperature=0.0, cfg_scale=d.cfg_scale if cfg else None, prior=True, prior_layers=d.prior_layers,
+        alignment_layers=d.alignment_layers, max_frames=STEPS * model.cfg.frame_stacking,
+        min_frames=STEPS * model.cfg.frame_stacking + 1,
+    )  # fmt: skip
+    text = [3, 9, 14, 2, 7, 11, 5, 8, 12, 6, 4, model.cfg.text_eos_id]
+    return generate_codes(model, text, speaker, params)
+
+
+@pytest.mark.parametrize("kind", ["f32", "q8_0"])
+@pytest.mark.parametrize(("cfg", "speaker"), [(True, 0), (True, 1), (False, 1)])
+def test_graph_steps_match_the_modules(files: dict[str, Path], kind: str, cfg: bool, speaker: int) -> None:
+    from ggtts.gguf import GGUFFile
+    from ggtts.models.magpie.model import load_magpie
+    from ggtts.models.magpie.step_graph import DecoderGraph
+
+    model = load_magpie(GGUFFile(files[kind]))
+    assert isinstance(model.step_graph, DecoderGraph)
+    shadow = Shadow(model.step_graph, model)
+    model.step_graph = shadow  # type: ignore[assignment]
+    codes = _generate(model, cfg, speaker)
+    assert codes.shape[1] == STEPS * model.cfg.frame_stacking  # every step ran (EOS held off)
+    assert len(shadow.errors) == STEPS - 1  # the first step (the context's prefill) is the modules'
+    assert len(shadow.local_errors) == STEPS * model.cfg.tables
+    print(f"{kind} cfg={cfg} speaker={speaker}: steps' errors {' '.join(f'{e:.1e}' for e in shadow.errors)}")
+    print(f"local transformer: worst {max(shadow.local_errors):.1e}")
+    if kind == "f32":
+        assert max(shadow.errors) < 1e-5
+        assert max(shadow.local_errors) < 1e-5
+        modules = load_magpie(GGUFFile(files[kind]), graph=False)
+        assert modules.step_graph is None
+        assert torch.equal(codes, _generate(modules, cfg, speaker))  # the same arithmetic: the same greedy codes
+    else:
+        for errors in (shadow.errors, shadow.local_errors):
+            assert statistics.median(errors) < 1e-5  # the same kernels, rounding flips aside
+            assert max(errors) < Q8_0_FLIP_TOLERANCE
