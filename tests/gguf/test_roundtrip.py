@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -164,3 +167,35 @@ def test_a_deferred_tensor_that_cannot_be_read_names_it(tmp_path):
     with pytest.raises(ConversionError, match=r"tensor 'b\.weight': cannot read it"):
         mw.write()
     assert list(tmp_path.iterdir()) == []  # nothing half-written left behind
+
+
+def _resident_kib(path: Path) -> int:
+    """Resident KiB of this process's mappings of ``path`` (Linux's /proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            fields = line.split()
+            if "-" in fields[0] and len(fields) >= 5:  # a mapping's header line
+                inside = fields[-1] == str(path)
+            elif inside and fields[0] == "Rss:":
+                total += int(fields[1])
+    return total
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
+def test_a_tensor_read_as_floats_does_not_stay_resident_beside_its_copy(tmp_path):
+    """Loading copies each tensor out of the memory map (GGUFFile.tensor); the stored bytes' pages are then given
+    back, so a loaded model is not counted twice (measured: a 357M Magpie f32 file's load peaked at 2.4 GB, now
+    1.4 GB). A tensor read again is read correctly."""
+    w = _weights(shape=(1024, 2048))  # 8 MiB
+    path = tmp_path / "big.gguf"
+    mw = ModelWriter(path, "kokoro", OutType.F32)
+    mw.add_tensor("big.weight", w)
+    mw.write()
+    g = GGUFFile(path)
+    before = _resident_kib(path.resolve())
+    g.raw("big.weight").sum()  # the bytes, read through the map: resident
+    assert _resident_kib(path.resolve()) - before > 6 * 1024
+    copy = g.tensor("big.weight")
+    assert _resident_kib(path.resolve()) - before < 64
+    assert torch.equal(copy, w) and torch.equal(g.tensor("big.weight"), w)

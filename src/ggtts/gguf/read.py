@@ -261,4 +261,6 @@ class GGUFFile:
         import torch  # here, not at the top: reading a file's metadata (`ggtts info`, recognising it) needs none
 
         # a private, writable copy: the memory map stays read-only and torch owns what it gets
-        return torch.from_numpy(np.array(array, dtype=np.float32, copy=True).reshape(info.shape))
+        copy = torch.from_numpy(np.array(array, dtype=np.float32, copy=True).reshape(info.shape))
+        self.release(name)  # the stored bytes, read once: not kept resident beside the copy
+        return copy
