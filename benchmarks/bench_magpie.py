@@ -34,7 +34,7 @@ prior on (``--prior off``: off, for every peer that has one): EOS is held off so
   during the measured run) except mudler's: ``m1el-{f32,q8_0}`` (m1el/magpie-tts.cpp on ggtts's own files;
   ``357m-v2602`` only; it has neither guidance nor an attention prior: compare it with ``--guidance off --prior
   off``), ``mudler-{f32,q8_0,f16}`` (mudler/magpie-tts.cpp on files of its own converter, made in DIR/mudler;
-  ``357m`` only; the median of 2 syntheses in one process as its ``bench`` prints it, the first one cold) and
+  ``357m`` only; the median of 3 syntheses in one process as its ``bench`` prints it, the first one cold) and
   ``nemo-speech-{f32,f16}`` (NVIDIA/NeMo-Speech.cpp's ``synthesize_text`` on files of its own converter and its f16
   codec with NeMo's clamp output, made in DIR/nemo-speech; ``357m-v2602`` only; the codec deferred to after the
   decoder). Their frames/s, RTF and load come from their own printouts (see ``run_port``), peak memory from the
@@ -60,6 +60,7 @@ from typing import Any
 
 import torch
 
+from ggtts.gguf.keys import Magpie as K
 from ggtts.measure.bench import cpu_model
 
 TEXT_TOKENS = 40  # plus EOS: a sentence of about ten words
@@ -79,6 +80,7 @@ PORT_BINARY = {
 }
 PORT_PEERS = {"357m": ("mudler-f32", "mudler-q8_0"), "357m-v2602": ("m1el-f32", "m1el-q8_0", "nemo-speech-f32")}
 # the attention prior's switch in each port's own file (m1el has no prior)
+MUDLER_RUNS = 3  # its bench's median: a warm run (the first builds its graphs; of two it would average in the cold one)
 PORT_PRIOR_KEY = {"mudler": "magpie.prior.apply", "nemo-speech": "magpietts.inference.apply_attention_prior"}
 
 
@@ -117,9 +119,7 @@ def build(directory: Path, shape: str = "357m") -> None:
 def check_shape(directory: Path, shape: str) -> None:
     """Exit when ``directory`` holds ggtts files of the other shape."""
     want = magpie_shape(shape)
-    have = gguf_values(
-        directory / "magpie-357m-q8_0.gguf", "magpie.frame_stacking_factor", "magpie.local_transformer_dim"
-    )
+    have = gguf_values(directory / "magpie-357m-q8_0.gguf", K.FRAME_STACKING, K.LT_DIM)
     if have != [want.frame_stacking, want.lt_dim]:
         sys.exit(f"{directory} does not hold the {shape} shape (frame stacking {have[0]}, local transformer width"
                  f" {have[1]}): another --shape or another --dir")  # fmt: skip
@@ -401,7 +401,7 @@ def run_port(
 
     - m1el: its ``timing: synthesis (tokens -> codes)`` (encoder, context and decoder) and ``timing: codec`` lines
       (both our patch's, around its own calls); no load time printed;
-    - mudler: ``magpie-cli bench --json``'s median of 2 runs in one process (the first one cold: it builds its
+    - mudler: ``magpie-cli bench --json``'s median of 3 runs in one process (the first one cold: it builds its
       graphs), ``encode_ms + decode_ms`` for the model (its decode loop holds the context and the local
       transformer), ``total_ms`` with the codec, ``load_ms``;
     - nemo-speech: our patch's ``stats:`` line of its runtime's own figures: ``decoder_fps`` (frames over the
@@ -415,8 +415,7 @@ def run_port(
         raise PortError(f"{binary} missing: run benchmarks/magpie_ports/build.sh {ports_dir}")
     ggtts_file = directory / f"magpie-357m-{kind}.gguf"
     temperature, top_k, eos = gguf_values(
-        directory / "magpie-357m-q8_0.gguf", "magpie.inference.temperature", "magpie.inference.top_k",
-        "magpie.text_eos_id",
+        directory / "magpie-357m-q8_0.gguf", K.TEMPERATURE, K.TOP_K, K.TEXT_EOS_ID
     )  # fmt: skip
     tokens = ",".join(map(str, [*range(TEXT_TOKENS), eos]))
     with tempfile.TemporaryDirectory(prefix="bench-magpie-port-") as tmp:
@@ -438,7 +437,7 @@ def run_port(
             if port == "mudler":
                 cmd = [str(binary), "bench", "--model", str(model_file), "--tokens", tokens, "--threads",
                        str(threads), "--seed", "1", "--max-frames", str(frames), "--min-frames", str(frames + 1),
-                       "--runs", "2", "--json", *([] if guidance else ["--no-cfg"])]  # fmt: skip
+                       "--runs", str(MUDLER_RUNS), "--json", *([] if guidance else ["--no-cfg"])]  # fmt: skip
                 out, _, peak = _run_binary(cmd)
                 report = json.loads(next(line for line in out.splitlines() if line.startswith("{")))
                 m = report["median"]

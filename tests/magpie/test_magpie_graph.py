@@ -37,6 +37,9 @@ class Shadow:
     def takes(self, *args: Any) -> bool:
         return bool(self.graph.takes(*args))
 
+    def current(self) -> bool:
+        return bool(self.graph.current())
+
     def step(self, x: torch.Tensor, cache: Any, start: int, key_valid: Any, memory: Any, priors: Any) -> Any:
         from ggtts.models.magpie.model import LayerInputs
 
@@ -74,17 +77,24 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {kind: convert_magpie([nemo], d / f"tiny-{kind}.gguf", kind) for kind in ("f32", "q8_0")}
 
 
-def _generate(model: Any, cfg: bool, speaker: int) -> torch.Tensor:
-    from ggtts.families.magpie.generate import GenerationParams, generate_codes
+TEXT = [3, 9, 14, 2, 7, 11, 5, 8, 12, 6, 4]
+
+
+def _params(model: Any, cfg: bool, steps: int = STEPS) -> Any:
+    from ggtts.families.magpie.generate import GenerationParams
 
     d = model.cfg.inference
-    params = GenerationParams(
+    return GenerationParams(
         temperature=0.0, cfg_scale=d.cfg_scale if cfg else None, prior=True, prior_layers=d.prior_layers,
-        alignment_layers=d.alignment_layers, max_frames=STEPS * model.cfg.frame_stacking,
-        min_frames=STEPS * model.cfg.frame_stacking + 1,
+        alignment_layers=d.alignment_layers, max_frames=steps * model.cfg.frame_stacking,
+        min_frames=steps * model.cfg.frame_stacking + 1,
     )  # fmt: skip
-    text = [3, 9, 14, 2, 7, 11, 5, 8, 12, 6, 4, model.cfg.text_eos_id]
-    return generate_codes(model, text, speaker, params)
+
+
+def _generate(model: Any, cfg: bool, speaker: int, text: list[int] = TEXT) -> torch.Tensor:
+    from ggtts.families.magpie.generate import generate_codes
+
+    return generate_codes(model, [*text, model.cfg.text_eos_id], speaker, _params(model, cfg))
 
 
 @pytest.mark.parametrize("kind", ["f32", "q8_0"])
@@ -114,3 +124,60 @@ def test_graph_steps_match_the_modules(files: dict[str, Path], kind: str, cfg: b
         for errors in (shadow.errors, shadow.local_errors):
             assert statistics.median(errors) < 1e-5  # the same kernels, rounding flips aside
             assert max(errors) < Q8_0_FLIP_TOLERANCE
+
+
+def test_utterances_interleaved_share_the_graphs(files: dict[str, Path]) -> None:
+    """Two utterances stepped in turn on one model (a server's requests: each step points the graphs at its own
+    cache and text memory), texts of the same and of another length: each gets the modules' codes."""
+    from ggtts.families.magpie.generate import MagpieGenerator
+    from ggtts.gguf import GGUFFile
+    from ggtts.models.magpie.model import load_magpie
+
+    model, modules = load_magpie(GGUFFile(files["f32"])), load_magpie(GGUFFile(files["f32"]), graph=False)
+    texts = [TEXT, TEXT[::-1], TEXT[:5]]
+    want = [_generate(modules, True, 0, t) for t in texts]
+    streams = [MagpieGenerator(model, _params(model, True)).frames([*t, model.cfg.text_eos_id], 0) for t in texts]
+    got: list[list[torch.Tensor]] = [[] for _ in texts]
+    for step in zip(*streams, strict=True):  # one step of each in turn
+        for parts, codes in zip(got, step, strict=True):
+            parts.append(codes)
+    for parts, codes in zip(got, want, strict=True):
+        assert torch.equal(torch.cat(parts, dim=1), codes)
+
+
+def test_copies_and_replaced_weights_get_graphs_of_their_own(files: dict[str, Path]) -> None:
+    """The graphs read the weights' memory: a deep copy of the model, or weights replaced out of place, get new
+    graphs (not the old weights' results: a graph kept on the old memory is 0.2-0.4 off, measured)."""
+    import copy
+
+    from ggtts.gguf import GGUFFile
+    from ggtts.models.magpie.model import load_magpie
+
+    model, modules = load_magpie(GGUFFile(files["f32"])), load_magpie(GGUFFile(files["f32"]), graph=False)
+    twin = copy.deepcopy(model)
+    assert twin.step_graph is None  # left behind, built again on use
+    assert torch.equal(_generate(twin, True, 0), _generate(modules, True, 0))
+    assert twin.step_graph is not None and twin.step_graph is not model.step_graph
+    _generate(model, True, 0)  # graphs built on the weights as loaded
+    first = model.step_graph
+    with torch.no_grad():
+        w = model.decoder.layers[0].pos_ff.proj.conv.weight
+        w.data = w.data * 1.5  # out of place: new memory
+    shadow = Shadow(model.graph(), model)  # every step against the modules on the new weights
+    assert shadow.graph is not first
+    model.step_graph = shadow  # type: ignore[assignment]
+    _generate(model, True, 0)
+    assert max(shadow.errors) < 1e-5, max(shadow.errors)
+
+
+def test_a_position_past_the_table_is_one_clear_error(files: dict[str, Path]) -> None:
+    """ggml stops the process on a row past the learned positions: the step refuses first."""
+    from ggtts.errors import InputError
+    from ggtts.families.magpie.generate import generate_codes
+    from ggtts.gguf import GGUFFile
+    from ggtts.models.magpie.model import load_magpie
+
+    model = load_magpie(GGUFFile(files["f32"]))
+    steps = model.cfg.decoder.max_positions  # past the table once the context is counted
+    with pytest.raises(InputError, match="past the decoder's 256 learned positions"):
+        generate_codes(model, [*TEXT, model.cfg.text_eos_id], 0, _params(model, False, steps))

@@ -103,3 +103,17 @@ def test_weights_loaded_in_inference_mode() -> None:
         again = layer(channels_last(x)).squeeze(2)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(again, got, rtol=0, atol=0)
+
+
+def test_prepared_under_inference_mode_the_parameter_stays_a_normal_tensor() -> None:
+    """Copies made under ``torch.inference_mode`` are inference tensors: the parameter does not become a view of one
+    (it could no longer take part in ordinary tensor code)."""
+    torch.manual_seed(5)
+    layer = nn.Conv1d(3, 2, 5, padding=2)
+    x = torch.randn(1, 3, 30)
+    with torch.inference_mode():
+        channels_last_convolutions(layer)
+        got = layer(channels_last(x)).squeeze(2)
+    assert not layer.weight.is_inference()
+    with torch.no_grad():
+        torch.testing.assert_close(got, F.conv1d(x, layer.weight, layer.bias, padding=2), rtol=1e-5, atol=1e-5)

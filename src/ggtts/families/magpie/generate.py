@@ -125,7 +125,8 @@ class MagpieGenerator:
         rows = hidden.shape[0]
         cache = new_cache(lt, self.cfg.tables + 1, rows, hidden.device)
         x, start, codes = m.local_input(hidden), 0, []
-        graph = m.step_graph if m.step_graph is not None and m.step_graph.takes(cache, None, rows) else None
+        graph = m.graph()
+        graph = graph if graph is not None and graph.takes(cache, None, rows) else None
         for table in range(self.cfg.tables):
             if graph is not None:  # the layers and the table's projection as one ggml graph
                 logits = self._guided(graph.local_step(x[:, -1], cache, start, table))
@@ -276,7 +277,7 @@ class _Utterance:
         if p.cached:
             inputs.start = self.tc + self.step
             inputs.priors = gen._layer_priors(None if self.prior is None else self.prior[None, None])
-            graph = m.step_graph
+            graph = m.graph()
             if graph is not None and graph.takes(self.cache, inputs.memory_valid, self.rows):
                 step = graph.step(self.history[-1][:, -1], self.cache, inputs.start, self.key_valid, self.memory,
                                   inputs.priors)  # fmt: skip

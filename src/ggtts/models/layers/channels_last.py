@@ -9,8 +9,9 @@ products are bfloat16 ones where asked (the activations between layers stay floa
 classes' drop-ins (same parameters, same state-dict names); the copies are made again whenever the weights change,
 kept as plain attributes so neither the state dict nor ``.float()`` sees them (a layer computing in its weights' own
 dtype follows ``.double()``). Where the copy is in the weights' own dtype, the weight becomes a view of it (one copy
-of the weights in memory, the parameter then stored time-major). A 3-D input runs the plain 1-D convolution (in the
-compute dtype), so an unprepared caller still works.
+of the weights in memory, the parameter then stored time-major: a state dict saved with safetensors needs
+``.contiguous()`` first). A 3-D input runs the plain 1-D convolution (in the compute dtype), so an unprepared caller
+still works. The layers compute on detached copies: they are for inference, not training.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ class _Copies:
         key = (dtype, version(weight), weight.data_ptr(), None if bias is None else (version(bias), bias.data_ptr()))
         cached = self.__dict__.get("_layout_cache")
         if cached is None or cached[0] != key:
-            w = weight.detach().to(dtype).unsqueeze(2).contiguous(memory_format=torch.channels_last)
+            with torch.inference_mode(weight.is_inference()):  # a normal parameter gets normal copies
+                w = weight.detach().to(dtype).unsqueeze(2).contiguous(memory_format=torch.channels_last)
             if w.dtype == weight.dtype:  # one copy in memory: the parameter views the 4-D one
                 weight.data = w.squeeze(2)
                 key = (dtype, version(weight), weight.data_ptr(), key[3])

@@ -106,6 +106,7 @@ class GraphParams:
         self._keep: list[Any] = []  # torch tensors whose memory ggml tensors point at
         self._ctx = ggml_kernels.new_context(self, n_params * lib.ggml_tensor_overhead())
         self._tensors: dict[tuple[int, tuple[int, ...]], Any] = {}
+        self._sources: list[tuple[torch.Tensor, int]] = []  # each parameter read in place, and where it was
 
     def weight(self, module: nn.Module) -> Any:
         """The ggml tensor of a linear layer's weight (stored, or the torch float32 parameter's memory)."""
@@ -125,14 +126,21 @@ class GraphParams:
             return self.float_tensor(module.weight)
         raise TypeError(f"no ggml expert stack for {type(module).__name__}")
 
-    def float_tensor(self, t: torch.Tensor) -> Any:
-        """A ggml F32 tensor on a contiguous float32 CPU torch tensor's memory (1-D to 3-D)."""
-        t = t.detach()
+    def current(self) -> bool:
+        """Whether every parameter read in place is still where it was (not replaced out of place: ``p.data =``,
+        ``.to()``, ``load_state_dict(assign=True)``): the graphs read the memory they were built on."""
+        return all(p.data_ptr() == at for p, at in self._sources)
+
+    def float_tensor(self, t: torch.Tensor, source: torch.Tensor | None = None) -> Any:
+        """A ggml F32 tensor on a contiguous float32 CPU torch tensor's memory (1-D to 3-D); ``source``: the
+        parameter ``t`` is a view of (for :meth:`current`)."""
+        parameter, t = t if source is None else source, t.detach()
         if t.dtype != torch.float32 or not t.is_contiguous() or t.device.type != "cpu":
             raise ValueError("ggml graphs take contiguous float32 CPU tensors")
         key = (t.data_ptr(), tuple(t.shape))
         if key in self._tensors:  # every step graph shares the one ggml tensor of a parameter
             return self._tensors[key]
+        self._sources.append((parameter, t.data_ptr()))
         self._keep.append(t)
         lib = self.lib
         if t.dim() == 1:

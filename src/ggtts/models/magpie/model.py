@@ -31,9 +31,8 @@ from torch import nn
 from ggtts.gguf import GGUFFile
 from ggtts.models.layers.gguf_state import empty_modules, load_module_from_gguf
 from ggtts.models.layers.kv_cache import KVCache
-from ggtts.models.magpie import step_graph
 from ggtts.models.magpie.config import MagpieConfig, StackConfig
-from ggtts.models.magpie.step_graph import DecoderGraph
+from ggtts.models.magpie.step_graph import DecoderGraph, graphable
 
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which NeMo uses
 
@@ -256,7 +255,22 @@ class MagpieTTS(nn.Module):
         # (speakers, T * D) as NeMo stores it; rows are reshaped to (T, D) when used
         self.baked_context_embedding = nn.Embedding(cfg.n_speakers, cfg.context_frames * cfg.d_model)
         self._null_kv: tuple[torch.Tensor, torch.Tensor] | None = None
-        self.step_graph: DecoderGraph | None = None  # the decoder's cached steps as ggml graphs (load_magpie)
+        self.use_graph = False  # the cached steps as ggml graphs where they can be (load_magpie): graph()
+        self.step_graph: DecoderGraph | None = None
+
+    def graph(self) -> DecoderGraph | None:
+        """The cached steps' ggml graphs, built (again) where they can run on the weights as they are now (a copy of
+        the model, or weights replaced out of place, gets new ones); None: the torch modules."""
+        g = self.step_graph
+        if self.use_graph and (g is None or not g.current()):
+            self.step_graph = g = DecoderGraph(self) if graphable(self) is None else None
+        return g
+
+    def __getstate__(self) -> dict[str, object]:
+        """Copies and pickles leave the graphs behind (they hold ggml's pointers): :meth:`graph` builds new ones."""
+        state = dict(super().__getstate__())
+        state["step_graph"] = None
+        return state
 
     # ---- text --------------------------------------------------------------------------------------------
     def encode_text(self, tokens: torch.Tensor) -> torch.Tensor:
@@ -384,6 +398,6 @@ def load_magpie(
     plan = stored_weights_plan(device, stored_weights)
     consumed = use_stored_weights(model, gguf) | store_convolutions(model, gguf) if plan.stored else set()
     load_module_from_gguf(model, gguf, ignore=consumed, device=device)
-    if graph and step_graph.graphable(model) is None:
-        model.step_graph = step_graph.DecoderGraph(model)
+    model.use_graph = graph
+    model.graph()
     return model.eval()

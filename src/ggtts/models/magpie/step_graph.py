@@ -32,6 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ggtts.errors import InputError
 from ggtts.models.layers.ggml_stack import KV_STEP, MASKED, CacheBound, GraphParams
 from ggtts.ops import ggml_kernels
 
@@ -43,6 +44,10 @@ GRAPHS_KEPT = 4  # per model: (an utterance's text length) x (prior on some laye
 LOCAL_GRAPHS_KEPT = 32  # the local transformer's: one per table (up to 16) and batch rows (guidance or not)
 NODES_PER_LAYER = 96  # about 60 with two rows and the prior, with their views; rounded up
 PARAMS_PER_LAYER = 12  # float tensors a layer may hand ggml: 6 weights (float32 files), 4 norms
+PARAMS_PER_MODEL = 8  # and outside the layers: the position tables, the output norm, the parallel head and its bias
+NODES_PER_STEP = 64  # a graph's nodes outside its layers (inputs, positions, output norm, head), rounded up
+TENSORS_SPARE = 16  # descriptions of inputs besides the nodes (buffers of ours, the cache's layers)
+F32_BYTES = 4
 GELU_C = math.sqrt(2.0 / math.pi)  # tanh-GELU: 0.5 x (1 + tanh(c (x + 0.044715 x^3)))
 GELU_CUBIC = 0.044715
 
@@ -58,8 +63,8 @@ def graphable(model: MagpieTTS) -> str | None:
         return "the decoder has no cross-attention"
     if model.cfg.local_transformer.kernel_size != 1:
         return "the local transformer's feed-forward is not pointwise"
-    norm = model.text_embedding.weight
-    if norm.dtype != torch.float32 or norm.device.type != "cpu":
+    weight = model.text_embedding.weight
+    if weight.dtype != torch.float32 or weight.device.type != "cpu":
         return "the model's parameters are not float32 on the CPU"
     return None
 
@@ -83,7 +88,7 @@ class DecoderGraph(GraphParams):
         if reason is not None:
             raise ValueError(f"Magpie's decoder steps cannot run as ggml graphs: {reason}")
         layers = model.decoder.cfg.n_layers + model.local_transformer.cfg.n_layers
-        super().__init__(PARAMS_PER_LAYER * layers + 8 + 2 * model.cfg.tables)
+        super().__init__(PARAMS_PER_LAYER * layers + PARAMS_PER_MODEL + 2 * model.cfg.tables)
         self.model, self.keep = model, keep
         self._graphs: OrderedDict[tuple[Any, ...], _StackStep] = OrderedDict()
         self._local: OrderedDict[tuple[Any, ...], _StackStep] = OrderedDict()
@@ -94,7 +99,7 @@ class DecoderGraph(GraphParams):
         if conv.stored is not None:
             return cast(Any, conv.stored[0]).tensor  # a ggml MatMul
         assert conv.conv is not None
-        return self.float_tensor(conv.conv.weight[:, :, 0])
+        return self.float_tensor(conv.conv.weight[:, :, 0], source=conv.conv.weight)
 
     @staticmethod
     def takes(cache: KVCache, memory_valid: torch.Tensor | None, rows: int) -> bool:
@@ -126,6 +131,7 @@ class DecoderGraph(GraphParams):
         None."""
         rows = x.shape[0]
         cache.check_fits(start + 1)
+        _check_position(start, self.model.decoder.cfg.max_positions, "decoder")
         kv_len = min(-(-(start + 1) // KV_STEP) * KV_STEP, cache.max_len)
         text_len = memory[0][0].shape[2]
         prior_layers = None if priors is None else tuple(i for i, p in enumerate(priors) if p is not None)
@@ -146,6 +152,7 @@ class DecoderGraph(GraphParams):
         ``(rows, V)`` of ``table``'s output projection."""
         m, rows = self.model, x.shape[0]
         cache.check_fits(start + 1)
+        _check_position(start, m.local_transformer.cfg.max_positions, "local transformer")
         key = (tuple(cache.k.shape), table)
         with self._lock:
             graph = ggml_kernels.cached(
@@ -179,9 +186,9 @@ class _StackStep(CacheBound):
         n_layers, d = cfg.n_layers, cfg.d_model
         h_self, dh_self = cfg.n_heads, cfg.d_model // cfg.n_heads
         h_x, dh_x = cfg.xa_n_heads, cfg.xa_d_head
-        n_nodes = 64 + NODES_PER_LAYER * n_layers * rows
+        n_nodes = NODES_PER_STEP + NODES_PER_LAYER * n_layers * rows
         ctx = ggml_kernels.new_context(
-            self, (n_nodes + 4 * n_layers + 16) * lib.ggml_tensor_overhead()
+            self, (n_nodes + 4 * n_layers + TENSORS_SPARE) * lib.ggml_tensor_overhead()
             + lib.ggml_graph_overhead_custom(n_nodes, False),
         )  # fmt: skip
         f32 = lib.GGML_TYPE_F32
@@ -216,7 +223,7 @@ class _StackStep(CacheBound):
             inner = lib.ggml_scale(ctx, lib.ggml_add(ctx, a, lib.ggml_scale(ctx, cubic, GELU_CUBIC)), GELU_C)
             return lib.ggml_mul(ctx, a, lib.ggml_scale_bias(ctx, lib.ggml_tanh(ctx, inner), 0.5, 0.5))
 
-        row_bytes = 4 * d
+        row_bytes = F32_BYTES * d
         positions = owner.float_tensor(stack.position_embeddings.weight)
         h = lib.ggml_add(ctx, x, lib.ggml_get_rows(ctx, positions, pos))  # [D, rows]
         self._on_cache: list[Any] = []
@@ -231,7 +238,7 @@ class _StackStep(CacheBound):
             for r in range(rows):
 
                 def part(i: int, r: int = r, qkv: Any = qkv, qkv_bytes: int = qkv_bytes) -> Any:  # [Dh, 1, H]
-                    view = lib.ggml_view_3d(ctx, qkv, dh_self, h_self, 1, 4 * dh_self, qkv_bytes,
+                    view = lib.ggml_view_3d(ctx, qkv, dh_self, h_self, 1, F32_BYTES * dh_self, qkv_bytes,
                                             r * qkv_bytes + i * row_bytes)  # fmt: skip
                     return lib.ggml_cont(ctx, lib.ggml_permute(ctx, view, 0, 2, 1, 3))
 
@@ -276,7 +283,7 @@ class _StackStep(CacheBound):
         normed = lib.ggml_mul(
             ctx, lib.ggml_norm(ctx, h, layer.norm_xattn_query.eps), owner.float_tensor(layer.norm_xattn_query.weight)
         )
-        first = lib.ggml_view_2d(ctx, normed, d, 1, 4 * d, 0)
+        first = lib.ggml_view_2d(ctx, normed, d, 1, F32_BYTES * d, 0)
         q = lib.ggml_reshape_3d(ctx, lib.ggml_mul_mat(ctx, owner.weight(xa.q_net), first), dh_x, h_x, 1)
         q = lib.ggml_cont(ctx, lib.ggml_permute(ctx, q, 0, 2, 1, 3))  # [Dh, 1, H]
         mem_k = self._on(ctx, self.mem_k[index], dh_x, text_len, h_x)
@@ -311,12 +318,13 @@ class _StackStep(CacheBound):
         return attended
 
     def _bind(self, memory: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """The utterance's text memory, copied into the graph's buffers once."""
+        """The utterance's text memory, copied into the graph's buffers once (a list of an utterance's own, never
+        changed: the graph keeps it, and a step with another list copies that one)."""
         if self._memory is memory:
             return
         for index, (k, v) in enumerate(memory):
-            self.mem_k[index] = k[0].numpy()
-            self.mem_vt[index] = v[0].transpose(1, 2).numpy()
+            self.mem_k[index] = k[0].detach().numpy()
+            self.mem_vt[index] = v[0].detach().transpose(1, 2).numpy()
         self._memory = memory
 
     def run(
@@ -351,6 +359,12 @@ class _StackStep(CacheBound):
         hidden = _read(self.hidden, self.rows * self.d).reshape(self.rows, self.d)
         logits = _read(self.logits, self.rows * self.n_logits).reshape(self.rows, self.n_logits)
         return StepResult(hidden, probs, logits)
+
+
+def _check_position(start: int, limit: int, stack: str) -> None:
+    """ggml would stop the process on a position past the learned table: one clear error instead."""
+    if not 0 <= start < limit:
+        raise InputError(f"position {start} is past the {stack}'s {limit} learned positions")
 
 
 def _read(tensor: Any, n: int) -> torch.Tensor:
