@@ -148,6 +148,20 @@ def test_a_step_of_no_rows_is_refused(built: Built, files: dict[str, Path]) -> N
     assert cache.length == 0
 
 
+def test_weights_replaced_after_the_graphs_were_built_are_refused(built: Built, files: dict[str, Path]) -> None:
+    """The graphs read the weights' memory as it was when they were built: a weight replaced out of place since is
+    one clear error, not the old weights' logits."""
+    talker = _load(files["f32"], graph=True)
+    _greedy(talker, built)  # the graphs, built
+    assert talker.graph is not None and talker.graph.current()
+    norm = talker.graph.output_norm.weight
+    with torch.no_grad():
+        norm.data = norm.data * 1.5  # new memory
+    assert not talker.graph.current()
+    with pytest.raises(ValueError, match="replaced out of place"):
+        talker.graph.step(torch.zeros(1, talker.cfg.talker.dim), talker.new_cache(8), talker.output)
+
+
 def test_blocks_it_cannot_build_are_refused() -> None:
     """A block whose feed-forward is neither SwiGLU nor a mixture of SwiGLU experts is left to torch (the model's
     loader asks :func:`graphable` first); building a graph of it is refused in one sentence."""

@@ -192,6 +192,11 @@ class StackGraph(GraphParams):
         n = x.shape[0]
         if n == 0:
             raise ValueError("a step needs at least one row")
+        if not self.current():  # its graphs would read the old weights' memory
+            raise ValueError(
+                "the model's weights were replaced out of place after its step graphs were built: load it again "
+                "(or with graph=False)"
+            )
         start = cache.length
         end = start + n
         cache.check_fits(end)
