@@ -260,7 +260,8 @@ class GGUFFile:
         array = widen(self.raw(name), info.type, self._order)
         import torch  # here, not at the top: reading a file's metadata (`ggtts info`, recognising it) needs none
 
-        # a private, writable copy: the memory map stays read-only and torch owns what it gets
-        copy = torch.from_numpy(np.array(array, dtype=np.float32, copy=True).reshape(info.shape))
+        # a private, writable copy: the memory map stays read-only and torch owns what it gets (widen's values are
+        # already one: copied again only where they are not)
+        copy = torch.from_numpy(np.require(array, np.float32, ["C", "W", "O"]).reshape(info.shape))
         self.release(name)  # the stored bytes, read once: not kept resident beside the copy
         return copy

@@ -218,8 +218,22 @@ class CacheBound:
     points at its own cache (``_on_cache_at``: each tensor, 0 on the keys or 1 on the values, its offset there)."""
 
     lib: Any
+    kv_len: int  # the cache positions attention reads (a multiple of KV_STEP, or the whole cache)
     _at: tuple[int, int]  # the keys' and values' memory the graph's tensors are on now
     _on_cache_at: list[tuple[Any, int, int]]
+
+    def _store(self, ctx: Any, cache: torch.Tensor, new: Any, rows: Any, cache_type: int) -> tuple[Any, list[Any]]:
+        """Write ``new`` [D, T, H] into ``cache`` (H, max_len, D) (of ggml type ``cache_type``) at ``rows``; the
+        first kv_len positions, after. Also returns the tensors on the cache's memory (the whole layer first), which
+        each run points at its own cache (:meth:`_point_at`)."""
+        lib = self.lib
+        n_heads, max_len, d = cache.shape
+        whole = lib.ggml_new_tensor_3d(ctx, cache_type, d, max_len, n_heads)
+        whole.contents.data = cache.data_ptr()  # the building cache's, until allocation has placed the views
+        written = lib.ggml_set_rows(ctx, whole, new, rows)  # a view of whole
+        nb = written.contents.nb
+        attended = lib.ggml_view_3d(ctx, written, d, self.kv_len, n_heads, nb[1], nb[2], 0)
+        return attended, [whole, written, attended]
 
     def _input(self, tensor: Any, buffer: np.ndarray) -> Any:
         self.lib.ggml_set_input(tensor)
@@ -326,8 +340,9 @@ class _StepGraph(CacheBound):
             q = heads(attn.attn_q, cur, hq, getattr(attn, "attn_q_norm", None))
             k = heads(attn.attn_k, cur, hkv, getattr(attn, "attn_k_norm", None))
             v = lib.ggml_reshape_3d(ctx, linear(attn.attn_v, cur), d, hkv, n_tokens)
-            keys, on_keys = self._store(ctx, cache.k[layer, 0], k, rows)  # [D, kv_len, Hkv]
-            values, on_values = self._store(ctx, cache.v[layer, 0], v, rows)
+            k, v = (lib.ggml_permute(ctx, t, 0, 2, 1, 3) for t in (k, v))  # [D, T, Hkv]
+            keys, on_keys = self._store(ctx, cache.k[layer, 0], k, rows, self.cache_type)  # [D, kv_len, Hkv]
+            values, on_values = self._store(ctx, cache.v[layer, 0], v, rows, self.cache_type)
             self._on_cache.append((on_keys, on_values))
             q = lib.ggml_permute(ctx, q, 0, 2, 1, 3)  # [D, T, Hq]
             att = lib.ggml_flash_attn_ext(ctx, q, keys, values, mask, scale, 0.0, 0.0)  # [D, Hq, T]
@@ -361,19 +376,6 @@ class _StepGraph(CacheBound):
         self.dim, self.n_vocab = s.dim, int(self.logits.contents.ne[0])
         self._plans: dict[int, Any] = {}
 
-    def _store(self, ctx: Any, cache: torch.Tensor, new: Any, rows: Any) -> tuple[Any, list[Any]]:
-        """Write ``new`` [D, H, T] into ``cache`` (H, max_len, D) at ``rows``; the first kv_len positions, after.
-        Also returns the tensors on the cache's memory (the whole layer first), which each run points at its own
-        cache (:meth:`_point_at`)."""
-        lib = self.lib
-        n_heads, max_len, d = cache.shape
-        whole = lib.ggml_new_tensor_3d(ctx, self.cache_type, d, max_len, n_heads)
-        whole.contents.data = cache.data_ptr()  # the building cache's, until allocation has placed the views
-        written = lib.ggml_set_rows(ctx, whole, lib.ggml_permute(ctx, new, 0, 2, 1, 3), rows)  # a view of whole
-        nb = written.contents.nb
-        attended = lib.ggml_view_3d(ctx, written, d, self.kv_len, n_heads, nb[1], nb[2], 0)
-        return attended, [whole, written, attended]
-
     def run(self, x: torch.Tensor, cache: KVCache, start: int) -> StepOutput:
         n = self.n_tokens
         self._point_at(cache)
@@ -383,10 +385,11 @@ class _StepGraph(CacheBound):
         visible = np.arange(self.kv_len)[None, :] <= self.pos_buf[:, None]  # causal: up to each token's position
         self.mask_buf[:] = np.where(visible, 0.0, MASKED)
         ggml_kernels.compute(self.graph, self._plans, torch.get_num_threads())
-        hidden = self._read(self.hidden, self.n_tokens, self.dim)[n - self.n_out :]
-        return StepOutput(hidden, self._read(self.logits, self.n_out, self.n_vocab))
+        hidden = read_floats(self.hidden, n * self.dim).reshape(n, self.dim)[n - self.n_out :]
+        return StepOutput(hidden, read_floats(self.logits, self.n_out * self.n_vocab).reshape(self.n_out, self.n_vocab))
 
-    @staticmethod
-    def _read(tensor: Any, rows: int, width: int) -> torch.Tensor:
-        data = (ctypes.c_float * (rows * width)).from_address(tensor.contents.data)
-        return torch.from_numpy(np.array(data, dtype=np.float32).reshape(rows, width))
+
+def read_floats(tensor: Any, n: int) -> torch.Tensor:
+    """The first ``n`` float32 values of a computed ggml tensor, copied into a torch tensor."""
+    data = (ctypes.c_float * n).from_address(tensor.contents.data)
+    return torch.from_numpy(np.array(data, dtype=np.float32))

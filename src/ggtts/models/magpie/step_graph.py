@@ -20,7 +20,6 @@ projection of the table being drawn, a graph per table.
 
 from __future__ import annotations
 
-import ctypes
 import math
 import threading
 import weakref
@@ -33,7 +32,7 @@ import torch
 from torch import nn
 
 from ggtts.errors import InputError
-from ggtts.models.layers.ggml_stack import KV_STEP, MASKED, CacheBound, GraphParams
+from ggtts.models.layers.ggml_stack import KV_STEP, MASKED, CacheBound, GraphParams, read_floats
 from ggtts.ops import ggml_kernels
 
 if TYPE_CHECKING:
@@ -215,8 +214,8 @@ class _StackStep(CacheBound):
             bias = getattr(module, "bias", None)
             return out if bias is None else lib.ggml_add(ctx, out, owner.float_tensor(bias))
 
-        def layer_norm(module: nn.LayerNorm, h: Any) -> Any:  # bias-free, as NeMo's
-            return lib.ggml_mul(ctx, lib.ggml_norm(ctx, h, module.eps), owner.float_tensor(module.weight))
+        def layer_norm(module: nn.LayerNorm, h: Any) -> Any:
+            return _layer_norm(ctx, owner, module, h)
 
         def gelu_tanh(a: Any) -> Any:
             cubic = lib.ggml_mul(ctx, lib.ggml_mul(ctx, a, a), a)
@@ -242,8 +241,9 @@ class _StackStep(CacheBound):
                                             r * qkv_bytes + i * row_bytes)  # fmt: skip
                     return lib.ggml_cont(ctx, lib.ggml_permute(ctx, view, 0, 2, 1, 3))
 
-                keys = self._store(ctx, cache.k[index, r], part(1), new_row, 0)  # [Dh, kv_len, H]
-                values = self._store(ctx, cache.v[index, r], part(2), new_row, 1)
+                keys, on_keys = self._store(ctx, cache.k[index, r], part(1), new_row, f32)  # [Dh, kv_len, H]
+                values, on_values = self._store(ctx, cache.v[index, r], part(2), new_row, f32)
+                self._on_cache += [(t, 0) for t in on_keys] + [(t, 1) for t in on_values]
                 att = lib.ggml_flash_attn_ext(ctx, part(0), keys, values, masks[r], dh_self**-0.5, 0.0, 0.0)
                 outs.append(lib.ggml_reshape_2d(ctx, att, d, 1))  # [Dh, H, 1] -> [D, 1]
             att = outs[0] if rows == 1 else lib.ggml_concat(ctx, outs[0], outs[1], 1)
@@ -280,10 +280,7 @@ class _StackStep(CacheBound):
         lib, d, rows, text_len = self.lib, h.contents.ne[0], self.rows, self.text_len
         xa = layer.cross_attention
         h_x, dh_x = xa.n_heads, xa.d_head
-        normed = lib.ggml_mul(
-            ctx, lib.ggml_norm(ctx, h, layer.norm_xattn_query.eps), owner.float_tensor(layer.norm_xattn_query.weight)
-        )
-        first = lib.ggml_view_2d(ctx, normed, d, 1, F32_BYTES * d, 0)
+        first = lib.ggml_view_2d(ctx, _layer_norm(ctx, owner, layer.norm_xattn_query, h), d, 1, F32_BYTES * d, 0)
         q = lib.ggml_reshape_3d(ctx, lib.ggml_mul_mat(ctx, owner.weight(xa.q_net), first), dh_x, h_x, 1)
         q = lib.ggml_cont(ctx, lib.ggml_permute(ctx, q, 0, 2, 1, 3))  # [Dh, 1, H]
         mem_k = self._on(ctx, self.mem_k[index], dh_x, text_len, h_x)
@@ -302,20 +299,6 @@ class _StackStep(CacheBound):
         """A 3-D F32 ggml tensor ``[ne0, ne1, ne2]`` on a buffer of ours."""
         lib = self.lib
         return self._input(lib.ggml_new_tensor_3d(ctx, lib.GGML_TYPE_F32, *ne), buffer)
-
-    def _store(self, ctx: Any, cache: torch.Tensor, new: Any, row: Any, kind: int) -> Any:
-        """Write ``new`` [Dh, 1, H] into one batch row's cache ``(H, max_len, Dh)`` at ``row``; the first kv_len
-        positions, after. ``kind``: 0 on the keys' memory, 1 on the values' (which each run points at its own
-        cache: :meth:`_point_at`)."""
-        lib = self.lib
-        n_heads, max_len, dh = cache.shape
-        whole = lib.ggml_new_tensor_3d(ctx, lib.GGML_TYPE_F32, dh, max_len, n_heads)
-        whole.contents.data = cache.data_ptr()
-        written = lib.ggml_set_rows(ctx, whole, new, row)  # a view of whole
-        nb = written.contents.nb
-        attended = lib.ggml_view_3d(ctx, written, dh, self.kv_len, n_heads, nb[1], nb[2], 0)
-        self._on_cache += [(whole, kind), (written, kind), (attended, kind)]
-        return attended
 
     def _bind(self, memory: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         """The utterance's text memory, copied into the graph's buffers once (a list of an utterance's own, never
@@ -354,10 +337,10 @@ class _StackStep(CacheBound):
             self.prior_buf[:] = (chosen.reshape(-1) + torch.finfo(chosen.dtype).tiny).numpy()
         ggml_kernels.compute(self.graph, self._plans, torch.get_num_threads())
         probs: list[torch.Tensor | None] = [
-            _read(p, self.h_x * self.text_len).reshape(1, self.h_x, 1, self.text_len) for p in self.probs
+            read_floats(p, self.h_x * self.text_len).reshape(1, self.h_x, 1, self.text_len) for p in self.probs
         ]
-        hidden = _read(self.hidden, self.rows * self.d).reshape(self.rows, self.d)
-        logits = _read(self.logits, self.rows * self.n_logits).reshape(self.rows, self.n_logits)
+        hidden = read_floats(self.hidden, self.rows * self.d).reshape(self.rows, self.d)
+        logits = read_floats(self.logits, self.rows * self.n_logits).reshape(self.rows, self.n_logits)
         return StepResult(hidden, probs, logits)
 
 
@@ -367,6 +350,7 @@ def _check_position(start: int, limit: int, stack: str) -> None:
         raise InputError(f"position {start} is past the {stack}'s {limit} learned positions")
 
 
-def _read(tensor: Any, n: int) -> torch.Tensor:
-    data = (ctypes.c_float * n).from_address(tensor.contents.data)
-    return torch.from_numpy(np.array(data, dtype=np.float32))
+def _layer_norm(ctx: Any, owner: DecoderGraph, module: nn.LayerNorm, h: Any) -> Any:
+    """NeMo's bias-free LayerNorm of ``h`` [D, rows]."""
+    lib = owner.lib
+    return lib.ggml_mul(ctx, lib.ggml_norm(ctx, h, module.eps), owner.float_tensor(module.weight))
