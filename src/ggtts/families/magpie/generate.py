@@ -25,6 +25,7 @@ too, code for code, at a cost that grows with the square of the length.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -32,6 +33,8 @@ import torch
 
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.magpie.model import LayerInputs, MagpieTTS, new_cache
+from ggtts.models.magpie.static_steps import StaticDecoder
+from ggtts.ops.step_graph import StepGraph
 from ggtts.runtime.frames import decode_frames
 
 SINK_SKIP = 8  # NeMo: a text position attended this often is skipped as an attention sink
@@ -232,6 +235,95 @@ class MagpieGenerator:
         return torch.stack(rows)[None]
 
 
+class DeviceFrame:
+    """The local transformer's whole frame (each table's step and draw in turn) and the parallel head's filtered
+    argmax, on the model's device as tensors only: one CUDA graph replayed per frame where the model is on CUDA
+    (eagerly elsewhere: the CPU tests run the code the graph holds). The same filters and guidance as
+    :class:`MagpieGenerator`; a draw is the exponential race (the argmax of the probabilities over a row of Exp(1)
+    noise, drawn before each frame from this frame's own generator: on the GPU, so not the host loop's sequence).
+    Also gives the next decoder input: the mean of the frame's code embeddings."""
+
+    def __init__(self, model: MagpieTTS, params: GenerationParams, rows: int, capture: bool = True) -> None:
+        cfg, weight = model.cfg, model.text_embedding.weight
+        device, dtype = weight.device, weight.dtype
+        tables, vocab = cfg.tables, cfg.tokens_per_codebook
+        self.model, self.params, self.rows = model, params, rows
+        self.hidden = torch.zeros(rows, cfg.d_model, dtype=dtype, device=device)
+        self.head = torch.zeros(rows, tables, vocab, dtype=dtype, device=device)
+        self.forbid_eos = torch.zeros((), dtype=torch.bool, device=device)
+        self.noise = torch.ones(tables, vocab, device=device)
+        self.blocked = torch.zeros(vocab, dtype=torch.bool, device=device)
+        self.blocked[list(cfg.forbidden_ids)] = True
+        self.eos = torch.zeros(vocab, dtype=torch.bool, device=device)
+        self.eos[cfg.audio_eos_id] = True
+        self.cache = new_cache(cfg.local_transformer, tables + 1, rows, device)
+        self.generator = torch.Generator(device)
+        self.graph = StepGraph(self._frame, device, capture)
+
+    def _guided(self, logits: torch.Tensor) -> torch.Tensor:
+        scale = self.params.cfg_scale
+        return logits[:1] if scale is None else scale * logits[:1] + (1.0 - scale) * logits[1:2]
+
+    def _filter(self, logits: torch.Tensor) -> torch.Tensor:
+        logits = logits.masked_fill(self.blocked | (self.eos & self.forbid_eos), float("-inf"))
+        kth = torch.topk(logits, min(self.params.top_k, logits.shape[-1]), dim=-1).values[..., -1:]
+        return logits.masked_fill(logits < kth, float("-inf"))
+
+    def _pick(self, logits: torch.Tensor, table: int) -> torch.Tensor:
+        """Filtered logits (1, V) -> the code (1,): the argmax when greedy, else drawn by the race."""
+        temperature = self.params.temperature
+        if temperature <= 0:
+            return logits.argmax(dim=-1)
+        return (torch.softmax(logits / temperature, dim=-1) / self.noise[table]).argmax(dim=-1)
+
+    def _frame(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        m, cfg = self.model, self.model.cfg
+        x, start, codes = m.local_input(self.hidden), 0, []
+        for table in range(cfg.tables):
+            logits = self._filter(self._guided(m.local_logits(table, m.local_step(x, self.cache, start))))  # (1, V)
+            start += x.shape[1]
+            code = self._pick(logits, table)
+            codes.append(code)
+            x = m.local_code_input(table, code.expand(self.rows))
+        drawn = torch.cat(codes)  # (tables,): codebook + frame_in_stack * C
+        argmax = self._filter(self._guided(self.head)[0]).argmax(dim=-1)
+        frame = drawn.reshape(cfg.frame_stacking, cfg.num_codebooks).T
+        return drawn, argmax, m.embed_frames(frame[None])  # (tables,), (tables,), (1, 1, D)
+
+    def reseed(self, seed: int | None) -> DeviceFrame:
+        if seed is None:
+            self.generator.seed()
+        else:
+            self.generator.manual_seed(seed)
+        return self
+
+    def __call__(
+        self, hidden: torch.Tensor, head: torch.Tensor, forbid_eos: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The decoder's last rows (rows, D) and their head's logits (rows, tables, V) -> the drawn codes and the
+        head's argmax (tables,) each, and the frame's embedding (1, 1, D): this frame's graph tensors."""
+        self.hidden.copy_(hidden)
+        self.head.copy_(head)
+        self.forbid_eos.fill_(forbid_eos)
+        if self.params.temperature > 0:
+            self.noise.exponential_(generator=self.generator)
+        return self.graph()
+
+
+# each model's device frames, by batch rows and sampling settings: captured once, not once per utterance
+_FRAMES: weakref.WeakKeyDictionary[MagpieTTS, dict[tuple[object, ...], DeviceFrame]] = weakref.WeakKeyDictionary()
+
+
+def device_frame(model: MagpieTTS, params: GenerationParams, rows: int, capture: bool) -> DeviceFrame:
+    """The model's :class:`DeviceFrame` for these rows and settings, made the first time, reseeded by
+    ``params.seed``."""
+    frames = _FRAMES.setdefault(model, {})
+    key = (rows, params.temperature, params.top_k, params.cfg_scale, capture)
+    if key not in frames:
+        frames[key] = DeviceFrame(model, params, rows, capture)
+    return frames[key].reseed(params.seed)
+
+
 class _Utterance:
     """One utterance's decoder steps as a :class:`~ggtts.runtime.frames.FrameDecoder`: ``draw`` runs the local
     transformer, the parallel head, the attention prior and the EOS rule on the last decoder output; ``feed``
@@ -253,7 +345,21 @@ class _Utterance:
         bos = torch.full((1, cfg.num_codebooks, cfg.frame_stacking), cfg.audio_bos_id, device=device)
         self.history = [m.embed_frames(bos).expand(rows, -1, -1)]  # decoder input rows after the context
         self.row_priors: list[torch.Tensor | None] = [None]  # the prior each audio row was computed with
-        self.cache = new_cache(cfg.decoder, max_len, rows, device)
+        decoders = m.static_steps() if p.cached else None
+        self.static: StaticDecoder | None = None
+        if decoders is not None:
+            # the steps over fixed tensors: their cache and key masks
+            self.static = decoders.get(rows, self.text_len)
+            self.cache = self.static.begin(self, self.memory)
+            self.key_valid = self.static.key_valid
+            self.key_valid[0, cfg.context_lengths[speaker] : tc] = False
+            assert m.static_capture is not None
+            self.frame = device_frame(m, p, rows, m.static_capture)
+            chosen = set(p.prior_layers or range(cfg.decoder.n_layers))
+            self.prior_layers = [i in chosen for i in range(cfg.decoder.n_layers)]
+            self.next_input = torch.empty(0)
+        else:
+            self.cache = new_cache(cfg.decoder, max_len, rows, device)
         self.prior: torch.Tensor | None = None
         self.state = _PriorState()
         self.step = 0
@@ -274,6 +380,11 @@ class _Utterance:
                                                  self.memory)  # fmt: skip
             return
         self.head = None
+        if self.static is not None:
+            self.static.set_priors(self.prior, self.prior_layers)
+            out = self.static.step(self, self.next_input, self.tc + self.step)
+            self.last, self.head, self.probs = out.hidden, out.logits, out.probs
+            return
         if p.cached:
             inputs.start = self.tc + self.step
             inputs.priors = gen._layer_priors(None if self.prior is None else self.prior[None, None])
@@ -297,22 +408,45 @@ class _Utterance:
     def draw(self, step: int) -> torch.Tensor | None:
         gen, p, cfg = self.gen, self.p, self.cfg
         forbid_eos = step * cfg.frame_stacking < p.min_frames
-        codes = gen.local_codes(self.last, forbid_eos)
-        head = self.m.logits(self.last) if self.head is None else self.head
-        argmax = gen.argmax_codes(gen._guided(head), forbid_eos)
-        if p.prior and step >= p.prior_start:
-            self.prior = gen._next_prior(gen._alignment(self.probs), self.state, self.text_len)
+        aligning = p.prior and step >= p.prior_start
+        frame: torch.Tensor | None = None
+        if self.static is not None:
+            head = self.m.logits(self.last) if self.head is None else self.head
+            drawn, best, self.next_input = self.frame(self.last, head, forbid_eos)
+            parts = [drawn.float(), best.float()]
+            if aligning:
+                parts.append(gen._alignment(self.probs)[: self.text_len].float())
+            host = torch.cat(parts).cpu()  # the frame's one wait for the device
+            n = cfg.tables
+            codes = host[:n].long().reshape(cfg.frame_stacking, cfg.num_codebooks).T
+            argmax = host[n : 2 * n].long().reshape(cfg.frame_stacking, cfg.num_codebooks).T
+            frame = drawn.reshape(cfg.frame_stacking, cfg.num_codebooks).T
+            if aligning:
+                self.prior = gen._next_prior(host[2 * n :], self.state, self.text_len).to(self.device)
+        else:
+            codes = gen.local_codes(self.last, forbid_eos)
+            head = self.m.logits(self.last) if self.head is None else self.head
+            argmax = gen.argmax_codes(gen._guided(head), forbid_eos)
+            if aligning:
+                self.prior = gen._next_prior(gen._alignment(self.probs), self.state, self.text_len)
         ends = [_eos_frame(c, cfg.audio_eos_id, p.eos_method) for c in gen._eos_streams(codes, argmax)]
         end = min((e for e in ends if e is not None), default=None)
         frames_left = p.max_frames - step * cfg.frame_stacking
         keep = min(cfg.frame_stacking if end is None else end, frames_left)
         self.ended = end is not None or keep < cfg.frame_stacking
-        return codes[:, :keep] if keep > 0 else None
+        if keep <= 0:
+            return None
+        return codes[:, :keep] if frame is None else frame[:, :keep].clone()
 
     def is_last(self, frame: torch.Tensor) -> bool:
         return self.ended
 
     def feed(self, frame: torch.Tensor) -> None:
+        if self.static is not None:  # the frame's embedding came with its draw; no history kept
+            self.next_input = self.next_input.expand(self.rows, -1, -1)
+            self.step += 1
+            self._decode()
+            return
         self.history.append(self.m.embed_frames(frame[None]).expand(self.rows, -1, -1))
         self.row_priors.append(self.prior)
         self.step += 1

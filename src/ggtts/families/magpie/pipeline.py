@@ -8,6 +8,7 @@ Text is spoken as NeMo's ``do_tts`` chunks it: whole while under its word thresh
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Iterator
@@ -129,13 +130,16 @@ class MagpieTTSPipeline(TTSModel):
         return list(self.model.cfg.speaker_names)
 
     def warm_up(self) -> None:
-        """Parse the English tokenizer's dictionary now (the real one has 125k words) and speak a few frames (ggml's
-        graphs and the codec's kernels are set up on first use), so the first request does not pay for it."""
+        """Parse the English tokenizer's dictionary now (the real one has 125k words) and speak a few frames with a
+        request's default settings (ggml's graphs, CUDA's captured steps and the codec's kernels are set up on
+        first use), so the first request does not pay for it."""
         if "en" in self.text.spoken:
             self.text.tokenizer("en")
         if self.codec is not None:
             ids = [self.model.cfg.text_eos_id]
-            warm = GenerationParams(max_frames=WARM_UP_FRAMES, min_frames=WARM_UP_FRAMES + 1)
+            # a request's default settings: on CUDA the graphs captured here are the ones requests replay
+            defaults = self.params(MagpieOptions())
+            warm = dataclasses.replace(defaults, max_frames=WARM_UP_FRAMES, min_frames=WARM_UP_FRAMES + 1)
             stream = self.codec.stream()
             for codes in MagpieGenerator(self.model, warm).frames(ids, 0):
                 stream.push(codes)

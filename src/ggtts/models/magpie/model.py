@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -33,6 +34,9 @@ from ggtts.models.layers.gguf_state import empty_modules, load_module_from_gguf
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.magpie.config import MagpieConfig, StackConfig
 from ggtts.models.magpie.step_graph import DecoderGraph, graphable
+
+if TYPE_CHECKING:
+    from ggtts.models.magpie.static_steps import StaticDecoders
 
 LAYER_NORM_EPS = 1e-5  # torch.nn.LayerNorm's default, which NeMo uses
 
@@ -81,6 +85,16 @@ class PositionwiseConvFF(nn.Module):
         return self.o_net(h).transpose(1, 2)
 
 
+@dataclass
+class FixedPosition:
+    """One new row per batch row at a position read from a tensor, over a cache of fixed capacity (a step replayed
+    as a CUDA graph: the same kernels, shapes and addresses at every position): ``index`` (1,) the position,
+    ``visible`` (B, 1, 1, capacity) the cache positions each row attends (causality and the context's padding)."""
+
+    index: torch.Tensor
+    visible: torch.Tensor
+
+
 class SelfAttention(nn.Module):
     def __init__(self, d_model: int, n_heads: int) -> None:
         super().__init__()
@@ -93,15 +107,24 @@ class SelfAttention(nn.Module):
         x: torch.Tensor,
         cache: KVCache | None,
         layer: int,
-        start: int,
+        start: int | FixedPosition,
         key_valid: torch.Tensor | None,
         last: int | None = None,
     ) -> torch.Tensor:
         """``x`` (B, T, C) at positions ``start..start+T``; causal. ``key_valid`` (B, start+T) bool or None.
-        ``last``: only the last rows' outputs (every row's keys and values still go to the cache)."""
+        ``last``: only the last rows' outputs (every row's keys and values still go to the cache). A
+        :class:`FixedPosition`: one row each, over the whole cache under its mask (``key_valid`` is in it)."""
         b, t, _ = x.shape
         qkv = self.qkv_net(x).reshape(b, t, 3, self.n_heads, self.d_head)
         q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))  # (B, H, T, Dh)
+        if isinstance(start, FixedPosition):
+            assert cache is not None and t == 1
+            keys, values = cache.k[layer], cache.v[layer]
+            keys.index_copy_(2, start.index, k)
+            values.index_copy_(2, start.index, v)
+            score = torch.matmul(q, keys.transpose(2, 3)) * self.d_head**-0.5  # (B, H, 1, capacity)
+            prob = torch.softmax(score.masked_fill(~start.visible, float("-inf")), dim=-1)  # its own row is visible
+            return self.o_net(torch.matmul(prob, values).transpose(1, 2).reshape(b, t, -1))
         if cache is not None:
             k, v = cache.update(layer, start, k, v)
         if last is not None:
@@ -161,7 +184,7 @@ class LayerInputs:
     """What one decoder step gives every layer besides ``x``."""
 
     cache: KVCache | None = None
-    start: int = 0  # position of the first row of x
+    start: int | FixedPosition = 0  # position of the first row of x
     key_valid: torch.Tensor | None = None  # (B, >= start+T) bool: positions that may be attended to
     memory: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # per layer: cross-attention keys, values
     memory_valid: torch.Tensor | None = None  # (B, S) bool
@@ -222,7 +245,11 @@ class Transformer(nn.Module):
     ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
         """``x`` (B, T, C) at positions ``inputs.start..`` -> (output (B, T, C), per-layer cross-attn probs)."""
         inputs = inputs if inputs is not None else LayerInputs()
-        positions = torch.arange(inputs.start, inputs.start + x.shape[1], device=x.device)
+        start = inputs.start
+        if isinstance(start, FixedPosition):
+            positions = start.index
+        else:
+            positions = torch.arange(start, start + x.shape[1], device=x.device)
         x = x + self.position_embeddings(positions)[None]
         probs = []
         final = len(self.layers) - 1
@@ -257,6 +284,25 @@ class MagpieTTS(nn.Module):
         self._null_kv: tuple[torch.Tensor, torch.Tensor] | None = None
         self.use_graph = False  # the cached steps as ggml graphs where they can be (load_magpie): graph()
         self.step_graph: DecoderGraph | None = None
+        self.static_capture: bool | None = None  # the cached steps over fixed tensors: use_static_steps
+        self._static: StaticDecoders | None = None
+
+    def use_static_steps(self, capture: bool = True) -> None:
+        """From now on the generation loop runs each cached decoder step over fixed tensors
+        (:mod:`ggtts.models.magpie.static_steps`) and the local transformer's frame likewise
+        (:class:`ggtts.families.magpie.generate.DeviceFrame`), each a replayed CUDA graph with ``capture`` on
+        CUDA (eagerly elsewhere: what the CPU tests run)."""
+        self.static_capture, self._static = capture, None
+
+    def static_steps(self) -> StaticDecoders | None:
+        """The fixed-tensor decoders, made for this model (a copy makes its own); None unless turned on."""
+        from ggtts.models.magpie.static_steps import StaticDecoders
+
+        if self.static_capture is None:
+            return None
+        if self._static is None:
+            self._static = StaticDecoders(self, self.static_capture)
+        return self._static
 
     def graph(self) -> DecoderGraph | None:
         """The cached steps' ggml graphs, built (again) where they can run on the weights as they are now (a copy of
@@ -270,6 +316,7 @@ class MagpieTTS(nn.Module):
         """Copies and pickles leave the graphs behind (they hold ggml's pointers): :meth:`graph` builds new ones."""
         state = dict(super().__getstate__())
         state["step_graph"] = None
+        state["_static"] = None
         return state
 
     # ---- text --------------------------------------------------------------------------------------------
@@ -381,7 +428,12 @@ def store_convolutions(model: nn.Module, gguf: GGUFFile) -> set[str]:
 
 
 def load_magpie(
-    gguf: GGUFFile, device: str | torch.device = "cpu", *, stored_weights: bool = True, graph: bool = True
+    gguf: GGUFFile,
+    device: str | torch.device = "cpu",
+    *,
+    stored_weights: bool = True,
+    graph: bool = True,
+    step_graphs: bool = True,
 ) -> MagpieTTS:
     """The model of a ``magpie`` file, strictly loaded (a missing or unexpected tensor is an error naming it).
 
@@ -389,7 +441,8 @@ def load_magpie(
     kernels (where the ``quant`` extra is installed and the device is the CPU); so are the pointwise feed-forwards
     of a Q8_0 file (:func:`store_convolutions`). Otherwise weights are widened to float32. ``graph``: the decoder's
     cached steps run as ggml graphs where they can (:mod:`ggtts.models.magpie.step_graph`); False: the torch
-    modules."""
+    modules. On CUDA each cached decoder step and each frame of the local transformer is a replayed CUDA graph
+    (:meth:`MagpieTTS.use_static_steps`) unless ``step_graphs=False``."""
     from ggtts.ops.stored_weights import stored_weights_plan, use_stored_weights
 
     cfg = MagpieConfig.from_gguf(gguf)
@@ -400,4 +453,6 @@ def load_magpie(
     load_module_from_gguf(model, gguf, ignore=consumed, device=device)
     model.use_graph = graph
     model.graph()
+    if step_graphs and torch.device(device).type == "cuda":
+        model.use_static_steps()
     return model.eval()

@@ -130,7 +130,7 @@ class DecoderGraph(GraphParams):
         None."""
         rows = x.shape[0]
         cache.check_fits(start + 1)
-        _check_position(start, self.model.decoder.cfg.max_positions, "decoder")
+        check_position(start, self.model.decoder.cfg.max_positions, "decoder")
         kv_len = min(-(-(start + 1) // KV_STEP) * KV_STEP, cache.max_len)
         text_len = memory[0][0].shape[2]
         prior_layers = None if priors is None else tuple(i for i, p in enumerate(priors) if p is not None)
@@ -151,7 +151,7 @@ class DecoderGraph(GraphParams):
         ``(rows, V)`` of ``table``'s output projection."""
         m, rows = self.model, x.shape[0]
         cache.check_fits(start + 1)
-        _check_position(start, m.local_transformer.cfg.max_positions, "local transformer")
+        check_position(start, m.local_transformer.cfg.max_positions, "local transformer")
         key = (tuple(cache.k.shape), table)
         with self._lock:
             graph = ggml_kernels.cached(
@@ -344,7 +344,7 @@ class _StackStep(CacheBound):
         return StepResult(hidden, probs, logits)
 
 
-def _check_position(start: int, limit: int, stack: str) -> None:
+def check_position(start: int, limit: int, stack: str) -> None:
     """ggml would stop the process on a position past the learned table: one clear error instead."""
     if not 0 <= start < limit:
         raise InputError(f"position {start} is past the {stack}'s {limit} learned positions")

@@ -1,0 +1,191 @@
+"""Magpie TTS on a GPU: ggtts's generation loop eager and with its steps as captured CUDA graphs, in one run.
+
+    python benchmarks/gpu_magpie.py --skeletons DIR [--frames 200] [--json OUT.json]
+    python benchmarks/gpu_magpie.py --small          # a tiny NeMo model: checks that the script runs (CPU too)
+
+The model is bench_magpie.py's 357M shape (12-layer decoder of width 768, a 2-layer local transformer, 8 codebooks,
+frame stacking 2) and its nano codec (864 channels, 1024 samples a frame at 22.05 kHz), rebuilt with random weights
+from skeletons of bench_magpie's files (``gguf_skeleton.py save``: their headers and each tensor's mean and
+deviation; a GPU machine has no NeMo to build them). Every row samples as NeMo's inference config does (temperature,
+top-k 80, the attention prior), EOS held off so each writes exactly ``--frames`` frames, 40 text tokens, after a
+warm-up on another text as a server's:
+
+- ``ggtts eager``: the loop op by op (``step_graphs=False``): each code drawn on the host, a wait per code;
+- ``ggtts graph``: each cached decoder step (guidance's two rows) one replayed CUDA graph over a fixed cache, the
+  local transformer's frame (16 draws, on the GPU) another: one wait per frame.
+
+Reported: model frames per second (21.5 is real time; the loop alone, codes kept on the device), real-time factor
+and time to first audio with the codec streaming on the same GPU (the pipeline's chunks: 1 frame, then 4, then 12),
+peak GPU memory; and, greedy, the frames both ways agree on before they part (two arithmetic paths: a near-tie may
+go either way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gguf_skeleton import build as build_from_skeleton
+from gpu_qwen2 import peak_mib, reset_memory, sync
+
+from ggtts.families.magpie.generate import GenerationParams, MagpieGenerator, generate_codes
+from ggtts.families.magpie.pipeline import chunk_frames
+from ggtts.gguf import GGUFFile
+from ggtts.models.magpie.model import MagpieTTS, load_magpie
+from ggtts.models.nanocodec.model import NanoCodec
+
+TEXT_TOKENS = 40
+REAL_TIME_FPS = 22_050 / 1024
+AGREE_STEPS = 48
+
+
+def build(directory: Path, skeletons: Path | None) -> tuple[Path, Path]:
+    """The model's and the codec's files in ``directory``: from skeletons, or (``--small``) a tiny NeMo model."""
+    model, codec = directory / "magpie.gguf", directory / "codec.gguf"
+    if skeletons is not None:
+        build_from_skeleton(skeletons / "magpie-357m-f32.json", model)
+        build_from_skeleton(skeletons / "codec.json", codec)
+        return model, codec
+    from ggtts.convert.magpie_nemo import convert_magpie
+    from ggtts.convert.nanocodec_nemo import convert_nanocodec
+    from ggtts.measure.magpie.upstream import build_tiny_codec
+    from ggtts.measure.magpie.upstream_tts import build_tiny_magpie
+
+    nemo_codec = build_tiny_codec(directory / "codec.nemo", seed=0)
+    convert_magpie([build_tiny_magpie(directory / "tiny.nemo", nemo_codec, seed=0)], model, "f32")
+    convert_nanocodec([nemo_codec], codec, "f32")
+    return model, codec
+
+
+def params(model: MagpieTTS, frames: int, guidance: bool, greedy: bool = False) -> GenerationParams:
+    d = model.cfg.inference
+    return GenerationParams(
+        temperature=0.0 if greedy else d.temperature, top_k=d.top_k, cfg_scale=d.cfg_scale if guidance else None,
+        prior=True, prior_layers=d.prior_layers, alignment_layers=d.alignment_layers, max_frames=frames,
+        min_frames=frames + 1, seed=0,
+    )  # fmt: skip
+
+
+def utterance(model: MagpieTTS, codec: NanoCodec, p: GenerationParams, ids: list[int]) -> dict[str, float]:
+    """One utterance streamed through the codec as the pipeline chunks it: frames, model seconds (the codec's
+    pushes taken out), total seconds, first audio seconds."""
+    device = model.text_embedding.weight.device
+    stream = codec.stream()
+    sync(device)
+    start = time.perf_counter()
+    first = codec_time = 0.0
+    n = pushed = 0
+    pending: list[torch.Tensor] = []
+    for codes in MagpieGenerator(model, p).frames(ids, 0):
+        pending.append(codes)
+        n += codes.shape[1]
+        waiting = sum(c.shape[1] for c in pending)
+        if not first or waiting >= chunk_frames(pushed) or n == p.max_frames:
+            t = time.perf_counter()
+            audio = stream.push(torch.cat(pending, dim=1) if first else pending[0][:, :1])
+            float(audio[..., -1])  # the audio is there (a wait for the device)
+            codec_time += time.perf_counter() - t
+            if not first:
+                first = time.perf_counter() - start
+                pending, pushed = [pending[0][:, 1:]], 1
+            else:
+                pending, pushed = [], pushed + waiting
+    sync(device)
+    total = time.perf_counter() - start
+    return {"frames": n, "model_s": total - codec_time, "total_s": total, "first_s": first}
+
+
+def run(model_path: Path, codec_path: Path, device: torch.device, graphs: bool, guidance: bool, frames: int) -> Any:
+    base = reset_memory(device)
+    t0 = time.perf_counter()
+    model = load_magpie(GGUFFile(model_path), device, graph=False, step_graphs=graphs)  # ggml's graphs: CPU only
+    if graphs and device.type != "cuda":
+        model.use_static_steps(capture=False)  # the graphs' code, eagerly
+    codec = NanoCodec.from_gguf(GGUFFile(codec_path), str(device))
+    model.null_context_kv()
+    load = time.perf_counter() - t0
+    eos = model.cfg.text_eos_id
+    ids = [*range(TEXT_TOKENS), eos]
+    with torch.inference_mode():
+        generate_codes(model, [5, 6, 7, eos], 0, params(model, 8, guidance))  # warm-up: kernels chosen, graphs made
+        sync(device)
+        t = time.perf_counter()
+        n = generate_codes(model, ids, 0, params(model, frames, guidance)).shape[1]
+        sync(device)
+        out = {"model_fps": n / (time.perf_counter() - t)}
+        try:  # with the codec streaming, as the pipeline runs
+            utterance(model, codec, params(model, 8, guidance), [5, 6, 7, eos])
+            r = utterance(model, codec, params(model, frames, guidance), ids)
+            out.update(streamed_fps=r["frames"] / r["model_s"], rtf=r["total_s"] / (r["frames"] / REAL_TIME_FPS),
+                       first_audio_ms=r["first_s"] * 1e3)  # fmt: skip
+        except Exception:
+            traceback.print_exc()
+    decoders = model.static_steps()
+    out.update(peak_gpu_mib=peak_mib(device, base), load_s=load, captured=bool(decoders and decoders.captured))
+    return model, out
+
+
+def agreement(eager: MagpieTTS, graph: MagpieTTS, guidance: bool) -> dict[str, Any]:
+    """Greedy codes both ways over AGREE_STEPS steps: how many frames agree before the first that differs."""
+    ids = [*range(TEXT_TOKENS), eager.cfg.text_eos_id]
+    frames = AGREE_STEPS * eager.cfg.frame_stacking
+    a = generate_codes(eager, ids, 0, params(eager, frames, guidance, greedy=True)).cpu()
+    b = generate_codes(graph, ids, 0, params(graph, frames, guidance, greedy=True)).cpu()
+    differ = (a != b).any(dim=0).nonzero()
+    return {"greedy_frames_agreeing": int(differ[0]) if len(differ) else frames, "greedy_frames": frames}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--skeletons", type=Path, help="folder of magpie-357m-f32.json and codec.json")
+    ap.add_argument("--small", action="store_true")
+    ap.add_argument("--frames", type=int, default=200)
+    ap.add_argument("--dir", type=Path)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    if not args.small and args.skeletons is None:
+        ap.error("give --skeletons DIR, or --small")
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    directory = args.dir or Path(tempfile.mkdtemp(prefix="gpu-magpie-"))
+    t0 = time.perf_counter()
+    model_path, codec_path = build(directory, None if args.small else args.skeletons)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    print(f"device: {name}; torch {torch.__version__}; files built in {time.perf_counter() - t0:.0f} s")
+    print(f"{args.frames} frames, {TEXT_TOKENS} text tokens, sampled, attention prior on")
+    print(f"{'variant':28} {'frames/s':>9} {'x real time':>11} {'RTF':>7} {'first audio ms':>15} {'peak GPU MiB':>13}")
+    rows: dict[str, dict[str, Any]] = {}
+    for guidance in (True, False):
+        models: dict[str, MagpieTTS] = {}
+        for how in ("eager", "graph"):
+            label = f"ggtts {how}, guidance {'on' if guidance else 'off'}"
+            try:
+                model, r = run(model_path, codec_path, device, how == "graph", guidance, args.frames)
+                models[how] = model
+                if how == "graph" and "eager" in models:
+                    with torch.inference_mode():
+                        r.update(agreement(models["eager"], model, guidance))
+                rows[label] = r
+                extra = f"  load {r['load_s']:.1f} s, captured {r['captured']}"
+                if "greedy_frames_agreeing" in r:
+                    extra += f", greedy frames agreeing with eager {r['greedy_frames_agreeing']}/{r['greedy_frames']}"
+                print(f"{label:28} {r['model_fps']:9.1f} {r['model_fps'] / REAL_TIME_FPS:11.1f} "
+                      f"{r.get('rtf', float('nan')):7.3f} {r.get('first_audio_ms', float('nan')):15.1f} "
+                      f"{r['peak_gpu_mib']:13.0f}{extra}", flush=True)  # fmt: skip
+            except Exception:  # a failed variant is reported; the others still run
+                traceback.print_exc()
+        del models
+    if args.json:
+        args.json.write_text(json.dumps({"device": name, "torch": torch.__version__, "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

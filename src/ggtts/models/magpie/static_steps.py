@@ -1,0 +1,137 @@
+"""Magpie's cached decoder step over fixed tensors, captured once as a CUDA graph and replayed (the GPU's way past
+the launch cost of a step's few hundred small kernels; :class:`~ggtts.ops.step_graph.StepGraph`).
+
+A :class:`StaticDecoder` holds, for one batch size (guidance's two rows, or one) and one capacity, everything a step
+reads: the new rows, the position as a tensor (:class:`~ggtts.models.magpie.model.FixedPosition`), the rows' key
+masks, the self-attention cache, each layer's cross-attention keys and values of the text padded to a fixed number
+of positions (the padding masked), and each layer's attention prior over them (ones where a layer takes none: the
+renormalisation then changes nothing but rounding). A step writes its inputs there and replays the graph: the
+model's own modules run in it (:meth:`MagpieTTS.decode` on a fixed position), so the CPU runs the very code the
+graph holds, eagerly. The first step of an utterance (the speaker's context) runs eagerly into the same cache.
+
+One utterance at a time per decoder (a model serves one request at a time): :meth:`StaticDecoder.begin` makes an
+utterance the current one, and a step of another is an error.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ggtts.models.layers.kv_cache import KVCache
+from ggtts.models.magpie.model import FixedPosition, LayerInputs, MagpieTTS, new_cache
+from ggtts.models.magpie.step_graph import check_position
+from ggtts.ops.step_graph import StepGraph
+
+MIN_TEXT = 256  # text positions a graph holds at least (rounded up to a power of two past it): a few sentences
+
+
+def fixed_size(n: int, least: int) -> int:
+    """``n`` rounded up to a power of two, at least ``least``: one graph serves every length up to it."""
+    return max(least, 1 << (n - 1).bit_length())
+
+
+@dataclass
+class DecoderStep:
+    """What a step gives: the new rows' hidden states (rows, D), their parallel-head logits (rows, tables, V), and
+    each layer's cross-attention probabilities of the first row (1, H, 1, text capacity); the graph's own tensors,
+    overwritten by its next replay."""
+
+    hidden: torch.Tensor
+    logits: torch.Tensor
+    probs: list[torch.Tensor | None]
+
+
+class StaticDecoder:
+    """The decoder's one-stack steps for ``rows`` batch rows over ``capacity`` positions and a text of up to
+    ``text_capacity`` tokens, a CUDA graph where the model is on CUDA and ``capture`` (else eager)."""
+
+    def __init__(self, model: MagpieTTS, rows: int, capacity: int, text_capacity: int, capture: bool = True) -> None:
+        cfg, weight = model.cfg, model.text_embedding.weight
+        device, dtype = weight.device, weight.dtype
+        dec = cfg.decoder
+        self.model, self.rows, self.capacity, self.text_capacity = model, rows, capacity, text_capacity
+        self.cache = new_cache(dec, capacity, rows, device)
+        self.x = torch.zeros(rows, 1, cfg.d_model, dtype=dtype, device=device)
+        self.index = torch.zeros(1, dtype=torch.long, device=device)
+        self.positions = torch.arange(capacity, device=device)
+        self.key_valid = torch.ones(rows, capacity, dtype=torch.bool, device=device)
+        shape = (1, dec.xa_n_heads, text_capacity, dec.xa_d_head)
+        self.memory = [(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
+                       for _ in range(dec.n_layers)]  # fmt: skip
+        self.memory_valid = torch.zeros(1, text_capacity, dtype=torch.bool, device=device)
+        self.priors = torch.ones(dec.n_layers, 1, 1, text_capacity, dtype=dtype, device=device)
+        self.graph = StepGraph(self._step, device, capture)
+        self.owner: object | None = None
+
+    def _step(self) -> DecoderStep:
+        m = self.model
+        visible = self.key_valid[:, None, None, :] & (self.positions <= self.index)
+        inputs = LayerInputs(
+            cache=self.cache, start=FixedPosition(self.index, visible), memory=self.memory,
+            memory_valid=self.memory_valid, cross_rows=1, priors=list(self.priors),
+        )  # fmt: skip
+        hidden, probs = m.decode(self.x, inputs)
+        hidden = hidden[:, -1]
+        return DecoderStep(hidden, m.logits(hidden), probs)
+
+    def begin(self, owner: object, memory: list[tuple[torch.Tensor, torch.Tensor]]) -> KVCache:
+        """Make ``owner``'s utterance the current one: its text memory's keys and values (``(1, H, S, Dh)`` per
+        layer) copied in, the priors reset, the key masks all true (the caller masks the context's padding).
+        Returns the cache (full capacity, empty) its prefill writes into."""
+        s = memory[0][0].shape[2]
+        if s > self.text_capacity:
+            raise ValueError(f"a text of {s} tokens does not fit this decoder's {self.text_capacity}")
+        for (k, v), (fixed_k, fixed_v) in zip(memory, self.memory, strict=True):
+            fixed_k.zero_()
+            fixed_v.zero_()
+            fixed_k[:, :, :s] = k
+            fixed_v[:, :, :s] = v
+        self.memory_valid.zero_()
+        self.memory_valid[:, :s] = True
+        self.priors.fill_(1.0)
+        self.key_valid.fill_(True)
+        self.cache.length = 0
+        self.owner = owner
+        return self.cache
+
+    def set_priors(self, prior: torch.Tensor | None, layers: list[bool]) -> None:
+        """The next steps' prior ``(S,)`` on the layers marked in ``layers`` (None: no prior anywhere)."""
+        self.priors.fill_(1.0)
+        if prior is not None:
+            s = prior.shape[0]
+            for i, takes in enumerate(layers):
+                if takes:
+                    self.priors[i, 0, 0, :s] = prior
+
+    def step(self, owner: object, x: torch.Tensor, position: int) -> DecoderStep:
+        """The rows ``x`` (rows, 1, D) at ``position`` (their keys and values written there) -> the step."""
+        if owner is not self.owner:
+            raise RuntimeError("this decoder's fixed cache was taken by a newer utterance (one at a time per model)")
+        check_position(position, self.model.cfg.decoder.max_positions, "decoder")  # CUDA would assert on the device
+        self.cache.check_fits(position + 1)
+        self.x.copy_(x)
+        self.index.fill_(position)
+        return self.graph()
+
+
+class StaticDecoders:
+    """A model's :class:`StaticDecoder` per (rows, capacity, text capacity), made on first use."""
+
+    def __init__(self, model: MagpieTTS, capture: bool = True) -> None:
+        self.model, self.capture = model, capture
+        self.decoders: dict[tuple[int, int, int], StaticDecoder] = {}
+
+    def get(self, rows: int, text: int) -> StaticDecoder:
+        """The decoder for ``rows`` rows and ``text`` tokens. Its cache holds every learned position (a step past
+        them is refused), whatever an utterance's frame limit: one graph, captured by a server's warm-up, serves
+        every request (attending to the whole cache under a mask costs a GPU next to nothing)."""
+        key = (rows, self.model.cfg.decoder.max_positions, fixed_size(text, MIN_TEXT))
+        if key not in self.decoders:
+            self.decoders[key] = StaticDecoder(self.model, *key, capture=self.capture)
+        return self.decoders[key]
+
+    @property
+    def captured(self) -> bool:
+        return any(d.graph.captured for d in self.decoders.values())

@@ -1,0 +1,181 @@
+"""Magpie's steps over fixed tensors (:mod:`ggtts.models.magpie.static_steps` and
+:class:`~ggtts.families.magpie.generate.DeviceFrame`: what CUDA captures once and replays), run eagerly on the CPU
+against the torch modules on the same weights (a tiny random NeMo model through the converter): every cached
+decoder step of whole generations from a copy of the same cache (guidance on and off, the prior on, a speaker whose
+context is padded), the codes they lead to teacher-forced, the local transformer's filters and draws."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.needs_reference
+
+STEPS = 40  # decoder steps a generation runs (frame stacking 2: 80 frames)
+TEXT = [3, 9, 14, 2, 7, 11, 5, 8, 12, 6, 4]
+DRAWS = 4000  # draws of one distribution by the exponential race
+# total variation between DRAWS draws and their distribution over 8 codes: about 0.02 expected (measured 0.022 with
+# this seed); a race that multiplies by the noise instead of dividing measured 0.16
+RACE_TOLERANCE = 0.05
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    pytest.importorskip("nemo.collections.tts", reason="needs NeMo (nemo_toolkit) to build the reference model")
+    from ggtts.convert.magpie_nemo import convert_magpie
+    from ggtts.measure.magpie.upstream import build_tiny_codec
+    from ggtts.measure.magpie.upstream_tts import build_tiny_magpie
+
+    d = tmp_path_factory.mktemp("magpie-static")
+    nemo = build_tiny_magpie(d / "tiny-magpie.nemo", build_tiny_codec(d / "codec.nemo", seed=0), seed=0)
+    return convert_magpie([nemo], d / "tiny-f32.gguf", "f32")
+
+
+def _load(path: Path, static: bool) -> Any:
+    from ggtts.gguf import GGUFFile
+    from ggtts.models.magpie.model import load_magpie
+
+    model = load_magpie(GGUFFile(path), graph=False)  # the torch modules (ggml's graphs are another test's)
+    if static:
+        model.use_static_steps(capture=False)
+    return model
+
+
+def _params(model: Any, cfg: bool, steps: int = STEPS, temperature: float = 0.0, seed: int | None = 0) -> Any:
+    from ggtts.families.magpie.generate import GenerationParams
+
+    d = model.cfg.inference
+    return GenerationParams(
+        temperature=temperature, cfg_scale=d.cfg_scale if cfg else None, prior=True, prior_layers=d.prior_layers,
+        alignment_layers=d.alignment_layers, max_frames=steps * model.cfg.frame_stacking,
+        min_frames=steps * model.cfg.frame_stacking + 1, seed=seed,
+    )  # fmt: skip
+
+
+def _generate(model: Any, cfg: bool, speaker: int, **kw: Any) -> torch.Tensor:
+    from ggtts.families.magpie.generate import generate_codes
+
+    return generate_codes(model, [*TEXT, model.cfg.text_eos_id], speaker, _params(model, cfg, **kw))
+
+
+def _relative(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got - want).norm() / want.norm())
+
+
+@pytest.mark.parametrize(("cfg", "speaker"), [(True, 0), (True, 1), (False, 1)])
+def test_static_steps_match_the_modules(tiny: Path, cfg: bool, speaker: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each fixed-tensor step against the modules' cached step on a copy of the cache as it was: the last rows, the
+    head's logits, each layer's cross-attention over the text (nothing on the padding past it), the keys and values
+    written. Then the modules' own greedy picks along the codes the steps chose are those codes."""
+    from ggtts.measure.magpie.parity import _Forced
+    from ggtts.models.layers.kv_cache import KVCache
+    from ggtts.models.magpie.model import LayerInputs
+    from ggtts.models.magpie.static_steps import StaticDecoder
+
+    model = _load(tiny, static=True)
+    errors: list[float] = []
+    real_step = StaticDecoder.step
+
+    def shadowed(self: StaticDecoder, owner: object, x: torch.Tensor, position: int) -> Any:
+        s = int(self.memory_valid.sum())
+        twin = KVCache.__new__(KVCache)
+        twin.k, twin.v, twin.max_len, twin.length = self.cache.k.clone(), self.cache.v.clone(), self.capacity, 0
+        got = real_step(self, owner, x, position)
+        memory = [(k[:, :, :s], v[:, :, :s]) for k, v in self.memory]
+        priors = [p[:, :, :s] for p in self.priors]  # ones on a layer without the prior: the same renormalisation
+        inputs = LayerInputs(cache=twin, start=position, key_valid=self.key_valid, memory=memory, cross_rows=1,
+                             priors=list(priors))  # fmt: skip
+        hidden, probs = model.decode(x, inputs)
+        want = hidden[:, -1]
+        pairs = [(got.hidden, want), (got.logits, model.logits(want))]
+        pairs += [(g[..., :s], w) for g, w in zip(got.probs, probs, strict=True) if w is not None]
+        at = slice(position, position + 1)
+        pairs += [(self.cache.k[:, :, :, at], twin.k[:, :, :, at]), (self.cache.v[:, :, :, at], twin.v[:, :, :, at])]
+        errors.append(max(_relative(g, w) for g, w in pairs))
+        assert all(float(p[..., s:].abs().max()) == 0.0 for p in got.probs if p is not None)
+        return got
+
+    monkeypatch.setattr(StaticDecoder, "step", shadowed)
+    codes = _generate(model, cfg, speaker)
+    assert codes.shape[1] == STEPS * model.cfg.frame_stacking
+    assert len(errors) == STEPS - 1  # the first step (the context's prefill) is the modules'
+    print(f"cfg={cfg} speaker={speaker}: worst step {max(errors):.1e}")
+    assert max(errors) < 1e-5
+    modules = _load(tiny, static=False)
+    forced = _Forced(modules, _params(modules, cfg), codes)
+    picks = forced.own_picks(torch.cat(list(forced.frames([*TEXT, modules.cfg.text_eos_id], speaker)), dim=1))
+    assert torch.equal(picks, codes)
+
+
+def test_the_frames_filters_are_the_host_loops(tiny: Path) -> None:
+    """The device frame's filter (forbidden ids, EOS while it is forbidden, top-k) and guidance give the host
+    loop's logits."""
+    from ggtts.families.magpie.generate import DeviceFrame, MagpieGenerator
+
+    model = _load(tiny, static=True)
+    params = _params(model, True, temperature=0.7)
+    frame, host = DeviceFrame(model, params, 2, capture=False), MagpieGenerator(model, params)
+    logits = torch.randn(2, 3, model.cfg.tokens_per_codebook, generator=torch.Generator().manual_seed(1))
+    for forbid in (False, True):
+        frame.forbid_eos.fill_(forbid)
+        assert torch.equal(frame._filter(frame._guided(logits)), host._filter(host._guided(logits), forbid))
+
+
+def test_the_race_draws_from_the_filtered_distribution(tiny: Path) -> None:
+    """A draw of the device frame (the argmax of the probabilities over Exp(1) noise) follows the distribution the
+    host loop's multinomial draws from: top-k 8 at the model's temperature, DRAWS draws."""
+    import dataclasses
+
+    from ggtts.families.magpie.generate import DeviceFrame
+
+    model = _load(tiny, static=True)
+    params = dataclasses.replace(_params(model, False, temperature=0.7), top_k=8)
+    frame = DeviceFrame(model, params, 1, capture=False).reseed(5)
+    logits = frame._filter(torch.randn(1, model.cfg.tokens_per_codebook, generator=torch.Generator().manual_seed(2)))
+    want = torch.softmax(logits / params.temperature, dim=-1)[0]
+    counts = torch.zeros_like(want)
+    for _ in range(DRAWS):
+        frame.noise.exponential_(generator=frame.generator)
+        counts[int(frame._pick(logits, 0))] += 1
+    distance = float((counts / DRAWS - want).abs().sum() / 2)
+    print(f"total variation {distance:.3f}")
+    assert distance < RACE_TOLERANCE
+    assert int((counts > 0).sum()) == 8  # only the top 8, each drawn
+
+
+def test_sampled_generations_follow_their_seed(tiny: Path) -> None:
+    model = _load(tiny, static=True)
+    first = _generate(model, True, 0, steps=12, temperature=0.7, seed=3)
+    assert torch.equal(_generate(model, True, 0, steps=12, temperature=0.7, seed=3), first)
+    assert not torch.equal(_generate(model, True, 0, steps=12, temperature=0.7, seed=4), first)
+
+
+def test_one_utterance_at_a_time_and_copies_of_their_own(tiny: Path) -> None:
+    """A fixed cache serves one utterance: stepping one that a newer utterance displaced is an error (not its steps
+    on the newer one's cache); a copy of the model has fixed tensors of its own."""
+    from ggtts.families.magpie.generate import MagpieGenerator
+
+    model = _load(tiny, static=True)
+    ids = [*TEXT, model.cfg.text_eos_id]
+    older = MagpieGenerator(model, _params(model, True)).frames(ids, 0)
+    next(older)
+    newer = MagpieGenerator(model, _params(model, True)).frames(ids, 0)
+    next(newer)
+    with pytest.raises(RuntimeError, match="taken by a newer utterance"):
+        next(older)
+    twin = copy.deepcopy(model)
+    assert twin.static_capture is False and twin.static_steps() is not model.static_steps()
+    assert torch.equal(_generate(twin, True, 0, steps=8), _generate(model, True, 0, steps=8))
+
+
+def test_a_position_past_the_table_is_one_clear_error(tiny: Path) -> None:
+    """CUDA would stop on a device-side assert at a row past the learned positions: the step refuses first."""
+    from ggtts.errors import InputError
+
+    model = _load(tiny, static=True)
+    with pytest.raises(InputError, match="past the decoder's 256 learned positions"):
+        _generate(model, False, 0, steps=model.cfg.decoder.max_positions)
