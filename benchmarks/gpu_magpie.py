@@ -12,7 +12,10 @@ warm-up on another text as a server's:
 
 - ``ggtts eager``: the loop op by op (``step_graphs=False``): each code drawn on the host, a wait per code;
 - ``ggtts graph``: each cached decoder step (guidance's two rows) one replayed CUDA graph over a fixed cache, the
-  local transformer's frame (16 draws, on the GPU) another: one wait per frame.
+  local transformer's frame (16 draws, on the GPU) another: one wait per frame;
+- ``ggtts compiled``: those two steps compiled by ``torch.compile`` (small kernels fused) before they are captured.
+
+``--profile N``: torch's profiler over N frames of the last graphed row with guidance (host operations, kernels).
 
 Reported: model frames per second (21.5 is real time; the loop alone, codes kept on the device), real-time factor
 and time to first audio with the codec streaming on the same GPU (the pipeline's chunks: 1 frame, then 4, then 12),
@@ -35,7 +38,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gguf_skeleton import build as build_from_skeleton
-from gpu_qwen2 import peak_mib, reset_memory, sync
+from gpu_qwen2 import peak_mib, profile_table, reset_memory, sync
 
 from ggtts.families.magpie.generate import GenerationParams, MagpieGenerator, generate_codes
 from ggtts.families.magpie.pipeline import chunk_frames
@@ -104,20 +107,23 @@ def utterance(model: MagpieTTS, codec: NanoCodec, p: GenerationParams, ids: list
     return {"frames": n, "model_s": total - codec_time, "total_s": total, "first_s": first}
 
 
-def run(model_path: Path, codec_path: Path, device: torch.device, graphs: bool, guidance: bool, frames: int) -> Any:
+def run(model_path: Path, codec_path: Path, device: torch.device, how: str, guidance: bool, frames: int) -> Any:
     base = reset_memory(device)
     t0 = time.perf_counter()
-    model = load_magpie(GGUFFile(model_path), device, graph=False, step_graphs=graphs)  # ggml's graphs: CPU only
-    if graphs and device.type != "cuda":
-        model.use_static_steps(capture=False)  # the graphs' code, eagerly
+    graphs, compiled = how in ("graph", "compiled"), how == "compiled"
+    model = load_magpie(GGUFFile(model_path), device, graph=False, step_graphs=graphs, compile_steps=compiled)
+    if graphs and device.type != "cuda":  # ggml's graphs are the CPU's; here, the CUDA graphs' code run eagerly
+        model.use_static_steps(capture=False, compile=compiled)
     codec = NanoCodec.from_gguf(GGUFFile(codec_path), str(device))
     model.null_context_kv()
     load = time.perf_counter() - t0
     eos = model.cfg.text_eos_id
     ids = [*range(TEXT_TOKENS), eos]
     with torch.inference_mode():
+        t = time.perf_counter()
         generate_codes(model, [5, 6, 7, eos], 0, params(model, 8, guidance))  # warm-up: kernels chosen, graphs made
         sync(device)
+        warm = time.perf_counter() - t
         t = time.perf_counter()
         n = generate_codes(model, ids, 0, params(model, frames, guidance)).shape[1]
         sync(device)
@@ -130,7 +136,8 @@ def run(model_path: Path, codec_path: Path, device: torch.device, graphs: bool, 
         except Exception:
             traceback.print_exc()
     decoders = model.static_steps()
-    out.update(peak_gpu_mib=peak_mib(device, base), load_s=load, captured=bool(decoders and decoders.captured))
+    out.update(peak_gpu_mib=peak_mib(device, base), load_s=load, warm_up_s=warm,
+               captured=bool(decoders and decoders.captured))  # fmt: skip
     return model, out
 
 
@@ -151,6 +158,9 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=200)
     ap.add_argument("--dir", type=Path)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--variants", default="eager,graph", help="of eager, graph, compiled")
+    ap.add_argument("--guidance", default="on,off")
+    ap.add_argument("--profile", type=int, default=0)
     args = ap.parse_args()
     if not args.small and args.skeletons is None:
         ap.error("give --skeletons DIR, or --small")
@@ -163,18 +173,21 @@ def main() -> None:
     print(f"{args.frames} frames, {TEXT_TOKENS} text tokens, sampled, attention prior on")
     print(f"{'variant':28} {'frames/s':>9} {'x real time':>11} {'RTF':>7} {'first audio ms':>15} {'peak GPU MiB':>13}")
     rows: dict[str, dict[str, Any]] = {}
-    for guidance in (True, False):
+    profiled: MagpieTTS | None = None
+    for guidance in (g == "on" for g in args.guidance.split(",")):
         models: dict[str, MagpieTTS] = {}
-        for how in ("eager", "graph"):
+        for how in args.variants.split(","):
             label = f"ggtts {how}, guidance {'on' if guidance else 'off'}"
             try:
-                model, r = run(model_path, codec_path, device, how == "graph", guidance, args.frames)
+                model, r = run(model_path, codec_path, device, how, guidance, args.frames)
                 models[how] = model
-                if how == "graph" and "eager" in models:
+                if guidance and how != "eager":
+                    profiled = model
+                if how != "eager" and "eager" in models:
                     with torch.inference_mode():
                         r.update(agreement(models["eager"], model, guidance))
                 rows[label] = r
-                extra = f"  load {r['load_s']:.1f} s, captured {r['captured']}"
+                extra = f"  load {r['load_s']:.1f} s, warm-up {r['warm_up_s']:.1f} s, captured {r['captured']}"
                 if "greedy_frames_agreeing" in r:
                     extra += f", greedy frames agreeing with eager {r['greedy_frames_agreeing']}/{r['greedy_frames']}"
                 print(f"{label:28} {r['model_fps']:9.1f} {r['model_fps'] / REAL_TIME_FPS:11.1f} "
@@ -183,6 +196,10 @@ def main() -> None:
             except Exception:  # a failed variant is reported; the others still run
                 traceback.print_exc()
         del models
+    if args.profile and profiled is not None:
+        ids, model = [*range(TEXT_TOKENS), profiled.cfg.text_eos_id], profiled
+        with torch.inference_mode():
+            print(profile_table(lambda: generate_codes(model, ids, 0, params(model, args.profile, True))))
     if args.json:
         args.json.write_text(json.dumps({"device": name, "torch": torch.__version__, "rows": rows}, indent=1))
 

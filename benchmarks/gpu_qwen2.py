@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +54,28 @@ def reset_memory(device: torch.device) -> int:
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats(device)
     return torch.cuda.memory_allocated(device)
+
+
+def profile_table(run: Callable[[], object], rows: int = 14) -> str:
+    """Where ``run``'s time goes: torch's profiler, the operations by their own host time, then (on CUDA) the
+    kernels by their device time, and how much of the wall time the device was busy."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = torch.cuda.is_available()
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    t = time.perf_counter()
+    with profile(activities=activities) as prof:
+        run()
+        if cuda:
+            torch.cuda.synchronize()
+    wall = time.perf_counter() - t
+    events = prof.key_averages()
+    parts = [events.table(sort_by="self_cpu_time_total", row_limit=rows)]
+    if cuda:
+        parts.append(events.table(sort_by="self_device_time_total", row_limit=rows))
+        busy = sum(e.self_device_time_total for e in events) / 1e6
+        parts.append(f"device busy {busy * 1e3:.1f} ms of {wall * 1e3:.1f} ms wall (profiled)")
+    return "\n".join(parts)
 
 
 def peak_mib(device: torch.device, base: int) -> float:

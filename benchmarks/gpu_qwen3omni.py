@@ -12,18 +12,21 @@ penalty, top-k, top-p), EOS held off so each writes exactly ``--frames`` frames 
 - ``transformers generate``: ``Qwen3OmniMoeTalkerForConditionalGeneration.generate`` as the full model calls it;
 - ``ggtts eager``: ggtts's generation loop op by op (``step_graphs=False``): each code chosen on the host;
 - ``ggtts graph``: the talker's step a replayed CUDA graph over a fixed cache, and the code predictor's whole frame
-  (15 steps, each code chosen on the GPU) another: two host round trips per frame.
+  (15 steps, each code chosen on the GPU) another: two host round trips per frame;
+- ``ggtts compiled`` (asked for in ``--variants``): those two compiled by ``torch.compile`` before the capture.
 
 Reported: frames per second (12.5 is real time), the time to the first frame, peak GPU memory; for the graph row,
 the largest relative difference of the talker's logits and hidden states from the eager step's over the same inputs
 (teacher-forced, greedy), and whether the graphed code-predictor frame chose the host loop's codes. ``--small``
-(transformers' tiny test checkpoint) only checks that the script runs, on the CPU too.
+(transformers' tiny test checkpoint) only checks that the script runs, on the CPU too. ``--profile N``: torch's
+profiler over N frames of the graph row (host operations, kernels).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import sys
 import tempfile
@@ -37,7 +40,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_qwen3omni import TALKER_TEXT, _code2wav_model, _convert_talker, _talker_model
-from gpu_qwen2 import peak_mib, reset_memory, sync
+from gpu_qwen2 import peak_mib, profile_table, reset_memory, sync
 
 from ggtts.families.qwen3omni.generate import (
     GraphedFrame,
@@ -107,8 +110,11 @@ def transformers_generate(hf: Any, x: TalkerInputs, frames: int, dtype: torch.dt
     return {"fps": frames / total, "first_frame_ms": first * 1e3, "peak_gpu_mib": peak_mib(device, base)}
 
 
-def load(path: Path, device: torch.device, graphs: bool) -> Talker:
-    talker = Talker.from_gguf(GGUFFile(path), device, step_graphs=graphs, max_len=4096)
+def load(path: Path, device: torch.device, graphs: bool, compile: bool = False) -> Talker:
+    talker = Talker.from_gguf(GGUFFile(path), device, step_graphs=graphs and not compile, max_len=4096,
+                              graph=not compile)  # ggml's graphs (CPU) are not for torch.compile  # fmt: skip
+    if compile:
+        talker.use_static_steps(capture=device.type == "cuda", compile=True)
     talker.cfg = dataclasses.replace(talker.cfg, codec_eos=-1)  # EOS held off like the others: exactly `frames`
     talker.cp.cfg = talker.cfg
     return talker
@@ -127,11 +133,11 @@ def ggtts_loop(talker: Talker, x: TalkerInputs, frames: int, base: int) -> dict[
                 first = time.perf_counter() - t0
         return first, time.perf_counter() - t0
 
-    once(4)  # warm-up: kernels chosen, graphs captured
+    _, warm = once(4)  # warm-up: kernels chosen, graphs captured (compiled first where asked)
     first, total = once(frames)
     captured = bool(talker.static and talker.static.captured)
     return {"fps": frames / total, "first_frame_ms": first * 1e3, "peak_gpu_mib": peak_mib(device, base),
-            "captured": captured}  # fmt: skip
+            "captured": captured, "warm_up_s": warm}  # fmt: skip
 
 
 def forced_difference(eager: Talker, graph: Talker, x: TalkerInputs, frames: int) -> dict[str, Any]:
@@ -167,6 +173,7 @@ def main() -> None:
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--variants", default="transformers,eager,graph", help="which rows to run")
+    ap.add_argument("--profile", type=int, default=0, help="torch's profiler over this many frames of the graph row")
     args = ap.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     directory = args.dir or Path(tempfile.mkdtemp(prefix="gpu-qwen3omni-"))
@@ -188,7 +195,7 @@ def main() -> None:
             extra = (f"  vs eager: logits/hidden {r['max_rel_diff']:.1e}, graphed code-predictor frames equal "
                      f"{r['cp_frames_equal']}/{r['forced_frames']}")  # fmt: skip
         if "captured" in r:
-            extra += f"  captured {r['captured']}, load {r['load_s']:.1f} s"
+            extra += f"  captured {r['captured']}, load {r['load_s']:.1f} s, warm-up {r['warm_up_s']:.1f} s"
         print(f"{label:30} {r['fps']:9.1f} {r['fps'] / FRAME_RATE:11.2f} {r['fps'] / ref:19.2f} "
               f"{r['first_frame_ms']:15.1f} {r['peak_gpu_mib']:13.0f}{extra}", flush=True)  # fmt: skip
 
@@ -201,13 +208,13 @@ def main() -> None:
         except Exception:  # a failed variant is reported; the others still run
             traceback.print_exc()
     eager = None
-    for how in ("eager", "graph"):
+    for how in ("eager", "graph", "compiled"):
         if how not in want:
             continue
         try:
             base = reset_memory(device)
             t = time.perf_counter()
-            talker = load(path, device, graphs=how == "graph")
+            talker = load(path, device, graphs=how != "eager", compile=how == "compiled")
             loaded = time.perf_counter() - t
             with torch.inference_mode():
                 r = {**ggtts_loop(talker, x, args.frames, base), "load_s": loaded}
@@ -216,6 +223,11 @@ def main() -> None:
             elif eager is not None:
                 r.update(forced_difference(eager, talker, x, min(args.frames, 48)))
             report(f"ggtts {how} float32", r)
+            if how != "eager" and args.profile:
+                params = TalkerSampling(False, talker.cfg.sampling, talker.cfg.cp_sampling, max_frames=args.profile)
+                run = functools.partial(list, generate_frames(talker, x, params))
+                with torch.inference_mode():
+                    print(profile_table(run))
             del talker
         except Exception:
             traceback.print_exc()

@@ -7,6 +7,7 @@ context is padded), the codes they lead to teacher-forced, the local transformer
 from __future__ import annotations
 
 import copy
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +25,20 @@ RACE_TOLERANCE = 0.05
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def nemo_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("nemo.collections.tts", reason="needs NeMo (nemo_toolkit) to build the reference model")
-    from ggtts.convert.magpie_nemo import convert_magpie
     from ggtts.measure.magpie.upstream import build_tiny_codec
     from ggtts.measure.magpie.upstream_tts import build_tiny_magpie
 
     d = tmp_path_factory.mktemp("magpie-static")
-    nemo = build_tiny_magpie(d / "tiny-magpie.nemo", build_tiny_codec(d / "codec.nemo", seed=0), seed=0)
-    return convert_magpie([nemo], d / "tiny-f32.gguf", "f32")
+    return build_tiny_magpie(d / "tiny-magpie.nemo", build_tiny_codec(d / "codec.nemo", seed=0), seed=0)
+
+
+@pytest.fixture(scope="module")
+def tiny(nemo_file: Path) -> Path:
+    from ggtts.convert.magpie_nemo import convert_magpie
+
+    return convert_magpie([nemo_file], nemo_file.parent / "tiny-f32.gguf", "f32")
 
 
 def _load(path: Path, static: bool) -> Any:
@@ -179,3 +185,25 @@ def test_a_position_past_the_table_is_one_clear_error(tiny: Path) -> None:
     model = _load(tiny, static=True)
     with pytest.raises(InputError, match="past the decoder's 256 learned positions"):
         _generate(model, False, 0, steps=model.cfg.decoder.max_positions)
+
+
+def test_a_gpu_keeps_a_q8_0_file_as_stored(nemo_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Off the CPU a Q8_0 file's linear layers stay as stored and are widened per product (run here through the
+    GPU's plan, with the static steps a GPU captures): the greedy codes of the file widened at load, step for
+    step (the same arithmetic)."""
+    from ggtts.convert.magpie_nemo import convert_magpie
+    from ggtts.gguf import GGUFFile
+    from ggtts.models.magpie.model import load_magpie
+    from ggtts.ops import stored_weights
+    from ggtts.ops.device_weights import DeviceStoredLinear
+
+    path = convert_magpie([nemo_file], nemo_file.parent / "tiny-q8_0.gguf", "q8_0")
+    gpu = dataclasses.replace(stored_weights.stored_weights_plan("cuda"), device="cpu")  # kept on the CPU here
+    monkeypatch.setattr(stored_weights, "stored_weights_plan", lambda device, requested=True: gpu)
+    kept = load_magpie(GGUFFile(path), graph=False)
+    monkeypatch.undo()
+    wide = load_magpie(GGUFFile(path), graph=False, stored_weights=False)
+    assert isinstance(kept.decoder.layers[0].self_attention.qkv_net, DeviceStoredLinear)
+    for model in (kept, wide):
+        model.use_static_steps(capture=False)
+    assert torch.equal(_generate(kept, True, 1), _generate(wide, True, 1))

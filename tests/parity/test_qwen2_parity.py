@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from ggtts.gguf import GGUFFile
 from ggtts.models.layers.kv_cache import KVCacheFullError
 from ggtts.models.qwen2.ggml_graph import KV_STEP
 from ggtts.models.qwen2.model import Qwen2Model
-from ggtts.ops.stored_weights import StoredLinear
+from ggtts.ops.stored_weights import StoredLinear, stored_weights_plan
 from ggtts.runtime.frames import generate_tokens
 from ggtts.runtime.sampling import Sampler, SamplingParams
 from near_ties import CacheStepper, PrefixStepper, allclose, assert_free_run_agrees, compare_greedy, relative_below
@@ -164,6 +165,38 @@ def test_stored_types_run_as_stored_and_stay_close(
     if out_type in HF_TOLERANCE:
         assert _relative(got, ref) < HF_TOLERANCE[out_type]
         assert _relative(wide, ref) < HF_TOLERANCE[out_type]
+
+
+@pytest.mark.parametrize("out_type", ["q8_0", "q4_0", "f16", "bf16"])
+def test_a_gpu_keeps_the_files_types_and_gives_the_widened_logits(
+    quantized: dict[str, Path], out_type: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Off the CPU, where ggml's kernels do not run, Q8_0, Q4_0, F16 and BF16 weights stay as stored on the device
+    and are widened one product at a time (run here on the CPU through the GPU's plan): the logits of the file
+    widened at load, for the file's bytes instead of float32's."""
+    from ggtts.models.qwen2 import model as qwen2_model
+    from ggtts.ops.device_weights import DeviceStoredEmbedding, DeviceStoredLinear
+
+    gguf = GGUFFile(quantized[out_type])
+    gpu = dataclasses.replace(stored_weights_plan("cuda"), device="cpu")  # the GPU's plan, kept on the CPU here
+    monkeypatch.setattr(qwen2_model, "stored_weights_plan", lambda device, requested=True: gpu)
+    kept = Qwen2Model.from_gguf(gguf, max_len=64)
+    monkeypatch.undo()
+    widened = Qwen2Model.from_gguf(gguf, max_len=64, stored_weights=False)
+    assert isinstance(kept.blk[0].ffn_up, DeviceStoredLinear) and isinstance(kept.token_embd, DeviceStoredEmbedding)
+    assert kept.graph is None and "kept as stored" in (kept.weights_note or "")
+    ids = torch.arange(1, 33).unsqueeze(0)
+    with torch.no_grad():
+        got, want = kept(ids, kept.new_cache(40)), widened(ids, widened.new_cache(40))
+    assert torch.equal(got, want)
+
+    def size(model: torch.nn.Module) -> int:
+        tensors = [*model.parameters(), *(b for n, b in model.named_buffers() if not n.startswith("rope."))]
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+    file_bytes = sum(i.n_bytes for i in gguf.infos())
+    print(f"{out_type}: kept {size(kept)} bytes, widened {size(widened)}, the file's tensors {file_bytes}")
+    assert size(kept) == file_bytes
 
 
 def _round_to_q8_0(x: torch.Tensor) -> torch.Tensor:

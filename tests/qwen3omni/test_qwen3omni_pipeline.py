@@ -422,6 +422,41 @@ def test_q8_0_talker_runs_quantized_and_stays_close(tiny: Tiny, tmp_path: Path) 
     assert 0 < rel < 0.05, rel  # quantized (not identical), and close
 
 
+def test_a_gpu_keeps_a_q8_0_talker_as_stored(tiny: Tiny, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Off the CPU the Q8_0 talker's linear layers, embeddings and expert stacks stay as stored and are widened per
+    product (run here through the GPU's plan): the file widened at load gives the same hidden states and logits,
+    over a prompt and through the static one-row steps a GPU captures, and the talker holds the file's bytes."""
+    from ggtts.convert.hf_checkpoint import HFCheckpoint
+    from ggtts.convert.qwen3omni_talker import write_talker
+    from ggtts.gguf import GGUFFile
+    from ggtts.models.layers import qwen3
+    from ggtts.models.qwen3omni_talker.model import Talker
+    from ggtts.ops.device_weights import DeviceStoredExperts, DeviceStoredLinear
+    from ggtts.ops.stored_weights import stored_weights_plan
+
+    ckpt = HFCheckpoint([tiny.work / "checkpoint"], "tiny")
+    path = write_talker(tmp_path / "talker-q8_0.gguf", ckpt.config, ckpt.tensors, "q8_0")
+    gpu = dataclasses.replace(stored_weights_plan("cuda"), device="cpu")  # the GPU's plan, kept on the CPU here
+    monkeypatch.setattr(qwen3, "stored_weights_plan", lambda device, requested=True: gpu)
+    kept = Talker.from_gguf(GGUFFile(path), graph=False, step_graphs=False, max_len=256)
+    monkeypatch.undo()
+    wide = Talker.from_gguf(GGUFFile(path), graph=False, step_graphs=False, stored_weights=False, max_len=256)
+    assert isinstance(kept.blk[0].ffn.ffn_up_exps, DeviceStoredExperts)
+    assert isinstance(kept.blk[0].attn.attn_q, DeviceStoredLinear)
+    for model in (kept, wide):
+        model.use_static_steps(capture=False)  # one-row steps as a GPU runs them (experts gathered)
+    x = torch.randn(1, 9, kept.cfg.talker.dim, generator=torch.Generator().manual_seed(3))
+    with torch.inference_mode():
+        a, b = kept.new_cache(32), wide.new_cache(32)
+        for got, want in zip(kept.step(x[:, :8], a), wide.step(x[:, :8], b), strict=True):  # the prompt
+            assert torch.equal(got, want)
+        for got, want in zip(kept.step(x[:, 8:], a), wide.step(x[:, 8:], b), strict=True):  # a static step
+            assert torch.equal(got, want)
+    talker_bytes = sum(i.n_bytes for i in GGUFFile(path).infos() if not i.name.startswith("c2w."))
+    held = [t for n, t in [*kept.named_parameters(), *kept.named_buffers()] if "rope." not in n]
+    assert sum(t.numel() * t.element_size() for t in held) == talker_bytes
+
+
 def test_cli_speaks_and_decodes_codes(tiny: Tiny, tmp_path: Path) -> None:
     out = tmp_path / "hello.wav"
     cmd = [sys.executable, "-m", "ggtts.cli", "speak", "-m", str(tiny.work / "thinker.gguf"), "-v", "chelsie"]

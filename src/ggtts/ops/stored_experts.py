@@ -33,13 +33,14 @@ from ggtts.ops.ggml_kernels import (
     new_context,
     unavailable_reason,
 )
+from ggtts.ops.layer_walk import weight_layers
 
 __all__ = ["Experts", "StoredExperts", "use_stored_experts"]
 
 GRAPH_NODES = 4  # one mul_mat_id and its inputs
 
 
-def _check(x: torch.Tensor, ids: torch.Tensor, n_in: int) -> None:
+def check_expert_inputs(x: torch.Tensor, ids: torch.Tensor, n_in: int) -> None:
     if x.dim() != 3 or x.shape[-1] != n_in or ids.dim() != 2 or x.shape[0] != ids.shape[0]:
         raise ValueError(f"experts take x (T, S, {n_in}) and ids (T, k); got {list(x.shape)} and {list(ids.shape)}")
     if x.shape[1] not in (1, ids.shape[1]):
@@ -59,7 +60,7 @@ class Experts(nn.Module):
     def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """``x (T, S, n_in)`` with ``S`` 1 or ``k``, ``ids (T, k)`` -> ``(T, k, n_out)``: row ``t``'s slot ``j``
         through expert ``ids[t, j]``."""
-        _check(x, ids, self.n_in)
+        check_expert_inputs(x, ids, self.n_in)
         t, k = ids.shape
         if t == 1 and (self.gather or x.device.type != "cpu"):  # one row's k experts' weights, gathered
             picked = self.weight.index_select(0, ids[0])  # (k, n_out, n_in)
@@ -123,7 +124,7 @@ class StoredExperts(nn.Module):
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """As :meth:`Experts.forward`."""
-        _check(x, ids, self.n_in)
+        check_expert_inputs(x, ids, self.n_in)
         if x.device.type != "cpu":
             raise ValueError(f"ggml's CPU kernels got a tensor on {x.device}")
         t, k = ids.shape
@@ -153,18 +154,13 @@ def use_stored_experts(
     :class:`StoredExperts` over the file's bytes. Returns the file tensor names consumed (for the strict loader to
     ignore). A stack of the wrong shape is left to the strict loader, which names the mismatch."""
     consumed: set[str] = set()
-    for parent_name, parent in list(module.named_modules()):
-        for child_name, child in list(parent.named_children()):
-            if not isinstance(child, Experts):
-                continue
-            path = f"{parent_name}.{child_name}" if parent_name else child_name
-            name = gguf_name(f"{path}.weight")
-            if name not in gguf or gguf.byte_order != "<":
-                continue
-            info = gguf.info(name)
-            if not multiplies(info.type) or tuple(info.shape) != tuple(child.weight.shape):
-                continue
-            raw = gguf.raw(name).view(np.uint8).reshape(-1)
-            setattr(parent, child_name, StoredExperts(raw, info.type, child.n_expert, child.n_out, child.n_in))
-            consumed.add(name)
+    for parent, child_name, child, name in weight_layers(module, Experts, gguf_name):
+        if name not in gguf or gguf.byte_order != "<":
+            continue
+        info = gguf.info(name)
+        if not multiplies(info.type) or tuple(info.shape) != tuple(child.weight.shape):
+            continue
+        raw = gguf.raw(name).view(np.uint8).reshape(-1)
+        setattr(parent, child_name, StoredExperts(raw, info.type, child.n_expert, child.n_out, child.n_in))
+        consumed.add(name)
     return consumed

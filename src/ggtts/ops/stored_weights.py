@@ -22,8 +22,12 @@ from torch import nn
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.read import widen
 from ggtts.ops.ggml_kernels import MatMul, multiplies, unavailable_reason
+from ggtts.ops.layer_walk import weight_layers
 
-__all__ = ["StoredEmbedding", "StoredLinear", "StoredWeightsPlan", "stored_weights_plan", "use_stored_weights"]
+__all__ = [
+    "StoredEmbedding", "StoredLinear", "StoredWeightsPlan", "stored_weights_plan", "use_planned_weights",
+    "use_stored_weights",
+]  # fmt: skip
 
 
 def _stored_2d(gguf: GGUFFile, name: str) -> tuple[np.ndarray, GGMLQuantizationType, int, int]:
@@ -98,13 +102,21 @@ class StoredWeightsPlan:
 
     stored: bool
     reason: str | None = None
+    # off the CPU: weights the file stores as Q8_0, Q4_0, F16 or BF16 kept so on the device, widened per product
+    # (:mod:`ggtts.ops.device_weights`)
+    on_device: bool = False
+    device: str = "cpu"  # where on_device keeps them
 
 
 def stored_weights_plan(device: str | torch.device, requested: bool = True) -> StoredWeightsPlan:
     if not requested:
         return StoredWeightsPlan(False, "weights widened to float32 on request")
     if torch.device(device).type != "cpu":
-        return StoredWeightsPlan(False, f"ggml's CPU kernels do not run on {device}: weights widened to float")
+        return StoredWeightsPlan(
+            False, f"ggml's CPU kernels do not run on {device}: Q8_0, Q4_0, F16 and BF16 weights are kept as stored "
+            "there and widened one product at a time; other types are widened to float at load", on_device=True,
+            device=str(device),
+        )  # fmt: skip
     reason = unavailable_reason()
     return StoredWeightsPlan(reason is None, reason)
 
@@ -119,25 +131,35 @@ def use_stored_weights(
     for the strict loader to ignore (biases stay parameters and are loaded by it).
     """
     consumed: set[str] = set()
-    for parent_name, parent in list(module.named_modules()):
-        for child_name, child in list(parent.named_children()):
-            if not isinstance(child, nn.Linear | nn.Embedding):
-                continue
-            path = f"{parent_name}.{child_name}" if parent_name else child_name
-            name = gguf_name(f"{path}.weight")
-            if name not in gguf or not multiplies(gguf.info(name).type) or gguf.byte_order != "<":
-                continue
-            info = gguf.info(name)
-            if tuple(info.shape) != tuple(child.weight.shape):
-                continue  # left to the strict loader, which names the mismatch
-            raw, qtype, n_out, n_in = _stored_2d(gguf, name)
-            if isinstance(child, nn.Linear):
-                linear = StoredLinear(raw, qtype, n_out, n_in, bias=child.bias is not None)
-                if linear.matmul.repacked:  # ggml holds an interleaved copy: the file's pages are not needed
-                    gguf.release(name)
-                swapped: nn.Module = linear
-            else:
-                swapped = StoredEmbedding(raw, qtype, n_out, n_in, release=functools.partial(gguf.release, name))
-            setattr(parent, child_name, swapped)
-            consumed.add(name)
+    for parent, child_name, child, name in weight_layers(module, (nn.Linear, nn.Embedding), gguf_name):
+        if name not in gguf or not multiplies(gguf.info(name).type) or gguf.byte_order != "<":
+            continue
+        info = gguf.info(name)
+        if tuple(info.shape) != tuple(child.weight.shape):
+            continue  # left to the strict loader, which names the mismatch
+        raw, qtype, n_out, n_in = _stored_2d(gguf, name)
+        if isinstance(child, nn.Linear):
+            linear = StoredLinear(raw, qtype, n_out, n_in, bias=child.bias is not None)
+            if linear.matmul.repacked:  # ggml holds an interleaved copy: the file's pages are not needed
+                gguf.release(name)
+            swapped: nn.Module = linear
+        else:
+            swapped = StoredEmbedding(raw, qtype, n_out, n_in, release=functools.partial(gguf.release, name))
+        setattr(parent, child_name, swapped)
+        consumed.add(name)
     return consumed
+
+
+def use_planned_weights(
+    plan: StoredWeightsPlan, module: nn.Module, gguf: GGUFFile, *, gguf_name: Callable[[str], str] = lambda name: name
+) -> set[str]:
+    """What ``plan`` says: the file's weights multiplied by ggml as stored (CPU), kept as stored on the device
+    (:func:`~ggtts.ops.device_weights.use_device_weights`), or neither (nothing swapped: all widened at load).
+    Returns the file tensor names consumed, for the strict loader to ignore."""
+    if plan.stored:
+        return use_stored_weights(module, gguf, gguf_name=gguf_name)
+    if plan.on_device:
+        from ggtts.ops.device_weights import use_device_weights
+
+        return use_device_weights(module, gguf, gguf_name=gguf_name, device=plan.device)
+    return set()

@@ -33,7 +33,7 @@ import torch
 
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.magpie.model import LayerInputs, MagpieTTS, new_cache
-from ggtts.models.magpie.static_steps import StaticDecoder
+from ggtts.models.magpie.static_steps import StaticDecoder, compiled
 from ggtts.ops.step_graph import StepGraph
 from ggtts.runtime.frames import decode_frames
 
@@ -243,7 +243,9 @@ class DeviceFrame:
     noise, drawn before each frame from this frame's own generator: on the GPU, so not the host loop's sequence).
     Also gives the next decoder input: the mean of the frame's code embeddings."""
 
-    def __init__(self, model: MagpieTTS, params: GenerationParams, rows: int, capture: bool = True) -> None:
+    def __init__(
+        self, model: MagpieTTS, params: GenerationParams, rows: int, capture: bool = True, compile: bool = False
+    ) -> None:
         cfg, weight = model.cfg, model.text_embedding.weight
         device, dtype = weight.device, weight.dtype
         tables, vocab = cfg.tables, cfg.tokens_per_codebook
@@ -258,7 +260,8 @@ class DeviceFrame:
         self.eos[cfg.audio_eos_id] = True
         self.cache = new_cache(cfg.local_transformer, tables + 1, rows, device)
         self.generator = torch.Generator(device)
-        self.graph = StepGraph(self._frame, device, capture)
+        self.graph = StepGraph(compiled(self._frame, compile, "Magpie's local-transformer frame", device), device,
+                               capture)  # fmt: skip
 
     def _guided(self, logits: torch.Tensor) -> torch.Tensor:
         scale = self.params.cfg_scale
@@ -314,13 +317,14 @@ class DeviceFrame:
 _FRAMES: weakref.WeakKeyDictionary[MagpieTTS, dict[tuple[object, ...], DeviceFrame]] = weakref.WeakKeyDictionary()
 
 
-def device_frame(model: MagpieTTS, params: GenerationParams, rows: int, capture: bool) -> DeviceFrame:
-    """The model's :class:`DeviceFrame` for these rows and settings, made the first time, reseeded by
-    ``params.seed``."""
+def device_frame(model: MagpieTTS, params: GenerationParams, rows: int) -> DeviceFrame:
+    """The model's :class:`DeviceFrame` for these rows and settings (captured and compiled as its static steps
+    are), made the first time, reseeded by ``params.seed``."""
     frames = _FRAMES.setdefault(model, {})
-    key = (rows, params.temperature, params.top_k, params.cfg_scale, capture)
+    capture, compile = bool(model.static_capture), model.static_compile
+    key = (rows, params.temperature, params.top_k, params.cfg_scale, capture, compile)
     if key not in frames:
-        frames[key] = DeviceFrame(model, params, rows, capture)
+        frames[key] = DeviceFrame(model, params, rows, capture, compile)
     return frames[key].reseed(params.seed)
 
 
@@ -353,8 +357,7 @@ class _Utterance:
             self.cache = self.static.begin(self, self.memory)
             self.key_valid = self.static.key_valid
             self.key_valid[0, cfg.context_lengths[speaker] : tc] = False
-            assert m.static_capture is not None
-            self.frame = device_frame(m, p, rows, m.static_capture)
+            self.frame = device_frame(m, p, rows)
             chosen = set(p.prior_layers or range(cfg.decoder.n_layers))
             self.prior_layers = [i in chosen for i in range(cfg.decoder.n_layers)]
             self.next_input = torch.empty(0)

@@ -27,6 +27,7 @@ from ggtts.errors import GGUFError
 from ggtts.families.qwen3omni.prompt import TalkerInputs
 from ggtts.models.qwen3omni_talker.config import Sampling
 from ggtts.models.qwen3omni_talker.model import CodePredictor, TalkerStack
+from ggtts.ops.compile import CompiledOrEager
 from ggtts.ops.step_graph import StepGraph
 from ggtts.runtime.frames import decode_frames
 from ggtts.runtime.sampling import apply_repetition_penalty, filter_top_k, filter_top_p
@@ -115,7 +116,9 @@ class GraphedFrame:
     (eagerly off CUDA or with ``capture=False``: the CPU tests run the code the graph holds). Its draws come from
     its own generator seeded by ``seed``: on the GPU, so not the CPU loop's sequence."""
 
-    def __init__(self, cp: CodePredictor, params: Sampling, greedy: bool, seed: int, capture: bool = True) -> None:
+    def __init__(
+        self, cp: CodePredictor, params: Sampling, greedy: bool, seed: int, capture: bool = True, compile: bool = False
+    ) -> None:
         weight = cp.output_norm.weight
         device, dim = weight.device, cp.embed_dim  # the talker's width (proj_in's input)
         self.greedy = greedy
@@ -124,7 +127,14 @@ class GraphedFrame:
         self.noise = torch.ones(cp.cfg.n_codebooks - 1, cp.cfg.cp_vocab, device=device)
         self.generator = torch.Generator(device).manual_seed(seed)
         cache, pick = cp.new_cache(), DevicePick(params, greedy, self.noise)
-        self.graph = StepGraph(lambda: cp.frame_on_device(self.hidden, self.first, pick, cache), device, capture)
+
+        def frame() -> tuple[torch.Tensor, torch.Tensor]:
+            return cp.frame_on_device(self.hidden, self.first, pick, cache)
+
+        step: Callable[[], tuple[torch.Tensor, torch.Tensor]] = frame
+        if compile:
+            step = CompiledOrEager(frame, "the code predictor's frame", device, dynamic=False)
+        self.graph = StepGraph(step, device, capture)
 
     def reseed(self, seed: int) -> GraphedFrame:
         self.generator.manual_seed(seed)
@@ -189,7 +199,7 @@ def graphed_frame(talker: TalkerStack, params: Sampling, greedy: bool, seed: int
     reseeded by ``seed``. One generation at a time per talker, as its step graphs already require."""
     frames = _GRAPHED.setdefault(talker, {})
     if (params, greedy) not in frames:
-        frames[params, greedy] = GraphedFrame(talker.cp, params, greedy, seed)
+        frames[params, greedy] = GraphedFrame(talker.cp, params, greedy, seed, compile=talker.static_compile)
     return frames[params, greedy].reseed(seed)
 
 

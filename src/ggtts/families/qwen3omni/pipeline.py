@@ -36,7 +36,7 @@ from ggtts.models.qwen2.tokenizer import BPETokenizer
 from ggtts.models.qwen3omni_code2wav.model import Code2Wav
 from ggtts.models.qwen3omni_talker.config import Sampling
 from ggtts.models.qwen3omni_talker.model import Talker, TalkerStack
-from ggtts.ops.stored_weights import stored_weights_plan, use_stored_weights
+from ggtts.ops.stored_weights import stored_weights_plan, use_planned_weights
 from ggtts.text.sentences import sentence_chunks
 
 CHUNK_WORDS = 60  # a chunk of text spoken as one chat turn (about 20 s of speech)
@@ -66,7 +66,7 @@ class ThinkerEmbedding(nn.Module):
             rows, width = info.shape
             self.token_embd = nn.Embedding(rows, width)
         plan = stored_weights_plan(device)
-        consumed = use_stored_weights(self, gguf) if plan.stored else set()
+        consumed = use_planned_weights(plan, self, gguf)
         keep = {name} - consumed
         load_module_from_gguf(self, gguf, ignore=set(gguf.names()) - keep, device=device)
 

@@ -23,8 +23,9 @@ from ggtts.gguf import GGUFFile
 from ggtts.models.layers.gguf_state import load_module_from_gguf
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.layers.transformer import RMSNorm, RotaryEmbedding, StaticPosition, cached_attention
+from ggtts.ops.device_weights import use_device_experts
 from ggtts.ops.stored_experts import Experts, use_stored_experts
-from ggtts.ops.stored_weights import stored_weights_plan, use_stored_weights
+from ggtts.ops.stored_weights import stored_weights_plan, use_planned_weights, use_stored_weights
 
 __all__ = [
     "Attention",
@@ -171,6 +172,9 @@ def load_weights(
     if plan.stored:
         consumed |= use_stored_experts(model, gguf, gguf_name=gguf_name)
         consumed |= use_stored_weights(model, gguf, gguf_name=gguf_name)
+    elif plan.on_device:
+        consumed |= use_device_experts(model, gguf, gguf_name=gguf_name, device=plan.device)
+        consumed |= use_planned_weights(plan, model, gguf, gguf_name=gguf_name)
     absent = load_module_from_gguf(
         model,
         gguf,

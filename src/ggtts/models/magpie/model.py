@@ -285,14 +285,16 @@ class MagpieTTS(nn.Module):
         self.use_graph = False  # the cached steps as ggml graphs where they can be (load_magpie): graph()
         self.step_graph: DecoderGraph | None = None
         self.static_capture: bool | None = None  # the cached steps over fixed tensors: use_static_steps
+        self.static_compile = False
         self._static: StaticDecoders | None = None
 
-    def use_static_steps(self, capture: bool = True) -> None:
+    def use_static_steps(self, capture: bool = True, compile: bool = False) -> None:
         """From now on the generation loop runs each cached decoder step over fixed tensors
         (:mod:`ggtts.models.magpie.static_steps`) and the local transformer's frame likewise
         (:class:`ggtts.families.magpie.generate.DeviceFrame`), each a replayed CUDA graph with ``capture`` on
-        CUDA (eagerly elsewhere: what the CPU tests run)."""
-        self.static_capture, self._static = capture, None
+        CUDA (eagerly elsewhere: what the CPU tests run). ``compile``: each is compiled by ``torch.compile``
+        (fixed shapes: its small kernels fused) before it is captured."""
+        self.static_capture, self.static_compile, self._static = capture, compile, None
 
     def static_steps(self) -> StaticDecoders | None:
         """The fixed-tensor decoders, made for this model (a copy makes its own); None unless turned on."""
@@ -301,7 +303,7 @@ class MagpieTTS(nn.Module):
         if self.static_capture is None:
             return None
         if self._static is None:
-            self._static = StaticDecoders(self, self.static_capture)
+            self._static = StaticDecoders(self, self.static_capture, self.static_compile)
         return self._static
 
     def graph(self) -> DecoderGraph | None:
@@ -434,6 +436,7 @@ def load_magpie(
     stored_weights: bool = True,
     graph: bool = True,
     step_graphs: bool = True,
+    compile_steps: bool = False,
 ) -> MagpieTTS:
     """The model of a ``magpie`` file, strictly loaded (a missing or unexpected tensor is an error naming it).
 
@@ -442,17 +445,17 @@ def load_magpie(
     of a Q8_0 file (:func:`store_convolutions`). Otherwise weights are widened to float32. ``graph``: the decoder's
     cached steps run as ggml graphs where they can (:mod:`ggtts.models.magpie.step_graph`); False: the torch
     modules. On CUDA each cached decoder step and each frame of the local transformer is a replayed CUDA graph
-    (:meth:`MagpieTTS.use_static_steps`) unless ``step_graphs=False``."""
-    from ggtts.ops.stored_weights import stored_weights_plan, use_stored_weights
+    (:meth:`MagpieTTS.use_static_steps`) unless ``step_graphs=False``; ``compile_steps`` compiles each first."""
+    from ggtts.ops.stored_weights import stored_weights_plan, use_planned_weights
 
     cfg = MagpieConfig.from_gguf(gguf)
     with empty_modules():
         model = MagpieTTS(cfg)
     plan = stored_weights_plan(device, stored_weights)
-    consumed = use_stored_weights(model, gguf) | store_convolutions(model, gguf) if plan.stored else set()
+    consumed = use_planned_weights(plan, model, gguf) | (store_convolutions(model, gguf) if plan.stored else set())
     load_module_from_gguf(model, gguf, ignore=consumed, device=device)
     model.use_graph = graph
     model.graph()
     if step_graphs and torch.device(device).type == "cuda":
-        model.use_static_steps()
+        model.use_static_steps(compile=compile_steps)
     return model.eval()

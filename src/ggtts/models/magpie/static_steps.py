@@ -15,7 +15,9 @@ utterance the current one, and a step of another is an error.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 import torch
 
@@ -24,7 +26,17 @@ from ggtts.models.magpie.model import FixedPosition, LayerInputs, MagpieTTS, new
 from ggtts.models.magpie.step_graph import check_position
 from ggtts.ops.step_graph import StepGraph
 
+T = TypeVar("T")
 MIN_TEXT = 256  # text positions a graph holds at least (rounded up to a power of two past it): a few sentences
+
+
+def compiled(step: Callable[[], T], compile: bool, what: str, device: torch.device) -> Callable[[], T]:
+    """``step``, compiled by ``torch.compile`` for its fixed shapes where ``compile`` (else as it is)."""
+    if not compile:
+        return step
+    from ggtts.ops.compile import CompiledOrEager
+
+    return cast(Callable[[], T], CompiledOrEager(step, what, device, dynamic=False))
 
 
 def fixed_size(n: int, least: int) -> int:
@@ -47,7 +59,10 @@ class StaticDecoder:
     """The decoder's one-stack steps for ``rows`` batch rows over ``capacity`` positions and a text of up to
     ``text_capacity`` tokens, a CUDA graph where the model is on CUDA and ``capture`` (else eager)."""
 
-    def __init__(self, model: MagpieTTS, rows: int, capacity: int, text_capacity: int, capture: bool = True) -> None:
+    def __init__(
+        self, model: MagpieTTS, rows: int, capacity: int, text_capacity: int, capture: bool = True,
+        compile: bool = False,
+    ) -> None:  # fmt: skip
         cfg, weight = model.cfg, model.text_embedding.weight
         device, dtype = weight.device, weight.dtype
         dec = cfg.decoder
@@ -62,7 +77,7 @@ class StaticDecoder:
                        for _ in range(dec.n_layers)]  # fmt: skip
         self.memory_valid = torch.zeros(1, text_capacity, dtype=torch.bool, device=device)
         self.priors = torch.ones(dec.n_layers, 1, 1, text_capacity, dtype=dtype, device=device)
-        self.graph = StepGraph(self._step, device, capture)
+        self.graph = StepGraph(compiled(self._step, compile, "Magpie's decoder step", device), device, capture)
         self.owner: object | None = None
 
     def _step(self) -> DecoderStep:
@@ -119,8 +134,8 @@ class StaticDecoder:
 class StaticDecoders:
     """A model's :class:`StaticDecoder` per (rows, capacity, text capacity), made on first use."""
 
-    def __init__(self, model: MagpieTTS, capture: bool = True) -> None:
-        self.model, self.capture = model, capture
+    def __init__(self, model: MagpieTTS, capture: bool = True, compile: bool = False) -> None:
+        self.model, self.capture, self.compile = model, capture, compile
         self.decoders: dict[tuple[int, int, int], StaticDecoder] = {}
 
     def get(self, rows: int, text: int) -> StaticDecoder:
@@ -129,7 +144,7 @@ class StaticDecoders:
         every request (attending to the whole cache under a mask costs a GPU next to nothing)."""
         key = (rows, self.model.cfg.decoder.max_positions, fixed_size(text, MIN_TEXT))
         if key not in self.decoders:
-            self.decoders[key] = StaticDecoder(self.model, *key, capture=self.capture)
+            self.decoders[key] = StaticDecoder(self.model, *key, capture=self.capture, compile=self.compile)
         return self.decoders[key]
 
     @property

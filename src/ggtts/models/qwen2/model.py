@@ -27,7 +27,8 @@ from ggtts.models.layers.transformer import (
     new_kv_cache,
 )
 from ggtts.models.qwen2.config import Qwen2Config
-from ggtts.ops.stored_weights import StoredEmbedding, stored_weights_plan, use_stored_weights
+from ggtts.ops.device_weights import DeviceStoredEmbedding
+from ggtts.ops.stored_weights import StoredEmbedding, stored_weights_plan, use_planned_weights
 
 if TYPE_CHECKING:
     from ggtts.models.qwen2.ggml_graph import Qwen2Graph
@@ -105,10 +106,10 @@ class Qwen2Model(nn.Module):
         with empty_modules():  # no memory or random initialisation for weights about to be replaced
             model = cls(cfg, max_len=max_len)
         model.rope = RotaryEmbedding(cfg.head_dim, cfg.rope_theta, max_len or cfg.context_length)
-        consumed = use_stored_weights(model, gguf) if plan.stored else set()
+        consumed = use_planned_weights(plan, model, gguf)
         load_module_from_gguf(model, gguf, ignore=consumed)
         model.weights_note = plan.reason
-        if stored_weights and not plan.stored and torch.device(device).type == "cpu":
+        if stored_weights and not plan.stored and not plan.on_device and torch.device(device).type == "cpu":
             widened = sorted({i.type.name for i in gguf.infos() if i.type.name not in ("F32", "F64")})
             if widened:
                 to = str(dtype).removeprefix("torch.")
@@ -164,7 +165,7 @@ class Qwen2Model(nn.Module):
         h = self.output_norm(h)
         if self.output is not None:
             return self.output(h)
-        if isinstance(self.token_embd, StoredEmbedding):  # tied to a stored table: multiply by it as stored
+        if isinstance(self.token_embd, StoredEmbedding | DeviceStoredEmbedding):  # tied to a stored table: as stored
             return self.token_embd.as_linear()(h)
         return F.linear(h, self.token_embd.weight)
 

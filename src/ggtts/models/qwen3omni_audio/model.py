@@ -20,7 +20,7 @@ from torch import nn
 from ggtts.gguf import GGUFFile
 from ggtts.models.layers.gguf_state import empty_modules, load_module_from_gguf
 from ggtts.models.qwen3omni_audio.config import AudioConfig, conv_length
-from ggtts.ops.stored_weights import stored_weights_plan, use_stored_weights
+from ggtts.ops.stored_weights import stored_weights_plan, use_planned_weights
 
 AUDIO_PREFIXES = ("a.", "mm.a.")  # an Omni mmproj file from llama.cpp also holds the vision tower (v.*, mm.N.*)
 
@@ -117,7 +117,7 @@ class AudioEncoder(nn.Module):
         with empty_modules():
             model = cls(cfg)
         plan = stored_weights_plan(device, stored_weights)
-        consumed = use_stored_weights(model, gguf) if plan.stored else set()
+        consumed = use_planned_weights(plan, model, gguf)
         model.weights_note = plan.reason
         others = {n for n in gguf.names() if not n.startswith(AUDIO_PREFIXES)}  # a vision tower beside it
         load_module_from_gguf(model, gguf, ignore=consumed | others, device=device)

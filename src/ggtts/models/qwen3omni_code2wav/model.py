@@ -120,13 +120,13 @@ class Code2Wav(StreamingDecoder):
         """Code2wav from a ``qwen3omni-talker`` file (the talker's tensors beside it are left alone). Linear and
         embedding weights stored as F16/BF16/Q8_0 stay so on CPU where ggml's kernels are installed; the rest are
         widened to float32."""
-        from ggtts.ops.stored_weights import stored_weights_plan, use_stored_weights
+        from ggtts.ops.stored_weights import stored_weights_plan, use_planned_weights
 
         cfg = Code2WavConfig.from_gguf(gguf)
         with empty_modules():
             model = cls(cfg)
         plan = stored_weights_plan(device, stored_weights)
-        consumed = use_stored_weights(model, gguf, gguf_name=K.tensor_name) if plan.stored else set()
+        consumed = use_planned_weights(plan, model, gguf, gguf_name=K.tensor_name)
         others = {n for n in gguf.names() if not n.startswith(K.PREFIX)}  # the talker's
         load_module_from_gguf(model, gguf, gguf_name=K.tensor_name, ignore=consumed | others, device=device)
         return model.eval().prepare(precision)

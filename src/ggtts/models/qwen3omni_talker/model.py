@@ -156,6 +156,7 @@ class TalkerStack(nn.Module):
         self.cp = CodePredictor(cfg, cp_embed_dim)
         self.weights_note: str | None = None
         self.static: StaticCaches[tuple[torch.Tensor, torch.Tensor]] | None = None  # one-row steps, by capacity
+        self.static_compile = False  # those steps (and the code predictor's graphed frame) compiled first
         self.graph: StackGraph | None = None  # each step one ggml graph (CPU; see loaded)
 
     def loaded(self, device: str | torch.device, max_len: int, step_graphs: bool, graph: bool = True) -> TalkerStack:
@@ -186,11 +187,13 @@ class TalkerStack(nn.Module):
         finally:
             self.graph, self.cp.graph = saved
 
-    def use_static_steps(self, capture: bool = True) -> None:
+    def use_static_steps(self, capture: bool = True, compile: bool = False) -> None:
         """From now on, :meth:`new_cache` hands out caches of fixed capacity and each one-row step on one runs as
         a :class:`~ggtts.models.layers.static_steps.StaticDecode` (a CUDA graph replayed, with ``capture`` on
-        CUDA; eagerly elsewhere)."""
+        CUDA; eagerly elsewhere). ``compile``: that step, and the code predictor's graphed frame, compiled by
+        ``torch.compile`` (fixed shapes) before they are captured."""
         weight = self.output_norm.weight
+        self.static_compile = compile
         for module in self.modules():
             if isinstance(module, Experts):
                 module.gather = True  # what the graph holds, run eagerly too where it is not captured
@@ -198,7 +201,7 @@ class TalkerStack(nn.Module):
         def make(capacity: int) -> StaticDecode[tuple[torch.Tensor, torch.Tensor]]:
             row = torch.zeros(1, 1, self.cfg.talker.dim, dtype=weight.dtype)
             return StaticDecode(self._static_step, self._new_cache(capacity), self.rope, row, "the talker's step",
-                                capture)  # fmt: skip
+                                capture, compile)  # fmt: skip
 
         self.static = StaticCaches(make, self.rope.max_len)
 

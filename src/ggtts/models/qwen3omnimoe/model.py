@@ -26,6 +26,7 @@ from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.layers.qwen3 import Attention, Block, DenseFFN, SparseMoE, load_weights
 from ggtts.models.layers.transformer import RMSNorm, RotaryEmbedding, new_kv_cache
 from ggtts.models.qwen3omnimoe.config import ThinkerConfig
+from ggtts.ops.device_weights import DEVICE_TYPES, DeviceStoredEmbedding
 from ggtts.ops.stored_weights import StoredEmbedding, stored_weights_plan
 
 MEMINFO = Path("/proc/meminfo")
@@ -121,7 +122,7 @@ class Thinker(nn.Module):
         h = self.output_norm(h)
         if self.output is not None:
             return self.output(h)
-        if isinstance(self.token_embd, StoredEmbedding):  # tied to a stored table: multiply by it as stored
+        if isinstance(self.token_embd, StoredEmbedding | DeviceStoredEmbedding):  # tied to a stored table: as stored
             return self.token_embd.as_linear()(h)
         return F.linear(h, self.token_embd.weight)
 
@@ -231,7 +232,8 @@ def required_bytes(
         n = 1
         for s in info.shape:
             n *= int(s)
-        widened = not plan.stored or info.type.name in ("F32", "F64")
+        kept = plan.stored or (plan.on_device and info.type in DEVICE_TYPES)
+        widened = not kept or info.type.name in ("F32", "F64")
         total += n * item if widened else info.n_bytes
     return total
 

@@ -1,0 +1,246 @@
+"""Linear and embedding weights kept on a GPU as a GGUF file stores them (Q8_0 and Q4_0 blocks, F16, BF16), widened
+to the activations' dtype one product at a time: a quantized file costs about its size in GPU memory, not that of
+float32 (ggml's kernels, which multiply blocks as they are, run on the CPU only).
+
+:func:`use_device_weights` swaps a module's ``nn.Linear`` and ``nn.Embedding`` layers whose file weight has such a
+type for a :class:`DeviceStoredLinear` / :class:`DeviceStoredEmbedding` holding the stored bytes as integer tensors
+(so a model's ``.to(dtype=...)`` leaves them alone; ``.to(device)`` moves them). A product widens the weight as
+gguf-py's ``dequantize`` does (each block's float16 scale times its integers, in float32), then casts it to the
+activations' dtype: the same numbers as a model widened at load, so the same outputs. A weight larger than
+:data:`CHUNK_ELEMENTS` (a tied output over a large vocabulary) is widened a band of rows at a time, so the extra
+memory a product needs stays small. Under a captured CUDA graph the widening is part of the graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+from torch import nn
+
+from ggtts.gguf import GGUFFile
+from ggtts.ops.layer_walk import weight_layers
+
+__all__ = [
+    "DEVICE_TYPES", "DeviceStoredEmbedding", "DeviceStoredExperts", "DeviceStoredLinear", "use_device_experts",
+    "use_device_weights",
+]  # fmt: skip
+
+Q = GGMLQuantizationType
+DEVICE_TYPES = (Q.Q8_0, Q.Q4_0, Q.F16, Q.BF16)
+CHUNK_ELEMENTS = 1 << 24  # widened per product at most (64 MiB in float32): a larger weight goes a band at a time
+HALF_BYTES = 2  # a block's float16 scale
+
+
+def _on(array: np.ndarray, device: str | torch.device) -> torch.Tensor:
+    """A copy of ``array`` on ``device`` (the file's pages are not kept)."""
+    t = torch.from_numpy(np.ascontiguousarray(array))
+    return t.to(device) if torch.device(device).type != "cpu" else t.clone()
+
+
+def _widen(
+    qtype: GGMLQuantizationType, values: torch.Tensor, scales: torch.Tensor, cols: int, dtype: torch.dtype
+) -> torch.Tensor:
+    """Stored rows ``values`` (with their blocks' ``scales``) -> ``(rows, cols)`` in ``dtype``, through float32."""
+    if qtype == Q.F16:
+        return values.view(torch.float16).to(dtype)
+    if qtype == Q.BF16:
+        return values.view(torch.bfloat16).to(dtype)
+    if qtype == Q.Q8_0:
+        return (values.float() * scales.view(torch.float16).float()[..., None]).reshape(values.shape[0], cols).to(dtype)
+    # Q4_0: a byte's low nibble is the block's value j, its high nibble value j + 16; both offset by 8
+    ints = torch.cat((values & 0x0F, values >> 4), dim=-1).float() - 8.0
+    return (ints * scales.view(torch.float16).float()[..., None]).reshape(values.shape[0], cols).to(dtype)
+
+
+class DeviceStoredWeight(nn.Module):
+    """A 2-D weight ``(rows, cols)`` as stored: ``values`` (int8 for Q8_0, packed nibbles for Q4_0, the 16-bit
+    patterns of F16/BF16) and, for blocks, ``scales`` (each block's float16 scale as its bits), both buffers.
+    Called on ``x``, it gives ``x @ W.T`` (an output projection tied to an embedding table)."""
+
+    values: torch.Tensor
+    scales: torch.Tensor
+
+    def __init__(
+        self, raw: np.ndarray, qtype: GGMLQuantizationType, rows: int, cols: int, device: str | torch.device = "cpu"
+    ) -> None:
+        super().__init__()
+        if qtype not in DEVICE_TYPES:
+            raise ValueError(f"{qtype.name} weights are not kept on a device (only Q8_0, Q4_0, F16, BF16)")
+        self.qtype, self.rows, self.cols = qtype, rows, cols
+        data = np.ascontiguousarray(raw).view(np.uint8).reshape(rows, -1)
+        if qtype in (Q.F16, Q.BF16):
+            self.register_buffer("values", _on(data.view(np.int16), device), persistent=False)
+            self.register_buffer("scales", torch.empty(rows, 0, dtype=torch.int16, device=device), persistent=False)
+            return
+        block, size = GGML_QUANT_SIZES[qtype]
+        blocks = data.reshape(rows, cols // block, size)
+        scales = np.ascontiguousarray(blocks[:, :, :HALF_BYTES]).view(np.int16)[..., 0]
+        packed = np.ascontiguousarray(blocks[:, :, HALF_BYTES:])
+        values = packed.view(np.int8) if qtype == Q.Q8_0 else packed
+        self.register_buffer("values", _on(values, device), persistent=False)
+        self.register_buffer("scales", _on(scales, device), persistent=False)
+
+    def widened(self, dtype: torch.dtype, start: int = 0, end: int | None = None) -> torch.Tensor:
+        """Rows ``start:end`` of the weight in ``dtype`` (through float32, as a load would widen them)."""
+        return _widen(self.qtype, self.values[start:end], self.scales[start:end], self.cols, dtype)
+
+    def lookup(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """The rows ``ids`` (1-D) in ``dtype``."""
+        return _widen(self.qtype, self.values.index_select(0, ids), self.scales.index_select(0, ids), self.cols, dtype)
+
+    def bands(self) -> list[tuple[int, int]]:
+        """Row ranges of at most :data:`CHUNK_ELEMENTS` elements each."""
+        step = max(1, CHUNK_ELEMENTS // self.cols)
+        return [(a, min(a + step, self.rows)) for a in range(0, self.rows, step)]
+
+    def forward(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        """``F.linear(x, W, bias)`` with ``W`` widened to ``x``'s dtype, a band of rows at a time if large."""
+        if self.rows * self.cols <= CHUNK_ELEMENTS:
+            return F.linear(x, self.widened(x.dtype), bias)
+        y = torch.cat([F.linear(x, self.widened(x.dtype, a, b)) for a, b in self.bands()], dim=-1)
+        return y if bias is None else y + bias
+
+    def extra_repr(self) -> str:
+        return f"{self.rows}, {self.cols}, stored={self.qtype.name}"
+
+
+class DeviceStoredLinear(nn.Module):
+    """``nn.Linear`` with its weight as stored (:class:`DeviceStoredWeight`); the bias a float parameter."""
+
+    def __init__(
+        self, raw: np.ndarray, qtype: GGMLQuantizationType, out_features: int, in_features: int, bias: bool,
+        device: str | torch.device = "cpu",
+    ) -> None:  # fmt: skip
+        super().__init__()
+        self.in_features, self.out_features = in_features, out_features
+        self.stored = DeviceStoredWeight(raw, qtype, out_features, in_features, device)
+        self.bias = nn.Parameter(torch.zeros(out_features, device=device)) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.stored(x, None if self.bias is None else self.bias.to(x.dtype))
+
+
+class DeviceStoredEmbedding(nn.Module):
+    """``nn.Embedding`` as stored: the rows looked up are widened to the model's float dtype (that of ``like``, an
+    empty buffer a model's ``.to(dtype=...)`` converts); :meth:`as_linear` multiplies by the table (tied output
+    projections)."""
+
+    like: torch.Tensor
+
+    def __init__(
+        self, raw: np.ndarray, qtype: GGMLQuantizationType, num_embeddings: int, dim: int,
+        device: str | torch.device = "cpu",
+    ) -> None:  # fmt: skip
+        super().__init__()
+        self.num_embeddings, self.embedding_dim = num_embeddings, dim
+        self.stored = DeviceStoredWeight(raw, qtype, num_embeddings, dim, device)
+        self.register_buffer("like", torch.zeros(0, device=device), persistent=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = self.stored.lookup(ids.reshape(-1), self.like.dtype)
+        return rows.reshape(*ids.shape, self.embedding_dim)
+
+    def as_linear(self) -> DeviceStoredWeight:
+        """The table as an output projection: ``as_linear()(h)`` is ``h @ table.T``."""
+        return self.stored
+
+    def extra_repr(self) -> str:
+        return f"{self.num_embeddings}, {self.embedding_dim}"
+
+
+class DeviceStoredExperts(nn.Module):
+    """An expert stack ``(E, n_out, n_in)`` as stored (``Experts``' products, each picked expert's weight widened
+    when used): a decoding step widens only the ``k`` experts its router picked."""
+
+    def __init__(
+        self, raw: np.ndarray, qtype: GGMLQuantizationType, n_expert: int, n_out: int, n_in: int,
+        device: str | torch.device = "cpu",
+    ) -> None:  # fmt: skip
+        super().__init__()
+        self.n_expert, self.n_out, self.n_in = n_expert, n_out, n_in
+        self.stored = DeviceStoredWeight(raw, qtype, n_expert * n_out, n_in, device)
+
+    def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """As :meth:`ggtts.ops.stored_experts.Experts.forward`: ``x (T, S, n_in)``, ``ids (T, k)`` -> ``(T, k,
+        n_out)``."""
+        from ggtts.ops.stored_experts import check_expert_inputs
+
+        check_expert_inputs(x, ids, self.n_in)
+        t, k = ids.shape
+        n = self.n_out
+        if t == 1:  # one row's k experts gathered (no host round trip: a CUDA graph can hold it)
+            rows = (ids[0][:, None] * n + torch.arange(n, device=ids.device)).reshape(-1)
+            picked = self.stored.lookup(rows, x.dtype).view(k, n, self.n_in)
+            return torch.matmul(picked, x[0].unsqueeze(-1)).squeeze(-1).unsqueeze(0)
+        out = x.new_zeros(t, k, n)
+        for e in torch.unique(ids).tolist():  # the experts the rows hit
+            hit, slots = (ids == e).nonzero(as_tuple=True)
+            picked = x[hit, slots if x.shape[1] > 1 else 0]
+            out[hit, slots] = F.linear(picked, self.stored.widened(x.dtype, e * n, (e + 1) * n))
+        return out
+
+    def extra_repr(self) -> str:
+        return f"n_expert={self.n_expert}, n_out={self.n_out}, n_in={self.n_in}, stored={self.stored.qtype.name}"
+
+
+def use_device_experts(
+    module: nn.Module, gguf: GGUFFile, *, gguf_name: Callable[[str], str] = lambda name: name,
+    device: str | torch.device = "cpu",
+) -> set[str]:  # fmt: skip
+    """Swap each ``Experts`` stack of ``module`` whose file weight is Q8_0, Q4_0, F16 or BF16 for a
+    :class:`DeviceStoredExperts` on ``device``. Returns the file tensor names consumed."""
+    from ggtts.ops.stored_experts import Experts
+
+    consumed: set[str] = set()
+    for parent, child_name, child, name in weight_layers(module, Experts, gguf_name):
+        if _keeps(gguf, name, tuple(child.weight.shape)):
+            n_expert, n_out, n_in = child.n_expert, child.n_out, child.n_in
+            stack = DeviceStoredExperts(gguf.raw(name), gguf.info(name).type, n_expert, n_out, n_in, device)
+            _swap(parent, child_name, stack, gguf, name, consumed)
+    return consumed
+
+
+def _keeps(gguf: GGUFFile, name: str, shape: tuple[int, ...]) -> bool:
+    """Whether the file's ``name`` is kept as stored on a device: a type of :data:`DEVICE_TYPES` in whole blocks,
+    little-endian, of the module's shape (else the strict loader widens it, or names the mismatch)."""
+    if name not in gguf or gguf.byte_order != "<":
+        return False
+    info = gguf.info(name)
+    if info.type not in DEVICE_TYPES or tuple(info.shape) != shape:
+        return False
+    return info.type not in (Q.Q8_0, Q.Q4_0) or info.shape[-1] % GGML_QUANT_SIZES[info.type][0] == 0
+
+
+def use_device_weights(
+    module: nn.Module, gguf: GGUFFile, *, gguf_name: Callable[[str], str] = lambda name: name,
+    device: str | torch.device = "cpu",
+) -> set[str]:  # fmt: skip
+    """Swap each ``nn.Linear`` / ``nn.Embedding`` of ``module`` whose weight the file stores as Q8_0, Q4_0, F16 or
+    BF16 for a :class:`DeviceStoredLinear` / :class:`DeviceStoredEmbedding` over a copy of the stored bytes on
+    ``device`` (a model's ``.to(device)`` moves them too). ``gguf_name`` maps a module parameter name to the
+    file's tensor name. Returns the file tensor names consumed, for the strict loader to ignore (biases stay
+    parameters and are loaded by it)."""
+    consumed: set[str] = set()
+    for parent, child_name, child, name in weight_layers(module, (nn.Linear, nn.Embedding), gguf_name):
+        if not _keeps(gguf, name, tuple(child.weight.shape)):
+            continue
+        info = gguf.info(name)
+        n_out, n_in = info.shape
+        raw = gguf.raw(name)
+        if isinstance(child, nn.Linear):
+            swapped: nn.Module = DeviceStoredLinear(raw, info.type, n_out, n_in, child.bias is not None, device)
+        else:
+            swapped = DeviceStoredEmbedding(raw, info.type, n_out, n_in, device)
+        _swap(parent, child_name, swapped, gguf, name, consumed)
+    return consumed
+
+
+def _swap(parent: nn.Module, attribute: str, layer: nn.Module, gguf: GGUFFile, name: str, consumed: set[str]) -> None:
+    """``layer`` in place of ``parent.attribute``; the file's pages of ``name`` let go (the layer holds a copy)."""
+    setattr(parent, attribute, layer)
+    gguf.release(name)
+    consumed.add(name)

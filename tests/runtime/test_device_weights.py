@@ -1,0 +1,131 @@
+"""Weights kept on a GPU as the file stores them (:mod:`ggtts.ops.device_weights`), run here on the CPU: the same
+torch code. The expected values are ``gguf``'s own dequantizers (llama.cpp's Python package): a stored weight
+widened for a product must be exactly the weight a load would widen, so a model gives the widened model's outputs
+while holding only the file's bytes."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from gguf import GGMLQuantizationType as T
+from gguf import GGUFWriter
+from gguf import quants as gguf_quants
+from torch import nn
+
+from ggtts.gguf import GGUFFile
+from ggtts.ops import device_weights
+from ggtts.ops.device_weights import (
+    DEVICE_TYPES,
+    DeviceStoredEmbedding,
+    DeviceStoredExperts,
+    DeviceStoredLinear,
+    DeviceStoredWeight,
+    use_device_experts,
+    use_device_weights,
+)
+from ggtts.ops.stored_experts import Experts
+from ggtts.ops.stored_weights import stored_weights_plan, use_planned_weights
+
+N_OUT, N_IN = 40, 96  # three Q8_0 / Q4_0 blocks a row
+
+
+def _stored(w: np.ndarray, qtype: T) -> np.ndarray:
+    return gguf_quants.quantize(w, qtype)
+
+
+def _widened(raw: np.ndarray, qtype: T) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(gguf_quants.dequantize(raw, qtype), dtype=np.float32))
+
+
+@pytest.fixture(scope="module")
+def weight() -> np.ndarray:
+    return np.random.default_rng(0).standard_normal((N_OUT, N_IN)).astype(np.float32)
+
+
+@pytest.mark.parametrize("qtype", DEVICE_TYPES, ids=lambda t: t.name)
+def test_widened_weights_are_the_dequantizers_and_cost_the_files_bytes(qtype: T, weight: np.ndarray) -> None:
+    raw = _stored(weight, qtype)
+    stored = DeviceStoredWeight(raw, qtype, N_OUT, N_IN)
+    want = _widened(raw, qtype)
+    assert torch.equal(stored.widened(torch.float32), want)
+    assert torch.equal(stored.widened(torch.bfloat16), want.to(torch.bfloat16))  # through float32, as a load
+    assert torch.equal(stored.widened(torch.float32, 7, 19), want[7:19])
+    assert sum(b.numel() * b.element_size() for b in stored.buffers()) == raw.nbytes
+    x = torch.randn(3, 5, N_IN)
+    linear = DeviceStoredLinear(raw, qtype, N_OUT, N_IN, bias=True)
+    nn.init.normal_(linear.bias)
+    assert torch.equal(linear(x), F.linear(x, want, linear.bias))
+    table = DeviceStoredEmbedding(raw, qtype, N_OUT, N_IN)
+    ids = torch.tensor([[0, 39, 7], [7, 3, 1]])
+    assert torch.equal(table(ids), want[ids])
+    assert torch.equal(table.as_linear()(x), F.linear(x, want))
+
+
+def test_a_large_weight_is_widened_a_band_at_a_time(weight: np.ndarray, monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = _stored(weight, T.Q8_0)
+    stored = DeviceStoredWeight(raw, T.Q8_0, N_OUT, N_IN)
+    x = torch.randn(2, N_IN)
+    whole = stored(x)
+    monkeypatch.setattr(device_weights, "CHUNK_ELEMENTS", 7 * N_IN)  # bands of 7 rows (the last of 5)
+    assert stored.bands()[-1] == (35, 40) and len(stored.bands()) == 6
+    banded = stored(x)  # the same products, summed in another blocking by the matrix kernel (measured 3e-6)
+    torch.testing.assert_close(banded, whole, rtol=2e-5, atol=2e-5)
+    torch.testing.assert_close(banded, F.linear(x, _widened(raw, T.Q8_0)), rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("qtype", [T.Q8_0, T.Q4_0], ids=lambda t: t.name)
+def test_expert_stacks_widen_the_picked_experts(qtype: T) -> None:
+    """A decoding step (one row: its k experts gathered) and a prompt (rows grouped by expert) give what the float
+    stack gives."""
+    n_expert, n_out = 6, 16
+    stack = np.random.default_rng(1).standard_normal((n_expert, n_out, N_IN)).astype(np.float32)
+    raw = _stored(stack.reshape(n_expert * n_out, N_IN), qtype)
+    stored = DeviceStoredExperts(raw, qtype, n_expert, n_out, N_IN)
+    floats = Experts(n_expert, n_out, N_IN)
+    floats.weight.data = _widened(raw, qtype).reshape(n_expert, n_out, N_IN)
+    floats.gather = True
+    step_ids = torch.tensor([[4, 0, 2]])
+    x = torch.randn(1, 1, N_IN)
+    assert torch.equal(stored(x, step_ids), floats(x, step_ids))
+    prompt_ids = torch.tensor([[4, 0, 2], [1, 4, 5], [0, 3, 2], [5, 1, 4]])
+    xs = torch.randn(4, 3, N_IN)
+    floats.gather = False
+    assert torch.equal(stored(xs, prompt_ids), floats(xs, prompt_ids))
+
+
+def _file(path: Path, weight: np.ndarray) -> GGUFFile:
+    w = GGUFWriter(path, "test")
+    w.add_tensor("a.weight", _stored(weight, T.Q4_0), raw_dtype=T.Q4_0)
+    w.add_tensor("b.weight", weight)  # float32: widened by the loader as before
+    w.add_tensor("c.weight", _stored(weight, T.Q8_0), raw_dtype=T.Q8_0)
+    stack = np.concatenate([weight, weight])  # two experts
+    w.add_tensor("e.weight", _stored(stack, T.Q8_0).reshape(2, N_OUT, -1), raw_dtype=T.Q8_0)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return GGUFFile(path)
+
+
+def test_a_gpus_plan_swaps_block_and_half_layers_only(weight: np.ndarray, tmp_path: Path) -> None:
+    gguf = _file(tmp_path / "w.gguf", weight)
+    model = nn.Module()
+    model.a, model.b, model.c = nn.Linear(N_IN, N_OUT), nn.Linear(N_IN, N_OUT), nn.Embedding(N_OUT, N_IN)
+    model.e = Experts(2, N_OUT, N_IN)
+    plan = stored_weights_plan("cuda")
+    assert plan.on_device and not plan.stored and plan.device == "cuda" and "kept as stored" in (plan.reason or "")
+    plan = dataclasses.replace(plan, device="cpu")  # the GPU's plan, its weights kept on the CPU here
+    assert not stored_weights_plan("cuda", requested=False).on_device
+    consumed = use_planned_weights(plan, model, gguf) | use_device_experts(model, gguf)
+    assert consumed == {"a.weight", "c.weight", "e.weight"}
+    assert isinstance(model.a, DeviceStoredLinear) and isinstance(model.c, DeviceStoredEmbedding)
+    assert isinstance(model.b, nn.Linear) and isinstance(model.e, DeviceStoredExperts)
+    assert model.a.bias is not None  # the bias stays a parameter, for the loader
+    model.to(torch.bfloat16)
+    assert model.a.stored.values.dtype == torch.uint8 and model.c(torch.tensor([1])).dtype == torch.bfloat16
+    assert use_device_weights(nn.Linear(3, 4), gguf) == set()  # nothing of the file's
