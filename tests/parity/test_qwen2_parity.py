@@ -167,13 +167,13 @@ def test_stored_types_run_as_stored_and_stay_close(
         assert _relative(wide, ref) < HF_TOLERANCE[out_type]
 
 
-@pytest.mark.parametrize("out_type", ["q8_0", "q4_0", "f16", "bf16"])
-def test_a_gpu_keeps_the_files_types_and_gives_the_widened_logits(
+@pytest.mark.parametrize("out_type", ["q8_0", "q4_0", "f16"])
+def test_a_gpu_keeps_the_files_blocks_and_gives_the_widened_logits(
     quantized: dict[str, Path], out_type: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Off the CPU, where ggml's kernels do not run, Q8_0, Q4_0, F16 and BF16 weights stay as stored on the device
-    and are widened one product at a time (run here on the CPU through the GPU's plan): the logits of the file
-    widened at load, for the file's bytes instead of float32's."""
+    """Off the CPU, where ggml's kernels do not run, Q8_0 and Q4_0 weights stay as stored on the device and are
+    widened one product at a time (run here on the CPU through the GPU's plan): the logits of the file widened at
+    load, for the file's bytes instead of float32's. An F16 file is widened at load, as before."""
     from ggtts.models.qwen2 import model as qwen2_model
     from ggtts.ops.device_weights import DeviceStoredEmbedding, DeviceStoredLinear
 
@@ -183,7 +183,9 @@ def test_a_gpu_keeps_the_files_types_and_gives_the_widened_logits(
     kept = Qwen2Model.from_gguf(gguf, max_len=64)
     monkeypatch.undo()
     widened = Qwen2Model.from_gguf(gguf, max_len=64, stored_weights=False)
-    assert isinstance(kept.blk[0].ffn_up, DeviceStoredLinear) and isinstance(kept.token_embd, DeviceStoredEmbedding)
+    blocks = out_type != "f16"
+    assert isinstance(kept.blk[0].ffn_up, DeviceStoredLinear) == blocks
+    assert isinstance(kept.token_embd, DeviceStoredEmbedding) == blocks
     assert kept.graph is None and "kept as stored" in (kept.weights_note or "")
     ids = torch.arange(1, 33).unsqueeze(0)
     with torch.no_grad():
@@ -196,7 +198,7 @@ def test_a_gpu_keeps_the_files_types_and_gives_the_widened_logits(
 
     file_bytes = sum(i.n_bytes for i in gguf.infos())
     print(f"{out_type}: kept {size(kept)} bytes, widened {size(widened)}, the file's tensors {file_bytes}")
-    assert size(kept) == file_bytes
+    assert size(kept) == (file_bytes if blocks else size(widened))
 
 
 def _round_to_q8_0(x: torch.Tensor) -> torch.Tensor:

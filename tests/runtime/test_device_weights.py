@@ -53,7 +53,7 @@ def test_widened_weights_are_the_dequantizers_and_cost_the_files_bytes(qtype: T,
     stored = DeviceStoredWeight(raw, qtype, N_OUT, N_IN)
     want = _widened(raw, qtype)
     assert torch.equal(stored.widened(torch.float32), want)
-    assert torch.equal(stored.widened(torch.bfloat16), want.to(torch.bfloat16))  # through float32, as a load
+    assert torch.equal(stored.widened(torch.bfloat16), want.to(torch.bfloat16))  # through float32, as a load does
     assert torch.equal(stored.widened(torch.float32, 7, 19), want[7:19])
     assert sum(b.numel() * b.element_size() for b in stored.buffers()) == raw.nbytes
     x = torch.randn(3, 5, N_IN)
@@ -101,7 +101,7 @@ def test_expert_stacks_widen_the_picked_experts(qtype: T) -> None:
 def _file(path: Path, weight: np.ndarray) -> GGUFFile:
     w = GGUFWriter(path, "test")
     w.add_tensor("a.weight", _stored(weight, T.Q4_0), raw_dtype=T.Q4_0)
-    w.add_tensor("b.weight", weight)  # float32: widened by the loader as before
+    w.add_tensor("b.weight", weight.astype(np.float16))  # F16: widened by the loader (speed over half the memory)
     w.add_tensor("c.weight", _stored(weight, T.Q8_0), raw_dtype=T.Q8_0)
     stack = np.concatenate([weight, weight])  # two experts
     w.add_tensor("e.weight", _stored(stack, T.Q8_0).reshape(2, N_OUT, -1), raw_dtype=T.Q8_0)
@@ -112,7 +112,7 @@ def _file(path: Path, weight: np.ndarray) -> GGUFFile:
     return GGUFFile(path)
 
 
-def test_a_gpus_plan_swaps_block_and_half_layers_only(weight: np.ndarray, tmp_path: Path) -> None:
+def test_a_gpus_plan_swaps_block_layers_only(weight: np.ndarray, tmp_path: Path) -> None:
     gguf = _file(tmp_path / "w.gguf", weight)
     model = nn.Module()
     model.a, model.b, model.c = nn.Linear(N_IN, N_OUT), nn.Linear(N_IN, N_OUT), nn.Embedding(N_OUT, N_IN)
@@ -129,3 +129,5 @@ def test_a_gpus_plan_swaps_block_and_half_layers_only(weight: np.ndarray, tmp_pa
     model.to(torch.bfloat16)
     assert model.a.stored.values.dtype == torch.uint8 and model.c(torch.tensor([1])).dtype == torch.bfloat16
     assert use_device_weights(nn.Linear(3, 4), gguf) == set()  # nothing of the file's
+    with pytest.raises(ValueError, match="F16 weights are not kept on a device"):
+        DeviceStoredWeight(weight.astype(np.float16), T.F16, N_OUT, N_IN)

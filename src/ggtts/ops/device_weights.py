@@ -1,9 +1,11 @@
-"""Linear and embedding weights kept on a GPU as a GGUF file stores them (Q8_0 and Q4_0 blocks, F16, BF16), widened
-to the activations' dtype one product at a time: a quantized file costs about its size in GPU memory, not that of
-float32 (ggml's kernels, which multiply blocks as they are, run on the CPU only).
+"""Linear and embedding weights kept on a GPU as a GGUF file stores them (Q8_0 and Q4_0 blocks), widened to the
+activations' dtype one product at a time: a quantized file costs about its size in GPU memory, not that of float32
+(ggml's kernels, which multiply blocks as they are, run on the CPU only). F16 and BF16 weights are still widened at
+load: they would cost only twice their size widened, and widening them per product costs every step a pass over
+them (speed is what a GPU is for); a model loaded in bfloat16 holds a BF16 file at its size anyway.
 
 :func:`use_device_weights` swaps a module's ``nn.Linear`` and ``nn.Embedding`` layers whose file weight has such a
-type for a :class:`DeviceStoredLinear` / :class:`DeviceStoredEmbedding` holding the stored bytes as integer tensors
+type for a :class:`DeviceStoredLinear` / :class:`DeviceStoredEmbedding` holding the stored blocks as integer tensors
 (so a model's ``.to(dtype=...)`` leaves them alone; ``.to(device)`` moves them). A product widens the weight as
 gguf-py's ``dequantize`` does (each block's float16 scale times its integers, in float32), then casts it to the
 activations' dtype: the same numbers as a model widened at load, so the same outputs. A weight larger than
@@ -30,7 +32,7 @@ __all__ = [
 ]  # fmt: skip
 
 Q = GGMLQuantizationType
-DEVICE_TYPES = (Q.Q8_0, Q.Q4_0, Q.F16, Q.BF16)
+DEVICE_TYPES = (Q.Q8_0, Q.Q4_0)
 CHUNK_ELEMENTS = 1 << 24  # widened per product at most (64 MiB in float32): a larger weight goes a band at a time
 HALF_BYTES = 2  # a block's float16 scale
 
@@ -44,21 +46,16 @@ def _on(array: np.ndarray, device: str | torch.device) -> torch.Tensor:
 def _widen(
     qtype: GGMLQuantizationType, values: torch.Tensor, scales: torch.Tensor, cols: int, dtype: torch.dtype
 ) -> torch.Tensor:
-    """Stored rows ``values`` (with their blocks' ``scales``) -> ``(rows, cols)`` in ``dtype``, through float32."""
-    if qtype == Q.F16:
-        return values.view(torch.float16).to(dtype)
-    if qtype == Q.BF16:
-        return values.view(torch.bfloat16).to(dtype)
-    if qtype == Q.Q8_0:
-        return (values.float() * scales.view(torch.float16).float()[..., None]).reshape(values.shape[0], cols).to(dtype)
+    """Stored rows ``values`` with their blocks' ``scales`` -> ``(rows, cols)`` in ``dtype``, through float32."""
     # Q4_0: a byte's low nibble is the block's value j, its high nibble value j + 16; both offset by 8
-    ints = torch.cat((values & 0x0F, values >> 4), dim=-1).float() - 8.0
+    q4 = qtype == Q.Q4_0
+    ints = torch.cat((values & 0x0F, values >> 4), dim=-1).float() - 8.0 if q4 else values.float()
     return (ints * scales.view(torch.float16).float()[..., None]).reshape(values.shape[0], cols).to(dtype)
 
 
 class DeviceStoredWeight(nn.Module):
-    """A 2-D weight ``(rows, cols)`` as stored: ``values`` (int8 for Q8_0, packed nibbles for Q4_0, the 16-bit
-    patterns of F16/BF16) and, for blocks, ``scales`` (each block's float16 scale as its bits), both buffers.
+    """A 2-D weight ``(rows, cols)`` as stored: ``values`` (int8 for Q8_0, packed nibbles for Q4_0) and ``scales``
+    (each block's float16 scale as its bits), both buffers.
     Called on ``x``, it gives ``x @ W.T`` (an output projection tied to an embedding table)."""
 
     values: torch.Tensor
@@ -69,13 +66,9 @@ class DeviceStoredWeight(nn.Module):
     ) -> None:
         super().__init__()
         if qtype not in DEVICE_TYPES:
-            raise ValueError(f"{qtype.name} weights are not kept on a device (only Q8_0, Q4_0, F16, BF16)")
+            raise ValueError(f"{qtype.name} weights are not kept on a device (only Q8_0 and Q4_0)")
         self.qtype, self.rows, self.cols = qtype, rows, cols
         data = np.ascontiguousarray(raw).view(np.uint8).reshape(rows, -1)
-        if qtype in (Q.F16, Q.BF16):
-            self.register_buffer("values", _on(data.view(np.int16), device), persistent=False)
-            self.register_buffer("scales", torch.empty(rows, 0, dtype=torch.int16, device=device), persistent=False)
-            return
         block, size = GGML_QUANT_SIZES[qtype]
         blocks = data.reshape(rows, cols // block, size)
         scales = np.ascontiguousarray(blocks[:, :, :HALF_BYTES]).view(np.int16)[..., 0]
@@ -191,7 +184,7 @@ def use_device_experts(
     module: nn.Module, gguf: GGUFFile, *, gguf_name: Callable[[str], str] = lambda name: name,
     device: str | torch.device = "cpu",
 ) -> set[str]:  # fmt: skip
-    """Swap each ``Experts`` stack of ``module`` whose file weight is Q8_0, Q4_0, F16 or BF16 for a
+    """Swap each ``Experts`` stack of ``module`` whose file weight is Q8_0 or Q4_0 for a
     :class:`DeviceStoredExperts` on ``device``. Returns the file tensor names consumed."""
     from ggtts.ops.stored_experts import Experts
 
@@ -219,8 +212,8 @@ def use_device_weights(
     module: nn.Module, gguf: GGUFFile, *, gguf_name: Callable[[str], str] = lambda name: name,
     device: str | torch.device = "cpu",
 ) -> set[str]:  # fmt: skip
-    """Swap each ``nn.Linear`` / ``nn.Embedding`` of ``module`` whose weight the file stores as Q8_0, Q4_0, F16 or
-    BF16 for a :class:`DeviceStoredLinear` / :class:`DeviceStoredEmbedding` over a copy of the stored bytes on
+    """Swap each ``nn.Linear`` / ``nn.Embedding`` of ``module`` whose weight the file stores as Q8_0 or Q4_0
+    for a :class:`DeviceStoredLinear` / :class:`DeviceStoredEmbedding` over a copy of the stored bytes on
     ``device`` (a model's ``.to(device)`` moves them too). ``gguf_name`` maps a module parameter name to the
     file's tensor name. Returns the file tensor names consumed, for the strict loader to ignore (biases stay
     parameters and are loaded by it)."""
