@@ -12,7 +12,10 @@ tokens greedily after a ``--prompt``-token prefill (after one warm-up run of the
 - ``ggtts graph``: the same step captured once as a CUDA graph and replayed (:class:`StaticDecode`);
 - ``ggtts compiled``: that step compiled by ``torch.compile`` (its small kernels fused), then captured;
 - ``ggtts graph + sampling``: the generation loop OuteTTS runs (``generate_tokens``), drawing each token with
-  OuteTTS's default sampler (temperature 1, top-k 4) on the GPU: one host round trip per token, for the stream.
+  OuteTTS's default sampler (temperature 1, top-k 4) on the GPU: one host round trip per token, for the stream;
+- ``ggtts graph q8_0`` (and the other ``--quantized`` types): the same file quantized, its blocks kept as stored on
+  the GPU and widened one product at a time (``ops/device_weights.py``), float32 activations; ``weights MiB`` is
+  what the model holds on the device.
 
 Reported: decode tokens/s, the time from the start of the prefill to the first new token, peak GPU memory, and
 for the graph rows the largest relative difference of their logits from the eager step's over the same tokens
@@ -134,8 +137,10 @@ def ggtts_greedy(
     with torch.inference_mode():
         once()  # warm-up: kernels chosen, the graph captured
         first, total, seen = once()
+    held = [t for n, t in [*model.named_parameters(), *model.named_buffers()] if not n.startswith("rope.")]
     out = {"decode_tok_s": n_new / total, "first_token_ms": first * 1e3, "peak_gpu_mib": peak_mib(device, base),
-           "captured": bool(model.static and model.static.captured)}  # fmt: skip
+           "captured": bool(model.static and model.static.captured),
+           "weights_mib": sum(t.numel() * t.element_size() for t in held) / 2**20}  # fmt: skip
     return {**out, "_logits": torch.stack(seen).float().cpu(), "_model": model}
 
 
@@ -183,12 +188,14 @@ def main() -> None:
     ap.add_argument("--small", action="store_true")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--variants", default="transformers,eager,graph,compiled,sampling", help="which rows to run")
+    ap.add_argument("--quantized", default="q8_0,q4_0", help="files of these types too: their graph rows, float32")
     args = ap.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     directory = args.dir or Path(tempfile.mkdtemp(prefix="gpu-qwen2-"))
     t0 = time.perf_counter()
-    if not (directory / "qwen2-f32.gguf").exists():
-        build(directory, SHAPE_SMALL if args.small else SHAPE_0_5B, types=("f32",))
+    quantized = [t for t in args.quantized.split(",") if t]
+    if not all((directory / f"qwen2-{t}.gguf").exists() for t in ("f32", *quantized)):
+        build(directory, SHAPE_SMALL if args.small else SHAPE_0_5B, types=("f32", *quantized))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"device: {name}; torch {torch.__version__}; files built in {time.perf_counter() - t0:.0f} s")
     print(f"prompt {args.prompt} tokens, {args.new} new tokens, greedy unless said")
@@ -218,6 +225,16 @@ def main() -> None:
             del eager
         except Exception:  # a failed variant is reported; the others still run
             traceback.print_exc()
+    for qtype in quantized:  # kept as stored on the GPU, widened per product (ops/device_weights.py)
+        for how in ("graph", "compiled"):
+            if how in want:
+                try:
+                    q = ggtts_greedy(directory / f"qwen2-{qtype}.gguf", prompt, args.new, torch.float32, graphs=True,
+                                     compiled=how == "compiled")  # fmt: skip
+                    rows[f"ggtts {how} {qtype} (float32)"] = q
+                    del q
+                except Exception:
+                    traceback.print_exc()
     ref = rows.get("transformers generate float32", {}).get("decode_tok_s", float("nan"))
     print(f"{'variant':34} {'decode tok/s':>12} {'x transformers f32':>19} {'first token ms':>15} {'peak GPU MiB':>13}")
     for label, r in rows.items():
@@ -226,6 +243,8 @@ def main() -> None:
             extra = f"  logits vs eager {r['max_rel_logit_diff']:.1e}, greedy equal for {r['greedy_tokens_equal']}"
             extra += f" tokens, captured {r['captured']}"
         mem = r.get("peak_gpu_mib", float("nan"))
+        if "weights_mib" in r:
+            extra += f"  weights {r['weights_mib']:.0f} MiB"
         print(f"{label:34} {r['decode_tok_s']:12.1f} {r['decode_tok_s'] / ref:19.2f} {r['first_token_ms']:15.1f} "
               f"{mem:13.0f}{extra}")  # fmt: skip
     if args.json:

@@ -111,8 +111,10 @@ def transformers_generate(hf: Any, x: TalkerInputs, frames: int, dtype: torch.dt
 
 
 def load(path: Path, device: torch.device, graphs: bool, compile: bool = False) -> Talker:
+    # ggml's graphs and stored weights (the CPU's) are not for torch.compile: a compiled row widens the file (as a GPU
+    # does an F16 one)
     talker = Talker.from_gguf(GGUFFile(path), device, step_graphs=graphs and not compile, max_len=4096,
-                              graph=not compile)  # ggml's graphs (CPU) are not for torch.compile  # fmt: skip
+                              graph=not compile, stored_weights=not compile)  # fmt: skip
     if compile:
         talker.use_static_steps(capture=device.type == "cuda", compile=True)
     talker.cfg = dataclasses.replace(talker.cfg, codec_eos=-1)  # EOS held off like the others: exactly `frames`

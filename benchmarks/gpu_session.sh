@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The GPU figures ggtts measures, in one call of a lent GPU machine: each step capped in time, its log (and JSON)
+# written under $OUT, a summary printed. Steps by name, in the order given (default: all, most wanted first):
+#
+#   bash benchmarks/gpu_session.sh [magpie] [omni] [magpie-compiled] [qwen2]
+#
+#   magpie           gpu_magpie.py: the 357M shape, graph rows with and without guidance, a profile (~1.5 min)
+#   omni             gpu_qwen3omni.py: talker + code predictor, graph and compiled rows, profiles (~4 min)
+#   magpie-compiled  gpu_magpie.py: the compiled steps, with guidance (~2 min)
+#   qwen2            gpu_qwen2.py: OuteTTS's Qwen2, graph and compiled, f32 / q8_0 / q4_0 files (~3 min)
+#
+# Before the call, here: the wheels the GPU machine lacks in .whl (gguf, soundfile, soxr, regex, cffi, pycparser:
+# see the device README for `pip download`), and the skeletons of bench_magpie's files in .gpu:
+#   python benchmarks/gguf_skeleton.py save DIR/magpie-357m-f32.gguf .gpu/magpie-357m-f32.json
+#   python benchmarks/gguf_skeleton.py save DIR/codec.gguf .gpu/codec.json
+# (both folders ignored by git, carried by the call). SMALL=1 runs every step on tiny models: a dry run on the CPU.
+set -u
+OUT=${OUT:-/tmp/gpu-session}
+mkdir -p "$OUT"
+if [ "${SMALL:-0}" != 1 ] && compgen -G ".whl/*.whl" > /dev/null; then  # the GPU machine's Python 3.12
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+        || exit 1
+    export PYTHONPATH=/tmp/site:$PWD/src:$PWD/benchmarks
+fi
+export PYTHONUNBUFFERED=1
+B=benchmarks
+SIZE=(--skeletons .gpu)
+[ "${SMALL:-0}" = 1 ] && SIZE=(--small)
+OMNI_SIZE=()
+[ "${SMALL:-0}" = 1 ] && OMNI_SIZE=(--small)
+
+step() {  # name, seconds at most, command...
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name (at most ${limit} s)"
+    timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
+    echo "   exit $?"
+    grep -E "^(device|variant|ggtts|transformers|device busy)|Error" "$OUT/$name.log" | cut -c1-220
+}
+
+for name in "${@:-magpie omni magpie-compiled qwen2}"; do
+    for one in $name; do
+        case $one in
+            magpie) step magpie 120 python3 $B/gpu_magpie.py "${SIZE[@]}" --frames 200 --dir /tmp/gpu-magpie \
+                --variants graph --profile 20 --json "$OUT/magpie.json" ;;
+            omni) step omni 300 python3 $B/gpu_qwen3omni.py "${OMNI_SIZE[@]}" --frames 60 --dir /tmp/gpu-omni \
+                --variants graph,compiled --profile 10 --json "$OUT/omni.json" ;;
+            magpie-compiled) step magpie-compiled 150 python3 $B/gpu_magpie.py "${SIZE[@]}" --frames 200 \
+                --dir /tmp/gpu-magpie --variants compiled --guidance on --json "$OUT/magpie-compiled.json" ;;
+            qwen2)
+                small=()
+                [ "${SMALL:-0}" = 1 ] && small=(--small)
+                step qwen2 240 python3 $B/gpu_qwen2.py "${small[@]}" --variants graph,compiled --quantized q8_0,q4_0 \
+                    --dir /tmp/gpu-qwen2 --json "$OUT/qwen2.json" ;;
+            *) echo "unknown step $one (magpie, omni, magpie-compiled, qwen2)"; exit 2 ;;
+        esac
+    done
+done
