@@ -98,6 +98,31 @@ def test_expert_stacks_widen_the_picked_experts(qtype: T) -> None:
     assert torch.equal(stored(xs, prompt_ids), floats(xs, prompt_ids))
 
 
+@pytest.mark.parametrize("stored", [False, True], ids=["float", "q8_0"])
+def test_a_prompt_through_every_expert_gives_the_loops_products(
+    stored: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a GPU runs for a short prompt (every row through every expert, the picks kept: no host round trip per
+    expert) against the loop over the experts hit, for inputs shared by a row's picks and one per pick; a stored
+    stack widened a band of experts at a time."""
+    n_expert, n_out = 6, 16
+    stack = np.random.default_rng(2).standard_normal((n_expert * n_out, N_IN)).astype(np.float32)
+    raw = _stored(stack, T.Q8_0)
+    experts: nn.Module
+    if stored:
+        monkeypatch.setattr(device_weights, "CHUNK_ELEMENTS", 4 * n_out * N_IN)  # bands of 4 experts, then 2
+        experts = DeviceStoredExperts(raw, T.Q8_0, n_expert, n_out, N_IN)
+    else:
+        experts = Experts(n_expert, n_out, N_IN)
+        experts.weight.data = _widened(raw, T.Q8_0).reshape(n_expert, n_out, N_IN)
+    ids = torch.tensor([[4, 0, 2], [1, 4, 5], [0, 3, 2], [5, 1, 4], [3, 3, 0]])
+    for x in (torch.randn(5, 1, N_IN), torch.randn(5, 3, N_IN)):
+        experts.dense = False
+        loop = experts(x, ids)
+        experts.dense = True
+        torch.testing.assert_close(experts(x, ids), loop, rtol=1e-5, atol=1e-5)
+
+
 def _file(path: Path, weight: np.ndarray) -> GGUFFile:
     w = GGUFWriter(path, "test")
     w.add_tensor("a.weight", _stored(weight, T.Q4_0), raw_dtype=T.Q4_0)

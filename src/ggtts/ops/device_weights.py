@@ -156,11 +156,12 @@ class DeviceStoredExperts(nn.Module):
         super().__init__()
         self.n_expert, self.n_out, self.n_in = n_expert, n_out, n_in
         self.stored = DeviceStoredWeight(raw, qtype, n_expert * n_out, n_in, device)
+        self.dense: bool | None = None  # as Experts.dense: a short prompt through every expert, a band at a time
 
     def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """As :meth:`ggtts.ops.stored_experts.Experts.forward`: ``x (T, S, n_in)``, ``ids (T, k)`` -> ``(T, k,
         n_out)``."""
-        from ggtts.ops.stored_experts import check_expert_inputs
+        from ggtts.ops.stored_experts import DENSE_ROWS, check_expert_inputs, through_every_expert
 
         check_expert_inputs(x, ids, self.n_in)
         t, k = ids.shape
@@ -169,6 +170,13 @@ class DeviceStoredExperts(nn.Module):
             rows = (ids[0][:, None] * n + torch.arange(n, device=ids.device)).reshape(-1)
             picked = self.stored.lookup(rows, x.dtype).view(k, n, self.n_in)
             return torch.matmul(picked, x[0].unsqueeze(-1)).squeeze(-1).unsqueeze(0)
+        if self.dense if self.dense is not None else x.device.type != "cpu" and t <= DENSE_ROWS:
+            band = max(1, CHUNK_ELEMENTS // (n * self.n_in))  # experts widened at a time
+
+            def widened(a: int, b: int) -> torch.Tensor:
+                return self.stored.widened(x.dtype, a * n, b * n)
+
+            return through_every_expert(x, ids, self.n_expert, n, widened, band)
         out = x.new_zeros(t, k, n)
         for e in torch.unique(ids).tolist():  # the experts the rows hit
             hit, slots = (ids == e).nonzero(as_tuple=True)
