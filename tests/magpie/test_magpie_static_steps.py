@@ -178,6 +178,21 @@ def test_one_utterance_at_a_time_and_copies_of_their_own(tiny: Path) -> None:
     assert torch.equal(_generate(twin, True, 0, steps=8), _generate(model, True, 0, steps=8))
 
 
+def test_a_model_and_its_fixed_tensors_are_freed_together(tiny: Path) -> None:
+    """The decoders and frames over fixed tensors (GPU memory, on a GPU) live and go with their model: a server or a
+    benchmark that drops a model gets the memory back."""
+    import gc
+    import weakref
+
+    model = _load(tiny, static=True)
+    _generate(model, True, 0, steps=4)
+    assert model.device_frames and model.static_steps() is not None
+    gone = weakref.ref(model)
+    del model
+    gc.collect()
+    assert gone() is None
+
+
 def test_a_position_past_the_table_is_one_clear_error(tiny: Path) -> None:
     """CUDA would stop on a device-side assert at a row past the learned positions: the step refuses first."""
     from ggtts.errors import InputError

@@ -25,7 +25,6 @@ too, code for code, at a cost that grows with the square of the length.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -313,19 +312,16 @@ class DeviceFrame:
         return self.graph()
 
 
-# each model's device frames, by batch rows and sampling settings: captured once, not once per utterance
-_FRAMES: weakref.WeakKeyDictionary[MagpieTTS, dict[tuple[object, ...], DeviceFrame]] = weakref.WeakKeyDictionary()
-
-
 def device_frame(model: MagpieTTS, params: GenerationParams, rows: int) -> DeviceFrame:
     """The model's :class:`DeviceFrame` for these rows and settings (captured and compiled as its static steps
-    are), made the first time, reseeded by ``params.seed``."""
-    frames = _FRAMES.setdefault(model, {})
+    are), made the first time (kept by the model: captured once, not once per utterance), reseeded by
+    ``params.seed``."""
     capture, compile = bool(model.static_capture), model.static_compile
     key = (rows, params.temperature, params.top_k, params.cfg_scale, capture, compile)
-    if key not in frames:
-        frames[key] = DeviceFrame(model, params, rows, capture, compile)
-    return frames[key].reseed(params.seed)
+    frame = model.device_frames.get(key)
+    if not isinstance(frame, DeviceFrame):
+        frame = model.device_frames[key] = DeviceFrame(model, params, rows, capture, compile)
+    return frame.reseed(params.seed)
 
 
 class _Utterance:

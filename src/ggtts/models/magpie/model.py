@@ -287,6 +287,8 @@ class MagpieTTS(nn.Module):
         self.static_capture: bool | None = None  # the cached steps over fixed tensors: use_static_steps
         self.static_compile = False
         self._static: StaticDecoders | None = None
+        # the generation loop's local-transformer frames over fixed tensors, by their settings (made on first use)
+        self.device_frames: dict[tuple[object, ...], object] = {}
 
     def use_static_steps(self, capture: bool = True, compile: bool = False) -> None:
         """From now on the generation loop runs each cached decoder step over fixed tensors
@@ -319,6 +321,7 @@ class MagpieTTS(nn.Module):
         state = dict(super().__getstate__())
         state["step_graph"] = None
         state["_static"] = None
+        state["device_frames"] = {}
         return state
 
     # ---- text --------------------------------------------------------------------------------------------

@@ -96,8 +96,7 @@ class StaticDecoder:
         layer) copied in, the priors reset, the key masks all true (the caller masks the context's padding).
         Returns the cache (full capacity, empty) its prefill writes into."""
         s = memory[0][0].shape[2]
-        if s > self.text_capacity:
-            raise ValueError(f"a text of {s} tokens does not fit this decoder's {self.text_capacity}")
+        assert s <= self.text_capacity, "StaticDecoders.get sizes the text capacity from the text"
         for (k, v), (fixed_k, fixed_v) in zip(memory, self.memory, strict=True):
             fixed_k.zero_()
             fixed_v.zero_()
