@@ -443,11 +443,12 @@ def load_magpie(
 ) -> MagpieTTS:
     """The model of a ``magpie`` file, strictly loaded (a missing or unexpected tensor is an error naming it).
 
-    Linear maps whose weights the file stores as F16, BF16 or Q8_0 keep them so and are multiplied by ggml's CPU
-    kernels (where the ``quant`` extra is installed and the device is the CPU); so are the pointwise feed-forwards
-    of a Q8_0 file (:func:`store_convolutions`). Otherwise weights are widened to float32. ``graph``: the decoder's
-    cached steps run as ggml graphs where they can (:mod:`ggtts.models.magpie.step_graph`); False: the torch
-    modules. On CUDA each cached decoder step and each frame of the local transformer is a replayed CUDA graph
+    Linear maps whose weights the file stores as F16, BF16 or Q8_0 keep them so and are multiplied by ggml's CPU kernels
+    (where the ``quant`` extra is installed and the device is the CPU); so are the pointwise feed-forwards of a Q8_0
+    file (:func:`store_convolutions`). On a GPU, Q8_0 linear weights stay as stored there, widened one product at a time
+    (:mod:`ggtts.ops.device_weights`). Otherwise weights are widened to float32. ``graph``: the decoder's cached steps
+    run as ggml graphs where they can (:mod:`ggtts.models.magpie.step_graph`); False: the torch modules. On CUDA each
+    cached decoder step and each frame of the local transformer is a replayed CUDA graph
     (:meth:`MagpieTTS.use_static_steps`) unless ``step_graphs=False``; ``compile_steps`` compiles each first."""
     from ggtts.ops.stored_weights import stored_weights_plan, use_planned_weights
 
