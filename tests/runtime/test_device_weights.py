@@ -99,9 +99,7 @@ def test_expert_stacks_widen_the_picked_experts(qtype: T) -> None:
 
 
 @pytest.mark.parametrize("stored", [False, True], ids=["float", "q8_0"])
-def test_a_prompt_through_every_expert_gives_the_loops_products(
-    stored: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_prompt_through_every_expert_gives_the_loops_products(stored: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """What a GPU runs for a short prompt (every row through every expert, the picks kept: no host round trip per
     expert) against the loop over the experts hit, for inputs shared by a row's picks and one per pick; a stored
     stack widened a band of experts at a time."""

@@ -90,7 +90,7 @@ def test_serve_passes_the_flag_to_the_settings(monkeypatch: pytest.MonkeyPatch) 
     import ggtts.server as server
 
     seen: list[ServerSettings] = []
-    monkeypatch.setattr(server, "load_models", lambda specs, options: {})
+    monkeypatch.setattr(server, "load_models", lambda specs, options, replicas: {})
     monkeypatch.setattr(server, "run", lambda models, settings, host, port: seen.append(settings))
     # the command hands torch's threads to the models' threads: not this test process's own threads
     monkeypatch.setattr(server, "models_on_their_threads", lambda: 3)

@@ -6,8 +6,11 @@ import asyncio
 import io
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -233,11 +236,79 @@ def test_bad_limits_are_told_before_the_device_is_chosen(
     assert "max_queue must be 0 or more" in capsys.readouterr().err
 
 
+class MeetingModel(ToneModel):
+    """A tone model whose synthesis starts only once every copy sharing its barrier has started one: two requests
+    pass only if they run at the same time (a broken build is stopped by the barrier's timeout)."""
+
+    def __init__(self, barrier: threading.Barrier) -> None:
+        super().__init__()
+        self.barrier, self.timeout = barrier, BARRIER_S
+
+    def stream(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Iterator[Audio]:
+        self.barrier.wait(timeout=self.timeout)
+        yield from super().stream(text, voice, speed, **options)
+
+
+BARRIER_S = 120.0  # only bounds a run where the requests do not meet
+
+
+@pytest.mark.parametrize("replicas", [2, 1])
+def test_replicas_serve_requests_at_once(replicas: int) -> None:
+    """Two copies of a model take two requests at the same time; one copy takes them in turn (the first request
+    then waits at the barrier for a second that cannot start: seen failing, as it must)."""
+    barrier = threading.Barrier(2)
+    copies = [MeetingModel(barrier) for _ in range(replicas)]
+    app = create_app({"t": copies}, ServerSettings())
+    with TestClient(app) as client:
+        if replicas == 1:  # one copy: the second request cannot start while the first waits; no need to wait long
+            copies[0].timeout = 0.5
+        with ThreadPoolExecutor(2) as pool:
+            statuses = list(pool.map(lambda w: client.post(SPEECH, json={"input": w}).status_code, ["a", "b"]))
+        assert statuses == ([200, 200] if replicas == 2 else [500, 500])
+        assert client.get("/health").json()["models"]["t"] == {"busy": False, "waiting": 0}
+        assert [m["id"] for m in client.get("/v1/models").json()["data"]] == ["t"]
+
+
+def test_a_request_goes_to_the_least_loaded_copy() -> None:
+    speaker = speaking.Speaker({"t": [ToneModel(), ToneModel()], "u": ToneModel()}, ServerSettings(max_queue=0))
+    first, second = speaker.replicas["t"]
+    assert speaker.workers["t"] is first and len(speaker.replicas["u"]) == 1
+    assert speaker.worker_for("t") is first
+    ticket = first.admit()
+    assert speaker.worker_for("t") is second
+    second.admit()
+    assert speaker.worker_for("t") is first  # both hold one: the first
+    ticket.worker._done(ticket, None)
+    assert speaker.worker_for("t") is first and speaker.health("t") == (False, 0)
+    speaker.shutdown()
+    with pytest.raises(InputError, match="replicas must be at least 1"):
+        ServerSettings(replicas=0)
+
+
+def test_load_models_loads_and_warms_each_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ggtts.api
+    from ggtts.server import load_models
+
+    made: list[ToneModel] = []
+    warmed: list[ToneModel] = []
+
+    def load(source: str | None, **options: Any) -> ToneModel:
+        made.append(ToneModel())
+        made[-1].warm_up = lambda m=made[-1]: warmed.append(m)  # type: ignore[method-assign]
+        return made[-1]
+
+    monkeypatch.setattr(ggtts.api, "load", load)
+    models = load_models(["a=x.gguf", "b=y.gguf"], replicas=3)
+    assert {n: len(c) for n, c in models.items()} == {"a": 3, "b": 3}
+    assert made == warmed and len({id(m) for m in made}) == 6
+
+
 def test_serve_help_lists_the_server_options() -> None:
     ggtts = Path(sys.executable).parent / "ggtts"
     done = subprocess.run([str(ggtts), "serve", "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0
-    for option in ["--model", "--host", "--port", "--api-key", "--max-queue", "--max-input-chars", "--timeout"]:
+    for option in ["--model", "--host", "--port", "--api-key", "--max-queue", "--max-input-chars", "--timeout",
+                   "--replicas"]:  # fmt: skip
         assert option in done.stdout
     assert "(default 16)" in done.stdout
 

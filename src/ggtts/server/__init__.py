@@ -82,23 +82,28 @@ def model_names(specs: Sequence[str]) -> list[tuple[str, str]]:
     return pairs
 
 
-def load_models(specs: Sequence[str], options: Mapping[str, Any] | None = None) -> dict[str, TTSModel]:
-    """Load and warm up each model; ``options`` (``precision``, ``compile``) go to every model's loader, which
-    refuses one its family does not take."""
+def load_models(
+    specs: Sequence[str], options: Mapping[str, Any] | None = None, replicas: int = 1
+) -> dict[str, list[TTSModel]]:
+    """Load and warm up ``replicas`` copies of each model; ``options`` (``precision``, ``compile``) go to every
+    model's loader, which refuses one its family does not take."""
     from ggtts.api import load
 
-    models: dict[str, TTSModel] = {}
+    models: dict[str, list[TTSModel]] = {}
     for name, source in model_names(specs):
-        log.info("loading model '%s' from %s", name, source)
-        models[name] = load(None if source == DEFAULT_MODEL else source, **(options or {}))
-        try:
-            models[name].warm_up()  # the first request pays neither for the text frontend nor for compiling
-        except GGTTSError as exc:  # a request that needs what failed will say so; the others can be served
-            log.warning("could not warm up model '%s' (%s): %s", name, source, exc)
+        copies = models.setdefault(name, [])
+        for copy in range(replicas):
+            log.info("loading model '%s' from %s%s", name, source, f" (copy {copy + 1} of {replicas})" * (replicas > 1))
+            model = load(None if source == DEFAULT_MODEL else source, **(options or {}))
+            copies.append(model)
+            try:
+                model.warm_up()  # the first request pays neither for the text frontend nor for compiling
+            except GGTTSError as exc:  # a request that needs what failed will say so; the others can be served
+                log.warning("could not warm up model '%s' (%s): %s", name, source, exc)
     return models
 
 
-def run(models: dict[str, TTSModel], settings: ServerSettings, host: str, port: int) -> None:
+def run(models: Mapping[str, TTSModel | Sequence[TTSModel]], settings: ServerSettings, host: str, port: int) -> None:
     """Serve already loaded models until interrupted."""
     try:
         import uvicorn
@@ -139,6 +144,7 @@ def serve(
     request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
     max_connections: int = DEFAULT_MAX_CONNECTIONS,
     threads_per_model: bool = False,
+    replicas: int = 1,
 ) -> None:
     """Load ``model_specs`` once (see ``parse_model_spec``) with ``load_options`` and serve them; the API key
     falls back to the ``GGTTS_API_KEY`` environment variable; ``allowed_hosts`` see :func:`host_names`;
@@ -147,7 +153,8 @@ def serve(
     ``load_options`` may be a function giving them, called once the settings are checked (the command line's
     device choice loads torch: a bad limit is told in a moment). ``threads_per_model``: torch's threads go to the
     models' own threads, the main thread keeps one (:func:`ggtts.runtime.threads.models_on_their_threads`; the
-    commands do this)."""
+    commands do this). ``replicas``: copies of each model, each on its own thread (requests at once per model).
+    """
     settings = ServerSettings(
         api_key=api_key if api_key is not None else os.environ.get(API_KEY_ENV),
         max_queue=max_queue,
@@ -158,12 +165,13 @@ def serve(
         send_timeout_s=send_timeout_s,
         request_timeout_s=request_timeout_s,
         max_connections=max_connections,
+        replicas=replicas,
     )
     model_names(model_specs)  # refuse duplicate names before loading anything
     options = load_options() if callable(load_options) else load_options
     if threads_per_model:
         settings = dataclasses.replace(settings, model_threads=models_on_their_threads())
-    run(load_models(model_specs, options), settings, host, port)
+    run(load_models(model_specs, options, settings.replicas), settings, host, port)
 
 
 def _configure_logging() -> None:
@@ -216,6 +224,14 @@ def _add_model_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_limits(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        default=1,
+        metavar="N",
+        help="copies of each model, each on its own thread: up to N requests per model at once (N times its memory; "
+        "a GPU runs them side by side, a CPU shares its cores among them; default 1)",
+    )
     parser.add_argument(
         "--max-queue",
         type=int,
@@ -289,6 +305,7 @@ def serve_from_args(args: argparse.Namespace) -> None:
         request_timeout_s=args.request_timeout,
         max_connections=args.max_connections,
         threads_per_model=True,
+        replicas=args.replicas,
     )
 
 
@@ -306,11 +323,12 @@ def wyoming_from_args(args: argparse.Namespace) -> None:
         send_timeout_s=args.send_timeout,
         request_timeout_s=args.request_timeout,
         max_connections=args.max_connections,
+        replicas=args.replicas,
     )
     model_names(args.model or [])
     options = load_options(args)
     settings = dataclasses.replace(settings, model_threads=models_on_their_threads())
-    models = load_models(args.model or [], options)
+    models = load_models(args.model or [], options, settings.replicas)
     _configure_logging()
     serve_wyoming(models, settings, args.uri)
 

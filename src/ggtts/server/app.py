@@ -66,8 +66,9 @@ CAPTIONED_PATHS = ("/v1/audio/captioned_speech", "/dev/captioned_speech")  # our
 CLIENT_CLOSED_REQUEST = 499  # nginx's status for a client that left first; only ever seen in logs
 
 
-def create_app(models: Mapping[str, TTSModel], settings: ServerSettings | None = None) -> FastAPI:
-    """The app serving ``models`` under their names; the first is the default model."""
+def create_app(models: Mapping[str, TTSModel | Sequence[TTSModel]], settings: ServerSettings | None = None) -> FastAPI:
+    """The app serving ``models`` under their names (a name may stand for several copies of its model: see
+    :class:`~ggtts.server.speaking.Speaker`); the first is the default model."""
     speaker = Speaker(models, settings or ServerSettings())
 
     @asynccontextmanager
@@ -121,7 +122,8 @@ def _add_routes(app: FastAPI, speaker: Speaker) -> None:
 
     @app.get("/health")
     async def health() -> Health:
-        return Health(models={n: ModelHealth(busy=w.busy, waiting=w.waiting) for n, w in workers.items()})
+        states = {n: speaker.health(n) for n in workers}
+        return Health(models={n: ModelHealth(busy=busy, waiting=waiting) for n, (busy, waiting) in states.items()})
 
     models = ModelList(  # what is served does not change: described once
         data=[

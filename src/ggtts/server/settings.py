@@ -46,10 +46,13 @@ class ServerSettings:
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     idle_grace_s: float = DEFAULT_IDLE_GRACE_S
     model_threads: int | None = None  # torch threads of each model's own thread (None: as the process has them)
+    replicas: int = 1  # copies of each model loaded, each with its own thread: requests at once per model
 
     def __post_init__(self) -> None:
         if self.max_queue < 0:
             raise InputError(f"max_queue must be 0 or more, got {self.max_queue}")
+        if self.replicas < 1:
+            raise InputError(f"replicas must be at least 1, got {self.replicas}")
         if self.max_input_chars < 1:
             raise InputError(f"max_input_chars must be at least 1, got {self.max_input_chars}")
         for name in ("timeout_s", "send_timeout_s", "request_timeout_s"):

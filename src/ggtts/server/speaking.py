@@ -1,7 +1,7 @@
 """What every speech request passes before any work, whichever door it came in by (HTTP, the WebSocket of
 incremental text, Wyoming), and how one utterance is spoken on its model's thread.
 
-:class:`Speaker` holds the served models (one :class:`~ggtts.server.worker.ModelWorker` each), the server's
+:class:`Speaker` holds the served models (a :class:`~ggtts.server.worker.ModelWorker` per copy), the server's
 settings and its request bodies (the served families' options inside); :meth:`Speaker.prepare` checks a request
 body (model, voice, input, format, options) and gives back what makes its audio; :func:`spoken` runs that on the
 model's thread in the request's turn, a chunk at a time.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -109,15 +109,23 @@ class Prepared:
 
 class Speaker:
     """The served models under their names (the first is the default), the server's settings and request
-    bodies; the checks of :meth:`prepare` are the same for every protocol."""
+    bodies; the checks of :meth:`prepare` are the same for every protocol.
 
-    def __init__(self, models: Mapping[str, TTSModel], settings: ServerSettings) -> None:
+    A name may stand for several copies of a model (``replicas``), each with its own thread and queue: a request
+    goes to the copy with the fewest requests on it, so that many run at once. ``workers`` holds each name's first
+    copy (what describes the model); ``replicas`` all of them."""
+
+    def __init__(self, models: Mapping[str, TTSModel | Sequence[TTSModel]], settings: ServerSettings) -> None:
         if not models:
             raise ValueError("the server needs at least one model")
         self.settings = settings
-        self.workers = {
-            name: ModelWorker(name, model, settings.max_queue, settings.model_threads) for name, model in models.items()
-        }
+        self.replicas: dict[str, list[ModelWorker]] = {}
+        for name, served in models.items():
+            copies = [served] if isinstance(served, TTSModel) else list(served)
+            if not copies:
+                raise ValueError(f"model '{name}' has no copy to serve")
+            self.replicas[name] = [ModelWorker(name, m, settings.max_queue, settings.model_threads) for m in copies]
+        self.workers = {name: copies[0] for name, copies in self.replicas.items()}
         self.default_model = next(iter(self.workers))
         self.bodies: RequestBodies = request_bodies(w.model.family for w in self.workers.values())
 
@@ -131,7 +139,12 @@ class Speaker:
                 code="model_not_found",
                 param="model",
             )
-        return self.workers[name]
+        return min(self.replicas[name], key=lambda w: w.admitted)  # the least loaded copy (the first on a tie)
+
+    def health(self, name: str) -> tuple[bool, int]:
+        """Whether every copy of model ``name`` is busy (a request would wait), and how many requests wait."""
+        copies = self.replicas[name]
+        return all(w.busy for w in copies), sum(w.waiting for w in copies)
 
     def prepare(self, body: SpeechRequest, *, streaming: bool) -> Prepared:
         """The checks every speech request passes before any work (model, voice, input, format, the model's
@@ -181,8 +194,9 @@ class Speaker:
         return Prepared(worker, text, chunks)
 
     def shutdown(self) -> None:
-        for worker in self.workers.values():
-            worker.shutdown()
+        for copies in self.replicas.values():
+            for worker in copies:
+                worker.shutdown()
 
 
 def start_encoder(fmt: str, sample_rate: int) -> StreamEncoder:

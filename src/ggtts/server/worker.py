@@ -1,4 +1,5 @@
-"""Turns on a model: one thread per model, requests served one at a time in arrival order, a bounded queue.
+"""Turns on a model: one thread per model (per copy of it, with ``--replicas``), requests served one at a time in
+arrival order, a bounded queue.
 
 torch inference is CPU-bound and a model may keep state between the steps of one utterance, so each model has
 a single worker thread and one request holds it from its first chunk to its last. The event loop only waits:
@@ -77,6 +78,11 @@ class ModelWorker:
     @property
     def waiting(self) -> int:
         return max(0, self._admitted - 1)
+
+    @property
+    def admitted(self) -> int:
+        """Requests on this worker: the one running and those waiting."""
+        return self._admitted
 
     def seconds_until_free(self) -> float:
         """When the running request should end (a place in the queue frees up then): its length times the

@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -370,7 +370,9 @@ async def run_server(uri: str, speaker: Speaker, ready: asyncio.Event | None = N
         speaker.shutdown()
 
 
-def serve(models: Mapping[str, TTSModel], settings: ServerSettings, uri: str = DEFAULT_WYOMING_URI) -> None:
+def serve(
+    models: Mapping[str, TTSModel | Sequence[TTSModel]], settings: ServerSettings, uri: str = DEFAULT_WYOMING_URI
+) -> None:
     """Serve already loaded models over Wyoming until interrupted."""
     prepare_for_connections(settings.max_connections)
     speaker = Speaker(models, settings)
