@@ -2,18 +2,21 @@
 # The GPU figures ggtts measures, in one call of a lent GPU machine: each step capped in time, its log (and JSON)
 # written under $OUT, a summary printed. Steps by name, in the order given (default: all, most wanted first):
 #
-#   bash benchmarks/gpu_session.sh [magpie] [omni] [magpie-compiled] [qwen2]
+#   bash benchmarks/gpu_session.sh [magpie] [omni] [magpie-compiled] [qwen2] [server]
 #
 #   magpie           gpu_magpie.py: the 357M shape, graph rows with and without guidance, a profile (~1.5 min)
 #   omni             gpu_qwen3omni.py: talker + code predictor, graph and compiled rows, profiles (~4 min)
 #   magpie-compiled  gpu_magpie.py: the compiled steps, with guidance (~2 min)
 #   qwen2            gpu_qwen2.py: OuteTTS's Qwen2, graph and compiled, f32 / q8_0 / q4_0 files (~3 min)
+#   server           server_load.py: 8 clients streaming from `ggtts serve` on that Magpie model, one copy and
+#                    --replicas 8 (~3 min; needs the wheels of FastAPI, uvicorn, pydantic too)
 #
 # Before the call, here: the wheels the GPU machine lacks in .whl (gguf, soundfile, soxr, regex, cffi, pycparser:
 # see the device README for `pip download`), and the skeletons of bench_magpie's files in .gpu:
 #   python benchmarks/gguf_skeleton.py save DIR/magpie-357m-f32.gguf .gpu/magpie-357m-f32.json
 #   python benchmarks/gguf_skeleton.py save DIR/codec.gguf .gpu/codec.json
 # (both folders ignored by git, carried by the call). SMALL=1 runs every step on tiny models: a dry run on the CPU.
+# Logs only come back (a call returns at most 8 files): each step's table is in its log.
 set -u
 OUT=${OUT:-/tmp/gpu-session}
 mkdir -p "$OUT"
@@ -35,24 +38,35 @@ step() {  # name, seconds at most, command...
     echo "== $name (at most ${limit} s)"
     timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
     echo "   exit $?"
-    grep -E "^(device|variant|ggtts|transformers|device busy)|Error" "$OUT/$name.log" | cut -c1-220
+    grep -E "^(device|variant|ggtts|transformers|device busy|server|round| +[0-9])|Error" "$OUT/$name.log" | cut -c1-220
 }
 
 for name in "${@:-magpie omni magpie-compiled qwen2}"; do
     for one in $name; do
         case $one in
             magpie) step magpie 120 python3 $B/gpu_magpie.py "${SIZE[@]}" --frames 200 --dir /tmp/gpu-magpie \
-                --variants graph --profile 20 --json "$OUT/magpie.json" ;;
+                --variants graph --profile 20 ;;
             omni) step omni 300 python3 $B/gpu_qwen3omni.py "${OMNI_SIZE[@]}" --frames 60 --dir /tmp/gpu-omni \
-                --variants graph,compiled --profile 10 --json "$OUT/omni.json" ;;
+                --variants graph,compiled --profile 10 ;;
             magpie-compiled) step magpie-compiled 150 python3 $B/gpu_magpie.py "${SIZE[@]}" --frames 200 \
-                --dir /tmp/gpu-magpie --variants compiled --guidance on --json "$OUT/magpie-compiled.json" ;;
+                --dir /tmp/gpu-magpie --variants compiled --guidance on ;;
             qwen2)
                 small=()
                 [ "${SMALL:-0}" = 1 ] && small=(--small)
                 step qwen2 240 python3 $B/gpu_qwen2.py "${small[@]}" --variants graph,compiled --quantized q8_0,q4_0 \
-                    --dir /tmp/gpu-qwen2 --json "$OUT/qwen2.json" ;;
-            *) echo "unknown step $one (magpie, omni, magpie-compiled, qwen2)"; exit 2 ;;
+                    --dir /tmp/gpu-qwen2 ;;
+            server)
+                if [ ! -f /tmp/gpu-magpie/magpie.gguf ]; then  # the magpie step builds it; alone, build it here
+                    python3 $B/gpu_magpie.py "${SIZE[@]}" --frames 2 --dir /tmp/gpu-magpie --variants graph \
+                        --guidance on > /dev/null 2>&1
+                fi
+                device=cuda
+                [ "${SMALL:-0}" = 1 ] && device=cpu
+                for n in 1 8; do
+                    step server-$n 200 python3 $B/server_load.py -m /tmp/gpu-magpie/magpie.gguf --clients 8 \
+                        --requests 16 --rounds 2 --server-args "--device $device --replicas $n"
+                done ;;
+            *) echo "unknown step $one (magpie, omni, magpie-compiled, qwen2, server)"; exit 2 ;;
         esac
     done
 done
