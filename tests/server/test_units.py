@@ -211,7 +211,8 @@ def test_voice_names_in_a_blend_are_checked_before_the_model_sees_them() -> None
 
 def test_serve_refuses_bad_limits_in_one_line() -> None:
     ggtts = Path(sys.executable).parent / "ggtts"
-    for option, value, name in [("--max-queue", "-1", "max_queue"), ("--timeout", "0", "timeout_s")]:
+    for option, value, name in [("--max-queue", "-1", "max_queue"), ("--timeout", "0", "timeout_s"),
+                                ("--replicas", "0", "replicas")]:  # fmt: skip
         done = subprocess.run([str(ggtts), "serve", option, value], capture_output=True, text=True, timeout=60)
         assert done.returncode != 0
         assert done.stdout == ""
@@ -283,6 +284,8 @@ def test_a_request_goes_to_the_least_loaded_copy() -> None:
     speaker.shutdown()
     with pytest.raises(InputError, match="replicas must be at least 1"):
         ServerSettings(replicas=0)
+    with pytest.raises(ValueError, match="model 't' has no copy to serve"):
+        speaking.Speaker({"t": []}, ServerSettings())
 
 
 def test_load_models_loads_and_warms_each_copy(monkeypatch: pytest.MonkeyPatch) -> None:
