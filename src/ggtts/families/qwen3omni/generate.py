@@ -71,6 +71,7 @@ class HFSampler:
     def __call__(
         self, logits: torch.Tensor, history: Sequence[int] = (), suppressed: torch.Tensor | None = None
     ) -> int:
+        logits = logits.float().cpu()  # one wait for a GPU, the check after it on the host's copy
         if not bool(torch.isfinite(logits).all()):
             raise GGUFError("the model's logits are not finite numbers (inf or NaN): are its weights damaged?")
         scores = self.scores(logits, history, suppressed)
