@@ -11,6 +11,9 @@
 #   server           server_load.py: 8 clients streaming from `ggtts serve` on that Magpie model, one copy and
 #                    --replicas 8 (~3 min; needs the wheels of FastAPI, uvicorn, pydantic too)
 #
+# Together they take ~14 minutes, more than one device call's 10 and most of a session's 15: name the steps wanted
+# (each is capped: a step past its cap is cut and the next runs).
+#
 # Before the call, here: the wheels the GPU machine lacks in .whl (gguf, soundfile, soxr, regex, cffi, pycparser:
 # see the device README for `pip download`), and the skeletons of bench_magpie's files in .gpu:
 #   python benchmarks/gguf_skeleton.py save DIR/magpie-357m-f32.gguf .gpu/magpie-357m-f32.json
