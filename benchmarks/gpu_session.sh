@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU figures ggtts measures, in one call of a lent GPU machine: each step capped in time, its log (and JSON)
-# written under $OUT, a summary printed. Steps by name, in the order given (default: all, most wanted first):
+# written under $OUT, a summary printed. Steps by name, in the order given (default: magpie omni, what fits a call):
 #
 #   bash benchmarks/gpu_session.sh [magpie] [omni] [magpie-compiled] [qwen2] [server]
 #
@@ -44,7 +44,7 @@ step() {  # name, seconds at most, command...
     grep -E "^(device|variant|ggtts|transformers|device busy|server|round| +[0-9])|Error" "$OUT/$name.log" | cut -c1-220
 }
 
-for name in "${@:-magpie omni magpie-compiled qwen2}"; do
+for name in "${@:-magpie omni}"; do
     for one in $name; do
         case $one in
             magpie) step magpie 120 python3 $B/gpu_magpie.py "${SIZE[@]}" --frames 200 --dir /tmp/gpu-magpie \
