@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU figures ggtts measures, in one call of a lent GPU machine: each step capped in time, its log (and JSON)
+# The GPU figures ggtts measures, in one call of a lent GPU machine: each step capped in time, its log
 # written under $OUT, a summary printed. Steps by name, in the order given (default: magpie omni, what fits a call):
 #
 #   bash benchmarks/gpu_session.sh [magpie] [omni] [magpie-compiled] [qwen2] [server]
