@@ -38,9 +38,8 @@ HALF_BYTES = 2  # a block's float16 scale
 
 
 def _on(array: np.ndarray, device: str | torch.device) -> torch.Tensor:
-    """A copy of ``array`` on ``device`` (the file's pages are not kept)."""
-    t = torch.from_numpy(np.ascontiguousarray(array))
-    return t.to(device) if torch.device(device).type != "cpu" else t.clone()
+    """A copy of ``array`` on ``device`` (the file's pages are not kept): one copy, made on the host."""
+    return torch.from_numpy(np.array(array, order="C")).to(device)
 
 
 def _widen(
@@ -161,28 +160,20 @@ class DeviceStoredExperts(nn.Module):
     def forward(self, x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """As :meth:`ggtts.ops.stored_experts.Experts.forward`: ``x (T, S, n_in)``, ``ids (T, k)`` -> ``(T, k,
         n_out)``."""
-        from ggtts.ops.stored_experts import DENSE_ROWS, check_expert_inputs, through_every_expert
+        from ggtts.ops.stored_experts import check_expert_inputs, expert_products
 
         check_expert_inputs(x, ids, self.n_in)
-        t, k = ids.shape
-        n = self.n_out
-        if t == 1:  # one row's k experts gathered (no host round trip: a CUDA graph can hold it)
-            rows = (ids[0][:, None] * n + torch.arange(n, device=ids.device)).reshape(-1)
-            picked = self.stored.lookup(rows, x.dtype).view(k, n, self.n_in)
-            return torch.matmul(picked, x[0].unsqueeze(-1)).squeeze(-1).unsqueeze(0)
-        if self.dense if self.dense is not None else x.device.type != "cpu" and t <= DENSE_ROWS:
-            band = max(1, CHUNK_ELEMENTS // (n * self.n_in))  # experts widened at a time
+        n, n_in = self.n_out, self.n_in
 
-            def widened(a: int, b: int) -> torch.Tensor:
-                return self.stored.widened(x.dtype, a * n, b * n)
+        def weights(a: int, b: int) -> torch.Tensor:  # experts a..b widened
+            return self.stored.widened(x.dtype, a * n, b * n).view(b - a, n, n_in)
 
-            return through_every_expert(x, ids, self.n_expert, n, widened, band)
-        out = x.new_zeros(t, k, n)
-        for e in torch.unique(ids).tolist():  # the experts the rows hit
-            hit, slots = (ids == e).nonzero(as_tuple=True)
-            picked = x[hit, slots if x.shape[1] > 1 else 0]
-            out[hit, slots] = F.linear(picked, self.stored.widened(x.dtype, e * n, (e + 1) * n))
-        return out
+        def gathered(picked: torch.Tensor) -> torch.Tensor:  # one row's picked experts widened
+            rows = (picked[:, None] * n + torch.arange(n, device=picked.device)).reshape(-1)
+            return self.stored.lookup(rows, x.dtype).view(-1, n, n_in)
+
+        band = max(1, CHUNK_ELEMENTS // (n * n_in))  # experts widened at a time through every expert
+        return expert_products(x, ids, self.n_expert, n, weights, gathered, True, self.dense, band)
 
     def extra_repr(self) -> str:
         return f"n_expert={self.n_expert}, n_out={self.n_out}, n_in={self.n_in}, stored={self.stored.qtype.name}"
@@ -213,7 +204,7 @@ def _keeps(gguf: GGUFFile, name: str, shape: tuple[int, ...]) -> bool:
     info = gguf.info(name)
     if info.type not in DEVICE_TYPES or tuple(info.shape) != shape:
         return False
-    return info.type not in (Q.Q8_0, Q.Q4_0) or info.shape[-1] % GGML_QUANT_SIZES[info.type][0] == 0
+    return info.shape[-1] % GGML_QUANT_SIZES[info.type][0] == 0
 
 
 def use_device_weights(

@@ -79,6 +79,30 @@ def through_every_expert(
     return out
 
 
+def expert_products(
+    x: torch.Tensor, ids: torch.Tensor, n_expert: int, n_out: int, weights: Callable[[int, int], torch.Tensor],
+    gathered: Callable[[torch.Tensor], torch.Tensor], gather: bool, dense: bool | None, band: int,
+) -> torch.Tensor:  # fmt: skip
+    """``x (T, S, n_in)`` with ``S`` 1 or ``k``, ``ids (T, k)`` -> ``(T, k, n_out)``: row ``t``'s slot ``j``
+    through expert ``ids[t, j]``, whose weights ``weights(a, b)`` gives (experts ``a..b``, ``(b - a, n_out, n_in)``)
+    or, for one row's picks, ``gathered(ids[0])`` (``(k, n_out, n_in)``). One row: its experts gathered where
+    ``gather`` (no host round trip: a CUDA graph can hold it); a short prompt through every expert where ``dense``
+    (None: off the CPU up to :data:`DENSE_ROWS` rows), ``band`` experts at a time; else a loop over the experts
+    hit (a host round trip for each)."""
+    t, k = ids.shape
+    if t == 1 and gather:
+        picked = gathered(ids[0])  # (k, n_out, n_in)
+        return torch.matmul(picked, x[0].unsqueeze(-1)).squeeze(-1).unsqueeze(0)  # (1, k, n_out)
+    if dense if dense is not None else x.device.type != "cpu" and t <= DENSE_ROWS:
+        return through_every_expert(x, ids, n_expert, n_out, weights, band)
+    out = x.new_zeros(t, k, n_out)
+    for e in torch.unique(ids).tolist():  # the experts this batch hit: k of them for one token
+        rows, slots = (ids == e).nonzero(as_tuple=True)
+        picked = x[rows, slots if x.shape[1] > 1 else 0]
+        out[rows, slots] = F.linear(picked, weights(e, e + 1)[0])
+    return out
+
+
 class Experts(nn.Module):
     """A stack of ``n_expert`` weights ``(n_out, n_in)`` as one float parameter ``weight (E, n_out, n_in)``."""
 
@@ -95,19 +119,10 @@ class Experts(nn.Module):
         """``x (T, S, n_in)`` with ``S`` 1 or ``k``, ``ids (T, k)`` -> ``(T, k, n_out)``: row ``t``'s slot ``j``
         through expert ``ids[t, j]``."""
         check_expert_inputs(x, ids, self.n_in)
-        t, k = ids.shape
-        if t == 1 and (self.gather or x.device.type != "cpu"):  # one row's k experts' weights, gathered
-            picked = self.weight.index_select(0, ids[0])  # (k, n_out, n_in)
-            return torch.matmul(picked, x[0].unsqueeze(-1)).squeeze(-1).unsqueeze(0)  # (1, k, n_out)
-        if self.dense if self.dense is not None else x.device.type != "cpu" and t <= DENSE_ROWS:
-            w = self.weight
-            return through_every_expert(x, ids, self.n_expert, self.n_out, lambda a, b: w[a:b], self.n_expert)
-        out = x.new_zeros(t, k, self.n_out)
-        for e in torch.unique(ids).tolist():  # the experts this batch hit: k of them for one token
-            rows, slots = (ids == e).nonzero(as_tuple=True)
-            picked = x[rows, slots if x.shape[1] > 1 else 0]
-            out[rows, slots] = F.linear(picked, self.weight[e])
-        return out
+        w = self.weight
+        gather = self.gather or x.device.type != "cpu"
+        return expert_products(x, ids, self.n_expert, self.n_out, lambda a, b: w[a:b],
+                               lambda picked: w.index_select(0, picked), gather, self.dense, self.n_expert)  # fmt: skip
 
     def extra_repr(self) -> str:
         return f"n_expert={self.n_expert}, n_out={self.n_out}, n_in={self.n_in}"
