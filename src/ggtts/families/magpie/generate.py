@@ -339,26 +339,24 @@ class _Utterance:
         context = m.speaker_context(speaker)  # (Tc, D)
         self.tc = tc = context.shape[0]
         max_len = tc + steps + 1
-        self.key_valid = torch.ones(rows, max_len, dtype=torch.bool, device=device)
-        self.key_valid[0, cfg.context_lengths[speaker] : tc] = False
         self.prefix = torch.stack([context, torch.zeros_like(context)])[:rows]  # (rows, Tc, D): CFG's null context
         bos = torch.full((1, cfg.num_codebooks, cfg.frame_stacking), cfg.audio_bos_id, device=device)
         self.history = [m.embed_frames(bos).expand(rows, -1, -1)]  # decoder input rows after the context
         self.row_priors: list[torch.Tensor | None] = [None]  # the prior each audio row was computed with
         decoders = m.static_steps() if p.cached else None
         self.static: StaticDecoder | None = None
-        if decoders is not None:
-            # the steps over fixed tensors: their cache and key masks
+        if decoders is not None:  # the steps over fixed tensors: their cache and key masks
             self.static = decoders.get(rows, self.text_len)
             self.cache = self.static.begin(self, self.memory)
             self.key_valid = self.static.key_valid
-            self.key_valid[0, cfg.context_lengths[speaker] : tc] = False
             self.frame = device_frame(m, p, rows)
             chosen = set(p.prior_layers or range(cfg.decoder.n_layers))
             self.prior_layers = [i in chosen for i in range(cfg.decoder.n_layers)]
             self.next_input = torch.empty(0)
         else:
             self.cache = new_cache(cfg.decoder, max_len, rows, device)
+            self.key_valid = torch.ones(rows, max_len, dtype=torch.bool, device=device)
+        self.key_valid[0, cfg.context_lengths[speaker] : tc] = False  # a short speaker's padding
         self.prior: torch.Tensor | None = None
         self.state = _PriorState()
         self.step = 0
@@ -379,8 +377,7 @@ class _Utterance:
                                                  self.memory)  # fmt: skip
             return
         self.head = None
-        if self.static is not None:
-            self.static.set_priors(self.prior, self.prior_layers)
+        if self.static is not None:  # its priors are set where the prior changes (draw)
             out = self.static.step(self, self.next_input, self.tc + self.step)
             self.last, self.head, self.probs = out.hidden, out.logits, out.probs
             return
@@ -422,6 +419,7 @@ class _Utterance:
             frame = drawn.reshape(cfg.frame_stacking, cfg.num_codebooks).T
             if aligning:
                 self.prior = gen._next_prior(host[2 * n :], self.state, self.text_len).to(self.device)
+                self.static.set_priors(self.prior, self.prior_layers)
         else:
             codes = gen.local_codes(self.last, forbid_eos)
             head = self.m.logits(self.last) if self.head is None else self.head

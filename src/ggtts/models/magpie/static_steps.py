@@ -110,14 +110,12 @@ class StaticDecoder:
         self.owner = owner
         return self.cache
 
-    def set_priors(self, prior: torch.Tensor | None, layers: list[bool]) -> None:
-        """The next steps' prior ``(S,)`` on the layers marked in ``layers`` (None: no prior anywhere)."""
-        self.priors.fill_(1.0)
-        if prior is not None:
-            s = prior.shape[0]
-            for i, takes in enumerate(layers):
-                if takes:
-                    self.priors[i, 0, 0, :s] = prior
+    def set_priors(self, prior: torch.Tensor, layers: list[bool]) -> None:
+        """The next steps' prior ``(S,)`` on the layers marked in ``layers`` (the others keep the ones
+        :meth:`begin` set)."""
+        for i, takes in enumerate(layers):
+            if takes:
+                self.priors[i, 0, 0, : prior.shape[0]] = prior
 
     def step(self, owner: object, x: torch.Tensor, position: int) -> DecoderStep:
         """The rows ``x`` (rows, 1, D) at ``position`` (their keys and values written there) -> the step."""
