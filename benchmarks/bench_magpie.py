@@ -55,6 +55,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -306,17 +307,20 @@ def run_ggtts(
         temperature=d.temperature, top_k=d.top_k, cfg_scale=d.cfg_scale if guidance else None, prior=prior,
         max_frames=frames, min_frames=frames + 1, seed=0,
     )  # fmt: skip
-    measured = [_utterance(model, codec, params, ids, frames, chunk) for _ in range(2)]  # a new length, then again
+    # a new length, then again
+    measured = [streamed_utterance(model, codec, params, ids, frames, chunk) for _ in range(2)]
     n, model_time, total, first = measured[0]
     return {"frames": n, "model_fps": n / model_time, "rtf": total / (n / REAL_TIME_FPS), "first_audio": first,
             "first_again": measured[1][3], "load": load, "peak_mib": peak_mib()}  # fmt: skip
 
 
-def _utterance(
-    model: Any, codec: Any, params: Any, ids: list[int], frames: int, chunk: int | None
-) -> tuple[int, float, float, float]:
+def streamed_utterance(
+    model: Any, codec: Any, params: Any, ids: list[int], frames: int, chunk: int | None = None,
+    wait: Callable[[torch.Tensor], object] = lambda audio: None,
+) -> tuple[int, float, float, float]:  # fmt: skip
     """(frames, model seconds, total seconds, first-audio seconds) of one streamed utterance, chunked as the pipeline
-    chunks it (``chunk``: as ``chunk_frames=chunk`` does)."""
+    chunks it (``chunk``: as ``chunk_frames=chunk`` does). ``wait(audio)`` after each push: until the audio is
+    there (a GPU's codec returns before it is)."""
     from ggtts.families.magpie.generate import MagpieGenerator
     from ggtts.families.magpie.pipeline import chunk_frames
 
@@ -329,13 +333,13 @@ def _utterance(
         pending.append(codes)
         n += codes.shape[1]
         if not first:  # the pipeline's chunking: the very first frame at once, then chunk_frames()
-            stream.push(pending[0][:, :1])
+            wait(stream.push(pending[0][:, :1]))
             first = time.perf_counter() - start
             pending, pushed = [pending[0][:, 1:]], 1
         waiting = sum(c.shape[1] for c in pending)
         if waiting >= (chunk or chunk_frames(pushed)) or n == frames:
             t = time.perf_counter()
-            stream.push(torch.cat(pending, dim=1))
+            wait(stream.push(torch.cat(pending, dim=1)))
             model_time -= time.perf_counter() - t  # the codec's share, counted apart
             pending, pushed = [], pushed + waiting
     total = time.perf_counter() - start

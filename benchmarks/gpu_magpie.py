@@ -37,11 +37,11 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_magpie import streamed_utterance
 from gguf_skeleton import build as build_from_skeleton
 from gpu_qwen2 import peak_mib, profile_table, reset_memory, sync
 
-from ggtts.families.magpie.generate import GenerationParams, MagpieGenerator, generate_codes
-from ggtts.families.magpie.pipeline import chunk_frames
+from ggtts.families.magpie.generate import GenerationParams, generate_codes
 from ggtts.gguf import GGUFFile
 from ggtts.models.magpie.model import MagpieTTS, load_magpie
 from ggtts.models.nanocodec.model import NanoCodec
@@ -79,32 +79,13 @@ def params(model: MagpieTTS, frames: int, guidance: bool, greedy: bool = False) 
 
 
 def utterance(model: MagpieTTS, codec: NanoCodec, p: GenerationParams, ids: list[int]) -> dict[str, float]:
-    """One utterance streamed through the codec as the pipeline chunks it: frames, model seconds (the codec's
-    pushes taken out), total seconds, first audio seconds."""
-    device = model.text_embedding.weight.device
-    stream = codec.stream()
-    sync(device)
-    start = time.perf_counter()
-    first = codec_time = 0.0
-    n = pushed = 0
-    pending: list[torch.Tensor] = []
-    for codes in MagpieGenerator(model, p).frames(ids, 0):
-        pending.append(codes)
-        n += codes.shape[1]
-        waiting = sum(c.shape[1] for c in pending)
-        if not first or waiting >= chunk_frames(pushed) or n == p.max_frames:
-            t = time.perf_counter()
-            audio = stream.push(torch.cat(pending, dim=1) if first else pending[0][:, :1])
-            float(audio[..., -1])  # the audio is there (a wait for the device)
-            codec_time += time.perf_counter() - t
-            if not first:
-                first = time.perf_counter() - start
-                pending, pushed = [pending[0][:, 1:]], 1
-            else:
-                pending, pushed = [], pushed + waiting
-    sync(device)
-    total = time.perf_counter() - start
-    return {"frames": n, "model_s": total - codec_time, "total_s": total, "first_s": first}
+    """One utterance streamed through the codec as the pipeline chunks it (bench_magpie's, each push waited for):
+    frames, model seconds (the codec's pushes after the first taken out), total seconds, first audio seconds."""
+    sync(model.text_embedding.weight.device)
+    n, model_s, total_s, first_s = streamed_utterance(
+        model, codec, p, ids, p.max_frames, wait=lambda audio: float(audio[..., -1])
+    )
+    return {"frames": n, "model_s": model_s, "total_s": total_s, "first_s": first_s}
 
 
 def run(model_path: Path, codec_path: Path, device: torch.device, how: str, guidance: bool, frames: int) -> Any:
