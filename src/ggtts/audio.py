@@ -39,6 +39,8 @@ class WordTiming:
     ends_sentence: bool = False  # sentence-final punctuation follows it in the text
     # the rest of a word begun in the audio before (a chunk boundary fell inside it): joined by merge_words
     continues: bool = False
+    # the word goes on in the audio after (its ``end`` here is this audio's part of it): joined by merge_words
+    goes_on: bool = False
 
     def as_dict(self) -> dict[str, str | float]:
         return {"word": self.text, "start": round(self.start, 3), "end": round(self.end, 3)}
@@ -166,10 +168,40 @@ def merge_words(words: Iterable[WordTiming]) -> tuple[WordTiming, ...]:
         if word.continues and merged:
             last = merged[-1]
             text = word.text if len(word.text) > len(last.text) else last.text
-            merged[-1] = dataclasses.replace(last, text=text, end=word.end, ends_sentence=word.ends_sentence)
+            merged[-1] = dataclasses.replace(
+                last, text=text, end=word.end, ends_sentence=word.ends_sentence, goes_on=word.goes_on
+            )
         else:
             merged.append(dataclasses.replace(word, continues=False) if word.continues else word)
     return tuple(merged)
+
+
+class StreamedWords:
+    """A stream's words as each is whole: a word that goes on in the next chunk (``goes_on``) is held back until
+    its rest has come, then given once, from its start to its rest's end. What a live caption sends."""
+
+    def __init__(self) -> None:
+        self._held: WordTiming | None = None
+
+    def add(self, words: Iterable[WordTiming]) -> tuple[WordTiming, ...]:
+        """The words of the stream's next chunk that are whole now (a word held before first)."""
+        words = list(words)
+        if self._held is not None:
+            words.insert(0, self._held)
+        elif words and words[0].continues:  # the rest of a word not held (its first part had no goes_on): given
+            words.pop(0)
+        merged = merge_words(words)
+        self._held = merged[-1] if merged and merged[-1].goes_on else None
+        return tuple(_settled(w) for w in (merged[:-1] if self._held is not None else merged))
+
+    def finish(self) -> tuple[WordTiming, ...]:
+        """The word still held at the stream's end (its rest never came), as it is."""
+        held, self._held = self._held, None
+        return () if held is None else (_settled(held),)
+
+
+def _settled(word: WordTiming) -> WordTiming:
+    return dataclasses.replace(word, goes_on=False) if word.goes_on else word
 
 
 def resample(samples: np.ndarray, rate: int, target_rate: int) -> np.ndarray:

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import ggtts
-from ggtts.audio import Audio, WordTiming
+from ggtts.audio import Audio, StreamedWords, WordTiming
 from ggtts.families.kokoro.pipeline import KokoroTTS
 from ggtts.families.kokoro.timing import phoneme_spans, word_timings
 from ggtts.text.chunking import SpokenWord
@@ -98,6 +98,35 @@ def test_a_word_across_a_chunk_boundary_is_one_word(tts: KokoroTTS) -> None:
     number = whole.words[2]
     pieces = [w for w in said if w.text == "$1,234,567.89"]
     assert (number.start, number.end) == (pieces[0].start, pieces[-1].end)
+    # each piece but the last says that it goes on; a live caption gives the word once, with the chunk of its end
+    assert [w.goes_on for w in pieces] == [True] * (len(pieces) - 1) + [False]
+    held = StreamedWords()
+    given = [(w, i) for i, p in enumerate(parts) for w in held.add(p.words)] + [(w, -1) for w in held.finish()]
+    assert [w for w, _ in given] == list(whole.words)
+    chunk = next(i for w, i in given if w.text == "$1,234,567.89")
+    end = parts[chunk].offset + parts[chunk].duration
+    assert end - parts[chunk].duration <= number.end <= end + 1e-9  # the number ends in the chunk it came with
+
+
+def test_streamed_words_hold_a_word_until_its_rest_has_come() -> None:
+    held = StreamedWords()
+    first = held.add([WordTiming("a", 0.0, 0.5), WordTiming("$5", 0.6, 1.0, goes_on=True)])
+    assert first == (WordTiming("a", 0.0, 0.5),)
+    # three chunks: the middle piece both continues and goes on
+    assert held.add([WordTiming("$5", 1.0, 1.5, continues=True, goes_on=True)]) == ()
+    assert held.add([]) == ()  # a chunk with no words keeps it held
+    last = held.add([WordTiming("$5", 1.5, 2.0, ends_sentence=True, continues=True), WordTiming("b", 2.1, 2.4)])
+    assert last == (WordTiming("$5", 0.6, 2.0, ends_sentence=True), WordTiming("b", 2.1, 2.4))
+    assert held.finish() == ()
+    # a rest that never comes: the word as far as it went, at the next chunk's words or at the end
+    assert held.add([WordTiming("c", 0.0, 1.0, goes_on=True)]) == ()
+    assert held.add([WordTiming("d", 1.2, 1.4)]) == (WordTiming("c", 0.0, 1.0), WordTiming("d", 1.2, 1.4))
+    assert held.add([WordTiming("e", 1.5, 2.0, goes_on=True)]) == ()
+    assert held.finish() == (WordTiming("e", 1.5, 2.0),)
+    # the rest of a word given before (its first part did not say it goes on): its start was what counted
+    assert held.add([WordTiming("f", 2.0, 2.2, continues=True), WordTiming("g", 2.3, 2.5)]) == (
+        WordTiming("g", 2.3, 2.5),
+    )
 
 
 def test_a_custom_phonemizer_of_strings_still_speaks_each_chunk(tts: KokoroTTS) -> None:

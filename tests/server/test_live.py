@@ -229,6 +229,26 @@ def test_kokoro_words_come_with_session_times(kokoro_server: Server) -> None:
     assert words[-3]["start"] > seconds / 2  # the last stretch's words are late in the session, not at its start
 
 
+def test_a_word_said_across_two_chunks_is_sent_once_whole(kokoro_server: Server) -> None:
+    """The tiny Kokoro reads 62 phonemes at a time: the number is said across chunks. Its words message comes once,
+    from its start to the end of its last piece: the times the whole utterance has (captioned_speech, unstreamed)."""
+    import httpx
+
+    text = "I paid $1,234,567.89 today."
+    with open_live(kokoro_server) as ws:
+        ws.send(json.dumps({"type": "start", "voice": "v_two"}))
+        json.loads(ws.recv(timeout=RECV_TIMEOUT_S))
+        ws.send(json.dumps({"type": "text", "text": text}))
+        ws.send(json.dumps({"type": "end"}))
+        messages, _ = receive_all(ws)
+    words = [w for m in messages if m["type"] == "words" for w in m["words"]]
+    body = {"input": text, "voice": "v_two", "stream": False}
+    whole = httpx.post(kokoro_server.url + "/v1/audio/captioned_speech", json=body, timeout=RECV_TIMEOUT_S).json()
+    expected = [{"word": t["word"], "start": t["start_time"], "end": t["end_time"]} for t in whole["timestamps"]]
+    assert [w["word"] for w in expected] == ["I", "paid", "$1,234,567.89", "today"]
+    assert words == expected
+
+
 def test_a_message_larger_than_any_valid_one_is_refused_as_it_arrives(tone_server: Server) -> None:
     with open_live(tone_server) as ws:
         ws.send(json.dumps({"type": "text", "text": "x" * 100_000}))  # over the server's body limit

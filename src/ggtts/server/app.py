@@ -25,7 +25,7 @@ from starlette.types import Send
 
 from ggtts import __version__
 from ggtts.api import TTSModel
-from ggtts.audio import Audio, WordTiming
+from ggtts.audio import Audio, StreamedWords, WordTiming
 from ggtts.server.chat import CHAT_PATH, ChatRequest, Completion, output_format, question
 from ggtts.server.errors import ApiError
 from ggtts.server.guard import GuardMiddleware
@@ -318,11 +318,7 @@ def _caption_body(data: bytes, fmt: str, words: Sequence[WordTiming]) -> dict[st
     return {
         "audio": base64.b64encode(data).decode("ascii"),
         "audio_format": MEDIA_TYPES[fmt],
-        "timestamps": [
-            {"word": w.text, "start_time": round(w.start, 3), "end_time": round(w.end, 3)}
-            for w in words
-            if not w.continues  # streamed: the rest of a word the line before began (its start is what counts)
-        ],
+        "timestamps": [{"word": w.text, "start_time": round(w.start, 3), "end_time": round(w.end, 3)} for w in words],
     }
 
 
@@ -362,13 +358,15 @@ Encoded = Iterator[tuple[bytes, Sequence[WordTiming]]]
 
 
 def _encoded_with_words(chunks: Iterator[Audio], encoder: StreamEncoder) -> Encoded:
-    """Each chunk's encoded bytes (the format's header in front of the first) and its words; the encoder's last
-    bytes with no words."""
+    """Each chunk's encoded bytes (the format's header in front of the first) and the words that are whole with it
+    (a word a chunk boundary cut comes once, with the chunk where it ends: :class:`StreamedWords`); the encoder's
+    last bytes with any word still held."""
     head = encoder.start()
+    held = StreamedWords()
     for chunk in chunks:
-        yield head + encoder.feed(chunk), chunk.words
+        yield head + encoder.feed(chunk), held.add(chunk.words)
         head = b""
-    yield head + encoder.finish(), ()
+    yield head + encoder.finish(), held.finish()
 
 
 def _encoded(chunks: Iterator[Audio], encoder: StreamEncoder) -> Iterator[bytes]:

@@ -36,12 +36,14 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
+from ggtts.audio import StreamedWords, WordTiming
 from ggtts.server.errors import ApiError
 from ggtts.server.speaking import Prepared, Speaker, spoken, start_encoder
 from ggtts.server.streaming import StreamEncoder
@@ -157,15 +159,10 @@ def add_live_route(app: FastAPI, speaker: Speaker) -> None:
                 await _send_bytes(socket, session.encoder.start())
             offset = session.seconds  # where this stretch starts in the session's audio
             deadline = Deadline(settings.timeout_s, _is_set(session.gone))
+            held = StreamedWords()  # a word a chunk boundary cut is sent once whole, with the chunk of its end
             async with contextlib.aclosing(spoken(prepared, deadline)) as chunks:
                 async for chunk in chunks:
-                    words = [w for w in chunk.words if not w.continues]
-                    if words:
-                        times = [
-                            {"word": w.text, "start": round(offset + w.start, 3), "end": round(offset + w.end, 3)}
-                            for w in words
-                        ]
-                        await socket.send_json({"type": "words", "words": times})
+                    await _send_words(socket, held.add(chunk.words), offset)
                     encoder = session.encoder
                     data = (
                         encoder.feed(chunk)
@@ -174,6 +171,7 @@ def add_live_route(app: FastAPI, speaker: Speaker) -> None:
                     )
                     await _send_bytes(socket, data)
                     session.seconds += chunk.duration
+            await _send_words(socket, held.finish(), offset)
 
     @app.websocket(LIVE_PATH)
     async def live(socket: WebSocket) -> None:
@@ -256,6 +254,13 @@ def _is_set(event: asyncio.Event) -> Any:
 async def _send_bytes(socket: WebSocket, data: bytes) -> None:
     if data:
         await socket.send_bytes(data)
+
+
+async def _send_words(socket: WebSocket, words: Sequence[WordTiming], offset: float) -> None:
+    """A ``words`` message for ``words`` (times in the stretch, ``offset`` seconds into the session); none for none."""
+    if words:
+        times = [{"word": w.text, "start": round(offset + w.start, 3), "end": round(offset + w.end, 3)} for w in words]
+        await socket.send_json({"type": "words", "words": times})
 
 
 async def _send_error(socket: WebSocket, error: ApiError) -> None:

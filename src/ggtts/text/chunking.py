@@ -65,6 +65,7 @@ class SpokenWord:
     phonemes: tuple[str, ...]
     source: int | None = None
     ends_sentence: bool = False  # sentence-final punctuation follows it
+    goes_on: bool = False  # the chunk after begins with the rest of this written word (same ``source``)
 
 
 @dataclass(frozen=True)
@@ -198,6 +199,13 @@ def iter_chunks(text: str, lang: str = "a", max_phonemes: int = KOKORO_MAX_PHONE
     A blank line ends a paragraph: no chunk spans two paragraphs. A single line break is a boundary as strong
     as a sentence end. Chunks with nothing to say (only punctuation, or words nobody could read) are skipped.
     """
+    for chunks in iter_paragraphs(text, lang, max_phonemes):
+        yield from chunks
+
+
+def iter_paragraphs(text: str, lang: str = "a", max_phonemes: int = KOKORO_MAX_PHONEMES) -> Iterator[list[Chunk]]:
+    """:func:`iter_chunks`'s chunks a paragraph at a time: each paragraph is phonemized whole before its chunks
+    are given, and the next one only when asked for."""
     g2p = get_g2p(lang)
     for paragraph in PARAGRAPH_BREAK.split(text):
         lines = [_SPACES.sub(" ", line).strip() for line in paragraph.split("\n")]
@@ -206,7 +214,7 @@ def iter_chunks(text: str, lang: str = "a", max_phonemes: int = KOKORO_MAX_PHONE
             for segment in g2p_segments(line):
                 check_cancelled()  # the G2P is no torch module: a cancelled request stops between segments
                 tokens.append(g2p.tokens(segment))
-        yield from chunk_pieces([t for t in tokens if t], max_phonemes)
+        yield list(chunk_pieces([t for t in tokens if t], max_phonemes))
 
 
 def iter_phoneme_chunks(phonemes: str, max_phonemes: int = KOKORO_MAX_PHONEMES) -> Iterator[Chunk]:

@@ -6,7 +6,7 @@ import dataclasses
 import itertools
 import logging
 import re
-from collections.abc import Iterator, Set
+from collections.abc import Iterable, Iterator, Sequence, Set
 
 from ggtts.runtime.cancel import check_cancelled
 from ggtts.text.chunking import (
@@ -17,7 +17,7 @@ from ggtts.text.chunking import (
     SpokenWord,
     chunk_pieces,
     is_spoken,
-    iter_chunks,
+    iter_paragraphs,
     iter_phoneme_chunks,
 )
 from ggtts.text.g2p import BRITISH, G2PToken, resolve_language
@@ -53,38 +53,58 @@ def _filtered_word(word: SpokenWord, vocab: Set[str]) -> SpokenWord:
     return dataclasses.replace(word, phonemes=tuple(p for p in parts if is_spoken(p)))
 
 
-def _trace_words(chunks: Iterator[Chunk], cursor: SourceCursor) -> Iterator[Chunk]:
-    """The chunks with their spoken words, each traced back to the written words it says.
+def _trace_words(paragraphs: Iterable[Sequence[Chunk]], cursor: SourceCursor) -> Iterator[Chunk]:
+    """The chunks with their spoken words, each traced back to the written words it says, a paragraph at a time.
 
     Tokens that say one written word ("five" and "dollars" from "$5", the pieces of a cut word) become one
     word; punctuation says nothing and is no word; a token the cursor cannot place is a word of its own. A
     written word whose tokens fall in two chunks is a word in each, with the same ``source`` (the pipeline
-    joins their timings).
+    joins their timings); the first of them ``goes_on``. No word goes on past its paragraph.
     """
     previous: SpokenWord | None = None  # the last word of the chunk before
-    for chunk in chunks:
-        words: list[SpokenWord] = []
-        span: tuple[int, int] | None = None  # the written words the last word covers
-        for token in chunk.tokens:
-            place = cursor.locate(token.text) if token.text else None
-            if not is_spoken(token.phonemes):
-                if words and any(c in SENTENCE_END for c in token.phonemes):
-                    words[-1] = dataclasses.replace(words[-1], ends_sentence=True)
-                continue
-            joins = words and (not token.text or (place is not None and span is not None and place.first <= span[1]))
-            if joins and place is not None and span is not None:
-                span = (span[0], max(span[1], place.last))
-                words[-1] = SpokenWord(cursor.shown(*span), (*words[-1].phonemes, token.phonemes), span[0])
-            elif joins:
-                words[-1] = SpokenWord(words[-1].text, (*words[-1].phonemes, token.phonemes), words[-1].source)
-            elif not token.text and previous is not None:  # the rest of a word cut for being over the limit
-                words.append(SpokenWord(previous.text, (token.phonemes,), previous.source))
-            else:
-                span = None if place is None else (place.first, place.last)
-                text = token.text if place is None else place.text
-                words.append(SpokenWord(text, (token.phonemes,), None if place is None else place.first))
-        previous = words[-1] if words else previous
-        yield Chunk(chunk.text, chunk.phonemes, chunk.tokens, tuple(words))
+    for chunks in paragraphs:
+        traced: list[Chunk] = []
+        for chunk in chunks:
+            words = _traced_words(chunk, cursor, previous)
+            previous = words[-1] if words else previous
+            traced.append(Chunk(chunk.text, chunk.phonemes, chunk.tokens, tuple(words)))
+        for chunk, after in itertools.zip_longest(traced, traced[1:]):
+            yield chunk if after is None else _marked_going_on(chunk, after)
+
+
+def _traced_words(chunk: Chunk, cursor: SourceCursor, previous: SpokenWord | None) -> list[SpokenWord]:
+    """``chunk``'s spoken words (see :func:`_trace_words`); ``previous``: the last word of the chunk before."""
+    words: list[SpokenWord] = []
+    span: tuple[int, int] | None = None  # the written words the last word covers
+    for token in chunk.tokens:
+        place = cursor.locate(token.text) if token.text else None
+        if not is_spoken(token.phonemes):
+            if words and any(c in SENTENCE_END for c in token.phonemes):
+                words[-1] = dataclasses.replace(words[-1], ends_sentence=True)
+            continue
+        joins = words and (not token.text or (place is not None and span is not None and place.first <= span[1]))
+        if joins and place is not None and span is not None:
+            span = (span[0], max(span[1], place.last))
+            words[-1] = SpokenWord(cursor.shown(*span), (*words[-1].phonemes, token.phonemes), span[0])
+        elif joins:
+            words[-1] = SpokenWord(words[-1].text, (*words[-1].phonemes, token.phonemes), words[-1].source)
+        elif not token.text and previous is not None:  # the rest of a word cut for being over the limit
+            words.append(SpokenWord(previous.text, (token.phonemes,), previous.source))
+        else:
+            span = None if place is None else (place.first, place.last)
+            text = token.text if place is None else place.text
+            words.append(SpokenWord(text, (token.phonemes,), None if place is None else place.first))
+    return words
+
+
+def _marked_going_on(chunk: Chunk, after: Chunk) -> Chunk:
+    """``chunk``, its last word marked ``goes_on`` where ``after`` begins with the rest of it."""
+    if not (chunk.words and after.words) or chunk.words[-1].source is None:
+        return chunk
+    if chunk.words[-1].source != after.words[0].source:
+        return chunk
+    words = (*chunk.words[:-1], dataclasses.replace(chunk.words[-1], goes_on=True))
+    return dataclasses.replace(chunk, words=words)
 
 
 def text_to_phoneme_chunks(
@@ -107,8 +127,8 @@ def text_to_phoneme_chunks(
     source = bound_marks(text)  # what the words' texts are taken from: ``text`` itself, unless it was sanitized
     tracked = normalize_tracked(source, british=code == BRITISH, switches=normalization)
     normalized = break_long_runs(tracked.text)  # only adds spaces: the cursor still finds every token
-    chunks = iter_chunks(normalized, lang=code, max_phonemes=max_phonemes)
-    yield from _keep_vocab(_trace_words(chunks, SourceCursor(tracked, source)), vocab)
+    paragraphs = iter_paragraphs(normalized, lang=code, max_phonemes=max_phonemes)
+    yield from _keep_vocab(_trace_words(paragraphs, SourceCursor(tracked, source)), vocab)
 
 
 def phonemes_to_chunks(
@@ -116,8 +136,8 @@ def phonemes_to_chunks(
 ) -> Iterator[Chunk]:
     """Phonemes the user wrote -> chunks under the limit, split at punctuation then spaces; the words are the
     phoneme words as written."""
-    chunks = iter_phoneme_chunks(phonemes, max_phonemes)
-    yield from _keep_vocab(_trace_words(chunks, SourceCursor(Tracked.of(phonemes), phonemes)), vocab)
+    chunks = list(iter_phoneme_chunks(phonemes, max_phonemes))
+    yield from _keep_vocab(_trace_words([chunks], SourceCursor(Tracked.of(phonemes), phonemes)), vocab)
 
 
 # Japanese sentences end at these marks, with no space after them.
@@ -161,9 +181,9 @@ def japanese_to_phoneme_chunks(
                     sentences.append(tokens)
         # the words are the tokens: the source the cursor reads is the tokens' texts, spaced like their phonemes
         source = "\n".join("".join(t.text + t.whitespace for t in tokens) for tokens in sentences)
-        chunks = chunk_pieces(sentences, max_phonemes)
+        chunks = list(chunk_pieces(sentences, max_phonemes))
         cursor = SourceCursor(Tracked.of(source), source)
-        for chunk in _keep_vocab(_trace_words(chunks, cursor), vocab):
+        for chunk in _keep_vocab(_trace_words([chunks], cursor), vocab):
             # numbered across paragraphs, so that two paragraphs' words never look like one word's parts
             words = [w if w.source is None else dataclasses.replace(w, source=w.source + done) for w in chunk.words]
             yield dataclasses.replace(chunk, words=tuple(words))

@@ -67,7 +67,7 @@ def word_timings(
     """The words of one chunk with their times, ``offset`` seconds after the utterance's start.
 
     ``continues``: the ``source`` of the last word of the chunk before; a first word with the same source is the
-    rest of that word (``WordTiming.continues``).
+    rest of that word (``WordTiming.continues``); a word that goes on in the chunk after keeps ``goes_on``.
 
     ``durations`` are the frames of the ids the model read: BOS, then one per symbol of ``phonemes`` in ``vocab``
     (others are dropped before the model, as :meth:`KokoroTTS.token_ids` does), then EOS.
@@ -102,6 +102,7 @@ def word_timings(
                 offset + end * seconds_per_frame,
                 word.ends_sentence,
                 continues=i == 0 and word.source is not None and word.source == continues,
+                goes_on=word.goes_on,
             )
         )
     return timings
