@@ -215,6 +215,7 @@ def cmd_speak(args: argparse.Namespace) -> int:
     from ggtts.audio import Audio, check_output_suffix, merge_words, wav_header
     from ggtts.captions import check_caption_suffix, save_timestamps
     from ggtts.families import family_for
+    from ggtts.families.base import import_target
     from ggtts.fsutil import check_writable
     from ggtts.gguf import GGUFFile
 
@@ -232,7 +233,9 @@ def cmd_speak(args: argparse.Namespace) -> int:
     family.check_voice(args.voice, gguf)
     if args.timestamps is not None and not family.capabilities.timestamps:
         raise GGTTSError(f"{family.name} gives no word timestamps; leave out --timestamps")
-    model = ggtts.load(args.model, **load_options(args, family, options))
+    # the text read while torch is imported and the model loads (choosing the device imports torch: after this)
+    ahead = import_target(family.read_ahead)(gguf, text, options) if family.read_ahead is not None else {}
+    model = ggtts.load(args.model, **load_options(args, family, options), **ahead)
     if args.output == "-":
         if args.float:
             raise GGTTSError("--float needs a file: the stream on standard output is 16-bit PCM WAV")

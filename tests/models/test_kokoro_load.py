@@ -23,7 +23,9 @@ from ggtts.families.kokoro.pipeline import (
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Kokoro as K
 from ggtts.gguf.write import ModelWriter
-from ggtts.models.kokoro import KokoroConfig, KokoroModel, load_kokoro
+from ggtts.models.kokoro.config import KokoroConfig
+from ggtts.models.kokoro.load import load_kokoro
+from ggtts.models.kokoro.model import KokoroModel
 from ggtts.text.chunking import Chunk, SpokenWord
 
 

@@ -25,7 +25,8 @@ from ggtts.gguf import GGUFFile, ModelWriter
 from ggtts.gguf.keys import Kokoro as K
 from ggtts.gguf.keys import Qwen2 as Q
 from ggtts.gguf.keys import WavTokenizerDec as W
-from ggtts.models.kokoro import KokoroConfig, KokoroModel
+from ggtts.models.kokoro.config import KokoroConfig
+from ggtts.models.kokoro.model import KokoroModel
 from ggtts.models.layers import validate
 from ggtts.models.qwen2.config import Qwen2Config
 from ggtts.models.wavtokenizer.config import WavTokenizerConfig

@@ -15,7 +15,8 @@ from _kokoro_upstream import TINY_VOCAB, build_upstream, random_voices, tiny_con
 from ggtts.convert.kokoro_gguf import write_kokoro_gguf
 from ggtts.gguf import GGUFFile
 from ggtts.measure.kokoro.parity import kokoro_stages
-from ggtts.models.kokoro import istftnet, load_kokoro
+from ggtts.models.kokoro import istftnet
+from ggtts.models.kokoro.load import load_kokoro
 
 pytestmark = pytest.mark.needs_reference
 

@@ -486,6 +486,9 @@ class Family:
     bench: str | None = None
     # built-in model names -> "module:function" returning the GGUF path, built from installed packages on first use
     builtins: Mapping[str, str] = field(default_factory=dict)
+    # "module:function" (gguf, text, per-call options) -> load options with which the model takes up work on the
+    # text begun now, while it loads (`ggtts speak`: Kokoro reads the text in a child process meanwhile)
+    read_ahead: str | None = None
 
     def model_class(self) -> type[TTSModel]:
         if isinstance(self.pipeline, type):

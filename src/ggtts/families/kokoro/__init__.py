@@ -122,4 +122,5 @@ FAMILY = Family(
     parity="ggtts.measure.kokoro.parity:kokoro_parity",
     bench="ggtts.measure.kokoro.bench:run",
     builtins={"kokoro": "ggtts.convert.default_model:ensure_default_model"},  # the default model
+    read_ahead="ggtts.families.kokoro.frontend:read_ahead",
 )

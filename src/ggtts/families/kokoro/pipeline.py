@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,12 +15,9 @@ import torch
 from ggtts.audio import Audio, WordTiming
 from ggtts.errors import GGTTSError, InputError
 from ggtts.families.base import NothingToSay, Request, TTSModel, VoiceMix
-from ggtts.families.kokoro import (
-    ENGLISH_FOR_VOICE_LANGUAGE,
-    FAMILY,
-    JAPANESE,
-    KokoroOptions,
-)
+from ggtts.families.kokoro import FAMILY, KokoroOptions
+from ggtts.families.kokoro.frontend import Phonemizer, TextAhead, default_language, english, not_japanese
+from ggtts.families.kokoro.frontend import text_frontend as _text_frontend
 from ggtts.gguf import GGUFFile
 from ggtts.models.kokoro.config import KokoroConfig
 from ggtts.models.kokoro.load import load_kokoro
@@ -75,53 +72,6 @@ class _Part:
     samples: np.ndarray
     words: tuple[WordTiming, ...]
     joins_next: bool = False
-
-
-Phonemizer = Callable[[str, str, int, frozenset[str]], Iterable["str | Chunk"]]
-"""(text, language, max phonemes, vocabulary) -> chunks within the model's limit: phoneme strings, or
-:class:`~ggtts.text.chunking.Chunk` objects, whose words then get timestamps (a plain string's words are its
-phoneme words)."""
-
-
-def _text_frontend(
-    text: str, lang: str, max_phonemes: int, vocab: frozenset[str], normalization: Normalization = NORMALIZE_ALL
-) -> Iterator[Chunk]:
-    """The text frontends: Japanese (``j``: numbers in kana, pyopenjtalk-plus's dictionary, misaki's romanization)
-    or English (normalize as ``normalization`` says, offline misaki G2P, espeak-ng for unknown words), each chunking
-    at its punctuation."""
-    from ggtts.text.frontend import japanese_to_phoneme_chunks, text_to_phoneme_chunks
-
-    if lang.strip().lower() in JAPANESE:
-        from ggtts.text.japanese import INSTALL_HINT, japanese_installed
-
-        if not japanese_installed():
-            raise InputError(f"Japanese (lang {lang!r}) is not installed here; {INSTALL_HINT}")
-        yield from japanese_to_phoneme_chunks(text, max_phonemes, vocab=vocab)
-    else:
-        yield from text_to_phoneme_chunks(text, _english(lang), max_phonemes, vocab=vocab, normalization=normalization)
-
-
-def _english(lang: str) -> str:
-    return ENGLISH_FOR_VOICE_LANGUAGE.get(lang.strip().lower(), lang)
-
-
-def _not_japanese(configured: str) -> str:
-    """The language text that is not Japanese is read in: the file's, American English for a Japanese file."""
-    return "a" if configured.strip().lower() in JAPANESE else configured
-
-
-def default_language(text: str, configured: str) -> str:
-    """The language to read ``text`` in when none is asked for: Japanese for Japanese text (where the ``ja`` extra
-    is installed; else the file's, with a warning), else the file's (American English for a file that says its
-    voices are Japanese: the text is not)."""
-    from ggtts.text.japanese import is_japanese, japanese_installed
-
-    if not is_japanese(text):
-        return _not_japanese(configured)
-    if japanese_installed():
-        return JAPANESE[0]
-    log.warning("the text looks Japanese, but the Japanese frontend is not installed (pip install 'ggtts[ja]')")
-    return configured
 
 
 def _phoneme_input(phonemes: str, max_phonemes: int, vocab: frozenset[str]) -> Iterator[Chunk]:
@@ -270,7 +220,7 @@ class KokoroTTS(TTSModel):
         if self.phonemizer is _text_frontend:
             from ggtts.text import g2p
 
-            g2p.get_g2p(_english(_not_japanese(self.config.language))).load()
+            g2p.get_g2p(english(not_japanese(self.config.language))).load()
             self.synthesize_phonemes(WARM_UP_PHONEMES)
 
     # ---- inputs --------------------------------------------------------------------------------------------
@@ -370,6 +320,8 @@ class KokoroTTS(TTSModel):
         one's own does its own normalizing)."""
         if switches == NORMALIZE_ALL:
             return self.phonemizer(text, lang, limit, vocab)
+        if isinstance(self.phonemizer, TextAhead):  # the built-in frontend, begun in a child process
+            return self.phonemizer(text, lang, limit, vocab, switches)
         if self.phonemizer is not _text_frontend:
             raise InputError(
                 "normalization settings are for the built-in text frontend, and this model was given a phonemizer "

@@ -127,7 +127,7 @@ def kokoro_parity() -> list[StageResult]:
         raise GGTTSError(f"parity needs the upstream package '{e.name}' (pip install 'ggtts[reference]')") from None
     from ggtts.convert.kokoro_gguf import write_kokoro_gguf
     from ggtts.gguf import GGUFFile
-    from ggtts.models.kokoro import load_kokoro
+    from ggtts.models.kokoro.load import load_kokoro
 
     config = tiny_config()
     try:

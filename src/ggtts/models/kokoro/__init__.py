@@ -1,7 +1,2 @@
-"""Kokoro-82M: config, modules and GGUF loader."""
-
-from ggtts.models.kokoro.config import KokoroConfig
-from ggtts.models.kokoro.load import load_kokoro
-from ggtts.models.kokoro.model import KokoroModel, Prosody
-
-__all__ = ["KokoroConfig", "KokoroModel", "Prosody", "load_kokoro"]
+"""Kokoro-82M: config (:mod:`.config`, which imports no torch: ``ggtts speak`` reads it before torch is imported),
+modules (:mod:`.model`) and GGUF loader (:mod:`.load`)."""

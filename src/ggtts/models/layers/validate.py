@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
-
-import torch
+from typing import TYPE_CHECKING, TypeVar
 
 from ggtts.errors import GGUFError
 from ggtts.gguf.parse import shown
+
+if TYPE_CHECKING:  # a config's checks import no torch: `ggtts speak` reads one before torch is imported
+    import torch
 
 # Tensors up to this many elements (norms, biases, embeddings of positions, voicepacks) are checked for inf and
 # NaN at load; the large weight matrices are not scanned, so loading stays fast.
@@ -67,7 +68,7 @@ NORM_EPSILON = Bounds(0.0, 1.0, "a normalization epsilon")
 def check_finite(path: Path | str, name: str, tensor: torch.Tensor, *, label: str | None = None) -> None:
     """GGUFError when ``tensor`` (the file's tensor ``name``) holds inf or NaN; ``label`` names it for people
     (default: ``tensor 'name'``)."""
-    if not bool(torch.isfinite(tensor).all()):
+    if not bool(tensor.isfinite().all()):
         raise GGUFError(f"{path}: {label or f'tensor {shown(name)!r}'} holds non-finite values (inf or NaN)")
 
 
@@ -84,7 +85,7 @@ def non_finite_parameter(module: torch.nn.Module) -> str | None:
     wrong: to tell a damaged file from a bug.
     """
     for name, tensor in [*module.named_parameters(), *module.named_buffers()]:
-        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+        if tensor.is_floating_point() and not bool(tensor.isfinite().all()):
             return name
     return None
 
