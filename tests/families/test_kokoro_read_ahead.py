@@ -68,6 +68,10 @@ ahead = frontend.TextAhead(key)
 results["failed after one"] = [list(ahead(*key)) == list(real(*key)), ahead.taken]
 frontend.text_frontend = real
 ahead = frontend.TextAhead(key)
+ahead._receive.close()  # a parent that stops listening: the child ends quietly
+ahead._child.join()
+results["parent gone"] = ahead._child.exitcode
+ahead = frontend.TextAhead(key)
 other = ("Something else.", *key[1:])
 results["another text"] = [list(ahead(*other)) == list(real(*other)), ahead.taken]
 print(json.dumps(results))
@@ -106,6 +110,7 @@ def _python(code: str, *args: str) -> dict | list:
         [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=TIMEOUT_S, check=False
     )
     assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr  # no child said anything either
     result: dict | list = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
@@ -126,6 +131,7 @@ def test_the_child_reads_what_the_frontend_reads(tiny: Path) -> None:
     assert results == {
         "killed": [True, 0],  # all read here
         "failed after one": [True, 1],  # the first from the child, the rest read here, none twice
+        "parent gone": 0,
         "another text": [True, 0],
     }
 

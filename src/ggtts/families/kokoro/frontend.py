@@ -8,6 +8,7 @@ with two cores ``ggtts speak`` builds the English G2P (spaCy's tagger, misaki's 
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import multiprocessing
@@ -90,7 +91,8 @@ class TextAhead:
         self.key = key
         context = multiprocessing.get_context("fork")
         self._receive, send = context.Pipe(duplex=False)
-        self._child: Any = context.Process(target=_read, args=(send, key), name="ggtts-read-ahead", daemon=True)
+        args = (send, self._receive, key)
+        self._child: Any = context.Process(target=_read, args=args, name="ggtts-read-ahead", daemon=True)
         self._child.start()
         send.close()  # the child's end: ours is closed, so a child that dies unheard is an EOF, not a hang
         self.taken = 0  # chunks the child made that were used
@@ -128,18 +130,25 @@ def _message(receive: Connection) -> tuple[Any, ...]:
     return message
 
 
-def _read(send: Connection, key: Key) -> None:
-    """In the child: each chunk as it is made, then the end, or ``failed`` when anything fails."""
+def _read(send: Connection, receive: Connection, key: Key) -> None:
+    """In the child: each chunk as it is made, then the end, or ``failed`` when anything fails. ``receive``, the
+    parent's end, is closed here at once: once the parent's is closed too (it has gone), a send fails instead of
+    waiting for a reader that will never come."""
+    receive.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; a daemon child ends with it
     # The frontend needs no torch, but spaCy's thinc imports it where it can (1-2 s on 2 cores, the time saved)
     sys.modules["torch"] = None  # type: ignore[assignment]
+    last: tuple[str] = (_END,)
     try:
         for chunk in text_frontend(*key):
             send.send((_CHUNK, chunk))
-        send.send((_END,))
+    except OSError:  # the parent has gone, or stopped listening (or the frontend's own): nobody to tell
+        return
     except Exception:
-        send.send((_FAILED,))
-    send.close()
+        last = (_FAILED,)
+    with contextlib.suppress(OSError):
+        send.send(last)
+        send.close()
 
 
 def read_ahead(gguf: GGUFFile, text: str, options: Mapping[str, Any]) -> dict[str, Any]:
