@@ -67,13 +67,60 @@ frontend.text_frontend = failing_in_the_child
 ahead = frontend.TextAhead(key)
 results["failed after one"] = [list(ahead(*key)) == list(real(*key)), ahead.taken]
 frontend.text_frontend = real
+from ggtts.text.chunking import Chunk
+
+def large(*args):
+    for _ in range(8):
+        yield Chunk("x" * 100_000, "x")  # each more than a pipe holds
+
+frontend.text_frontend = large
 ahead = frontend.TextAhead(key)
-ahead._receive.close()  # a parent that stops listening: the child ends quietly
-ahead._child.join()
+ahead._receive.close()  # a parent that stops listening: the child ends, quietly
+ahead._child.join(60)  # a hang only: it ends at its first send
 results["parent gone"] = ahead._child.exitcode
+if ahead._child.exitcode is None:
+    ahead._child.kill()
+import time
+
+def slow_in_the_child(*args):
+    if os.getpid() != parent:
+        time.sleep(600)
+    yield from real(*args)
+
+frontend.text_frontend = slow_in_the_child
 ahead = frontend.TextAhead(key)
+child = ahead._child
 other = ("Something else.", *key[1:])
-results["another text"] = [list(ahead(*other)) == list(real(*other)), ahead.taken]
+results["another text"] = [list(ahead(*other)) == list(real(*other)), ahead.taken, child.is_alive()]
+frontend.text_frontend = real
+
+# a parent killed outright (SIGKILL: no exit handler runs) while its child reads a text that never ends
+import signal, subprocess
+code = (
+    "import time\nfrom ggtts.families.kokoro import frontend\n"
+    "frontend.text_frontend = lambda *a: iter([time.sleep(600)])\n"
+    "ahead = frontend.TextAhead(('x', 'a', 62, frozenset(), None))\n"
+    "print(ahead._child.pid, flush=True)\ntime.sleep(600)\n"
+)
+parent_process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+orphan = int(parent_process.stdout.readline())
+parent_process.kill()
+parent_process.wait()
+
+def gone(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")  # ended, not yet reaped
+    except FileNotFoundError:
+        return True
+
+for _ in range(600):  # a hang only: it ends with its parent
+    if gone(orphan):
+        break
+    time.sleep(0.1)
+results["orphan gone"] = gone(orphan)
+if not results["orphan gone"]:
+    os.kill(orphan, signal.SIGKILL)
 print(json.dumps(results))
 """
 
@@ -84,8 +131,8 @@ from ggtts.families.kokoro import frontend
 taken = []
 received = frontend.TextAhead._received
 
-def counted(self):
-    for chunk in received(self):
+def counted(self, child):
+    for chunk in received(self, child):
         taken.append(chunk.phonemes)
         yield chunk
 
@@ -132,7 +179,8 @@ def test_the_child_reads_what_the_frontend_reads(tiny: Path) -> None:
         "killed": [True, 0],  # all read here
         "failed after one": [True, 1],  # the first from the child, the rest read here, none twice
         "parent gone": 0,
-        "another text": [True, 0],
+        "another text": [True, 0, False],  # read here, the child stopped
+        "orphan gone": True,
     }
 
 

@@ -189,3 +189,22 @@ def test_damage_in_a_large_weight_is_named_when_speaking(kokoro: Path, weight: s
         dict(model.model.named_parameters())[weight].view(-1)[:50] = math.nan
     with pytest.raises(GGUFError, match=rf"{re.escape(str(kokoro))}: weight '{re.escape(weight)}' holds non-finite"):
         model.synthesize("ha ha", phonemes=True)
+
+
+def test_all_finite_reads_every_float_type_and_layout() -> None:
+    """numpy reads float32/float64 CPU tensors in place; other types (float16, bfloat16) go through torch."""
+    from ggtts.models.layers.validate import all_finite
+
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
+        clean = torch.arange(24, dtype=dtype).reshape(4, 6)
+        assert all_finite(clean) and all_finite(clean.t()) and all_finite(clean[:, ::2]) and all_finite(clean[:0])
+        for bad in (math.nan, math.inf, -math.inf):
+            damaged = clean.clone()
+            damaged[3, 5] = bad
+            assert not all_finite(damaged) and not all_finite(damaged.t()) and not all_finite(damaged[:, 1::2])
+            assert all_finite(damaged[:, ::2])  # the strided view leaves the bad value out
+    weight = torch.nn.Parameter(torch.ones(3))  # requires grad: read through a detached view
+    assert all_finite(weight)
+    with torch.no_grad():
+        weight[1] = math.nan
+    assert not all_finite(weight)

@@ -9,9 +9,11 @@ with two cores ``ggtts speak`` builds the English G2P (spaCy's tagger, misaki's 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import itertools
 import logging
 import multiprocessing
+import os
 import signal
 import sys
 import threading
@@ -65,18 +67,36 @@ def not_japanese(configured: str) -> str:
     return "a" if configured.strip().lower() in JAPANESE else configured
 
 
-def default_language(text: str, configured: str) -> str:
+def default_language(text: str, configured: str, *, warn: bool = True) -> str:
     """The language to read ``text`` in when none is asked for: Japanese for Japanese text (where the ``ja`` extra
-    is installed; else the file's, with a warning), else the file's (American English for a file that says its
-    voices are Japanese: the text is not)."""
+    is installed; else the file's, with a warning unless not ``warn``), else the file's (American English for a
+    file that says its voices are Japanese: the text is not)."""
     from ggtts.text.japanese import is_japanese, japanese_installed
 
     if not is_japanese(text):
         return not_japanese(configured)
     if japanese_installed():
         return JAPANESE[0]
-    log.warning("the text looks Japanese, but the Japanese frontend is not installed (pip install 'ggtts[ja]')")
+    if warn:
+        log.warning("the text looks Japanese, but the Japanese frontend is not installed (pip install 'ggtts[ja]')")
     return configured
+
+
+def text_key(
+    text: str,
+    lang: str | None,
+    configured: str,
+    limit: int,
+    vocab: frozenset[str],
+    normalization: Normalization | bool,
+    *,
+    warn: bool = True,
+) -> Key:
+    """The built-in phonemizer's arguments for ``text``: the call's ``lang`` (else the text's default for a file of
+    the ``configured`` language), the model's ``limit`` and ``vocab``, the normalization switches. The model and
+    :func:`read_ahead` both take them from here, so what is read ahead is what the model asks for."""
+    language = lang or default_language(text, configured, warn=warn)
+    return (text, language, limit, vocab, normalization_switches(normalization))
 
 
 class TextAhead:
@@ -84,39 +104,53 @@ class TextAhead:
 
     Given to the model as its phonemizer, it hands over the child's chunks as the child makes them when the model
     asks for that text with those arguments, once. Anything else is read by :func:`text_frontend` in this process,
-    as without it; so is the rest of the text where the child fails (errors are raised where they always are).
+    as without it (the child is stopped then); so is the rest of the text where the child fails (errors are raised
+    where they always are).
     """
 
     def __init__(self, key: Key) -> None:
         self.key = key
         context = multiprocessing.get_context("fork")
         self._receive, send = context.Pipe(duplex=False)
-        args = (send, self._receive, key)
+        args = (send, self._receive, key, os.getpid())
         self._child: Any = context.Process(target=_read, args=args, name="ggtts-read-ahead", daemon=True)
-        self._child.start()
+        # Ctrl-C is the parent's to handle: ignored from the fork on (not only once the child has set it up)
+        main = threading.current_thread() is threading.main_thread()
+        interrupt = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+        try:
+            self._child.start()
+        finally:
+            if main:
+                signal.signal(signal.SIGINT, interrupt)
         send.close()  # the child's end: ours is closed, so a child that dies unheard is an EOF, not a hang
         self.taken = 0  # chunks the child made that were used
 
     def __call__(
         self, text: str, lang: str, limit: int, vocab: frozenset[str], normalization: Normalization = NORMALIZE_ALL
     ) -> Iterable[Chunk]:
-        if self._child is None or (text, lang, limit, vocab, normalization) != self.key:
-            return text_frontend(text, lang, limit, vocab, normalization)
-        return self._received()
-
-    def _received(self) -> Iterator[Chunk]:
-        """The child's chunks as they come; where it fails, the rest read here. The child is gone after."""
         child, self._child = self._child, None
+        if child is not None and (text, lang, limit, vocab, normalization) == self.key:
+            return self._received(child)
+        if child is not None:  # not the text read ahead: its reading is of no use
+            log.debug("the model asked for another text than the one read ahead: read here")
+            self._stop(child)
+        return text_frontend(text, lang, limit, vocab, normalization)
+
+    def _received(self, child: Any) -> Iterator[Chunk]:
+        """The child's chunks as they come; where it fails, the rest read here. The child is gone after."""
         try:
             while (message := _message(self._receive))[0] == _CHUNK:
                 self.taken += 1
                 yield message[1]
         finally:  # also when the model stops asking (an error, a stream closed early): the child is stopped
-            self._receive.close()
-            child.terminate()
-            child.join()
+            self._stop(child)
         if message[0] == _FAILED:  # the text again, here: its errors come from where they always come
             yield from itertools.islice(text_frontend(*self.key), self.taken, None)
+
+    def _stop(self, child: Any) -> None:
+        self._receive.close()
+        child.terminate()
+        child.join()
 
 
 _CHUNK, _END, _FAILED = "chunk", "end", "failed"
@@ -130,12 +164,13 @@ def _message(receive: Connection) -> tuple[Any, ...]:
     return message
 
 
-def _read(send: Connection, receive: Connection, key: Key) -> None:
+def _read(send: Connection, receive: Connection, key: Key, parent: int) -> None:
     """In the child: each chunk as it is made, then the end, or ``failed`` when anything fails. ``receive``, the
     parent's end, is closed here at once: once the parent's is closed too (it has gone), a send fails instead of
-    waiting for a reader that will never come."""
+    waiting for a reader that will never come; and the child is ended with its parent however the parent ends."""
     receive.close()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; a daemon child ends with it
+    _end_with(parent)
     # The frontend needs no torch, but spaCy's thinc imports it where it can (1-2 s on 2 cores, the time saved)
     sys.modules["torch"] = None  # type: ignore[assignment]
     last: tuple[str] = (_END,)
@@ -145,10 +180,23 @@ def _read(send: Connection, receive: Connection, key: Key) -> None:
     except OSError:  # the parent has gone, or stopped listening (or the frontend's own): nobody to tell
         return
     except Exception:
+        log.debug("reading the text ahead failed; the model reads it itself", exc_info=True)
         last = (_FAILED,)
     with contextlib.suppress(OSError):
         send.send(last)
         send.close()
+
+
+def _end_with(parent: int) -> None:
+    """SIGTERM to this process when its parent ends (Linux's parent-death signal), even by SIGKILL: no orphan goes on
+    reading a long text for nobody. A parent that ended before the signal was set: this one ends now."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:
+        os._exit(0)
+
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def read_ahead(gguf: GGUFFile, text: str, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -164,8 +212,8 @@ def read_ahead(gguf: GGUFFile, text: str, options: Mapping[str, Any]) -> dict[st
         return {}
     if options.get("phonemes"):
         return {}
-    config = KokoroConfig.from_gguf(gguf)
+    c = KokoroConfig.from_gguf(gguf)
     text = check_text(text, FAMILY.capabilities.max_input_chars)
-    lang = options.get("lang") or default_language(text, config.language)
-    switches = normalization_switches(options.get("normalization", True))
-    return {"phonemizer": TextAhead((text, lang, config.max_phonemes, frozenset(config.vocab), switches))}
+    normalization = options.get("normalization", True)
+    key = text_key(text, options.get("lang"), c.language, c.max_phonemes, frozenset(c.vocab), normalization, warn=False)
+    return {"phonemizer": TextAhead(key)}

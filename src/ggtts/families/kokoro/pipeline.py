@@ -16,7 +16,7 @@ from ggtts.audio import Audio, WordTiming
 from ggtts.errors import GGTTSError, InputError
 from ggtts.families.base import NothingToSay, Request, TTSModel, VoiceMix
 from ggtts.families.kokoro import FAMILY, KokoroOptions
-from ggtts.families.kokoro.frontend import Phonemizer, TextAhead, default_language, english, not_japanese
+from ggtts.families.kokoro.frontend import Phonemizer, TextAhead, english, not_japanese, text_key
 from ggtts.families.kokoro.frontend import text_frontend as _text_frontend
 from ggtts.gguf import GGUFFile
 from ggtts.models.kokoro.config import KokoroConfig
@@ -281,7 +281,7 @@ class KokoroTTS(TTSModel):
         ``normalization``: which of the English normalizer's rules run (``False``: none), see :class:`Normalization`.
         """
         o = request.options
-        switches = normalization_switches(o.normalization)
+        normalization_switches(o.normalization)  # a bad value is an InputError for phoneme input too
         text, speed = request.text, request.speed
         pack = self._pack(request.voice)
         seed, lang, fast_start = o.seed, o.lang, o.fast_start
@@ -290,8 +290,8 @@ class KokoroTTS(TTSModel):
         if o.phonemes:
             chunks: Iterable[Chunk] = _phoneme_input(text, limit, vocab)
         else:
-            lang = lang or default_language(text, self.config.language)
-            chunks = map(_as_chunk, self._phonemize(text, lang, limit, vocab, switches))
+            key = text_key(text, lang, self.config.language, limit, vocab, o.normalization)
+            chunks = map(_as_chunk, self._phonemize(*key))
         chunks = _quick_start(chunks)
         if o.progress:
             from tqdm import tqdm
