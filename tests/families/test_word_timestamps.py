@@ -210,16 +210,24 @@ def test_merge_words_joins_continuations() -> None:
     assert merge_words([WordTiming("a", 0, 1, continues=True)]) == (WordTiming("a", 0, 1),)  # nothing to join
 
 
-def test_japanese_is_chosen_only_for_japanese_text(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_japanese_is_chosen_only_for_japanese_text(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     from ggtts.errors import InputError
-    from ggtts.families.kokoro import pipeline
+    from ggtts.families.kokoro import frontend, pipeline
     from ggtts.text import japanese
 
-    assert pipeline.default_language("今日は晴れです。", "a") == "j" or not japanese.japanese_installed()
-    assert pipeline.default_language("Hello there.", "a") == "a"
-    assert pipeline.default_language("Hello there.", "j") == "a"  # a file of Japanese voices, English text
+    assert frontend.default_language("今日は晴れです。", "a") == "j" or not japanese.japanese_installed()
+    assert frontend.default_language("Hello there.", "a") == "a"
+    assert frontend.default_language("Hello there.", "j") == "a"  # a file of Japanese voices, English text
     monkeypatch.setattr(japanese, "japanese_installed", lambda: False)
-    assert pipeline.default_language("今日は晴れです。", "a") == "a"  # without the extra: a warning, and English
+    with caplog.at_level("WARNING"):
+        assert frontend.default_language("今日は晴れです。", "a", warn=False) == "a"  # read_ahead's: said later
+        assert not caplog.records
+        assert frontend.default_language("今日は晴れです。", "a") == "a"  # without the extra: a warning, and English
+    assert [r.getMessage() for r in caplog.records] == [
+        "the text looks Japanese, but the Japanese frontend is not installed (pip install 'ggtts[ja]')"
+    ]
     with pytest.raises(InputError, match=r"Japanese \(lang 'j'\) is not installed here.*ggtts\[ja\]"):
         list(pipeline._text_frontend("今日は", "j", 62, frozenset("abc")))
 
