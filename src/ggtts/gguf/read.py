@@ -266,8 +266,12 @@ class GGUFFile:
             # and where it cannot give them (memory fragmented) each fault tries to compact first: Kokoro's 327 MB
             # took 0.43-0.84 s so on a 2-core machine, 0.25-0.31 s without (and torch's tensors never ask)
             copy = torch.empty(info.shape, dtype=torch.float32)
-            source = raw.view(np.dtype(_PLAIN_TYPES[info.type]).newbyteorder(self._order))
-            np.copyto(copy.numpy(), source.reshape(info.shape), casting="unsafe")
+            np.copyto(copy.numpy(), raw, casting="unsafe")
+        elif info.type == GGMLQuantizationType.BF16:  # the top half of each float32, as widen does it, in place
+            copy = torch.empty(info.shape, dtype=torch.float32)
+            bits = copy.numpy().view(np.uint32)
+            np.copyto(bits, raw.view(np.dtype(np.uint16).newbyteorder(self._order)).reshape(info.shape))
+            bits <<= 16
         else:  # block types: gguf's dequantization makes the array; copied again only where it is not one already
             array = widen(raw, info.type, self._order)
             copy = torch.from_numpy(np.require(array, np.float32, ["C", "W", "O"]).reshape(info.shape))
