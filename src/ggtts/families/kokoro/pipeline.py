@@ -24,7 +24,7 @@ from ggtts.models.kokoro.load import load_kokoro
 from ggtts.models.kokoro.model import KokoroModel
 from ggtts.models.layers.validate import damaged_weights_error
 from ggtts.text.chunking import Chunk, SpokenWord
-from ggtts.text.normalize import NORMALIZE_ALL, Normalization, normalization_switches
+from ggtts.text.normalize import NORMALIZE_ALL, Normalization
 
 log = logging.getLogger(__name__)
 
@@ -281,7 +281,6 @@ class KokoroTTS(TTSModel):
         ``normalization``: which of the English normalizer's rules run (``False``: none), see :class:`Normalization`.
         """
         o = request.options
-        normalization_switches(o.normalization)  # a bad value is an InputError for phoneme input too
         text, speed = request.text, request.speed
         pack = self._pack(request.voice)
         seed, lang, fast_start = o.seed, o.lang, o.fast_start
