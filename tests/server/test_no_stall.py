@@ -183,7 +183,7 @@ def test_retry_after_follows_the_running_request() -> None:
     worker.seconds_per_char = 0.05
     ticket = worker.admit(400)  # about 20 s of synthesis
     ticket.has_turn, ticket.started = True, time.monotonic() - 5.0
-    worker._running = ticket
+    worker._running = [ticket]
     with pytest.raises(ApiError) as refused:
         worker.admit(10)
     retry_after = int(refused.value.headers["Retry-After"])

@@ -22,11 +22,13 @@ from tone_model import ToneModel
 from ggtts.audio import Audio
 from ggtts.errors import GGTTSError, InputError
 from ggtts.families.base import VoiceMix
+from ggtts.runtime.cancel import check_cancelled
 from ggtts.server import model_names, parse_model_spec, speaking
 from ggtts.server.app import create_app
+from ggtts.server.errors import ApiError
 from ggtts.server.settings import ServerSettings
 from ggtts.server.streaming import drop_mp3_placeholder, mp3_frame_length, stream_encoder
-from ggtts.server.worker import Deadline, RequestTimeout
+from ggtts.server.worker import Deadline, RequestTimeout, Steps
 from time_limit import wait_for
 
 
@@ -251,6 +253,7 @@ class MeetingModel(ToneModel):
 
 
 BARRIER_S = 120.0  # only bounds a run where the requests do not meet
+CLOSED_S = 30.0  # only bounds a run where a stream is never closed
 
 
 @pytest.mark.parametrize("replicas", [2, 1])
@@ -268,6 +271,35 @@ def test_replicas_serve_requests_at_once(replicas: int) -> None:
         assert statuses == ([200, 200] if replicas == 2 else [500, 500])
         assert client.get("/health").json()["models"]["t"] == {"busy": False, "waiting": 0}
         assert [m["id"] for m in client.get("/v1/models").json()["data"]] == ["t"]
+
+
+class ParallelMeetingModel(MeetingModel):
+    """One model that decodes two streams at once (as OuteTTS with ``parallel=2``)."""
+
+    @property
+    def parallel_streams(self) -> int:
+        return 2
+
+
+def test_a_model_of_parallel_streams_serves_them_at_once() -> None:
+    """One model that decodes two streams together takes two requests at the same time (one that does not: the
+    replicas test's single copy, [500, 500]); a third finds the queue full."""
+    model = ParallelMeetingModel(threading.Barrier(2))
+    app = create_app({"t": model}, ServerSettings(max_queue=0))
+    with TestClient(app) as client:
+        with ThreadPoolExecutor(2) as pool:
+            statuses = list(pool.map(lambda w: client.post(SPEECH, json={"input": w}).status_code, ["a", "b"]))
+        assert statuses == [200, 200]
+        assert client.get("/health").json()["models"]["t"] == {"busy": False, "waiting": 0}
+    speaker = speaking.Speaker({"t": model}, ServerSettings(max_queue=0))
+    worker = speaker.workers["t"]
+    first, second = worker.admit(), worker.admit()
+    with pytest.raises(ApiError, match="busy") as busy:
+        worker.admit()
+    assert busy.value.status == 503 and worker.waiting == 0
+    for ticket in (first, second):
+        worker._done(ticket, None)
+    speaker.shutdown()
 
 
 def test_a_request_goes_to_the_least_loaded_copy() -> None:
@@ -342,3 +374,41 @@ def test_live_close_codes_say_what_happened() -> None:
     assert _close_code(ApiError(400, "bad", code="invalid_message")) == 1008
     assert _close_code(ApiError(503, "busy", code="queue_full")) == 1013  # try again later
     assert _close_code(ApiError(500, "failed", code="synthesis_failed")) == 1011
+
+
+def test_closing_a_stream_of_a_model_of_several_turns_waits_for_its_running_step(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With several turns a stream's cleanup runs on another thread of the model's pool than its step: it waits for
+    the step (which the cancelled token ends) and then closes the iterator, with nothing logged as failed (without
+    the wait: "generator already executing")."""
+    model = ParallelMeetingModel(threading.Barrier(1))
+    worker = speaking.Speaker({"t": model}, ServerSettings()).workers["t"]
+    started, finished = threading.Event(), threading.Event()
+
+    def waits_until_cancelled() -> Iterator[int]:
+        try:
+            started.set()
+            while True:
+                check_cancelled()
+                threading.Event().wait(0.01)
+                yield 0
+        finally:
+            finished.set()
+
+    async def scenario() -> None:
+        ticket = worker.admit()
+        await ticket.take_turn(Deadline(60))
+        steps = Steps(ticket, waits_until_cancelled, Deadline(60))
+        running = asyncio.ensure_future(steps.next())
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, CLOSED_S)
+        steps.close()
+        # (a bound for a broken build only: there the iterator is never closed)
+        await asyncio.get_running_loop().run_in_executor(None, finished.wait, CLOSED_S)
+        running.cancel()
+
+    with caplog.at_level("ERROR", logger="ggtts.server"):
+        asyncio.run(scenario())
+    assert finished.is_set()
+    assert not [r for r in caplog.records if "cleaning up" in r.getMessage()]
+    worker.shutdown()

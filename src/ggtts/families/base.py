@@ -295,6 +295,12 @@ class TTSModel(ABC):
         """Audio chunk by chunk; the request is checked before the first chunk is asked for."""
         return self.run(self.request(text, voice, speed, streaming=True, **options))
 
+    @property
+    def parallel_streams(self) -> int:
+        """How many utterances this model decodes at once when asked from several threads (1: one at a time; see
+        OuteTTS's ``parallel`` load option and :mod:`ggtts.runtime.lanes`)."""
+        return 1
+
     def run(self, request: Request[Any]) -> Iterator[Audio]:
         """The family's synthesis of a checked request: its audio, chunk by chunk (whole when not
         ``request.streaming``: one chunk or more, concatenated by :meth:`synthesize`)."""

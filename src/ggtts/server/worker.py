@@ -1,5 +1,7 @@
 """Turns on a model: one thread per model (per copy of it, with ``--replicas``), requests served one at a time in
-arrival order, a bounded queue.
+arrival order, a bounded queue. A model that decodes several streams together (OuteTTS's ``--parallel N``:
+:mod:`ggtts.runtime.lanes`) gives N turns at once, each on a thread of its own that only waits for its stream's
+audio (the model computes on its own loop's thread).
 
 torch inference is CPU-bound and a model may keep state between the steps of one utterance, so each model has
 a single worker thread and one request holds it from its first chunk to its last. The event loop only waits:
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -63,12 +66,13 @@ class ModelWorker:
         self.name = name
         self.model = model
         self.max_queue = max_queue
+        self.turns = getattr(model, "parallel_streams", 1)  # requests served at once
         self.executor = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix=f"ggtts-{name}", initializer=_torch_threads, initargs=(threads,)
+            max_workers=self.turns, thread_name_prefix=f"ggtts-{name}", initializer=_torch_threads, initargs=(threads,)
         )
-        self._turn = asyncio.Lock()
+        self._turn = asyncio.Semaphore(self.turns)
         self._admitted = 0
-        self._running: Ticket | None = None
+        self._running: list[Ticket] = []
         self.seconds_per_char = INITIAL_SECONDS_PER_CHAR
 
     @property
@@ -77,7 +81,7 @@ class ModelWorker:
 
     @property
     def waiting(self) -> int:
-        return max(0, self._admitted - 1)
+        return max(0, self._admitted - self.turns)
 
     @property
     def admitted(self) -> int:
@@ -87,16 +91,15 @@ class ModelWorker:
     def seconds_until_free(self) -> float:
         """When the running request should end (a place in the queue frees up then): its length times the
         measured seconds per character, less the time it has already run."""
-        running = self._running
-        if running is None:
+        if len(self._running) < self.turns:
             return 0.0
-        elapsed = time.monotonic() - running.started
-        return max(0.0, running.chars * self.seconds_per_char - elapsed)
+        now = time.monotonic()
+        return min(max(0.0, r.chars * self.seconds_per_char - (now - r.started)) for r in self._running)
 
     def admit(self, chars: int = 1) -> Ticket:
         """A place in this model's queue for ``chars`` characters of input, or 503 with Retry-After when the
         queue is full."""
-        if self._admitted >= 1 + self.max_queue:
+        if self._admitted >= self.turns + self.max_queue:
             retry_after = min(RETRY_AFTER_MAX_S, max(1, math.ceil(self.seconds_until_free())))
             raise ApiError(
                 503,
@@ -111,8 +114,8 @@ class ModelWorker:
     def _done(self, ticket: Ticket, duration_s: float | None) -> None:
         self._admitted -= 1
         if ticket.has_turn:
-            if self._running is ticket:
-                self._running = None
+            if ticket in self._running:
+                self._running.remove(ticket)
             self._turn.release()
         if duration_s is not None and ticket.finished:
             rate = duration_s / ticket.chars
@@ -145,7 +148,7 @@ class Ticket:
             raise
         self.has_turn = True
         self.started = time.monotonic()
-        self.worker._running = self
+        self.worker._running.append(self)
 
     def release(self, cleanup: Callable[[], None] | None = None) -> None:
         """Give the place back; ``cleanup`` runs on the model's thread first, after any step still running."""
@@ -222,9 +225,12 @@ class Steps(Generic[T]):
         self._iterator: Iterator[T] | None = None
         self.token = CancelToken()
         self.closed = False
+        # a step, and the cleanup that closes the iterator, one at a time: a model of several turns runs them on
+        # different threads of its pool, and a generator cannot be closed while another thread runs it
+        self._busy = threading.Lock()
 
     def _step(self) -> T | None:
-        with cancellable(self.token):
+        with self._busy, cancellable(self.token):
             if self._iterator is None:
                 self._iterator = self._factory()
             item = next(self._iterator, None)
@@ -245,9 +251,10 @@ class Steps(Generic[T]):
         self.token.cancel("the request was given up")
 
         def cleanup() -> None:
-            close = getattr(self._iterator, "close", None)
-            if close is not None:
-                close()
+            with self._busy:  # after the step still running, which the cancelled token ends within moments
+                close = getattr(self._iterator, "close", None)
+                if close is not None:
+                    close()
             if extra_cleanup is not None:
                 extra_cleanup()
 

@@ -109,6 +109,14 @@ class OuteTTSLoadOptions(LoadOptions):
         "a speaker profile (.json, OuteTTS's format) to speak with: added to the voices at load, as the default",
         flag="--speaker",
     )
+    parallel: int = option(
+        1,
+        "utterances decoded together (continuous batching): up to N streams asked at once, from the server's requests "
+        "or other threads, share each step of the language model (on the CPU one ggml graph reads each weight once "
+        "for all of them); 1: each utterance decodes alone, on its caller's thread",
+        flag="--parallel",
+        check=check_number("parallel", 1, whole=True),
+    )
     compile: bool = option(
         False,
         "on CUDA: compile the language model's decode step with torch.compile before it is captured as a CUDA graph "

@@ -37,7 +37,8 @@ from ggtts.models.qwen2.model import Qwen2Model
 from ggtts.models.qwen2.tokenizer import BPETokenizer
 from ggtts.models.wavtokenizer.config import DEFAULT_SAMPLE_RATE
 from ggtts.models.wavtokenizer.model import WavTokenizerDecoder
-from ggtts.runtime.frames import generate_tokens
+from ggtts.runtime.frames import TokenDecoder, decode_frames
+from ggtts.runtime.lanes import LaneLoop
 from ggtts.runtime.sampling import Sampler, SamplingParams
 from ggtts.runtime.streaming import WindowedDecoder
 
@@ -91,6 +92,7 @@ class OuteTTS(TTSModel):
         self.sample_rate = DEFAULT_SAMPLE_RATE  # the vocoder's, once one is attached
         self._speakers: dict[str, Speaker] = {default_speaker().name: default_speaker()}
         self.path = gguf.path
+        self.lanes: LaneLoop[Audio] | None = None  # utterances decoded together (the ``parallel`` load option)
 
     @classmethod
     def from_gguf(cls, gguf: GGUFFile, device: str = "cpu", **options: Any) -> OuteTTS:
@@ -103,6 +105,7 @@ class OuteTTS(TTSModel):
         speaker = options.pop("speaker", None)
         precision = check_precision(options.pop("precision", "float32"), device)
         compile_steps = bool(options.pop("compile", False))
+        parallel = int(options.pop("parallel", 1))
         if options:
             known = ", ".join(FAMILY.load_option_names())
             raise InputError(f"unknown option '{next(iter(options))}' for OuteTTS; known: {known}")
@@ -121,6 +124,8 @@ class OuteTTS(TTSModel):
             model.with_vocoder(vocoder)
         if speaker is not None:
             model.add_speaker(speaker, default=True)
+        if parallel > 1:
+            model.lanes = LaneLoop(lm, parallel, device=device)
         return model
 
     def with_vocoder(self, path: str | os.PathLike[str]) -> OuteTTS:
@@ -131,6 +136,10 @@ class OuteTTS(TTSModel):
         self.vocoder_path = Path(path)
         self.sample_rate = self.vocoder.cfg.sample_rate
         return self
+
+    @property
+    def parallel_streams(self) -> int:
+        return 1 if self.lanes is None else self.lanes.max_lanes
 
     # ---- voices --------------------------------------------------------------------------------------------
     @property
@@ -190,52 +199,26 @@ class OuteTTS(TTSModel):
         return self._codes(self.request(text, voice, streaming=True, **options))
 
     def _codes(self, request: Request[OuteTTSOptions]) -> Iterator[list[int]]:
-        o = request.options
-        speaker = self._speaker(request.voice)
-        version = OuteTTSVersion(o.version) if o.version else speaker.version or self.version
-        prompt, guide = self.prompt_tokens(request.text, speaker, version)
-        room = self.lm.cfg.context_length - len(prompt)
-        if room < 1:
-            raise InputError(f"the prompt is {len(prompt)} tokens; the model's context is {self.lm.cfg.context_length}")
-        max_new = min(o.max_new_tokens, room)
-        sampler = Sampler(_sampling(o), device=self.device)
-        cache = self.lm.new_cache(len(prompt) + max_new)
-        rewrite = self._guide(guide) if o.guide_tokens else None
-        return self._generated_codes(prompt, cache, sampler, max_new, rewrite, o.progress)
+        return self._utterance_codes(_Utterance(self, request, None))
 
-    def _generated_codes(
-        self, prompt: list[int], cache: Any, sampler: Sampler, max_new: int, rewrite: Any, progress: bool
-    ) -> Iterator[list[int]]:
-        n_vocab = self.vocoder.cfg.n_vocab if self.vocoder is not None else 1 << 31
-        dropped = 0
-        tokens = generate_tokens(
-            self.lm,
-            prompt,
-            cache,
-            sampler,
-            max_new_tokens=max_new,
-            stop_tokens=self.end_tokens,
-            rewrite=rewrite,
-            device=self.device,
-        )
+    @torch.inference_mode()
+    def _utterance_codes(self, utterance: _Utterance) -> Iterator[list[int]]:
         bar = None
-        if progress:
+        if utterance.options.progress:
             from tqdm import tqdm
 
-            bar = tqdm(total=max_new, desc="speaking", unit="token", leave=False)
+            bar = tqdm(total=utterance.max_new_tokens, desc="speaking", unit="token", leave=False)
         try:
-            for token in tokens:
+            for token in decode_frames(utterance.decoder, utterance.max_new_tokens):
                 if bar is not None:
                     bar.update()
-                codes, n_bad = self.codes.codes([token], n_vocab)
-                dropped += n_bad
+                codes = utterance.codes_of(token)
                 if codes:
                     yield codes
         finally:
             if bar is not None:
                 bar.close()
-        if dropped:
-            warnings.warn(f"dropped {dropped} generated code(s) outside the vocoder's 0..{n_vocab - 1}", stacklevel=2)
+        utterance.warn_dropped()
 
     def _require_vocoder(self, asked: str | None) -> WavTokenizerDecoder:
         if asked and (self.vocoder_path is None or Path(asked).resolve() != self.vocoder_path.resolve()):
@@ -252,36 +235,101 @@ class OuteTTS(TTSModel):
 
     def run(self, request: Request[OuteTTSOptions]) -> Iterator[Audio]:
         """Streaming: audio chunks while generating (windowed decoding; see :mod:`ggtts.runtime.streaming`).
-        Whole: every code generated, then all decoded at once (exactly hop samples per code)."""
-        o = request.options
-        vocoder = self._require_vocoder(o.vocoder)
-        silence = int(o.silence_start_s * self.sample_rate)
+        Whole: every code generated, then all decoded at once (exactly hop samples per code). With the ``parallel``
+        load option the utterance decodes in the model's lane loop (:mod:`ggtts.runtime.lanes`), beside the others
+        asked at the same time."""
+        vocoder = self._require_vocoder(request.options.vocoder)
+        if self.lanes is not None:
+            return self.lanes.run(lambda: _Utterance(self, request, vocoder))
         if not request.streaming:
-            return iter([self._whole(vocoder, self._codes(request), silence)])
-        windowed = WindowedDecoder(
-            lambda c: vocoder(c.to(self.device)).cpu(),
-            vocoder.cfg.hop_length,
-            chunk=o.chunk_codes,
-            left=o.left_context,
-            lookahead=o.lookahead,
-        )
-        return self._windowed(request, windowed, silence)
+            return iter(list(self._alone(_Utterance(self, request, vocoder))))
+        return self._streamed(request, vocoder)
 
-    def _whole(self, vocoder: WavTokenizerDecoder, codes: Iterator[list[int]], silence: int) -> Audio:
-        audio = decode_codes(vocoder, [c for chunk in codes for c in chunk])
-        audio[: min(silence, len(audio))] = 0.0
-        return Audio(audio, self.sample_rate)
-
-    @torch.inference_mode()
-    def _windowed(self, request: Request[OuteTTSOptions], windowed: WindowedDecoder, silence: int) -> Iterator[Audio]:
+    def _streamed(self, request: Request[OuteTTSOptions], vocoder: WavTokenizerDecoder) -> Iterator[Audio]:
         """The stream; its cache and prompt are made at the first chunk asked for, not before."""
-        for chunk in self._codes(request):
-            for piece in windowed.push(chunk):
-                silence, piece = _silence(piece, silence)
-                yield Audio(piece.numpy(), self.sample_rate)
-        for piece in windowed.flush():
-            silence, piece = _silence(piece, silence)
-            yield Audio(piece.numpy(), self.sample_rate)
+        yield from self._alone(_Utterance(self, request, vocoder))
+
+    def _alone(self, utterance: _Utterance) -> Iterator[Audio]:
+        for codes in self._utterance_codes(utterance):
+            yield from utterance.audio(codes)
+        yield from utterance.on_end()
+
+
+class _Utterance:
+    """One utterance: its prompt, cache, sampler and token loop (:class:`~ggtts.runtime.frames.TokenDecoder`), and its
+    audio: codes windowed into chunks as they come (streaming) or decoded at the end. Decoded alone
+    (:meth:`OuteTTS._alone`) or as a lane beside others (:class:`~ggtts.runtime.lanes.LaneLoop`)."""
+
+    def __init__(self, model: OuteTTS, request: Request[OuteTTSOptions], vocoder: WavTokenizerDecoder | None) -> None:
+        o = self.options = request.options
+        speaker = model._speaker(request.voice)
+        version = OuteTTSVersion(o.version) if o.version else speaker.version or model.version
+        prompt, guide = model.prompt_tokens(request.text, speaker, version)
+        room = model.lm.cfg.context_length - len(prompt)
+        if room < 1:
+            raise InputError(
+                f"the prompt is {len(prompt)} tokens; the model's context is {model.lm.cfg.context_length}"
+            )
+        self.max_new_tokens = max_new = min(o.max_new_tokens, room)
+        sampler = Sampler(_sampling(o), device=model.device)
+        cache = model.lm.new_cache(len(prompt) + max_new)
+        rewrite = model._guide(guide) if o.guide_tokens else None
+        self.decoder = TokenDecoder(model.lm, prompt, cache, sampler, stop_tokens=model.end_tokens, rewrite=rewrite,
+                                    device=model.device)  # fmt: skip
+        self.table = model.codes
+        self.n_vocab = vocoder.cfg.n_vocab if vocoder is not None else (
+            model.vocoder.cfg.n_vocab if model.vocoder is not None else 1 << 31)  # fmt: skip
+        self.dropped, self.warned = 0, False
+        self.vocoder, self.device, self.sample_rate = vocoder, model.device, model.sample_rate
+        self.silence = int(o.silence_start_s * self.sample_rate)
+        self.kept: list[int] = []  # the codes, when the audio is decoded at the end
+        self.windowed: WindowedDecoder | None = None
+        if request.streaming and vocoder is not None:
+            self.windowed = WindowedDecoder(
+                lambda c: vocoder(c.to(self.device)).cpu(),
+                vocoder.cfg.hop_length,
+                chunk=o.chunk_codes,
+                left=o.left_context,
+                lookahead=o.lookahead,
+            )
+
+    def codes_of(self, token: int) -> list[int]:
+        codes, n_bad = self.table.codes([token], self.n_vocab)
+        self.dropped += n_bad
+        return codes
+
+    def warn_dropped(self) -> None:
+        if self.dropped and not self.warned:
+            self.warned = True
+            warnings.warn(
+                f"dropped {self.dropped} generated code(s) outside the vocoder's 0..{self.n_vocab - 1}", stacklevel=3
+            )
+
+    def audio(self, codes: list[int]) -> list[Audio]:
+        """The audio that new codes complete (streaming: the chunks they finish; whole: none until the end)."""
+        if self.windowed is None:
+            self.kept += codes
+            return []
+        with torch.inference_mode():
+            return [self._chunk(piece) for piece in self.windowed.push(codes)]
+
+    def on_token(self, token: int) -> list[Audio]:
+        codes = self.codes_of(token)
+        return self.audio(codes) if codes else []
+
+    def on_end(self) -> list[Audio]:
+        self.warn_dropped()
+        if self.windowed is None:
+            assert self.vocoder is not None
+            audio = decode_codes(self.vocoder, self.kept)
+            audio[: min(self.silence, len(audio))] = 0.0
+            return [Audio(audio, self.sample_rate)]
+        with torch.inference_mode():
+            return [self._chunk(piece) for piece in self.windowed.flush()]
+
+    def _chunk(self, piece: torch.Tensor) -> Audio:
+        self.silence, piece = _silence(piece, self.silence)
+        return Audio(piece.numpy(), self.sample_rate)
 
 
 def _silence(piece: torch.Tensor, remaining: int) -> tuple[int, torch.Tensor]:

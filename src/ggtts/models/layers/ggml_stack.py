@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 KV_STEP = 256  # attention reads the cache up to the next multiple: a new decoding graph every 256 positions
 GRAPHS_KEPT = 4  # (a prompt's graph, the decoding graph of the current and the last length)
+COMBINED_GRAPHS_KEPT = 4  # more, for steps of several sequences at once (step_many)
 NODES_PER_LAYER = 56  # ops per layer with their views (about 40 with q/k norms and biases), rounded up
 NODES_PER_EXPERT_LAYER = 40  # more for a mixture of experts (about 25, and two per expert a row picks)
 PARAMS_PER_LAYER = 16  # float tensors a layer may hand ggml: 7 weights (float32 files), 3 biases, 4 norms
@@ -168,6 +169,7 @@ class StackGraph(GraphParams):
         self.blocks: list[Any] = list(blocks)  # Qwen2's blocks or Qwen3's (attention and ffn parts)
         self.output_norm, self.shape, self.keep = output_norm, shape, keep
         self._graphs: OrderedDict[tuple[Any, ...], _StepGraph] = OrderedDict()
+        self._combined: OrderedDict[tuple[Any, ...], _StepGraph] = OrderedDict()  # graphs of several sequences
         self._lock = threading.Lock()  # a step graph's input buffers are filled, then read: one step at a time
 
     @staticmethod
@@ -187,52 +189,96 @@ class StackGraph(GraphParams):
     def step(self, x: torch.Tensor, cache: KVCache, head: nn.Module, *, last_only: bool = False) -> StepOutput:
         """Input rows ``x (T, dim)`` at ``cache.length..`` (written there; the cache advances by T) -> the normed
         hidden states and ``head``'s logits of every row, or of the last with ``last_only``."""
-        if not self.takes(cache):
+        return self.step_many([StepPart(x, cache, last_only)], head)[0]
+
+    def _check(self, part: StepPart) -> None:
+        if not self.takes(part.cache):
             raise ValueError("ggml graphs take one sequence and a contiguous float32 or float16 CPU cache")
-        n = x.shape[0]
-        if n == 0:
+        if part.x.shape[0] == 0:
             raise ValueError("a step needs at least one row")
+        part.cache.check_fits(part.cache.length + part.x.shape[0])
+
+    def step_many(self, parts: Sequence[StepPart], head: nn.Module) -> list[StepOutput]:
+        """Several sequences' steps as one graph: each part's rows at its own cache's length (written there; each
+        cache advances by its rows), the linear layers over all rows at once, attention over each part's own
+        cache. The same maths as a :meth:`step` per part, in one pass over the weights."""
+        if not parts:
+            raise ValueError("a step needs at least one part")
+        if len({id(p.cache) for p in parts}) != len(parts):
+            raise ValueError("each part of a step needs a cache of its own")
+        for p in parts:
+            self._check(p)
         if not self.current():  # its graphs would read the old weights' memory
             raise ValueError(
                 "the model's weights were replaced out of place after its step graphs were built: load it again "
                 "(or with graph=False)"
             )
-        start = cache.length
-        end = start + n
-        cache.check_fits(end)
-        kv_len = min(-(-end // KV_STEP) * KV_STEP, cache.max_len)
+        shares = tuple(_Share.of(p) for p in parts)
+        caches = [p.cache for p in parts]
+        key = (tuple((tuple(c.k.shape), c.k.dtype) for c in caches), shares, id(head))
+        graphs, keep = (self._graphs, self.keep) if len(parts) == 1 else (self._combined, COMBINED_GRAPHS_KEPT)
         with self._lock:
-            out = self._graph(cache, n, kv_len, head, last_only).run(x, cache, start)
-        cache.advance(n)
-        return out
+            graph = ggml_kernels.cached(graphs, key, lambda: _StepGraph(self, caches, shares, head), keep)
+            outputs = graph.run([p.x for p in parts], caches)
+        for p in parts:
+            p.cache.advance(p.x.shape[0])
+        return outputs
 
-    def _graph(self, cache: KVCache, n: int, kv_len: int, head: nn.Module, last_only: bool) -> _StepGraph:
-        key = (tuple(cache.k.shape), cache.k.dtype, n, kv_len, id(head), last_only)
-        return ggml_kernels.cached(
-            self._graphs, key, lambda: _StepGraph(self, cache, n, kv_len, head, last_only), self.keep
-        )
+
+@dataclass(frozen=True)
+class StepPart:
+    """One sequence's share of a step: its input rows ``x (T, dim)``, its cache (the rows go at its length), and
+    whether only the last row's outputs are wanted."""
+
+    x: torch.Tensor
+    cache: KVCache
+    last_only: bool = False
+
+
+@dataclass(frozen=True)
+class _Share:
+    """What a step graph is built for, per sequence: its rows, the cache positions its attention reads (a multiple
+    of KV_STEP, or the whole cache), whether only its last row is output."""
+
+    n_tokens: int
+    kv_len: int
+    last_only: bool
+
+    @staticmethod
+    def of(part: StepPart) -> _Share:
+        cache, n = part.cache, part.x.shape[0]
+        end = cache.length + n
+        return _Share(n, min(-(-end // KV_STEP) * KV_STEP, cache.max_len), part.last_only)
+
+    @property
+    def n_out(self) -> int:
+        return 1 if self.last_only else self.n_tokens
 
 
 class CacheBound:
-    """What step graphs share: inputs in numpy buffers of theirs, and tensors on a KV cache's memory that each run
-    points at its own cache (``_on_cache_at``: each tensor, 0 on the keys or 1 on the values, its offset there)."""
+    """What step graphs share: inputs in numpy buffers of theirs, and tensors on KV caches' memory that each run
+    points at its own caches (``_on_cache_at``: each tensor, on which memory (2 i on the keys of the i-th cache,
+    2 i + 1 on its values), its offset there)."""
 
     lib: Any
     kv_len: int  # the cache positions attention reads (a multiple of KV_STEP, or the whole cache)
-    _at: tuple[int, int]  # the keys' and values' memory the graph's tensors are on now
+    _at: tuple[int, ...]  # the keys' and values' memory of each cache the graph's tensors are on now
     _on_cache_at: list[tuple[Any, int, int]]
 
-    def _store(self, ctx: Any, cache: torch.Tensor, new: Any, rows: Any, cache_type: int) -> tuple[Any, list[Any]]:
+    def _store(
+        self, ctx: Any, cache: torch.Tensor, new: Any, rows: Any, cache_type: int, kv_len: int | None = None
+    ) -> tuple[Any, list[Any]]:
         """Write ``new`` [D, T, H] into ``cache`` (H, max_len, D) (of ggml type ``cache_type``) at ``rows``; the
-        first kv_len positions, after. Also returns the tensors on the cache's memory (the whole layer first), which
-        each run points at its own cache (:meth:`_point_at`)."""
+        first ``kv_len`` positions (default: the graph's), after. Also returns the tensors on the cache's memory (the
+        whole layer first), which each run points at its own cache (:meth:`_point_at`)."""
         lib = self.lib
         n_heads, max_len, d = cache.shape
         whole = lib.ggml_new_tensor_3d(ctx, cache_type, d, max_len, n_heads)
         whole.contents.data = cache.data_ptr()  # the building cache's, until allocation has placed the views
         written = lib.ggml_set_rows(ctx, whole, new, rows)  # a view of whole
         nb = written.contents.nb
-        attended = lib.ggml_view_3d(ctx, written, d, self.kv_len, n_heads, nb[1], nb[2], 0)
+        attended = lib.ggml_view_3d(ctx, written, d, self.kv_len if kv_len is None else kv_len, n_heads, nb[1],
+                                    nb[2], 0)  # fmt: skip
         return attended, [whole, written, attended]
 
     def _input(self, tensor: Any, buffer: np.ndarray) -> Any:
@@ -240,9 +286,9 @@ class CacheBound:
         tensor.contents.data = buffer.ctypes.data
         return tensor
 
-    def _point_at(self, cache: KVCache) -> None:
-        """The graph's tensors on a cache, moved onto ``cache``'s memory (of the shape the graph was built for)."""
-        at = (cache.k.data_ptr(), cache.v.data_ptr())
+    def _point_at(self, *caches: KVCache) -> None:
+        """The graph's tensors on caches, moved onto ``caches``' memory (of the shapes the graph was built for)."""
+        at = tuple(ptr for cache in caches for ptr in (cache.k.data_ptr(), cache.v.data_ptr()))
         if at == self._at:
             return
         for tensor, kind, offset in self._on_cache_at:
@@ -251,35 +297,47 @@ class CacheBound:
 
 
 class _StepGraph(CacheBound):
-    """One step's graph: inputs live in numpy buffers ggml reads; intermediates in a ggml-allocated buffer."""
+    """One step's graph over one or more sequences, each on its own cache: inputs live in numpy buffers ggml reads;
+    intermediates in a ggml-allocated buffer. The linear layers run over every sequence's rows at once; each
+    sequence writes its keys and values into its own cache and attends over it alone."""
 
-    def __init__(
-        self, owner: StackGraph, cache: KVCache, n_tokens: int, kv_len: int, head: nn.Module, last_only: bool
-    ) -> None:
+    def __init__(self, owner: StackGraph, caches: Sequence[KVCache], shares: Sequence[_Share], head: nn.Module) -> None:
         lib, s = owner.lib, owner.shape
-        self.lib, self.n_tokens, self.kv_len = lib, n_tokens, kv_len
+        self.lib, self.shares = lib, tuple(shares)
+        self.n_tokens = n_tokens = sum(share.n_tokens for share in shares)
+        self.kv_len = max(share.kv_len for share in shares)
         self._head = head  # kept alive with the graph that reads its weight
-        self.cache_type = lib.GGML_TYPE_F16 if cache.k.dtype == torch.float16 else lib.GGML_TYPE_F32
-        n_nodes = 64 + sum(
-            NODES_PER_LAYER
+        self.cache_type = lib.GGML_TYPE_F16 if caches[0].k.dtype == torch.float16 else lib.GGML_TYPE_F32
+        if any(c.k.dtype != caches[0].k.dtype for c in caches):
+            raise ValueError("the caches of one step hold one type")
+        n_seq = len(shares)
+        n_nodes = 64 + 4 * n_seq + sum(
+            NODES_PER_LAYER + 12 * (n_seq - 1)
             + (NODES_PER_EXPERT_LAYER + 2 * b.ffn.n_used if hasattr(b, "ffn") and hasattr(b.ffn, "n_used") else 0)
             for b in owner.blocks
-        )
+        )  # fmt: skip
         ctx = ggml_kernels.new_context(
             self, (n_nodes + 16) * lib.ggml_tensor_overhead() + lib.ggml_graph_overhead_custom(n_nodes, False)
         )
 
-        # per layer, the ggml tensors on the keys' and the values' memory
-        self._on_cache: list[tuple[list[Any], list[Any]]] = []
+        # per layer and sequence, the ggml tensors on the keys' and the values' memory, and the sequence's index
+        self._on_cache: list[tuple[int, list[Any], list[Any]]] = []
         # inputs, in buffers of ours
         self.x_buf = np.zeros((n_tokens, s.dim), dtype=np.float32)
         self.pos_buf = np.zeros(n_tokens, dtype=np.int32)
-        self.rows_buf = np.zeros(n_tokens, dtype=np.int64)
-        self.mask_buf = np.zeros((n_tokens, kv_len), dtype=np.float16)
+        self.rows_bufs = [np.zeros(share.n_tokens, dtype=np.int64) for share in shares]
+        self.mask_bufs = [np.zeros((share.n_tokens, share.kv_len), dtype=np.float16) for share in shares]
         x = self._input(lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F32, s.dim, n_tokens), self.x_buf)
         pos = self._input(lib.ggml_new_tensor_1d(ctx, lib.GGML_TYPE_I32, n_tokens), self.pos_buf)
-        rows = self._input(lib.ggml_new_tensor_1d(ctx, lib.GGML_TYPE_I64, n_tokens), self.rows_buf)
-        mask = self._input(lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F16, kv_len, n_tokens), self.mask_buf)
+        rows = [
+            self._input(lib.ggml_new_tensor_1d(ctx, lib.GGML_TYPE_I64, share.n_tokens), buf)
+            for share, buf in zip(shares, self.rows_bufs, strict=True)
+        ]
+        masks = [
+            self._input(lib.ggml_new_tensor_2d(ctx, lib.GGML_TYPE_F16, share.kv_len, share.n_tokens), buf)
+            for share, buf in zip(shares, self.mask_bufs, strict=True)
+        ]
+        starts = np.cumsum([0] + [share.n_tokens for share in shares])  # each sequence's first row
 
         d, hq, hkv = s.head_dim, s.n_heads, s.n_kv_heads
         scale = 1.0 / math.sqrt(d)
@@ -301,6 +359,13 @@ class _StepGraph(CacheBound):
         def heads(module: nn.Module, h: Any, n_heads: int, head_norm: RMSNorm | None) -> Any:
             h = lib.ggml_reshape_3d(ctx, linear(module, h), d, n_heads, n_tokens)  # [D, H, T]
             return rope(h if head_norm is None else norm(head_norm, h))  # Qwen3 norms each head first
+
+        def rows_of(t: Any, i: int) -> Any:  # [D, H, T] -> the i-th sequence's tokens, permuted to [D, T_i, H]
+            if n_seq > 1:
+                nb = t.contents.nb
+                t = lib.ggml_view_3d(ctx, t, d, t.contents.ne[1], shares[i].n_tokens, nb[1], nb[2],
+                                     int(starts[i]) * nb[2])  # fmt: skip
+            return lib.ggml_permute(ctx, t, 0, 2, 1, 3)
 
         def swiglu(ffn: Any, h: Any, part: str = "") -> Any:  # ffn_down{part}(silu(ffn_gate{part}) * ffn_up{part})
             act = lib.ggml_swiglu_split(
@@ -340,21 +405,36 @@ class _StepGraph(CacheBound):
             q = heads(attn.attn_q, cur, hq, getattr(attn, "attn_q_norm", None))
             k = heads(attn.attn_k, cur, hkv, getattr(attn, "attn_k_norm", None))
             v = lib.ggml_reshape_3d(ctx, linear(attn.attn_v, cur), d, hkv, n_tokens)
-            k, v = (lib.ggml_permute(ctx, t, 0, 2, 1, 3) for t in (k, v))  # [D, T, Hkv]
-            keys, on_keys = self._store(ctx, cache.k[layer, 0], k, rows, self.cache_type)  # [D, kv_len, Hkv]
-            values, on_values = self._store(ctx, cache.v[layer, 0], v, rows, self.cache_type)
-            self._on_cache.append((on_keys, on_values))
-            q = lib.ggml_permute(ctx, q, 0, 2, 1, 3)  # [D, T, Hq]
-            att = lib.ggml_flash_attn_ext(ctx, q, keys, values, mask, scale, 0.0, 0.0)  # [D, Hq, T]
+            att = None
+            for i, (cache, share) in enumerate(zip(caches, shares, strict=True)):
+                # [D, kv_len, Hkv]
+                keys, on_keys = self._store(ctx, cache.k[layer, 0], rows_of(k, i), rows[i], self.cache_type,
+                                            share.kv_len)  # fmt: skip
+                values, on_values = self._store(ctx, cache.v[layer, 0], rows_of(v, i), rows[i], self.cache_type,
+                                                share.kv_len)  # fmt: skip
+                self._on_cache.append((i, on_keys, on_values))
+                out = lib.ggml_flash_attn_ext(ctx, rows_of(q, i), keys, values, masks[i], scale, 0.0, 0.0)
+                att = out if att is None else lib.ggml_concat(ctx, att, out, 2)  # [D, Hq, T]
             att = lib.ggml_reshape_2d(ctx, att, d * hq, n_tokens)
             h = lib.ggml_add(ctx, h, linear(attn.attn_output, att))
             cur = norm(blk.ffn_norm, h)
             h = lib.ggml_add(ctx, h, swiglu(ffn, cur) if hasattr(ffn, "ffn_down") else experts(ffn, cur))
         h = self.hidden = norm(owner.output_norm, h)  # [dim, T]
-        if last_only and n_tokens > 1:
-            row_bytes = h.contents.nb[1]
-            h = lib.ggml_view_2d(ctx, h, s.dim, 1, row_bytes, (n_tokens - 1) * row_bytes)
-        self.logits = lib.ggml_mul_mat(ctx, owner.weight(head), h)  # [V, T or 1]
+        self.n_hidden = n_tokens  # the rows of self.hidden; the outputs are its last n_out
+        self.n_out = sum(share.n_out for share in shares)
+        if self.n_out < n_tokens:
+            if n_seq == 1:  # the last row: a view
+                row_bytes = h.contents.nb[1]
+                h = lib.ggml_view_2d(ctx, h, s.dim, 1, row_bytes, (n_tokens - 1) * row_bytes)
+            else:  # each sequence's rows out: the last only, or all
+                self.out_buf = np.concatenate([
+                    np.arange(start + share.n_tokens - share.n_out, start + share.n_tokens, dtype=np.int32)
+                    for start, share in zip(starts, shares, strict=False)
+                ])  # fmt: skip
+                h = self.hidden = lib.ggml_get_rows(ctx, h, self._input(
+                    lib.ggml_new_tensor_1d(ctx, lib.GGML_TYPE_I32, self.n_out), self.out_buf))  # fmt: skip
+                self.n_hidden = self.n_out
+        self.logits = lib.ggml_mul_mat(ctx, owner.weight(head), h)  # [V, n_out]
         lib.ggml_set_output(self.hidden)
         lib.ggml_set_output(self.logits)
         self.graph = lib.ggml_new_graph_custom(ctx, n_nodes, False)
@@ -364,29 +444,38 @@ class _StepGraph(CacheBound):
         self._free_galloc = weakref.finalize(self, lib.ggml_gallocr_free, self._galloc)
         if not lib.ggml_gallocr_alloc_graph(self._galloc, self.graph):
             raise MemoryError("ggml could not allocate the step's intermediate tensors")
-        # where each tensor on the cache sits in the keys' or the values' memory (gallocr placed the views)
-        self._at = (cache.k.data_ptr(), cache.v.data_ptr())  # the cache the graph's tensors are on now
+        # where each tensor on a cache sits in its keys' or values' memory (gallocr placed the views)
+        self._at = tuple(ptr for c in caches for ptr in (c.k.data_ptr(), c.v.data_ptr()))
         self._on_cache_at = [
-            (t.contents, kind, t.contents.data - self._at[kind])
-            for layer in self._on_cache
-            for kind, part in enumerate(layer)
+            (t.contents, 2 * i + kind, t.contents.data - self._at[2 * i + kind])
+            for i, on_keys, on_values in self._on_cache
+            for kind, part in enumerate((on_keys, on_values))
             for t in part
         ]
-        self.n_out = 1 if last_only else n_tokens
         self.dim, self.n_vocab = s.dim, int(self.logits.contents.ne[0])
         self._plans: dict[int, Any] = {}
 
-    def run(self, x: torch.Tensor, cache: KVCache, start: int) -> StepOutput:
-        n = self.n_tokens
-        self._point_at(cache)
-        self.x_buf[:] = x.detach().to(torch.float32).numpy()
-        self.pos_buf[:] = np.arange(start, start + n, dtype=np.int32)
-        self.rows_buf[:] = self.pos_buf
-        visible = np.arange(self.kv_len)[None, :] <= self.pos_buf[:, None]  # causal: up to each token's position
-        self.mask_buf[:] = np.where(visible, 0.0, MASKED)
+    def run(self, xs: Sequence[torch.Tensor], caches: Sequence[KVCache]) -> list[StepOutput]:
+        """Each sequence's rows at its cache's length -> each one's outputs (the caches are not advanced here)."""
+        self._point_at(*caches)
+        row = 0
+        for x, cache, share, rows, mask in zip(xs, caches, self.shares, self.rows_bufs, self.mask_bufs, strict=True):
+            n = share.n_tokens
+            self.x_buf[row : row + n] = x.detach().to(torch.float32).numpy()
+            positions = np.arange(cache.length, cache.length + n, dtype=np.int32)
+            self.pos_buf[row : row + n] = positions
+            rows[:] = positions
+            visible = np.arange(share.kv_len)[None, :] <= positions[:, None]  # causal: up to each token's position
+            mask[:] = np.where(visible, 0.0, MASKED)
+            row += n
         ggml_kernels.compute(self.graph, self._plans, torch.get_num_threads())
-        hidden = read_floats(self.hidden, n * self.dim).reshape(n, self.dim)[n - self.n_out :]
-        return StepOutput(hidden, read_floats(self.logits, self.n_out * self.n_vocab).reshape(self.n_out, self.n_vocab))
+        hidden = read_floats(self.hidden, self.n_hidden * self.dim).reshape(self.n_hidden, self.dim)[-self.n_out :]
+        logits = read_floats(self.logits, self.n_out * self.n_vocab).reshape(self.n_out, self.n_vocab)
+        outputs, row = [], 0
+        for share in self.shares:
+            outputs.append(StepOutput(hidden[row : row + share.n_out], logits[row : row + share.n_out]))
+            row += share.n_out
+        return outputs
 
 
 def read_floats(tensor: Any, n: int) -> torch.Tensor:

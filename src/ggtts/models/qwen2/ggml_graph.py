@@ -8,11 +8,12 @@ where the file has no ``output``) as one graph on the caller's cache.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
 
-from ggtts.models.layers.ggml_stack import KV_STEP, StackGraph, StackShape
+from ggtts.models.layers.ggml_stack import KV_STEP, StackGraph, StackShape, StepPart
 
 if TYPE_CHECKING:
     from ggtts.models.layers.kv_cache import KVCache
@@ -38,5 +39,16 @@ class Qwen2Graph(StackGraph):
             raise ValueError("ggml graphs take one sequence and a contiguous float32 or float16 CPU cache")
         with torch.inference_mode():
             embeddings = self.model.token_embd(tokens[0])  # (T, dim)
-        head = self.model.output if self.model.output is not None else self.model.token_embd
-        return self.step(embeddings, cache, head, last_only=last_only).logits.unsqueeze(0)
+        return self.step(embeddings, cache, self._head(), last_only=last_only).logits.unsqueeze(0)
+
+    def forward_many(
+        self, tokens: Sequence[torch.Tensor], caches: Sequence[KVCache], *, last_only: bool = False
+    ) -> list[torch.Tensor]:
+        """Several sequences' tokens ``(1, T_i)``, each at its cache's length, as one graph -> each one's logits
+        ``(1, T_i or 1, V)``."""
+        with torch.inference_mode():
+            parts = [StepPart(self.model.token_embd(t[0]), c, last_only) for t, c in zip(tokens, caches, strict=True)]
+        return [out.logits.unsqueeze(0) for out in self.step_many(parts, self._head())]
+
+    def _head(self) -> torch.nn.Module:
+        return self.model.output if self.model.output is not None else self.model.token_embd

@@ -9,6 +9,7 @@ has no ``output`` tensor. State lives in a :class:`~ggtts.models.layers.kv_cache
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -169,6 +170,19 @@ class Qwen2Model(nn.Module):
         if isinstance(self.token_embd, StoredEmbedding | DeviceStoredEmbedding):  # tied to a stored table: as stored
             return self.token_embd.as_linear()(h)
         return F.linear(h, self.token_embd.weight)
+
+    def forward_many(
+        self, tokens: Sequence[torch.Tensor], caches: Sequence[KVCache], *, last_only: bool = False
+    ) -> list[torch.Tensor]:
+        """Several sequences' steps: tokens ``(1, T_i)`` at each cache's length -> each one's logits, as
+        :meth:`forward` gives them. Where ggml runs the steps they are one graph (each weight read once for every
+        sequence's rows: :meth:`~ggtts.models.layers.ggml_stack.StackGraph.step_many`); elsewhere one step each."""
+        if len(tokens) != len(caches):
+            raise ValueError(f"{len(tokens)} token rows for {len(caches)} caches")
+        graph, pairs = self.graph, list(zip(tokens, caches, strict=True))
+        if graph is None or len(pairs) == 1 or not all(graph.takes(c, rows=t.shape[0]) for t, c in pairs):
+            return [self(t, c, last_only=last_only) for t, c in zip(tokens, caches, strict=True)]
+        return graph.forward_many(tokens, caches, last_only=last_only)
 
     def forward(self, tokens: torch.Tensor, cache: KVCache, *, last_only: bool = False) -> torch.Tensor:
         """Tokens ``(B, T)`` at ``cache.length..`` -> logits ``(B, T, V)`` (``(B, 1, V)`` with last_only).

@@ -1,0 +1,291 @@
+"""Continuous batching: several utterances of one decoder-only language model decoded together, one token each per
+step, on one thread.
+
+Each utterance is a *lane*: its own prompt, cache, sampler and budget (a :class:`~ggtts.runtime.frames.TokenDecoder`).
+A step puts every lane's pending input (its prompt when it has just joined, else the token it drew last) through the
+model in one call (``forward_many``: on the CPU one ggml graph whose linear layers read each weight once for all the
+lanes' rows, :meth:`~ggtts.models.layers.ggml_stack.StackGraph.step_many`), then each lane draws from its own logits
+with its own sampler. Lanes join and leave between steps, as llama.cpp's server does with its slots, so that N
+streams cost less than N times one.
+
+:class:`TokenLanes` is the step; :class:`LaneLoop` runs it on a thread of its own for callers on other threads (the
+server's requests): each caller hands it the work of one utterance and reads that utterance's audio as it is made.
+All of the model's computing happens on the loop's thread: OpenMP (torch's and ggml's thread pools) makes one team
+of threads per calling thread, and once it manages more threads than there are cores it stops letting them spin
+between parallel regions; a ggml step graph, which waits at a barrier after each of its several hundred operations,
+then ran 35-50 % slower (measured on 2 cores; see docs/server.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+import torch
+
+from ggtts.runtime.cancel import check_cancelled
+from ggtts.runtime.frames import TokenDecoder
+from ggtts.runtime.kv_cache import KVCache
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+# prompt tokens a lane runs per step: for OuteTTS's 0.5B Qwen2 at Q8_0 on 2 cores, about as long as five or six
+# decoding steps (docs/benchmarks.md's prefill and decode rates)
+PREFILL_CHUNK = 32
+POLL_S = 0.05  # how often a caller waiting for its lane's output looks whether its request was given up
+log = logging.getLogger("ggtts.lanes")
+
+
+class ManyTokenModel(Protocol):
+    """A decoder-only model that steps several sequences in one call (tokens ``(1, T_i)`` at each cache's length ->
+    each one's logits ``(1, T_i or 1, V)``)."""
+
+    def forward_many(
+        self, tokens: Sequence[torch.Tensor], caches: Sequence[KVCache], *, last_only: bool = ...
+    ) -> list[torch.Tensor]: ...
+
+
+@dataclass(eq=False)
+class Lane:
+    """One utterance in a :class:`TokenLanes`: its decoder, its budget of new tokens, what it feeds next."""
+
+    decoder: TokenDecoder
+    max_new_tokens: int
+    pending: list[int] = field(default_factory=list)  # input still to run: the prompt, then each token drawn
+    drawn: int = 0
+    fresh: bool = False  # its decoder holds the logits after all of its input: it draws at this step
+    done: bool = False  # it drew a stop token or its last allowed one (which is never fed back)
+
+
+class TokenLanes:
+    """The lanes of one model decoded together (see the module's notes); used from one thread. Prompts run at most
+    ``prefill_chunk`` tokens a step between them, first come first served: a lane joining with a long prompt holds
+    the others' next tokens back by a chunk's time, not by its whole prompt's (llama.cpp's server splits its batches
+    likewise), and of several joining at once the first starts speaking first."""
+
+    def __init__(
+        self, model: ManyTokenModel, device: str | torch.device = "cpu", prefill_chunk: int = PREFILL_CHUNK
+    ) -> None:
+        if prefill_chunk < 1:
+            raise ValueError("a prefill chunk is at least one token")
+        self.model, self.device, self.prefill_chunk = model, device, prefill_chunk
+        self.lanes: list[Lane] = []
+
+    def add(self, decoder: TokenDecoder, max_new_tokens: int) -> Lane:
+        """A new lane; its prompt runs with the next step. A budget below 1 gives a lane that is already done."""
+        lane = Lane(decoder, max_new_tokens, pending=list(decoder.prompt), done=max_new_tokens < 1)
+        if not lane.done:
+            needed = decoder.cache.length + len(decoder.prompt) + max_new_tokens - 1
+            decoder.cache.check_fits(needed)
+            self.lanes.append(lane)
+        return lane
+
+    def remove(self, lane: Lane) -> None:
+        if lane in self.lanes:
+            self.lanes.remove(lane)
+
+    @torch.inference_mode()
+    def step(self) -> list[tuple[Lane, int]]:
+        """One step of every lane: their inputs (a prompt's next chunk, or the last token drawn) through the model in
+        one call, then the draw of each lane whose input is all in. Returns those lanes' new tokens; a lane that
+        ended (``done``) has left."""
+        feeding, inputs, budget = [], [], self.prefill_chunk
+        for lane in self.lanes:  # in the order they joined: prompts take the step's budget first come, first served
+            if not lane.pending:
+                continue
+            take = len(lane.pending) if lane.drawn else min(budget, len(lane.pending))
+            if lane.drawn == 0:
+                budget -= take
+            if take:
+                feeding.append(lane)
+                inputs.append(lane.pending[:take])
+        if feeding:
+            tokens = [torch.tensor([chunk], dtype=torch.long, device=self.device) for chunk in inputs]
+            logits = self.model.forward_many(tokens, [lane.decoder.cache for lane in feeding], last_only=True)
+            for lane, chunk, lane_logits in zip(feeding, inputs, logits, strict=True):
+                lane.pending = lane.pending[len(chunk) :]
+                if not lane.pending:
+                    lane.decoder.logits = lane_logits[0, -1]
+                    lane.fresh = True
+        drawn = []
+        for lane in [lane for lane in self.lanes if lane.fresh]:
+            lane.fresh = False
+            token = lane.decoder.draw(lane.drawn)
+            lane.drawn += 1
+            drawn.append((lane, token))
+            if lane.decoder.is_last(token) or lane.drawn >= lane.max_new_tokens:
+                lane.done = True
+                self.lanes.remove(lane)
+            else:
+                lane.pending = [token]
+        return drawn
+
+
+class LaneWork(Protocol[T_co]):
+    """One utterance as a :class:`LaneLoop` runs it (built on the loop's thread): its decoder and budget, and what
+    each new token and the end give its caller."""
+
+    decoder: TokenDecoder
+    max_new_tokens: int
+
+    def on_token(self, token: int) -> Sequence[T_co]: ...
+
+    def on_end(self) -> Sequence[T_co]: ...
+
+
+_END = object()
+
+
+class _Job(Generic[T]):
+    def __init__(self, make: Callable[[], LaneWork[T]]) -> None:
+        self.make = make
+        self.out: queue.SimpleQueue[Any] = queue.SimpleQueue()  # items, then _END, or an exception
+        self.given_up = False
+        self.work: LaneWork[T] | None = None
+        self.lane: Lane | None = None
+
+
+class LaneLoop(Generic[T]):
+    """A thread that decodes up to ``max_lanes`` utterances of ``model`` together (:class:`TokenLanes`); callers on
+    any thread hand it an utterance with :meth:`run` and read its outputs as they come. More callers than lanes wait
+    for a lane to free. ``threads``: torch's threads on the loop's thread (default: those of the thread that first
+    calls :meth:`run`, e.g. a server's model thread)."""
+
+    def __init__(
+        self, model: ManyTokenModel, max_lanes: int, threads: int | None = None, device: str | torch.device = "cpu"
+    ) -> None:
+        if max_lanes < 1:
+            raise ValueError("a lane loop needs at least one lane")
+        self.lanes = TokenLanes(model, device)
+        self.max_lanes, self.threads = max_lanes, threads
+        self._cond = threading.Condition()
+        self._waiting: list[_Job[T]] = []
+        self._jobs: list[_Job[T]] = []  # those with a lane
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.steps = 0  # steps run
+        self.most_lanes = 0  # the most lanes one step has run
+
+    def run(self, make: Callable[[], LaneWork[T]]) -> Iterator[T]:
+        """The outputs of one utterance (``make`` builds its work on the loop's thread), as the loop makes them. A
+        request given up while waiting (:func:`~ggtts.runtime.cancel.check_cancelled`), or the iterator closed,
+        takes the utterance out of the loop at its next step."""
+        job: _Job[T] = _Job(make)
+        with self._cond:
+            if self._closed:
+                raise RuntimeError("the lane loop is closed")
+            self._waiting.append(job)
+            if self._thread is None:
+                if self.threads is None:
+                    self.threads = torch.get_num_threads()
+                self._thread = threading.Thread(target=self._loop, name="ggtts-lanes", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+        return self._outputs(job)
+
+    def _outputs(self, job: _Job[T]) -> Iterator[T]:
+        try:
+            while True:
+                try:
+                    item = job.out.get(timeout=POLL_S)
+                except queue.Empty:
+                    check_cancelled()
+                    continue
+                if item is _END:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            with self._cond:
+                job.given_up = True  # (after its end, nothing)
+                self._cond.notify()
+
+    def close(self) -> None:
+        """No more utterances; the loop's thread ends once those it has are done (its OpenMP team with it)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def _loop(self) -> None:
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)
+        while True:
+            with self._cond:
+                while not self._ready():
+                    if self._closed:
+                        return
+                    self._cond.wait()
+                self._admit()
+            self._step()
+
+    def _ready(self) -> bool:
+        return bool(self._jobs) or any(not j.given_up for j in self._waiting)
+
+    def _admit(self) -> None:
+        """(Holding the lock.) Lanes given up leave; waiting utterances take the free lanes, in arrival order."""
+        for job in [j for j in self._jobs if j.given_up]:
+            self._drop(job)
+        self._waiting = [j for j in self._waiting if not j.given_up]
+        while self._waiting and len(self._jobs) < self.max_lanes:
+            job = self._waiting.pop(0)
+            try:
+                with torch.inference_mode():
+                    job.work = work = job.make()
+                job.lane = self.lanes.add(work.decoder, work.max_new_tokens)
+                self._jobs.append(job)
+                if job.lane.done:  # nothing to decode
+                    self._finish(job)
+            except Exception as e:  # its own mistake (text, voice, options): its caller hears of it, alone
+                job.out.put(e)
+
+    def _drop(self, job: _Job[T]) -> None:
+        if job.lane is not None:
+            self.lanes.remove(job.lane)
+        if job in self._jobs:
+            self._jobs.remove(job)
+
+    def _finish(self, job: _Job[T]) -> None:
+        assert job.work is not None
+        for item in job.work.on_end():
+            job.out.put(item)
+        job.out.put(_END)
+        self._drop(job)
+
+    def _step(self) -> None:
+        jobs = {id(j.lane): j for j in self._jobs}
+        if not self.lanes.lanes:
+            return
+        n = len(self.lanes.lanes)
+        try:
+            drawn = self.lanes.step()
+        except Exception as e:  # the shared step failed: every lane in it fails with it
+            log.exception("a step of %d lanes failed", n)
+            with self._cond:
+                for job in list(self._jobs):
+                    job.out.put(e)
+                    self._drop(job)
+            return
+        self.steps += 1
+        self.most_lanes = max(self.most_lanes, n)
+        for lane, token in drawn:
+            job = jobs[id(lane)]
+            assert job.work is not None
+            try:
+                with torch.inference_mode():
+                    for item in job.work.on_token(token):
+                        job.out.put(item)
+                    if lane.done:
+                        with self._cond:
+                            self._finish(job)
+            except Exception as e:
+                job.out.put(e)
+                with self._cond:
+                    self._drop(job)

@@ -1,0 +1,330 @@
+"""Continuous batching: several sequences in one ggml step graph, lanes of token loops stepped together, and OuteTTS's
+``parallel`` load option; each checked against the same work done one sequence at a time."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _tiny_outetts import build_qwen2_checkpoint, build_wavtokenizer_ckpt
+
+import ggtts
+from ggtts.convert.outetts_hf import convert_outetts_hf
+from ggtts.convert.wavtokenizer_ckpt import convert_wavtokenizer_ckpt
+from ggtts.errors import InputError
+from ggtts.families.outetts.pipeline import OuteTTS
+from ggtts.families.outetts.prompt import default_speaker
+from ggtts.gguf import GGUFFile
+from ggtts.models.layers.ggml_stack import StepPart
+from ggtts.models.layers.kv_cache import KVCacheFullError
+from ggtts.models.qwen2.model import Qwen2Model
+from ggtts.runtime.frames import TokenDecoder, generate_tokens
+from ggtts.runtime.lanes import PREFILL_CHUNK, LaneLoop, TokenLanes
+from ggtts.runtime.sampling import Sampler, SamplingParams
+
+TINY_SPEAKER = Path(__file__).parent / "data" / "tiny_speaker.json"
+OPTS: dict[str, Any] = {"top_k": 0, "temperature": 1.0, "max_new_tokens": 60, "silence_start_s": 0.0}
+TEXTS = ("Hello world, 42 times.", "one two", "the overall package is pretty remarkable")
+# logits of a sequence stepped beside others against stepped alone (float32 activations; ggml's kernels per row):
+# measured 0 for both files on AVX2 and the tolerance leaves room for a CPU whose kernels tile rows otherwise; a
+# sequence attending over another's cache, or given another's positions, is off by 1e-1 and more
+LOGITS_ATOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    d = tmp_path_factory.mktemp("oute-parallel")
+    hf = build_qwen2_checkpoint(d / "hf")
+    out = {t: convert_outetts_hf(hf, d / t / "outetts-tiny.gguf", t) for t in ("q8_0", "f32")}
+    convert_wavtokenizer_ckpt(build_wavtokenizer_ckpt(d / "w.ckpt"), d / "q8_0" / "wavtok-tiny.gguf", "f16")
+    return out
+
+
+def _lm(path: Path) -> Qwen2Model:
+    lm = Qwen2Model.from_gguf(GGUFFile(path))
+    assert lm.graph is not None  # the steps run as ggml graphs
+    return lm
+
+
+def _prompts(lm: Qwen2Model) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return [torch.randint(0, lm.cfg.n_vocab, (1, n), generator=g) for n in (5, 9, 300)]
+
+
+@pytest.mark.parametrize("file_type", ["q8_0", "f32"])
+def test_one_step_of_several_sequences_gives_each_its_own_logits(files: dict[str, Path], file_type: str) -> None:
+    lm = _lm(files[file_type])
+    prompts = _prompts(lm)
+    head = lm.token_embd
+    next_tokens = [torch.tensor([[7]]), torch.tensor([[11]]), torch.tensor([[13]])]
+    # alone: each prompt, then one token, on caches of different sizes
+    alone_caches = [lm.new_cache(n) for n in (40, 300, 600)]
+    alone = []
+    for p, t, c in zip(prompts, next_tokens, alone_caches, strict=True):
+        first = lm(p, c)  # every row's logits
+        alone.append((first, lm(t, c, last_only=True)))
+    # together: the first two prompts in one step (all rows), the third prompt with the others' next tokens
+    caches = [lm.new_cache(n) for n in (40, 300, 600)]
+    embed = lm.token_embd
+    with torch.inference_mode():
+        a, b = lm.graph.step_many([StepPart(embed(p[0]), c) for p, c in zip(prompts[:2], caches, strict=False)], head)
+        rest = lm.graph.step_many(
+            [StepPart(embed(prompts[2][0]), caches[2])]
+            + [StepPart(embed(t[0]), c, last_only=True) for t, c in zip(next_tokens[:2], caches, strict=False)],
+            head,
+        )
+        c_first, a_next, b_next = rest
+        c_next = lm.forward_many([next_tokens[2]], [caches[2]], last_only=True)[0]
+    together = [(a.logits, a_next.logits), (b.logits, b_next.logits), (c_first.logits, c_next[0])]
+    for (first, then), (got_first, got_then) in zip(alone, together, strict=True):
+        torch.testing.assert_close(got_first, first[0], atol=LOGITS_ATOL, rtol=0)
+        torch.testing.assert_close(got_then, then[0], atol=LOGITS_ATOL, rtol=0)
+    assert [c.length for c in caches] == [c.length for c in alone_caches] == [6, 10, 301]
+    for mine, theirs in zip(caches, alone_caches, strict=True):  # each cache holds its own sequence's keys/values
+        n = theirs.length
+        torch.testing.assert_close(mine.k[..., :n, :], theirs.k[..., :n, :], atol=1e-5, rtol=0)
+        torch.testing.assert_close(mine.v[..., :n, :], theirs.v[..., :n, :], atol=1e-5, rtol=0)
+
+
+def test_a_step_of_several_sequences_refuses_what_it_cannot_do(files: dict[str, Path]) -> None:
+    lm = _lm(files["q8_0"])
+    head, x = lm.token_embd, lm.token_embd(torch.tensor([3]))
+    cache, full = lm.new_cache(8), lm.new_cache(1)
+    lm(torch.tensor([[1]]), full)
+    with pytest.raises(ValueError, match="a cache of its own"):
+        lm.graph.step_many([StepPart(x, cache), StepPart(x, cache)], head)
+    with pytest.raises(KVCacheFullError):
+        lm.graph.step_many([StepPart(x, cache), StepPart(x, full)], head)
+    with pytest.raises(ValueError, match="at least one part"):
+        lm.graph.step_many([], head)
+    assert (cache.length, full.length) == (0, 1)  # nothing written or advanced
+    with pytest.raises(ValueError, match="token rows for"):
+        lm.forward_many([torch.tensor([[1]])], [cache, full])
+
+
+def _decoder(lm: Qwen2Model, prompt: list[int], seed: int, max_new: int) -> TokenDecoder:
+    sampler = Sampler(SamplingParams(temperature=1.0, top_k=0, seed=seed))
+    return TokenDecoder(lm, prompt, lm.new_cache(len(prompt) + max_new), sampler)
+
+
+@pytest.mark.parametrize("prefill_chunk", [PREFILL_CHUNK, 4])
+def test_lanes_step_each_utterance_as_it_steps_alone(files: dict[str, Path], prefill_chunk: int) -> None:
+    """Each lane's logits at each draw are those its utterance has alone after the same tokens (teacher-forced:
+    the prompt whole, then each token the lane drew), whether its prompt runs whole or in chunks beside the others'
+    steps, with a lane joining late and lanes ending at different times. (A float32 file: a prompt cut into chunks
+    is other arithmetic, and Q8_0's rounding of activations would turn its last-bit differences into larger ones.)"""
+    lm = _lm(files["f32"])
+    prompts = [[int(t) for t in p[0, :n]] for p, n in zip(_prompts(lm), (5, 9, 30), strict=True)]
+    budgets, seeds = (25, 40, 12), (1, 2, 3)
+    lanes = TokenLanes(lm, prefill_chunk=prefill_chunk)
+    seen: dict[int, list[torch.Tensor]] = {0: [], 1: [], 2: []}
+    drawn: dict[int, list[int]] = {0: [], 1: [], 2: []}
+    which: dict[int, int] = {}
+
+    def join(i: int) -> None:
+        decoder = _decoder(lm, prompts[i], seeds[i], budgets[i])
+        draw = decoder.draw
+
+        def recorded(step: int) -> int:  # the logits each draw reads
+            assert decoder.logits is not None
+            seen[i].append(decoder.logits.clone())
+            return draw(step)
+
+        decoder.draw = recorded  # type: ignore[method-assign]
+        which[id(lanes.add(decoder, budgets[i]))] = i
+
+    join(0)
+    join(1)
+    most = 0
+    for step in range(80):
+        if step == 3:  # the third joins while the others decode
+            join(2)
+        most = max(most, len(lanes.lanes))
+        for lane, token in lanes.step():
+            drawn[which[id(lane)]].append(token)
+        if not lanes.lanes:
+            break
+    assert most == 3 and not lanes.lanes
+    assert [len(drawn[i]) for i in range(3)] == list(budgets)  # each ran to its budget (no stop token given)
+    with torch.inference_mode():
+        for i in range(3):
+            cache = lm.new_cache(len(prompts[i]) + budgets[i])
+            alone = [lm(torch.tensor([prompts[i]]), cache, last_only=True)[0, -1]]
+            alone += [lm(torch.tensor([[t]]), cache, last_only=True)[0, -1] for t in drawn[i][:-1]]
+            assert len(alone) == len(seen[i])
+            for mine, theirs in zip(seen[i], alone, strict=True):
+                torch.testing.assert_close(mine, theirs, atol=LOGITS_ATOL, rtol=0)
+
+
+def test_prompts_take_each_steps_budget_first_come_first_served(files: dict[str, Path]) -> None:
+    """Two prompts of 9 tokens joining at once, 4 prompt tokens a step: the first runs alone until it is in and
+    speaks; then the second, beside the first's decoding."""
+    lm = _lm(files["f32"])
+    lanes = TokenLanes(lm, prefill_chunk=4)
+    first, second = (lanes.add(_decoder(lm, list(range(1, 10)), seed, 8), 8) for seed in (1, 2))
+    pending = []
+    for _ in range(5):
+        drawn = lanes.step()
+        pending.append((len(first.pending), len(second.pending), [lane is first for lane, _ in drawn]))
+    assert pending == [(5, 9, []), (1, 9, []), (1, 6, [True]), (1, 2, [True]), (1, 1, [True, False])]
+
+
+def test_lanes_with_whole_prompts_draw_what_each_draws_alone(files: dict[str, Path]) -> None:
+    """Prompts run whole and decoding steps of several rows: the same arithmetic per row as alone (each row's dot
+    products are its own), so a seeded lane draws exactly the tokens its utterance draws alone, Q8_0 included."""
+    lm = _lm(files["q8_0"])
+    prompts = [[int(t) for t in p[0, :n]] for p, n in zip(_prompts(lm), (5, 9, 30), strict=True)]
+    budgets, seeds = (25, 40, 12), (1, 2, 3)
+    alone = []
+    for prompt, seed, budget in zip(prompts, seeds, budgets, strict=True):
+        sampler = Sampler(SamplingParams(temperature=1.0, top_k=0, seed=seed))
+        alone.append(list(generate_tokens(lm, prompt, lm.new_cache(len(prompt) + budget), sampler,
+                                          max_new_tokens=budget)))  # fmt: skip
+    lanes = TokenLanes(lm, prefill_chunk=1 << 20)
+    drawn: dict[int, list[int]] = {0: [], 1: [], 2: []}
+    which = {id(lanes.add(_decoder(lm, prompts[i], seeds[i], budgets[i]), budgets[i])): i for i in range(3)}
+    while lanes.lanes:
+        for lane, token in lanes.step():
+            drawn[which[id(lane)]].append(token)
+    assert [drawn[i] for i in range(3)] == alone
+
+
+@pytest.fixture(scope="module")
+def models(files: dict[str, Path]) -> Iterator[tuple[OuteTTS, OuteTTS]]:
+    out = []
+    for parallel in (1, 3):
+        model = ggtts.load(files["q8_0"], parallel=parallel)
+        assert isinstance(model, OuteTTS)
+        model._speakers.clear()
+        model.add_speaker(TINY_SPEAKER)
+        out.append(model)
+    assert out[0].lanes is None and out[1].lanes is not None
+    # prompts run whole, as they do alone, so that each stream's arithmetic is its own alone (a prompt in chunks is
+    # other arithmetic: tests above)
+    out[1].lanes.lanes.prefill_chunk = 1 << 20
+    yield out[0], out[1]
+    out[1].lanes.close()  # its thread ends (with its OpenMP team, which would slow this process's later tests)
+
+
+def _joined(chunks: object) -> np.ndarray:
+    return np.concatenate([c.samples for c in chunks])  # type: ignore[attr-defined]
+
+
+def test_parallel_streams_say_what_each_says_alone(models: tuple[OuteTTS, OuteTTS]) -> None:
+    alone, together = models
+    assert together.lanes is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # out-of-range codes of the tiny vocoder
+        expected = [_joined(alone.stream(t, seed=i, **OPTS)) for i, t in enumerate(TEXTS)]
+        whole = alone.synthesize(TEXTS[0], seed=0, **OPTS).samples
+        with together.lanes._cond:  # all three wait for the loop, which then takes them in one step
+            streams = [together.stream(t, seed=i, **OPTS) for i, t in enumerate(TEXTS)]
+        got = [_joined(s) for s in streams]
+        got_whole = together.synthesize(TEXTS[0], seed=0, **OPTS).samples
+    assert together.lanes.most_lanes == 3
+    for e, g in zip(expected, got, strict=True):
+        assert len(e) > 0
+        np.testing.assert_array_equal(g, e)
+    np.testing.assert_array_equal(got_whole, whole)
+
+
+def test_a_lane_given_up_leaves_and_the_others_finish(models: tuple[OuteTTS, OuteTTS]) -> None:
+    alone, together = models
+    assert together.lanes is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = _joined(alone.stream(TEXTS[1], seed=5, **OPTS))
+        with together.lanes._cond:
+            dropped = together.stream(TEXTS[0], seed=4, **OPTS)
+            kept = together.stream(TEXTS[1], seed=5, **OPTS)
+        next(dropped)
+        dropped.close()  # type: ignore[attr-defined]
+        np.testing.assert_array_equal(_joined(kept), expected)
+    assert together.lanes.lanes.lanes == []  # the loop kept no lane
+
+
+def test_a_bad_request_fails_alone_and_the_others_speak(models: tuple[OuteTTS, OuteTTS]) -> None:
+    alone, together = models
+    assert together.lanes is not None
+    builtin = default_speaker()  # its codes go up to 1832: the tiny model lacks the tokens (found on the loop's thread)
+    together._speakers[builtin.name] = builtin
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            expected = _joined(alone.stream(TEXTS[2], seed=6, **OPTS))
+            with together.lanes._cond:
+                good = together.stream(TEXTS[2], seed=6, **OPTS)
+                bad = together.stream(TEXTS[0], voice=builtin.name, **OPTS)
+            with pytest.raises(InputError, match="lacks"):
+                next(bad)
+            np.testing.assert_array_equal(_joined(good), expected)
+    finally:
+        del together._speakers[builtin.name]
+
+
+def test_parallel_must_be_a_whole_number_of_streams(files: dict[str, Path]) -> None:
+    for bad in (0, -1, 1.5, "two"):
+        with pytest.raises(InputError, match="parallel"):
+            ggtts.load(files["q8_0"], parallel=bad)
+
+
+def test_the_server_streams_parallel_requests_as_it_streams_them_one_by_one(
+    models: tuple[OuteTTS, OuteTTS],
+) -> None:
+    """Requests served at once by a model of parallel streams give the bytes the same requests give from a model
+    that decodes one at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from fastapi.testclient import TestClient
+
+    from ggtts.server.app import create_app
+    from ggtts.server.settings import ServerSettings
+
+    alone, together = models
+
+    def body(i: int) -> dict[str, object]:
+        options = {k: v for k, v in OPTS.items()} | {"seed": i}
+        return {"model": "o", "input": TEXTS[i], "response_format": "pcm", "stream": True, "options": options}
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with TestClient(create_app({"o": alone}, ServerSettings())) as client:
+            expected = [client.post("/v1/audio/speech", json=body(i)).content for i in range(3)]
+        with TestClient(create_app({"o": together}, ServerSettings())) as client, ThreadPoolExecutor(3) as pool:
+            responses = list(pool.map(lambda i: client.post("/v1/audio/speech", json=body(i)), range(3)))
+    assert [r.status_code for r in responses] == [200, 200, 200]
+    for r, e in zip(responses, expected, strict=True):
+        assert len(e) > 2000 and r.content == e
+
+
+def test_a_closed_lane_loop_ends_its_thread_and_takes_no_more(files: dict[str, Path]) -> None:
+    lm = _lm(files["q8_0"])
+
+    class Work:
+        def __init__(self) -> None:
+            self.decoder = _decoder(lm, [1, 2, 3], 0, 4)
+            self.max_new_tokens = 4
+
+        def on_token(self, token: int) -> list[int]:
+            return [token]
+
+        def on_end(self) -> list[int]:
+            return [-1]
+
+    loop: LaneLoop[int] = LaneLoop(lm, 2)
+    out = list(loop.run(Work))
+    assert len(out) == 5 and out[-1] == -1 and loop.steps == 4
+    thread = loop._thread
+    assert thread is not None and thread.is_alive()
+    loop.close()
+    assert not thread.is_alive()
+    with pytest.raises(RuntimeError, match="closed"):
+        loop.run(Work)
