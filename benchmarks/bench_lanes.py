@@ -90,7 +90,9 @@ def one_by_one(lm: Qwen2Model, prompts: Sequence[list[int]], new: int) -> tuple[
     return tokens, time.perf_counter() - began, firsts
 
 
-def together(lm: Qwen2Model, prompts: Sequence[list[int]], new: int) -> tuple[list[list[int]], float, list[float]]:
+def together(
+    lm: Qwen2Model, prompts: Sequence[list[int]], new: int, quiet: bool = False
+) -> tuple[list[list[int]], float, list[float]]:
     loop: LaneLoop[tuple[int, float]] = LaneLoop(lm, len(prompts), threads=THREADS)
     results: list[list[tuple[int, float]]] = [[] for _ in prompts]
     began = time.perf_counter()
@@ -106,8 +108,9 @@ def together(lm: Qwen2Model, prompts: Sequence[list[int]], new: int) -> tuple[li
     elapsed = time.perf_counter() - began
     loop.close()  # its thread ends, and its OpenMP team with it
     gaps = [b[1] - a[1] for r in results for a, b in itertools.pairwise(r)]
-    print(f"  (lanes of {len(prompts)}: longest wait between a stream's tokens {max(gaps, default=0):.3f} s, "
-          f"median {statistics.median(gaps) if gaps else 0:.3f} s)")  # fmt: skip
+    if not quiet:
+        print(f"  (lanes of {len(prompts)}: longest wait between a stream's tokens {max(gaps, default=0):.3f} s, "
+              f"median {statistics.median(gaps) if gaps else 0:.3f} s)")  # fmt: skip
     return [[t for t, _ in r] for r in results], elapsed, [r[0][1] - began for r in results]
 
 
@@ -136,7 +139,7 @@ def main() -> None:
         for n in (int(x) for x in args.streams.split(",")):
             prompts = [torch.randint(0, 256, (args.prompt,), generator=g).tolist() for _ in range(n)]
             on_a_thread(one_by_one, lm, prompts[:1], 4)  # warm-up: weights touched, graphs built
-            together(lm, prompts[:n], 4)
+            together(lm, prompts[:n], 4, quiet=True)
             alone_tokens, alone_s, alone_first = on_a_thread(one_by_one, lm, prompts, args.new)
             lane_tokens, lane_s, lane_first = together(lm, prompts, args.new)
             same = sum(a == b for a, b in zip(alone_tokens, lane_tokens, strict=True))

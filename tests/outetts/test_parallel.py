@@ -270,10 +270,12 @@ def test_a_bad_request_fails_alone_and_the_others_speak(models: tuple[OuteTTS, O
         del together._speakers[builtin.name]
 
 
-def test_parallel_must_be_a_whole_number_of_streams(files: dict[str, Path]) -> None:
+def test_parallel_must_be_a_whole_number_of_streams_on_the_cpu(files: dict[str, Path]) -> None:
     for bad in (0, -1, 1.5, "two"):
         with pytest.raises(InputError, match="parallel"):
             ggtts.load(files["q8_0"], parallel=bad)
+    with pytest.raises(InputError, match="parallel is for the CPU"):  # before anything is loaded onto a GPU
+        OuteTTS.from_gguf(GGUFFile(files["q8_0"]), "cuda", parallel=2)
 
 
 def test_the_server_streams_parallel_requests_as_it_streams_them_one_by_one(

@@ -110,6 +110,11 @@ class OuteTTS(TTSModel):
             known = ", ".join(FAMILY.load_option_names())
             raise InputError(f"unknown option '{next(iter(options))}' for OuteTTS; known: {known}")
         on_cpu = torch.device(device).type != "cuda"
+        if parallel > 1 and not on_cpu:
+            raise InputError(
+                "parallel is for the CPU for now: on CUDA each stream's step is one captured graph over the model's "
+                "one fixed cache, so its streams run one at a time (--replicas N loads copies instead)"
+            )
         if on_cpu and (compile_steps or precision != "float32"):
             what = "compile" if compile_steps else f"precision {precision}"
             raise InputError(
