@@ -321,7 +321,19 @@ def test_a_closed_lane_loop_ends_its_thread_and_takes_no_more(files: dict[str, P
         def on_end(self) -> list[int]:
             return [-1]
 
+    class FailsAtItsEnd(Work):
+        def __init__(self) -> None:
+            super().__init__()
+            self.max_new_tokens = 0  # done as it joins: its end runs at once, and fails
+
+        def on_end(self) -> list[int]:
+            raise InputError("no audio")
+
     loop: LaneLoop[int] = LaneLoop(lm, 2)
+    with pytest.raises(InputError, match="no audio"):
+        list(loop.run(FailsAtItsEnd))
+    with loop._cond:  # (the loop drops a failed job under its lock, after handing over the error)
+        assert loop._jobs == [] and loop.steps == 0  # nothing left for the loop to step
     out = list(loop.run(Work))
     assert len(out) == 5 and out[-1] == -1 and loop.steps == 4
     thread = loop._thread

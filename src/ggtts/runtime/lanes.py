@@ -245,6 +245,7 @@ class LaneLoop(Generic[T]):
                     self._finish(job)
             except Exception as e:  # its own mistake (text, voice, options): its caller hears of it, alone
                 job.out.put(e)
+                self._drop(job)  # (a job left without a lane would keep the loop stepping nothing)
 
     def _drop(self, job: _Job[T]) -> None:
         if job.lane is not None:

@@ -14,7 +14,9 @@ the final norm and an output head.
 
 A graph is built once per (cache shape, rows per step, padded cache length, head, all rows or the last) and
 reused, for any cache of that shape: a step points the graph at its cache's memory, writes its inputs
-(embeddings, positions, cache rows, mask) and runs it on ggml's thread pool.
+(embeddings, positions, cache rows, mask) and runs it on ggml's thread pool. A step of several sequences
+(:meth:`StackGraph.step_many`, continuous batching) is one graph too, built per the sequences' shapes: the linear
+layers over all of their rows, each sequence's keys and values into its own cache and attention over it alone.
 """
 
 from __future__ import annotations
@@ -157,8 +159,8 @@ class GraphParams:
 
 class StackGraph(GraphParams):
     """Runs steps of ``blocks`` + ``output_norm`` (+ a head per step) as ggml graphs (CPU, float32 activations, a
-    float32 or float16 cache, one sequence). ``keep``: graphs kept (a predictor with a head per step keeps one per
-    head)."""
+    float32 or float16 cache per sequence; one sequence a step, or several with :meth:`step_many`). ``keep``: graphs
+    kept (a predictor with a head per step keeps one per head)."""
 
     def __init__(
         self, blocks: Sequence[nn.Module], output_norm: RMSNorm, shape: StackShape, keep: int = GRAPHS_KEPT

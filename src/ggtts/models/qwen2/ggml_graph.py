@@ -24,7 +24,7 @@ __all__ = ["KV_STEP", "Qwen2Graph"]
 
 class Qwen2Graph(StackGraph):
     """Runs :class:`~ggtts.models.qwen2.model.Qwen2Model` steps as ggml graphs (CPU, float32 activations, a float32
-    or float16 cache, one sequence)."""
+    or float16 cache per sequence; several sequences at once with :meth:`forward_many`)."""
 
     def __init__(self, model: Qwen2Model) -> None:
         cfg = model.cfg
