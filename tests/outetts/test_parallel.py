@@ -20,6 +20,7 @@ import ggtts
 from ggtts.convert.outetts_hf import convert_outetts_hf
 from ggtts.convert.wavtokenizer_ckpt import convert_wavtokenizer_ckpt
 from ggtts.errors import InputError
+from ggtts.families.outetts import MAX_PARALLEL
 from ggtts.families.outetts.pipeline import OuteTTS
 from ggtts.families.outetts.prompt import default_speaker
 from ggtts.gguf import GGUFFile
@@ -249,6 +250,39 @@ def test_a_lane_given_up_leaves_and_the_others_finish(models: tuple[OuteTTS, Out
         dropped.close()  # type: ignore[attr-defined]
         np.testing.assert_array_equal(_joined(kept), expected)
     assert together.lanes.lanes.lanes == []  # the loop kept no lane
+
+
+def test_a_stream_dropped_unread_leaves_the_loop(models: tuple[OuteTTS, OuteTTS]) -> None:
+    _, together = models
+    assert together.lanes is not None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with together.lanes._cond:
+            unread = together.stream(TEXTS[0], seed=7, **OPTS)
+            job = unread._job  # type: ignore[attr-defined]
+            del unread  # never read: dropping it gives its utterance up
+        assert job.given_up
+        out = _joined(together.stream(TEXTS[1], seed=8, **OPTS))  # the loop goes on with the next
+    assert len(out) > 0 and together.lanes._jobs == [] and together.lanes.lanes.lanes == []
+
+
+def test_a_step_of_as_many_sequences_as_parallel_allows(files: dict[str, Path]) -> None:
+    """A step of 64 sequences (OuteTTS's largest ``parallel``) builds and runs: its graph's context holds every tensor
+    (sized for too few, it ran out and the process died), and each sequence gets its logits alone."""
+    lm = _lm(files["q8_0"])
+    head = lm.token_embd
+    g = torch.Generator().manual_seed(2)
+    prompts = [torch.randint(0, lm.cfg.n_vocab, (1, 2 + i % 5), generator=g) for i in range(MAX_PARALLEL)]
+    with torch.inference_mode():
+        alone = [lm(p, lm.new_cache(8), last_only=True)[0] for p in prompts]
+        caches = [lm.new_cache(8) for _ in prompts]
+        together = lm.graph.step_many(
+            [StepPart(lm.token_embd(p[0]), c, last_only=True) for p, c in zip(prompts, caches, strict=True)], head
+        )
+    for mine, theirs in zip(together, alone, strict=True):
+        torch.testing.assert_close(mine.logits, theirs, atol=LOGITS_ATOL, rtol=0)
+    with pytest.raises(InputError, match="parallel must be a whole number from 1 to 64"):
+        ggtts.load(files["q8_0"], parallel=MAX_PARALLEL + 1)
 
 
 def test_a_bad_request_fails_alone_and_the_others_speak(models: tuple[OuteTTS, OuteTTS]) -> None:

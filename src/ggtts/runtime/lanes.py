@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -171,9 +171,10 @@ class LaneLoop(Generic[T]):
         self.most_lanes = 0  # the most lanes one step has run
 
     def run(self, make: Callable[[], LaneWork[T]]) -> Iterator[T]:
-        """The outputs of one utterance (``make`` builds its work on the loop's thread), as the loop makes them. A
-        request given up while waiting (:func:`~ggtts.runtime.cancel.check_cancelled`), or the iterator closed,
-        takes the utterance out of the loop at its next step."""
+        """The outputs of one utterance (``make`` builds its work on the loop's thread), as the loop makes them. It
+        joins the loop now, not at the first output asked for (utterances asked together decode together). A
+        request given up while waiting (:func:`~ggtts.runtime.cancel.check_cancelled`), or the iterator closed or
+        dropped, read or not, takes the utterance out of the loop at its next step."""
         job: _Job[T] = _Job(make)
         with self._cond:
             if self._closed:
@@ -185,15 +186,23 @@ class LaneLoop(Generic[T]):
                 self._thread = threading.Thread(target=self._loop, name="ggtts-lanes", daemon=True)
                 self._thread.start()
             self._cond.notify()
-        return self._outputs(job)
+        return _Outputs(self, job)
 
-    def _outputs(self, job: _Job[T]) -> Iterator[T]:
+    def _give_up(self, job: _Job[T]) -> None:
+        with self._cond:
+            job.given_up = True  # (after its end, nothing)
+            self._cond.notify()
+
+    def _outputs(self, job: _Job[T]) -> Generator[T, None, None]:
         try:
             while True:
                 try:
                     item = job.out.get(timeout=POLL_S)
                 except queue.Empty:
                     check_cancelled()
+                    thread = self._thread
+                    if thread is not None and not thread.is_alive() and job.out.empty():
+                        raise RuntimeError("the lane loop's thread has stopped") from None
                     continue
                 if item is _END:
                     return
@@ -201,9 +210,7 @@ class LaneLoop(Generic[T]):
                     raise item
                 yield item
         finally:
-            with self._cond:
-                job.given_up = True  # (after its end, nothing)
-                self._cond.notify()
+            self._give_up(job)
 
     def close(self) -> None:
         """No more utterances; the loop's thread ends once those it has are done (its OpenMP team with it)."""
@@ -257,8 +264,8 @@ class LaneLoop(Generic[T]):
         assert job.work is not None
         for item in job.work.on_end():
             job.out.put(item)
-        job.out.put(_END)
         self._drop(job)
+        job.out.put(_END)
 
     def _step(self) -> None:
         jobs = {id(j.lane): j for j in self._jobs}
@@ -283,10 +290,33 @@ class LaneLoop(Generic[T]):
                 with torch.inference_mode():
                     for item in job.work.on_token(token):
                         job.out.put(item)
-                    if lane.done:
+                    if lane.done:  # its last audio made outside the lock: callers joining need not wait for it
+                        for item in job.work.on_end():
+                            job.out.put(item)
                         with self._cond:
-                            self._finish(job)
+                            self._drop(job)
+                        job.out.put(_END)  # (after it left: its caller then finds the loop without it)
             except Exception as e:
                 job.out.put(e)
                 with self._cond:
                     self._drop(job)
+
+
+class _Outputs(Iterator[T]):
+    """An utterance's outputs from a :class:`LaneLoop`: read as they come; closing it, or dropping it (even unread),
+    takes the utterance out of the loop."""
+
+    def __init__(self, loop: LaneLoop[T], job: _Job[T]) -> None:
+        self._loop, self._job = loop, job
+        self._items = loop._outputs(job)
+
+    def __next__(self) -> T:
+        return next(self._items)
+
+    def close(self) -> None:
+        self._items.close()
+        self._loop._give_up(self._job)  # (when it was never read, the generator's own cleanup never ran)
+
+    def __del__(self) -> None:
+        if not self._job.given_up:
+            self.close()

@@ -34,6 +34,7 @@ MAX_CHARS = 2000
 CODE_TOKEN = re.compile(r"<\|(\d+)\|>")  # an audio code in the LM's vocabulary
 MIN_CODE_TOKENS = 2  # a vocabulary with fewer <|N|> tokens writes no audio
 VERSIONS = ("0.2", "0.3")  # the prompt formats
+MAX_PARALLEL = 64  # streams one copy decodes together (``parallel``)
 
 
 def _open_unit(
@@ -115,7 +116,7 @@ class OuteTTSLoadOptions(LoadOptions):
         "server's requests or other threads, share each step of the language model (one ggml graph reads each weight "
         "once for all of them); 1: each utterance decodes alone, on its caller's thread",
         flag="--parallel",
-        check=check_number("parallel", 1, whole=True),
+        check=check_number("parallel", 1, MAX_PARALLEL, whole=True),
     )
     compile: bool = option(
         False,

@@ -223,7 +223,7 @@ class OuteTTS(TTSModel):
         finally:
             if bar is not None:
                 bar.close()
-        utterance.warn_dropped()
+        utterance.warn_dropped(stacklevel=3)  # past this generator and inference_mode's wrapper: who asked
 
     def _require_vocoder(self, asked: str | None) -> WavTokenizerDecoder:
         if asked and (self.vocoder_path is None or Path(asked).resolve() != self.vocoder_path.resolve()):
@@ -303,11 +303,12 @@ class _Utterance:
         self.dropped += n_bad
         return codes
 
-    def warn_dropped(self) -> None:
+    def warn_dropped(self, stacklevel: int = 2) -> None:
         if self.dropped and not self.warned:
             self.warned = True
             warnings.warn(
-                f"dropped {self.dropped} generated code(s) outside the vocoder's 0..{self.n_vocab - 1}", stacklevel=3
+                f"dropped {self.dropped} generated code(s) outside the vocoder's 0..{self.n_vocab - 1}",
+                stacklevel=stacklevel + 1,
             )
 
     def audio(self, codes: list[int]) -> list[Audio]:

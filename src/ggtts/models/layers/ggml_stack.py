@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 KV_STEP = 256  # attention reads the cache up to the next multiple: a new decoding graph every 256 positions
 GRAPHS_KEPT = 4  # (a prompt's graph, the decoding graph of the current and the last length)
 COMBINED_GRAPHS_KEPT = 4  # more, for steps of several sequences at once (step_many)
+# tensors a layer adds for each sequence of a step beyond the first (14: its q/k/v views and permutes, two cache
+# tensors, two writes, two attended views, its attention and a concat; the first's 3 views fit in the slack)
+TENSORS_PER_MORE_SEQUENCE = 18
 NODES_PER_LAYER = 56  # ops per layer with their views (about 40 with q/k norms and biases), rounded up
 NODES_PER_EXPERT_LAYER = 40  # more for a mixture of experts (about 25, and two per expert a row picks)
 PARAMS_PER_LAYER = 16  # float tensors a layer may hand ggml: 7 weights (float32 files), 3 biases, 4 norms
@@ -314,7 +317,7 @@ class _StepGraph(CacheBound):
             raise ValueError("the caches of one step hold one type")
         n_seq = len(shares)
         n_nodes = 64 + 4 * n_seq + sum(
-            NODES_PER_LAYER + 12 * (n_seq - 1)
+            NODES_PER_LAYER + TENSORS_PER_MORE_SEQUENCE * (n_seq - 1)
             + (NODES_PER_EXPERT_LAYER + 2 * b.ffn.n_used if hasattr(b, "ffn") and hasattr(b.ffn, "n_used") else 0)
             for b in owner.blocks
         )  # fmt: skip
