@@ -261,10 +261,13 @@ class LaneLoop(Generic[T]):
             self._jobs.remove(job)
 
     def _finish(self, job: _Job[T]) -> None:
+        """Its last outputs (made without the lock where the caller does not hold it: callers joining need not
+        wait for them), then it leaves, then its caller hears the end (and so finds the loop without it)."""
         assert job.work is not None
         for item in job.work.on_end():
             job.out.put(item)
-        self._drop(job)
+        with self._cond:
+            self._drop(job)
         job.out.put(_END)
 
     def _step(self) -> None:
@@ -290,12 +293,8 @@ class LaneLoop(Generic[T]):
                 with torch.inference_mode():
                     for item in job.work.on_token(token):
                         job.out.put(item)
-                    if lane.done:  # its last audio made outside the lock: callers joining need not wait for it
-                        for item in job.work.on_end():
-                            job.out.put(item)
-                        with self._cond:
-                            self._drop(job)
-                        job.out.put(_END)  # (after it left: its caller then finds the loop without it)
+                    if lane.done:
+                        self._finish(job)
             except Exception as e:
                 job.out.put(e)
                 with self._cond:

@@ -282,8 +282,8 @@ class _Utterance:
         self.decoder = TokenDecoder(model.lm, prompt, cache, sampler, stop_tokens=model.end_tokens, rewrite=rewrite,
                                     device=model.device)  # fmt: skip
         self.table = model.codes
-        self.n_vocab = vocoder.cfg.n_vocab if vocoder is not None else (
-            model.vocoder.cfg.n_vocab if model.vocoder is not None else 1 << 31)  # fmt: skip
+        known = vocoder or model.vocoder  # (codes alone, generate_codes: the loaded vocoder's range, if any)
+        self.n_vocab = known.cfg.n_vocab if known is not None else 1 << 31
         self.dropped, self.warned = 0, False
         self.vocoder, self.device, self.sample_rate = vocoder, model.device, model.sample_rate
         self.silence = int(o.silence_start_s * self.sample_rate)

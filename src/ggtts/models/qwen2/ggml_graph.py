@@ -37,18 +37,14 @@ class Qwen2Graph(StackGraph):
         """Tokens ``(1, T)`` at ``cache.length..`` -> logits ``(1, T, V)`` (``(1, 1, V)`` with last_only)."""
         if tokens.shape[0] != 1:
             raise ValueError("ggml graphs take one sequence and a contiguous float32 or float16 CPU cache")
-        with torch.inference_mode():
-            embeddings = self.model.token_embd(tokens[0])  # (T, dim)
-        return self.step(embeddings, cache, self._head(), last_only=last_only).logits.unsqueeze(0)
+        return self.forward_many([tokens], [cache], last_only=last_only)[0]
 
     def forward_many(
         self, tokens: Sequence[torch.Tensor], caches: Sequence[KVCache], *, last_only: bool = False
     ) -> list[torch.Tensor]:
         """Several sequences' tokens ``(1, T_i)``, each at its cache's length, as one graph -> each one's logits
         ``(1, T_i or 1, V)``."""
-        with torch.inference_mode():
+        with torch.inference_mode():  # each sequence's embeddings (T_i, dim)
             parts = [StepPart(self.model.token_embd(t[0]), c, last_only) for t, c in zip(tokens, caches, strict=True)]
-        return [out.logits.unsqueeze(0) for out in self.step_many(parts, self._head())]
-
-    def _head(self) -> torch.nn.Module:
-        return self.model.output if self.model.output is not None else self.model.token_embd
+        head = self.model.output if self.model.output is not None else self.model.token_embd
+        return [out.logits.unsqueeze(0) for out in self.step_many(parts, head)]

@@ -181,7 +181,7 @@ class Qwen2Model(nn.Module):
             raise ValueError(f"{len(tokens)} token rows for {len(caches)} caches")
         graph, pairs = self.graph, list(zip(tokens, caches, strict=True))
         if graph is None or len(pairs) == 1 or not all(graph.takes(c, rows=t.shape[0]) for t, c in pairs):
-            return [self(t, c, last_only=last_only) for t, c in zip(tokens, caches, strict=True)]
+            return [self(t, c, last_only=last_only) for t, c in pairs]
         return graph.forward_many(tokens, caches, last_only=last_only)
 
     def forward(self, tokens: torch.Tensor, cache: KVCache, *, last_only: bool = False) -> torch.Tensor:
