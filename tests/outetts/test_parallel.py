@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -376,3 +377,44 @@ def test_a_closed_lane_loop_ends_its_thread_and_takes_no_more(files: dict[str, P
     assert not thread.is_alive()
     with pytest.raises(RuntimeError, match="closed"):
         loop.run(Work)
+
+
+DIED_S = 30.0  # only bounds a run where a caller does not hear that its loop died
+
+
+class _LoopKilled(BaseException):
+    """Not an Exception: nothing in the lane loop catches it, so its thread dies of it."""
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_caller_whose_loop_died_hears_so(files: dict[str, Path]) -> None:
+    lm = _lm(files["q8_0"])
+
+    class Kills:
+        def __init__(self) -> None:
+            self.decoder = _decoder(lm, [1, 2, 3], 0, 4)
+            self.max_new_tokens = 4
+
+        def on_token(self, token: int) -> list[int]:
+            raise _LoopKilled
+
+        def on_end(self) -> list[int]:
+            return []
+
+    loop: LaneLoop[int] = LaneLoop(lm, 1)
+    heard: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            list(loop.run(Kills))
+        except RuntimeError as e:
+            heard.append(e)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(DIED_S)  # (a bound for a broken build only, where the caller waits for ever)
+    assert not reader.is_alive() and "the lane loop's thread has stopped" in str(heard[0])
+    with pytest.raises(ValueError, match="at least one lane"):
+        LaneLoop(lm, 0)
+    with pytest.raises(ValueError, match="at least one token"):
+        TokenLanes(lm, prefill_chunk=0)
