@@ -342,23 +342,29 @@ def test_the_server_streams_parallel_requests_as_it_streams_them_one_by_one(
         assert len(e) > 2000 and r.content == e
 
 
+class _Work:
+    """A lane loop's work of four tokens after a three-token prompt: each token, then -1 at the end."""
+
+    def __init__(self, lm: Qwen2Model) -> None:
+        self.decoder = _decoder(lm, [1, 2, 3], 0, 4)
+        self.max_new_tokens = 4
+
+    def on_token(self, token: int) -> list[int]:
+        return [token]
+
+    def on_end(self) -> list[int]:
+        return [-1]
+
+
 def test_a_closed_lane_loop_ends_its_thread_and_takes_no_more(files: dict[str, Path]) -> None:
     lm = _lm(files["q8_0"])
 
-    class Work:
+    def Work() -> _Work:
+        return _Work(lm)
+
+    class FailsAtItsEnd(_Work):
         def __init__(self) -> None:
-            self.decoder = _decoder(lm, [1, 2, 3], 0, 4)
-            self.max_new_tokens = 4
-
-        def on_token(self, token: int) -> list[int]:
-            return [token]
-
-        def on_end(self) -> list[int]:
-            return [-1]
-
-    class FailsAtItsEnd(Work):
-        def __init__(self) -> None:
-            super().__init__()
+            super().__init__(lm)
             self.max_new_tokens = 0  # done as it joins: its end runs at once, and fails
 
         def on_end(self) -> list[int]:
@@ -390,16 +396,12 @@ class _LoopKilled(BaseException):
 def test_a_caller_whose_loop_died_hears_so(files: dict[str, Path]) -> None:
     lm = _lm(files["q8_0"])
 
-    class Kills:
+    class Kills(_Work):
         def __init__(self) -> None:
-            self.decoder = _decoder(lm, [1, 2, 3], 0, 4)
-            self.max_new_tokens = 4
+            super().__init__(lm)
 
         def on_token(self, token: int) -> list[int]:
             raise _LoopKilled
-
-        def on_end(self) -> list[int]:
-            return []
 
     loop: LaneLoop[int] = LaneLoop(lm, 1)
     heard: list[BaseException] = []
