@@ -4,29 +4,37 @@ them (``--parallel 1``), then together in a lane loop (``--parallel N``: :mod:`g
 from a thread of its own as the server's requests ask.
 
     python benchmarks/bench_lanes.py [--streams 1,2,4,8] [--types q8_0,q4_0] [--prompt 300] [--new 150] [--threads 2]
-        [--dir DIR]
+        [--dir DIR] [--device cuda [--bfloat16] [--compile]] [--small]
 
 Each stream: its own prompt (random ids), then ``--new`` tokens drawn as OuteTTS draws them (temperature 1, top-k 4,
 its own seed), no stop token. Printed per file type and N: all streams' tokens per second, each stream's own tokens
 per second (75 is OuteTTS's real time), when each stream's first token came (the prompt's prefill, and for streams
 queued behind others, their wait), and in the lanes the longest wait between a stream's tokens (a prompt joining
 runs 32 tokens a step beside the others' decoding).
+
+On CUDA (``--device cuda``) one by one is what a model without ``parallel`` does there (each step one captured CUDA
+graph over one fixed cache), and the lanes run all streams' steps as one captured graph over fixed caches of N rows
+(:class:`~ggtts.models.layers.static_steps.StaticLanes`, what ``parallel=N`` loads on CUDA); ``--bfloat16`` runs the
+model in bfloat16, ``--compile`` compiles both steps before they are captured. Each N also prints the largest
+relative difference of the lanes' logits from one by one's, teacher-forced over the same tokens (what a capture gone
+wrong would show). ``--small``: bench_qwen2.py's 2-layer shape, a dry run (on the CPU too).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
-from bench_qwen2 import SHAPE_0_5B, build
+from bench_qwen2 import SHAPE_0_5B, SHAPE_SMALL, build
 
 from ggtts.gguf import GGUFFile
 from ggtts.measure.bench import cpu_model
@@ -38,6 +46,7 @@ from ggtts.runtime.sampling import Sampler, SamplingParams
 REAL_TIME = 75  # OuteTTS's codes per second of audio
 CHUNK = 40  # tokens per item handed to a stream's caller (OuteTTS's chunk_codes)
 THREADS = 2  # torch's threads on the thread that computes (--threads)
+ROOM = 150  # new tokens each stream's cache has room for (--new), warm-ups included: on CUDA the same fixed caches
 R = TypeVar("R")
 
 
@@ -46,8 +55,9 @@ class Stream:
     OuteTTS hands over audio, a chunk per 40 codes)."""
 
     def __init__(self, lm: Qwen2Model, prompt: list[int], seed: int, new: int) -> None:
-        sampler = Sampler(SamplingParams(temperature=1.0, top_k=4, seed=seed))
-        self.decoder = TokenDecoder(lm, prompt, lm.new_cache(len(prompt) + new), sampler)
+        device = lm.output_norm.weight.device
+        sampler = Sampler(SamplingParams(temperature=1.0, top_k=4, seed=seed), device=device)
+        self.decoder = TokenDecoder(lm, prompt, lm.new_cache(len(prompt) + max(new, ROOM)), sampler, device=device)
         self.max_new_tokens = new
         self.drawn: list[tuple[int, float]] = []
 
@@ -76,9 +86,19 @@ def on_a_thread(fn: Callable[..., R], *args: Any) -> R:
     return out[0]
 
 
+@contextlib.contextmanager
+def without_lanes(lm: Qwen2Model) -> Iterator[None]:
+    """Inside, the model steps each stream alone (on CUDA: its one-sequence captured step, not the lanes' rows)."""
+    lanes, lm.lanes = lm.lanes, None
+    try:
+        yield
+    finally:
+        lm.lanes = lanes
+
+
 def one_by_one(lm: Qwen2Model, prompts: Sequence[list[int]], new: int) -> tuple[list[list[int]], float, list[float]]:
     began, tokens, firsts = time.perf_counter(), [], []
-    with torch.inference_mode():
+    with torch.inference_mode(), without_lanes(lm):
         for i, prompt in enumerate(prompts):
             work = Stream(lm, prompt, i, new)
             drawn = []
@@ -90,10 +110,40 @@ def one_by_one(lm: Qwen2Model, prompts: Sequence[list[int]], new: int) -> tuple[
     return tokens, time.perf_counter() - began, firsts
 
 
+@torch.inference_mode()
+def forced_difference(lm: Qwen2Model, prompts: Sequence[list[int]], tokens: Sequence[list[int]]) -> float:
+    """The largest relative difference of each stream's logits stepped together (``forward_many``) from stepped
+    alone, over the same tokens (each stream's first 32 drawn one by one)."""
+    device = lm.output_norm.weight.device
+
+    def ids(row: list[int]) -> torch.Tensor:
+        return torch.tensor([row], device=device)
+
+    n = min(32, *(len(t) for t in tokens))
+    caches = [lm.new_cache(len(p) + ROOM) for p in prompts]
+    together = [[o[0, -1]] for o in lm.forward_many([ids(p) for p in prompts], caches, last_only=True)]
+    for step in range(n - 1):
+        outs = lm.forward_many([ids([t[step]]) for t in tokens], caches, last_only=True)
+        for mine, out in zip(together, outs, strict=True):
+            mine.append(out[0, -1])
+    for cache in caches:
+        lm.release_cache(cache)
+    worst = 0.0
+    with without_lanes(lm):
+        for prompt, drawn, mine in zip(prompts, tokens, together, strict=True):
+            cache = lm.new_cache(len(prompt) + ROOM)
+            alone = [lm(ids(prompt), cache, last_only=True)[0, -1]]
+            alone += [lm(ids([t]), cache, last_only=True)[0, -1] for t in drawn[: n - 1]]
+            for a, b in zip(mine, alone, strict=True):
+                worst = max(worst, float((a.float() - b.float()).norm() / b.float().norm()))
+    return worst
+
+
 def together(
     lm: Qwen2Model, prompts: Sequence[list[int]], new: int, quiet: bool = False
 ) -> tuple[list[list[int]], float, list[float]]:
-    loop: LaneLoop[tuple[int, float]] = LaneLoop(lm, len(prompts), threads=THREADS)
+    device = lm.output_norm.weight.device
+    loop: LaneLoop[tuple[int, float]] = LaneLoop(lm, len(prompts), threads=THREADS, device=device)
     results: list[list[tuple[int, float]]] = [[] for _ in prompts]
     began = time.perf_counter()
 
@@ -122,30 +172,48 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=150)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--dir", type=Path, help="bench_qwen2.py's files (built there when missing)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--bfloat16", action="store_true", help="on CUDA: the model in bfloat16")
+    ap.add_argument("--compile", action="store_true", help="on CUDA: the steps compiled before they are captured")
+    ap.add_argument("--small", action="store_true", help="a 2-layer model: a dry run")
+    ap.add_argument("--static", action="store_true", help="on the CPU, CUDA's code path run eagerly (a dry run)")
     args = ap.parse_args()
-    global THREADS
-    THREADS = args.threads
+    global THREADS, ROOM
+    THREADS, ROOM = args.threads, args.new
     torch.set_num_threads(1)  # the main thread only waits (as a server's does)
     types = args.types.split(",")
+    streams = [int(x) for x in args.streams.split(",")]
+    device = torch.device(args.device)
     directory = args.dir or Path(tempfile.mkdtemp(prefix="bench-lanes-"))
     if not all((directory / f"qwen2-{t}.gguf").exists() for t in types):
-        build(directory, SHAPE_0_5B, tuple(types))
-    print(f"# {cpu_model()}, {args.threads} threads; prompts of {args.prompt} tokens, {args.new} new tokens each")
+        build(directory, SHAPE_SMALL if args.small else SHAPE_0_5B, tuple(types))
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{cpu_model()}, {args.threads} threads"
+    dtype = torch.bfloat16 if args.bfloat16 else torch.float32
+    print(f"# {where}; prompts of {args.prompt} tokens, {args.new} new tokens each; {str(dtype)[6:]} activations"
+          f"{', compiled' if args.compile else ''}")  # fmt: skip
     print("| file | streams | how | all streams tok/s | each stream tok/s | first token, s (median, last) | x |")
     print("|---|---|---|---|---|---|---|")
     for file_type in types:
-        lm = Qwen2Model.from_gguf(GGUFFile(directory / f"qwen2-{file_type}.gguf"), max_len=args.prompt + args.new + 1)
+        path = GGUFFile(directory / f"qwen2-{file_type}.gguf")
+        lm = Qwen2Model.from_gguf(path, device, graph=not args.static, max_len=args.prompt + args.new + 1,
+                                  dtype=dtype, compile_steps=args.compile)  # fmt: skip
+        if args.static and device.type != "cuda":
+            lm.use_static_steps(capture=False)
+        if device.type == "cuda" or args.static:  # what parallel=N loads there: all streams' steps one captured graph
+            lm.use_static_lanes(max(streams), compile=args.compile)
         g = torch.Generator().manual_seed(0)
-        for n in (int(x) for x in args.streams.split(",")):
+        for n in streams:
             prompts = [torch.randint(0, 256, (args.prompt,), generator=g).tolist() for _ in range(n)]
             on_a_thread(one_by_one, lm, prompts[:1], 4)  # warm-up: weights touched, graphs built
             together(lm, prompts[:n], 4, quiet=True)
             alone_tokens, alone_s, alone_first = on_a_thread(one_by_one, lm, prompts, args.new)
             lane_tokens, lane_s, lane_first = together(lm, prompts, args.new)
             same = sum(a == b for a, b in zip(alone_tokens, lane_tokens, strict=True))
-            print(f"  ({same} of {n} streams drew the same tokens both ways: a prompt run in chunks is other "
-                  "arithmetic, and Q8_0/Q4_0's rounding of activations makes its last-bit differences "
-                  "larger)")  # fmt: skip
+            forced = forced_difference(lm, prompts, alone_tokens)
+            print(f"  ({same} of {n} streams drew the same tokens both ways: a prompt run in chunks, or rows "
+                  "stepped together on a GPU, is other arithmetic, and rounding (Q8_0/Q4_0's activations, bfloat16) "
+                  "makes its last-bit differences larger; teacher-forced, the lanes' logits are "
+                  f"{forced:.1e} (relative) from one by one's)")  # fmt: skip
             total = n * args.new
             for how, seconds, firsts in (("one by one", alone_s, alone_first), ("lanes", lane_s, lane_first)):
                 each = args.new / (seconds if how == "lanes" else seconds / n)

@@ -2,7 +2,7 @@
 # The GPU figures ggtts measures, in one call of a lent GPU machine: each step capped in time, its log
 # written under $OUT, a summary printed. Steps by name, in the order given (default: magpie omni, what fits a call):
 #
-#   bash benchmarks/gpu_session.sh [magpie] [omni] [magpie-compiled] [qwen2] [server]
+#   bash benchmarks/gpu_session.sh [magpie] [omni] [magpie-compiled] [qwen2] [server] [lanes]
 #
 #   magpie           gpu_magpie.py: the 357M shape, graph rows with and without guidance, a profile (~1.5 min)
 #   omni             gpu_qwen3omni.py: talker + code predictor, graph and compiled rows, profiles (~4 min)
@@ -10,6 +10,8 @@
 #   qwen2            gpu_qwen2.py: OuteTTS's Qwen2, graph and compiled, f32 / q8_0 / q4_0 files (~3 min)
 #   server           server_load.py: 8 clients streaming from `ggtts serve` on that Magpie model, one copy and
 #                    --replicas 8 (~3 min; needs the wheels of FastAPI, uvicorn, pydantic too)
+#   lanes            bench_lanes.py: OuteTTS's Qwen2 (0.5B shape), 1/2/4/8 streams one by one and in static lanes
+#                    (parallel=N: all streams' steps one captured graph), f32 and q8_0, then bfloat16 compiled (~4 min)
 #
 # Together they take ~14 minutes, more than one device call's 10 and most of a session's 15: name the steps wanted
 # (each is capped: a step past its cap is cut and the next runs).
@@ -41,7 +43,8 @@ step() {  # name, seconds at most, command...
     echo "== $name (at most ${limit} s)"
     timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
     echo "   exit $?"
-    grep -E "^(device|variant|ggtts|transformers|device busy|server|round| +[0-9])|Error" "$OUT/$name.log" | cut -c1-220
+    grep -E "^(device|variant|ggtts|transformers|device busy|server|round|# | +[0-9]|\| [a-z0-9]|  \()|Error" \
+        "$OUT/$name.log" | cut -c1-220
 }
 
 for name in "${@:-magpie omni}"; do
@@ -69,7 +72,14 @@ for name in "${@:-magpie omni}"; do
                     step server-$n 200 python3 $B/server_load.py -m /tmp/gpu-magpie/magpie.gguf --clients 8 \
                         --requests 16 --rounds 2 --server-args "--device $device --replicas $n"
                 done ;;
-            *) echo "unknown step $one (magpie, omni, magpie-compiled, qwen2, server)"; exit 2 ;;
+            lanes)
+                where=(--device cuda)
+                [ "${SMALL:-0}" = 1 ] && where=(--small --static --device cpu)
+                step lanes 200 python3 $B/bench_lanes.py "${where[@]}" --types f32,q8_0 --streams 1,2,4,8 \
+                    --prompt 300 --new 300 --dir /tmp/gpu-lanes
+                step lanes-bf16-compiled 150 python3 $B/bench_lanes.py "${where[@]}" --types f32 --streams 1,8 \
+                    --prompt 300 --new 300 --dir /tmp/gpu-lanes --bfloat16 --compile ;;
+            *) echo "unknown step $one (magpie, omni, magpie-compiled, qwen2, server, lanes)"; exit 2 ;;
         esac
     done
 done

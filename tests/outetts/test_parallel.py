@@ -117,13 +117,33 @@ def _decoder(lm: Qwen2Model, prompt: list[int], seed: int, max_new: int) -> Toke
     return TokenDecoder(lm, prompt, lm.new_cache(len(prompt) + max_new), sampler)
 
 
-@pytest.mark.parametrize("prefill_chunk", [PREFILL_CHUNK, 4])
-def test_lanes_step_each_utterance_as_it_steps_alone(files: dict[str, Path], prefill_chunk: int) -> None:
+def _plain(path: Path) -> Qwen2Model:
+    return Qwen2Model.from_gguf(GGUFFile(path), graph=False)
+
+
+def _static_lanes(path: Path, slots: int) -> Qwen2Model:
+    """A model whose one-token steps run as :class:`StaticLanes` (what ``parallel`` loads on CUDA), eagerly: the
+    code a CUDA graph captures."""
+    lm = _plain(path)
+    lm.use_static_lanes(slots, capture=False)
+    return lm
+
+
+def _rows_held(lm: Qwen2Model) -> int:
+    assert lm.lanes is not None
+    return sum(ref is not None and ref() is not None for b in lm.lanes.buckets.values() for ref in b.held)
+
+
+@pytest.mark.parametrize(("prefill_chunk", "kind"), [(PREFILL_CHUNK, "ggml"), (4, "ggml"), (4, "static lanes")])
+def test_lanes_step_each_utterance_as_it_steps_alone(files: dict[str, Path], prefill_chunk: int, kind: str) -> None:
     """Each lane's logits at each draw are those its utterance has alone after the same tokens (teacher-forced:
     the prompt whole, then each token the lane drew), whether its prompt runs whole or in chunks beside the others'
     steps, with a lane joining late and lanes ending at different times. (A float32 file: a prompt cut into chunks
-    is other arithmetic, and Q8_0's rounding of activations would turn its last-bit differences into larger ones.)"""
-    lm = _lm(files["f32"])
+    is other arithmetic, and Q8_0's rounding of activations would turn its last-bit differences into larger ones.)
+    ``static lanes``: the steps are CUDA's (one step of every row over fixed caches, run eagerly here), against a
+    model without them; each lane's row is given back when it ends."""
+    lm = _lm(files["f32"]) if kind == "ggml" else _static_lanes(files["f32"], 3)
+    plain = lm if kind == "ggml" else _plain(files["f32"])
     prompts = [[int(t) for t in p[0, :n]] for p, n in zip(_prompts(lm), (5, 9, 30), strict=True)]
     budgets, seeds = (25, 40, 12), (1, 2, 3)
     lanes = TokenLanes(lm, prefill_chunk=prefill_chunk)
@@ -156,11 +176,13 @@ def test_lanes_step_each_utterance_as_it_steps_alone(files: dict[str, Path], pre
             break
     assert most == 3 and not lanes.lanes
     assert [len(drawn[i]) for i in range(3)] == list(budgets)  # each ran to its budget (no stop token given)
+    if kind != "ggml":
+        assert _rows_held(lm) == 0
     with torch.inference_mode():
         for i in range(3):
-            cache = lm.new_cache(len(prompts[i]) + budgets[i])
-            alone = [lm(torch.tensor([prompts[i]]), cache, last_only=True)[0, -1]]
-            alone += [lm(torch.tensor([[t]]), cache, last_only=True)[0, -1] for t in drawn[i][:-1]]
+            cache = plain.new_cache(len(prompts[i]) + budgets[i])
+            alone = [plain(torch.tensor([prompts[i]]), cache, last_only=True)[0, -1]]
+            alone += [plain(torch.tensor([[t]]), cache, last_only=True)[0, -1] for t in drawn[i][:-1]]
             assert len(alone) == len(seen[i])
             for mine, theirs in zip(seen[i], alone, strict=True):
                 torch.testing.assert_close(mine, theirs, atol=LOGITS_ATOL, rtol=0)
@@ -305,12 +327,99 @@ def test_a_bad_request_fails_alone_and_the_others_speak(models: tuple[OuteTTS, O
         del together._speakers[builtin.name]
 
 
-def test_parallel_must_be_a_whole_number_of_streams_on_the_cpu(files: dict[str, Path]) -> None:
+def test_parallel_must_be_a_whole_number_of_streams(files: dict[str, Path]) -> None:
     for bad in (0, -1, 1.5, "two"):
         with pytest.raises(InputError, match="parallel"):
             ggtts.load(files["q8_0"], parallel=bad)
-    with pytest.raises(InputError, match="parallel is for the CPU"):  # before anything is loaded onto a GPU
-        OuteTTS.from_gguf(GGUFFile(files["q8_0"]), "cuda", parallel=2)
+
+
+# ---- static lanes: the steps of several sequences as one step over fixed caches (CUDA's; run eagerly here) ------
+# the rows' logits against each sequence stepped alone without them: measured 4.5e-6 (the whole cache attended
+# under a mask, and torch's products over several rows); a row written at another's position, or a row sitting a
+# step out written anyway, is off by more than 1e-1
+def test_static_lanes_step_each_row_as_its_sequence_steps_alone(files: dict[str, Path]) -> None:
+    """Three sequences in rows of one fixed cache, one of them sitting out every third step (its row then writes
+    nothing), each row at its own position: each one's logits are those it has alone."""
+    lm, plain = _static_lanes(files["f32"], 3), _plain(files["f32"])
+    g = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(0, lm.cfg.n_vocab, (1, n), generator=g) for n in (5, 9, 30)]
+    with torch.inference_mode():
+        caches = [lm.new_cache(p.shape[1] + 20) for p in prompts]
+        alone = [plain.new_cache(p.shape[1] + 20) for p in prompts]
+        assert lm.lanes is not None and all(lm.lanes.holds(c) for c in caches) and _rows_held(lm) == 3
+        mine = lm.forward_many(prompts, caches, last_only=True)
+        theirs = [plain(p, c, last_only=True) for p, c in zip(prompts, alone, strict=True)]
+        for step in range(15):
+            tokens = [t[0, -1].argmax().view(1, 1) for t in theirs]
+            stepping = [0, 2] if step % 3 == 0 else [0, 1, 2]
+            mine = lm.forward_many([tokens[i] for i in stepping], [caches[i] for i in stepping], last_only=True)
+            for i, logits in zip(stepping, mine, strict=True):
+                theirs[i] = plain(tokens[i], alone[i], last_only=True)
+                torch.testing.assert_close(logits, theirs[i], atol=LOGITS_ATOL, rtol=0)
+    assert [c.length for c in caches] == [c.length for c in alone] == [20, 19, 45]
+
+
+def test_parallel_streams_in_static_lanes_say_what_each_says_alone_in_them(files: dict[str, Path]) -> None:
+    """OuteTTS's ``parallel`` as it runs on CUDA: every stream's steps one step over fixed caches of ``parallel`` rows
+    (run eagerly here). Each step computes every row, so a stream's arithmetic is the same whether the other rows
+    hold other streams or nothing: each of three streams asked at once says exactly what it says asked alone, and
+    every row is given back after."""
+    model = ggtts.load(files["q8_0"], parallel=3)
+    assert isinstance(model, OuteTTS) and model.lanes is not None
+    model.lm.graph = None  # CUDA's steps, not the CPU's ggml graphs
+    model.lm.use_static_lanes(3, capture=False)
+    model._speakers.clear()
+    model.add_speaker(TINY_SPEAKER)
+    model.lanes.lanes.prefill_chunk = 1 << 20  # prompts whole, as alone
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # out-of-range codes of the tiny vocoder
+            alone = [_joined(model.stream(t, seed=i, **OPTS)) for i, t in enumerate(TEXTS)]
+            assert model.lanes.most_lanes == 1
+            with model.lanes._cond:  # all three wait for the loop, which then takes them in one step
+                streams = [model.stream(t, seed=i, **OPTS) for i, t in enumerate(TEXTS)]
+            together = [_joined(s) for s in streams]
+    finally:
+        model.lanes.close()
+    assert model.lanes.most_lanes == 3 and _rows_held(model.lm) == 0
+    for a, t in zip(alone, together, strict=True):
+        assert len(a) > 0
+        np.testing.assert_array_equal(t, a)
+
+
+def test_static_lanes_hold_a_row_until_it_is_given_back(files: dict[str, Path]) -> None:
+    lm = _static_lanes(files["f32"], 2)
+    assert lm.lanes is not None
+    token = torch.tensor([[3]])
+    with torch.inference_mode():
+        first, second = lm.new_cache(50), lm.new_cache(50)
+        third = lm.new_cache(50)  # every row of that size is held: a cache of its own, stepped alone
+        assert lm.lanes.holds(first) and lm.lanes.holds(second) and not lm.lanes.holds(third)
+        assert lm(token, third).shape == (1, 1, lm.cfg.n_vocab) and third.length == 1
+        lm.release_cache(first)
+        again = lm.new_cache(50)  # first's row
+        assert lm.lanes.holds(again) and _rows_held(lm) == 2
+        with pytest.raises(RuntimeError, match="no longer held"):
+            lm(token, first)
+        del again  # a cache dropped without being given back frees its row too
+        assert _rows_held(lm) == 1
+        longer = lm.new_cache(400)  # another capacity: another fixed cache
+        assert lm.lanes.holds(longer) and sorted(lm.lanes.buckets) == [256, 512]
+        mixed = lm.forward_many([token, token], [second, longer], last_only=True)  # one step per fixed cache
+        assert [m.shape for m in mixed] == [(1, 1, lm.cfg.n_vocab)] * 2 and second.length == longer.length == 1
+        with pytest.raises(ValueError, match="not a row"):
+            lm.lanes.step([token], [third])
+        with pytest.raises(ValueError, match="two inputs for one cache"):
+            lm.lanes.step([token, token], [second, second])
+        with pytest.raises(ValueError, match="2 inputs for 1 caches"):
+            lm.lanes.step([token, token], [second])
+        short = lm.new_cache(1)
+        lm(token, short)
+        with pytest.raises(KVCacheFullError):
+            lm(token, short)
+    assert lm.lanes.new_cache(lm.rope.max_len + 1) is None  # past the model's positions: no row
+    with pytest.raises(ValueError, match="at least one slot"):
+        lm.use_static_lanes(0)
 
 
 def test_the_server_streams_parallel_requests_as_it_streams_them_one_by_one(

@@ -48,6 +48,9 @@ class ManyTokenModel(Protocol):
         self, tokens: Sequence[torch.Tensor], caches: Sequence[KVCache], *, last_only: bool = ...
     ) -> list[torch.Tensor]: ...
 
+    def release_cache(self, cache: KVCache) -> None:
+        """A lane has left: its cache is free for another (a row of the model's fixed caches on a GPU)."""
+
 
 @dataclass(eq=False)
 class Lane:
@@ -87,6 +90,7 @@ class TokenLanes:
     def remove(self, lane: Lane) -> None:
         if lane in self.lanes:
             self.lanes.remove(lane)
+            self.model.release_cache(lane.decoder.cache)
 
     @torch.inference_mode()
     def step(self) -> list[tuple[Lane, int]]:
@@ -119,7 +123,7 @@ class TokenLanes:
             drawn.append((lane, token))
             if lane.decoder.is_last(token) or lane.drawn >= lane.max_new_tokens:
                 lane.done = True
-                self.lanes.remove(lane)
+                self.remove(lane)
             else:
                 lane.pending = [token]
         return drawn

@@ -112,9 +112,10 @@ class OuteTTSLoadOptions(LoadOptions):
     )
     parallel: int = option(
         1,
-        "on the CPU, utterances decoded together (continuous batching): up to N streams asked at once, from the "
-        "server's requests or other threads, share each step of the language model (one ggml graph reads each weight "
-        "once for all of them); 1: each utterance decodes alone, on its caller's thread",
+        "utterances decoded together (continuous batching): up to N streams asked at once, from the server's "
+        "requests or other threads, share each step of the language model (on the CPU one ggml graph reads each "
+        "weight once for all of them; on CUDA one captured CUDA graph steps them all, over fixed caches of N rows); "
+        "1: each utterance decodes alone, on its caller's thread",
         flag="--parallel",
         check=check_number("parallel", 1, MAX_PARALLEL, whole=True),
     )

@@ -110,11 +110,6 @@ class OuteTTS(TTSModel):
             known = ", ".join(FAMILY.load_option_names())
             raise InputError(f"unknown option '{next(iter(options))}' for OuteTTS; known: {known}")
         on_cpu = torch.device(device).type != "cuda"
-        if parallel > 1 and not on_cpu:
-            raise InputError(
-                "parallel is for the CPU for now: on CUDA each stream's step is one captured graph over the model's "
-                "one fixed cache, so its streams run one at a time (--replicas N loads copies instead)"
-            )
         if on_cpu and (compile_steps or precision != "float32"):
             what = "compile" if compile_steps else f"precision {precision}"
             raise InputError(
@@ -130,6 +125,8 @@ class OuteTTS(TTSModel):
         if speaker is not None:
             model.add_speaker(speaker, default=True)
         if parallel > 1:
+            if not on_cpu:  # each step of all the streams one captured graph over fixed caches of `parallel` rows
+                lm.use_static_lanes(parallel, compile=compile_steps)
             model.lanes = LaneLoop(lm, parallel, device=device)
         return model
 

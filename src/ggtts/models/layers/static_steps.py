@@ -8,11 +8,18 @@ A model that turns this on (``use_static_steps``) hands out caches of fixed capa
 step has the same kernels, shapes and addresses (:class:`~ggtts.ops.step_graph.StepGraph`). The caches handed
 out are views of the fixed storage; a prompt is prefilled into one the usual way. A new cache of a capacity ends the
 one handed out before it (one generation at a time, as a model serves); using the old one is an error.
+
+:class:`StaticLanes` is the same for several sequences at once (continuous batching on a GPU,
+:mod:`ggtts.runtime.lanes`): a fixed cache of ``slots`` rows per capacity, each sequence's cache one row of it, and
+one step runs every row, each at its own position (``StaticPosition.rows``); the rows of sequences not in the step
+write nothing. So N streams cost one captured step, not N.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 import torch
@@ -105,3 +112,141 @@ class StaticCaches(Generic[T]):
     @property
     def captured(self) -> bool:
         return any(d.graph.captured for d in self.decoders.values())
+
+
+def _capacity(max_len: int, most: int) -> int:
+    return min(max(MIN_STATIC_CAPACITY, 1 << (max_len - 1).bit_length()), most)
+
+
+def _row(out: Any, b: int) -> Any:
+    """Row ``b`` of a batched step's outputs (a copy: the next replay overwrites them)."""
+    if isinstance(out, torch.Tensor):
+        return out[b : b + 1].clone()
+    return tuple(_row(o, b) for o in out)
+
+
+class _Slots(Generic[T]):
+    """One capacity's fixed cache of ``slots`` rows, the step's input tensors, its graph, and which cache holds
+    each row."""
+
+    def __init__(self, lanes: StaticLanes[T], capacity: int) -> None:
+        self.lanes = lanes
+        self.cache = cache = lanes.make(capacity)
+        device = cache.k.device
+        n, example = lanes.slots, lanes.example
+        self.input = torch.zeros((n, *example.shape[1:]), dtype=example.dtype, device=device)
+        self.index = torch.zeros(n, dtype=torch.long, device=device)
+        self.write = torch.zeros(n, dtype=torch.bool, device=device)
+        self.positions = torch.arange(capacity, device=device)
+        step: Callable[[], T] = self._step
+        if lanes.compile:
+            step = CompiledOrEager(self._step, lanes.what, device, dynamic=False)
+        self.graph = StepGraph(step, device, lanes.capture)
+        self.held: list[weakref.ref[KVCache] | None] = [None] * n
+
+    def _step(self) -> T:
+        at = StaticPosition.rows(self.index, self.write, self.positions, self.lanes.rope)
+        return self.lanes.body(self.input, at, self.cache)
+
+    def storage(self) -> int:
+        return int(self.cache.k.untyped_storage().data_ptr())
+
+    def slot_of(self, cache: KVCache) -> int | None:
+        return next((b for b, ref in enumerate(self.held) if ref is not None and ref() is cache), None)
+
+    def take(self, max_len: int) -> KVCache | None:
+        """A free row as a cache of ``max_len`` positions; None when every row is held."""
+        free = next((b for b, ref in enumerate(self.held) if ref is None or ref() is None), None)
+        if free is None:
+            return None
+        view = self.cache.rows(free, free + 1)
+        view.length, view.max_len = 0, max_len
+        self.held[free] = weakref.ref(view)
+        return view
+
+
+class StaticLanes(Generic[T]):
+    """One-position steps of ``body`` for up to ``slots`` sequences at once, each its own cache (one row of a fixed
+    cache of ``slots`` rows; ``make(capacity)`` makes one such cache per capacity, a power of two from
+    :data:`MIN_STATIC_CAPACITY` up to ``max_len``). The step's input rows are shaped like ``example`` (a token id
+    ``(1, 1)``, an embedding ``(1, 1, dim)``); ``body(input (slots, ...), StaticPosition.rows(...), cache)`` runs all
+    rows, as a captured CUDA graph with ``capture`` on CUDA (eagerly elsewhere: the CPU tests run the code the graph
+    holds). A cache is held until :meth:`release` (or until it is garbage); steps from several threads take turns."""
+
+    def __init__(
+        self, make: Callable[[int], KVCache], body: Body[T], rope: RotaryEmbedding, example: torch.Tensor,
+        slots: int, max_len: int, what: str, capture: bool = True, compile: bool = False,
+    ) -> None:  # fmt: skip
+        if slots < 1:
+            raise ValueError("static lanes need at least one slot")
+        self.make, self.body, self.rope, self.example = make, body, rope, example
+        self.slots, self.max_len, self.what = slots, max_len, what
+        self.capture, self.compile = capture, compile
+        self.buckets: dict[int, _Slots[T]] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def captured(self) -> bool:
+        return any(b.graph.captured for b in self.buckets.values())
+
+    def new_cache(self, max_len: int) -> KVCache | None:
+        """A free row of the fixed cache of the capacity ``max_len`` needs, as a cache; None past the model's
+        positions or when all ``slots`` rows of that capacity are held."""
+        if not 0 < max_len <= self.max_len:
+            return None
+        capacity = _capacity(max_len, self.max_len)
+        with self._lock:
+            if capacity not in self.buckets:
+                self.buckets[capacity] = _Slots(self, capacity)
+            return self.buckets[capacity].take(max_len)
+
+    def release(self, cache: KVCache) -> None:
+        """``cache``'s row is free for another sequence (nothing when it holds none)."""
+        with self._lock:
+            for bucket in self.buckets.values():
+                slot = bucket.slot_of(cache)
+                if slot is not None:
+                    bucket.held[slot] = None
+
+    def holds(self, cache: KVCache) -> bool:
+        """Whether ``cache`` is a row of these lanes; an error for one whose row was released."""
+        return self._find(cache) is not None
+
+    def _find(self, cache: KVCache) -> tuple[_Slots[T], int] | None:
+        storage = cache.k.untyped_storage().data_ptr()
+        for bucket in self.buckets.values():
+            if bucket.storage() == storage:
+                slot = bucket.slot_of(cache)
+                if slot is None:
+                    raise RuntimeError("this KV cache's row was given back to the model's lanes: it is no longer held")
+                return bucket, slot
+        return None
+
+    def step(self, xs: Sequence[torch.Tensor], caches: Sequence[KVCache]) -> list[T]:
+        """Each sequence's one-position input ``xs[i]`` (``(1, 1, ...)``) at ``caches[i].length``, all rows of a
+        capacity in one step -> each one's outputs (batch of one); commits each position."""
+        if len(xs) != len(caches):
+            raise ValueError(f"{len(xs)} inputs for {len(caches)} caches")
+        with self._lock:
+            groups: dict[int, tuple[_Slots[T], list[tuple[int, int]]]] = {}
+            for i, cache in enumerate(caches):
+                found = self._find(cache)
+                if found is None:
+                    raise ValueError("a cache that is not a row of these lanes")
+                cache.check_fits(cache.length + 1)
+                groups.setdefault(id(found[0]), (found[0], []))[1].append((i, found[1]))
+            outs: list[Any] = [None] * len(caches)
+            for bucket, members in groups.values():
+                if len({slot for _, slot in members}) != len(members):
+                    raise ValueError("two inputs for one cache in one step")
+                index, write = [0] * self.slots, [False] * self.slots
+                for i, slot in members:
+                    bucket.input[slot].copy_(xs[i][0])
+                    index[slot], write[slot] = caches[i].length, True
+                bucket.index.copy_(torch.tensor(index))
+                bucket.write.copy_(torch.tensor(write))
+                out = bucket.graph()
+                for i, slot in members:
+                    outs[i] = _row(out, slot)
+                    caches[i].advance(1)
+            return outs

@@ -36,18 +36,33 @@ class RMSNorm(nn.Module):
 @dataclass(frozen=True)
 class StaticPosition:
     """One new position, read from tensors: ``index`` (1,) the position, ``visible`` (1, 1, 1, capacity) the cache
-    positions up to it, ``cos``/``sin`` (1, head_dim) its rotation."""
+    positions up to it, ``cos``/``sin`` (1, head_dim) its rotation. Or, for a batch whose rows are sequences each at
+    its own position (:meth:`rows`): ``index`` (B,), ``visible`` (B, 1, 1, capacity), ``cos``/``sin`` (B, 1, 1,
+    head_dim), and ``write`` (B,): the rows that take part (the others write nothing into their cache)."""
 
     index: torch.Tensor
     visible: torch.Tensor
     cos: torch.Tensor
     sin: torch.Tensor
+    write: torch.Tensor | None = None
 
     @classmethod
     def at(cls, index: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding) -> StaticPosition:
         """``index`` (1,) among ``positions`` (capacity,) = ``arange(capacity)``."""
         visible = (positions <= index).view(1, 1, 1, -1)
         return cls(index, visible, rope.cos.index_select(0, index), rope.sin.index_select(0, index))
+
+    @classmethod
+    def rows(
+        cls, index: torch.Tensor, write: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding
+    ) -> StaticPosition:
+        """Row ``b`` of a batch at position ``index[b]`` (B,) among ``positions`` (capacity,), written into its
+        cache where ``write[b]``."""
+        b = index.shape[0]
+        visible = (positions.view(1, -1) <= index.view(-1, 1)).view(b, 1, 1, -1)
+        cos = rope.cos.index_select(0, index).view(b, 1, 1, -1)
+        sin = rope.sin.index_select(0, index).view(b, 1, 1, -1)
+        return cls(index, visible, cos, sin, write)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -89,8 +104,12 @@ def cached_attention(
     cache's keys and values of ``layer`` after writing ``k, v (B, Hkv, T, D)`` there -> ``(B, H, T, D)``."""
     if isinstance(start, StaticPosition):  # one position; the whole cache, the rest of it masked
         keys, values = cache.k[layer], cache.v[layer]
-        keys.index_copy_(2, start.index, k.to(keys.dtype))
-        values.index_copy_(2, start.index, v.to(values.dtype))
+        if start.write is None:
+            keys.index_copy_(2, start.index, k.to(keys.dtype))
+            values.index_copy_(2, start.index, v.to(values.dtype))
+        else:  # each row at its own position
+            _write_rows(keys, start, k)
+            _write_rows(values, start, v)
         keys, values = keys.to(q.dtype), values.to(q.dtype)
         return F.scaled_dot_product_attention(
             q, keys, values, attn_mask=start.visible, enable_gqa=q.shape[1] != k.shape[1]
@@ -106,6 +125,16 @@ def cached_attention(
     # a chunk after earlier positions: causal within the chunk, everything before it visible
     visible = torch.arange(start + t, device=q.device) <= (start + torch.arange(t, device=q.device))[:, None]
     return F.scaled_dot_product_attention(q, keys, values, attn_mask=visible, enable_gqa=gqa)
+
+
+def _write_rows(store: torch.Tensor, at: StaticPosition, new: torch.Tensor) -> None:
+    """``new (B, H, 1, D)`` into ``store (B, H, capacity, D)``, row ``b`` at ``at.index[b]`` where ``at.write[b]``
+    (elsewhere the value there is written back: no host decision, so the same kernels whichever rows take part)."""
+    assert at.write is not None
+    b, h, _, d = new.shape
+    where = at.index.view(b, 1, 1, 1).expand(b, h, 1, d)
+    kept = store.gather(2, where)
+    store.scatter_(2, where, torch.where(at.write.view(b, 1, 1, 1), new.to(store.dtype), kept))
 
 
 def new_kv_cache(

@@ -19,7 +19,7 @@ from torch import nn
 from ggtts.gguf import GGUFFile
 from ggtts.models.layers.gguf_state import empty_modules, load_module_from_gguf
 from ggtts.models.layers.kv_cache import KVCache
-from ggtts.models.layers.static_steps import StaticCaches, StaticDecode
+from ggtts.models.layers.static_steps import StaticCaches, StaticDecode, StaticLanes
 from ggtts.models.layers.transformer import (
     RMSNorm,
     RotaryEmbedding,
@@ -81,6 +81,7 @@ class Qwen2Model(nn.Module):
         self.weights_note: str | None = None  # why weights were widened to float, when they were
         self.graph: Qwen2Graph | None = None  # steps as ggml graphs (from_gguf sets it where ggml runs)
         self.static: StaticCaches[torch.Tensor] | None = None  # one-token steps over fixed caches, by capacity
+        self.lanes: StaticLanes[torch.Tensor] | None = None  # several sequences' one-token steps at once (GPU)
 
     @classmethod
     def from_gguf(
@@ -142,9 +143,28 @@ class Qwen2Model(nn.Module):
 
         self.static = StaticCaches(make, self.rope.max_len)
 
+    def use_static_lanes(self, slots: int, capture: bool = True, compile: bool = False) -> None:
+        """From now on, :meth:`new_cache` hands out rows of fixed caches of ``slots`` rows, and the one-token steps
+        of up to ``slots`` sequences on them run together (:meth:`forward_many`) as one
+        :class:`~ggtts.models.layers.static_steps.StaticLanes` step: a CUDA graph replayed, with ``capture`` on
+        CUDA (eagerly elsewhere). Give each cache back with :meth:`release_cache` when its sequence ends."""
+        token = torch.zeros((1, 1), dtype=torch.long)
+        self.lanes = StaticLanes(lambda capacity: self._new_cache(capacity, batch=slots), self._static_step,
+                                 self.rope, token, slots, self.rope.max_len, "the Qwen2 decode step of several "
+                                 "sequences", capture, compile)  # fmt: skip
+
+    def release_cache(self, cache: KVCache) -> None:
+        """``cache``'s sequence is over: its row of the static lanes (if it holds one) is free for another."""
+        if self.lanes is not None:
+            self.lanes.release(cache)
+
     def new_cache(self, max_len: int, *, batch: int = 1, dtype: torch.dtype | None = None) -> KVCache:
         """A cache for ``max_len`` positions, in the model's dtype unless ``dtype`` says otherwise (``float16``
         halves it and is what llama.cpp keeps by default; keys and values are then rounded to it)."""
+        if self.lanes is not None and batch == 1 and dtype is None:
+            cache = self.lanes.new_cache(max_len)
+            if cache is not None:
+                return cache
         if self.static is not None and batch == 1 and dtype is None:
             cache = self.static.new_cache(max_len)
             if cache is not None:
@@ -179,10 +199,25 @@ class Qwen2Model(nn.Module):
         sequence's rows: :meth:`~ggtts.models.layers.ggml_stack.StackGraph.step_many`); elsewhere one step each."""
         if len(tokens) != len(caches):
             raise ValueError(f"{len(tokens)} token rows for {len(caches)} caches")
+        if self.lanes is not None:
+            return self._lanes_many(self.lanes, tokens, caches, last_only)
         graph, pairs = self.graph, list(zip(tokens, caches, strict=True))
         if graph is None or len(pairs) == 1 or not all(graph.takes(c, rows=t.shape[0]) for t, c in pairs):
             return [self(t, c, last_only=last_only) for t, c in pairs]
         return graph.forward_many(tokens, caches, last_only=last_only)
+
+    def _lanes_many(
+        self, lanes: StaticLanes[torch.Tensor], tokens: Sequence[torch.Tensor], caches: Sequence[KVCache],
+        last_only: bool,
+    ) -> list[torch.Tensor]:  # fmt: skip
+        """Prompts (several tokens) one by one, then every one-token step on a lanes row in one lanes step."""
+        out: dict[int, torch.Tensor] = {}
+        steps = [i for i, (t, c) in enumerate(zip(tokens, caches, strict=True)) if t.shape == (1, 1) and lanes.holds(c)]
+        for i in sorted(set(range(len(tokens))) - set(steps)):
+            out[i] = self(tokens[i], caches[i], last_only=last_only)
+        if steps:
+            out.update(zip(steps, lanes.step([tokens[i] for i in steps], [caches[i] for i in steps]), strict=True))
+        return [out[i] for i in range(len(tokens))]
 
     def forward(self, tokens: torch.Tensor, cache: KVCache, *, last_only: bool = False) -> torch.Tensor:
         """Tokens ``(B, T)`` at ``cache.length..`` -> logits ``(B, T, V)`` (``(B, 1, V)`` with last_only).
@@ -191,6 +226,8 @@ class Qwen2Model(nn.Module):
         """
         if self.graph is not None and self.graph.takes(cache, rows=tokens.shape[0]):
             return self.graph.forward(tokens, cache, last_only=last_only)
+        if self.lanes is not None and tokens.shape == (1, 1) and self.lanes.holds(cache):
+            return self.lanes.step([tokens], [cache])[0]
         static = self.static.owner(cache) if self.static is not None else None
         if static is not None and tokens.shape[1] == 1:
             return static.step(tokens, cache)
