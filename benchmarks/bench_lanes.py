@@ -40,7 +40,7 @@ from ggtts.gguf import GGUFFile
 from ggtts.measure.bench import cpu_model
 from ggtts.models.qwen2.model import Qwen2Model
 from ggtts.runtime.frames import TokenDecoder, decode_frames
-from ggtts.runtime.lanes import LaneLoop
+from ggtts.runtime.lanes import LaneLoop, TokenLanes
 from ggtts.runtime.sampling import Sampler, SamplingParams
 
 REAL_TIME = 75  # OuteTTS's codes per second of audio
@@ -61,7 +61,7 @@ class Stream:
         self.max_new_tokens = new
         self.drawn: list[tuple[int, float]] = []
 
-    def on_token(self, token: int) -> list[tuple[int, float]]:
+    def on_frame(self, token: int) -> list[tuple[int, float]]:
         self.drawn.append((token, time.perf_counter()))
         if len(self.drawn) % CHUNK:
             return []
@@ -143,7 +143,7 @@ def together(
     lm: Qwen2Model, prompts: Sequence[list[int]], new: int, quiet: bool = False
 ) -> tuple[list[list[int]], float, list[float]]:
     device = lm.output_norm.weight.device
-    loop: LaneLoop[tuple[int, float]] = LaneLoop(lm, len(prompts), threads=THREADS, device=device)
+    loop: LaneLoop[tuple[int, float]] = LaneLoop(TokenLanes(lm, device), len(prompts), threads=THREADS)
     results: list[list[tuple[int, float]]] = [[] for _ in prompts]
     began = time.perf_counter()
 

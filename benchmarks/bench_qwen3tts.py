@@ -2,6 +2,7 @@
 float32) and llama.cpp's ``llama-tts`` (the same q8_0 / q4_0 files), in one run, on ``--threads`` threads.
 
     python benchmarks/bench_qwen3tts.py [--frames 48] [--threads 2] [--types q8_0,q4_0] [--llama-tts PATH] [--dir DIR]
+    python benchmarks/bench_qwen3tts.py --streams 1,2,4 [--frames 48] [--types q8_0,q4_0] [--dir DIR]
 
 Shape (the 0.6B Base config as third-party loaders quote it; the real file is not reachable here): a talker of 28
 layers 1024 wide (16 query / 8 key-value heads of 128, feed-forward 3072, M-RoPE 24/20/20), text embeddings
@@ -20,6 +21,11 @@ Reported per peer: frames, seconds generating them (talker + code predictor), fr
 real-time factor of the whole (wall / audio seconds: below 1 is faster than real time) and, for ggtts, the time to
 its first audio when it streams. llama-tts reports its own split (``timings:`` line). Where the CPU has native
 bfloat16, ggtts runs again with ``precision="bfloat16"`` (the speech decoder's convolutions; rows ``... bf16``).
+
+``--streams N,...``: continuous batching instead (``parallel``, :mod:`ggtts.families.qwen3omni.lanes`): N utterances
+of ``--frames`` frames each (the same sentence, a seed each, EOS held off), the talker and code predictor alone,
+made one after another and then together in lanes; all streams' frames per second both ways. The files in ``--dir``
+are reused when there (built and converted otherwise).
 """
 
 from __future__ import annotations
@@ -210,6 +216,50 @@ def row(name: str, r: dict[str, Any]) -> str:
             f"{r['decode_s']:>8.2f} {total / audio:>7.2f} {first:>7}")  # fmt: skip
 
 
+def lanes_run(path: Path, frames: int, streams: list[int]) -> list[str]:
+    """All streams' frames/s, one by one and in lanes (talker and code predictor only)."""
+    import dataclasses
+
+    import ggtts
+    from ggtts.families.qwen3omni.generate import decoded_frames, talker_decoder
+    from ggtts.families.qwen3omni.lanes import TalkerLanes
+    from ggtts.families.qwen3omni.pipeline import talker_sampling
+    from ggtts.families.qwen3tts import Qwen3TTSOptions
+    from ggtts.models.qwen3tts.config import MIN_FRAMES
+
+    model: Any = ggtts.load(path)
+    talker = model.talker
+    talker.cfg = dataclasses.replace(talker.cfg, codec_eos=-1)  # no end: every stream writes all its frames
+    inputs = model._inputs(TEXT, "english", None, None)
+    cfg = talker.cfg
+
+    def decoder(seed: int, n: int = frames) -> Any:
+        params = talker_sampling(cfg.sampling, cfg.cp_sampling, Qwen3TTSOptions(max_frames=n, seed=seed))
+        return talker_decoder(talker, inputs, params, min_frames=MIN_FRAMES)
+
+    def together(decoders: list[Any]) -> float:
+        lanes = TalkerLanes(talker, prefill_chunk=1 << 20)
+        for d in decoders:
+            lanes.add(d)
+        start = time.perf_counter()
+        while lanes.lanes:
+            lanes.step()
+        return time.perf_counter() - start
+
+    rows = []
+    for n in streams:
+        list(decoded_frames(decoder(99, 2)))  # warm-up: weights touched, graphs built
+        together([decoder(99 + i, 2) for i in range(n)])
+        start = time.perf_counter()
+        for i in range(n):
+            list(decoded_frames(decoder(i)))
+        alone = time.perf_counter() - start
+        lanes = together([decoder(i) for i in range(n)])
+        rows.append(f"| {path.stem} | {n} | {n * frames / alone:.2f} | {n * frames / lanes:.2f} | "
+                    f"{frames / lanes:.2f} | {alone / lanes:.2f} |")  # fmt: skip
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=48)
@@ -217,6 +267,7 @@ def main() -> None:
     parser.add_argument("--types", default="q8_0,q4_0")
     parser.add_argument("--llama-tts", type=Path)
     parser.add_argument("--dir", type=Path)
+    parser.add_argument("--streams", help="N,...: continuous batching of N streams (see the notes)")
     args = parser.parse_args()
     warnings.simplefilter("ignore")
     torch.set_num_threads(args.threads)
@@ -224,6 +275,20 @@ def main() -> None:
     from ggtts.convert.qwen3tts_hf import convert_qwen3tts
     from ggtts.ops.precision import bfloat16_supported
 
+    if args.streams:
+        paths = [work / kind / f"qwen3tts-0.6b-{kind}.gguf" for kind in args.types.split(",")]
+        if not all(p.exists() for p in paths):
+            if not (work / "ckpt" / "model.safetensors").exists():
+                build(work / "ckpt")
+            for p, kind in zip(paths, args.types.split(","), strict=True):
+                convert_qwen3tts([work / "ckpt"], p, kind)
+        print(f"# Qwen3-TTS 0.6B shape, random weights; {cpu_model()}, {args.threads} threads; {args.frames} frames "
+              "a stream, the talker and code predictor only")  # fmt: skip
+        print("| file | streams | one by one, frames/s | lanes, frames/s | each stream in lanes | x |")
+        print("|---|---|---|---|---|---|")
+        for p in paths:
+            print("\n".join(lanes_run(p, args.frames, [int(n) for n in args.streams.split(",")])))
+        return
     model, decoder = build(work / "ckpt")
     results = {"qwen-tts f32": upstream_run(model, decoder, work / "ckpt", args.frames)}
     del model, decoder

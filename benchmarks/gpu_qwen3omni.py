@@ -45,10 +45,10 @@ from gpu_qwen2 import peak_mib, profile_table, reset_memory, sync
 from ggtts.families.qwen3omni.generate import (
     GraphedFrame,
     HFSampler,
+    HostFrames,
     TalkerDecoder,
     TalkerSampling,
     generate_frames,
-    host_frames,
 )
 from ggtts.families.qwen3omni.prompt import TalkerInputs
 from ggtts.gguf import GGUFFile
@@ -150,8 +150,8 @@ def forced_difference(eager: Talker, graph: Talker, x: TalkerInputs, frames: int
     rest = HFSampler(cfg.cp_sampling, True, torch.Generator())
     worst, same = 0.0, 0
     with torch.inference_mode():
-        a = TalkerDecoder(eager, x, frames, first, host_frames(eager.cp, rest))
-        b = TalkerDecoder(graph, x, frames, first, host_frames(graph.cp, rest))
+        a = TalkerDecoder(eager, x, frames, first, HostFrames(eager.cp, rest))
+        b = TalkerDecoder(graph, x, frames, first, HostFrames(graph.cp, rest))
         graphed = GraphedFrame(graph.cp, cfg.cp_sampling, greedy=True, seed=0)
         a.prefill()
         b.prefill()

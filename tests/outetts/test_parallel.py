@@ -21,7 +21,7 @@ import ggtts
 from ggtts.convert.outetts_hf import convert_outetts_hf
 from ggtts.convert.wavtokenizer_ckpt import convert_wavtokenizer_ckpt
 from ggtts.errors import InputError
-from ggtts.families.outetts import MAX_PARALLEL
+from ggtts.families.base import MAX_PARALLEL
 from ggtts.families.outetts.pipeline import OuteTTS
 from ggtts.families.outetts.prompt import default_speaker
 from ggtts.gguf import GGUFFile
@@ -458,7 +458,7 @@ class _Work:
         self.decoder = _decoder(lm, [1, 2, 3], 0, 4)
         self.max_new_tokens = 4
 
-    def on_token(self, token: int) -> list[int]:
+    def on_frame(self, token: int) -> list[int]:
         return [token]
 
     def on_end(self) -> list[int]:
@@ -479,7 +479,7 @@ def test_a_closed_lane_loop_ends_its_thread_and_takes_no_more(files: dict[str, P
         def on_end(self) -> list[int]:
             raise InputError("no audio")
 
-    loop: LaneLoop[int] = LaneLoop(lm, 2)
+    loop: LaneLoop[int] = LaneLoop(TokenLanes(lm), 2)
     with pytest.raises(InputError, match="no audio"):
         list(loop.run(FailsAtItsEnd))
     with loop._cond:  # (the loop drops a failed job under its lock, after handing over the error)
@@ -509,10 +509,10 @@ def test_a_caller_whose_loop_died_hears_so(files: dict[str, Path]) -> None:
         def __init__(self) -> None:
             super().__init__(lm)
 
-        def on_token(self, token: int) -> list[int]:
+        def on_frame(self, token: int) -> list[int]:
             raise _LoopKilled
 
-    loop: LaneLoop[int] = LaneLoop(lm, 1)
+    loop: LaneLoop[int] = LaneLoop(TokenLanes(lm), 1)
     heard: list[BaseException] = []
 
     def read() -> None:
@@ -526,6 +526,6 @@ def test_a_caller_whose_loop_died_hears_so(files: dict[str, Path]) -> None:
     reader.join(DIED_S)  # (a bound for a broken build only, where the caller waits for ever)
     assert not reader.is_alive() and "the lane loop's thread has stopped" in str(heard[0])
     with pytest.raises(ValueError, match="at least one lane"):
-        LaneLoop(lm, 0)
+        LaneLoop(TokenLanes(lm), 0)
     with pytest.raises(ValueError, match="at least one token"):
         TokenLanes(lm, prefill_chunk=0)

@@ -327,6 +327,36 @@ def test_stream_joins_to_synthesize_and_the_first_chunk_is_one_frame(tiny: Tiny)
     assert np.array_equal(again.samples, whole.samples) and not np.array_equal(other.samples, whole.samples)
 
 
+def test_parallel_streams_say_what_each_says_alone(tiny: Tiny) -> None:
+    """``parallel=2``: two streams asked at once share each step of the mixture-of-experts talker and of the code
+    predictor (one ggml graph each, every row computed as alone), and say byte for byte what each says alone; a
+    chat's speech goes through the lanes too."""
+    from ggtts.api import load
+
+    together = load(tiny.work / "thinker.gguf", parallel=2)
+    assert together.lanes is not None and together.parallel_streams == 2
+    together.lanes.lanes.prefill_chunk = 1 << 20  # prompts whole, as alone (in chunks: other arithmetic)
+    asks = [{"voice": "chelsie", "seed": 1, "max_frames": 30, "chunk_frames": 4},
+            {"voice": "ethan", "seed": 2, "max_frames": 24, "chunk_frames": 4}]  # fmt: skip
+    texts = (TEXT, "A second and longer sentence, to say beside the first.")
+    try:
+        alone = [np.concatenate([c.samples for c in tiny.tts.stream(t, **a)]) for t, a in zip(texts, asks, strict=True)]
+        with together.lanes._cond:  # both join before the loop's next step
+            streams = [together.stream(t, **a) for t, a in zip(texts, asks, strict=True)]
+        got = [np.concatenate([c.samples for c in s]) for s in streams]
+        assert together.lanes.most_lanes == 2
+        for a, g in zip(alone, got, strict=True):
+            assert len(a) > 0
+            np.testing.assert_array_equal(g, a)
+        reply = together.chat(TEXT, voice="ethan", seed=3, max_frames=12, max_reply_tokens=6)
+        heard = np.concatenate([c.samples for c in reply.audio])
+        alone_reply = tiny.tts.chat(TEXT, voice="ethan", seed=3, max_frames=12, max_reply_tokens=6)
+        np.testing.assert_array_equal(heard, np.concatenate([c.samples for c in alone_reply.audio]))
+        assert together.lanes.steps > 0 and together.lanes._jobs == []
+    finally:
+        together.lanes.close()
+
+
 def test_voices_are_the_talkers_speakers(tiny: Tiny) -> None:
     from ggtts.families import family_named
     from ggtts.gguf import GGUFFile
@@ -629,7 +659,9 @@ def test_files_that_do_not_match_are_refused_at_load(
     from ggtts.errors import GGTTSError, GGUFError
 
     thinker = tiny.work / "thinker.gguf"
-    with pytest.raises(GGTTSError, match="qwen3omni has no load option 'codec'; it takes device, precision, talker"):
+    with pytest.raises(
+        GGTTSError, match="qwen3omni has no load option 'codec'; it takes device, precision, parallel, talker"
+    ):
         load(thinker, codec="x.gguf")
     ckpt = HFCheckpoint([tiny.work / "checkpoint"], "tiny")
     talker_cfg = {**ckpt.config["talker_config"], "thinker_hidden_size": 64}  # a talker for a 64-wide thinker
@@ -720,7 +752,7 @@ def test_the_steps_cuda_graphs_hold_match_the_eager_steps(tiny: Tiny) -> None:
     read from a tensor, the whole cache attended under a mask, the experts' weights gathered) gives the eager step's
     hidden states and logits, teacher-forced frame by frame; the code predictor's frame with its codes chosen as
     tensors (:class:`GraphedFrame`) gives the host loop's codes and embedding sum exactly (the same arithmetic)."""
-    from ggtts.families.qwen3omni.generate import GraphedFrame, HFSampler, TalkerDecoder, host_frames
+    from ggtts.families.qwen3omni.generate import GraphedFrame, HFSampler, HostFrames, TalkerDecoder
     from ggtts.families.qwen3omni.prompt import talker_inputs
     from ggtts.gguf import GGUFFile
     from ggtts.models.qwen3omni_talker.model import Talker
@@ -737,8 +769,8 @@ def test_the_steps_cuda_graphs_hold_match_the_eager_steps(tiny: Tiny) -> None:
     rest = HFSampler(cfg.cp_sampling, True, torch.Generator())
     frames = 16
     with torch.inference_mode():
-        a = TalkerDecoder(eager, inputs, frames, greedy, host_frames(eager.cp, rest))
-        b = TalkerDecoder(static, inputs, frames, greedy, host_frames(static.cp, rest))
+        a = TalkerDecoder(eager, inputs, frames, greedy, HostFrames(eager.cp, rest))
+        b = TalkerDecoder(static, inputs, frames, greedy, HostFrames(static.cp, rest))
         assert static.static is not None and list(static.static.decoders) == [256]
         a.prefill()
         b.prefill()
@@ -754,7 +786,7 @@ def test_the_steps_cuda_graphs_hold_match_the_eager_steps(tiny: Tiny) -> None:
         assert worst < 1e-5, worst
 
         graphed = GraphedFrame(eager.cp, cfg.cp_sampling, greedy=True, seed=0, capture=False)
-        host = host_frames(eager.cp, rest)
+        host = HostFrames(eager.cp, rest)
         g = torch.Generator().manual_seed(5)
         for _ in range(4):
             hidden, first = (torch.randn(1, 1, cfg.talker.dim, generator=g) for _ in range(2))

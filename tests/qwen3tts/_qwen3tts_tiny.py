@@ -4,6 +4,7 @@ qwen-tts's greedy generate on it (what the parity and pipeline tests compare aga
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -117,3 +118,23 @@ def forced_greedy(
     greedy = TalkerSampling(True, cfg.sampling, cfg.cp_sampling, max_frames=frames)
     n = len(list(generate_frames(talker, inputs, greedy, pickers=pickers, min_frames=MIN_FRAMES)))
     return forced_codes(first, rest, n, cfg.n_codebooks), first.near_ties + rest.near_ties
+
+
+class Recorder:
+    """A pick (the talker's or the code predictor's) that keeps the logits it is shown and answers the given codes
+    in turn: generation teacher-forced along known frames."""
+
+    def __init__(self, codes: Sequence[int]) -> None:
+        self.codes: Iterator[int] = iter(codes)
+        self.seen: list[torch.Tensor] = []
+
+    def __call__(
+        self, logits: torch.Tensor, history: Sequence[int] = (), suppressed: torch.Tensor | None = None
+    ) -> int:
+        self.seen.append(logits.detach().float().clone())
+        return next(self.codes)
+
+    @classmethod
+    def along(cls, frames: list[list[int]]) -> tuple[Recorder, Recorder]:
+        """The talker's and the code predictor's recorders for ``frames``."""
+        return cls([f[0] for f in frames]), cls([c for f in frames for c in f[1:]])

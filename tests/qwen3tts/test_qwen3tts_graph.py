@@ -10,12 +10,11 @@ activation's rounding flips, the code predictor's logits move by up to ~2e-4).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 import torch
-from _qwen3tts_tiny import Built, need_qwen_tts
+from _qwen3tts_tiny import Built, Recorder, need_qwen_tts
 
 from ggtts.convert.qwen3tts_hf import convert_qwen3tts, mmproj_path
 from ggtts.families.qwen3omni.generate import TalkerSampling, generate_frames
@@ -55,20 +54,6 @@ def _load(path: Path, graph: bool) -> Talker:
     return talker
 
 
-class _Recorder:
-    """A pick that keeps the logits it is shown and answers the given codes in turn."""
-
-    def __init__(self, codes: Sequence[int]) -> None:
-        self.codes: Iterator[int] = iter(codes)
-        self.seen: list[torch.Tensor] = []
-
-    def __call__(
-        self, logits: torch.Tensor, history: Sequence[int] = (), suppressed: torch.Tensor | None = None
-    ) -> int:
-        self.seen.append(logits.detach().float().clone())
-        return next(self.codes)
-
-
 def _greedy(talker: Talker, built: Built, text: str = TEXT) -> list[list[int]]:
     cfg = talker.cfg
     params = TalkerSampling(True, cfg.sampling, cfg.cp_sampling, max_frames=FRAMES)
@@ -78,7 +63,7 @@ def _greedy(talker: Talker, built: Built, text: str = TEXT) -> list[list[int]]:
 def _logits_along(talker: Talker, built: Built, frames: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """The talker's and the code predictor's logits at every decision, each fed ``frames``' codes."""
     cfg = talker.cfg
-    first, rest = _Recorder([f[0] for f in frames]), _Recorder([c for f in frames for c in f[1:]])
+    first, rest = Recorder.along(frames)
     params = TalkerSampling(True, cfg.sampling, cfg.cp_sampling, max_frames=len(frames))
     inputs = built.inputs(TEXT, "english", "vivian")
     made = list(generate_frames(talker, inputs, params, pickers=(first, rest), min_frames=MIN_FRAMES))

@@ -165,14 +165,14 @@ def test_command_line_refuses_an_unknown_language(custom: Built, tmp_path: Path)
 def test_the_graphed_frame_takes_the_talkers_width(custom: Built) -> None:
     """The code predictor's whole-frame CUDA graph code, run eagerly (capture=False) where the code predictor is
     narrower than the talker (proj_in): the same codes and embedding sum as the host loop."""
-    from ggtts.families.qwen3omni.generate import GraphedFrame, HFSampler, host_frames
+    from ggtts.families.qwen3omni.generate import GraphedFrame, HFSampler, HostFrames
 
     cp, cfg = custom.talker.cp, custom.talker.cfg
     assert cp.embed_dim != cfg.code_predictor.dim
     gen = torch.Generator().manual_seed(0)
     hidden, first = torch.randn(1, 1, cp.embed_dim, generator=gen), torch.randn(1, 1, cp.embed_dim, generator=gen)
     graphed = GraphedFrame(cp, cfg.cp_sampling, True, 0, capture=False)(hidden, first)
-    host = host_frames(cp, HFSampler(cfg.cp_sampling, True, gen))(hidden, first)
+    host = HostFrames(cp, HFSampler(cfg.cp_sampling, True, gen))(hidden, first)
     assert graphed[0] == host[0]
     torch.testing.assert_close(graphed[1], host[1])
 

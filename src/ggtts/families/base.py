@@ -411,6 +411,28 @@ def precision_load_option(what: str) -> Any:
     )
 
 
+MAX_PARALLEL = 64  # utterances one copy of a model decodes together (the ``parallel`` load option)
+
+
+def parallel_load_option(what: str, cuda: bool) -> Any:
+    """The ``parallel`` load option of a family whose utterances can decode together (continuous batching:
+    :mod:`ggtts.runtime.lanes`); ``what``: the steps they share."""
+    where = (
+        "on the CPU one ggml graph reads each weight once for all of them; on CUDA one captured CUDA graph steps them "
+        "all, over fixed caches of N rows"
+        if cuda
+        else "one ggml graph reads each weight once for all of them; on the CPU only, for now"
+    )
+    return option(
+        1,
+        f"utterances decoded together (continuous batching): up to N streams asked at once, from the server's "
+        f"requests or other threads, share each step of {what} ({where}); 1: each utterance decodes alone, on its "
+        "caller's thread",
+        flag="--parallel",
+        check=check_number("parallel", 1, MAX_PARALLEL, whole=True),
+    )
+
+
 @dataclass(frozen=True)
 class LoadOptions:
     """What every family's loader takes; a family with more subclasses it (fields made with :func:`option`)."""

@@ -1,5 +1,4 @@
-"""Continuous batching: several utterances of one decoder-only language model decoded together, one token each per
-step, on one thread.
+"""Continuous batching: several utterances of one model decoded together, one frame each per step, on one thread.
 
 Each utterance is a *lane*: its own prompt, cache, sampler and budget (a :class:`~ggtts.runtime.frames.TokenDecoder`).
 A step puts every lane's pending input (its prompt when it has just joined, else the token it drew last) through the
@@ -8,8 +7,11 @@ lanes' rows, :meth:`~ggtts.models.layers.ggml_stack.StackGraph.step_many`), then
 with its own sampler. Lanes join and leave between steps, as llama.cpp's server does with its slots, so that N
 streams cost less than N times one.
 
-:class:`TokenLanes` is the step; :class:`LaneLoop` runs it on a thread of its own for callers on other threads (the
-server's requests): each caller hands it the work of one utterance and reads that utterance's audio as it is made.
+:class:`TokenLanes` is the step of a decoder-only language model (OuteTTS); a family whose frames are more than one
+token steps its own lanes the same way (Qwen3-Omni's and Qwen3-TTS's talker and code predictor:
+:mod:`ggtts.families.qwen3omni.lanes`). :class:`LaneLoop` runs such a step on a thread of its own for callers on other
+threads (the server's requests): each caller hands it the work of one utterance and reads that utterance's audio as it
+is made.
 All of the model's computing happens on the loop's thread: OpenMP (torch's and ggml's thread pools) makes one team
 of threads per calling thread, and once it manages more threads than there are cores it stops letting them spin
 between parallel regions; a ggml step graph, which waits at a barrier after each of its several hundred operations,
@@ -87,6 +89,9 @@ class TokenLanes:
             self.lanes.append(lane)
         return lane
 
+    def join(self, work: TokenWork[Any]) -> Lane:
+        return self.add(work.decoder, work.max_new_tokens)
+
     def remove(self, lane: Lane) -> None:
         if lane in self.lanes:
             self.lanes.remove(lane)
@@ -130,15 +135,37 @@ class TokenLanes:
 
 
 class LaneWork(Protocol[T_co]):
-    """One utterance as a :class:`LaneLoop` runs it (built on the loop's thread): its decoder and budget, and what
-    each new token and the end give its caller."""
+    """One utterance as a :class:`LaneLoop` runs it (built on the loop's thread): what each new frame and the end
+    give its caller (and what its lanes' ``join`` reads: :class:`TokenWork` for :class:`TokenLanes`)."""
+
+    def on_frame(self, frame: Any) -> Sequence[T_co]: ...
+
+    def on_end(self) -> Sequence[T_co]: ...
+
+
+class TokenWork(LaneWork[T_co], Protocol[T_co]):
+    """A :class:`TokenLanes` utterance: its token loop and budget."""
 
     decoder: TokenDecoder
     max_new_tokens: int
 
-    def on_token(self, token: int) -> Sequence[T_co]: ...
 
-    def on_end(self) -> Sequence[T_co]: ...
+class LaneState(Protocol):
+    done: bool
+
+
+class Lanes(Protocol):
+    """What a :class:`LaneLoop` steps: lanes that join (one per utterance's work) and leave, and a step of all of
+    them giving each lane that drew its frame (``None`` for a lane that ended without one)."""
+
+    @property
+    def lanes(self) -> Sequence[Any]: ...
+
+    def join(self, work: Any) -> LaneState: ...
+
+    def remove(self, lane: Any) -> None: ...
+
+    def step(self) -> Sequence[tuple[Any, Any]]: ...
 
 
 _END = object()
@@ -150,21 +177,19 @@ class _Job(Generic[T]):
         self.out: queue.SimpleQueue[Any] = queue.SimpleQueue()  # items, then _END, or an exception
         self.given_up = False
         self.work: LaneWork[T] | None = None
-        self.lane: Lane | None = None
+        self.lane: LaneState | None = None
 
 
 class LaneLoop(Generic[T]):
-    """A thread that decodes up to ``max_lanes`` utterances of ``model`` together (:class:`TokenLanes`); callers on
-    any thread hand it an utterance with :meth:`run` and read its outputs as they come. More callers than lanes wait
-    for a lane to free. ``threads``: torch's threads on the loop's thread (default: those of the thread that first
-    calls :meth:`run`, e.g. a server's model thread)."""
+    """A thread that decodes up to ``max_lanes`` utterances together (``lanes``: :class:`TokenLanes` of a model, or
+    a family's own); callers on any thread hand it an utterance with :meth:`run` and read its outputs as they come.
+    More callers than lanes wait for a lane to free. ``threads``: torch's threads on the loop's thread (default:
+    those of the thread that first calls :meth:`run`, e.g. a server's model thread)."""
 
-    def __init__(
-        self, model: ManyTokenModel, max_lanes: int, threads: int | None = None, device: str | torch.device = "cpu"
-    ) -> None:
+    def __init__(self, lanes: Lanes, max_lanes: int, threads: int | None = None) -> None:
         if max_lanes < 1:
             raise ValueError("a lane loop needs at least one lane")
-        self.lanes = TokenLanes(model, device)
+        self.lanes = lanes
         self.max_lanes, self.threads = max_lanes, threads
         self._cond = threading.Condition()
         self._waiting: list[_Job[T]] = []
@@ -250,7 +275,7 @@ class LaneLoop(Generic[T]):
             try:
                 with torch.inference_mode():
                     job.work = work = job.make()
-                job.lane = self.lanes.add(work.decoder, work.max_new_tokens)
+                job.lane = self.lanes.join(work)
                 self._jobs.append(job)
                 if job.lane.done:  # nothing to decode
                     self._finish(job)
@@ -290,12 +315,12 @@ class LaneLoop(Generic[T]):
             return
         self.steps += 1
         self.most_lanes = max(self.most_lanes, n)
-        for lane, token in drawn:
+        for lane, frame in drawn:
             job = jobs[id(lane)]
             assert job.work is not None
             try:
                 with torch.inference_mode():
-                    for item in job.work.on_token(token):
+                    for item in job.work.on_frame(frame) if frame is not None else ():
                         job.out.put(item)
                     if lane.done:
                         self._finish(job)

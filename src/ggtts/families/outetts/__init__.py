@@ -22,6 +22,7 @@ from ggtts.families.base import (
     check_number,
     check_seed,
     option,
+    parallel_load_option,
     precision_load_option,
 )
 from ggtts.gguf.keys import Qwen2, WavTokenizerDec
@@ -34,7 +35,6 @@ MAX_CHARS = 2000
 CODE_TOKEN = re.compile(r"<\|(\d+)\|>")  # an audio code in the LM's vocabulary
 MIN_CODE_TOKENS = 2  # a vocabulary with fewer <|N|> tokens writes no audio
 VERSIONS = ("0.2", "0.3")  # the prompt formats
-MAX_PARALLEL = 64  # streams one copy decodes together (``parallel``)
 
 
 def _open_unit(
@@ -110,15 +110,7 @@ class OuteTTSLoadOptions(LoadOptions):
         "a speaker profile (.json, OuteTTS's format) to speak with: added to the voices at load, as the default",
         flag="--speaker",
     )
-    parallel: int = option(
-        1,
-        "utterances decoded together (continuous batching): up to N streams asked at once, from the server's "
-        "requests or other threads, share each step of the language model (on the CPU one ggml graph reads each "
-        "weight once for all of them; on CUDA one captured CUDA graph steps them all, over fixed caches of N rows); "
-        "1: each utterance decodes alone, on its caller's thread",
-        flag="--parallel",
-        check=check_number("parallel", 1, MAX_PARALLEL, whole=True),
-    )
+    parallel: int = parallel_load_option("the language model", cuda=True)
     compile: bool = option(
         False,
         "on CUDA: compile the language model's decode step with torch.compile before it is captured as a CUDA graph "

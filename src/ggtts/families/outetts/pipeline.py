@@ -38,7 +38,7 @@ from ggtts.models.qwen2.tokenizer import BPETokenizer
 from ggtts.models.wavtokenizer.config import DEFAULT_SAMPLE_RATE
 from ggtts.models.wavtokenizer.model import WavTokenizerDecoder
 from ggtts.runtime.frames import TokenDecoder, decode_frames
-from ggtts.runtime.lanes import LaneLoop
+from ggtts.runtime.lanes import LaneLoop, TokenLanes
 from ggtts.runtime.sampling import Sampler, SamplingParams
 from ggtts.runtime.streaming import WindowedDecoder
 
@@ -127,7 +127,7 @@ class OuteTTS(TTSModel):
         if parallel > 1:
             if not on_cpu:  # each step of all the streams one captured graph over fixed caches of `parallel` rows
                 lm.use_static_lanes(parallel, compile=compile_steps)
-            model.lanes = LaneLoop(lm, parallel, device=device)
+            model.lanes = LaneLoop(TokenLanes(lm, device), parallel)
         return model
 
     def with_vocoder(self, path: str | os.PathLike[str]) -> OuteTTS:
@@ -316,7 +316,7 @@ class _Utterance:
         with torch.inference_mode():
             return [self._chunk(piece) for piece in self.windowed.push(codes)]
 
-    def on_token(self, token: int) -> list[Audio]:
+    def on_frame(self, token: int) -> list[Audio]:
         codes = self.codes_of(token)
         return self.audio(codes) if codes else []
 

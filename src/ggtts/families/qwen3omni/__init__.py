@@ -24,6 +24,7 @@ from ggtts.families.base import (
     check_seed,
     find_beside,
     option,
+    parallel_load_option,
     precision_load_option,
 )
 from ggtts.gguf.keys import Qwen3OmniAudio as AudioKeys
@@ -137,6 +138,7 @@ def is_audio_mmproj(gguf: object) -> bool:
 @dataclass(frozen=True)
 class Qwen3OmniLoadOptions(LoadOptions):
     precision: str = precision_load_option("code2wav's decoder convolutions")
+    parallel: int = parallel_load_option("the talker and its code predictor", cuda=False)
 
 
 FAMILY = Family(

@@ -19,7 +19,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
@@ -163,24 +163,36 @@ class TalkerDecoder:
         self.suppressed = torch.tensor(talker.cfg.suppressed_ids, dtype=torch.long)
         # the first min_frames draws may not end the audio (transformers' min_new_tokens)
         self.suppressed_early = torch.tensor([*talker.cfg.suppressed_ids, talker.cfg.codec_eos], dtype=torch.long)
-        self.min_frames = min_frames
+        self.min_frames, self.max_frames = min_frames, max_frames
         self.cache = talker.new_cache(inputs.prefill.shape[1] + max_frames + 1)
         self.drawn: list[int] = []
-        self.hidden = self.logits = self.next_input = torch.empty(0)
+        self.hidden = self.logits = self.next_input = self.embedded = torch.empty(0)
 
     def prefill(self) -> None:
         self.hidden, self.logits = self.talker.step(self.inputs.prefill, self.cache)
 
     def draw(self, step: int) -> list[int] | None:
+        code = self.first_code(step)
+        if code is None:
+            return None
+        return self.complete(step, code, *self.rest(self.hidden, self.embedded))
+
+    def first_code(self, step: int) -> int | None:
+        """The frame's first code from the talker's logits (None: codec EOS, the end); its embedding is kept for
+        the code predictor (:attr:`embedded`)."""
         code = self.first(self.logits, self.drawn, self.suppressed_early if step < self.min_frames else self.suppressed)
         if code == self.talker.cfg.codec_eos:
             return None
         self.drawn.append(code)
-        embedded = self.talker.embed_codes(code)
-        codes, total = self.rest(self.hidden, embedded)
+        self.embedded = self.talker.embed_codes(code)
+        return code
+
+    def complete(self, step: int, code: int, codes: list[int], total: torch.Tensor) -> list[int]:
+        """The frame, once the code predictor gave its other ``codes`` (and the sum of their embeddings); the
+        talker's next input is made from them."""
         trailing = self.inputs.trailing
         text = trailing[:, step : step + 1] if step < trailing.shape[1] else self.inputs.pad
-        self.next_input = embedded + total + text
+        self.next_input = self.embedded + total + text
         return [code, *codes]
 
     def is_last(self, frame: list[int]) -> bool:
@@ -204,40 +216,57 @@ def graphed_frame(talker: TalkerStack, params: Sampling, greedy: bool, seed: int
     return frames[params, greedy].reseed(seed)
 
 
-def host_frames(cp: CodePredictor, rest: Pick) -> RestOfFrame:
-    """The code predictor's frame with each code chosen on the host by ``rest`` (the CPU's way)."""
-    cache = cp.new_cache()
-    return lambda hidden, first: cp.frame(hidden, first, lambda _j, logits: rest(logits), cache)
+class HostFrames:
+    """The code predictor's frame with each code chosen on the host by ``pick`` (the CPU's way), on a cache of its
+    own; frames of several utterances run together through their :attr:`pick` and :attr:`cache`
+    (:mod:`ggtts.families.qwen3omni.lanes`)."""
+
+    def __init__(self, cp: CodePredictor, pick: Pick) -> None:
+        self.cp, self.pick, self.cache = cp, pick, cp.new_cache()
+
+    def choose(self, _j: int, logits: torch.Tensor) -> int:
+        return self.pick(logits)
+
+    def __call__(self, hidden: torch.Tensor, first: torch.Tensor) -> tuple[list[int], torch.Tensor]:
+        return self.cp.frame(hidden, first, self.choose, self.cache)
 
 
-def generate_frames(
+def talker_decoder(
     talker: TalkerStack,
     inputs: TalkerInputs,
     params: TalkerSampling,
     draw: Draw = multinomial,
     pickers: tuple[Pick, Pick] | None = None,
     min_frames: int = 0,
-) -> Iterator[list[int]]:
-    """Frames of codes (``n_codebooks`` each), one at a time, until codec EOS (not drawn in the first
-    ``min_frames``) or ``max_frames``. ``pickers``: the talker's and the code predictor's choice of a code from
-    logits (default: :class:`HFSampler` by ``params``; on CUDA the code predictor's frame is a
-    :class:`GraphedFrame`)."""
+) -> TalkerDecoder:
+    """One utterance's :class:`TalkerDecoder` for ``params``. ``pickers``: the talker's and the code predictor's
+    choice of a code from logits (default: :class:`HFSampler` by ``params``, both drawing from one generator
+    seeded by ``params.seed``; on CUDA the code predictor's frame is a :class:`GraphedFrame`)."""
     generator = torch.Generator().manual_seed(params.seed)
     first: Pick
     rest: RestOfFrame
     if pickers is not None:
-        first, rest = pickers[0], host_frames(talker.cp, pickers[1])
+        first, rest = pickers[0], HostFrames(talker.cp, pickers[1])
     else:
         first = HFSampler(params.talker, params.greedy, generator, draw)
         if talker.output_norm.weight.device.type == "cuda" and draw is multinomial:
             rest = graphed_frame(talker, params.code_predictor, params.greedy, params.seed)
         else:
-            rest = host_frames(talker.cp, HFSampler(params.code_predictor, params.greedy, generator, draw))
-    yield from _frames(talker, inputs, params.max_frames, first, rest, min_frames)
+            rest = HostFrames(talker.cp, HFSampler(params.code_predictor, params.greedy, generator, draw))
+    with torch.inference_mode():  # (its cache)
+        return TalkerDecoder(talker, inputs, params.max_frames, first, rest, min_frames)
+
+
+def generate_frames(
+    talker: TalkerStack, inputs: TalkerInputs, params: TalkerSampling, **options: Any
+) -> Iterator[list[int]]:
+    """Frames of codes (``n_codebooks`` each), one at a time, until codec EOS (not drawn in the first
+    ``min_frames``) or ``max_frames``; ``options``: :func:`talker_decoder`'s (``draw``, ``pickers``,
+    ``min_frames``)."""
+    yield from decoded_frames(talker_decoder(talker, inputs, params, **options))
 
 
 @torch.inference_mode()  # around each step only: the caller's code between frames runs in its own mode
-def _frames(
-    talker: TalkerStack, inputs: TalkerInputs, max_frames: int, first: Pick, rest: RestOfFrame, min_frames: int
-) -> Iterator[list[int]]:
-    yield from decode_frames(TalkerDecoder(talker, inputs, max_frames, first, rest, min_frames), max_frames)
+def decoded_frames(decoder: TalkerDecoder) -> Iterator[list[int]]:
+    """The frames of one utterance decoded alone."""
+    yield from decode_frames(decoder, decoder.max_frames)

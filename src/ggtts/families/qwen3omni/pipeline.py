@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -27,7 +27,7 @@ from ggtts.audio import Audio
 from ggtts.errors import GGUFError, InputError
 from ggtts.families.base import MAX_SEED, NothingToSay, Request, TTSModel, VoiceMix, find_beside
 from ggtts.families.qwen3omni import FAMILY, MMPROJ_ARCH, TALKER_ARCH, Qwen3OmniOptions, is_audio_mmproj
-from ggtts.families.qwen3omni.generate import TalkerSampling, generate_frames
+from ggtts.families.qwen3omni.generate import TalkerSampling, decoded_frames, talker_decoder
 from ggtts.families.qwen3omni.prompt import AUDIO_MARKERS, AudioIds, TalkerInputs, chat_prompt, talker_inputs
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Qwen3OmniThinker as ThinkerKeys
@@ -37,6 +37,7 @@ from ggtts.models.qwen3omni_code2wav.model import Code2Wav
 from ggtts.models.qwen3omni_talker.config import Sampling
 from ggtts.models.qwen3omni_talker.model import Talker, TalkerStack
 from ggtts.ops.stored_weights import stored_weights_plan, use_planned_weights
+from ggtts.runtime.lanes import LaneLoop
 from ggtts.text.sentences import sentence_chunks
 
 CHUNK_WORDS = 60  # a chunk of text spoken as one chat turn (about 20 s of speech)
@@ -127,6 +128,7 @@ class Qwen3OmniPipeline(TTSModel):
         self.sample_rate = self.code2wav.cfg.sample_rate
         self._thinker: Any = None  # loaded on the first mode="chat" request
         self._thinker_lock = threading.Lock()
+        self.lanes: LaneLoop[Audio] | None = None  # utterances spoken together (the ``parallel`` load option)
 
     @classmethod
     def from_gguf(cls, gguf: GGUFFile, device: str = "cpu", **options: Any) -> Qwen3OmniPipeline:
@@ -138,9 +140,12 @@ class Qwen3OmniPipeline(TTSModel):
         talker = options.pop("talker", None)
         precision = options.pop("precision", "float32")
         mmproj_path = options.pop("mmproj", None)
+        parallel = int(options.pop("parallel", 1))
         if options:
-            raise InputError(f"unknown option '{next(iter(options))}' for Qwen3-Omni; known: talker, mmproj, precision")
+            known = ", ".join(FAMILY.load_option_names())
+            raise InputError(f"unknown option '{next(iter(options))}' for Qwen3-Omni; known: {known}")
         check_precision(precision, device)
+        check_parallel(parallel, device)
         path = talker if talker is not None else find_beside(Path(gguf.path), TALKER_ARCH)
         if path is None:
             raise InputError(
@@ -164,7 +169,13 @@ class Qwen3OmniPipeline(TTSModel):
                 if named:
                     raise
                 mmproj = None  # another model's mmproj beside the thinker (a vision one, say): not its ears
-        return cls(gguf, talker_gguf, device, precision, mmproj)
+        model = cls(gguf, talker_gguf, device, precision, mmproj)
+        model.lanes = talker_lanes(model.talker, parallel)
+        return model
+
+    @property
+    def parallel_streams(self) -> int:
+        return 1 if self.lanes is None else self.lanes.max_lanes
 
     @property
     def voices(self) -> list[str]:
@@ -299,7 +310,12 @@ class Qwen3OmniPipeline(TTSModel):
         speaker = self._speaker(request.voice)
         speech: Iterator[Audio] = iter(())
         if speak:
-            speech = self._speak(prompt, reply, speaker, self.sampling(o), 0, 0.0, o.chunk_frames, heard)
+            params = self.sampling(o)
+
+            def said(i: int, at: float) -> FrameSpeech:
+                return self._speech(prompt, reply, speaker, params, i, at, o.chunk_frames, heard)
+
+            speech = self._speak(said, 0, 0.0)
         return ChatReply(words, reply, speech, len(prompt), reply[-1] == cfg.im_end)
 
     def _speaker(self, mix: VoiceMix | None) -> int:
@@ -345,21 +361,43 @@ class Qwen3OmniPipeline(TTSModel):
         frames_per_chunk: int,
         reply_tokens: int,
     ) -> Iterator[Audio]:
-        cfg, offset = self.talker.cfg, 0.0
+        cfg = self.talker.cfg
 
         def encode(s: str) -> list[int]:
             return self.tokenizer.encode(s, parse_special=False)
 
-        for i, text in enumerate(chunks):
-            prompt = chat_prompt(encode, cfg, text, system)
-            reply = self._reply(prompt, text, mode, reply_tokens)
+        def said(i: int) -> tuple[list[int], list[int]]:
+            """Chunk ``i``'s chat prompt and the reply to speak (the thinker's answer in mode chat)."""
+            prompt = chat_prompt(encode, cfg, chunks[i], system)
+            reply = self._reply(prompt, chunks[i], mode, reply_tokens)
             if len(reply) < 2:
                 if mode == "chat":
                     raise InputError("the thinker's answer is empty: nothing to say")
-                raise NothingToSay(text)
-            offset = yield from self._speak(prompt, reply, speaker, params, i, offset, frames_per_chunk)
+                raise NothingToSay(chunks[i])
+            return prompt, reply
 
-    def _speak(
+        def speech(i: int, offset: float) -> FrameSpeech:
+            return self._speech(*said(i), speaker, params, i, offset, frames_per_chunk)
+
+        if self.lanes is not None and mode == "say":  # (no thinker to wait for: each chunk made on the loop's thread)
+            return speeches_in_lanes(self.lanes, len(chunks), speech)
+        return self._chunks(len(chunks), said, speaker, params, frames_per_chunk)
+
+    def _chunks(
+        self, n: int, said: Callable[[int], tuple[list[int], list[int]]], speaker: int, params: TalkerSampling,
+        frames_per_chunk: int,
+    ) -> Iterator[Audio]:  # fmt: skip
+        """Each chunk's reply made here, on the caller's thread (the thinker's answer in mode chat), then spoken."""
+        offset = 0.0
+        for i in range(n):
+            prompt, reply = said(i)
+
+            def speech(j: int, at: float, prompt: list[int] = prompt, reply: list[int] = reply) -> FrameSpeech:
+                return self._speech(prompt, reply, speaker, params, j, at, frames_per_chunk)
+
+            offset = yield from self._speak(speech, i, offset)
+
+    def _speech(
         self,
         prompt: list[int],
         reply: list[int],
@@ -369,12 +407,21 @@ class Qwen3OmniPipeline(TTSModel):
         offset: float,
         frames_per_chunk: int,
         heard: Mapping[int, torch.Tensor] | None = None,
-    ) -> Generator[Audio, None, float]:
-        """The talker's speech of ``reply`` to ``prompt`` (chunk ``index`` of a request, starting ``offset``
-        seconds in), streamed; returns the offset after it."""
+    ) -> FrameSpeech:
+        """The talker's speech of ``reply`` to ``prompt`` (chunk ``index`` of a request, starting ``offset`` seconds
+        in)."""
         inputs = talker_inputs(self.talker, self.embedding, prompt, reply, speaker, heard)
-        return (yield from speak_frames(self.talker, inputs, self.code2wav.stream(), self.sample_rate, params, index,
-                                        offset, frames_per_chunk))  # fmt: skip
+        return FrameSpeech(self.talker, inputs, self.code2wav.stream(), self.sample_rate, params, index, offset,
+                           frames_per_chunk)  # fmt: skip
+
+    def _speak(
+        self, speech: Callable[[int, float], FrameSpeech], index: int, offset: float
+    ) -> Generator[Audio, None, float]:
+        """Chunk ``index``'s speech (``speech(index, offset)`` builds it) streamed, in the model's lanes where it
+        has them; returns the offset after it."""
+        if self.lanes is not None:
+            return (yield from speeches_in_lanes(self.lanes, 1, lambda _i, at: speech(index, at), offset))
+        return (yield from speak_frames(speech(index, offset)))
 
 
 def speaker_name(voice: str | None, voices: list[str]) -> str | None:
@@ -421,42 +468,93 @@ class FrameStream(Protocol):
     def push(self, codes: torch.Tensor) -> torch.Tensor: ...
 
 
-def speak_frames(
-    talker: TalkerStack,
-    inputs: TalkerInputs,
-    stream: FrameStream,
-    rate: int,
-    params: TalkerSampling,
-    index: int,
-    offset: float,
-    frames_per_chunk: int,
-    min_frames: int = 0,
-) -> Generator[Audio, None, float]:
-    """The talker's frames for ``inputs`` (chunk ``index`` of a request, starting ``offset`` seconds in) decoded by
-    ``stream`` as they come (:func:`chunk_size` frames a push); returns the offset after them."""
+def check_parallel(parallel: int, device: str) -> None:
+    """A talker family's ``parallel`` load option, before anything loads: its lanes run on the CPU."""
+    if parallel > 1 and torch.device(device).type == "cuda":
+        raise InputError(
+            "parallel is for the CPU for now with a talker: on CUDA its step and the code predictor's frame are "
+            "captured graphs over one fixed cache, so streams run one at a time (--replicas N loads copies instead)"
+        )
 
-    def out(pending: list[list[int]]) -> Audio:
-        nonlocal offset
-        codes = torch.tensor(pending, dtype=torch.long).T.unsqueeze(0)  # (1, Q, n)
-        samples = stream.push(codes)[0, 0].float().cpu().numpy()
+
+def talker_lanes(talker: TalkerStack, parallel: int) -> LaneLoop[Audio] | None:
+    """The lane loop of a model loaded with ``parallel`` > 1 (its utterances' frames made together)."""
+    if parallel <= 1:
+        return None
+    from ggtts.families.qwen3omni.lanes import TalkerLanes
+
+    return LaneLoop(TalkerLanes(talker), parallel)
+
+
+class FrameSpeech:
+    """One chunk's speech: the talker's decoder for ``inputs`` (chunk ``index`` of a request, starting ``offset``
+    seconds in) and its audio, ``stream`` decoding the frames as they come (:func:`chunk_size` frames a push). Spoken
+    alone (:func:`speak_frames`) or as a lane beside others (:mod:`ggtts.families.qwen3omni.lanes`); its
+    :attr:`offset` is the one after the audio made so far."""
+
+    def __init__(
+        self, talker: TalkerStack, inputs: TalkerInputs, stream: FrameStream, rate: int, params: TalkerSampling,
+        index: int, offset: float, frames_per_chunk: int, min_frames: int = 0,
+    ) -> None:  # fmt: skip
+        room = min(TALKER_MAX_LEN, talker.max_len) - inputs.prefill.shape[1] - 1
+        if room < 1:
+            raise InputError(f"a chunk of text is too long for the talker's {talker.max_len} positions")
+        seed = (params.seed + index) % (MAX_SEED + 1)
+        run = TalkerSampling(**{**params.__dict__, "seed": seed, "max_frames": min(params.max_frames, room)})
+        self.decoder = talker_decoder(talker, inputs, run, min_frames=min_frames)
+        self.stream, self.rate, self.index, self.offset = stream, rate, index, offset
+        self.frames_per_chunk = frames_per_chunk
+        self.pending: list[list[int]] = []
+        self.start = stream.frames  # a stream may go on from frames that are not spoken (a voice's recording)
+
+    def on_frame(self, frame: list[int]) -> list[Audio]:
+        self.pending.append(frame)
+        first = not self.offset and not self.index
+        if len(self.pending) < chunk_size(self.stream.frames - self.start, first, self.frames_per_chunk):
+            return []
+        return self.on_end()
+
+    def on_end(self) -> list[Audio]:
+        """The audio of the frames not pushed yet (none: nothing)."""
+        if not self.pending:
+            return []
+        codes = torch.tensor(self.pending, dtype=torch.long).T.unsqueeze(0)  # (1, Q, n)
+        self.pending = []
+        samples = self.stream.push(codes)[0, 0].float().cpu().numpy()
         if not np.isfinite(samples).all():
             raise GGUFError("synthesis produced non-finite audio (inf or NaN): are the model's weights damaged?")
-        audio = Audio(samples, rate, offset=offset)
-        offset += audio.duration
-        return audio
+        audio = Audio(samples, self.rate, offset=self.offset)
+        self.offset += audio.duration
+        return [audio]
 
-    room = min(TALKER_MAX_LEN, talker.max_len) - inputs.prefill.shape[1] - 1
-    if room < 1:
-        raise InputError(f"a chunk of text is too long for the talker's {talker.max_len} positions")
-    seed = (params.seed + index) % (MAX_SEED + 1)
-    run = TalkerSampling(**{**params.__dict__, "seed": seed, "max_frames": min(params.max_frames, room)})
-    pending: list[list[int]] = []
-    start = stream.frames  # a stream may go on from frames that are not spoken (a voice's recording)
-    for frame in generate_frames(talker, inputs, run, min_frames=min_frames):
-        pending.append(frame)
-        if len(pending) >= chunk_size(stream.frames - start, first=not offset and not index, most=frames_per_chunk):
-            yield out(pending)
-            pending = []
-    if pending:
-        yield out(pending)
+
+def speak_frames(speech: FrameSpeech) -> Generator[Audio, None, float]:
+    """``speech`` spoken alone, its audio as it comes; returns the offset after it."""
+    for frame in decoded_frames(speech.decoder):
+        yield from speech.on_frame(frame)
+    yield from speech.on_end()
+    return speech.offset
+
+
+def speeches_in_lanes(
+    lanes: LaneLoop[Audio], n: int, make: Callable[[int, float], FrameSpeech], offset: float = 0.0
+) -> Generator[Audio, None, float]:
+    """``n`` chunks' speech spoken in ``lanes`` beside other requests', one after another: ``make(i, offset)``
+    builds chunk ``i``'s (on the loop's thread) starting ``offset`` seconds in. The first joins the loop now, as it
+    is asked for (requests asked together decode together); each next one when the one before has ended. The
+    generator returns the offset after the last."""
+    first = lanes.run(lambda: make(0, offset)) if n else iter(())
+    return _spoken(lanes, n, make, offset, first)
+
+
+def _spoken(
+    lanes: LaneLoop[Audio], n: int, make: Callable[[int, float], FrameSpeech], offset: float, first: Iterator[Audio]
+) -> Generator[Audio, None, float]:
+    outputs = first
+    for i in range(n):
+        if i:
+            outputs = lanes.run(lambda i=i, at=offset: make(i, at))  # type: ignore[misc]
+        for audio in outputs:
+            offset = audio.offset + audio.duration
+            yield audio
     return offset

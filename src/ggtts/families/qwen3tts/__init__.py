@@ -25,6 +25,7 @@ from ggtts.families.base import (
     check_seed,
     find_beside,
     option,
+    parallel_load_option,
     precision_load_option,
 )
 from ggtts.families.qwen3omni import TalkerSamplingOptions
@@ -127,6 +128,7 @@ def voices(gguf: object) -> list[str]:
 @dataclass(frozen=True)
 class Qwen3TTSLoadOptions(LoadOptions):
     precision: str = precision_load_option("the speech decoder's convolutions")
+    parallel: int = parallel_load_option("the talker and its code predictor", cuda=False)
 
 
 FAMILY = Family(

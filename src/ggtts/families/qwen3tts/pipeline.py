@@ -10,7 +10,7 @@ the first two frames.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +20,15 @@ from ggtts.audio import Audio
 from ggtts.errors import GGUFError, InputError
 from ggtts.families.base import NothingToSay, Request, TTSModel, VoiceMix
 from ggtts.families.qwen3omni.generate import TalkerSampling
-from ggtts.families.qwen3omni.pipeline import speak_frames, speaker_name, talker_sampling
+from ggtts.families.qwen3omni.pipeline import (
+    FrameSpeech,
+    check_parallel,
+    speak_frames,
+    speaker_name,
+    speeches_in_lanes,
+    talker_lanes,
+    talker_sampling,
+)
 from ggtts.families.qwen3tts import FAMILY, Qwen3TTSOptions, find_mmproj, language_name
 from ggtts.families.qwen3tts.prompt import ROLE, instruct_text, talker_inputs
 from ggtts.families.qwen3tts.voices import ClonedVoice, voices_beside
@@ -30,6 +38,7 @@ from ggtts.models.qwen3omni_code2wav.model import Code2WavStream
 from ggtts.models.qwen3tts.config import MIN_FRAMES
 from ggtts.models.qwen3tts.decoder import SpeechDecoder, fingerprint
 from ggtts.models.qwen3tts.model import Talker
+from ggtts.runtime.lanes import LaneLoop
 from ggtts.text.sentences import sentence_chunks
 
 CHUNK_WORDS = 60  # about 20 s of speech per prompt
@@ -63,6 +72,7 @@ class Qwen3TTSPipeline(TTSModel):
         # the decoder's hash, for voices that stored its state (only they need it: it reads every decoder tensor)
         self.decoder_check = fingerprint(mmproj) if any(v.decoder_state for v in self.cloned.values()) else ""
         self._primed: dict[str, Code2WavStream] = {}  # in-context voices: the decoder after their recordings
+        self.lanes: LaneLoop[Audio] | None = None  # utterances spoken together (the ``parallel`` load option)
 
     @classmethod
     def from_gguf(cls, gguf: GGUFFile, device: str = "cpu", **options: Any) -> Qwen3TTSPipeline:
@@ -73,16 +83,25 @@ class Qwen3TTSPipeline(TTSModel):
 
         mmproj = options.pop("mmproj", None)
         precision = options.pop("precision", "float32")
+        parallel = int(options.pop("parallel", 1))
         if options:
-            raise InputError(f"unknown option '{next(iter(options))}' for Qwen3-TTS; known: mmproj, precision")
+            known = ", ".join(FAMILY.load_option_names())
+            raise InputError(f"unknown option '{next(iter(options))}' for Qwen3-TTS; known: {known}")
         check_precision(precision, device)
+        check_parallel(parallel, device)
         path = Path(mmproj) if mmproj is not None else find_mmproj(Path(gguf.path))
         if path is None:
             raise InputError(
                 f"{gguf.path}: Qwen3-TTS needs its mmproj file (code predictor and speech decoder): put "
                 f"mmproj-{Path(gguf.path).name} beside it or name it with --mmproj / mmproj="
             )
-        return cls(gguf, GGUFFile(path), device, precision)
+        model = cls(gguf, GGUFFile(path), device, precision)
+        model.lanes = talker_lanes(model.talker, parallel)
+        return model
+
+    @property
+    def parallel_streams(self) -> int:
+        return 1 if self.lanes is None else self.lanes.max_lanes
 
     @property
     def voices(self) -> list[str]:
@@ -207,8 +226,15 @@ class Qwen3TTSPipeline(TTSModel):
     def _stream(
         self, prompts: list[Any], params: TalkerSampling, frames_per_chunk: int, speaker: str | None
     ) -> Iterator[Audio]:
+        def speech(i: int, offset: float) -> FrameSpeech:
+            return FrameSpeech(self.talker, prompts[i], self.decoder_stream(speaker), self.sample_rate, params, i,
+                               offset, frames_per_chunk, MIN_FRAMES)  # fmt: skip
+
+        if self.lanes is not None:
+            return speeches_in_lanes(self.lanes, len(prompts), speech)
+        return self._alone(len(prompts), speech)
+
+    def _alone(self, n: int, speech: Callable[[int, float], FrameSpeech]) -> Iterator[Audio]:
         offset = 0.0
-        for i, inputs in enumerate(prompts):
-            stream = self.decoder_stream(speaker)
-            offset = yield from speak_frames(self.talker, inputs, stream, self.sample_rate, params, i, offset,
-                                             frames_per_chunk, MIN_FRAMES)  # fmt: skip
+        for i in range(n):
+            offset = yield from speak_frames(speech(i, offset))

@@ -173,6 +173,7 @@ class StackGraph(GraphParams):
         super().__init__(PARAMS_PER_LAYER * (len(blocks) + 2) + 2 * keep)  # + a head per graph
         self.blocks: list[Any] = list(blocks)  # Qwen2's blocks or Qwen3's (attention and ffn parts)
         self.output_norm, self.shape, self.keep = output_norm, shape, keep
+        self.combined_keep = max(COMBINED_GRAPHS_KEPT, keep)  # (a predictor's lanes step through every head a frame)
         self._graphs: OrderedDict[tuple[Any, ...], _StepGraph] = OrderedDict()
         self._combined: OrderedDict[tuple[Any, ...], _StepGraph] = OrderedDict()  # graphs of several sequences
         self._lock = threading.Lock()  # a step graph's input buffers are filled, then read: one step at a time
@@ -190,6 +191,10 @@ class StackGraph(GraphParams):
             and k.is_contiguous()
             and v.is_contiguous()
         )
+
+    def takes_all(self, xs: Sequence[torch.Tensor], caches: Sequence[KVCache]) -> bool:
+        """Whether several sequences' steps (inputs ``(1, T, ...)``) fit one graph: each one's does (:meth:`takes`)."""
+        return all(self.takes(c, rows=x.shape[0]) for x, c in zip(xs, caches, strict=True))
 
     def step(self, x: torch.Tensor, cache: KVCache, head: nn.Module, *, last_only: bool = False) -> StepOutput:
         """Input rows ``x (T, dim)`` at ``cache.length..`` (written there; the cache advances by T) -> the normed
@@ -221,7 +226,7 @@ class StackGraph(GraphParams):
         shares = tuple(_Share.of(p) for p in parts)
         caches = [p.cache for p in parts]
         key = (tuple((tuple(c.k.shape), c.k.dtype) for c in caches), shares, id(head))
-        graphs, keep = (self._graphs, self.keep) if len(parts) == 1 else (self._combined, COMBINED_GRAPHS_KEPT)
+        graphs, keep = (self._graphs, self.keep) if len(parts) == 1 else (self._combined, self.combined_keep)
         with self._lock:
             graph = ggml_kernels.cached(graphs, key, lambda: _StepGraph(self, caches, shares, head), keep)
             outputs = graph.run([p.x for p in parts], caches)

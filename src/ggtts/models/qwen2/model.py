@@ -202,7 +202,7 @@ class Qwen2Model(nn.Module):
         if self.lanes is not None:
             return self._lanes_many(self.lanes, tokens, caches, last_only)
         graph, pairs = self.graph, list(zip(tokens, caches, strict=True))
-        if graph is None or len(pairs) == 1 or not all(graph.takes(c, rows=t.shape[0]) for t, c in pairs):
+        if graph is None or len(pairs) == 1 or not graph.takes_all(tokens, caches):
             return [self(t, c, last_only=last_only) for t, c in pairs]
         return graph.forward_many(tokens, caches, last_only=last_only)
 

@@ -14,14 +14,14 @@ input is the sum of the frame's code embeddings.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ggtts.gguf import GGUFFile
-from ggtts.models.layers.ggml_stack import StackGraph, StackShape, stack_graph
+from ggtts.models.layers.ggml_stack import StackGraph, StackShape, StepPart, stack_graph
 from ggtts.models.layers.gguf_state import empty_modules
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.layers.qwen3 import Attention, Block, DenseFFN, RMSNorm, RotaryEmbedding, SparseMoE, load_weights
@@ -102,11 +102,28 @@ class CodePredictor(nn.Module):
         ``(1, 1, dim)``); ``choose(j, logits)`` picks codebook ``j + 1``. Returns the codes and the sum of their
         embeddings ``(1, 1, dim)``."""
 
-        def picked(j: int, logits: torch.Tensor) -> torch.Tensor:
-            return torch.tensor([choose(j, logits)], device=logits.device)
+        return self.frame_many([hidden], [first], [choose], [cache])[0]
 
-        codes, total = self.frame_on_device(hidden, first, picked, cache)
-        return codes.tolist(), total
+    def frame_many(
+        self, hiddens: Sequence[torch.Tensor], firsts: Sequence[torch.Tensor],
+        chooses: Sequence[Callable[[int, torch.Tensor], int]], caches: Sequence[KVCache],
+    ) -> list[tuple[list[int], torch.Tensor]]:  # fmt: skip
+        """:meth:`frame` for several frames at once (one per cache: several utterances' lanes), each step of the
+        code predictor one call for all of them (on the CPU one ggml graph: each weight read once for every frame);
+        each frame's codes are chosen by its own ``chooses[i]``, in codebook order."""
+        xs = [torch.cat((hidden, first), dim=1) for hidden, first in zip(hiddens, firsts, strict=True)]  # (1, 2, dim)
+        codes: list[list[int]] = [[] for _ in xs]
+        totals = [torch.zeros_like(first) for first in firsts]
+        for cache in caches:
+            cache.length = 0
+        for j in range(self.cfg.n_codebooks - 1):
+            logits = self._logits_many(j, [self.proj_in(x) for x in xs], caches)
+            for i, first in enumerate(firsts):
+                code = chooses[i](j, logits[i])
+                codes[i].append(code)
+                xs[i] = self.codec_embd[j](torch.tensor([[code]], device=logits[i].device)).to(first.dtype)
+                totals[i] = totals[i] + xs[i]
+        return list(zip(codes, totals, strict=True))
 
     def frame_on_device(
         self, hidden: torch.Tensor, first: torch.Tensor, pick: Callable[[int, torch.Tensor], torch.Tensor],
@@ -126,6 +143,13 @@ class CodePredictor(nn.Module):
             x = self.codec_embd[j](code.view(1, 1)).to(first.dtype)  # (1, 1, dim)
             total = total + x
         return torch.cat(codes), total
+
+    def _logits_many(self, j: int, xs: Sequence[torch.Tensor], caches: Sequence[KVCache]) -> list[torch.Tensor]:
+        graph = self.graph
+        if graph is None or len(xs) == 1 or not graph.takes_all(xs, caches):
+            return [self._logits(j, x, cache) for x, cache in zip(xs, caches, strict=True)]
+        parts = [StepPart(x[0], cache, last_only=True) for x, cache in zip(xs, caches, strict=True)]
+        return [out.logits[0] for out in graph.step_many(parts, self.output[j])]
 
     def _logits(self, j: int, x: torch.Tensor, cache: KVCache) -> torch.Tensor:
         """Rows ``x (1, T, dim)`` through the blocks -> head ``j``'s logits ``(V,)`` of the last row."""
@@ -232,6 +256,19 @@ class TalkerStack(nn.Module):
             return out.hidden.view(1, 1, -1), out.logits[0]
         h = self.output_norm(_run(self.blk, self.rope, x, cache)[:, -1:])
         return h, self.output(h)[0, -1]
+
+    def step_many(
+        self, xs: Sequence[torch.Tensor], caches: Sequence[KVCache]
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """:meth:`step` for several sequences (each its rows and cache) in one call: on the CPU one ggml graph, each
+        weight read once for all of them (:meth:`~ggtts.models.layers.ggml_stack.StackGraph.step_many`); elsewhere a
+        step each."""
+        graph = self.graph
+        if graph is None or len(xs) == 1 or not graph.takes_all(xs, caches):
+            return [self.step(x, cache) for x, cache in zip(xs, caches, strict=True)]
+        outs = graph.step_many([StepPart(x[0], cache, last_only=True) for x, cache in zip(xs, caches, strict=True)],
+                               self.output)  # fmt: skip
+        return [(out.hidden.view(1, 1, -1), out.logits[0]) for out in outs]
 
     def _static_step(
         self, x: torch.Tensor, position: StaticPosition, cache: KVCache

@@ -1,0 +1,120 @@
+"""Continuous batching of the talker families (Qwen3-Omni, Qwen3-TTS): several utterances' frames made together.
+
+A frame is the talker's step (its first code), then the code predictor's 15 steps (the other codebooks, one after
+another). :class:`TalkerLanes` steps every lane's talker input in one call (``TalkerStack.step_many``: on the CPU one
+ggml graph, each weight read once for all the lanes' rows; a prompt that has just joined runs
+:data:`~ggtts.runtime.lanes.PREFILL_CHUNK` rows a step, first come first served), draws each lane's first code with
+its own sampler, then runs the code predictor for every lane that drew one in step with the others
+(``CodePredictor.frame_many``: each of its 15 steps one graph for all of them), each lane choosing its codes with its
+own sampler in its own order. So a lane draws from the same generator in the same order as it does alone.
+:class:`~ggtts.runtime.lanes.LaneLoop` runs these lanes for the server's requests as it runs OuteTTS's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from ggtts.families.qwen3omni.generate import HostFrames, TalkerDecoder
+from ggtts.models.qwen3omni_talker.model import TalkerStack
+from ggtts.runtime.lanes import PREFILL_CHUNK
+
+
+class FrameWork(Protocol):
+    """A talker utterance as a lane loop runs it: its decoder (see
+    :func:`~ggtts.families.qwen3omni.generate.talker_decoder`)."""
+
+    decoder: TalkerDecoder
+
+
+@dataclass(eq=False)
+class TalkerLane:
+    """One utterance in :class:`TalkerLanes`: its decoder and what its talker takes next."""
+
+    decoder: TalkerDecoder
+    pending: torch.Tensor | None  # input rows still to run (1, T, dim): the prompt, then each frame's next input
+    drawn: int = 0
+    fresh: bool = False  # its decoder holds the talker's outputs after all of its input: it draws at this step
+    done: bool = False  # it drew codec EOS or its last allowed frame (which is never fed back)
+
+
+class TalkerLanes:
+    """The lanes of one talker decoded together (see the module's notes); used from one thread."""
+
+    def __init__(self, talker: TalkerStack, prefill_chunk: int = PREFILL_CHUNK) -> None:
+        if prefill_chunk < 1:
+            raise ValueError("a prefill chunk is at least one row")
+        self.talker, self.prefill_chunk = talker, prefill_chunk
+        self.lanes: list[TalkerLane] = []
+
+    def join(self, work: FrameWork) -> TalkerLane:
+        return self.add(work.decoder)
+
+    def add(self, decoder: TalkerDecoder) -> TalkerLane:
+        """A new lane; its prompt runs with the next step. A budget below 1 gives a lane that is already done."""
+        if not isinstance(decoder.rest, HostFrames):
+            raise ValueError("lanes choose the code predictor's codes on the host (its graphed frame is for one)")
+        lane = TalkerLane(decoder, decoder.inputs.prefill, done=decoder.max_frames < 1)
+        if not lane.done:
+            self.lanes.append(lane)
+        return lane
+
+    def remove(self, lane: TalkerLane) -> None:
+        if lane in self.lanes:
+            self.lanes.remove(lane)
+
+    @torch.inference_mode()
+    def step(self) -> list[tuple[TalkerLane, list[int] | None]]:
+        """One step of every lane: the talker over their inputs in one call, then a frame for each lane whose input
+        is all in. Returns those lanes' frames (None for a lane that drew codec EOS); a lane that ended (``done``)
+        has left."""
+        feeding, inputs, budget = [], [], self.prefill_chunk
+        for lane in self.lanes:  # in the order they joined: prompts take the step's budget first come, first served
+            if lane.pending is None:
+                continue
+            rows = lane.pending.shape[1]
+            take = rows if lane.drawn else min(budget, rows)
+            if lane.drawn == 0:
+                budget -= take
+            if take:
+                feeding.append(lane)
+                inputs.append(lane.pending[:, :take])
+        if feeding:
+            outs = self.talker.step_many(inputs, [lane.decoder.cache for lane in feeding])
+            for lane, x, (hidden, logits) in zip(feeding, inputs, outs, strict=True):
+                rest = lane.pending[:, x.shape[1] :] if lane.pending is not None else None
+                lane.pending = rest if rest is not None and rest.shape[1] else None
+                if lane.pending is None:
+                    lane.decoder.hidden, lane.decoder.logits = hidden, logits
+                    lane.fresh = True
+        made: list[tuple[TalkerLane, list[int] | None]] = []
+        coding: list[tuple[TalkerLane, int]] = []
+        for lane in [lane for lane in self.lanes if lane.fresh]:
+            lane.fresh = False
+            code = lane.decoder.first_code(lane.drawn)
+            if code is None:  # codec EOS: the utterance is over
+                self._end(lane)
+                made.append((lane, None))
+            else:
+                coding.append((lane, code))
+        if coding:
+            decoders = [lane.decoder for lane, _ in coding]
+            hosts = [d.rest for d in decoders if isinstance(d.rest, HostFrames)]  # (add checked each)
+            rests = self.talker.cp.frame_many(
+                [d.hidden for d in decoders], [d.embedded for d in decoders], [h.choose for h in hosts],
+                [h.cache for h in hosts],
+            )  # fmt: skip
+            for (lane, code), (codes, total) in zip(coding, rests, strict=True):
+                made.append((lane, lane.decoder.complete(lane.drawn, code, codes, total)))
+                lane.drawn += 1
+                if lane.drawn >= lane.decoder.max_frames:
+                    self._end(lane)
+                else:
+                    lane.pending = lane.decoder.next_input
+        return made
+
+    def _end(self, lane: TalkerLane) -> None:
+        lane.done = True
+        self.remove(lane)
