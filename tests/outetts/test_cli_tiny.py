@@ -142,3 +142,41 @@ def test_batch_loads_the_vocoder_and_speaker_it_is_given(models: tuple[Path, Pat
               TINY_SPEAKER, "--seed", "3", "--no-progress")  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert len(list(out.glob("*.wav"))) == 2
+
+
+def test_a_parallel_batch_worker_that_dies_hands_back_every_item_it_held(
+    models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """``ggtts batch --workers 2 --parallel 2``: each worker process speaks two items at once (its model's lanes);
+    one dies as it starts item 0002 (once, by fault injection), so both items it held go back to the queue, and
+    every item still ends with exactly one done record and one file, none spoken by the dead worker."""
+    import json
+    import os
+    from collections import Counter
+
+    lm, voc = models
+    lines = tmp_path / "lines.txt"
+    lines.write_text("".join(f"Line number {n} here\n" for n in range(1, 7)))
+    out, marker = tmp_path / "out", tmp_path / "died.pid"
+    faults = Path(__file__).parent.parent / "batch" / "fault_injection"  # see its sitecustomize.py
+    exe = shutil.which("ggtts") or pytest.skip("the ggtts command is not installed")
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(faults),
+        "GGTTS_TEST_DIE_ON_ITEM": "0002",
+        "GGTTS_TEST_DIE_ONCE": str(marker),
+    }
+    r = subprocess.run(
+        [exe, "batch", lines, "--out", out, "--split", "line", "-m", lm, "--vocoder", voc, "--speaker", TINY_SPEAKER,
+         "--seed", "3", "--workers", "2", "--threads", "1", "--parallel", "2",
+         "--no-progress"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert marker.exists(), "the fault was not injected: no worker died"
+    died = marker.read_text()
+    records = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+    assert Counter(r["id"] for r in records) == Counter(f"{n:04d}" for n in range(1, 7))
+    assert {r["status"] for r in records} == {"done"}
+    assert all(not r["worker"].endswith(f":{died}") for r in records)
+    assert sorted(p.name for p in out.glob("*.wav")) == [f"{n:04d}.wav" for n in range(1, 7)]

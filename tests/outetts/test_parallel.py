@@ -387,6 +387,39 @@ def test_parallel_streams_in_static_lanes_say_what_each_says_alone_in_them(files
         np.testing.assert_array_equal(t, a)
 
 
+def test_a_parallel_batch_speaks_that_many_items_at_once(
+    files: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ggtts batch --parallel 3`` in one process: three items are in hand at once (each on a thread, the model's
+    lanes decoding them together; a barrier that only three items reaching it together pass), then the rest, and
+    every item is written."""
+    from ggtts.batch.items import Item
+    from ggtts.batch.local import run_here
+    from ggtts.batch.work import ItemWorker, JobSettings
+
+    settings = JobSettings(tmp_path / "out", model=str(files["q8_0"]),
+                           options={"seed": 1, "max_new_tokens": 30},
+                           load_options={"parallel": 3, "speaker": str(TINY_SPEAKER)})  # fmt: skip
+    assert settings.streams == 3
+    items = [Item(f"{n:04d}", f"Item number {n}.") for n in range(1, 6)]
+    together = threading.Barrier(3, timeout=DIED_S)  # (a bound for a broken build only, which gives one at a time)
+    run = ItemWorker.run
+
+    def held_together(self: ItemWorker, item: Item) -> dict[str, Any]:
+        if item.id <= "0003":
+            together.wait()
+        return run(self, item)
+
+    monkeypatch.setattr(ItemWorker, "run", held_together)
+    records: list[dict[str, Any]] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # out-of-range codes of the tiny vocoder
+        run_here(items, settings, records.append, threading.Event(), threads=None)
+    assert sorted(r["id"] for r in records) == [i.id for i in items]
+    assert {r["status"] for r in records} == {"done"}, records
+    assert all((tmp_path / "out" / r["output"]).stat().st_size == r["bytes"] for r in records)
+
+
 def test_static_lanes_hold_a_row_until_it_is_given_back(files: dict[str, Path]) -> None:
     lm = _static_lanes(files["f32"], 2)
     assert lm.lanes is not None

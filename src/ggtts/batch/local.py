@@ -1,7 +1,9 @@
 """Running items on this machine: in this process, or in ``workers`` processes, each with its own model and
 ``threads`` torch threads (spawned, not forked: torch's thread pools do not survive a fork). Each worker holds
 one item at a time, so when a worker dies the item it held is known: that one alone is handed out again (and
-recorded failed after :data:`MAX_ATTEMPTS` deaths), and a replacement worker starts.
+recorded failed after :data:`MAX_ATTEMPTS` deaths), and a replacement worker starts. A model loaded with
+``parallel=N`` (``--parallel N``: its utterances decode together, :mod:`ggtts.runtime.lanes`) is given N items at
+once, each on a thread of the worker's own; when such a worker dies, each of the items it held counts that death.
 
 Each worker sends its records back over a pipe of its own, synchronously: a worker that dies can break only its
 own channel. (One ``multiprocessing.Queue`` shared by all workers is written by a background thread under a lock
@@ -26,7 +28,9 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.context import SpawnProcess
 from typing import Any
@@ -53,13 +57,24 @@ def set_threads(threads: int | None) -> None:
 def run_here(
     items: Sequence[Item], settings: JobSettings, on_record: OnRecord, stop: threading.Event, *, threads: int | None
 ) -> None:
-    """Items one after another in this process."""
+    """Items one after another in this process (``settings.streams`` at a time, each on a thread of its own)."""
     set_threads(threads)
     worker = ItemWorker(settings)
-    for item in items:
-        if stop.is_set():
-            return
-        on_record(worker.run(item))
+    if settings.streams == 1:
+        for item in items:
+            if stop.is_set():
+                return
+            on_record(worker.run(item))
+        return
+    todo = deque(items)
+    with ThreadPoolExecutor(settings.streams, "ggtts-item", initializer=set_threads, initargs=(threads,)) as pool:
+        running: set[Future[dict[str, Any]]] = set()
+        while running or (todo and not stop.is_set()):
+            while todo and len(running) < settings.streams and not stop.is_set():
+                running.add(pool.submit(worker.run, todo.popleft()))
+            done, running = futures_wait(running, POLL_S, FIRST_COMPLETED)
+            for future in done:
+                on_record(future.result())  # (run catches every Exception: a record either way)
 
 
 # ---- worker processes ------------------------------------------------------------------------------------------
@@ -82,18 +97,32 @@ def _worker_main(
     exit_with(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
     set_threads(threads)
-    worker = ItemWorker(JobSettings.from_dict(settings))
+    job = JobSettings.from_dict(settings)
+    worker = ItemWorker(job)
     results.send(None)  # ready; send() returns once the message is in the pipe
-    while (item := tasks.get()) is not None:
-        results.send(worker.run(item))
+    if job.streams == 1:
+        while (item := tasks.get()) is not None:
+            results.send(worker.run(item))
+        return
+    sending = threading.Lock()
+
+    def run(item: Item) -> None:
+        record = worker.run(item)
+        with sending:
+            results.send(record)
+
+    # the parent gives at most ``streams`` items at a time: each starts at once
+    with ThreadPoolExecutor(job.streams, "ggtts-item", initializer=set_threads, initargs=(threads,)) as pool:
+        while (item := tasks.get()) is not None:
+            pool.submit(run, item)
 
 
 @dataclass
 class _Worker:
     process: SpawnProcess
-    tasks: Any  # its own queue: it is given one item at a time
+    tasks: Any  # its own queue: it is given one item at a time (``streams`` with a parallel model)
     results: Connection  # the reading end of its own pipe
-    item: Item | None = None  # the item it holds
+    items: list[Item] = field(default_factory=list)  # the items it holds
     ready: bool = False
     gone: bool = False  # its pipe is closed: it has sent all it ever will
 
@@ -103,11 +132,13 @@ def crash_message(attempts: int) -> str:
 
 
 class _Pool:
-    """``count`` worker processes, each given one item at a time; dead ones are replaced."""
+    """``count`` worker processes, each given one item at a time (``settings.streams`` with a parallel model);
+    dead ones are replaced."""
 
     def __init__(self, count: int, settings: JobSettings, threads: int | None) -> None:
         self.context = multiprocessing.get_context("spawn")
         self.settings, self.threads = settings, threads
+        self.capacity = settings.streams
         self.serials = itertools.count()
         self.workers: dict[int, _Worker] = {}
         for _ in range(count):
@@ -124,16 +155,16 @@ class _Pool:
         self.workers[serial] = _Worker(process, tasks, receive)
 
     def give(self, worker: _Worker, item: Item) -> None:
-        worker.item = item
+        worker.items.append(item)
         worker.tasks.put(item)
 
     def idle(self) -> list[_Worker]:
-        """Ready workers without an item: a worker gets its first item only once it said it is ready, so one that
-        dies holding an item died speaking it, and one that dies before is a start-up failure."""
-        return [w for w in self.workers.values() if w.ready and w.item is None and not w.gone]  # gone: exiting
+        """Ready workers with room for an item: a worker gets its first item only once it said it is ready, so one
+        that dies holding an item died speaking it, and one that dies before is a start-up failure."""
+        return [w for w in self.workers.values() if w.ready and len(w.items) < self.capacity and not w.gone]
 
     def busy(self) -> bool:
-        return any(w.item is not None for w in self.workers.values())
+        return any(w.items for w in self.workers.values())
 
     def collect(self, timeout: float) -> list[dict[str, Any]]:
         """Records that arrived (waiting up to ``timeout`` for the first); marks workers ready or free, and gone
@@ -152,7 +183,7 @@ class _Pool:
                 if record is None:
                     worker.ready = True
                 else:
-                    worker.item = None
+                    worker.items = [i for i in worker.items if i.id != record["id"]]
                     records.append(record)
         return records
 
@@ -197,7 +228,7 @@ def run_processes(
     try:
         while (todo and not stop.is_set()) or pool.busy():
             for worker in pool.idle():
-                if todo and not stop.is_set():
+                while todo and not stop.is_set() and len(worker.items) < pool.capacity:
                     pool.give(worker, todo.popleft())
             for record in pool.collect(POLL_S):
                 on_record(record)
@@ -208,8 +239,7 @@ def run_processes(
                 startup_deaths = startup_deaths if worker.ready else startup_deaths + 1
                 if startup_deaths >= MAX_STARTUP_DEATHS:
                     raise GGTTSError(f"{startup_deaths} worker processes died before they were ready")
-                item = worker.item
-                if item is not None:
+                for item in reversed(worker.items):  # (each back at the head of the queue, in their order)
                     attempts[item.id] += 1
                     if attempts[item.id] >= MAX_ATTEMPTS:
                         on_record(failed_record(item.id, settings.key(item), crash_message(attempts[item.id])))

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import socket
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
@@ -56,6 +57,13 @@ class JobSettings:
             **({"load": load} if (load := {k: v for k, v in self.load_options.items() if k != "device"}) else {}),
         }
 
+    @property
+    def streams(self) -> int:
+        """Items one worker speaks at once: the model's ``parallel`` load option (its utterances decode together:
+        :mod:`ggtts.runtime.lanes`), else 1."""
+        value = self.load_options.get("parallel", 1)
+        return value if isinstance(value, int) and value > 1 else 1
+
     def key(self, item: Item) -> str:
         blob = json.dumps(self.request(item), sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
@@ -98,16 +106,18 @@ class ItemWorker:
     def __init__(self, settings: JobSettings) -> None:
         self.settings = settings
         self._models: dict[str | None, Any] = {}
+        self._loading = threading.Lock()  # items on several threads (``streams``) load a model once
 
     def model(self, name: str | None) -> Any:
-        if name not in self._models:
-            import ggtts
+        with self._loading:
+            if name not in self._models:
+                import ggtts
 
-            try:
-                self._models[name] = ggtts.load(name, **self.settings.load_options)
-            except GGTTSError as e:
-                self._models[name] = e
-        model = self._models[name]
+                try:
+                    self._models[name] = ggtts.load(name, **self.settings.load_options)
+                except GGTTSError as e:
+                    self._models[name] = e
+            model = self._models[name]
         if isinstance(model, GGTTSError):
             raise model
         return model
