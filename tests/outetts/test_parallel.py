@@ -122,9 +122,10 @@ def _plain(path: Path) -> Qwen2Model:
 
 
 def _static_lanes(path: Path, slots: int) -> Qwen2Model:
-    """A model whose one-token steps run as :class:`StaticLanes` (what ``parallel`` loads on CUDA), eagerly: the
-    code a CUDA graph captures."""
+    """A model whose one-token steps run as :class:`StaticLanes` (what ``parallel`` loads on CUDA, where the model
+    came with its one-sequence static steps), eagerly: the code a CUDA graph captures."""
     lm = _plain(path)
+    lm.use_static_steps(capture=False)
     lm.use_static_lanes(slots, capture=False)
     return lm
 
@@ -426,9 +427,11 @@ def test_static_lanes_hold_a_row_until_it_is_given_back(files: dict[str, Path]) 
     token = torch.tensor([[3]])
     with torch.inference_mode():
         first, second = lm.new_cache(50), lm.new_cache(50)
-        third = lm.new_cache(50)  # every row of that size is held: a cache of its own, stepped alone
+        third, fourth = lm.new_cache(50), lm.new_cache(50)  # every row of that size is held: caches of their own
         assert lm.lanes.holds(first) and lm.lanes.holds(second) and not lm.lanes.holds(third)
-        assert lm(token, third).shape == (1, 1, lm.cfg.n_vocab) and third.length == 1
+        for cache in (third, fourth, third):  # stepped alone, side by side (not one static cache each replaces)
+            assert lm(token, cache).shape == (1, 1, lm.cfg.n_vocab)
+        assert (third.length, fourth.length) == (2, 1)
         lm.release_cache(first)
         again = lm.new_cache(50)  # first's row
         assert lm.lanes.holds(again) and _rows_held(lm) == 2
@@ -451,6 +454,16 @@ def test_static_lanes_hold_a_row_until_it_is_given_back(files: dict[str, Path]) 
         with pytest.raises(KVCacheFullError):
             lm(token, short)
     assert lm.lanes.new_cache(lm.rope.max_len + 1) is None  # past the model's positions: no row
+    for cache in (second, longer, short):
+        lm.release_cache(cache)
+    assert _rows_held(lm) == 0
+    lanes, sampler = TokenLanes(lm), Sampler(SamplingParams(seed=0))
+    nothing = TokenDecoder(lm, [1, 2], lm.new_cache(8), sampler)
+    assert lanes.add(nothing, 0).done and _rows_held(lm) == 0  # nothing to decode: its row is free at once
+    too_long = TokenDecoder(lm, [1, 2], lm.new_cache(4), sampler)
+    with pytest.raises(KVCacheFullError):
+        lanes.add(too_long, 10)  # never joins: its row is free again
+    assert _rows_held(lm) == 0 and lanes.lanes == []
     with pytest.raises(ValueError, match="at least one slot"):
         lm.use_static_lanes(0)
 

@@ -3,7 +3,8 @@
 one item at a time, so when a worker dies the item it held is known: that one alone is handed out again (and
 recorded failed after :data:`MAX_ATTEMPTS` deaths), and a replacement worker starts. A model loaded with
 ``parallel=N`` (``--parallel N``: its utterances decode together, :mod:`ggtts.runtime.lanes`) is given N items at
-once, each on a thread of the worker's own; when such a worker dies, each of the items it held counts that death.
+once, each on a thread of the worker's own; when such a worker dies, each of the items it held is tried again alone
+(which of them killed it is not known), so an item that kills its worker fails alone here too.
 
 Each worker sends its records back over a pipe of its own, synchronously: a worker that dies can break only its
 own channel. (One ``multiprocessing.Queue`` shared by all workers is written by a background thread under a lock
@@ -107,9 +108,12 @@ def _worker_main(
     sending = threading.Lock()
 
     def run(item: Item) -> None:
-        record = worker.run(item)
-        with sending:
-            results.send(record)
+        try:
+            record = worker.run(item)
+            with sending:
+                results.send(record)
+        except BaseException:  # as the one-item loop would die of it: the parent sees the death and hands out again
+            os._exit(1)
 
     # the parent gives at most ``streams`` items at a time: each starts at once
     with ThreadPoolExecutor(job.streams, "ggtts-item", initializer=set_threads, initargs=(threads,)) as pool:
@@ -220,15 +224,27 @@ def run_processes(
     threads: int | None,
 ) -> None:
     """Items over ``workers`` processes. A worker that dies (killed, out of memory) is replaced, and the one item
-    it held is handed out again; an item held through :data:`MAX_ATTEMPTS` deaths is recorded as failed."""
+    it held is handed out again; an item held through :data:`MAX_ATTEMPTS` deaths is recorded as failed. (A worker
+    of a parallel model holds several: when it dies, each of them is handed out again to a worker of its own, with
+    nothing beside it, and counts only deaths it meets alone.)"""
     todo = deque(items)
     attempts: Counter[str] = Counter()
+    suspects: set[str] = set()  # items of a worker that died holding several: each tried again alone
     startup_deaths = 0
     pool = _Pool(workers, settings, threads)
+
+    def room(worker: _Worker) -> int:
+        """Items ``worker`` may be given now: none beside a suspect, and a suspect only to a worker with none."""
+        if any(i.id in suspects for i in worker.items):
+            return 0
+        if todo and todo[0].id in suspects:
+            return 0 if worker.items else 1
+        return pool.capacity - len(worker.items)
+
     try:
         while (todo and not stop.is_set()) or pool.busy():
             for worker in pool.idle():
-                while todo and not stop.is_set() and len(worker.items) < pool.capacity:
+                while todo and not stop.is_set() and room(worker) > 0:
                     pool.give(worker, todo.popleft())
             for record in pool.collect(POLL_S):
                 on_record(record)
@@ -239,7 +255,12 @@ def run_processes(
                 startup_deaths = startup_deaths if worker.ready else startup_deaths + 1
                 if startup_deaths >= MAX_STARTUP_DEATHS:
                     raise GGTTSError(f"{startup_deaths} worker processes died before they were ready")
-                for item in reversed(worker.items):  # (each back at the head of the queue, in their order)
+                held = worker.items
+                for item in reversed(held):  # (each back at the head of the queue, in their order)
+                    if len(held) > 1:  # which of them killed it is not known: each goes again alone, uncounted
+                        suspects.add(item.id)
+                        todo.appendleft(item)
+                        continue
                     attempts[item.id] += 1
                     if attempts[item.id] >= MAX_ATTEMPTS:
                         on_record(failed_record(item.id, settings.key(item), crash_message(attempts[item.id])))

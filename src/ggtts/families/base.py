@@ -416,18 +416,11 @@ MAX_PARALLEL = 64  # utterances one copy of a model decodes together (the ``para
 
 def parallel_load_option(what: str, cuda: bool) -> Any:
     """The ``parallel`` load option of a family whose utterances can decode together (continuous batching:
-    :mod:`ggtts.runtime.lanes`); ``what``: the steps they share."""
-    where = (
-        "on the CPU one ggml graph reads each weight once for all of them; on CUDA one captured CUDA graph steps them "
-        "all, over fixed caches of N rows"
-        if cuda
-        else "one ggml graph reads each weight once for all of them; on the CPU only, for now"
-    )
+    :mod:`ggtts.runtime.lanes`); ``what``: the steps they share; ``cuda``: on CUDA too, not only on the CPU."""
     return option(
         1,
-        f"utterances decoded together (continuous batching): up to N streams asked at once, from the server's "
-        f"requests or other threads, share each step of {what} ({where}); 1: each utterance decodes alone, on its "
-        "caller's thread",
+        f"decode up to N utterances together (continuous batching: streams asked at once share each step of {what}; "
+        f"{'CPU and CUDA' if cuda else 'CPU only, for now'}); default 1, each alone",
         flag="--parallel",
         check=check_number("parallel", 1, MAX_PARALLEL, whole=True),
     )

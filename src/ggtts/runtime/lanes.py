@@ -31,7 +31,7 @@ import torch
 
 from ggtts.runtime.cancel import check_cancelled
 from ggtts.runtime.frames import TokenDecoder
-from ggtts.runtime.kv_cache import KVCache
+from ggtts.runtime.kv_cache import KVCache, KVCacheFullError
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -83,10 +83,15 @@ class TokenLanes:
     def add(self, decoder: TokenDecoder, max_new_tokens: int) -> Lane:
         """A new lane; its prompt runs with the next step. A budget below 1 gives a lane that is already done."""
         lane = Lane(decoder, max_new_tokens, pending=list(decoder.prompt), done=max_new_tokens < 1)
-        if not lane.done:
-            needed = decoder.cache.length + len(decoder.prompt) + max_new_tokens - 1
-            decoder.cache.check_fits(needed)
-            self.lanes.append(lane)
+        if lane.done:  # it never joins: its cache is free again
+            self.model.release_cache(decoder.cache)
+            return lane
+        try:
+            decoder.cache.check_fits(decoder.cache.length + len(decoder.prompt) + max_new_tokens - 1)
+        except KVCacheFullError:
+            self.model.release_cache(decoder.cache)
+            raise
+        self.lanes.append(lane)
         return lane
 
     def join(self, work: TokenWork[Any]) -> Lane:
@@ -95,7 +100,7 @@ class TokenLanes:
     def remove(self, lane: Lane) -> None:
         if lane in self.lanes:
             self.lanes.remove(lane)
-            self.model.release_cache(lane.decoder.cache)
+        self.model.release_cache(lane.decoder.cache)  # (nothing where it holds no row)
 
     @torch.inference_mode()
     def step(self) -> list[tuple[Lane, int]]:

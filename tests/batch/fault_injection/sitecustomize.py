@@ -7,6 +7,9 @@ of workers handles the death.
 GGTTS_TEST_DIE_AFTER_ITEM=ID: a worker process dies right after it has sent the record of item ID back (between
 two items, as a process killed from outside usually is).
 
+GGTTS_TEST_RAISE_ON_ITEM=ID: speaking item ID raises KeyboardInterrupt, which an item's own error handling does not
+catch (a worker's failure outside an item's speech); with GGTTS_TEST_DIE_ONCE=PATH only the first time, as above.
+
 GGTTS_TEST_PAUSE_ON_ITEM=ID with GGTTS_TEST_PAUSE_DIR=DIR: a process that starts speaking item ID writes DIR/reached
 (its pid) and waits, the item in progress, until DIR/release exists; then it speaks the item. A test signals the
 job at a known point of it (a count of items, not a moment) without racing it."""
@@ -65,3 +68,18 @@ if _DIE_AFTER:
             os._exit(139)
 
     Connection.send = _send_then_die  # type: ignore[method-assign]
+
+_RAISE_ON = os.environ.get("GGTTS_TEST_RAISE_ON_ITEM")
+if _RAISE_ON:
+    import ggtts.batch.work as _work
+
+    _unraised = _work.ItemWorker.run
+
+    def _raising_run(self, item):  # type: ignore[no-untyped-def]
+        if item.id == _RAISE_ON and (_ONCE is None or not Path(_ONCE).exists()):
+            if _ONCE is not None:
+                Path(_ONCE).write_text(str(os.getpid()))
+            raise KeyboardInterrupt
+        return _unraised(self, item)
+
+    _work.ItemWorker.run = _raising_run  # type: ignore[method-assign]

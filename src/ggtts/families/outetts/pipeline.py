@@ -220,6 +220,7 @@ class OuteTTS(TTSModel):
         finally:
             if bar is not None:
                 bar.close()
+            self.lm.release_cache(utterance.decoder.cache)  # (a row of the lanes' caches on CUDA: free again)
         utterance.warn_dropped(stacklevel=3)  # past this generator and inference_mode's wrapper: who asked
 
     def _require_vocoder(self, asked: str | None) -> WavTokenizerDecoder:

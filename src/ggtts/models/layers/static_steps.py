@@ -203,7 +203,7 @@ class StaticLanes(Generic[T]):
     def release(self, cache: KVCache) -> None:
         """``cache``'s row is free for another sequence (nothing when it holds none)."""
         with self._lock:
-            for bucket in self.buckets.values():
+            for bucket in list(self.buckets.values()):
                 slot = bucket.slot_of(cache)
                 if slot is not None:
                     bucket.held[slot] = None
@@ -214,7 +214,7 @@ class StaticLanes(Generic[T]):
 
     def _find(self, cache: KVCache) -> tuple[_Slots[T], int] | None:
         storage = cache.k.untyped_storage().data_ptr()
-        for bucket in self.buckets.values():
+        for bucket in list(self.buckets.values()):  # (another thread may add a capacity)
             if bucket.storage() == storage:
                 slot = bucket.slot_of(cache)
                 if slot is None:

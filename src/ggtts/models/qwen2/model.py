@@ -147,7 +147,10 @@ class Qwen2Model(nn.Module):
         """From now on, :meth:`new_cache` hands out rows of fixed caches of ``slots`` rows, and the one-token steps
         of up to ``slots`` sequences on them run together (:meth:`forward_many`) as one
         :class:`~ggtts.models.layers.static_steps.StaticLanes` step: a CUDA graph replayed, with ``capture`` on
-        CUDA (eagerly elsewhere). Give each cache back with :meth:`release_cache` when its sequence ends."""
+        CUDA (eagerly elsewhere). Give each cache back with :meth:`release_cache` when its sequence ends. With every
+        row held, a further cache is one of its own, stepped alone (the one-sequence static steps, whose one cache
+        serves one generation at a time, are off from now on)."""
+        self.static = None
         token = torch.zeros((1, 1), dtype=torch.long)
         self.lanes = StaticLanes(lambda capacity: self._new_cache(capacity, batch=slots), self._static_step,
                                  self.rope, token, slots, self.rope.max_len, "the Qwen2 decode step of several "
