@@ -190,16 +190,22 @@ def test_lanes_step_each_utterance_as_it_steps_alone(files: dict[str, Path], pre
 
 
 def test_prompts_take_each_steps_budget_first_come_first_served(files: dict[str, Path]) -> None:
-    """Two prompts of 9 tokens joining at once, 4 prompt tokens a step: the first runs alone until it is in and
-    speaks; then the second, beside the first's decoding."""
+    """Two prompts of 9 tokens joining while a third lane speaks, 4 prompt tokens a step: the first runs alone until
+    it is in and speaks; then the second, beside the first's decoding. With no lane speaking, prompts run whole (as
+    alone: the same arithmetic)."""
     lm = _lm(files["f32"])
     lanes = TokenLanes(lm, prefill_chunk=4)
+    speaking = lanes.add(_decoder(lm, list(range(1, 10)), 0, 20), 20)
+    assert [lane for lane, _ in lanes.step()] == [speaking]  # its prompt whole (in chunks of 4 it would not draw yet)
     first, second = (lanes.add(_decoder(lm, list(range(1, 10)), seed, 8), 8) for seed in (1, 2))
     pending = []
     for _ in range(5):
-        drawn = lanes.step()
-        pending.append((len(first.pending), len(second.pending), [lane is first for lane, _ in drawn]))
+        drawn = [lane for lane, _ in lanes.step() if lane is not speaking]
+        pending.append((len(first.pending), len(second.pending), [lane is first for lane in drawn]))
     assert pending == [(5, 9, []), (1, 9, []), (1, 6, [True]), (1, 2, [True]), (1, 1, [True, False])]
+    quiet = TokenLanes(lm, prefill_chunk=4)
+    both = [quiet.add(_decoder(lm, list(range(1, 10)), seed, 8), 8) for seed in (1, 2)]
+    assert [lane for lane, _ in quiet.step()] == both  # none speaking: both prompts whole, in one step
 
 
 def test_lanes_with_whole_prompts_draw_what_each_draws_alone(files: dict[str, Path]) -> None:
@@ -386,6 +392,33 @@ def test_parallel_streams_in_static_lanes_say_what_each_says_alone_in_them(files
     for a, t in zip(alone, together, strict=True):
         assert len(a) > 0
         np.testing.assert_array_equal(t, a)
+
+
+def test_a_request_alone_on_a_parallel_model_says_what_it_says_without_lanes(
+    models: tuple[OuteTTS, OuteTTS], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model loaded with ``parallel`` serving one request at a time runs its prompt (longer than a chunk) whole, in
+    one step, as without lanes: the same arithmetic, so the same audio, byte for byte, with the loop's own prefill
+    chunk."""
+    alone, together = models
+    assert together.lanes is not None
+    prompt = together.prompt_tokens(TEXTS[2], together._speaker(None), together.version)[0]
+    assert len(prompt) > PREFILL_CHUNK
+    rows: list[int] = []
+    forward_many = together.lm.forward_many
+
+    def counted(tokens: Any, caches: Any, **kwargs: Any) -> Any:
+        rows.extend(t.shape[1] for t in tokens)
+        return forward_many(tokens, caches, **kwargs)
+
+    monkeypatch.setattr(together.lm, "forward_many", counted)
+    monkeypatch.setattr(together.lanes.lanes, "prefill_chunk", PREFILL_CHUNK)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        expected = _joined(alone.stream(TEXTS[2], seed=9, **OPTS))
+        got = _joined(together.stream(TEXTS[2], seed=9, **OPTS))
+    assert rows[0] == len(prompt) and set(rows[1:]) == {1}  # the prompt in one step, then a token a step
+    np.testing.assert_array_equal(got, expected)
 
 
 def test_a_parallel_batch_speaks_that_many_items_at_once(

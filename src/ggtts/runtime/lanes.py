@@ -21,6 +21,7 @@ then ran 35-50 % slower (measured on 2 cores; see docs/server.md).
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -67,10 +68,11 @@ class Lane:
 
 
 class TokenLanes:
-    """The lanes of one model decoded together (see the module's notes); used from one thread. Prompts run at most
-    ``prefill_chunk`` tokens a step between them, first come first served: a lane joining with a long prompt holds
-    the others' next tokens back by a chunk's time, not by its whole prompt's (llama.cpp's server splits its batches
-    likewise), and of several joining at once the first starts speaking first."""
+    """The lanes of one model decoded together (see the module's notes); used from one thread. While a lane is
+    speaking, prompts run at most ``prefill_chunk`` tokens a step between them, first come first served: a lane
+    joining with a long prompt holds the others' next tokens back by a chunk's time, not by its whole prompt's
+    (llama.cpp's server splits its batches likewise), and of several joining at once the first starts speaking
+    first. With none speaking, prompts run whole (:func:`prefill_budget`)."""
 
     def __init__(
         self, model: ManyTokenModel, device: str | torch.device = "cpu", prefill_chunk: int = PREFILL_CHUNK
@@ -107,11 +109,11 @@ class TokenLanes:
         """One step of every lane: their inputs (a prompt's next chunk, or the last token drawn) through the model in
         one call, then the draw of each lane whose input is all in. Returns those lanes' new tokens; a lane that
         ended (``done``) has left."""
-        feeding, inputs, budget = [], [], self.prefill_chunk
+        feeding, inputs, budget = [], [], prefill_budget(self.lanes, self.prefill_chunk)
         for lane in self.lanes:  # in the order they joined: prompts take the step's budget first come, first served
             if not lane.pending:
                 continue
-            take = len(lane.pending) if lane.drawn else min(budget, len(lane.pending))
+            take = len(lane.pending) if lane.drawn else int(min(budget, len(lane.pending)))
             if lane.drawn == 0:
                 budget -= take
             if take:
@@ -137,6 +139,13 @@ class TokenLanes:
             else:
                 lane.pending = [token]
         return drawn
+
+
+def prefill_budget(lanes: Sequence[Any], chunk: int) -> int | float:
+    """Prompt rows a step runs: ``chunk`` while some lane is speaking (its next frame waits for the step), else no
+    limit (a prompt runs whole, as it does alone: the same arithmetic, so a request served alone by a model with
+    lanes says what it says without them)."""
+    return chunk if any(lane.drawn for lane in lanes) else math.inf
 
 
 class LaneWork(Protocol[T_co]):

@@ -2,7 +2,7 @@
 
 A frame is the talker's step (its first code), then the code predictor's 15 steps (the other codebooks, one after
 another). :class:`TalkerLanes` steps every lane's talker input in one call (``TalkerStack.step_many``: on the CPU one
-ggml graph, each weight read once for all the lanes' rows; a prompt that has just joined runs
+ggml graph, each weight read once for all the lanes' rows; a prompt that joins while others speak runs
 :data:`~ggtts.runtime.lanes.PREFILL_CHUNK` rows a step, first come first served), draws each lane's first code with
 its own sampler, then runs the code predictor for every lane that drew one in step with the others
 (``CodePredictor.frame_many``: each of its 15 steps one graph for all of them), each lane choosing its codes with its
@@ -19,7 +19,7 @@ import torch
 
 from ggtts.families.qwen3omni.generate import HostFrames, TalkerDecoder
 from ggtts.models.qwen3omni_talker.model import TalkerStack
-from ggtts.runtime.lanes import PREFILL_CHUNK
+from ggtts.runtime.lanes import PREFILL_CHUNK, prefill_budget
 
 
 class FrameWork(Protocol):
@@ -70,12 +70,12 @@ class TalkerLanes:
         """One step of every lane: the talker over their inputs in one call, then a frame for each lane whose input
         is all in. Returns those lanes' frames (None for a lane that drew codec EOS); a lane that ended (``done``)
         has left."""
-        feeding, inputs, budget = [], [], self.prefill_chunk
+        feeding, inputs, budget = [], [], prefill_budget(self.lanes, self.prefill_chunk)
         for lane in self.lanes:  # in the order they joined: prompts take the step's budget first come, first served
             if lane.pending is None:
                 continue
             rows = lane.pending.shape[1]
-            take = rows if lane.drawn else min(budget, rows)
+            take = rows if lane.drawn else int(min(budget, rows))
             if lane.drawn == 0:
                 budget -= take
             if take:
