@@ -191,8 +191,8 @@ def test_lanes_step_each_utterance_as_it_steps_alone(files: dict[str, Path], pre
 
 def test_prompts_take_each_steps_budget_first_come_first_served(files: dict[str, Path]) -> None:
     """Two prompts of 9 tokens joining while a third lane speaks, 4 prompt tokens a step: the first runs alone until
-    it is in and speaks; then the second, beside the first's decoding. With no lane speaking, prompts run whole (as
-    alone: the same arithmetic)."""
+    it is in and speaks; then the second, beside the first's decoding. With no lane speaking, the first prompt runs
+    whole (as alone: the same arithmetic), then the second in chunks beside it."""
     lm = _lm(files["f32"])
     lanes = TokenLanes(lm, prefill_chunk=4)
     speaking = lanes.add(_decoder(lm, list(range(1, 10)), 0, 20), 20)
@@ -204,8 +204,9 @@ def test_prompts_take_each_steps_budget_first_come_first_served(files: dict[str,
         pending.append((len(first.pending), len(second.pending), [lane is first for lane in drawn]))
     assert pending == [(5, 9, []), (1, 9, []), (1, 6, [True]), (1, 2, [True]), (1, 1, [True, False])]
     quiet = TokenLanes(lm, prefill_chunk=4)
-    both = [quiet.add(_decoder(lm, list(range(1, 10)), seed, 8), 8) for seed in (1, 2)]
-    assert [lane for lane, _ in quiet.step()] == both  # none speaking: both prompts whole, in one step
+    one, two = (quiet.add(_decoder(lm, list(range(1, 10)), seed, 8), 8) for seed in (1, 2))
+    assert [lane for lane, _ in quiet.step()] == [one] and len(two.pending) == 9  # none speaking: the first whole
+    assert [lane for lane, _ in quiet.step()] == [one] and len(two.pending) == 5  # then the second beside it
 
 
 def test_lanes_with_whole_prompts_draw_what_each_draws_alone(files: dict[str, Path]) -> None:

@@ -21,7 +21,6 @@ then ran 35-50 % slower (measured on 2 cores; see docs/server.md).
 from __future__ import annotations
 
 import logging
-import math
 import queue
 import threading
 from collections.abc import Callable, Generator, Iterator, Sequence
@@ -72,7 +71,7 @@ class TokenLanes:
     speaking, prompts run at most ``prefill_chunk`` tokens a step between them, first come first served: a lane
     joining with a long prompt holds the others' next tokens back by a chunk's time, not by its whole prompt's
     (llama.cpp's server splits its batches likewise), and of several joining at once the first starts speaking
-    first. With none speaking, prompts run whole (:func:`prefill_budget`)."""
+    first. With none speaking, the first prompt runs whole (:func:`prefill_budget`)."""
 
     def __init__(
         self, model: ManyTokenModel, device: str | torch.device = "cpu", prefill_chunk: int = PREFILL_CHUNK
@@ -109,11 +108,13 @@ class TokenLanes:
         """One step of every lane: their inputs (a prompt's next chunk, or the last token drawn) through the model in
         one call, then the draw of each lane whose input is all in. Returns those lanes' new tokens; a lane that
         ended (``done``) has left."""
-        feeding, inputs, budget = [], [], prefill_budget(self.lanes, self.prefill_chunk)
+        waiting = [len(lane.pending) for lane in self.lanes if not lane.drawn]
+        budget = prefill_budget(len(waiting) < len(self.lanes), waiting, self.prefill_chunk)
+        feeding, inputs = [], []
         for lane in self.lanes:  # in the order they joined: prompts take the step's budget first come, first served
             if not lane.pending:
                 continue
-            take = len(lane.pending) if lane.drawn else int(min(budget, len(lane.pending)))
+            take = len(lane.pending) if lane.drawn else min(budget, len(lane.pending))
             if lane.drawn == 0:
                 budget -= take
             if take:
@@ -141,11 +142,12 @@ class TokenLanes:
         return drawn
 
 
-def prefill_budget(lanes: Sequence[Any], chunk: int) -> int | float:
-    """Prompt rows a step runs: ``chunk`` while some lane is speaking (its next frame waits for the step), else no
-    limit (a prompt runs whole, as it does alone: the same arithmetic, so a request served alone by a model with
-    lanes says what it says without them)."""
-    return chunk if any(lane.drawn for lane in lanes) else math.inf
+def prefill_budget(speaking: bool, waiting: Sequence[int], chunk: int) -> int:
+    """Prompt rows a step runs, first come first served: ``chunk`` while some lane is ``speaking`` (its next frame
+    waits for the step); else the whole of the first ``waiting`` prompt (its rows still to run), as it runs alone: the
+    same arithmetic, so a request served alone by a model with lanes says what it says without them, and the first
+    of several joining at once starts speaking as soon as alone (the others then run beside it, in chunks)."""
+    return chunk if speaking else (waiting[0] if waiting else 0)
 
 
 class LaneWork(Protocol[T_co]):

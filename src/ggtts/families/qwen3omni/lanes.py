@@ -70,12 +70,14 @@ class TalkerLanes:
         """One step of every lane: the talker over their inputs in one call, then a frame for each lane whose input
         is all in. Returns those lanes' frames (None for a lane that drew codec EOS); a lane that ended (``done``)
         has left."""
-        feeding, inputs, budget = [], [], prefill_budget(self.lanes, self.prefill_chunk)
+        waiting = [lane.pending.shape[1] for lane in self.lanes if not lane.drawn and lane.pending is not None]
+        budget = prefill_budget(any(lane.drawn for lane in self.lanes), waiting, self.prefill_chunk)
+        feeding, inputs = [], []
         for lane in self.lanes:  # in the order they joined: prompts take the step's budget first come, first served
             if lane.pending is None:
                 continue
             rows = lane.pending.shape[1]
-            take = rows if lane.drawn else int(min(budget, rows))
+            take = rows if lane.drawn else min(budget, rows)
             if lane.drawn == 0:
                 budget -= take
             if take:
