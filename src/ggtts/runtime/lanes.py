@@ -71,7 +71,7 @@ class TokenLanes:
     speaking, prompts run at most ``prefill_chunk`` tokens a step between them, first come first served: a lane
     joining with a long prompt holds the others' next tokens back by a chunk's time, not by its whole prompt's
     (llama.cpp's server splits its batches likewise), and of several joining at once the first starts speaking
-    first. With none speaking, the first prompt runs whole (:func:`prefill_budget`)."""
+    first. With none speaking, the first prompt runs whole (:func:`prefill_takes`)."""
 
     def __init__(
         self, model: ManyTokenModel, device: str | torch.device = "cpu", prefill_chunk: int = PREFILL_CHUNK
@@ -108,15 +108,10 @@ class TokenLanes:
         """One step of every lane: their inputs (a prompt's next chunk, or the last token drawn) through the model in
         one call, then the draw of each lane whose input is all in. Returns those lanes' new tokens; a lane that
         ended (``done``) has left."""
-        waiting = [len(lane.pending) for lane in self.lanes if not lane.drawn]
-        budget = prefill_budget(len(waiting) < len(self.lanes), waiting, self.prefill_chunk)
         feeding, inputs = [], []
-        for lane in self.lanes:  # in the order they joined: prompts take the step's budget first come, first served
-            if not lane.pending:
-                continue
-            take = len(lane.pending) if lane.drawn else min(budget, len(lane.pending))
-            if lane.drawn == 0:
-                budget -= take
+        takes = prefill_takes([len(lane.pending) for lane in self.lanes], [lane.drawn > 0 for lane in self.lanes],
+                              self.prefill_chunk)  # fmt: skip
+        for lane, take in zip(self.lanes, takes, strict=True):
             if take:
                 feeding.append(lane)
                 inputs.append(lane.pending[:take])
@@ -142,12 +137,21 @@ class TokenLanes:
         return drawn
 
 
-def prefill_budget(speaking: bool, waiting: Sequence[int], chunk: int) -> int:
-    """Prompt rows a step runs, first come first served: ``chunk`` while some lane is ``speaking`` (its next frame
-    waits for the step); else the whole of the first ``waiting`` prompt (its rows still to run), as it runs alone: the
-    same arithmetic, so a request served alone by a model with lanes says what it says without them, and the first
-    of several joining at once starts speaking as soon as alone (the others then run beside it, in chunks)."""
-    return chunk if speaking else (waiting[0] if waiting else 0)
+def prefill_takes(rows: Sequence[int], speaking: Sequence[bool], chunk: int) -> list[int]:
+    """The rows of its pending input each lane (in the order they joined) runs this step. A speaking lane runs its
+    one; prompts share a budget, first come first served: ``chunk`` rows while some lane is speaking (its next frame
+    waits for the step), else the whole of the first prompt, as it runs alone: the same arithmetic, so a request
+    served alone by a model with lanes says what it says without them, and the first of several joining at once
+    starts speaking as soon as alone (the others then run beside it, in chunks)."""
+    waiting = [n for n, s in zip(rows, speaking, strict=True) if not s and n]
+    budget = chunk if any(speaking) else (waiting[0] if waiting else 0)
+    takes = []
+    for n, s in zip(rows, speaking, strict=True):
+        take = n if s else min(budget, n)
+        if not s:
+            budget -= take
+        takes.append(take)
+    return takes
 
 
 class LaneWork(Protocol[T_co]):

@@ -19,7 +19,7 @@ import torch
 
 from ggtts.families.qwen3omni.generate import HostFrames, TalkerDecoder
 from ggtts.models.qwen3omni_talker.model import TalkerStack
-from ggtts.runtime.lanes import PREFILL_CHUNK, prefill_budget
+from ggtts.runtime.lanes import PREFILL_CHUNK, prefill_takes
 
 
 class FrameWork(Protocol):
@@ -70,17 +70,12 @@ class TalkerLanes:
         """One step of every lane: the talker over their inputs in one call, then a frame for each lane whose input
         is all in. Returns those lanes' frames (None for a lane that drew codec EOS); a lane that ended (``done``)
         has left."""
-        waiting = [lane.pending.shape[1] for lane in self.lanes if not lane.drawn and lane.pending is not None]
-        budget = prefill_budget(any(lane.drawn for lane in self.lanes), waiting, self.prefill_chunk)
         feeding, inputs = [], []
-        for lane in self.lanes:  # in the order they joined: prompts take the step's budget first come, first served
-            if lane.pending is None:
-                continue
-            rows = lane.pending.shape[1]
-            take = rows if lane.drawn else min(budget, rows)
-            if lane.drawn == 0:
-                budget -= take
+        rows = [0 if lane.pending is None else lane.pending.shape[1] for lane in self.lanes]
+        takes = prefill_takes(rows, [lane.drawn > 0 for lane in self.lanes], self.prefill_chunk)
+        for lane, take in zip(self.lanes, takes, strict=True):
             if take:
+                assert lane.pending is not None
                 feeding.append(lane)
                 inputs.append(lane.pending[:, :take])
         if feeding:
