@@ -187,3 +187,61 @@ def test_a_parallel_batch_worker_that_dies_hands_back_every_item_it_held(
         assert f"died while speaking this item ({MAX_ATTEMPTS} times)" in failed["error"]
     spoken = [f"{n:04d}.wav" for n in range(1, 7) if once or n != 2]
     assert sorted(p.name for p in out.glob("*.wav")) == spoken
+
+
+def test_a_parallel_ray_actor_speaks_items_together_and_one_that_dies_hands_each_back(
+    models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """``ggtts batch --ray local --workers 1 --parallel 2``: the actor speaks two items at once (a threaded actor, its
+    model's lanes). Item 0002 kills every actor process that starts it (fault injection): the items in flight beside
+    it are tried again alone and spoken, 0002 alone fails after MAX_ATTEMPTS deaths of its own; and item 0005, held
+    in the actor while it speaks, does not hold back the item after it: every other item is recorded before 0005 is
+    let go. Every item but 0002 ends with exactly one done record and one file."""
+    import json
+    import os
+    from collections import Counter
+
+    pytest.importorskip("ray")
+    from ggtts.batch.local import MAX_ATTEMPTS
+    from time_limit import wait_for
+
+    lm, voc = models
+    lines = tmp_path / "lines.txt"
+    lines.write_text("".join(f"Line number {n} here\n" for n in range(1, 7)))
+    out = tmp_path / "out"
+    faults = Path(__file__).parent.parent / "batch" / "fault_injection"  # see its sitecustomize.py
+    pause = tmp_path / "pause"
+    pause.mkdir()
+    exe = shutil.which("ggtts") or pytest.skip("the ggtts command is not installed")
+    env = {**os.environ, "PYTHONPATH": str(faults), "GGTTS_TEST_DIE_ON_ITEM": "0002",
+           "GGTTS_TEST_PAUSE_ON_ITEM": "0005", "GGTTS_TEST_PAUSE_DIR": str(pause)}  # fmt: skip
+    process = subprocess.Popen(
+        [exe, "batch", lines, "--out", out, "--split", "line", "-m", lm, "--vocoder", voc, "--speaker", TINY_SPEAKER,
+         "--seed", "3", "--ray", "local", "--workers", "1", "--threads", "1", "--parallel", "2", "--no-progress"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+
+    def recorded() -> set[str]:
+        manifest = out / "manifest.jsonl"
+        text = manifest.read_text() if manifest.exists() else ""
+        return {json.loads(line)["id"] for line in text.splitlines() if line.endswith("}")}
+
+    try:
+        # one actor, 0005 held in it: 0006, given after it, is spoken only beside it
+        others = {f"{n:04d}" for n in range(1, 7)} - {"0005"}
+        wait_for(lambda: recorded() >= others, "the items other than the held one", process=process)
+        assert "0005" not in recorded() and (pause / "reached").exists()
+        (pause / "release").write_text("")
+        _, stderr = process.communicate(timeout=600)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 1, stderr  # (1: some items failed)
+    records = [json.loads(line) for line in (out / "manifest.jsonl").read_text().splitlines()]
+    assert Counter(r["id"] for r in records) == Counter(f"{n:04d}" for n in range(1, 7))
+    status = {r["id"]: r["status"] for r in records}
+    assert status == {f"{n:04d}": "failed" if n == 2 else "done" for n in range(1, 7)}, records
+    failed = next(r for r in records if r["id"] == "0002")
+    assert f"died while speaking this item ({MAX_ATTEMPTS} times)" in failed["error"]
+    assert sorted(p.name for p in out.glob("*.wav")) == [f"{n:04d}.wav" for n in range(1, 7) if n != 2]

@@ -5,6 +5,12 @@ the item's record to the driver, the manifest's only writer.
 Fault tolerance is Ray's: actors restart when their process dies (``max_restarts=-1``) and Ray retries the calls
 they held (``max_task_retries``). An item whose worker died while speaking it is spoken again, and its file,
 written atomically, is there once; an item that kills its worker :data:`MAX_ATTEMPTS` times is recorded failed.
+
+With a parallel model (``--parallel N``: ``settings.streams``) an actor speaks N items at once, each call on a thread
+of its own (a threaded actor, ``max_concurrency=N``), the model's lanes decoding them together. Which of the items an
+actor held killed it is then not known, so those calls are not retried by Ray: each of them comes back to the driver
+and goes again alone, to an actor with nothing else in flight, where Ray retries it as above (and an item that kills
+its worker fails alone), as the local workers do (:func:`ggtts.batch.local.run_processes`).
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ from ggtts.batch.work import ItemWorker, JobSettings, error_message, failed_reco
 from ggtts.errors import GGTTSError
 
 INSTALL_HINT = "--ray needs Ray, which is not installed: pip install 'ggtts[ray]' (or pip install ray)"
-IN_FLIGHT_PER_WORKER = 2  # calls queued per actor, so an actor never waits for its next item
+IN_FLIGHT_PER_WORKER = 2  # calls queued per actor, so an actor never waits for its next item (streams + 1 with a
+# parallel model: its N at once, and the next)
 DEFAULT_THREADS = 1  # torch threads per actor: one actor per CPU gives the most items per second
 
 
@@ -29,10 +36,12 @@ class BatchActor:
     """A Ray actor: one model, loaded on first use and kept, for many items."""
 
     def __init__(self, settings: dict[str, Any], threads: int) -> None:
+        self.threads = threads
         set_threads(threads)
         self.worker = ItemWorker(JobSettings.from_dict(settings))
 
     def run(self, item: Item) -> dict[str, Any]:
+        set_threads(self.threads)  # a threaded actor's calls run on threads of its own, each with its own setting
         return self.worker.run(item)
 
 
@@ -69,7 +78,7 @@ def run_on_ray(
         cpus = int(ray.cluster_resources().get("CPU", 1))
         count = workers or max(1, cpus // threads)
         actor_class = ray.remote(BatchActor).options(
-            num_cpus=threads, max_restarts=-1, max_task_retries=MAX_ATTEMPTS - 1
+            num_cpus=threads, max_restarts=-1, max_task_retries=MAX_ATTEMPTS - 1, max_concurrency=settings.streams
         )
         actors = [actor_class.remote(settings.to_dict(), threads) for _ in range(count)]
         _dispatch(ray, actors, items, settings, on_record, stop)
@@ -88,24 +97,47 @@ def _dispatch(
     on_record: Callable[[dict[str, Any]], None],
     stop: threading.Event,
 ) -> None:
-    """Keep every actor :data:`IN_FLIGHT_PER_WORKER` items deep; record results as they come."""
+    """Keep every actor :data:`IN_FLIGHT_PER_WORKER` items deep (``streams + 1`` with a parallel model); record
+    results as they come. A parallel actor's calls are not retried by Ray: when it dies, each item it held goes
+    again alone (``suspects``), on an actor with nothing else in flight, with Ray's retries."""
+    streams = settings.streams
+    depth = IN_FLIGHT_PER_WORKER if streams == 1 else streams + 1
     queue = deque(items)
-    in_flight: dict[Any, tuple[Item, int]] = {}  # object ref -> (item, actor index)
-    load = [0] * len(actors)
+    suspects: set[str] = set()
+    in_flight: dict[Any, tuple[Item, int, bool]] = {}  # object ref -> (item, actor index, retried by Ray)
+    held: list[list[Item]] = [[] for _ in actors]
+
+    def room(index: int) -> int:
+        """Calls actor ``index`` may be given now: none beside a suspect, and a suspect only with none in flight."""
+        if any(i.id in suspects for i in held[index]):
+            return 0
+        if queue[0].id in suspects:
+            return 0 if held[index] else 1
+        return depth - len(held[index])
+
     while (queue and not stop.is_set()) or in_flight:
-        while queue and not stop.is_set() and min(load) < IN_FLIGHT_PER_WORKER:
-            index = load.index(min(load))
+        while queue and not stop.is_set():
+            open_ = [i for i in range(len(actors)) if room(i) > 0]
+            if not open_:
+                break
+            index = min(open_, key=lambda i: len(held[i]))
             item = queue.popleft()
-            in_flight[actors[index].run.remote(item)] = (item, index)
-            load[index] += 1
+            retried = streams == 1 or item.id in suspects  # alone on its actor: a death is its own
+            call = actors[index].run.options(max_task_retries=MAX_ATTEMPTS - 1 if retried else 0)
+            in_flight[call.remote(item)] = (item, index, retried)
+            held[index].append(item)
         ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=POLL_S)
         for ref in ready:
-            item, index = in_flight.pop(ref)
-            load[index] -= 1
+            item, index, retried = in_flight.pop(ref)
+            held[index].remove(item)
             try:
                 record = ray.get(ref)
-            except ray.exceptions.RayActorError:  # its worker died MAX_ATTEMPTS times with this item
-                record = failed_record(item.id, settings.key(item), crash_message(MAX_ATTEMPTS))
+            except ray.exceptions.RayActorError:
+                if not retried:  # its actor died holding several: tried again alone, uncounted
+                    suspects.add(item.id)
+                    queue.appendleft(item)
+                    continue
+                record = failed_record(item.id, settings.key(item), crash_message(MAX_ATTEMPTS))  # its own deaths
             except ray.exceptions.RayError as e:
                 record = failed_record(item.id, settings.key(item), error_message(e))
             on_record(record)
