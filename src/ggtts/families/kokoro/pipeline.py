@@ -183,6 +183,7 @@ class KokoroTTS(TTSModel):
         tens of seconds; later ones are about 1.3x faster, with float32's results to float rounding; where it
         cannot compile it says so in the log and runs eagerly."""
         from ggtts.models.kokoro.precision import use_bfloat16_convolutions
+        from ggtts.models.layers.channels_last import fft_convolutions
         from ggtts.ops.precision import check_precision
 
         phonemizer = options.pop("phonemizer", None)
@@ -198,6 +199,7 @@ class KokoroTTS(TTSModel):
         config, model, voicepacks, vocab = load_kokoro(gguf, device)
         if torch.device(device).type == "cpu":  # the vocoder's stages channels-last (models/layers/channels_last.py)
             model.decoder.generator.use_channels_last()
+            fft_convolutions(model.decoder.generator)  # its wide kernels through the FFT (layers/fft_conv.py)
         if precision == "bfloat16":
             use_bfloat16_convolutions(model.decoder.generator)
         if compiled:

@@ -27,7 +27,7 @@ from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Kokoro as K
 from ggtts.models.kokoro.config import DECODER_HIDDEN_DIM, KokoroConfig
 
-PEERS = ("ggtts", "onnx", "reference", "bf16", "compiled", "bf16-compiled", "fast", "bf16-compiled-fast")
+PEERS = ("ggtts", "onnx", "reference", "bf16", "compiled", "bf16-compiled", "fast", "bf16-compiled-fast", "direct")
 LABELS = {
     "ggtts": "ggtts (torch)",
     "bf16": "ggtts (torch, bf16 convs)",
@@ -35,6 +35,7 @@ LABELS = {
     "bf16-compiled": "ggtts (bf16 convs, torch.compile)",
     "fast": "ggtts (fast start)",
     "bf16-compiled-fast": "ggtts (bf16, compile, fast start)",
+    "direct": "ggtts (no FFT convolutions)",
     "onnx": "kokoro-onnx (onnxruntime, int8)",
     "reference": "kokoro KModel (hexgrad, torch)",
 }
@@ -47,6 +48,7 @@ DISTRIBUTIONS = {
     "bf16-compiled": "ggtts",
     "fast": "ggtts",
     "bf16-compiled-fast": "ggtts",
+    "direct": "ggtts",
 }
 UPSTREAM_REPO_ID = "hexgrad/Kokoro-82M"  # only a label: nothing is downloaded
 UPSTREAM_DROPOUT = 0.2  # config.json's "dropout"; inactive in eval mode
@@ -77,11 +79,25 @@ def voicepack(gguf: GGUFFile, voice: str) -> np.ndarray:
 # ---- ggtts -------------------------------------------------------------------------------------------------
 @contextlib.contextmanager
 def ggtts_engine(
-    model_path: str, voice: str, precision: str = "float32", compile: bool = False, fast_start: bool = False
+    model_path: str,
+    voice: str,
+    precision: str = "float32",
+    compile: bool = False,
+    fast_start: bool = False,
+    fft: bool = True,
 ) -> Iterator[Synthesize]:
     import ggtts
 
     model = ggtts.load(model_path, precision=precision, compile=compile)
+    if not fft:  # the vocoder's wide kernels direct, as before they went through the FFT (models/layers/fft_conv.py)
+        from ggtts.families.kokoro.pipeline import KokoroTTS
+        from ggtts.models.layers.channels_last import ChannelsLastConv1d
+
+        if not isinstance(model, KokoroTTS):
+            raise GGTTSError(f"{model_path} is not a Kokoro model")
+        for layer in model.model.decoder.generator.modules():
+            if isinstance(layer, ChannelsLastConv1d):
+                layer.fft_length = None
     if compile:
         model.warm_up()  # compiles: counted in the load time, as a server pays it at start
 
@@ -232,4 +248,5 @@ ENGINES: dict[str, Callable[[str, str], contextlib.AbstractContextManager[Synthe
     "bf16-compiled": functools.partial(ggtts_engine, precision="bfloat16", compile=True),
     "fast": functools.partial(ggtts_engine, fast_start=True),
     "bf16-compiled-fast": functools.partial(ggtts_engine, precision="bfloat16", compile=True, fast_start=True),
+    "direct": functools.partial(ggtts_engine, fft=False),
 }

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ggtts.models.layers import fft_conv
 from ggtts.models.layers.bfloat16 import weight_version
 
 __all__ = [
@@ -29,6 +30,7 @@ __all__ = [
     "ChannelsLastConvTranspose1d",
     "channels_last",
     "channels_last_convolutions",
+    "fft_convolutions",
     "laid_out",
     "pad_left",
     "zeros_before",
@@ -85,12 +87,20 @@ class _Copies:
 
 
 class ChannelsLastConv1d(_Copies, nn.Conv1d):
-    """An ``nn.Conv1d`` (zero padding) over ``(B, C, 1, T)`` channels-last inputs; returns the input's dtype."""
+    """An ``nn.Conv1d`` (zero padding) over ``(B, C, 1, T)`` channels-last inputs; returns the input's dtype.
+    ``fft_length`` (set by :func:`fft_convolutions`): a long enough float32 input of one row runs through the FFT
+    (:mod:`ggtts.models.layers.fft_conv`) over blocks of that many steps."""
+
+    fft_length: int | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w, b = self._copies()
         (stride,), (dilation,) = self.stride, self.dilation
         (padding,) = cast(tuple[int], self.padding)
+        if self.fft_length is not None and self._through_fft(x, w):
+            kernel = self._spectrum(dilation)
+            y = fft_conv.convolve(x[0, :, 0].T, kernel, b, padding)  # (T, C) time-major in, out
+            return y.T[None, :, None]  # (1, C_out, 1, T) stored time-major
         if x.dim() == 3:
             y = F.conv1d(x.to(w.dtype), w[:, :, 0], b, stride, padding, dilation, self.groups)
         elif w.shape[-1] == 1 and stride == 1 and padding == 0 and self.groups == 1:
@@ -99,6 +109,34 @@ class ChannelsLastConv1d(_Copies, nn.Conv1d):
         else:
             y = F.conv2d(x.to(w.dtype), w, b, (1, stride), (0, padding), (1, dilation), self.groups)
         return y.to(x.dtype)
+
+    def _through_fft(self, x: torch.Tensor, w: torch.Tensor) -> bool:
+        """Whether this input goes through the FFT: one float32 row, stored time-major, long enough, with float32
+        weights on the CPU, outside a compiled graph."""
+        assert self.fft_length is not None
+        valid = self.fft_length - (self.kernel_size[0] - 1) * self.dilation[0]
+        return (
+            x.dim() == 4
+            and x.shape[0] == 1
+            and x.dtype == torch.float32
+            and w.dtype == torch.float32
+            and x.device.type == "cpu"
+            and x.shape[-1] >= fft_conv.MIN_BLOCKS * valid
+            and x.is_contiguous(memory_format=torch.channels_last)
+            and not torch.compiler.is_compiling()
+        )
+
+    def _spectrum(self, dilation: int) -> fft_conv.Spectrum:
+        """The kernel's spectrum, made on first use and again whenever the weight changes."""
+        weight = self.weight
+        key = (weight_version(weight), weight.data_ptr(), self.fft_length)
+        cached = self.__dict__.get("_fft_cache")
+        if cached is None or cached[0] != key:
+            assert self.fft_length is not None
+            with torch.inference_mode(weight.is_inference()):
+                cached = (key, fft_conv.spectrum(weight.float(), dilation, self.fft_length))
+            self.__dict__["_fft_cache"] = cached
+        return cast(fft_conv.Spectrum, cached[1])
 
 
 class ChannelsLastConvTranspose1d(_Copies, nn.ConvTranspose1d):
@@ -139,4 +177,22 @@ def channels_last_convolutions(
         prepared.compute_dtype = None if id(layer) in kept else dtype
         prepared._copies()
         count += 1
+    return count
+
+
+def fft_convolutions(module: nn.Module, min_kernel: int = 7) -> int:
+    """Let the channels-last convolutions of ``module`` with stride 1, one group, no dilation and a kernel of at
+    least ``min_kernel`` run long float32 inputs through the FFT, where their spectrum fits
+    :data:`~ggtts.models.layers.fft_conv.SPECTRUM_BUDGET` (:mod:`ggtts.models.layers.fft_conv`). Where it was
+    faster in Kokoro's vocoder: a dilated kernel spans more steps for its taps, needs longer blocks, and gained
+    nothing measurable there. Returns how many."""
+    count = 0
+    for layer in module.modules():
+        if not isinstance(layer, ChannelsLastConv1d) or layer.stride[0] != 1 or layer.groups != 1:
+            continue
+        (kernel,), (dilation,) = layer.kernel_size, layer.dilation
+        if kernel < min_kernel or dilation != 1:
+            continue
+        layer.fft_length = fft_conv.block_length(kernel - 1, layer.in_channels, layer.out_channels)
+        count += layer.fft_length is not None
     return count
