@@ -100,7 +100,8 @@ def test_a_layer_runs_long_inputs_through_the_fft_and_short_ones_directly() -> N
         channels_last_convolutions(layer)
         assert use_fft(layer) == 1
         assert isinstance(layer, ChannelsLastConv1d) and layer.fft_length == 64
-        long_x, short_x = channels_last(torch.randn(1, 16, 3000)), channels_last(torch.randn(1, 16, 100))
+        long_x = channels_last(torch.randn(1, 16, fft_conv.MIN_BLOCKS * 54))  # n = 64: 54 outputs a block
+        short_x = channels_last(torch.randn(1, 16, fft_conv.MIN_BLOCKS * 54 - 1))
         got_long, got_short = layer(long_x), layer(short_x)
         assert "_fft_cache" in layer.__dict__  # the long one went through the FFT
         layer.fft_length = None
@@ -113,11 +114,12 @@ def test_a_layer_runs_long_inputs_through_the_fft_and_short_ones_directly() -> N
 def test_the_spectrum_follows_the_weights() -> None:
     """New weight values (a test scaling them in place, a state dict loaded) reach the next call."""
     layer = _layer(11, 1)
-    x = channels_last(torch.randn(1, 16, 4000))
+    x = channels_last(torch.randn(1, 16, 6000))
     with torch.no_grad():
         channels_last_convolutions(layer)
         use_fft(layer)
         layer(x)  # the spectrum, made
+        assert "_fft_cache" in layer.__dict__
         layer.weight.mul_(2.0)
         layer.bias.add_(1.0)
         got = layer(x).squeeze(2)
@@ -127,11 +129,11 @@ def test_the_spectrum_follows_the_weights() -> None:
 
 def test_bfloat16_layers_and_batches_stay_direct() -> None:
     layer = _layer(11, 1)
-    batch = channels_last(torch.randn(2, 16, 3000))
+    batch = channels_last(torch.randn(2, 16, 6000))
     with torch.no_grad():
         channels_last_convolutions(layer, torch.bfloat16)
         use_fft(layer)
-        layer(channels_last(torch.randn(1, 16, 3000)))  # bfloat16 products
+        layer(channels_last(torch.randn(1, 16, 6000)))  # bfloat16 products
         layer2 = _layer(11, 1)
         channels_last_convolutions(layer2)
         use_fft(layer2)

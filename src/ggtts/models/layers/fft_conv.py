@@ -5,9 +5,10 @@ step when computed directly, as oneDNN does. Over blocks of ``n`` input steps it
 real FFT, one ``(blocks, C_in) @ (C_in, C_out)`` complex product: ``4 (n / 2 + 1) / (n - k + 1)`` real multiply-adds
 per ``C_in * C_out`` and output step, about 2.4 for ``k = 11`` at ``n = 64`` against 11, plus the FFTs (``C_in +
 C_out`` transforms of ``n`` points per block). In Kokoro's vocoder on a 2-core AMD EPYC (AVX2) that made a kernel-11
-convolution about 2x faster at 128 and 256 channels and a kernel-7 one 1.2-1.5x, and the whole synthesis 1.2x;
-narrow kernels and short signals stay direct, where the transforms cost more than they save (and dilated kernels,
-which need longer blocks for their taps: no gain measured there).
+convolution about 2x faster at 128 and 256 channels and a kernel-7 one 1.2-1.5x, and the whole synthesis
+1.15-1.2x; narrow kernels and short signals stay direct, where the transforms cost more than they save (and dilated
+kernels, which need longer blocks for their taps: no gain measured there). Magpie's nano codec, whose direct
+convolutions ran half as fast again, got slower: it stays direct.
 
 The sums are those of the convolution, in float32, in another order: an output differs from the direct one by float
 rounding (about 1e-6 of the peak, measured), as two direct kernels may. The kernel's spectrum
@@ -18,12 +19,17 @@ so what is in flight stays a few MB whatever its length.
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
 __all__ = ["MIN_BLOCKS", "Spectrum", "block_length", "convolve", "spectrum", "spectrum_bytes"]
 
-MIN_BLOCKS = 8  # an input shorter than this many blocks runs directly: too few blocks to pay for the transforms
+# an input shorter than this many blocks runs directly: the kernel's spectrum, made at a layer's first FFT, costs
+# about as much as the FFT saves over 100 blocks at 256 channels (12 ms, page faults mostly; 1.6 ms at 128), so a
+# short utterance in a fresh process (a one-shot `ggtts speak`) does not pay for spectra it hardly uses
+MIN_BLOCKS = 100
 MIN_LENGTH = 64  # the FFT length chosen first: at least this, and at least LENGTH_PER_SPAN kernel spans
 LENGTH_PER_SPAN = 4  # so that most of each block is output
 MIN_LENGTH_PER_SPAN = 2  # a length shrunk to fit the memory budget still covers this many spans
@@ -64,18 +70,23 @@ class Spectrum:
 
 
 def spectrum(weight: torch.Tensor, dilation: int, n: int) -> Spectrum:
-    """``weight`` (C_out, C_in, k) float32 -> its :class:`Spectrum` over blocks of ``n`` steps."""
+    """``weight`` (C_out, C_in, k) float32 -> its :class:`Spectrum` over blocks of ``n`` steps.
+
+    The transform of ``k`` taps is one matrix product with the DFT's cosines and sines at the taps' positions (a
+    few ms for all of Kokoro's layers, where ``rfft`` over the padded kernels took 0.2 s: a cold ``ggtts speak``
+    pays it)."""
     c_out, c_in, k = weight.shape
     span = (k - 1) * dilation
     if n <= span:
         raise ValueError(f"a block of {n} steps cannot hold a kernel spanning {span + 1}")
-    taps = weight.detach().permute(2, 1, 0)  # (k, C_in, C_out)
-    if dilation > 1:  # the kernel with its holes: zeros between the taps
-        spread = taps.new_zeros(span + 1, c_in, c_out)
-        spread[::dilation] = taps
-        taps = spread
-    # correlating with w is convolving with w reversed: the conjugate spectrum of w, as its taps sit at 0..span
-    return Spectrum(torch.fft.rfft(taps, n=n, dim=0).conj().contiguous(), n, span)
+    bins = n // 2 + 1
+    # correlating with w is convolving with w reversed: the conjugate of w's spectrum, sum_j w_j exp(+2 pi i f t_j / n)
+    angle = (2 * math.pi / n) * torch.outer(torch.arange(bins, dtype=torch.float64),
+                                            torch.arange(k, dtype=torch.float64) * dilation)  # fmt: skip
+    basis = torch.cat([angle.cos(), angle.sin()]).to(device=weight.device, dtype=weight.dtype)  # (2 bins, k)
+    taps = weight.detach().permute(2, 1, 0).reshape(k, c_in * c_out)  # (k, C_in * C_out)
+    parts = basis @ taps  # (2 bins, C_in * C_out): real parts, then imaginary
+    return Spectrum(torch.complex(parts[:bins], parts[bins:]).view(bins, c_in, c_out), n, span)
 
 
 def convolve(x: torch.Tensor, kernel: Spectrum, bias: torch.Tensor | None, padding: int) -> torch.Tensor:
