@@ -57,6 +57,15 @@ def test_convolve_in_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
     assert _relative(got, want) < TOLERANCE
 
 
+def test_convolve_reads_a_view_where_it_starts() -> None:
+    """A time-major view into a larger tensor, no padding, a whole number of blocks (nothing to pad at all)."""
+    torch.manual_seed(5)
+    weight, whole = torch.randn(4, 4, 7), torch.randn(300, 4)
+    x = whole[5 : 5 + 10 * 26 + 6]  # n = 32: 26 outputs a block, 10 blocks
+    want = F.conv1d(x.T[None], weight)[0].T
+    assert _relative(fft_conv.convolve(x, fft_conv.spectrum(weight, 1, 32), None, 0), want) < TOLERANCE
+
+
 def test_convolve_fails_with_the_kernel_the_wrong_way_round() -> None:
     """The check above can fail: the kernel's plain spectrum (a convolution, not a layer's correlation) is far off,
     and one tap of one channel pair 1 % off is over the tolerance (7e-5 measured)."""

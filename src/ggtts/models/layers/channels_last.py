@@ -112,11 +112,13 @@ class ChannelsLastConv1d(_Copies, nn.Conv1d):
 
     def _through_fft(self, x: torch.Tensor, w: torch.Tensor) -> bool:
         """Whether this input goes through the FFT: one float32 row, stored time-major, long enough, with float32
-        weights on the CPU, outside a compiled graph."""
+        weights on the CPU, outside a compiled graph (and the layer one the FFT computes: stride 1, one group)."""
         assert self.fft_length is not None
         valid = self.fft_length - (self.kernel_size[0] - 1) * self.dilation[0]
         return (
-            x.dim() == 4
+            self.stride == (1,)
+            and self.groups == 1
+            and x.dim() == 4
             and x.shape[0] == 1
             and x.dtype == torch.float32
             and w.dtype == torch.float32

@@ -72,9 +72,9 @@ class Spectrum:
 def spectrum(weight: torch.Tensor, dilation: int, n: int) -> Spectrum:
     """``weight`` (C_out, C_in, k) float32 -> its :class:`Spectrum` over blocks of ``n`` steps.
 
-    The transform of ``k`` taps is one matrix product with the DFT's cosines and sines at the taps' positions (a
-    few ms for all of Kokoro's layers, where ``rfft`` over the padded kernels took 0.2 s: a cold ``ggtts speak``
-    pays it)."""
+    The transform of ``k`` taps is one matrix product with the DFT's cosines and sines at the taps' positions: 1.6
+    ms a layer at 128 channels, 12 ms at 256 (mostly the page faults of its new memory), where ``rfft`` over the
+    padded kernels took about twice that."""
     c_out, c_in, k = weight.shape
     span = (k - 1) * dilation
     if n <= span:
@@ -98,12 +98,13 @@ def convolve(x: torch.Tensor, kernel: Spectrum, bias: torch.Tensor | None, paddi
     out_steps = steps + 2 * padding - span
     blocks = -(-out_steps // valid)
     # padded so that every block is whole: block b reads steps b * valid .. b * valid + n
-    padded = F.pad(x, (0, 0, padding, blocks * valid + span - steps - padding))
+    padded = F.pad(x, (0, 0, padding, blocks * valid + span - steps - padding)).contiguous()
+    origin = padded.storage_offset()  # (as_strided counts from the storage's start)
     out = torch.empty(blocks * valid, kernel.out_channels, dtype=x.dtype, device=x.device)
     per_piece = max(1, PIECE_STEPS // valid)
     for first in range(0, blocks, per_piece):
         count = min(per_piece, blocks - first)
-        windows = torch.as_strided(padded, (count, n, c_in), (valid * c_in, c_in, 1), first * valid * c_in)
+        windows = torch.as_strided(padded, (count, n, c_in), (valid * c_in, c_in, 1), origin + first * valid * c_in)
         spectra = torch.fft.rfft(windows, dim=1)  # (count, n // 2 + 1, C_in)
         products = torch.empty(count, n // 2 + 1, kernel.out_channels, dtype=spectra.dtype, device=x.device)
         torch.bmm(spectra.transpose(0, 1), kernel.weights, out=products.transpose(0, 1))  # a product per frequency
