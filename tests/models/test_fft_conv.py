@@ -159,3 +159,29 @@ def test_the_layers_chosen() -> None:
     channels_last_convolutions(block)
     assert use_fft(block) == 2
     assert [getattr(layer, "fft_length", None) for layer in block] == [64, 32, None, None, None, None, None, None]
+
+
+def test_a_compiled_layer_holds_no_guard_on_the_length() -> None:
+    """Under ``torch.compile`` the layer runs directly (no spectrum made, the direct convolution's outputs) over
+    lengths on both sides of the FFT's threshold, and compiles no more often than a layer without the FFT (it asks
+    whether it is compiling before it looks at the length, so a compiled graph need not guard on it; seen failing
+    when the layer does not ask: the FFT traced into the graph)."""
+    from torch._dynamo.testing import CompileCounter
+
+    def frames(fft: bool) -> int:
+        layer = _layer(11, 1)
+        with torch.no_grad():
+            channels_last_convolutions(layer)
+            if fft:
+                use_fft(layer)
+            torch._dynamo.reset()
+            counter = CompileCounter()
+            compiled = torch.compile(layer, backend=counter, dynamic=True)
+            for steps in (100, 300, 6000, 9000):
+                x = channels_last(torch.randn(1, 16, steps))
+                want = F.conv1d(x.squeeze(2), layer.weight, layer.bias, padding=5)[:, :, None]
+                assert _relative(compiled(x), want) < TOLERANCE
+        assert "_fft_cache" not in layer.__dict__
+        return counter.frame_count
+
+    assert frames(fft=True) == frames(fft=False)

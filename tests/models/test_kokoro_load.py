@@ -242,3 +242,29 @@ def test_the_utterance_edge_id_is_read_from_the_file(gguf_path: Path, tmp_path: 
     tts.model.encode_prosody = spy  # type: ignore[method-assign]
     tts.synthesize_phonemes("abc", "aa")
     assert seen == [[3, VOCAB["a"], VOCAB["b"], VOCAB["c"], 3]]
+
+
+def test_the_vocoders_wide_kernels_go_through_the_fft_on_a_cpu(gguf_path: Path) -> None:
+    """On a CPU the generator's undilated convolutions of kernel 7 and more (here its noise paths' resblocks) run
+    long inputs through the FFT (``models/layers/fft_conv.py``): the vocoder's output within float rounding of the
+    direct path's, and not the same bytes (the FFT path was taken). (The tiny model's chunks are too short for it.)"""
+    from ggtts.models.layers.channels_last import ChannelsLastConv1d
+
+    tts = KokoroTTS.from_gguf(GGUFFile(gguf_path))
+    vocoder = tts.model.decoder.generator
+    convs = [m for m in vocoder.modules() if isinstance(m, ChannelsLastConv1d)]
+    wide = [m for m in convs if m.kernel_size[0] >= 7 and m.dilation == (1,)]
+    assert wide and [m for m in convs if m.fft_length is not None] == wide
+    g = torch.Generator().manual_seed(4)
+    frames = 1500  # the last stage (x4) then runs over more than 100 blocks
+    x = torch.randn(1, vocoder.ups[0].in_channels, frames, generator=g)
+    s = torch.randn(1, tts.config.style_dim, generator=g)
+    har = torch.randn(1, vocoder.n_fft + 2, frames * vocoder.spectrum_frames_per_frame + 1, generator=g)
+    with torch.inference_mode():
+        fft = vocoder.body(x, s, har)
+        assert any("_fft_cache" in m.__dict__ for m in wide)
+        for m in wide:
+            m.fft_length = None
+        direct = vocoder.body(x, s, har)
+    assert fft.shape == direct.shape and not torch.equal(fft, direct)
+    assert (fft - direct).abs().max() <= 1e-5 * direct.abs().max()

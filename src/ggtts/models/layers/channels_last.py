@@ -112,7 +112,11 @@ class ChannelsLastConv1d(_Copies, nn.Conv1d):
 
     def _through_fft(self, x: torch.Tensor, w: torch.Tensor) -> bool:
         """Whether this input goes through the FFT: one float32 row, stored time-major, long enough, with float32
-        weights on the CPU, outside a compiled graph (and the layer one the FFT computes: stride 1, one group)."""
+        weights on the CPU, outside a compiled graph (and the layer one the FFT computes: stride 1, one group).
+        Compiling is asked first: a compiled graph then holds no guard on the input's length (which would compile
+        it again at each threshold the length crosses)."""
+        if torch.compiler.is_compiling():
+            return False
         assert self.fft_length is not None
         valid = self.fft_length - (self.kernel_size[0] - 1) * self.dilation[0]
         return (
@@ -120,12 +124,12 @@ class ChannelsLastConv1d(_Copies, nn.Conv1d):
             and self.groups == 1
             and x.dim() == 4
             and x.shape[0] == 1
+            and x.shape[2] == 1
             and x.dtype == torch.float32
             and w.dtype == torch.float32
             and x.device.type == "cpu"
             and x.shape[-1] >= fft_conv.MIN_BLOCKS * valid
             and x.is_contiguous(memory_format=torch.channels_last)
-            and not torch.compiler.is_compiling()
         )
 
     def _spectrum(self, dilation: int) -> fft_conv.Spectrum:
