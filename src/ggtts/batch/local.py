@@ -131,6 +131,17 @@ class _Worker:
     gone: bool = False  # its pipe is closed: it has sent all it ever will
 
 
+def room(held: Sequence[Item], head: Item, suspects: set[str], capacity: int) -> int:
+    """Items a worker holding ``held`` may be given now, ``head`` next in line: none beside a suspect (an item of a
+    worker that died holding several, tried again alone), a suspect only to a worker holding none, else up to
+    ``capacity``. (Ray's dispatch shares it: :mod:`ggtts.batch.ray_run`.)"""
+    if any(i.id in suspects for i in held):
+        return 0
+    if head.id in suspects:
+        return 0 if held else 1
+    return capacity - len(held)
+
+
 def crash_message(attempts: int) -> str:
     return f"the worker process died while speaking this item ({attempts} times); out of memory?"
 
@@ -233,18 +244,10 @@ def run_processes(
     startup_deaths = 0
     pool = _Pool(workers, settings, threads)
 
-    def room(worker: _Worker) -> int:
-        """Items ``worker`` may be given now: none beside a suspect, and a suspect only to a worker with none."""
-        if any(i.id in suspects for i in worker.items):
-            return 0
-        if todo and todo[0].id in suspects:
-            return 0 if worker.items else 1
-        return pool.capacity - len(worker.items)
-
     try:
         while (todo and not stop.is_set()) or pool.busy():
             for worker in pool.idle():
-                while todo and not stop.is_set() and room(worker) > 0:
+                while todo and not stop.is_set() and room(worker.items, todo[0], suspects, pool.capacity) > 0:
                     pool.give(worker, todo.popleft())
             for record in pool.collect(POLL_S):
                 on_record(record)

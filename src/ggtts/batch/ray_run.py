@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ggtts.batch.items import Item
-from ggtts.batch.local import MAX_ATTEMPTS, POLL_S, crash_message, set_threads
+from ggtts.batch.local import MAX_ATTEMPTS, POLL_S, crash_message, room, set_threads
 from ggtts.batch.work import ItemWorker, JobSettings, error_message, failed_record
 from ggtts.errors import GGTTSError
 
@@ -105,31 +105,23 @@ def _dispatch(
     queue = deque(items)
     suspects: set[str] = set()
     in_flight: dict[Any, tuple[Item, int, bool]] = {}  # object ref -> (item, actor index, retried by Ray)
-    held: list[list[Item]] = [[] for _ in actors]
 
-    def room(index: int) -> int:
-        """Calls actor ``index`` may be given now: none beside a suspect, and a suspect only with none in flight."""
-        if any(i.id in suspects for i in held[index]):
-            return 0
-        if queue[0].id in suspects:
-            return 0 if held[index] else 1
-        return depth - len(held[index])
+    def held(index: int) -> list[Item]:
+        return [item for item, i, _ in in_flight.values() if i == index]
 
     while (queue and not stop.is_set()) or in_flight:
         while queue and not stop.is_set():
-            open_ = [i for i in range(len(actors)) if room(i) > 0]
+            open_ = [i for i in range(len(actors)) if room(held(i), queue[0], suspects, depth) > 0]
             if not open_:
                 break
-            index = min(open_, key=lambda i: len(held[i]))
+            index = min(open_, key=lambda i: len(held(i)))
             item = queue.popleft()
             retried = streams == 1 or item.id in suspects  # alone on its actor: a death is its own
             call = actors[index].run.options(max_task_retries=MAX_ATTEMPTS - 1 if retried else 0)
             in_flight[call.remote(item)] = (item, index, retried)
-            held[index].append(item)
         ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=POLL_S)
         for ref in ready:
-            item, index, retried = in_flight.pop(ref)
-            held[index].remove(item)
+            item, _, retried = in_flight.pop(ref)
             try:
                 record = ray.get(ref)
             except ray.exceptions.RayActorError:
