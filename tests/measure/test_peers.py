@@ -62,3 +62,15 @@ def test_upstream_config_reads_back_as_the_same_config() -> None:
     config = KokoroConfig.from_upstream(source)
     again = KokoroConfig.from_upstream(upstream_config(config))
     assert dataclasses.asdict(again) == dataclasses.asdict(config)
+
+
+def test_the_direct_peer_refuses_a_model_that_is_not_kokoro(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ggtts bench --against direct`` turns Kokoro's FFT convolutions off: another family's model is one error
+    naming the file, not an AttributeError."""
+    import ggtts
+    from ggtts.errors import GGTTSError
+    from ggtts.measure.kokoro.peers import ENGINES
+
+    monkeypatch.setattr(ggtts, "load", lambda *args, **kwargs: object())
+    with pytest.raises(GGTTSError, match=r"^other\.gguf is not a Kokoro model$"), ENGINES["direct"]("other.gguf", "v"):
+        pass
