@@ -1,7 +1,8 @@
-"""Convolutions through the FFT (:mod:`ggtts.models.layers.fft_conv`) and the channels-last layers that use them:
+"""Convolutions through the DFT (:mod:`ggtts.models.layers.fft_conv`) and the channels-last layers that use them:
 the same outputs as the direct convolution to float rounding (about 1e-6 of the peak; 1e-5 allowed) for every
-padding, dilation and length, whole blocks or not; short inputs and other dtypes direct; spectra that follow the
-weights; and the layers chosen (wide kernels, a spectrum within the memory budget)."""
+padding, dilation and length, whole blocks or not, read in place or from a piece at an end; short inputs and other
+dtypes direct; spectra that follow the weights; and the layers chosen (wide kernels, a spectrum within the memory
+budget)."""
 
 from __future__ import annotations
 
@@ -25,11 +26,13 @@ def _relative(got: torch.Tensor, want: torch.Tensor) -> float:
     ("c_in", "c_out", "kernel", "dilation", "padding", "steps", "n"),
     [
         (16, 12, 11, 1, 5, 1000, 64),  # "same", as Kokoro's resblocks
-        (16, 12, 11, 3, 15, 777, 128),  # dilated, a length no whole number of blocks
-        (8, 8, 7, 5, 15, 500, 128),
+        (16, 12, 11, 3, 15, 777, 64),  # dilated, a length no whole number of blocks
+        (8, 8, 7, 5, 15, 500, 32),
+        (8, 8, 7, 2, 6, 501, 32),  # subsequences of different lengths
         (8, 4, 7, 1, 0, 300, 32),  # no padding: shorter output
         (8, 4, 7, 1, 9, 300, 32),  # more padding than the span: longer output
         (8, 4, 11, 1, 5, 20, 64),  # shorter than one block
+        (8, 4, 11, 5, 40, 30, 32),  # dilated, more padding than input
     ],
 )
 @pytest.mark.parametrize("bias", [True, False])
@@ -41,19 +44,21 @@ def test_convolve_gives_the_direct_convolution(
     b = torch.randn(c_out) if bias else None
     x = torch.randn(c_in, steps)
     want = F.conv1d(x[None], weight, b, padding=padding, dilation=dilation)[0].T
-    got = fft_conv.convolve(x.T.contiguous(), fft_conv.spectrum(weight, dilation, n), b, padding)
+    got = fft_conv.convolve(x.T.contiguous(), fft_conv.spectrum(weight, n), b, padding, dilation)
     assert got.shape == want.shape and got.is_contiguous()
     assert _relative(got, want) < TOLERANCE
 
 
-def test_convolve_in_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A long signal goes a piece of blocks at a time (here 3 blocks a piece, the last piece short): the same
-    output."""
+@pytest.mark.parametrize("dilation", [1, 3])
+def test_convolve_in_pieces(monkeypatch: pytest.MonkeyPatch, dilation: int) -> None:
+    """A long signal goes a piece of blocks at a time (here 3 blocks a piece, the last piece short; the pieces
+    between the ends read in place): the same output."""
     torch.manual_seed(4)
     weight, b, x = torch.randn(8, 8, 11) / 9, torch.randn(8), torch.randn(8, 2000)
-    want = F.conv1d(x[None], weight, b, padding=5)[0].T
-    monkeypatch.setattr(fft_conv, "PIECE_STEPS", 3 * 54)  # n = 64: 54 outputs a block, 38 blocks
-    got = fft_conv.convolve(x.T.contiguous(), fft_conv.spectrum(weight, 1, 64), b, 5)
+    padding = 5 * dilation
+    want = F.conv1d(x[None], weight, b, padding=padding, dilation=dilation)[0].T
+    monkeypatch.setattr(fft_conv, "PIECE_STEPS", 3 * 54 * dilation)  # n = 64: 54 outputs a block
+    got = fft_conv.convolve(x.T.contiguous(), fft_conv.spectrum(weight, 64), b, padding, dilation)
     assert _relative(got, want) < TOLERANCE
 
 
@@ -63,7 +68,7 @@ def test_convolve_reads_a_view_where_it_starts() -> None:
     weight, whole = torch.randn(4, 4, 7), torch.randn(300, 4)
     x = whole[5 : 5 + 10 * 26 + 6]  # n = 32: 26 outputs a block, 10 blocks
     want = F.conv1d(x.T[None], weight)[0].T
-    assert _relative(fft_conv.convolve(x, fft_conv.spectrum(weight, 1, 32), None, 0), want) < TOLERANCE
+    assert _relative(fft_conv.convolve(x, fft_conv.spectrum(weight, 32), None, 0), want) < TOLERANCE
 
 
 def test_convolve_fails_with_the_kernel_the_wrong_way_round() -> None:
@@ -72,18 +77,18 @@ def test_convolve_fails_with_the_kernel_the_wrong_way_round() -> None:
     torch.manual_seed(3)
     weight, x = torch.randn(6, 6, 7), torch.randn(6, 400)
     want = F.conv1d(x[None], weight, padding=3)[0].T
-    kernel = fft_conv.spectrum(weight, 1, 64)
-    flipped = fft_conv.spectrum(weight.flip(-1), 1, 64)
+    kernel = fft_conv.spectrum(weight, 64)
+    flipped = fft_conv.spectrum(weight.flip(-1), 64)
     assert _relative(fft_conv.convolve(x.T.contiguous(), flipped, None, 3), want) > 0.1
     one_off = weight.clone()
     one_off[0, 0, 3] *= 1.01  # one tap of one channel pair 1 % off
-    assert _relative(fft_conv.convolve(x.T.contiguous(), fft_conv.spectrum(one_off, 1, 64), None, 3), want) > TOLERANCE
+    assert _relative(fft_conv.convolve(x.T.contiguous(), fft_conv.spectrum(one_off, 64), None, 3), want) > TOLERANCE
     assert _relative(fft_conv.convolve(x.T.contiguous(), kernel, None, 3), want) < TOLERANCE
 
 
 def test_a_block_too_short_for_the_kernel_is_refused() -> None:
     with pytest.raises(ValueError, match="cannot hold"):
-        fft_conv.spectrum(torch.randn(2, 2, 11), 5, 32)
+        fft_conv.spectrum(torch.randn(2, 2, 11), 8)
 
 
 def test_block_lengths_cover_the_span_and_keep_to_the_budget() -> None:
@@ -103,8 +108,9 @@ def _layer(kernel: int, dilation: int, channels: int = 16) -> nn.Conv1d:
     return nn.Conv1d(channels, channels, kernel, dilation=dilation, padding=(kernel - 1) * dilation // 2)
 
 
-def test_a_layer_runs_long_inputs_through_the_fft_and_short_ones_directly() -> None:
-    layer = _layer(11, 1)
+@pytest.mark.parametrize("dilation", [1, 5])
+def test_a_layer_runs_long_inputs_through_the_fft_and_short_ones_directly(dilation: int) -> None:
+    layer = _layer(11, dilation)
     with torch.no_grad():
         channels_last_convolutions(layer)
         assert use_fft(layer) == 1
@@ -151,14 +157,14 @@ def test_bfloat16_layers_and_batches_stay_direct() -> None:
 
 
 def test_the_layers_chosen() -> None:
-    """Undilated kernels of 7 and more, stride 1 and one group only, a spectrum within the budget."""
+    """Kernels of 7 and more, dilated or not, stride 1 and one group only, a spectrum within the budget."""
     block = nn.Sequential(
         _layer(7, 1), _layer(11, 1, channels=256), _layer(7, 3), _layer(11, 5), _layer(3, 1),
         _layer(11, 1, channels=512), nn.Conv1d(16, 16, 11, stride=2), nn.Conv1d(16, 16, 11, groups=2),
     )  # fmt: skip
     channels_last_convolutions(block)
-    assert use_fft(block) == 2
-    assert [getattr(layer, "fft_length", None) for layer in block] == [64, 32, None, None, None, None, None, None]
+    assert use_fft(block) == 4
+    assert [getattr(layer, "fft_length", None) for layer in block] == [64, 32, 64, 64, None, None, None, None]
 
 
 def test_a_compiled_layer_holds_no_guard_on_the_length() -> None:

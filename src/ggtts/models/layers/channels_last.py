@@ -88,7 +88,7 @@ class _Copies:
 
 class ChannelsLastConv1d(_Copies, nn.Conv1d):
     """An ``nn.Conv1d`` (zero padding) over ``(B, C, 1, T)`` channels-last inputs; returns the input's dtype.
-    ``fft_length`` (set by :func:`fft_convolutions`): a long enough float32 input of one row runs through the FFT
+    ``fft_length`` (set by :func:`fft_convolutions`): a long enough float32 input of one row runs through the DFT
     (:mod:`ggtts.models.layers.fft_conv`) over blocks of that many steps."""
 
     fft_length: int | None = None
@@ -98,8 +98,7 @@ class ChannelsLastConv1d(_Copies, nn.Conv1d):
         (stride,), (dilation,) = self.stride, self.dilation
         (padding,) = cast(tuple[int], self.padding)
         if self.fft_length is not None and self._through_fft(x, w):
-            kernel = self._spectrum(dilation)
-            y = fft_conv.convolve(x[0, :, 0].T, kernel, b, padding)  # (T, C) time-major in, out
+            y = fft_conv.convolve(x[0, :, 0].T, self._spectrum(), b, padding, dilation)  # (T, C) time-major in, out
             return y.T[None, :, None]  # (1, C_out, 1, T) stored time-major
         if x.dim() == 3:
             y = F.conv1d(x.to(w.dtype), w[:, :, 0], b, stride, padding, dilation, self.groups)
@@ -111,14 +110,14 @@ class ChannelsLastConv1d(_Copies, nn.Conv1d):
         return y.to(x.dtype)
 
     def _through_fft(self, x: torch.Tensor, w: torch.Tensor) -> bool:
-        """Whether this input goes through the FFT: one float32 row, stored time-major, long enough, with float32
-        weights on the CPU, outside a compiled graph (and the layer one the FFT computes: stride 1, one group).
+        """Whether this input goes through the DFT: one float32 row, stored time-major, long enough, with float32
+        weights on the CPU, outside a compiled graph (and the layer one the DFT computes: stride 1, one group).
         Compiling is asked first: a compiled graph then holds no guard on the input's length (which would compile
         it again at each threshold the length crosses)."""
         if torch.compiler.is_compiling():
             return False
         assert self.fft_length is not None
-        valid = self.fft_length - (self.kernel_size[0] - 1) * self.dilation[0]
+        valid = self.fft_length - (self.kernel_size[0] - 1)  # output steps per block (of each subsequence)
         return (
             self.stride == (1,)
             and self.groups == 1
@@ -132,7 +131,7 @@ class ChannelsLastConv1d(_Copies, nn.Conv1d):
             and x.is_contiguous(memory_format=torch.channels_last)
         )
 
-    def _spectrum(self, dilation: int) -> fft_conv.Spectrum:
+    def _spectrum(self) -> fft_conv.Spectrum:
         """The kernel's spectrum, made on first use and again whenever the weight changes."""
         weight = self.weight
         key = (weight_version(weight), weight.data_ptr(), self.fft_length)
@@ -140,7 +139,7 @@ class ChannelsLastConv1d(_Copies, nn.Conv1d):
         if cached is None or cached[0] != key:
             assert self.fft_length is not None
             with torch.inference_mode(weight.is_inference()):
-                cached = (key, fft_conv.spectrum(weight.float(), dilation, self.fft_length))
+                cached = (key, fft_conv.spectrum(weight.float(), self.fft_length))
             self.__dict__["_fft_cache"] = cached
         return cast(fft_conv.Spectrum, cached[1])
 
@@ -187,17 +186,16 @@ def channels_last_convolutions(
 
 
 def fft_convolutions(module: nn.Module, min_kernel: int = 7) -> int:
-    """Let the channels-last convolutions of ``module`` with stride 1, one group, no dilation and a kernel of at
-    least ``min_kernel`` run long float32 inputs through the FFT, where their spectrum fits
-    :data:`~ggtts.models.layers.fft_conv.SPECTRUM_BUDGET` (:mod:`ggtts.models.layers.fft_conv`). Where it was
-    faster in Kokoro's vocoder: a dilated kernel spans more steps for its taps, needs longer blocks, and gained
-    nothing measurable there. Returns how many."""
+    """Let the channels-last convolutions of ``module`` with stride 1, one group and a kernel of at least
+    ``min_kernel`` run long float32 inputs through the DFT, where their spectrum fits
+    :data:`~ggtts.models.layers.fft_conv.SPECTRUM_BUDGET` (:mod:`ggtts.models.layers.fft_conv`; a dilated kernel over
+    its interleaved subsequences). Returns how many."""
     count = 0
     for layer in module.modules():
         if not isinstance(layer, ChannelsLastConv1d) or layer.stride[0] != 1 or layer.groups != 1:
             continue
-        (kernel,), (dilation,) = layer.kernel_size, layer.dilation
-        if kernel < min_kernel or dilation != 1:
+        (kernel,) = layer.kernel_size
+        if kernel < min_kernel:
             continue
         layer.fft_length = fft_conv.block_length(kernel - 1, layer.in_channels, layer.out_channels)
         count += layer.fft_length is not None
