@@ -6,8 +6,10 @@ same machine, same threads, each server a process of its own, measured by the sa
 For each server and text (a sentence, a four-sentence paragraph; wyoming-bench's own texts), in wyoming-bench's two
 modes: time to the first audio chunk and to the end, from the moment the request is sent (median of ``--runs``,
 after one warm-up request that loads the voice). Then a voice agent's reply arriving at 20 tokens/s (one word a
-token, 50 ms apart) through streaming synthesis: the time from sending the token that completes the first stretch
-(the word ending the first clause or sentence, and the space after it) to the first audio chunk.
+token, 50 ms apart) through streaming synthesis: the time to the first audio chunk from sending the token that
+completes the server's first stretch (the word ending the first clause or sentence it speaks on its own, and the
+space after it), and from sending the token that completes the reply's first clause ("Sure," and the space after
+it): what a listener waits after the agent has written its first clause.
 ``--kokoro`` adds ``ggtts wyoming -m kokoro --fast-start`` (no peer: wyoming-kokoro-torch is not on PyPI here).
 """
 
@@ -39,6 +41,7 @@ AGENT_REPLY = (
     "and a light breeze from the west."
 )
 TOKEN_INTERVAL_S = 0.05  # 20 tokens per second
+FIRST_CLAUSE_TOKENS = 2  # "Sure," then " the": the reply's first clause is complete
 STARTUP_TIMEOUT_S = 300.0
 READ_TIMEOUT_S = 300.0
 
@@ -90,8 +93,9 @@ async def _measure(server: Server, mode: str, text: str) -> tuple[float, float]:
     return m.ttft_s, m.total_s
 
 
-async def _agent(server: Server) -> float:
-    """Seconds from sending the token that completes the first stretch to the first audio chunk."""
+async def _agent(server: Server) -> tuple[float, float]:
+    """Seconds to the first audio chunk from sending the token that completes the server's first stretch, and from
+    sending the one that completes the reply's first clause."""
     tokens = [(" " if i else "") + word for i, word in enumerate(AGENT_REPLY.split())]
     async with AsyncTcpClient("127.0.0.1", server.port) as client:
         first_audio: asyncio.Future[float] = asyncio.get_running_loop().create_future()
@@ -108,15 +112,17 @@ async def _agent(server: Server) -> float:
 
         reader = asyncio.ensure_future(read())
         await client.write_event(SynthesizeStart().event())
-        completed_at = 0.0
+        completed_at = clause_at = 0.0
         for i, token in enumerate(tokens):
             await client.write_event(SynthesizeChunk(token).event())
             if i + 1 == server.first_stretch_words:
                 completed_at = time.perf_counter()
+            if i + 1 == FIRST_CLAUSE_TOKENS:
+                clause_at = time.perf_counter()
             await asyncio.sleep(TOKEN_INTERVAL_S)
         await client.write_event(SynthesizeStop().event())
         await asyncio.wait_for(reader, READ_TIMEOUT_S)
-        return first_audio.result() - completed_at
+        return first_audio.result() - completed_at, first_audio.result() - clause_at
 
 
 def _median(values: list[float]) -> float:
@@ -135,9 +141,10 @@ def main() -> int:
 
     voice_dir = str(Path(joe.model_path()).parent)
     ggtts = str(Path(sys.executable).parent / "ggtts")
-    # The first stretch: ggtts's speaks "Sure, the forecast for tomorrow looks good." (its first clause of three
-    # words or more ends there) once the space after "good." comes, with the next token; wyoming-piper's
-    # sentence-stream waits for the next sentence's first letter, which comes with the same token.
+    # The first stretch: ggtts's Piper speaks "Sure, the forecast for tomorrow looks good." (its first clause of
+    # three words or more ends there) once the space after "good." comes, with the next token; wyoming-piper's
+    # sentence-stream waits for the next sentence's first letter, which comes with the same token. ggtts's Kokoro
+    # speaks "Sure," on its own (its stream starts with a text's first clause however short), after " the".
     first = len(["Sure,", "the", "forecast", "for", "tomorrow", "looks", "good.", "Expect"])
     plan = [
         ("ggtts-piper", [ggtts, "wyoming", "-m", "piper-joe", "--device", "cpu"], first),
@@ -152,7 +159,8 @@ def main() -> int:
     if bfloat16_supported():  # the decoder's convolutions in bfloat16 where the CPU has it natively
         plan.insert(1, ("ggtts-piper-bf16", [*plan[0][1], "--precision", "bfloat16"], first))
     if args.kokoro:
-        plan.append(("ggtts-kokoro", [ggtts, "wyoming", "-m", "kokoro", "--device", "cpu", "--fast-start"], first))
+        kokoro = [ggtts, "wyoming", "-m", "kokoro", "--device", "cpu", "--fast-start"]
+        plan.append(("ggtts-kokoro", kokoro, FIRST_CLAUSE_TOKENS))
     results: dict[str, dict[str, float]] = {}
     for name, cmd, words in plan:
         server = _start(name, [*cmd, *(["--local-files-only"] if name == "wyoming-piper" else [])], args.threads, words)
@@ -164,7 +172,9 @@ def main() -> int:
                     runs = [asyncio.run(_measure(server, mode, text)) for _ in range(args.runs)]
                     row[f"{label} {mode} first"] = _median([r[0] for r in runs])
                     row[f"{label} {mode} total"] = _median([r[1] for r in runs])
-            row["agent first audio"] = _median([asyncio.run(_agent(server)) for _ in range(args.runs)])
+            agent = [asyncio.run(_agent(server)) for _ in range(args.runs)]
+            row["agent, after its first stretch"] = _median([a[0] for a in agent])
+            row["agent, after the first clause"] = _median([a[1] for a in agent])
             results[name] = row
         finally:
             server.process.terminate()

@@ -229,6 +229,25 @@ def test_kokoro_words_come_with_session_times(kokoro_server: Server) -> None:
     assert words[-3]["start"] > seconds / 2  # the last stretch's words are late in the session, not at its start
 
 
+def test_kokoros_first_clause_is_spoken_before_the_rest_comes(kokoro_server: Server) -> None:
+    """Kokoro's stream speaks a text's first clause alone however short, so the socket cuts the first stretch there
+    too: "Sure," is spoken (its word, then its audio) while the rest of the sentence has not been sent."""
+    with open_live(kokoro_server) as ws:
+        ws.send(json.dumps({"type": "start", "voice": "v_two"}))
+        json.loads(ws.recv(timeout=RECV_TIMEOUT_S))
+        for piece in ["Sure,", " the"]:
+            ws.send(json.dumps({"type": "text", "text": piece}))
+        words = json.loads(ws.recv(timeout=RECV_TIMEOUT_S))
+        audio = ws.recv(timeout=RECV_TIMEOUT_S)
+        ws.send(json.dumps({"type": "text", "text": " forecast looks good."}))
+        ws.send(json.dumps({"type": "end"}))
+        messages, _ = receive_all(ws)
+    assert words["type"] == "words" and [w["word"] for w in words["words"]] == ["Sure"]
+    assert isinstance(audio, bytes) and len(audio) > 2000
+    later = [w["word"] for m in messages if m["type"] == "words" for w in m["words"]]
+    assert later == ["the", "forecast", "looks", "good"]
+
+
 def test_a_word_said_across_two_chunks_is_sent_once_whole(kokoro_server: Server) -> None:
     """The tiny Kokoro reads 62 phonemes at a time: the number is said across chunks. Its words message comes once,
     from its start to the end of its last piece: the times the whole utterance has (captioned_speech, unstreamed)."""

@@ -232,6 +232,8 @@ def test_bad_requests_get_one_error_and_the_connection_goes_on(tone_port: int, e
 def test_ggtts_wyoming_serves_kokoro_as_the_http_server_does(
     kokoro_gguf: Path, kokoro_server: Server, tmp_path: Path
 ) -> None:
+    """The same samples as the HTTP server; and in streaming synthesis Kokoro's first clause, however short, is
+    spoken as soon as it is complete (its own stream would speak it alone anyway), before the rest is sent."""
     port = free_port()
     log = (tmp_path / "wyoming.log").open("wb")
     ggtts = str(Path(sys.executable).parent / "ggtts")
@@ -247,16 +249,32 @@ def test_ggtts_wyoming_serves_kokoro_as_the_http_server_does(
                 await client.write_event(Synthesize(text, voice=SynthesizeVoice(name="v_two")).event())
                 return await _read_until(client, AudioStop)
 
+        async def streamed() -> tuple[list[Any], bytes]:
+            async with AsyncTcpClient("127.0.0.1", port) as client:
+                await client.write_event(SynthesizeStart(voice=SynthesizeVoice(name="v_two")).event())
+                for piece in ["Sure,", " the"]:
+                    await client.write_event(SynthesizeChunk(piece).event())
+                first, audio = await _read_until(client, AudioStop)  # only "Sure, the" was sent
+                await client.write_event(SynthesizeChunk(" forecast looks good.").event())
+                await client.write_event(SynthesizeStop().event())
+                await _read_until(client, SynthesizeStopped)
+                return first, audio
+
         events, audio = asyncio.run(run())
+        first_events, first_audio = asyncio.run(streamed())
     finally:
         process.terminate()
         process.wait(30)
     assert [p.name for p in info.tts] == ["tiny"] and [v.name for v in info.tts[0].voices] == ["v_one", "v_two"]
     assert AudioStart.from_event(events[0]).rate == 24000
+    url = kokoro_server.url + "/v1/audio/speech"
     body = {"model": "tiny", "input": text, "voice": "v_two", "response_format": "pcm"}
-    http = httpx.post(kokoro_server.url + "/v1/audio/speech", json=body, timeout=READ_TIMEOUT_S)
+    http = httpx.post(url, json=body, timeout=READ_TIMEOUT_S)
     assert http.status_code == 200 and len(audio) > 4000
     assert audio == http.content  # the same model, text and voice: the same samples
+    assert _types(first_events) == ["audio-start", "audio-chunk", "audio-stop"]
+    sure = httpx.post(url, json={**body, "input": "Sure,"}, timeout=READ_TIMEOUT_S)
+    assert sure.status_code == 200 and len(first_audio) > 2000 and first_audio == sure.content
 
 
 def test_an_event_announcing_a_huge_body_ends_the_connection_unread(tone_port: int) -> None:

@@ -346,6 +346,9 @@ class Capabilities:
     streaming: bool = True
     timestamps: bool = False  # its audio carries word timestamps (``Audio.words``)
     chat: bool = False  # answers a question (text or audio) and speaks the answer: ``model.chat``, ``ggtts chat``
+    # text that arrives in pieces (the live socket, Wyoming's streaming synthesis): the fewest words a first stretch
+    # cut at a clause holds (ggtts.text.incremental); 1 where the model's own stream speaks a first clause alone
+    first_clause_words: int = 3
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,6 @@ from ggtts.server.speaking import Prepared, Speaker, spoken, start_encoder
 from ggtts.server.streaming import StreamEncoder
 from ggtts.server.validation import validation_error
 from ggtts.server.worker import Deadline
-from ggtts.text.incremental import MAX_CHARS, TextStream
 
 log = logging.getLogger("ggtts.server")
 
@@ -99,7 +98,7 @@ def add_live_route(app: FastAPI, speaker: Speaker) -> None:
     async def receive(socket: WebSocket, session: _Session, first: dict[str, Any] | None) -> None:
         """Reads the client's messages (after ``first``, one already read) into stretches for the speaker, until
         ``end``."""
-        text = TextStream(max_chars=min(MAX_CHARS, settings.max_input_chars))
+        text = speaker.text_stream(speaker.worker_for(session.body.model).model)
         ended = False
         while True:
             try:

@@ -28,6 +28,7 @@ from ggtts.server.settings import ServerSettings
 from ggtts.server.streaming import STREAMABLE_FORMATS, StreamEncoder, stream_encoder, unsupported_rate_message
 from ggtts.server.validation import check_download_link
 from ggtts.server.worker import ClientGone, Deadline, ModelWorker, Steps
+from ggtts.text.incremental import FIRST_CLAUSE_MIN_WORDS, MAX_CHARS, TextStream
 
 log = logging.getLogger("ggtts.server")
 T = TypeVar("T")
@@ -140,6 +141,13 @@ class Speaker:
                 param="model",
             )
         return min(self.replicas[name], key=lambda w: w.admitted)  # the least loaded copy (the first on a tie)
+
+    def text_stream(self, model: TTSModel) -> TextStream:
+        """A stream of text arriving in pieces, to be spoken by ``model``: its first stretch may end at a clause as
+        short as the model's family allows (Kokoro's stream speaks a first clause alone anyway), no stretch longer
+        than the server's input limit."""
+        words = model.family.capabilities.first_clause_words if model.family else FIRST_CLAUSE_MIN_WORDS
+        return TextStream(first_clause_min_words=words, max_chars=min(MAX_CHARS, self.settings.max_input_chars))
 
     def health(self, name: str) -> tuple[bool, int]:
         """Whether every copy of model ``name`` is busy (a request would wait), and how many requests wait."""

@@ -48,7 +48,7 @@ from ggtts.server.errors import ApiError
 from ggtts.server.settings import DEFAULT_IDLE_GRACE_S, DEFAULT_WYOMING_URI, ServerSettings
 from ggtts.server.speaking import Speaker, spoken
 from ggtts.server.worker import Deadline
-from ggtts.text.incremental import MAX_CHARS, TextStream
+from ggtts.text.incremental import TextStream
 
 if TYPE_CHECKING:
     from wyoming.tts import SynthesizeVoice
@@ -257,8 +257,9 @@ class GGTTSEventHandler(AsyncEventHandler):
             name = SelectProgram.from_event(event).name
             self.program = self.speaker.worker_for(name).name  # 404-like error for a program not served
         elif SynthesizeStart.is_type(event.type):
-            self._stream = TextStream(max_chars=min(MAX_CHARS, self.speaker.settings.max_input_chars))
             self._stream_voice = SynthesizeStart.from_event(event).voice
+            model = self.speaker.workers[self._model_for(self._stream_voice)[0]].model
+            self._stream = self.speaker.text_stream(model)
             self._stream_failed = False
         elif SynthesizeChunk.is_type(event.type):
             if self._stream is None:
@@ -294,8 +295,13 @@ class GGTTSEventHandler(AsyncEventHandler):
         # other events (audio, transcripts, pings a client may send) are not for a TTS server: ignored
 
     def _body(self, text: str, voice: SynthesizeVoice | None) -> Any:
-        """The speech request a ``synthesize`` makes: the connection's program, or the served model that has the
-        voice asked for; the voice (or a speaker of it, or one speaking the language asked for)."""
+        """The speech request a ``synthesize`` makes (:meth:`_model_for`)."""
+        model_name, voice_name = self._model_for(voice)
+        return self.speaker.bodies.speech(model=model_name, input=text, voice=voice_name, response_format="pcm")
+
+    def _model_for(self, voice: SynthesizeVoice | None) -> tuple[str, str | None]:
+        """The model and voice a ``synthesize`` asks for: the connection's program, or the served model that has
+        the voice asked for; the voice (or a speaker of it, or one speaking the language asked for)."""
         model_name, voice_name = self.program, None
         if voice is not None:
             # a speaker of the voice first (ggtts lists a multi-speaker file's speakers as its voices)
@@ -306,7 +312,7 @@ class GGTTSEventHandler(AsyncEventHandler):
                         break
             if voice_name is None and voice.language:
                 voice_name = self._voice_for_language(model_name, voice.language)
-        return self.speaker.bodies.speech(model=model_name, input=text, voice=voice_name, response_format="pcm")
+        return model_name, voice_name
 
     def _model_with_voice(self, voice: str) -> tuple[str, str | None]:
         """The model that has ``voice`` (the connection's program first), else the program with the voice left to

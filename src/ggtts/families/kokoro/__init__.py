@@ -114,7 +114,12 @@ FAMILY = Family(
     options=KokoroOptions,
     load_options=KokoroLoadOptions,
     capabilities=Capabilities(
-        blending=True, phonemes=True, languages=LANGUAGES, max_input_chars=MAX_TEXT_CHARS, timestamps=True
+        blending=True,
+        phonemes=True,
+        languages=LANGUAGES,
+        max_input_chars=MAX_TEXT_CHARS,
+        timestamps=True,
+        first_clause_words=1,  # its stream speaks a text's first clause on its own, however short ("Sure,")
     ),
     voices=_voices,
     voice_traits=voice_traits,
