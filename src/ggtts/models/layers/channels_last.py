@@ -32,6 +32,7 @@ __all__ = [
     "channels_last_convolutions",
     "fft_convolutions",
     "laid_out",
+    "narrow_convolution",
     "pad_left",
     "zeros_before",
 ]
@@ -59,6 +60,24 @@ def pad_left(x: torch.Tensor, n: int) -> torch.Tensor:
     if x.dim() == 3:
         return F.pad(x, (n, 0))
     return torch.cat([zeros_before(x, n), x], dim=-1)
+
+
+def narrow_convolution(x: torch.Tensor, weight: torch.Tensor, padding: int) -> torch.Tensor:
+    """A convolution to a few channels (a vocoder's last layer: 32 to 1) over ``x`` ``(B, C, 1, T)`` stored
+    time-major, without a bias, stride 1: ``(B, C_out, T + 2 * padding - k + 1)``. One matrix product of the
+    time-major rows with every tap at once, then each tap's column shifted into place and summed: the 1-D
+    convolution over a ``(B, C, T)`` copy costs three times as much here (the copy itself most of it; oneDNN runs
+    one output channel slowly). The same sums in another order."""
+    batch, channels, _, steps = x.shape
+    c_out, _, k = weight.shape
+    rows = x.permute(0, 2, 3, 1).reshape(batch, steps, channels)  # a view of the time-major storage
+    taps = rows @ weight.permute(1, 2, 0).reshape(channels, k * c_out)  # (B, T, k * C_out): tap j, channel o
+    taps = F.pad(taps, (0, 0, padding, padding)).view(batch, steps + 2 * padding, k, c_out)
+    out_steps = steps + 2 * padding - k + 1
+    y = taps[:, :out_steps, 0].clone()
+    for j in range(1, k):
+        y += taps[:, j : j + out_steps, j]
+    return y.transpose(1, 2)
 
 
 class _Copies:

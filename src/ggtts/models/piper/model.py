@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -18,7 +19,7 @@ from torch import nn
 from ggtts.errors import InputError
 from ggtts.models.layers.bfloat16 import to_bfloat16
 from ggtts.models.layers.channel_norm import ChannelLayerNorm
-from ggtts.models.layers.channels_last import channels_last, channels_last_convolutions
+from ggtts.models.layers.channels_last import channels_last, channels_last_convolutions, narrow_convolution
 from ggtts.models.piper.config import PiperConfig
 
 LRELU_SLOPE = 0.1
@@ -412,8 +413,9 @@ class Generator(nn.Module):
             for block in blocks[1:]:
                 total.add_(block(x))
             x = total.div_(self.n_kernels)
-        if x.dim() == 4:
-            x = x.squeeze(2).contiguous()
+        if x.dim() == 4:  # channels-last: conv_post over the time-major rows, with no copy to (B, C, T)
+            (padding,) = cast(tuple[int], self.conv_post.padding)
+            return torch.tanh(narrow_convolution(F.leaky_relu(x, inplace=True), self.conv_post.weight, padding))
         return torch.tanh(self.conv_post(F.leaky_relu(x)))  # torch's default slope here, as upstream
 
     def use_channels_last(self, dtype: torch.dtype | None = None) -> int:
