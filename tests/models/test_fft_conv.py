@@ -62,6 +62,25 @@ def test_convolve_in_pieces(monkeypatch: pytest.MonkeyPatch, dilation: int) -> N
     assert _relative(got, want) < TOLERANCE
 
 
+def test_convolve_with_pieces_inside_the_padding(monkeypatch: pytest.MonkeyPatch) -> None:
+    """More padding than a "same" convolution's, over several pieces: the last piece (and, with more, the first)
+    lies wholly in the zeros around x."""
+    torch.manual_seed(6)
+    weight, x = torch.randn(4, 4, 7), torch.randn(4, 400)
+    monkeypatch.setattr(fft_conv, "PIECE_STEPS", 2 * 58)  # n = 64: 58 outputs a block
+    for padding in (50, 300):
+        want = F.conv1d(x[None], weight, padding=padding)[0].T
+        got = fft_conv.convolve(x.T.contiguous(), fft_conv.spectrum(weight, 64), None, padding)
+        assert got.shape == want.shape and _relative(got, want) < TOLERANCE
+
+
+def test_odd_blocks_and_inputs_shorter_than_the_kernel_are_refused() -> None:
+    with pytest.raises(ValueError, match="even number"):
+        fft_conv.spectrum(torch.randn(2, 2, 7), 33)
+    with pytest.raises(ValueError, match="shorter than the kernel"):
+        fft_conv.convolve(torch.randn(5, 2), fft_conv.spectrum(torch.randn(2, 2, 7), 32), None, 0)
+
+
 def test_convolve_reads_a_view_where_it_starts() -> None:
     """A time-major view into a larger tensor, no padding, a whole number of blocks (nothing to pad at all)."""
     torch.manual_seed(5)

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -30,7 +31,7 @@ pytest.importorskip("wyoming")
 from wyoming.audio import AudioChunk, AudioStart, AudioStop
 from wyoming.client import AsyncTcpClient
 from wyoming.error import Error
-from wyoming.event import write_event
+from wyoming.event import async_read_event, async_write_event, write_event
 from wyoming.info import Describe, Info, SelectProgram
 from wyoming.tts import (
     Synthesize,
@@ -585,6 +586,27 @@ def test_a_failure_inside_a_stream_is_one_error_then_synthesize_stopped(tone_por
     kinds = [e.type for e in asyncio.run(run())]
     assert kinds.count("error") == 1 and kinds[-1] == "synthesize-stopped"
     assert "audio-stop" not in kinds[kinds.index("error") :]  # nothing spoken after the error
+
+
+def test_a_stream_whose_voice_cannot_be_read_is_one_error_then_synthesize_stopped(tone_port: int) -> None:
+    """A synthesize-start whose voice data is of the wrong shape: one error, its chunks dropped, the stop answered."""
+
+    async def run() -> list[Any]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", tone_port)
+        data = json.dumps({"voice": {"language": 3}}).encode()
+        writer.write(json.dumps({"type": "synthesize-start", "data_length": len(data)}).encode() + b"\n" + data)
+        await async_write_event(SynthesizeChunk("one two. ").event(), writer)
+        await async_write_event(SynthesizeStop().event(), writer)
+        client = SimpleNamespace(read_event=lambda: async_read_event(reader))
+        events, _ = await _read_until(client, SynthesizeStopped)
+        while not SynthesizeStopped.is_type(events[-1].type):
+            more, _ = await _read_until(client, SynthesizeStopped)
+            events += more
+        writer.close()
+        return events
+
+    kinds = [e.type for e in asyncio.run(run())]
+    assert kinds == ["error", "synthesize-stopped"]
 
 
 @pytest.mark.parametrize(

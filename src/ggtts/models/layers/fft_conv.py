@@ -101,6 +101,8 @@ def spectrum(weight: torch.Tensor, n: int) -> Spectrum:
     span = k - 1
     if n <= span:
         raise ValueError(f"a block of {n} steps cannot hold a kernel of {k} taps")
+    if n % 2:
+        raise ValueError(f"blocks of an even number of steps only (the last bin is the Nyquist one), not {n}")
     bins = n // 2 + 1
     # correlating with w is convolving with w reversed: the conjugate of w's spectrum, sum_j w_j exp(+2 pi i f j / n)
     angle = (2 * math.pi / n) * torch.outer(torch.arange(bins, dtype=torch.float64),
@@ -124,6 +126,8 @@ def convolve(
     n, valid, span, d = kernel.n, kernel.valid, kernel.span, dilation
     bins = n // 2 + 1
     out_steps = steps + 2 * padding - span * d
+    if out_steps < 1:
+        raise ValueError(f"{steps} steps padded by {padding} are shorter than the kernel's {span * d + 1}")
     longest = -(-out_steps // d)  # output steps of the longest subsequence
     blocks = -(-longest // valid)  # per subsequence
     out = torch.empty(blocks, valid, d, kernel.out_channels, dtype=x.dtype, device=x.device)  # step (b, j, r)
@@ -135,9 +139,11 @@ def convolve(
         hi = ((first + count) * valid + span) * d - padding
         if lo >= 0 and hi <= steps:
             source, at = x, x.storage_offset() + lo * c_in
-        else:  # a piece at an end: its steps copied, with the zeros around them
+        else:  # a piece at an end: its steps of x copied (none, where it lies in the padding), zeros around them
             source = x.new_zeros(hi - lo, c_in)
-            source[max(0, -lo) : min(hi, steps) - lo] = x[max(0, lo) : min(hi, steps)]
+            start, end = max(lo, 0), min(hi, steps)
+            if end > start:
+                source[start - lo : end - lo] = x[start:end]
             at = 0
         windows = torch.as_strided(source, (d, count, n, c_in), (c_in, valid * d * c_in, d * c_in, 1), at)
         parts = torch.matmul(kernel.forward, windows)  # (d, count, 2 bins, C_in): real parts, then imaginary
