@@ -65,7 +65,7 @@ def test_upstream_config_reads_back_as_the_same_config() -> None:
 
 
 def test_the_direct_peer_refuses_a_model_that_is_not_kokoro(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``ggtts bench --against direct`` turns Kokoro's FFT convolutions off: another family's model is one error
+    """``ggtts bench --against direct`` turns Kokoro's DFT convolutions off: another family's model is one error
     naming the file, not an AttributeError."""
     import ggtts
     from ggtts.errors import GGTTSError

@@ -199,7 +199,7 @@ class KokoroTTS(TTSModel):
         config, model, voicepacks, vocab = load_kokoro(gguf, device)
         if torch.device(device).type == "cpu":  # the vocoder's stages channels-last (models/layers/channels_last.py)
             model.decoder.generator.use_channels_last()
-            fft_convolutions(model.decoder.generator)  # its wide kernels through the FFT (layers/fft_conv.py)
+            fft_convolutions(model.decoder.generator)  # its wide kernels through the DFT (layers/fft_conv.py)
         if precision == "bfloat16":
             use_bfloat16_convolutions(model.decoder.generator)
         if compiled:

@@ -35,7 +35,7 @@ LABELS = {
     "bf16-compiled": "ggtts (bf16 convs, torch.compile)",
     "fast": "ggtts (fast start)",
     "bf16-compiled-fast": "ggtts (bf16, compile, fast start)",
-    "direct": "ggtts (no FFT convolutions)",
+    "direct": "ggtts (no DFT convolutions)",
     "onnx": "kokoro-onnx (onnxruntime, int8)",
     "reference": "kokoro KModel (hexgrad, torch)",
 }
@@ -89,7 +89,7 @@ def ggtts_engine(
     import ggtts
 
     model = ggtts.load(model_path, precision=precision, compile=compile)
-    if not fft:  # the vocoder's wide kernels direct, as before they went through the FFT (models/layers/fft_conv.py)
+    if not fft:  # the vocoder's wide kernels direct, as before they went through the DFT (models/layers/fft_conv.py)
         from ggtts.families.kokoro.pipeline import KokoroTTS
         from ggtts.models.layers.channels_last import ChannelsLastConv1d
 
