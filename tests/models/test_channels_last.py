@@ -120,20 +120,25 @@ def test_prepared_under_inference_mode_the_parameter_stays_a_normal_tensor() -> 
         torch.testing.assert_close(got, F.conv1d(x, layer.weight, layer.bias, padding=2), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize(("c_out", "kernel", "padding"), [(1, 7, 3), (3, 5, 2), (2, 3, 0), (1, 1, 0)])
-def test_a_narrow_convolution_over_the_time_major_rows(c_out: int, kernel: int, padding: int) -> None:
-    """A vocoder's last layer (Piper's conv_post: 32 channels to 1, kernel 7) straight from the time-major layout:
-    the 1-D convolution's output to float rounding (measured 1e-7 of the peak), batches included; one tap off by
-    1 % is seen."""
+@pytest.mark.parametrize(
+    ("c_out", "kernel", "padding", "bias"), [(1, 7, 3, False), (22, 7, 3, True), (3, 5, 2, True), (2, 3, 0, False)]
+)
+def test_a_narrow_convolution_over_the_time_major_rows(c_out: int, kernel: int, padding: int, bias: bool) -> None:
+    """A vocoder's last layer (Piper's conv_post: 32 channels to 1, kernel 7; Kokoro's: to 22, with a bias)
+    straight from the time-major layout: the 1-D convolution's output to float rounding (measured 1e-7 of the
+    peak), batches included; one tap off by 1 % is seen, and so is a bias left out."""
     torch.manual_seed(c_out * 10 + kernel)
     weight = torch.randn(c_out, 8, kernel)
+    b = torch.randn(c_out) if bias else None
     x = torch.randn(2, 8, 500)
-    want = F.conv1d(x, weight, padding=padding)
-    got = narrow_convolution(channels_last(x), weight, padding)
+    want = F.conv1d(x, weight, b, padding=padding)
+    got = narrow_convolution(channels_last(x), weight, padding, b)
     assert got.shape == want.shape
     assert float((got - want).abs().max()) < 1e-5 * float(want.abs().max())
     off = weight.clone()
     off[0, 3, kernel // 2] *= 1.01
-    assert float((narrow_convolution(channels_last(x), off, padding) - want).abs().max()) > 1e-5 * float(
+    assert float((narrow_convolution(channels_last(x), off, padding, b) - want).abs().max()) > 1e-5 * float(
         want.abs().max()
     )
+    if b is not None:
+        assert float((narrow_convolution(channels_last(x), weight, padding) - want).abs().max()) > 1e-2

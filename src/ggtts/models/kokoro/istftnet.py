@@ -12,7 +12,7 @@ from torch import nn
 from ggtts.models.kokoro.blocks import AdainResBlk1d, AdaINResBlock1
 from ggtts.models.kokoro.config import KokoroConfig
 from ggtts.models.kokoro.stft import InverseSTFT
-from ggtts.models.layers.channels_last import channels_last, channels_last_convolutions
+from ggtts.models.layers.channels_last import channels_last, channels_last_convolutions, narrow_convolution
 
 SINE_AMP = 0.1  # amplitude of the harmonic sines
 NOISE_STD = 0.003  # noise added in voiced regions
@@ -162,8 +162,10 @@ class Generator(nn.Module):
             for block in blocks[1:]:
                 total = total + block(x, s)
             x = total / self.n_kernels
-        if x.dim() == 4:
-            x = x.squeeze(2).contiguous()
+        if x.dim() == 4:  # channels-last: conv_post over the time-major rows, with no copy to (B, C, T)
+            post = self.conv_post
+            (padding,) = cast(tuple[int], post.padding)
+            return narrow_convolution(F.leaky_relu(x, POST_SLOPE, inplace=True), post.weight, padding, post.bias)
         return self.conv_post(F.leaky_relu(x, POST_SLOPE))
 
 

@@ -62,9 +62,11 @@ def pad_left(x: torch.Tensor, n: int) -> torch.Tensor:
     return torch.cat([zeros_before(x, n), x], dim=-1)
 
 
-def narrow_convolution(x: torch.Tensor, weight: torch.Tensor, padding: int) -> torch.Tensor:
-    """A convolution to a few channels (a vocoder's last layer: 32 to 1) over ``x`` ``(B, C, 1, T)`` stored
-    time-major, without a bias, stride 1: ``(B, C_out, T + 2 * padding - k + 1)``. One matrix product of the
+def narrow_convolution(
+    x: torch.Tensor, weight: torch.Tensor, padding: int, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """A convolution to a few channels (a vocoder's last layer: Piper's 32 to 1, Kokoro's 128 to 22) over ``x``
+    ``(B, C, 1, T)`` stored time-major, stride 1: ``(B, C_out, T + 2 * padding - k + 1)``. One matrix product of the
     time-major rows with every tap at once, then each tap's column shifted into place and summed: the 1-D
     convolution over a ``(B, C, T)`` copy costs three times as much here (the copy itself most of it; oneDNN runs
     one output channel slowly). The same sums in another order."""
@@ -74,7 +76,7 @@ def narrow_convolution(x: torch.Tensor, weight: torch.Tensor, padding: int) -> t
     taps = rows @ weight.permute(1, 2, 0).reshape(channels, k * c_out)  # (B, T, k * C_out): tap j, channel o
     taps = F.pad(taps, (0, 0, padding, padding)).view(batch, steps + 2 * padding, k, c_out)
     out_steps = steps + 2 * padding - k + 1
-    y = taps[:, :out_steps, 0].clone()
+    y = taps[:, :out_steps, 0].clone() if bias is None else taps[:, :out_steps, 0] + bias
     for j in range(1, k):
         y += taps[:, j : j + out_steps, j]
     return y.transpose(1, 2)
