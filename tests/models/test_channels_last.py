@@ -128,17 +128,24 @@ def test_a_narrow_convolution_over_the_time_major_rows(c_out: int, kernel: int, 
     straight from the time-major layout: the 1-D convolution's output to float rounding (measured 1e-7 of the
     peak), batches included; one tap off by 1 % is seen, and so is a bias left out."""
     torch.manual_seed(c_out * 10 + kernel)
-    weight = torch.randn(c_out, 8, kernel)
-    b = torch.randn(c_out) if bias else None
+    layer = nn.Conv1d(8, c_out, kernel, padding=padding, bias=bias)
     x = torch.randn(2, 8, 500)
-    want = F.conv1d(x, weight, b, padding=padding)
-    got = narrow_convolution(channels_last(x), weight, padding, b)
-    assert got.shape == want.shape
-    assert float((got - want).abs().max()) < 1e-5 * float(want.abs().max())
-    off = weight.clone()
-    off[0, 3, kernel // 2] *= 1.01
-    assert float((narrow_convolution(channels_last(x), off, padding, b) - want).abs().max()) > 1e-5 * float(
-        want.abs().max()
-    )
-    if b is not None:
-        assert float((narrow_convolution(channels_last(x), weight, padding) - want).abs().max()) > 1e-2
+    with torch.no_grad():
+        want = layer(x)
+        got = narrow_convolution(channels_last(x), layer)
+        assert got.shape == want.shape
+        assert float((got - want).abs().max()) < 1e-5 * float(want.abs().max())
+        layer.weight[0, 3, kernel // 2] *= 1.01
+        assert float((narrow_convolution(channels_last(x), layer) - want).abs().max()) > 1e-5 * float(want.abs().max())
+        layer.weight[0, 3, kernel // 2] /= 1.01
+        if bias:
+            layer.bias = None
+            assert float((narrow_convolution(channels_last(x), layer) - want).abs().max()) > 1e-2
+
+
+@pytest.mark.parametrize(
+    "layer", [nn.Conv1d(4, 1, 3, stride=2), nn.Conv1d(4, 1, 3, dilation=2), nn.Conv1d(4, 2, 3, groups=2)], ids=repr
+)
+def test_a_narrow_convolution_refuses_what_it_does_not_compute(layer: nn.Conv1d) -> None:
+    with pytest.raises(ValueError, match="stride 1, no dilation, one group"):
+        narrow_convolution(channels_last(torch.randn(1, 4, 50)), layer)

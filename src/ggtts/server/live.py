@@ -98,7 +98,7 @@ def add_live_route(app: FastAPI, speaker: Speaker) -> None:
     async def receive(socket: WebSocket, session: _Session, first: dict[str, Any] | None) -> None:
         """Reads the client's messages (after ``first``, one already read) into stretches for the speaker, until
         ``end``."""
-        text = speaker.text_stream(speaker.worker_for(session.body.model).model)
+        text = speaker.text_stream(session.body.model)
         ended = False
         while True:
             try:

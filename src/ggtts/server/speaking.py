@@ -142,11 +142,12 @@ class Speaker:
             )
         return min(self.replicas[name], key=lambda w: w.admitted)  # the least loaded copy (the first on a tie)
 
-    def text_stream(self, model: TTSModel) -> TextStream:
-        """A stream of text arriving in pieces, to be spoken by ``model``: its first stretch may end at a clause as
-        short as the model's family allows (Kokoro's stream speaks a first clause alone anyway), no stretch longer
-        than the server's input limit."""
-        words = model.family.capabilities.first_clause_words if model.family else FIRST_CLAUSE_MIN_WORDS
+    def text_stream(self, model_name: str | None) -> TextStream:
+        """A stream of text arriving in pieces, to be spoken by the model ``model_name`` stands for
+        (:meth:`worker_for`): its first stretch may end at a clause as short as the model's family allows (Kokoro's
+        stream speaks a first clause alone anyway), no stretch longer than the server's input limit."""
+        family = self.worker_for(model_name).model.family
+        words = family.capabilities.first_clause_words if family else FIRST_CLAUSE_MIN_WORDS
         return TextStream(first_clause_min_words=words, max_chars=min(MAX_CHARS, self.settings.max_input_chars))
 
     def health(self, name: str) -> tuple[bool, int]:

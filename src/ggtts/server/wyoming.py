@@ -258,10 +258,10 @@ class GGTTSEventHandler(AsyncEventHandler):
             self.program = self.speaker.worker_for(name).name  # 404-like error for a program not served
         elif SynthesizeStart.is_type(event.type):
             self._stream_voice, self._stream_failed = SynthesizeStart.from_event(event).voice, False
-            self._stream = self.speaker.text_stream(self.speaker.workers[self.program].model)
+            self._stream = self.speaker.text_stream(self.program)
             # the stream of the model the voice asks for (a voice whose data this server cannot read is one error
             # here, and the stream is dropped until synthesize-stop, as after any refused stretch)
-            self._stream = self.speaker.text_stream(self.speaker.workers[self._model_for(self._stream_voice)[0]].model)
+            self._stream = self.speaker.text_stream(self._model_for(self._stream_voice)[0])
         elif SynthesizeChunk.is_type(event.type):
             if self._stream is None:
                 raise ApiError(400, "synthesize-chunk outside synthesize-start ... synthesize-stop", code="bad_event")

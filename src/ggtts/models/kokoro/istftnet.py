@@ -163,9 +163,7 @@ class Generator(nn.Module):
                 total = total + block(x, s)
             x = total / self.n_kernels
         if x.dim() == 4:  # channels-last: conv_post over the time-major rows, with no copy to (B, C, T)
-            post = self.conv_post
-            (padding,) = cast(tuple[int], post.padding)
-            return narrow_convolution(F.leaky_relu(x, POST_SLOPE, inplace=True), post.weight, padding, post.bias)
+            return narrow_convolution(F.leaky_relu(x, POST_SLOPE, inplace=True), self.conv_post)
         return self.conv_post(F.leaky_relu(x, POST_SLOPE))
 
 

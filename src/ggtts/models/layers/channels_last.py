@@ -62,14 +62,16 @@ def pad_left(x: torch.Tensor, n: int) -> torch.Tensor:
     return torch.cat([zeros_before(x, n), x], dim=-1)
 
 
-def narrow_convolution(
-    x: torch.Tensor, weight: torch.Tensor, padding: int, bias: torch.Tensor | None = None
-) -> torch.Tensor:
-    """A convolution to a few channels (a vocoder's last layer: Piper's 32 to 1, Kokoro's 128 to 22) over ``x``
-    ``(B, C, 1, T)`` stored time-major, stride 1: ``(B, C_out, T + 2 * padding - k + 1)``. One matrix product of the
-    time-major rows with every tap at once, then each tap's column shifted into place and summed: the 1-D
-    convolution over a ``(B, C, T)`` copy costs three times as much here (the copy itself most of it; oneDNN runs
-    one output channel slowly). The same sums in another order."""
+def narrow_convolution(x: torch.Tensor, layer: nn.Conv1d) -> torch.Tensor:
+    """``layer``, a convolution to a few channels (a vocoder's last layer: Piper's 32 to 1, Kokoro's 128 to 22),
+    over ``x`` ``(B, C, 1, T)`` stored time-major: ``(B, C_out, T_out)``. One matrix product of the time-major rows
+    with every tap at once, then each tap's column shifted into place and summed: the 1-D convolution over a
+    ``(B, C, T)`` copy costs three times as much here (the copy itself most of it; oneDNN runs one output channel
+    slowly). The same sums in another order. Stride 1, no dilation, one group, zero padding only."""
+    if layer.stride != (1,) or layer.dilation != (1,) or layer.groups != 1 or layer.padding_mode != "zeros":
+        raise ValueError(f"a narrow convolution has stride 1, no dilation, one group and zero padding, not {layer}")
+    (padding,) = cast(tuple[int], layer.padding)
+    weight, bias = layer.weight, layer.bias
     batch, channels, _, steps = x.shape
     c_out, _, k = weight.shape
     rows = x.permute(0, 2, 3, 1).reshape(batch, steps, channels)  # a view of the time-major storage

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -414,8 +413,7 @@ class Generator(nn.Module):
                 total.add_(block(x))
             x = total.div_(self.n_kernels)
         if x.dim() == 4:  # channels-last: conv_post over the time-major rows, with no copy to (B, C, T)
-            (padding,) = cast(tuple[int], self.conv_post.padding)
-            return torch.tanh(narrow_convolution(F.leaky_relu(x, inplace=True), self.conv_post.weight, padding))
+            return torch.tanh(narrow_convolution(F.leaky_relu(x, inplace=True), self.conv_post))
         return torch.tanh(self.conv_post(F.leaky_relu(x)))  # torch's default slope here, as upstream
 
     def use_channels_last(self, dtype: torch.dtype | None = None) -> int:
