@@ -10,7 +10,9 @@ token, 50 ms apart) through streaming synthesis: the time to the first audio chu
 completes the server's first stretch (the word ending the first clause or sentence it speaks on its own, and the
 space after it), and from sending the token that completes the reply's first clause ("Sure," and the space after
 it): what a listener waits after the agent has written its first clause.
-``--kokoro`` adds ``ggtts wyoming -m kokoro --fast-start`` (no peer: wyoming-kokoro-torch is not on PyPI here).
+``ggtts-piper-fast`` is ``ggtts wyoming -m piper-joe --fast-start``: streamed text is spoken from its first clause
+however short ("Sure," as an utterance of its own). ``--kokoro`` adds ``ggtts wyoming -m kokoro --fast-start`` (no
+peer: wyoming-kokoro-torch is not on PyPI here).
 """
 
 from __future__ import annotations
@@ -158,6 +160,8 @@ def main() -> int:
 
     if bfloat16_supported():  # the decoder's convolutions in bfloat16 where the CPU has it natively
         plan.insert(1, ("ggtts-piper-bf16", [*plan[0][1], "--precision", "bfloat16"], first))
+    # with --fast-start, text streamed in is spoken from its first clause however short: "Sure," after " the"
+    plan.insert(1, ("ggtts-piper-fast", [*plan[0][1], "--fast-start"], FIRST_CLAUSE_TOKENS))
     if args.kokoro:
         kokoro = [ggtts, "wyoming", "-m", "kokoro", "--device", "cpu", "--fast-start"]
         plan.append(("ggtts-kokoro", kokoro, FIRST_CLAUSE_TOKENS))

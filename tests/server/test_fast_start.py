@@ -14,6 +14,7 @@ import ggtts
 from ggtts.audio import Audio
 from ggtts.server.app import create_app
 from ggtts.server.settings import ServerSettings
+from ggtts.server.speaking import Speaker
 
 SPEECH = "/v1/audio/speech"
 CAPTIONED = "/v1/audio/captioned_speech"
@@ -100,3 +101,17 @@ def test_serve_passes_the_flag_to_the_settings(monkeypatch: pytest.MonkeyPatch) 
     server.serve_from_args(parser.parse_args([]))
     assert [s.fast_start for s in seen] == [True, False]
     assert [s.model_threads for s in seen] == [3, 3]
+
+
+@pytest.mark.parametrize(("fast", "ready"), [(False, []), (True, ["Sure,"])])
+def test_text_streamed_in_starts_at_a_one_word_clause_with_the_flag(fast: bool, ready: list[str]) -> None:
+    """The live socket's and Wyoming's text streams: with ``fast_start`` a first clause of one word is ready at once,
+    for any model (here one without the option); without it the first stretch waits for three words."""
+    speaker = Speaker({"tone": ToneModel()}, ServerSettings(fast_start=fast))
+    try:
+        stream = speaker.text_stream("tone")
+        assert stream.feed("Sure,") == []  # the space after the comma settles it
+        assert stream.feed(" the") == ready
+        assert stream.flush() == (["the"] if fast else ["Sure, the"])
+    finally:
+        speaker.shutdown()

@@ -183,6 +183,32 @@ def test_streaming_synthesis_speaks_each_stretch_as_it_completes(tone_port: int)
     np.testing.assert_allclose(samples, expected, atol=2 / 32768)
 
 
+def test_fast_start_speaks_a_one_word_first_clause_at_once() -> None:
+    """With the server's fast start a first clause of one word ("Sure,") is a stretch of its own, spoken before the
+    rest of its sentence is sent (without it, the first stretch waits for three words: the test above)."""
+
+    async def run(port: int) -> tuple[list[Any], bytes, bytes]:
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            await client.write_event(SynthesizeStart(voice=SynthesizeVoice(name="low")).event())
+            for piece in ["Sure,", " the"]:
+                await client.write_event(SynthesizeChunk(piece).event())
+            first, first_audio = await _read_until(client, AudioStop)  # only "Sure, the" was sent
+            await client.write_event(SynthesizeChunk(" forecast looks good.").event())
+            await client.write_event(SynthesizeStop().event())
+            _, rest_audio = await _read_until(client, SynthesizeStopped)
+            return first, first_audio, rest_audio
+
+    served = _serve_in_thread({"tone": ToneModel()}, ServerSettings(fast_start=True))
+    port, _ = next(served)
+    try:
+        first, first_audio, rest_audio = asyncio.run(run(port))
+    finally:
+        served.close()
+    assert _types(first) == ["audio-start", "audio-chunk", "audio-stop"]
+    np.testing.assert_allclose(decode(first_audio, "pcm", 24000)[0], _tone(["Sure,"]), atol=2 / 32768)
+    np.testing.assert_allclose(decode(rest_audio, "pcm", 24000)[0], _tone(["the forecast looks good."]), atol=2 / 32768)
+
+
 def test_program_and_voice_choice(tone_port: int) -> None:
     async def run() -> tuple[int, bytes]:
         async with AsyncTcpClient("127.0.0.1", tone_port) as client:

@@ -28,7 +28,7 @@ class ServerSettings:
     """What the server accepts: access key, queue depth, input size and time per request, and the host names
     it answers to (``None``: any; ``ggtts serve`` sets the loopback names unless told otherwise), and whether
     streamed requests start fast (``fast_start``: the option, to models whose family has it; a whole file would
-    only pay for it).
+    only pay for it; and text streamed in is spoken from its first clause however short, for every model).
 
     ``timeout_s`` bounds each request's synthesis and its wait for a turn, not the time its client takes to
     read; ``send_timeout_s``, ``request_timeout_s`` and ``max_connections`` bound the connections themselves, and
