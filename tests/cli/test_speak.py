@@ -186,3 +186,36 @@ def test_the_ggtts_command_exits_with_mains_status(argv: list[str], status: int)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == status, done.stderr
     assert (done.stdout.strip() if status == 0 else done.stderr.strip()) != ""
+
+
+@pytest.mark.parametrize(
+    ("argv", "status", "teardown"),
+    [
+        (["speak", "Good morning.", "-o", "OUT"], 0, False),  # ends at once, its output whole
+        (["speak", "Good morning.", "-o", "-"], 0, False),
+        (["speak", "Good morning.", "-v", "nobody", "-o", "OUT"], 1, True),  # a failure exits as usual
+        (["cache", "--path"], 0, True),  # so does every other command
+    ],
+)
+def test_a_successful_speak_skips_the_interpreters_teardown(
+    tmp_path: Path, argv: list[str], status: int, teardown: bool
+) -> None:
+    """The console script ends a successful ``speak`` without the interpreter's teardown (exit handlers do not
+    run), once its output is flushed: the file, the WAV on standard output and the "wrote" line are whole."""
+    out = tmp_path / "a.wav"
+    argv = [str(out) if a == "OUT" else a for a in argv]
+    code = (
+        "import atexit, sys; atexit.register(lambda: print('teardown', file=sys.stderr)); "
+        f"sys.argv = ['ggtts', *{argv!r}]; from ggtts.cli import run; run()"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=300, check=False)
+    stderr = done.stderr.decode()
+    assert done.returncode == status, stderr
+    assert ("teardown" in stderr) == teardown
+    if argv[0] == "speak" and status == 0:
+        if argv[-1] == "-":
+            audio, rate = sf.read(io.BytesIO(done.stdout), dtype="float32")
+        else:
+            audio, rate = sf.read(out, dtype="float32")
+            assert f"wrote {out}" in stderr
+        assert rate == 24000 and len(audio) > 24000 // 2

@@ -199,3 +199,55 @@ def test_a_tensor_read_as_floats_does_not_stay_resident_beside_its_copy(tmp_path
     copy = g.tensor("big.weight")
     assert _resident_kib(path.resolve()) - before < 64
     assert torch.equal(copy, w) and torch.equal(g.tensor("big.weight"), w)
+
+
+def _in_mapping_of(path: Path, tensor: torch.Tensor) -> bool:
+    """Whether ``tensor``'s memory lies in one of this process's mappings of ``path`` (Linux's /proc/self/maps)."""
+    address = tensor.data_ptr()
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split()
+            start, end = (int(a, 16) for a in fields[0].split("-"))
+            if fields[-1] == str(path) and start <= address < end:
+                return True
+    return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+def test_a_float32_tensor_is_handed_out_in_place(tmp_path):
+    """GGUFFile.mapped: float32 comes back as the file's own pages (no copy: a model's weights stay the page
+    cache's, shared with other processes); a write to them is this process's alone, and release() keeps it; the
+    file is never written. Other types come back as tensor()'s copies."""
+    w = _weights(shape=(1024, 2048))  # 8 MiB: whole pages inside it
+    path, half = tmp_path / "f32.gguf", tmp_path / "f16.gguf"
+    for p, out_type in ((path, OutType.F32), (half, OutType.F16)):
+        mw = ModelWriter(p, "kokoro", out_type)
+        mw.add_tensor("big.weight", w)
+        mw.write()
+    g = GGUFFile(path)
+    a, b = g.mapped("big.weight"), g.mapped("big.weight")
+    assert torch.equal(a, w) and _in_mapping_of(path.resolve(), a) and b.data_ptr() == a.data_ptr()
+    a[512, 7] = 123.0  # a page in the middle of the tensor
+    g.release("big.weight")  # a copy's pages would be dropped: these hold the write
+    assert float(b[512, 7]) == 123.0
+    assert torch.equal(GGUFFile(path).tensor("big.weight"), w)  # the file as written
+    g16 = GGUFFile(half)
+    copy = g16.mapped("big.weight")
+    assert not _in_mapping_of(half.resolve(), copy) and torch.equal(copy, g16.tensor("big.weight"))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+def test_a_module_loaded_on_the_cpu_reads_the_files_pages(tmp_path):
+    """The strict loader gives a module built on the meta device the file's float32 pages themselves."""
+    from ggtts.models.layers.gguf_state import empty_modules, load_module_from_gguf
+
+    path = tmp_path / "linear.gguf"
+    mw = ModelWriter(path, "kokoro", OutType.F32)
+    mw.add_tensor("weight", _weights(shape=(256, 512)))
+    mw.add_tensor("bias", torch.linspace(-1, 1, 256))
+    mw.write()
+    with empty_modules():
+        layer = torch.nn.Linear(512, 256)
+    load_module_from_gguf(layer, GGUFFile(path))
+    assert torch.equal(layer.weight, _weights(shape=(256, 512)))
+    assert _in_mapping_of(path.resolve(), layer.weight) and _in_mapping_of(path.resolve(), layer.bias)

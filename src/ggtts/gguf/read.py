@@ -7,8 +7,10 @@ of a deep numpy traceback, and hands tensors to torch as float (dequantized by l
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["GGUF_MAGIC", "HEADER_BYTES", "GGUFFile", "TensorInfo", "dequantizable_types", "widen"]
+
+MADV_POPULATE_READ = 22  # Linux's madvise: map a range's pages now (not in Python's mmap module before 3.13)
 
 # Plain numeric storage types handed to torch as they are (then cast to float32).
 _PLAIN_TYPES: dict[GGMLQuantizationType, type[np.generic]] = {
@@ -136,6 +140,7 @@ class GGUFFile:
         self._order = header.byte_order
         infos = (_tensor_info(self.path, raw, header, len(self._map)) for raw in header.tensors)
         self._tensors = {info.name: info for info in infos}
+        self._mapped: set[str] = set()  # tensors handed out in place (mapped)
 
     @staticmethod
     def _open(path: Path) -> mmap.mmap:
@@ -156,7 +161,8 @@ class GGUFFile:
                     raise GGUFError(f"{path}: not a GGUF file (it does not start with the magic bytes 'GGUF')")
                 if len(head) < HEADER_BYTES:
                     raise GGUFError(f"{path}: the header is truncated ({len(head)} of {HEADER_BYTES} bytes)")
-                return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                # private (copy-on-write): tensors handed out in place (mapped) may be written, never the file
+                return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
         except OSError as e:
             raise GGUFError(f"{path}: cannot read ({e.strerror})") from None
         except ValueError as e:  # mmap of a file emptied since stat
@@ -246,11 +252,15 @@ class GGUFFile:
         else:
             dtype = np.dtype(np.uint8)
             count, shape = info.n_bytes, gguf_quants.quant_shape_to_byte_shape(info.shape or (1,), info.type)
-        return np.frombuffer(self._map, dtype=dtype, count=count, offset=info.offset).reshape(shape)
+        view = np.frombuffer(self._map, dtype=dtype, count=count, offset=info.offset).reshape(shape)
+        view.flags.writeable = False
+        return view
 
     def release(self, name: str) -> None:
         """Unmap the whole pages of a tensor's bytes from this process (they come back from the page cache if
         read again): for weights copied elsewhere at load, so their memory is not counted twice."""
+        if name in self._mapped:  # handed out in place: its pages are a tensor's (and may hold its writes)
+            return
         info = self.info(name)
         start = -(-info.offset // mmap.PAGESIZE) * mmap.PAGESIZE
         end = (info.offset + info.n_bytes) // mmap.PAGESIZE * mmap.PAGESIZE
@@ -258,6 +268,29 @@ class GGUFFile:
             self._map.madvise(mmap.MADV_DONTNEED, start, end - start)
             # what is read again is read a row at a time (embedding lookups): no read-ahead around each one
             self._map.madvise(mmap.MADV_RANDOM, start, end - start)
+
+    def mapped(self, name: str) -> torch.Tensor:
+        """The tensor as a float32 torch tensor, in place where the file stores float32 in this machine's byte
+        order: a view of the file's pages (read from the page cache, not copied, and shared with every process
+        that maps the same file; writing to it changes only this process's copy of the pages touched), read in
+        now. Anything else is a copy, as :meth:`tensor` makes it.
+
+        The pages are the file's until written: a file rewritten in place while the tensor lives changes it,
+        and one cut short makes reading it fatal (SIGBUS). ggtts replaces files by renaming a new one over them
+        (the old pages stay the old file's), never in place."""
+        info = self.info(name)
+        native = self._order == ("<" if sys.byteorder == "little" else ">")
+        if info.type != GGMLQuantizationType.F32 or not native or info.offset % 4 or info.n_bytes == 0:
+            return self.tensor(name)
+        import torch
+
+        view = np.frombuffer(self._map, dtype=np.float32, count=info.n_bytes // 4, offset=info.offset)
+        start = info.offset // mmap.PAGESIZE * mmap.PAGESIZE
+        if hasattr(self._map, "madvise"):
+            with contextlib.suppress(OSError):  # Linux 5.14 on: the pages mapped now, not a fault at a time later
+                self._map.madvise(MADV_POPULATE_READ, start, info.offset + info.n_bytes - start)
+        self._mapped.add(name)
+        return torch.from_numpy(view.reshape(info.shape))
 
     def tensor(self, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
         """Dequantize one tensor to a float32 torch tensor (torch dimension order).
@@ -269,7 +302,7 @@ class GGUFFile:
             raise GGUFError(f"{self.path}: tensor '{name}' has shape {list(info.shape)}, expected {list(shape)}")
         import torch  # here, not at the top: reading a file's metadata (`ggtts info`, recognising it) needs none
 
-        # a private, writable copy: the memory map stays read-only and torch owns what it gets
+        # a private copy, torch's own (mapped() hands out the file's pages instead)
         raw = self.raw(name)
         if info.type in _PLAIN_TYPES or info.type == GGMLQuantizationType.BF16:
             # widened straight into memory torch allocates: numpy's own large arrays ask the kernel for huge pages,

@@ -65,8 +65,9 @@ def load_module_from_gguf(
     ``gguf_name`` maps a module name to the file's (identity where the module follows the file's names).
     ``optional`` names may be missing from the file (they are returned so the caller can act, e.g. tie weights);
     ``ignore`` names, and names starting with ``ignore_prefixes``, may be in the file without a place in the
-    module. A module built on the ``meta`` device gets the file's tensors themselves (on ``device``): no memory
-    and no random initialisation is spent on weights about to be replaced. Returns the missing optional names.
+    module. A module built on the ``meta`` device gets the file's tensors themselves (on ``device``; on the CPU
+    the file's float32 pages in place, :meth:`GGUFFile.mapped`): no memory and no random initialisation is spent on
+    weights about to be replaced. Returns the missing optional names.
     """
     optional_set, ignore_set = set(optional), set(ignore)
     state = module.state_dict()
@@ -82,7 +83,11 @@ def load_module_from_gguf(
     if unexpected:
         raise GGUFError(f"{gguf.path}: unexpected tensor '{unexpected[0]}' for this architecture")
     absent = {n for n in optional_set if wanted.get(n, n) not in file_names}
-    values = {n: _fit(wanted[n], gguf.tensor(wanted[n]), t.shape, gguf) for n, t in state.items() if n not in absent}
+    # a module on the meta device takes the tensors themselves: on the CPU the file's own pages where it stores
+    # float32 (GGUFFile.mapped: no copy, shared between processes), elsewhere a copy moved to the device
+    on_cpu = torch.device(device or "cpu").type == "cpu" and any(t.is_meta for t in state.values())
+    read = gguf.mapped if on_cpu else gguf.tensor
+    values = {n: _fit(wanted[n], read(wanted[n]), t.shape, gguf) for n, t in state.items() if n not in absent}
     if any(t.is_meta for t in state.values()):
         module.load_state_dict({n: v.to(device or "cpu") for n, v in values.items()}, strict=True, assign=True)
         return absent
