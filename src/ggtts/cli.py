@@ -575,11 +575,12 @@ def _quick_exit() -> None:
 
         if multiprocessing.active_children():
             return
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except OSError:
-        return
+    for stream in (sys.stdout, sys.stderr):  # None where the descriptor was closed as the process started
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):  # a pipe gone, a stream closed
+            return
     logging.shutdown()
     os._exit(0)
 

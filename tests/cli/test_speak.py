@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import shutil
 import subprocess
 import sys
@@ -212,6 +213,19 @@ def test_a_successful_speak_skips_the_interpreters_teardown(
     stderr = done.stderr.decode()
     assert done.returncode == status, stderr
     assert ("teardown" in stderr) == teardown
+    if argv[-1] == str(out) and status == 0:  # and with standard output closed (sys.stdout None), or nowhere
+        for stdout in ("closed", subprocess.DEVNULL):
+            out.unlink()
+            closed = subprocess.run(
+                [sys.executable, "-c", code],
+                stdout=stdout if stdout != "closed" else None,
+                stderr=subprocess.PIPE,
+                timeout=300,
+                check=False,
+                **({"preexec_fn": lambda: os.close(1)} if stdout == "closed" else {}),
+            )
+            assert closed.returncode == 0, closed.stderr.decode()
+            assert sf.info(out).duration > 0.5
     if argv[0] == "speak" and status == 0:
         if argv[-1] == "-":
             audio, rate = sf.read(io.BytesIO(done.stdout), dtype="float32")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import torch
 from gguf import GGMLQuantizationType, GGUFWriter
 from gguf import quants as gq
 
+from ggtts.errors import GGUFError
 from ggtts.gguf import GGUFFile, ModelWriter, OutType, choose_type
 
 SHAPE = (48, 256)  # inner dimension a multiple of every block size (32 and 256)
@@ -214,31 +216,58 @@ def _in_mapping_of(path: Path, tensor: torch.Tensor) -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
-def test_a_float32_tensor_is_handed_out_in_place(tmp_path):
+def test_a_float32_tensor_is_handed_out_in_place(tmp_path, monkeypatch):
     """GGUFFile.mapped: float32 comes back as the file's own pages (no copy: a model's weights stay the page
-    cache's, shared with other processes); a write to them is this process's alone, and release() keeps it; the
-    file is never written. Other types come back as tensor()'s copies."""
+    cache's, shared with other mappings), each time a mapping of its own: a write to one is its alone (not another
+    mapping's, not tensor()'s, not the file's), and release() leaves it. Small tensors, other types, a file
+    replaced at its path since it was opened, and every tensor under GGTTS_MMAP=0 are copies."""
     w = _weights(shape=(1024, 2048))  # 8 MiB: whole pages inside it
     path, half = tmp_path / "f32.gguf", tmp_path / "f16.gguf"
     for p, out_type in ((path, OutType.F32), (half, OutType.F16)):
         mw = ModelWriter(p, "kokoro", out_type)
         mw.add_tensor("big.weight", w)
+        mw.add_tensor("small.bias", torch.linspace(-1, 1, 256))  # 1 KiB
         mw.write()
     g = GGUFFile(path)
     a, b = g.mapped("big.weight"), g.mapped("big.weight")
-    assert torch.equal(a, w) and _in_mapping_of(path.resolve(), a) and b.data_ptr() == a.data_ptr()
+    assert torch.equal(a, w) and _in_mapping_of(path.resolve(), a) and _in_mapping_of(path.resolve(), b)
     a[512, 7] = 123.0  # a page in the middle of the tensor
-    g.release("big.weight")  # a copy's pages would be dropped: these hold the write
-    assert float(b[512, 7]) == 123.0
+    g.release("big.weight")  # drops the shared map's pages: not this mapping's
+    assert float(a[512, 7]) == 123.0 and torch.equal(b, w) and torch.equal(g.tensor("big.weight"), w)
     assert torch.equal(GGUFFile(path).tensor("big.weight"), w)  # the file as written
+    small = g.mapped("small.bias")
+    assert not _in_mapping_of(path.resolve(), small) and torch.equal(small, torch.linspace(-1, 1, 256))
     g16 = GGUFFile(half)
     copy = g16.mapped("big.weight")
     assert not _in_mapping_of(half.resolve(), copy) and torch.equal(copy, g16.tensor("big.weight"))
+    monkeypatch.setenv("GGTTS_MMAP", "0")
+    assert not _in_mapping_of(path.resolve(), GGUFFile(path).mapped("big.weight"))
+    monkeypatch.delenv("GGTTS_MMAP")
+    opened = GGUFFile(path)  # then another file renamed over its path, as ggtts writes files
+    mw = ModelWriter(path, "kokoro", OutType.F32)
+    mw.add_tensor("big.weight", w * 2)
+    mw.add_tensor("small.bias", torch.zeros(256))
+    mw.write()
+    old = opened.mapped("big.weight")
+    assert torch.equal(old, w) and not _in_mapping_of(path.resolve(), old)  # the file it read, copied
+
+
+def test_a_file_cut_short_since_it_was_opened_is_one_error(tmp_path):
+    """Reading a mapping past the file's end kills the process (SIGBUS): mapped() refuses it first."""
+    path = tmp_path / "cut.gguf"
+    mw = ModelWriter(path, "kokoro", OutType.F32)
+    mw.add_tensor("big.weight", _weights(shape=(256, 512)))
+    mw.write()
+    g = GGUFFile(path)
+    os.truncate(path, g.info("big.weight").offset + 1000)
+    with pytest.raises(GGUFError, match=r"the file was cut short since it was opened \(tensor 'big\.weight'"):
+        g.mapped("big.weight")
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
 def test_a_module_loaded_on_the_cpu_reads_the_files_pages(tmp_path):
-    """The strict loader gives a module built on the meta device the file's float32 pages themselves."""
+    """The strict loader gives a module built on the meta device the file's float32 pages themselves (its small
+    tensors copied)."""
     from ggtts.models.layers.gguf_state import empty_modules, load_module_from_gguf
 
     path = tmp_path / "linear.gguf"
@@ -250,4 +279,4 @@ def test_a_module_loaded_on_the_cpu_reads_the_files_pages(tmp_path):
         layer = torch.nn.Linear(512, 256)
     load_module_from_gguf(layer, GGUFFile(path))
     assert torch.equal(layer.weight, _weights(shape=(256, 512)))
-    assert _in_mapping_of(path.resolve(), layer.weight) and _in_mapping_of(path.resolve(), layer.bias)
+    assert _in_mapping_of(path.resolve(), layer.weight) and not _in_mapping_of(path.resolve(), layer.bias)

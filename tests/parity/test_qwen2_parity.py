@@ -247,11 +247,9 @@ def test_ggml_graph_steps_equal_the_torch_modules(
     """The one-graph-per-step path and the torch modules, on the same weights: a prompt in two chunks, then single
     steps across a padded-cache boundary (the graph attends over the cache up to the next multiple of KV_STEP)."""
     _, f32_path = pair
-    path = f32_path if out_type == "f32" else quantized[out_type]
-    # each from a file opened on its own: float32 weights are the map's pages (GGUFFile.mapped), so two models of
-    # one GGUFFile would share them, and scaling both in place below would scale them twice
-    graph = Qwen2Model.from_gguf(GGUFFile(path), max_len=KV_STEP + 64)
-    modules = Qwen2Model.from_gguf(GGUFFile(path), max_len=KV_STEP + 64, graph=False)
+    gguf = GGUFFile(f32_path if out_type == "f32" else quantized[out_type])
+    graph = Qwen2Model.from_gguf(gguf, max_len=KV_STEP + 64)
+    modules = Qwen2Model.from_gguf(gguf, max_len=KV_STEP + 64, graph=False)
     assert graph.graph is not None and modules.graph is None
     # This checkpoint's norm weights are all one, so rows of a Q4_0 embedding (multiples of one scale per block)
     # reach the first layer as Q8_0 activations lying exactly halfway between two steps, where a 1e-7 difference

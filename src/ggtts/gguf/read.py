@@ -7,10 +7,12 @@ of a deep numpy traceback, and hands tensors to torch as float (dequantized by l
 
 from __future__ import annotations
 
-import contextlib
+import errno
 import mmap
 import os
 import sys
+import threading
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +41,15 @@ if TYPE_CHECKING:
 __all__ = ["GGUF_MAGIC", "HEADER_BYTES", "GGUFFile", "TensorInfo", "dequantizable_types", "widen"]
 
 MADV_POPULATE_READ = 22  # Linux's madvise: map a range's pages now (not in Python's mmap module before 3.13)
+MAPPED_MIN_BYTES = 64 << 10  # mapped(): smaller tensors are copied (a mapping of their own costs more than that)
+MMAP_ENV = "GGTTS_MMAP"  # "0": mapped() copies every tensor (a file that may be rewritten in place while in use)
+_reopen_lock = threading.Lock()
+
+
+def mapping_wanted() -> bool:
+    """Whether :meth:`GGUFFile.mapped` may hand out the file's pages (``$GGTTS_MMAP`` is not ``0``)."""
+    return os.environ.get(MMAP_ENV, "1") != "0"
+
 
 # Plain numeric storage types handed to torch as they are (then cast to float32).
 _PLAIN_TYPES: dict[GGMLQuantizationType, type[np.generic]] = {
@@ -132,7 +143,8 @@ class GGUFFile:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self._map = self._open(self.path)
+        self._map, self._identity = self._open(self.path)
+        self._fd: int | None = None  # the same file opened again for mapped(), once needed
         header = parse_header(memoryview(self._map), self.path)
         self.version = header.version
         self.alignment = header.alignment
@@ -140,10 +152,10 @@ class GGUFFile:
         self._order = header.byte_order
         infos = (_tensor_info(self.path, raw, header, len(self._map)) for raw in header.tensors)
         self._tensors = {info.name: info for info in infos}
-        self._mapped: set[str] = set()  # tensors handed out in place (mapped)
 
     @staticmethod
-    def _open(path: Path) -> mmap.mmap:
+    def _open(path: Path) -> tuple[mmap.mmap, tuple[int, int]]:
+        """The whole file mapped read-only, and which file it is (device and inode)."""
         try:
             size = path.stat().st_size
         except FileNotFoundError:
@@ -161,8 +173,9 @@ class GGUFFile:
                     raise GGUFError(f"{path}: not a GGUF file (it does not start with the magic bytes 'GGUF')")
                 if len(head) < HEADER_BYTES:
                     raise GGUFError(f"{path}: the header is truncated ({len(head)} of {HEADER_BYTES} bytes)")
-                # private (copy-on-write): tensors handed out in place (mapped) may be written, never the file
-                return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+                mapping = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                stat = os.fstat(f.fileno())
+                return mapping, (stat.st_dev, stat.st_ino)
         except OSError as e:
             raise GGUFError(f"{path}: cannot read ({e.strerror})") from None
         except ValueError as e:  # mmap of a file emptied since stat
@@ -252,15 +265,11 @@ class GGUFFile:
         else:
             dtype = np.dtype(np.uint8)
             count, shape = info.n_bytes, gguf_quants.quant_shape_to_byte_shape(info.shape or (1,), info.type)
-        view = np.frombuffer(self._map, dtype=dtype, count=count, offset=info.offset).reshape(shape)
-        view.flags.writeable = False
-        return view
+        return np.frombuffer(self._map, dtype=dtype, count=count, offset=info.offset).reshape(shape)
 
     def release(self, name: str) -> None:
         """Unmap the whole pages of a tensor's bytes from this process (they come back from the page cache if
         read again): for weights copied elsewhere at load, so their memory is not counted twice."""
-        if name in self._mapped:  # handed out in place: its pages are a tensor's (and may hold its writes)
-            return
         info = self.info(name)
         start = -(-info.offset // mmap.PAGESIZE) * mmap.PAGESIZE
         end = (info.offset + info.n_bytes) // mmap.PAGESIZE * mmap.PAGESIZE
@@ -271,26 +280,60 @@ class GGUFFile:
 
     def mapped(self, name: str) -> torch.Tensor:
         """The tensor as a float32 torch tensor, in place where the file stores float32 in this machine's byte
-        order: a view of the file's pages (read from the page cache, not copied, and shared with every process
-        that maps the same file; writing to it changes only this process's copy of the pages touched), read in
-        now. Anything else is a copy, as :meth:`tensor` makes it.
+        order: the file's own pages, mapped for this tensor alone, privately (copy-on-write: read from the page
+        cache and shared with every other mapping of the file, in this process or another; a write changes only
+        this mapping's copy of the page written, never the file nor another tensor), read in now. A small tensor
+        (under :data:`MAPPED_MIN_BYTES`), any other type or byte order, and every tensor while ``$GGTTS_MMAP`` is
+        ``0`` are copies, as :meth:`tensor` makes them; so is a tensor of a file since replaced at its path.
 
-        The pages are the file's until written: a file rewritten in place while the tensor lives changes it,
-        and one cut short makes reading it fatal (SIGBUS). ggtts replaces files by renaming a new one over them
-        (the old pages stay the old file's), never in place."""
+        The pages are the file's until written: a file rewritten in place while the tensor lives changes it, and
+        one cut short makes reading it fatal (SIGBUS); one found cut short now is a GGUFError. ggtts replaces files
+        by renaming a new one over them (the old pages stay the old file's), never in place."""
         info = self.info(name)
         native = self._order == ("<" if sys.byteorder == "little" else ">")
-        if info.type != GGMLQuantizationType.F32 or not native or info.offset % 4 or info.n_bytes == 0:
+        plain = info.type == GGMLQuantizationType.F32 and native and info.offset % 4 == 0
+        fd = self._same_file() if plain and info.n_bytes >= MAPPED_MIN_BYTES and mapping_wanted() else None
+        if fd is None:
             return self.tensor(name)
         import torch
 
-        view = np.frombuffer(self._map, dtype=np.float32, count=info.n_bytes // 4, offset=info.offset)
-        start = info.offset // mmap.PAGESIZE * mmap.PAGESIZE
-        if hasattr(self._map, "madvise"):
-            with contextlib.suppress(OSError):  # Linux 5.14 on: the pages mapped now, not a fault at a time later
-                self._map.madvise(MADV_POPULATE_READ, start, info.offset + info.n_bytes - start)
-        self._mapped.add(name)
+        start = info.offset - info.offset % mmap.ALLOCATIONGRANULARITY
+        cut_short = GGUFError(
+            f"{self.path}: the file was cut short since it was opened (tensor '{name}' lies past its end)"
+        )
+        if os.fstat(fd).st_size < info.offset + info.n_bytes:
+            raise cut_short
+        try:
+            pages = mmap.mmap(fd, info.offset + info.n_bytes - start, offset=start, access=mmap.ACCESS_COPY)
+        except (OSError, ValueError) as e:
+            raise GGUFError(f"{self.path}: cannot map tensor '{name}' into memory ({e})") from None
+        if sys.platform.startswith("linux"):
+            try:  # Linux 5.14 on: every page mapped now, not a fault at a time at first use
+                pages.madvise(MADV_POPULATE_READ)
+            except OSError as e:
+                if e.errno == errno.EFAULT:  # cut short since the check above: reading it would kill the process
+                    raise cut_short from None
+        view = np.frombuffer(pages, dtype=np.float32, count=info.n_bytes // 4, offset=info.offset - start)
         return torch.from_numpy(view.reshape(info.shape))
+
+    def _same_file(self) -> int | None:
+        """A descriptor of the file this GGUFFile read (opened again by path once, kept until the object goes),
+        or None where the path now names another file or cannot be opened."""
+        with _reopen_lock:
+            if self._fd is None:
+                try:
+                    fd = os.open(self.path, os.O_RDONLY)
+                except OSError:
+                    self._fd = -1
+                else:
+                    stat = os.fstat(fd)
+                    if (stat.st_dev, stat.st_ino) == self._identity:
+                        self._fd = fd
+                        weakref.finalize(self, os.close, fd)
+                    else:
+                        os.close(fd)
+                        self._fd = -1
+            return self._fd if self._fd >= 0 else None
 
     def tensor(self, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
         """Dequantize one tensor to a float32 torch tensor (torch dimension order).
@@ -302,7 +345,7 @@ class GGUFFile:
             raise GGUFError(f"{self.path}: tensor '{name}' has shape {list(info.shape)}, expected {list(shape)}")
         import torch  # here, not at the top: reading a file's metadata (`ggtts info`, recognising it) needs none
 
-        # a private copy, torch's own (mapped() hands out the file's pages instead)
+        # a private, writable copy: the memory map stays read-only and torch owns what it gets
         raw = self.raw(name)
         if info.type in _PLAIN_TYPES or info.type == GGMLQuantizationType.BF16:
             # widened straight into memory torch allocates: numpy's own large arrays ask the kernel for huge pages,

@@ -280,7 +280,7 @@ def _add_limits(parser: argparse.ArgumentParser) -> None:
         "get a long first sentence's first half second or so before the rest of it is rendered (first audio about "
         "3x sooner; those first frames are an approximation, rendered on their own); and text streamed in (the live "
         "socket, Wyoming's streaming synthesis) is spoken from its first clause however short, for every model "
-        '("Sure," as soon as it is written, as an utterance of its own); whole files are not affected',
+        '("Sure," once the next word begins, as an utterance of its own); whole files are not affected',
     )
 
 

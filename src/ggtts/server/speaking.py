@@ -146,7 +146,7 @@ class Speaker:
         """A stream of text arriving in pieces, to be spoken by the model ``model_name`` stands for
         (:meth:`worker_for`): its first stretch may end at a clause as short as the model's family allows (Kokoro's
         stream speaks a first clause alone anyway), or however short with the server's ``fast_start`` (a first
-        clause of one word, "Sure,", is then its own utterance: spoken as soon as it is written, at the cost of
+        clause of one word, "Sure,", is then its own utterance: spoken once the next word begins, at the cost of
         the prosody it would have had within its sentence); no stretch longer than the server's input limit."""
         family = self.worker_for(model_name).model.family
         words = family.capabilities.first_clause_words if family else FIRST_CLAUSE_MIN_WORDS
