@@ -123,6 +123,7 @@ class Run:
     seen_s: list[float] = field(default_factory=list)  # when each record appeared, from the launch
     driver_cpu_s: list[float] = field(default_factory=list)  # the command's own CPU time then
     peak_tree_mib: float = 0.0
+    peak_tree_pss_mib: float = 0.0  # proportional: a page shared by n processes counted 1/n in each
     peak_process_mib: float = 0.0
     load: tuple[float, float] = (0.0, 0.0)  # the 1-minute load average before and after
     log: str = ""
@@ -150,14 +151,29 @@ def _rss_mib(pid: int) -> float:
         return 0.0
 
 
-def tree_rss_mib(root: int) -> tuple[float, float]:
-    """The summed and the largest resident memory of ``root`` and every process under it."""
-    tree, todo, sizes = _children(), [root], []
+def _pss_mib(pid: int) -> float:
+    """Proportional set size: each page shared by n processes counted 1/n (weights mapped from one file)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def tree_rss_mib(root: int) -> tuple[float, float, float]:
+    """The summed and the largest resident memory of ``root`` and every process under it, and their summed
+    proportional set size (RSS counts a page the workers share, the model's weights mapped from one file, once
+    in each of them; PSS counts it once in all)."""
+    tree, todo, sizes, shares = _children(), [root], [], []
     while todo:
         pid = todo.pop()
         sizes.append(_rss_mib(pid))
+        shares.append(_pss_mib(pid))
         todo.extend(tree.get(pid, ()))
-    return sum(sizes), max(sizes)
+    return sum(sizes), max(sizes), sum(shares)
 
 
 def cpu_s(pid: int) -> float:
@@ -199,8 +215,9 @@ def run_config(config: Config, source: Path, out: Path, model: str | None, total
             if finished:
                 break
             if polls % MEMORY_EVERY == 0:
-                tree, largest = tree_rss_mib(process.pid)
+                tree, largest, proportional = tree_rss_mib(process.pid)
                 run.peak_tree_mib = max(run.peak_tree_mib, tree)
+                run.peak_tree_pss_mib = max(run.peak_tree_pss_mib, proportional)
                 run.peak_process_mib = max(run.peak_process_mib, largest)
             polls += 1
             time.sleep(POLL_S)
@@ -234,6 +251,7 @@ def figures(run: Run) -> dict[str, Any]:
         "audio_s": audio,
         "audio_per_s": audio / run.wall_s,
         "peak_tree_mib": run.peak_tree_mib,
+        "peak_tree_pss_mib": run.peak_tree_pss_mib,
         "peak_process_mib": run.peak_process_mib,
         "load_1m": run.load,
     }
@@ -281,7 +299,8 @@ def figures(run: Run) -> dict[str, Any]:
 def print_table(results: list[dict[str, Any]]) -> None:
     header = (
         f"{'configuration':<42}{'wall s':>8}{'items/s':>9}{'audio s/s':>10}{'1st rec s':>10}{'model s':>8}"
-        f"{'steady/wkr':>11}{'ovh ms/it':>10}{'drv ms/it':>10}{'tree MiB':>9}{'proc MiB':>9}{'loadavg':>11}"
+        f"{'steady/wkr':>11}{'ovh ms/it':>10}{'drv ms/it':>10}{'tree MiB':>9}{'tree PSS':>9}{'proc MiB':>9}"
+        f"{'loadavg':>11}"
     )
     print(header)
     for f in results:
@@ -294,7 +313,7 @@ def print_table(results: list[dict[str, Any]]) -> None:
             f"{f['label']:<42}{f['wall_s']:>8.1f}{f['items_per_s']:>9.2f}{f['audio_per_s']:>10.2f}"
             f"{f['first_record_s']:>10.1f}{f['load_s']:>8.1f}{f['steady_per_worker']:>11.2f}"
             f"{f['overhead_per_item_s'] * 1e3:>10.0f}{driver:>10}"
-            f"{f['peak_tree_mib']:>9.0f}{f['peak_process_mib']:>9.0f}"
+            f"{f['peak_tree_mib']:>9.0f}{f['peak_tree_pss_mib']:>9.0f}{f['peak_process_mib']:>9.0f}"
             f"{'{:.1f}>{:.1f}'.format(*f['load_1m']):>11}"
         )
     print(
