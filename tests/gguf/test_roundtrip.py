@@ -280,3 +280,31 @@ def test_a_module_loaded_on_the_cpu_reads_the_files_pages(tmp_path):
     load_module_from_gguf(layer, GGUFFile(path))
     assert torch.equal(layer.weight, _weights(shape=(256, 512)))
     assert _in_mapping_of(path.resolve(), layer.weight) and not _in_mapping_of(path.resolve(), layer.bias)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/fd")
+def test_mapped_tensors_hold_no_file_descriptor_each(tmp_path):
+    """Twenty mapped weights: no descriptor held for any mapping beyond the GGUFFile's own (a
+    process's limit is often 1,024: a few models of a few hundred tensors would reach it); each mapping is gone with
+    its last tensor."""
+    from ggtts.models.layers.gguf_state import empty_modules, load_module_from_gguf
+
+    path = tmp_path / "stack.gguf"
+    mw = ModelWriter(path, "kokoro", OutType.F32)
+    for i in range(20):
+        mw.add_tensor(f"{i}.weight", _weights(seed=i, shape=(128, 128)))  # 64 KiB each: mapped
+    mw.write()
+    with empty_modules():
+        stack = torch.nn.Sequential(*(torch.nn.Linear(128, 128, bias=False) for _ in range(20)))
+    before = len(os.listdir("/proc/self/fd"))
+    gguf = GGUFFile(path)
+    load_module_from_gguf(stack, gguf)
+    assert all(_in_mapping_of(path.resolve(), layer.weight) for layer in stack)
+    assert len(os.listdir("/proc/self/fd")) <= before + 1  # the GGUFFile's map
+    del gguf, stack
+    import gc
+
+    gc.collect()
+    with open("/proc/self/maps") as f:
+        assert not any(line.rstrip().endswith(str(path.resolve())) for line in f)
+    assert len(os.listdir("/proc/self/fd")) <= before

@@ -7,11 +7,12 @@ of a deep numpy traceback, and hands tensors to torch as float (dequantized by l
 
 from __future__ import annotations
 
+import ctypes
 import errno
+import functools
 import mmap
 import os
 import sys
-import threading
 import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -43,7 +44,33 @@ __all__ = ["GGUF_MAGIC", "HEADER_BYTES", "GGUFFile", "TensorInfo", "dequantizabl
 MADV_POPULATE_READ = 22  # Linux's madvise: map a range's pages now (not in Python's mmap module before 3.13)
 MAPPED_MIN_BYTES = 64 << 10  # mapped(): smaller tensors are copied (a mapping of their own costs more than that)
 MMAP_ENV = "GGTTS_MMAP"  # "0": mapped() copies every tensor (a file that may be rewritten in place while in use)
-_reopen_lock = threading.Lock()
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    """libc's mmap, munmap and madvise (Linux): mappings made here hold no file descriptor of their own, as each
+    of Python's ``mmap`` objects does (a model of a few hundred tensors would hold as many)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int64]
+    libc.munmap.restype = ctypes.c_int
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    libc.madvise.restype = ctypes.c_int
+    libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    return libc
+
+
+def _map_privately(fd: int, offset: int, length: int) -> ctypes.Array[ctypes.c_char] | None:
+    """``length`` bytes of the file from ``offset`` (a multiple of the page size), mapped privately (copy-on-write)
+    and unmapped when the returned buffer (and whatever views it, numpy arrays, torch tensors) is gone; None where
+    the mapping fails (``ctypes.get_errno()`` says why)."""
+    libc = _libc()
+    address = libc.mmap(None, length, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE, fd, offset)
+    if address is None or address == ctypes.c_void_p(-1).value:
+        return None
+    pages = (ctypes.c_char * length).from_address(address)
+    weakref.finalize(pages, libc.munmap, address, length)
+    return pages
 
 
 def mapping_wanted() -> bool:
@@ -144,7 +171,6 @@ class GGUFFile:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._map, self._identity = self._open(self.path)
-        self._fd: int | None = None  # the same file opened again for mapped(), once needed
         header = parse_header(memoryview(self._map), self.path)
         self.version = header.version
         self.alignment = header.alignment
@@ -292,48 +318,44 @@ class GGUFFile:
         info = self.info(name)
         native = self._order == ("<" if sys.byteorder == "little" else ">")
         plain = info.type == GGMLQuantizationType.F32 and native and info.offset % 4 == 0
-        fd = self._same_file() if plain and info.n_bytes >= MAPPED_MIN_BYTES and mapping_wanted() else None
+        wanted = plain and info.n_bytes >= MAPPED_MIN_BYTES and sys.platform.startswith("linux") and mapping_wanted()
+        fd = self._reopen() if wanted else None
         if fd is None:
             return self.tensor(name)
         import torch
 
-        start = info.offset - info.offset % mmap.ALLOCATIONGRANULARITY
+        start = info.offset - info.offset % mmap.PAGESIZE
+        length = info.offset + info.n_bytes - start
         cut_short = GGUFError(
             f"{self.path}: the file was cut short since it was opened (tensor '{name}' lies past its end)"
         )
-        if os.fstat(fd).st_size < info.offset + info.n_bytes:
+        try:  # the mapping keeps the file open itself: the descriptor is closed at once
+            if os.fstat(fd).st_size < info.offset + info.n_bytes:
+                raise cut_short
+            pages = _map_privately(fd, start, length)
+        finally:
+            os.close(fd)
+        if pages is None:
+            raise GGUFError(f"{self.path}: cannot map tensor '{name}' into memory ({os.strerror(ctypes.get_errno())})")
+        view = np.frombuffer(memoryview(pages).cast("B"), np.float32, info.n_bytes // 4, info.offset - start)
+        # Linux 5.14 on: every page mapped now, not a fault at a time at first use. EFAULT: the file was cut short
+        # since it was opened, and reading the pages would kill the process (older kernels: EINVAL; pages come later)
+        if _libc().madvise(ctypes.addressof(pages), length, MADV_POPULATE_READ) and ctypes.get_errno() == errno.EFAULT:
             raise cut_short
-        try:
-            pages = mmap.mmap(fd, info.offset + info.n_bytes - start, offset=start, access=mmap.ACCESS_COPY)
-        except (OSError, ValueError) as e:
-            raise GGUFError(f"{self.path}: cannot map tensor '{name}' into memory ({e})") from None
-        if sys.platform.startswith("linux"):
-            try:  # Linux 5.14 on: every page mapped now, not a fault at a time at first use
-                pages.madvise(MADV_POPULATE_READ)
-            except OSError as e:
-                if e.errno == errno.EFAULT:  # cut short since the check above: reading it would kill the process
-                    raise cut_short from None
-        view = np.frombuffer(pages, dtype=np.float32, count=info.n_bytes // 4, offset=info.offset - start)
         return torch.from_numpy(view.reshape(info.shape))
 
-    def _same_file(self) -> int | None:
-        """A descriptor of the file this GGUFFile read (opened again by path once, kept until the object goes),
-        or None where the path now names another file or cannot be opened."""
-        with _reopen_lock:
-            if self._fd is None:
-                try:
-                    fd = os.open(self.path, os.O_RDONLY)
-                except OSError:
-                    self._fd = -1
-                else:
-                    stat = os.fstat(fd)
-                    if (stat.st_dev, stat.st_ino) == self._identity:
-                        self._fd = fd
-                        weakref.finalize(self, os.close, fd)
-                    else:
-                        os.close(fd)
-                        self._fd = -1
-            return self._fd if self._fd >= 0 else None
+    def _reopen(self) -> int | None:
+        """The file this GGUFFile read, opened again by its path (the caller closes it), or None where the path now
+        names another file or cannot be opened."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except OSError:
+            return None
+        stat = os.fstat(fd)
+        if (stat.st_dev, stat.st_ino) != self._identity:
+            os.close(fd)
+            return None
+        return fd
 
     def tensor(self, name: str, shape: tuple[int, ...] | None = None) -> torch.Tensor:
         """Dequantize one tensor to a float32 torch tensor (torch dimension order).
