@@ -69,7 +69,8 @@ def _map_privately(fd: int, offset: int, length: int) -> ctypes.Array[ctypes.c_c
     if address is None or address == ctypes.c_void_p(-1).value:
         return None
     pages = (ctypes.c_char * length).from_address(address)
-    weakref.finalize(pages, libc.munmap, address, length)
+    # not at the interpreter's exit (the system takes the mapping back): an exit handler may still read a weight
+    weakref.finalize(pages, libc.munmap, address, length).atexit = False
     return pages
 
 
