@@ -121,6 +121,21 @@ async def _read_until(client: AsyncTcpClient, end: type) -> tuple[list[Any], byt
             return events, audio
 
 
+async def _sure_then_the_rest(port: int, voice: str) -> tuple[list[Any], bytes, bytes]:
+    """A voice agent's streaming synthesis: "Sure," and " the" sent, the events and audio read up to the first
+    ``audio-stop`` (a server that waits for more text never sends one), then the rest of the sentence and the stop:
+    (the first cycle's events, its audio, the audio after it)."""
+    async with AsyncTcpClient("127.0.0.1", port) as client:
+        await client.write_event(SynthesizeStart(voice=SynthesizeVoice(name=voice)).event())
+        for piece in ["Sure,", " the"]:
+            await client.write_event(SynthesizeChunk(piece).event())
+        first, first_audio = await _read_until(client, AudioStop)  # only "Sure, the" was sent
+        await client.write_event(SynthesizeChunk(" forecast looks good.").event())
+        await client.write_event(SynthesizeStop().event())
+        _, rest_audio = await _read_until(client, SynthesizeStopped)
+        return first, first_audio, rest_audio
+
+
 def _types(events: list[Any]) -> list[str]:
     """The event types, runs of audio-chunk folded into one."""
     folded: list[str] = []
@@ -187,21 +202,10 @@ def test_fast_start_speaks_a_one_word_first_clause_at_once() -> None:
     """With the server's fast start a first clause of one word ("Sure,") is a stretch of its own, spoken before the
     rest of its sentence is sent (without it, the first stretch waits for three words: the test above)."""
 
-    async def run(port: int) -> tuple[list[Any], bytes, bytes]:
-        async with AsyncTcpClient("127.0.0.1", port) as client:
-            await client.write_event(SynthesizeStart(voice=SynthesizeVoice(name="low")).event())
-            for piece in ["Sure,", " the"]:
-                await client.write_event(SynthesizeChunk(piece).event())
-            first, first_audio = await _read_until(client, AudioStop)  # only "Sure, the" was sent
-            await client.write_event(SynthesizeChunk(" forecast looks good.").event())
-            await client.write_event(SynthesizeStop().event())
-            _, rest_audio = await _read_until(client, SynthesizeStopped)
-            return first, first_audio, rest_audio
-
     served = _serve_in_thread({"tone": ToneModel()}, ServerSettings(fast_start=True))
     port, _ = next(served)
     try:
-        first, first_audio, rest_audio = asyncio.run(run(port))
+        first, first_audio, rest_audio = asyncio.run(_sure_then_the_rest(port, "low"))
     finally:
         served.close()
     assert _types(first) == ["audio-start", "audio-chunk", "audio-stop"]
@@ -276,19 +280,8 @@ def test_ggtts_wyoming_serves_kokoro_as_the_http_server_does(
                 await client.write_event(Synthesize(text, voice=SynthesizeVoice(name="v_two")).event())
                 return await _read_until(client, AudioStop)
 
-        async def streamed() -> tuple[list[Any], bytes]:
-            async with AsyncTcpClient("127.0.0.1", port) as client:
-                await client.write_event(SynthesizeStart(voice=SynthesizeVoice(name="v_two")).event())
-                for piece in ["Sure,", " the"]:
-                    await client.write_event(SynthesizeChunk(piece).event())
-                first, audio = await _read_until(client, AudioStop)  # only "Sure, the" was sent
-                await client.write_event(SynthesizeChunk(" forecast looks good.").event())
-                await client.write_event(SynthesizeStop().event())
-                await _read_until(client, SynthesizeStopped)
-                return first, audio
-
         events, audio = asyncio.run(run())
-        first_events, first_audio = asyncio.run(streamed())
+        first_events, first_audio, _ = asyncio.run(_sure_then_the_rest(port, "v_two"))
     finally:
         process.terminate()
         process.wait(30)

@@ -85,10 +85,10 @@ def load_module_from_gguf(
     absent = {n for n in optional_set if wanted.get(n, n) not in file_names}
     # a module on the meta device takes the tensors themselves: on the CPU the file's own pages where it stores
     # float32 (GGUFFile.mapped: no copy, shared with every other mapping of the file), elsewhere a copy moved there
-    on_cpu = torch.device(device or "cpu").type == "cpu" and any(t.is_meta for t in state.values())
-    read = gguf.mapped if on_cpu else gguf.tensor
+    meta = any(t.is_meta for t in state.values())
+    read = gguf.mapped if meta and torch.device(device or "cpu").type == "cpu" else gguf.tensor
     values = {n: _fit(wanted[n], read(wanted[n]), t.shape, gguf) for n, t in state.items() if n not in absent}
-    if any(t.is_meta for t in state.values()):
+    if meta:
         module.load_state_dict({n: v.to(device or "cpu") for n, v in values.items()}, strict=True, assign=True)
         return absent
     with torch.no_grad():
