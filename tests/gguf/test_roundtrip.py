@@ -308,3 +308,25 @@ def test_mapped_tensors_hold_no_file_descriptor_each(tmp_path):
     with open("/proc/self/maps") as f:
         assert not any(line.rstrip().endswith(str(path.resolve())) for line in f)
     assert len(os.listdir("/proc/self/fd")) <= before
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="maps through libc (Linux)")
+def test_a_tensor_that_cannot_be_mapped_is_one_error(tmp_path, monkeypatch):
+    """mmap refused (out of address space, a limit on mappings): one GGUFError naming the tensor and why."""
+    import ctypes
+    import errno
+
+    import ggtts.gguf.read as read
+
+    path = tmp_path / "w.gguf"
+    mw = ModelWriter(path, "kokoro", OutType.F32)
+    mw.add_tensor("big.weight", _weights(shape=(256, 512)))
+    mw.write()
+
+    def refused(fd: int, offset: int, length: int) -> None:
+        ctypes.set_errno(errno.ENOMEM)
+        return None
+
+    monkeypatch.setattr(read, "_map_privately", refused)
+    with pytest.raises(GGUFError, match=r"cannot map tensor 'big\.weight' into memory \(Cannot allocate memory\)"):
+        GGUFFile(path).mapped("big.weight")
