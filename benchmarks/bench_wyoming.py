@@ -165,6 +165,8 @@ def main() -> int:
     if args.kokoro:
         kokoro = [ggtts, "wyoming", "-m", "kokoro", "--device", "cpu", "--fast-start"]
         plan.append(("ggtts-kokoro", kokoro, FIRST_CLAUSE_TOKENS))
+        if bfloat16_supported():  # and on such a CPU with the vocoder's convolutions in bfloat16
+            plan.append(("ggtts-kokoro-bf16", [*kokoro, "--precision", "bfloat16"], FIRST_CLAUSE_TOKENS))
     results: dict[str, dict[str, float]] = {}
     for name, cmd, words in plan:
         server = _start(name, [*cmd, *(["--local-files-only"] if name == "wyoming-piper" else [])], args.threads, words)

@@ -46,10 +46,12 @@ WARM_UP_PHONEMES = "hˈI ðˈɛɹ."  # "hi there": what warm_up speaks
 EDGE_FADE_S = 0.003
 
 # fast_start=True: the first chunk's head, rendered on its own (KokoroModel.decode_fast_start), ends at the
-# quietest frame between these two times; chunks shorter than FAST_START_MIN_S are rendered whole, as usual.
+# quietest frame between these two times; chunks shorter than FAST_START_MIN_S are rendered whole, as usual (a
+# voice agent's one-word first clause, "Sure," with its pauses, is 1.25 s: its head comes 10-25 % sooner, a two-word
+# one's, "Hello there," 1.6 s, 0.43 -> 0.31 s on a 2-core Zen 4).
 FAST_START_EARLIEST_S = 0.5
 FAST_START_LATEST_S = 0.9
-FAST_START_MIN_S = 1.8
+FAST_START_MIN_S = 1.0
 
 
 def fade_edges(samples: np.ndarray, n: int, *, start: bool = True, end: bool = True) -> np.ndarray:
