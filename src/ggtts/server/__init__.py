@@ -277,8 +277,8 @@ def _add_limits(parser: argparse.ArgumentParser) -> None:
         "--fast-start",
         action="store_true",
         help=f"streamed requests to models with the fast_start option ({', '.join(fast.owners if fast else ())}) "
-        "get a long first sentence's first half second or so before the rest of it is rendered (first audio about "
-        "3x sooner; those first frames are an approximation, rendered on their own); and text streamed in (the live "
+        "get the first half second or so of a first clause of 1 s or more before the rest of it is rendered (first "
+        "audio sooner; those first frames are an approximation, rendered on their own); and text streamed in (the live "
         "socket, Wyoming's streaming synthesis) is spoken from its first clause however short, for every model "
         '("Sure," once the next word begins, as an utterance of its own); whole files are not affected',
     )

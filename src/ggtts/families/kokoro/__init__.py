@@ -57,8 +57,9 @@ class KokoroOptions:
     progress: bool = option(False, "show a progress bar", flag="--progress", server=False)
     fast_start: bool = option(
         False,
-        "stream a long first sentence's first half second or so before the rest of it is rendered: first audio "
-        "about 3x sooner; those first frames are rendered on their own, an approximation (exact from there on)",
+        "stream the first half second or so of a first clause of 1 s or more before the rest of it is rendered: "
+        "first audio sooner (3x on a long sentence); those first frames are rendered on their own, an approximation "
+        "(exact from there on)",
         flag="--fast-start",
         check=check_flag("fast_start"),
         server=False,  # the server's own setting (serve --fast-start)
