@@ -12,7 +12,7 @@ space after it), and from sending the token that completes the reply's first cla
 it): what a listener waits after the agent has written its first clause.
 ``ggtts-piper-fast`` is ``ggtts wyoming -m piper-joe --fast-start``: streamed text is spoken from its first clause
 however short ("Sure," as an utterance of its own). ``--kokoro`` adds ``ggtts wyoming -m kokoro --fast-start`` (no
-peer: wyoming-kokoro-torch is not on PyPI here).
+peer: wyoming-kokoro-torch is not on PyPI here), and where the CPU has bfloat16 the same with ``--precision bfloat16``.
 """
 
 from __future__ import annotations
@@ -188,9 +188,10 @@ def main() -> int:
     keys = list(next(iter(results.values())))
     names = list(results)
     print(f"Wyoming TTS, {args.threads} threads, median of {args.runs} (seconds)")
-    print(f"{'':34}" + "".join(f"{n:>16}" for n in names))
+    width = max(16, *(len(n) + 2 for n in names))
+    print(f"{'':34}" + "".join(f"{n:>{width}}" for n in names))
     for key in keys:
-        print(f"{key:34}" + "".join(f"{results[n][key]:16.3f}" for n in names))
+        print(f"{key:34}" + "".join(f"{results[n][key]:{width}.3f}" for n in names))
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0
