@@ -1,8 +1,8 @@
 """Convolutions through the DFT (:mod:`ggtts.models.layers.fft_conv`) and the channels-last layers that use them:
 the same outputs as the direct convolution to float rounding (about 1e-6 of the peak; 1e-5 allowed) for every
-padding, dilation and length, whole blocks or not, read in place or from a piece at an end; short inputs and
-batches direct; bfloat16 products with errors of a bfloat16 convolution's size; spectra that follow the weights; and
-the layers chosen (wide kernels, a spectrum within the memory budget)."""
+padding, dilation and length, whole blocks or not, read in place or from a piece at an end; short inputs and other
+dtypes direct; spectra that follow the weights; and the layers chosen (wide kernels, a spectrum within the memory
+budget)."""
 
 from __future__ import annotations
 
@@ -161,50 +161,18 @@ def test_the_spectrum_follows_the_weights() -> None:
     assert _relative(got, want) < TOLERANCE
 
 
-def test_batches_stay_direct() -> None:
+def test_bfloat16_layers_and_batches_stay_direct() -> None:
     layer = _layer(11, 1)
-    with torch.no_grad():
-        channels_last_convolutions(layer)
-        use_fft(layer)
-        layer(channels_last(torch.randn(2, 16, 6000)))  # two rows
-    assert "_fft_cache" not in layer.__dict__
-
-
-def _rms_relative(got: torch.Tensor, want: torch.Tensor) -> float:
-    return float((got.double() - want).pow(2).mean().sqrt() / want.pow(2).mean().sqrt())
-
-
-@pytest.mark.parametrize(("kernel", "dilation", "n"), [(11, 1, 64), (7, 3, 32)])
-def test_bfloat16_products_round_as_a_bfloat16_convolution_does(kernel: int, dilation: int, n: int) -> None:
-    """Products in bfloat16: errors of bfloat16's size (2e-3 of the signal measured, where float32's are 2e-7 and
-    a direct bfloat16 convolution's 2.6e-3), no larger than the direct bfloat16 convolution's."""
-    torch.manual_seed(kernel + dilation)
-    channels, steps = 64, 3000
-    weight = torch.randn(channels, channels, kernel) / (channels * kernel) ** 0.5
-    b, x = torch.randn(channels), torch.randn(channels, steps)
-    padding = (kernel - 1) * dilation // 2
-    want = F.conv1d(x[None].double(), weight.double(), b.double(), padding=padding, dilation=dilation)[0].T
-    spectrum = fft_conv.spectrum(weight, n)
-    got = fft_conv.convolve(x.T.contiguous(), spectrum, b, padding, dilation, products=torch.bfloat16)
-    direct = F.conv1d(x[None].bfloat16(), weight.bfloat16(), b.bfloat16(), padding=padding, dilation=dilation)
-    assert got.dtype == torch.float32 and got.shape == want.shape
-    error = _rms_relative(got, want)
-    assert 3e-4 < error < 4e-3  # bfloat16's rounding, not float32's, and not a wrong sum
-    assert error <= 1.2 * _rms_relative(direct[0].T.float(), want)
-    assert torch.bfloat16 in spectrum.__dict__["_stacked"]
-
-
-def test_a_bfloat16_layer_runs_long_inputs_through_the_fft() -> None:
-    layer = _layer(11, 1)
-    x = channels_last(torch.randn(1, 16, 6000))
+    batch = channels_last(torch.randn(2, 16, 6000))
     with torch.no_grad():
         channels_last_convolutions(layer, torch.bfloat16)
         use_fft(layer)
-        got = layer(x)
-        assert "_fft_cache" in layer.__dict__  # through the DFT, its products bfloat16 ones
-        want = F.conv1d(x.squeeze(2).double(), layer.weight.double(), layer.bias.double(), padding=5)
-    assert got.dtype == torch.float32
-    assert 3e-4 < _rms_relative(got.squeeze(2), want) < 4e-3
+        layer(channels_last(torch.randn(1, 16, 6000)))  # bfloat16 products
+        layer2 = _layer(11, 1)
+        channels_last_convolutions(layer2)
+        use_fft(layer2)
+        layer2(batch)  # two rows
+    assert "_fft_cache" not in layer.__dict__ and "_fft_cache" not in layer2.__dict__
 
 
 def test_the_layers_chosen() -> None:

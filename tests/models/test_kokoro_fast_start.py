@@ -118,6 +118,22 @@ def test_words_and_times_are_the_one_shot_ones_split_where_they_start(tiny: Path
     assert all(w.start < rest.offset for w in head.words) and all(w.start >= rest.offset for w in rest.words)
 
 
+def test_the_heads_rendering_stops_short_of_the_chunks_end(tiny: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A latest cut within HEAD_CONTEXT_FRAMES of the end would render the whole chunk as the head, then again:
+    the cut is held HEAD_CONTEXT_FRAMES + 1 frames before the end (seen failing without: a head up to the end)."""
+    model = _load(tiny)
+    total = len(model.synthesize(LONG, voice=VOICE, phonemes=True).samples) // model.model.samples_per_frame
+    monkeypatch.setattr(pipeline, "FAST_START_EARLIEST_S", (total - 3) / FRAMES_PER_S)
+    monkeypatch.setattr(pipeline, "FAST_START_LATEST_S", (total - 1) / FRAMES_PER_S)
+    assert _stream(model, LONG)[0].samples.shape == model.synthesize(LONG, voice=VOICE, phonemes=True).samples.shape
+    # earliest past the held-back latest: no head at all, the chunk rendered once
+    monkeypatch.setattr(pipeline, "FAST_START_EARLIEST_S", (total - HEAD_CONTEXT_FRAMES) / FRAMES_PER_S)
+    assert len(_stream(model, LONG)) == 1
+    monkeypatch.setattr(pipeline, "FAST_START_EARLIEST_S", 20 / FRAMES_PER_S)
+    head, _ = _stream(model, LONG)
+    assert len(head.samples) <= (total - HEAD_CONTEXT_FRAMES - 1) * model.model.samples_per_frame
+
+
 def test_only_the_first_chunk_and_only_a_long_one_is_split(tiny: Path) -> None:
     model = _load(tiny)
     # a short first chunk: rendered whole, the same audio

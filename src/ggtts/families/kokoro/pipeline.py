@@ -21,7 +21,7 @@ from ggtts.families.kokoro.frontend import text_frontend as _text_frontend
 from ggtts.gguf import GGUFFile
 from ggtts.models.kokoro.config import KokoroConfig
 from ggtts.models.kokoro.load import load_kokoro
-from ggtts.models.kokoro.model import KokoroModel
+from ggtts.models.kokoro.model import HEAD_CONTEXT_FRAMES, KokoroModel
 from ggtts.models.layers.validate import damaged_weights_error
 from ggtts.text.chunking import Chunk, SpokenWord
 from ggtts.text.normalize import NORMALIZE_ALL, Normalization
@@ -47,8 +47,9 @@ EDGE_FADE_S = 0.003
 
 # fast_start=True: the first chunk's head, rendered on its own (KokoroModel.decode_fast_start), ends at the
 # quietest frame between these two times; chunks shorter than FAST_START_MIN_S are rendered whole, as usual (a
-# voice agent's one-word first clause, "Sure," with its pauses, is 1.25 s: its head comes 10-25 % sooner, a two-word
-# one's, "Hello there," 1.6 s, 0.43 -> 0.31 s on a 2-core Zen 4).
+# voice agent's one-word first clause, "Sure," with its pauses, is 1.25 s: its head comes 7-11 % sooner, a two-word
+# one's, "Hello there," 1.6 s, 0.43 -> 0.31 s on a 2-core Zen 4). The head ends HEAD_CONTEXT_FRAMES + 1 frames
+# before the chunk's end at the latest.
 FAST_START_EARLIEST_S = 0.5
 FAST_START_LATEST_S = 0.9
 FAST_START_MIN_S = 1.0
@@ -204,7 +205,7 @@ class KokoroTTS(TTSModel):
             model.decoder.generator.use_channels_last()
             fft_convolutions(model.decoder.generator)  # its wide kernels through the DFT (layers/fft_conv.py)
             for part in (model.bert, model.bert_encoder):  # PL-BERT's products through oneDNN, weights packed
-                packed_linears(part)  # (layers/packed_linear.py: 23 MB more memory, 15-30 ms less per chunk)
+                packed_linears(part)  # (layers/packed_linear.py: 24 MiB more memory, 15-30 ms less per chunk)
         if precision == "bfloat16":
             use_bfloat16_convolutions(model.decoder.generator)
         if compiled:
@@ -370,6 +371,9 @@ class KokoroTTS(TTSModel):
         )
         earliest, latest = (round(t / seconds_per_frame) for t in (FAST_START_EARLIEST_S, FAST_START_LATEST_S))
         total = sum(frames)
+        # the head's rendering (its frames and their context) must stop short of the chunk's end, or it is the
+        # whole chunk rendered twice
+        latest = min(latest, total - HEAD_CONTEXT_FRAMES - 1)
         fast = fast_start and total * seconds_per_frame >= FAST_START_MIN_S and 0 < earliest <= latest < total
         with self._checked():
             if not fast:

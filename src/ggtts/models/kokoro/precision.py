@@ -2,12 +2,11 @@
 
 The generator's resblocks and noise paths are most of Kokoro's time (their convolutions alone about two thirds).
 :func:`use_bfloat16_convolutions` makes those convolutions read bfloat16 inputs and weights and give float32
-back (the wide kernels that run through the DFT on a CPU multiply the spectra in bfloat16, their transforms
-float32: :mod:`ggtts.models.layers.fft_conv`); everything else stays float32, above all ``conv_post``, whose
-outputs go through ``exp`` and ``sin`` (in bfloat16 it alone costs more than the rest together: log-mel 1.1 dB
-against 0.1 dB). It is a choice: the output is no longer float32 arithmetic, so parity with upstream holds in
-float32 only, and ``benchmarks/kokoro_precision.py`` measures what bfloat16 changes (speed, spectra, Whisper's word
-errors). The bfloat16 copies of the weights cost half as much memory again as the converted layers' float32 weights.
+back; everything else stays float32, above all ``conv_post``, whose outputs go through ``exp`` and ``sin`` (in
+bfloat16 it alone costs more than the rest together: log-mel 1.1 dB against 0.1 dB). It is a choice: the output is
+no longer float32 arithmetic, so parity with upstream holds in float32 only, and ``benchmarks/kokoro_precision.py``
+measures what bfloat16 changes (speed, spectra, Whisper's word errors). The bfloat16 copies of the weights cost
+half as much memory again as the converted layers' float32 weights.
 """
 
 from __future__ import annotations

@@ -121,10 +121,7 @@ class ChannelsLastConv1d(_Copies, nn.Conv1d):
         (stride,), (dilation,) = self.stride, self.dilation
         (padding,) = cast(tuple[int], self.padding)
         if self.fft_length is not None and self._through_fft(x, w):
-            if w.dtype != torch.float32:  # bfloat16 products: the float32 bias, added to float32 sums
-                b = self.bias
-            # (T, C) time-major in, out
-            y = fft_conv.convolve(x[0, :, 0].T, self._spectrum(), b, padding, dilation, products=w.dtype)
+            y = fft_conv.convolve(x[0, :, 0].T, self._spectrum(), b, padding, dilation)  # (T, C) time-major in, out
             return y.T[None, :, None]  # (1, C_out, 1, T) stored time-major
         if x.dim() == 3:
             y = F.conv1d(x.to(w.dtype), w[:, :, 0], b, stride, padding, dilation, self.groups)
@@ -137,9 +134,9 @@ class ChannelsLastConv1d(_Copies, nn.Conv1d):
 
     def _through_fft(self, x: torch.Tensor, w: torch.Tensor) -> bool:
         """Whether this input goes through the DFT: one float32 row, stored time-major, long enough, with float32
-        weights (or bfloat16 ones: the products then bfloat16 ones) on the CPU, outside a compiled graph (and the
-        layer one the DFT computes: stride 1, one group). Compiling is asked first: a compiled graph then holds no
-        guard on the input's length (which would compile it again at each threshold the length crosses)."""
+        weights on the CPU, outside a compiled graph (and the layer one the DFT computes: stride 1, one group).
+        Compiling is asked first: a compiled graph then holds no guard on the input's length (which would compile
+        it again at each threshold the length crosses)."""
         if torch.compiler.is_compiling():
             return False
         assert self.fft_length is not None
@@ -151,7 +148,7 @@ class ChannelsLastConv1d(_Copies, nn.Conv1d):
             and x.shape[0] == 1
             and x.shape[2] == 1
             and x.dtype == torch.float32
-            and w.dtype in (torch.float32, torch.bfloat16)
+            and w.dtype == torch.float32
             and x.device.type == "cpu"
             and x.shape[-1] >= fft_conv.MIN_BLOCKS * valid
             and x.is_contiguous(memory_format=torch.channels_last)

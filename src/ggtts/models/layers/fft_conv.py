@@ -25,7 +25,6 @@ so what is in flight stays a few MB whatever its length.
 from __future__ import annotations
 
 import math
-from typing import cast
 
 import torch
 
@@ -76,16 +75,6 @@ class Spectrum:
     def out_channels(self) -> int:
         return int(self.weights.shape[2])
 
-    def stacked(self, dtype: torch.dtype) -> torch.Tensor:
-        """The spectrum as real ``(n // 2 + 1, 2 C_in, 2 C_out)`` blocks ``[[re, im], [-im, re]]`` in ``dtype``, so
-        that ``[x.re, x.im] @ block`` is ``[(x w).re, (x w).im]``: the complex product as a real one (for bfloat16,
-        which has no complex type). Made on first use for each dtype and kept."""
-        cache = self.__dict__.setdefault("_stacked", {})
-        if dtype not in cache:
-            re, im = self.weights.real, self.weights.imag
-            cache[dtype] = torch.cat([torch.cat([re, im], dim=2), torch.cat([-im, re], dim=2)], dim=1).to(dtype)
-        return cast(torch.Tensor, cache[dtype])
-
 
 def _transforms(n: int, valid: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """The real DFT of ``n`` points as a matrix, and the inverse's first ``valid`` rows (``torch.fft.irfft``'s
@@ -125,21 +114,13 @@ def spectrum(weight: torch.Tensor, n: int) -> Spectrum:
 
 
 def convolve(
-    x: torch.Tensor,
-    kernel: Spectrum,
-    bias: torch.Tensor | None,
-    padding: int,
-    dilation: int = 1,
-    products: torch.dtype = torch.float32,
+    x: torch.Tensor, kernel: Spectrum, bias: torch.Tensor | None, padding: int, dilation: int = 1
 ) -> torch.Tensor:
     """``x`` (T, C_in) time-major float32 -> (T + 2 * padding - span * dilation, C_out) contiguous: the convolution
     with ``padding`` zeros at each end, stride 1 and taps ``dilation`` steps apart, as ``F.conv1d`` over ``x.T``
     gives it (transposed). Each of the ``dilation`` interleaved subsequences is convolved on its own, in blocks of
     ``n`` steps reading ``n - span`` new ones; :data:`PIECE_STEPS` output steps at a time, so what is in flight stays
-    a few MB however long ``x`` is, read from ``x`` where it is (only a piece at an end is copied, with its zeros).
-    ``products``: ``torch.bfloat16`` multiplies the blocks' spectra by the kernel's in bfloat16 (both rounded to it,
-    the sums float32 inside the product, its result rounded to bfloat16, as a bfloat16 convolution rounds its inputs,
-    weights and output), the transforms staying float32."""
+    a few MB however long ``x`` is, read from ``x`` where it is (only a piece at an end is copied, with its zeros)."""
     steps, c_in = x.shape
     x = x.contiguous()
     n, valid, span, d = kernel.n, kernel.valid, kernel.span, dilation
@@ -166,17 +147,9 @@ def convolve(
             at = 0
         windows = torch.as_strided(source, (d, count, n, c_in), (c_in, valid * d * c_in, d * c_in, 1), at)
         parts = torch.matmul(kernel.forward, windows)  # (d, count, 2 bins, C_in): real parts, then imaginary
-        if products == torch.float32:
-            spectra = torch.complex(parts[:, :, :bins], parts[:, :, bins:]).view(d * count, bins, c_in)
-            product = torch.bmm(spectra.transpose(0, 1), kernel.weights)  # (bins, d * count, C_out): one per frequency
-            parts = torch.view_as_real(product).permute(1, 3, 0, 2).reshape(d * count, 2 * bins, -1)
-        else:  # per frequency [re, im] @ [[re, im], [-im, re]] in ``products``, then back to the layout above
-            stacked = torch.empty(bins, d * count, 2, c_in, dtype=products, device=x.device)
-            stacked.copy_(parts.view(d * count, 2, bins, c_in).permute(2, 0, 1, 3))
-            product = torch.bmm(stacked.view(bins, d * count, 2 * c_in), kernel.stacked(products))
-            parts = torch.empty(d * count, 2, bins, kernel.out_channels, dtype=x.dtype, device=x.device)
-            parts.copy_(product.view(bins, d * count, 2, -1).permute(1, 2, 0, 3))
-            parts = parts.view(d * count, 2 * bins, -1)
+        spectra = torch.complex(parts[:, :, :bins], parts[:, :, bins:]).view(d * count, bins, c_in)
+        products = torch.bmm(spectra.transpose(0, 1), kernel.weights)  # (bins, d * count, C_out): one per frequency
+        parts = torch.view_as_real(products).permute(1, 3, 0, 2).reshape(d * count, 2 * bins, -1)
         y = torch.matmul(kernel.inverse, parts).view(d, count, valid, -1)  # each block's whole steps
         target = out[first : first + count].permute(2, 0, 1, 3)  # (d, count, valid, C_out)
         if bias is None:
