@@ -72,6 +72,32 @@ def test_the_copies_follow_the_weights() -> None:
     assert set(layer.state_dict()) == {"weight", "bias"}  # the copies are not the layer's state
 
 
+@pytest.mark.parametrize("path", ["bfloat16 copies", "float32 through the FFT", "bfloat16 drop-in"])
+def test_a_weight_replaced_twice_is_copied_again(path: str) -> None:
+    """``weight.data = ...`` moves no version counter; a replaced weight's memory could be taken by the next one at
+    the same address, so each layer holds the tensor it copied (seen failing without: the old copies used)."""
+    from ggtts.models.layers.bfloat16 import to_bfloat16
+    from ggtts.models.layers.channels_last import fft_convolutions
+
+    torch.manual_seed(1)
+    layer = nn.Conv1d(16, 16, 11, padding=5).requires_grad_(False)
+    if path == "bfloat16 drop-in":
+        to_bfloat16(layer)
+        x = torch.randn(1, 16, 300)
+    else:
+        channels_last_convolutions(layer, torch.bfloat16 if path == "bfloat16 copies" else None)
+        if path == "float32 through the FFT":
+            fft_convolutions(layer)
+        x = channels_last(torch.randn(1, 16, 2000))
+    for seed in range(10):
+        layer(x)
+        layer.weight.data = torch.zeros(16, 16, 11)  # the weight copied is let go (unless held)...
+        layer.weight.data = torch.randn(16, 16, 11, generator=torch.Generator().manual_seed(seed))  # ...and reused
+        got = layer(x).reshape(1, 16, -1).float()
+        want = F.conv1d(x.reshape(1, 16, -1).double(), layer.weight.double(), layer.bias.double(), padding=5)
+        assert float((got - want).abs().max()) < 0.02 * float(want.abs().max())  # bfloat16's rounding at most
+
+
 def test_only_zero_padded_layers_are_turned() -> None:
     block = nn.Sequential(nn.Conv1d(2, 2, 3, padding=1, padding_mode="reflect"), nn.Conv1d(2, 2, 1), nn.ReLU())
     assert channels_last_convolutions(block) == 1

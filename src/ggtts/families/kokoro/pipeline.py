@@ -282,9 +282,9 @@ class KokoroTTS(TTSModel):
         the words said in it with their times from the start of the utterance (``Audio.words``). The first chunk
         ends at the first clause break, each later one holds at most twice the phonemes said before it, cut at a
         sentence or clause break (:func:`_quick_start`): each is ready before the audio before it has played.
-        ``fast_start``: a long first chunk comes in two parts, its head (0.5-0.9 s) rendered on its own first, an
-        approximation of those frames, then the rest, exact (:meth:`KokoroModel.decode_fast_start`): first audio
-        about three times sooner.
+        ``fast_start``: a first chunk of 1 s or more comes in two parts, its head (0.5-0.9 s) rendered on its own
+        first, an approximation of those frames, then the rest, exact (:meth:`KokoroModel.decode_fast_start`):
+        first audio sooner, about three times on a long sentence.
         ``progress`` shows a bar over the chunks (the whole text is phonemized first to count them).
         ``normalization``: which of the English normalizer's rules run (``False``: none), see :class:`Normalization`.
         """

@@ -34,7 +34,9 @@ class _BFloat16Weights:
         cached = self.__dict__.get("_bf16_cache")
         if cached is None or cached[0] != key:
             copies = (weight.detach().to(torch.bfloat16), None if bias is None else bias.detach().to(torch.bfloat16))
-            self.__dict__["_bf16_cache"] = cached = (key, copies)
+            # the tensors copied are held, so that a weight replaced later cannot take their memory's address
+            held = (weight.detach(), None if bias is None else bias.detach())
+            self.__dict__["_bf16_cache"] = cached = (key, copies, held)
         return cast(tuple[torch.Tensor, torch.Tensor | None], cached[1])
 
     def _weights(self) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -105,7 +105,9 @@ class _Copies:
                 weight.data = w.squeeze(2)
                 key = (dtype, version(weight), weight.data_ptr(), key[3])
             copies = (w, None if bias is None else bias.detach().to(dtype))
-            self.__dict__["_layout_cache"] = cached = (key, copies)
+            # the tensors copied are held, so that a weight replaced later cannot take their memory's address
+            held = (weight.detach(), None if bias is None else bias.detach())
+            self.__dict__["_layout_cache"] = cached = (key, copies, held)
         return cast(tuple[torch.Tensor, torch.Tensor | None], cached[1])
 
 
@@ -161,8 +163,8 @@ class ChannelsLastConv1d(_Copies, nn.Conv1d):
         cached = self.__dict__.get("_fft_cache")
         if cached is None or cached[0] != key:
             assert self.fft_length is not None
-            with torch.inference_mode(weight.is_inference()):
-                cached = (key, fft_conv.spectrum(weight.float(), self.fft_length))
+            with torch.inference_mode(weight.is_inference()):  # the weight held, as _copies holds it
+                cached = (key, fft_conv.spectrum(weight.float(), self.fft_length), weight.detach())
             self.__dict__["_fft_cache"] = cached
         return cast(fft_conv.Spectrum, cached[1])
 
