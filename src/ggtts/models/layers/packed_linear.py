@@ -19,6 +19,7 @@ would read it as if it were), autograd (the packed product has no backward), aut
 
 from __future__ import annotations
 
+import functools
 from typing import cast
 
 import torch
@@ -32,6 +33,7 @@ __all__ = ["PACK_ROWS_HINT", "PackedLinear", "packed_linears"]
 PACK_ROWS_HINT = 64  # the rows oneDNN is told to expect when it packs: the fastest at 1-500 rows of those measured
 
 
+@functools.cache  # asked on every product: the answer is the torch build's
 def _available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_reorder_linear_weight")
 
