@@ -12,7 +12,10 @@ penalty, top-k, top-p), EOS held off so each writes exactly ``--frames`` frames 
 - ``transformers generate``: ``Qwen3OmniMoeTalkerForConditionalGeneration.generate`` as the full model calls it;
 - ``ggtts eager``: ggtts's generation loop op by op (``step_graphs=False``): each code chosen on the host;
 - ``ggtts graph``: the talker's step a replayed CUDA graph over a fixed cache, and the code predictor's whole frame
-  (15 steps, each code chosen on the GPU) another: two host round trips per frame;
+  (15 steps, each code chosen on the GPU) another: two host round trips per frame; the projections that read the
+  same input fused (one product each: queries/keys/values, gate/up, the router with the shared expert's gate);
+- ``ggtts unfused`` (asked for in ``--variants``): the graph row with each projection its own product (what the
+  fusion gains: about half the kernels a frame, counted on the CPU);
 - ``ggtts compiled`` (asked for in ``--variants``): those two compiled by ``torch.compile`` before the capture.
 
 Reported: frames per second (12.5 is real time), the time to the first frame, peak GPU memory; for the graph row,
@@ -110,13 +113,14 @@ def transformers_generate(hf: Any, x: TalkerInputs, frames: int, dtype: torch.dt
     return {"fps": frames / total, "first_frame_ms": first * 1e3, "peak_gpu_mib": peak_mib(device, base)}
 
 
-def load(path: Path, device: torch.device, graphs: bool, compile: bool = False) -> Talker:
+def load(path: Path, device: torch.device, graphs: bool, compile: bool = False, fuse: bool = True) -> Talker:
     # ggml's graphs and stored weights (the CPU's) are not for torch.compile: a compiled row widens the file (as a GPU
     # does an F16 one)
-    talker = Talker.from_gguf(GGUFFile(path), device, step_graphs=graphs and not compile, max_len=4096,
+    own = compile or not fuse  # static steps set up here rather than by the load
+    talker = Talker.from_gguf(GGUFFile(path), device, step_graphs=graphs and not own, max_len=4096,
                               graph=not compile, stored_weights=not compile)  # fmt: skip
-    if compile:
-        talker.use_static_steps(capture=device.type == "cuda", compile=True)
+    if own and graphs:
+        talker.use_static_steps(capture=device.type == "cuda", compile=compile, fuse=fuse)
     talker.cfg = dataclasses.replace(talker.cfg, codec_eos=-1)  # EOS held off like the others: exactly `frames`
     talker.cp.cfg = talker.cfg
     return talker
@@ -210,13 +214,13 @@ def main() -> None:
         except Exception:  # a failed variant is reported; the others still run
             traceback.print_exc()
     eager = None
-    for how in ("eager", "graph", "compiled"):
+    for how in ("eager", "graph", "unfused", "compiled"):
         if how not in want:
             continue
         try:
             base = reset_memory(device)
             t = time.perf_counter()
-            talker = load(path, device, graphs=how != "eager", compile=how == "compiled")
+            talker = load(path, device, graphs=how != "eager", compile=how == "compiled", fuse=how != "unfused")
             loaded = time.perf_counter() - t
             with torch.inference_mode():
                 r = {**ggtts_loop(talker, x, args.frames, base), "load_s": loaded}

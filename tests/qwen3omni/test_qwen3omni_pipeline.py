@@ -474,7 +474,8 @@ def test_a_gpu_keeps_a_q8_0_talker_as_stored(tiny: Tiny, tmp_path: Path, monkeyp
     assert isinstance(kept.blk[0].ffn.ffn_up_exps, DeviceStoredExperts)
     assert isinstance(kept.blk[0].attn.attn_q, DeviceStoredLinear)
     for model in (kept, wide):
-        model.use_static_steps(capture=False)  # one-row steps as a GPU runs them (experts gathered)
+        # one-row steps as a GPU runs them (experts gathered), each projection its own product as the kept ones
+        model.use_static_steps(capture=False, fuse=False)
     x = torch.randn(1, 9, kept.cfg.talker.dim, generator=torch.Generator().manual_seed(3))
     with torch.inference_mode():
         a, b = kept.new_cache(32), wide.new_cache(32)
@@ -786,6 +787,7 @@ def test_the_steps_cuda_graphs_hold_match_the_eager_steps(tiny: Tiny) -> None:
         assert worst < 1e-5, worst
 
         graphed = GraphedFrame(eager.cp, cfg.cp_sampling, greedy=True, seed=0, capture=False)
+        fused = GraphedFrame(static.cp, cfg.cp_sampling, greedy=True, seed=0, capture=False)  # as on a GPU
         host = HostFrames(eager.cp, rest)
         g = torch.Generator().manual_seed(5)
         for _ in range(4):
@@ -793,6 +795,41 @@ def test_the_steps_cuda_graphs_hold_match_the_eager_steps(tiny: Tiny) -> None:
             codes, total = graphed(hidden, first)
             want_codes, want_total = host(hidden, first)
             assert codes == want_codes and torch.equal(total, want_total)
+            codes, total = fused(hidden, first)
+            assert codes == want_codes and _relative(total, want_total) < 1e-5
+
+
+def test_the_fused_gpu_steps_launch_fewer_and_larger_products(tiny: Tiny) -> None:
+    """What a GPU replays per frame (the talker's static step and the code predictor's graphed frame), counted
+    here op by op, with the projections fused (``use_static_steps``' default) and each its own: each talker layer
+    runs 6 matrix products fewer (queries/keys/values 3 -> 1, the router with the shared expert's gate 2 -> 1, the
+    shared expert's gate and up 2 -> 1, the experts' gathers and products for gate and up 4 -> 2), each code-predictor
+    layer step 3 fewer (queries/keys/values, gate and up), and the query and key heads rotate together."""
+    from ggtts.families.qwen3omni.generate import GraphedFrame
+    from ggtts.gguf import GGUFFile
+    from ggtts.measure.operations import Operations
+    from ggtts.models.qwen3omni_talker.model import Talker
+
+    tts, cfg = tiny.tts, tiny.tts.talker.cfg
+    counts = []
+    for fuse in (False, True):
+        talker = Talker.from_gguf(GGUFFile(tts.talker_path), stored_weights=False, max_len=64, graph=False)
+        talker.use_static_steps(capture=False, fuse=fuse)
+        frame = GraphedFrame(talker.cp, cfg.cp_sampling, greedy=False, seed=0, capture=False)
+        x = torch.randn(1, 1, cfg.talker.dim, generator=torch.Generator().manual_seed(9))
+        with torch.inference_mode():
+            cache = talker.new_cache(8)
+            talker.step(x, cache)  # the first step makes its decoder
+            with Operations() as ops:
+                hidden, _ = talker.step(x, cache)
+                frame(hidden, x)
+        counts.append(ops)
+    plain, fused = counts
+    print(f"operations per frame {plain.total} -> {fused.total}, products {plain.products} -> {fused.products}")
+    layer_steps = cfg.code_predictor.n_layers * (cfg.n_codebooks - 1)
+    assert plain.products - fused.products == 6 * cfg.talker.n_layers + 3 * layer_steps
+    assert fused.counts["roll"] * 2 == plain.counts["roll"] == 2 * (cfg.talker.n_layers + layer_steps)
+    assert fused.total < plain.total
 
 
 def test_a_talkers_graphed_frame_is_made_once_and_reseeded(tiny: Tiny) -> None:

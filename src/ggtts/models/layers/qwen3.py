@@ -14,17 +14,19 @@ file stores as F16, BF16 or blocks (Q8_0, ...) as stored.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ggtts.gguf import GGUFFile
+from ggtts.models.layers.fused import fuse_rows, still_fused, weight_of
 from ggtts.models.layers.gguf_state import load_module_from_gguf
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.layers.transformer import RMSNorm, RotaryEmbedding, StaticPosition, cached_attention
 from ggtts.ops.device_weights import use_device_experts
-from ggtts.ops.stored_experts import Experts, use_stored_experts
+from ggtts.ops.stored_experts import Experts, check_expert_inputs, expert_products, use_stored_experts
 from ggtts.ops.stored_weights import stored_weights_plan, use_planned_weights, use_stored_weights
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "RMSNorm",
     "RotaryEmbedding",
     "SparseMoE",
+    "fuse_projections",
     "gguf_name",
     "load_weights",
 ]
@@ -61,6 +64,16 @@ class Attention(nn.Module):
         self.attn_output = nn.Linear(n_heads * head_dim, dim, bias=False)
         self.attn_q_norm = RMSNorm(head_dim, rms_eps)
         self.attn_k_norm = RMSNorm(head_dim, rms_eps)
+        self.qkv: torch.Tensor | None = None  # attn_q/k/v's weights end to end (fuse)
+
+    def fuse(self) -> bool:
+        """From now on one product for the queries, keys and values, and one rotation for the query and key heads
+        together (the same arithmetic, a third of the kernels), where the three projections are plain float
+        layers (:func:`~ggtts.models.layers.fused.fuse_rows`: their weights become views, no copy)."""
+        parts = [self.attn_q, self.attn_k, self.attn_v]
+        if not still_fused(self.qkv, parts):
+            self.qkv = fuse_rows(parts)
+        return self.qkv is not None
 
     def forward(
         self, x: torch.Tensor, rope: RotaryEmbedding, cache: KVCache, layer: int, start: int | StaticPosition
@@ -68,10 +81,18 @@ class Attention(nn.Module):
         """``x (B, T, dim)`` at positions ``start..start+T`` (or one position read from tensors); writes layer
         ``layer``'s keys and values there."""
         b, t, _ = x.shape
-        q = self.attn_q_norm(self.attn_q(x).view(b, t, self.n_heads, self.head_dim)).transpose(1, 2)  # (B, H, T, D)
-        k = self.attn_k_norm(self.attn_k(x).view(b, t, self.n_kv_heads, self.head_dim)).transpose(1, 2)
-        v = self.attn_v(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
-        out = cached_attention(rope(q, start), rope(k, start), v, cache, layer, start)  # (B, H, T, D)
+        h, hkv, d = self.n_heads, self.n_kv_heads, self.head_dim
+        if still_fused(self.qkv, [self.attn_q, self.attn_k, self.attn_v]):
+            assert self.qkv is not None
+            qkv = F.linear(x, self.qkv).view(b, t, h + 2 * hkv, d)
+            q, k = self.attn_q_norm(qkv[:, :, :h]), self.attn_k_norm(qkv[:, :, h : h + hkv])
+            qk = rope(torch.cat((q, k), dim=2).transpose(1, 2), start)  # (B, H + Hkv, T, D)
+            q, k, v = qk[:, :h], qk[:, h:], qkv[:, :, h + hkv :].transpose(1, 2)
+        else:
+            q = rope(self.attn_q_norm(self.attn_q(x).view(b, t, h, d)).transpose(1, 2), start)  # (B, H, T, D)
+            k = rope(self.attn_k_norm(self.attn_k(x).view(b, t, hkv, d)).transpose(1, 2), start)
+            v = self.attn_v(x).view(b, t, hkv, d).transpose(1, 2)  # (B, Hkv, T, D)
+        out = cached_attention(q, k, v, cache, layer, start)  # (B, H, T, D)
         return self.attn_output(out.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -83,9 +104,25 @@ class DenseFFN(nn.Module):
         self.ffn_gate = nn.Linear(dim, n_ff, bias=False)
         self.ffn_up = nn.Linear(dim, n_ff, bias=False)
         self.ffn_down = nn.Linear(n_ff, dim, bias=False)
+        self.gate_up: torch.Tensor | None = None  # ffn_gate's and ffn_up's weights end to end (fuse)
+
+    def fuse(self) -> bool:
+        """From now on one product for the gate and the up projection (their weights become views, no copy)."""
+        if not still_fused(self.gate_up, [self.ffn_gate, self.ffn_up]):
+            self.gate_up = fuse_rows([self.ffn_gate, self.ffn_up])
+        return self.gate_up is not None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.ffn_down(F.silu(self.ffn_gate(x)) * self.ffn_up(x))
+        return self.ffn_down(swiglu(x, self.gate_up, self.ffn_gate, self.ffn_up))
+
+
+def swiglu(x: torch.Tensor, gate_up: torch.Tensor | None, gate: nn.Module, up: nn.Module) -> torch.Tensor:
+    """``silu(gate(x)) * up(x)``, one product where ``gate_up`` holds both weights (:func:`fuse_rows`)."""
+    if still_fused(gate_up, [gate, up]):
+        assert gate_up is not None
+        g, u = F.linear(x, gate_up).split((weight_of(gate).shape[0], weight_of(up).shape[0]), dim=-1)
+        return F.silu(g) * u
+    return F.silu(gate(x)) * up(x)
 
 
 class SparseMoE(nn.Module):
@@ -114,25 +151,69 @@ class SparseMoE(nn.Module):
             self.ffn_gate_shexp = nn.Linear(dim, n_ff_shexp, bias=False)
             self.ffn_up_shexp = nn.Linear(dim, n_ff_shexp, bias=False)
             self.ffn_down_shexp = nn.Linear(n_ff_shexp, dim, bias=False)
+        # fused weights (fuse): the experts' gate and up stacks, the router and the shared expert's gate, the
+        # shared expert's gate and up projections
+        self.gate_up_exps: torch.Tensor | None = None
+        self.router: torch.Tensor | None = None
+        self.gate_up_shexp: torch.Tensor | None = None
 
-    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Rows ``x (N, dim)`` -> the picked experts' weights ``(N, k)`` (float32) and ids ``(N, k)``."""
-        probs = torch.softmax(self.ffn_gate_inp(x).float(), dim=-1)  # (N, E)
+    def _routers(self) -> list[nn.Module]:
+        return [self.ffn_gate_inp, self.ffn_gate_inp_shexp] if self.n_ff_shexp else [self.ffn_gate_inp]
+
+    def fuse(self) -> bool:
+        """From now on one product (and one gather of the picked experts) for the experts' gate and up stacks, one
+        for the router and the shared expert's gate, one for the shared expert's gate and up: the same arithmetic,
+        fewer kernels (the weights become views of their fused tensors, no copy; layers that are not plain float
+        ones stay as they are)."""
+        if not still_fused(self.gate_up_exps, [self.ffn_gate_exps, self.ffn_up_exps], dim=1):
+            self.gate_up_exps = fuse_rows([self.ffn_gate_exps, self.ffn_up_exps], dim=1)
+        if self.n_ff_shexp and not still_fused(self.router, self._routers()):
+            self.router = fuse_rows(self._routers())
+        if self.n_ff_shexp and not still_fused(self.gate_up_shexp, [self.ffn_gate_shexp, self.ffn_up_shexp]):
+            self.gate_up_shexp = fuse_rows([self.ffn_gate_shexp, self.ffn_up_shexp])
+        return any(w is not None for w in (self.gate_up_exps, self.router, self.gate_up_shexp))
+
+    def route(self, x: torch.Tensor, logits: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows ``x (N, dim)`` (or their router ``logits``) -> the picked experts' weights ``(N, k)`` (float32)
+        and ids ``(N, k)``."""
+        probs = torch.softmax((self.ffn_gate_inp(x) if logits is None else logits).float(), dim=-1)  # (N, E)
         weights, ids = torch.topk(probs, self.n_used, dim=-1)
         if self.norm_topk_prob:
             weights = weights / weights.sum(dim=-1, keepdim=True)
         return weights, ids
 
+    def _gate_up(self, rows: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """``silu(gate) * up`` of each row's picked experts, ``rows (N, 1, dim)`` -> ``(N, k, n_ff_exp)``."""
+        gate, up = self.ffn_gate_exps, self.ffn_up_exps
+        fused = self.gate_up_exps
+        if not still_fused(fused, [gate, up], dim=1):
+            return F.silu(gate(rows, ids)) * up(rows, ids)
+        assert fused is not None and isinstance(gate, Experts) and isinstance(up, Experts)
+        check_expert_inputs(rows, ids, gate.n_in)
+        n = gate.n_out
+        both = expert_products(rows, ids, gate.n_expert, 2 * n, lambda a, b: fused[a:b],
+                               lambda picked: fused.index_select(0, picked), gate.gather or rows.device.type != "cpu",
+                               gate.dense, gate.n_expert)  # fmt: skip
+        return F.silu(both[..., :n]) * both[..., n:]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         h = x.reshape(-1, shape[-1])  # (N, dim)
-        weights, ids = self.route(h)
-        rows = h.unsqueeze(1)  # (N, 1, dim): every pick of a row reads the same input
-        act = F.silu(self.ffn_gate_exps(rows, ids)) * self.ffn_up_exps(rows, ids)  # (N, k, n_ff_exp)
+        shared_gate = None
+        if still_fused(self.router, self._routers()):
+            assert self.router is not None
+            both = F.linear(h, self.router)  # (N, E + 1)
+            weights, ids = self.route(h, both[:, :-1])
+            shared_gate = both[:, -1:]
+        else:
+            weights, ids = self.route(h)
+        act = self._gate_up(h.unsqueeze(1), ids)  # (N, k, n_ff_exp); every pick of a row reads the same input
         out = (self.ffn_down_exps(act, ids) * weights.unsqueeze(-1).to(h.dtype)).sum(dim=1)  # (N, dim)
         if self.n_ff_shexp:
-            shared = self.ffn_down_shexp(F.silu(self.ffn_gate_shexp(h)) * self.ffn_up_shexp(h))
-            out = out + torch.sigmoid(self.ffn_gate_inp_shexp(h)) * shared
+            if shared_gate is None:
+                shared_gate = self.ffn_gate_inp_shexp(h)
+            shared = self.ffn_down_shexp(swiglu(h, self.gate_up_shexp, self.ffn_gate_shexp, self.ffn_up_shexp))
+            out = out + torch.sigmoid(shared_gate) * shared
         return out.reshape(shape)
 
 
@@ -186,3 +267,15 @@ def load_weights(
         device=device,
     )
     return absent, plan.reason
+
+
+def fuse_projections(blocks: Iterable[nn.Module]) -> int:
+    """Each block's :meth:`Attention.fuse` and its feed-forward's ``fuse``: what a GPU step graph holds (fewer,
+    larger products). Returns how many parts were fused."""
+    fused = 0
+    for block in blocks:
+        for part in (block.attn, block.ffn):
+            fuse = getattr(part, "fuse", None)
+            if fuse is not None and fuse():
+                fused += 1
+    return fused

@@ -19,7 +19,10 @@ from ggtts.models.layers.kv_cache import KVCache
 
 
 class RMSNorm(nn.Module):
-    """Root-mean-square norm over the last dimension, computed in float32, then scaled by ``weight``."""
+    """Root-mean-square norm over the last dimension, computed in float32 and rounded to the input's dtype, then
+    scaled by ``weight`` (transformers' Qwen RMSNorm, to the bit). Through torch's ``rms_norm``: one kernel on a GPU
+    where all is float32 (a replayed step graph costs about its kernel count); on the CPU torch's composite, the
+    arithmetic written out."""
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -27,30 +30,30 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
+        if x.dtype == self.weight.dtype == torch.float32:
+            return F.rms_norm(x, (x.shape[-1],), self.weight, self.eps)
+        return self.weight * F.rms_norm(x.float(), (x.shape[-1],), eps=self.eps).to(x.dtype)
 
 
 @dataclass(frozen=True)
 class StaticPosition:
     """One new position, read from tensors: ``index`` (1,) the position, ``visible`` (1, 1, 1, capacity) the cache
-    positions up to it, ``cos``/``sin`` (1, head_dim) its rotation. Or, for a batch whose rows are sequences each at
-    its own position (:meth:`rows`): ``index`` (B,), ``visible`` (B, 1, 1, capacity), ``cos``/``sin`` (B, 1, 1,
-    head_dim), and ``write`` (B,): the rows that take part (the others write nothing into their cache)."""
+    positions up to it, ``cos``/``sin_signed`` (1, head_dim) its rotation (:class:`RotaryEmbedding`'s tables). Or,
+    for a batch whose rows are sequences each at its own position (:meth:`rows`): ``index`` (B,), ``visible`` (B, 1,
+    1, capacity), ``cos``/``sin_signed`` (B, 1, 1, head_dim), and ``write`` (B,): the rows that take part (the others
+    write nothing into their cache)."""
 
     index: torch.Tensor
     visible: torch.Tensor
     cos: torch.Tensor
-    sin: torch.Tensor
+    sin_signed: torch.Tensor
     write: torch.Tensor | None = None
 
     @classmethod
     def at(cls, index: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding) -> StaticPosition:
         """``index`` (1,) among ``positions`` (capacity,) = ``arange(capacity)``."""
         visible = (positions <= index).view(1, 1, 1, -1)
-        return cls(index, visible, rope.cos.index_select(0, index), rope.sin.index_select(0, index))
+        return cls(index, visible, rope.cos.index_select(0, index), rope.sin_signed.index_select(0, index))
 
     @classmethod
     def rows(
@@ -61,7 +64,7 @@ class StaticPosition:
         b = index.shape[0]
         visible = (positions.view(1, -1) <= index.view(-1, 1)).view(b, 1, 1, -1)
         cos = rope.cos.index_select(0, index).view(b, 1, 1, -1)
-        sin = rope.sin.index_select(0, index).view(b, 1, 1, -1)
+        sin = rope.sin_signed.index_select(0, index).view(b, 1, 1, -1)
         return cls(index, visible, cos, sin, write)
 
 
@@ -71,10 +74,14 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class RotaryEmbedding(nn.Module):
-    """NEOX-style rotary embedding (the two halves of each head rotate together), cached up to ``max_len``."""
+    """NEOX-style rotary embedding (the two halves of each head rotate together), cached up to ``max_len``.
+
+    ``x * cos + rotate_half(x) * sin``, with ``rotate_half(x) = [-x2, x1]``, is computed as ``x * cos +
+    roll(x, D/2) * sin_signed``: ``sin_signed`` is the sine table with its first half negated, so the rotation is
+    one data move and no negation or concatenation (the same products, to the bit; fewer kernels on a GPU)."""
 
     cos: torch.Tensor
-    sin: torch.Tensor
+    sin_signed: torch.Tensor
 
     def __init__(self, head_dim: int, theta: float, max_len: int) -> None:
         super().__init__()
@@ -82,7 +89,9 @@ class RotaryEmbedding(nn.Module):
         angles = torch.outer(torch.arange(max_len, dtype=torch.float32), inv_freq)  # (max_len, head_dim / 2)
         angles = torch.cat((angles, angles), dim=-1)
         self.register_buffer("cos", angles.cos(), persistent=False)
-        self.register_buffer("sin", angles.sin(), persistent=False)
+        sin = angles.sin()
+        sin[:, : head_dim // 2] = -sin[:, : head_dim // 2]
+        self.register_buffer("sin_signed", sin, persistent=False)
 
     @property
     def max_len(self) -> int:
@@ -90,11 +99,11 @@ class RotaryEmbedding(nn.Module):
 
     def forward(self, x: torch.Tensor, start: int | StaticPosition) -> torch.Tensor:  # x: (B, H, T, D)
         if isinstance(start, StaticPosition):
-            return x * start.cos.to(x.dtype) + rotate_half(x) * start.sin.to(x.dtype)
-        t = x.shape[2]
-        cos = self.cos[start : start + t].to(x.dtype)
-        sin = self.sin[start : start + t].to(x.dtype)
-        return x * cos + rotate_half(x) * sin
+            cos, sin = start.cos, start.sin_signed
+        else:
+            t = x.shape[2]
+            cos, sin = self.cos[start : start + t], self.sin_signed[start : start + t]
+        return x * cos.to(x.dtype) + x.roll(x.shape[-1] // 2, -1) * sin.to(x.dtype)
 
 
 def cached_attention(

@@ -24,7 +24,16 @@ from ggtts.gguf import GGUFFile
 from ggtts.models.layers.ggml_stack import StackGraph, StackShape, StepPart, stack_graph
 from ggtts.models.layers.gguf_state import empty_modules
 from ggtts.models.layers.kv_cache import KVCache
-from ggtts.models.layers.qwen3 import Attention, Block, DenseFFN, RMSNorm, RotaryEmbedding, SparseMoE, load_weights
+from ggtts.models.layers.qwen3 import (
+    Attention,
+    Block,
+    DenseFFN,
+    RMSNorm,
+    RotaryEmbedding,
+    SparseMoE,
+    fuse_projections,
+    load_weights,
+)
 from ggtts.models.layers.static_steps import StaticCaches, StaticDecode
 from ggtts.models.layers.transformer import StaticPosition, new_kv_cache
 from ggtts.models.qwen3omni_talker.config import PredictorShape, StackConfig, TalkerConfig, TalkerShape
@@ -211,16 +220,21 @@ class TalkerStack(nn.Module):
         finally:
             self.graph, self.cp.graph = saved
 
-    def use_static_steps(self, capture: bool = True, compile: bool = False) -> None:
+    def use_static_steps(self, capture: bool = True, compile: bool = False, fuse: bool = True) -> None:
         """From now on, :meth:`new_cache` hands out caches of fixed capacity and each one-row step on one runs as
         a :class:`~ggtts.models.layers.static_steps.StaticDecode` (a CUDA graph replayed, with ``capture`` on
         CUDA; eagerly elsewhere). ``compile``: that step, and the code predictor's graphed frame, compiled by
-        ``torch.compile`` (fixed shapes) before they are captured."""
+        ``torch.compile`` (fixed shapes) before they are captured. ``fuse``: the projections that read the same
+        input multiplied as one (:func:`~ggtts.models.layers.qwen3.fuse_projections`), in every step from now on."""
         weight = self.output_norm.weight
         self.static_compile = compile
         for module in self.modules():
             if isinstance(module, Experts):
                 module.gather = True  # what the graph holds, run eagerly too where it is not captured
+        if fuse:  # fewer, larger products in every step: a replayed graph costs about its kernel count
+            fuse_projections([*self.blk, *self.cp.blk])
+            # ggml's CPU graphs read the weights as loaded (a fused expert stack's halves are strided views)
+            self.graph = self.cp.graph = None
 
         def make(capacity: int) -> StaticDecode[tuple[torch.Tensor, torch.Tensor]]:
             row = torch.zeros(1, 1, self.cfg.talker.dim, dtype=weight.dtype)

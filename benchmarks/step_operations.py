@@ -1,0 +1,85 @@
+"""The operations (GPU kernel launches) one frame of Qwen3-Omni's and Qwen3-TTS's talkers replays on a GPU, counted
+on any machine: the talker's static one-row step and the code predictor's graphed frame (15 steps, codes chosen
+as tensors), with the projections fused (what ``ggtts.load`` runs on CUDA) and with each projection its own.
+
+    python benchmarks/step_operations.py [--greedy]
+
+A replayed CUDA graph costs about its kernel count (Qwen3-Omni's graphed frame at ~5,300 kernels took 24 ms on an
+H100: 41.4 frames/s), so this count is the lever on the GPU's frames per second that can be measured without one.
+The models have the published layer structure (Qwen3-Omni-30B-A3B's talker: 20 layers of 128 experts, 6 picked
+and a shared expert; Qwen3-TTS 0.6B's: 28 dense layers; both a 5-layer code predictor over 16 codebooks) at a small
+width: the count depends on the structure, not on the width. ``rms_norm`` is one kernel on CUDA and counts as one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from gpu_qwen3omni import build
+
+from ggtts.families.qwen3omni.generate import GraphedFrame
+from ggtts.gguf import GGUFFile
+from ggtts.measure.operations import Operations
+from ggtts.models.qwen3omni_talker.config import StackConfig, TalkerConfig
+from ggtts.models.qwen3omni_talker.model import Talker
+
+OMNI_TALKER = dict(n_layers=20, n_expert=128, n_expert_used=6, norm_topk_prob=True)
+TTS_TALKER = dict(n_layers=28, n_expert=0, n_expert_used=0, n_ff_exp=0, n_ff_shexp=0, n_ff=64)
+CODE_PREDICTOR = dict(n_layers=5)
+CODEBOOKS, CP_VOCAB = 16, 2048
+
+
+def shaped(tiny: TalkerConfig, talker: dict[str, object]) -> TalkerConfig:
+    t: StackConfig = dataclasses.replace(tiny.talker, **talker)  # type: ignore[arg-type]
+    c: StackConfig = dataclasses.replace(tiny.code_predictor, **CODE_PREDICTOR)  # type: ignore[arg-type]
+    return dataclasses.replace(tiny, talker=t, code_predictor=c, n_codebooks=CODEBOOKS, cp_vocab=CP_VOCAB)
+
+
+def count(cfg: TalkerConfig, fuse: bool, greedy: bool) -> Operations:
+    torch.manual_seed(0)
+    talker = Talker(cfg, 64)
+    with torch.no_grad():
+        for p in talker.parameters():
+            p.normal_(0, 0.2) if p.dim() > 1 else p.fill_(1.0)
+    talker.loaded("cpu", 64, step_graphs=False, graph=False)
+    talker.use_static_steps(capture=False, fuse=fuse)
+    frame = GraphedFrame(talker.cp, cfg.cp_sampling, greedy, seed=0, capture=False)
+    x = torch.randn(1, 1, cfg.talker.dim)
+    with torch.inference_mode():
+        cache = talker.new_cache(32)
+        hidden, _ = talker.step(x, cache)
+        frame(hidden, x)  # both made (and, on a GPU, captured)
+        with Operations() as ops:
+            hidden, _ = talker.step(x, cache)
+            frame(hidden, x)
+    return ops
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--greedy", action="store_true", help="the code predictor's codes by argmax, not sampled")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as d, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        build(Path(d), small=True)
+        tiny = TalkerConfig.from_gguf(GGUFFile(Path(d) / "talker-f16.gguf"))
+    print(f"operations per frame (talker step + code predictor frame, {'greedy' if args.greedy else 'sampled'})")
+    print(f"{'model':34} {'projections':12} {'operations':>10} {'products':>9}  most frequent")
+    for name, talker in (("Qwen3-Omni talker (20 MoE layers)", OMNI_TALKER), ("Qwen3-TTS 0.6B (28 dense layers)",
+                                                                              TTS_TALKER)):  # fmt: skip
+        for fuse in (False, True):
+            ops = count(shaped(tiny, talker), fuse, args.greedy)
+            top = ", ".join(f"{n} {c}" for n, c in ops.counts.most_common(6))
+            print(f"{name:34} {'fused' if fuse else 'each its own':12} {ops.total:10} {ops.products:9}  {top}")
+
+
+if __name__ == "__main__":
+    main()

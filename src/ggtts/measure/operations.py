@@ -1,0 +1,46 @@
+"""Counting the operations a step runs: what a GPU launches a kernel for, counted on any machine.
+
+A decode step replayed as a CUDA graph (:mod:`ggtts.ops.step_graph`) costs about its kernel count: each kernel of a
+one-row step is small, and a GPU spends a few microseconds on each however little it does. :class:`Operations`
+counts, by name, the aten operations dispatched while it is active that make a tensor or write one; views, and
+conversions that return their input, launch nothing and are not counted. The CPU and a GPU dispatch the same
+operations for the same module code, except where torch fuses an operation on one device only (``rms_norm`` is
+one kernel on CUDA and its written-out arithmetic on the CPU: counted here as one, as dispatched).
+"""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# the operations that multiply by a weight or gather one (a kernel each, reading weights)
+PRODUCTS = ("linear", "matmul", "bmm", "mm", "addmm", "index_select", "embedding")
+
+
+class Operations(TorchDispatchMode):
+    """``with Operations() as ops: ...``; then ``ops.counts`` (by operation name) and :attr:`total`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: collections.Counter[str] = collections.Counter()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        first = out[0] if isinstance(out, tuple | list) and out else out
+        name = func.overloadpacket.__name__
+        if isinstance(first, torch.Tensor):
+            inputs = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
+            if name.endswith("_") or first.untyped_storage().data_ptr() not in inputs:
+                self.counts[name] += 1
+        return out
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    @property
+    def products(self) -> int:
+        return sum(self.counts[name] for name in PRODUCTS)

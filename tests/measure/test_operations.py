@@ -1,0 +1,25 @@
+"""The operation counter behind ``benchmarks/step_operations.py`` and the fused-steps test: it counts what makes or
+writes a tensor, and nothing that only views one."""
+
+from __future__ import annotations
+
+import torch
+
+from ggtts.measure.operations import Operations
+
+
+def test_counts_what_makes_or_writes_a_tensor_and_not_views() -> None:
+    x = torch.randn(4, 6)
+    w = torch.randn(5, 6)
+    with Operations() as ops:
+        y = x.view(2, 12).transpose(0, 1)[3:]  # views: nothing launched
+        same = x.float()  # already float32: returns its input
+        z = torch.nn.functional.linear(x, w) + 1.0
+        z.mul_(2.0)
+        picked = w.index_select(0, torch.tensor([0, 3]))
+    assert y.shape == (9, 2) and same is x and picked.shape == (2, 6)
+    assert ops.counts["view"] == ops.counts["transpose"] == ops.counts["slice"] == 0
+    assert ops.counts["linear"] + ops.counts["addmm"] + ops.counts["mm"] == 1
+    assert ops.counts["add"] == 1 and ops.counts["mul_"] == 1 and ops.counts["index_select"] == 1
+    assert ops.products == 2
+    assert ops.total == sum(ops.counts.values())
