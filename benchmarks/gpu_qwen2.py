@@ -9,7 +9,9 @@ tokens greedily after a ``--prompt``-token prefill (after one warm-up run of the
 
 - ``transformers generate``: ``Qwen2ForCausalLM.generate`` (greedy, EOS off), float32 and bfloat16;
 - ``ggtts eager``: ggtts's Qwen2 step op by op (``step_graphs=False``);
-- ``ggtts graph``: the same step captured once as a CUDA graph and replayed (:class:`StaticDecode`);
+- ``ggtts graph``: the same step captured once as a CUDA graph and replayed (:class:`StaticDecode`), its
+  projections that read one input fused (one product for queries/keys/values, one for gate and up);
+- ``ggtts unfused`` (asked for in ``--variants``): the graph row with each projection its own product;
 - ``ggtts compiled``: that step compiled by ``torch.compile`` (its small kernels fused), then captured;
 - ``ggtts graph + sampling``: the generation loop OuteTTS runs (``generate_tokens``), drawing each token with
   OuteTTS's default sampler (temperature 1, top-k 4) on the GPU: one host round trip per token, for the stream;
@@ -109,13 +111,16 @@ def transformers_generate(directory: Path, prompt: torch.Tensor, n_new: int, dty
 
 
 def ggtts_greedy(
-    path: Path, prompt: torch.Tensor, n_new: int, dtype: torch.dtype, graphs: bool, compiled: bool = False
-) -> dict[str, Any]:
+    path: Path, prompt: torch.Tensor, n_new: int, dtype: torch.dtype, graphs: bool, compiled: bool = False,
+    fuse: bool = True,
+) -> dict[str, Any]:  # fmt: skip
     device = prompt.device
     base = reset_memory(device)
     model = Qwen2Model.from_gguf(
-        GGUFFile(path), device, dtype=dtype, max_len=4096, step_graphs=graphs, compile_steps=compiled
+        GGUFFile(path), device, dtype=dtype, max_len=4096, step_graphs=graphs and fuse, compile_steps=compiled
     )
+    if graphs and not fuse:
+        model.use_static_steps(capture=device.type == "cuda", compile=compiled, fuse=False)
     n = prompt.shape[1] + n_new + 1
 
     def once() -> tuple[float, float, list[torch.Tensor]]:
@@ -212,10 +217,11 @@ def main() -> None:
             tokens = eager["_logits"].argmax(-1)
             if "eager" in want:
                 rows[f"ggtts eager {tag}"] = eager
-            for how in ("graph", "compiled"):
+            for how in ("graph", "unfused", "compiled"):
                 if how not in want:
                     continue
-                graph = ggtts_greedy(path, prompt, args.new, dtype, graphs=True, compiled=how == "compiled")
+                graph = ggtts_greedy(path, prompt, args.new, dtype, graphs=True, compiled=how == "compiled",
+                                     fuse=how != "unfused")  # fmt: skip
                 graph["max_rel_logit_diff"] = forced_difference(eager["_model"], graph["_model"], prompt, tokens[:64])
                 graph["greedy_tokens_equal"] = int((graph["_logits"].argmax(-1) == tokens).cumprod(0).sum())
                 rows[f"ggtts {how} {tag}"] = graph

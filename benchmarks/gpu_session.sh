@@ -7,7 +7,7 @@
 #   magpie           gpu_magpie.py: the 357M shape, graph rows with and without guidance, a profile (~1.5 min)
 #   omni             gpu_qwen3omni.py: talker + code predictor, graph, unfused and compiled rows, profiles (~4 min)
 #   magpie-compiled  gpu_magpie.py: the compiled steps, with guidance (~2 min)
-#   qwen2            gpu_qwen2.py: OuteTTS's Qwen2, graph and compiled, f32 / q8_0 / q4_0 files (~3 min)
+#   qwen2            gpu_qwen2.py: OuteTTS's Qwen2, graph, unfused and compiled, f32 / q8_0 / q4_0 files (~3 min)
 #   server           server_load.py: 8 clients streaming from `ggtts serve` on that Magpie model, one copy and
 #                    --replicas 8 (~3 min; needs the wheels of FastAPI, uvicorn, pydantic too)
 #   lanes            bench_lanes.py: OuteTTS's Qwen2 (0.5B shape), 1/2/4/8 streams one by one and in static lanes
@@ -59,7 +59,7 @@ for name in "${@:-magpie omni}"; do
             qwen2)
                 small=()
                 [ "${SMALL:-0}" = 1 ] && small=(--small)
-                step qwen2 240 python3 $B/gpu_qwen2.py "${small[@]}" --variants graph,compiled --quantized q8_0,q4_0 \
+                step qwen2 240 python3 $B/gpu_qwen2.py "${small[@]}" --variants graph,unfused,compiled --quantized q8_0,q4_0 \
                     --dir /tmp/gpu-qwen2 ;;
             server)
                 if [ ! -f /tmp/gpu-magpie/magpie.gguf ]; then  # the magpie step builds it; alone, build it here

@@ -124,8 +124,8 @@ def test_fused_weights_are_views_that_follow_loads_and_moves() -> None:
     attn, moe = fused.attn, fused.ffn
     assert isinstance(moe, SparseMoE) and attn.qkv is not None and moe.gate_up_exps is not None
     params = sum(p.numel() for p in fused.parameters())
-    assert attn.attn_k.weight.untyped_storage().data_ptr() == attn.qkv.untyped_storage().data_ptr()
-    assert moe.ffn_up_exps.weight.untyped_storage().data_ptr() == moe.gate_up_exps.untyped_storage().data_ptr()
+    assert attn.attn_k.weight.untyped_storage().data_ptr() == attn.qkv.weight.untyped_storage().data_ptr()
+    assert moe.ffn_up_exps.weight.untyped_storage().data_ptr() == moe.gate_up_exps.weight.untyped_storage().data_ptr()
     x = torch.randn(1, 5, DIM, generator=torch.Generator().manual_seed(7))
 
     fused.load_state_dict(other.state_dict())  # in place: into the views
@@ -146,12 +146,27 @@ def test_fused_weights_are_views_that_follow_loads_and_moves() -> None:
     assert torch.equal(_run(moved, x.double(), True), _run(want, x.double(), True))
 
 
-def test_only_plain_float_layers_without_bias_fuse() -> None:
-    biased = [nn.Linear(4, 3), nn.Linear(4, 3)]
-    before = [m.weight for m in biased]
-    assert fuse_rows(biased) is None and [m.weight for m in biased] == before
+def test_only_plain_float_layers_fuse_and_their_biases_with_them() -> None:
+    """Linear layers fuse with their biases (all or none biased); an expert stack along its rows; nothing else."""
+    torch.manual_seed(10)
+    biased = [nn.Linear(4, 3), nn.Linear(4, 5)]
+    x = torch.randn(2, 4)
+    want = torch.cat([m(x) for m in biased], dim=-1)
+    fused = fuse_rows(biased)
+    assert fused is not None and fused.bias is not None and still_fused(fused, biased)
+    assert torch.allclose(fused(x), want, rtol=1e-6, atol=1e-6)
+    assert torch.equal(torch.cat([m(x) for m in biased], dim=-1), want)  # each layer alone as before, on its views
+    biased[1].bias = nn.Parameter(torch.zeros(5))  # a bias of its own: the fused path no longer stands
+    assert not still_fused(fused, biased)
+
+    plain = [nn.Linear(4, 3, bias=False), nn.Linear(4, 3, bias=False)]
+    before = [m.weight for m in plain]
+    assert fuse_rows([plain[0], nn.Linear(4, 3)]) is None and plain[0].weight is before[0]  # biased and not
     assert fuse_rows([nn.Linear(4, 3, bias=False), nn.Linear(5, 3, bias=False)]) is None  # inputs differ
     assert fuse_rows([nn.Linear(4, 3, bias=False), nn.Linear(4, 3, bias=False).double()]) is None
     assert fuse_rows([nn.Linear(4, 3, bias=False), nn.Embedding(3, 4)]) is None
-    assert fuse_rows([Experts(4, 3, 5), Experts(4, 2, 5)], dim=1) is not None
+    assert [m.weight for m in plain] == before
+    stacks = [Experts(4, 3, 5), Experts(4, 2, 5)]
+    experts = fuse_rows(stacks, dim=1)
+    assert experts is not None and experts.weight.shape == (4, 5, 5) and still_fused(experts, stacks, dim=1)
     assert fuse_rows([Experts(4, 3, 5), Experts(2, 3, 5)], dim=1) is None  # expert counts differ

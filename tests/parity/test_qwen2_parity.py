@@ -16,6 +16,8 @@ from _tiny_outetts import build_qwen2_checkpoint
 
 from ggtts.convert.outetts_hf import convert_outetts_hf
 from ggtts.gguf import GGUFFile
+from ggtts.measure.operations import Operations
+from ggtts.models.layers.fused import still_fused
 from ggtts.models.layers.kv_cache import KVCacheFullError
 from ggtts.models.qwen2.ggml_graph import KV_STEP
 from ggtts.models.qwen2.model import Qwen2Model
@@ -97,6 +99,29 @@ def test_greedy_generation_matches_teacher_forced(pair: tuple[torch.nn.Module, P
     assert_free_run_agrees(_free_run(ours, n_new), comparison)
 
 
+def test_the_fused_static_step_runs_fewer_products(pair: tuple[torch.nn.Module, Path]) -> None:
+    """The step a GPU replays, counted op by op: with its projections fused (``use_static_steps``' default) each
+    layer runs 3 matrix products fewer (queries/keys/values with their biases 3 -> 1, gate and up 2 -> 1) and
+    rotates its query and key heads together; the logits are the unfused step's (float32 rounding)."""
+    _, path = pair
+    counts, logits = [], []
+    for fuse in (False, True):
+        model = Qwen2Model.from_gguf(GGUFFile(path), max_len=64, graph=False)
+        model.use_static_steps(capture=False, fuse=fuse)
+        cache = model.new_cache(16)
+        with torch.inference_mode():
+            model(torch.tensor([[1, 2, 3]]), cache)
+            with Operations() as ops:
+                logits.append(model(torch.tensor([[4]]), cache))
+        counts.append(ops)
+    plain, fused = counts
+    n = model.cfg.n_layers
+    print(f"operations per step {plain.total} -> {fused.total}, products {plain.products} -> {fused.products}")
+    assert plain.products - fused.products == 3 * n
+    assert plain.counts["roll"] == 2 * fused.counts["roll"] == 2 * n
+    assert _relative(logits[1], logits[0]) < 1e-6
+
+
 def test_static_steps_match_transformers_and_the_dynamic_steps(pair: tuple[torch.nn.Module, Path]) -> None:
     """The one-token step a CUDA graph captures (a fixed cache attended under a mask, the position read from a
     tensor), run eagerly here: the same logits as the steps whose shapes follow the cache, and transformers' greedy
@@ -114,6 +139,8 @@ def test_static_steps_match_transformers_and_the_dynamic_steps(pair: tuple[torch
             outs.append(torch.cat(parts, dim=1))
             assert cache.length == 48
     assert static.static is not None and list(static.static.decoders) == [512]
+    block = static.blk[0]
+    assert still_fused(block.qkv, [block.attn_q, block.attn_k, block.attn_v])  # the step a GPU runs: fused
     assert _relative(outs[1], outs[0]) < 1e-6
     comparison = compare_greedy(
         PrefixStepper(lambda x: hf(x).logits), _stepper(static), PROMPT, 40, close=allclose(1e-4, 1e-4), tie=TIE

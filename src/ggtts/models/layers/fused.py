@@ -1,28 +1,36 @@
 """Weights that multiply the same input, stored end to end so one product does the work of several.
 
-A GPU decode step replayed as a CUDA graph costs about its kernel count (:mod:`ggtts.ops.step_graph`): a Qwen3
+A GPU decode step replayed as a CUDA graph costs about its kernel count (:mod:`ggtts.ops.step_graph`): a Qwen
 block's query, key and value projections are three matrix products over the same row, its SwiGLU gate and up two.
-:func:`fuse_rows` lays such weights out in one tensor and makes each module's ``weight`` a view of its rows (no
-second copy, the module and its name in a state dict unchanged), so a fused step runs one product and slices the
-result. :func:`still_fused` tells whether the views still share that tensor (a ``.to()`` or an assigned state dict
-gives each weight its own storage again; the step then runs the modules as they are).
+:func:`fuse_rows` lays such weights (and their biases) out in one tensor each and makes each module's ``weight``
+(and ``bias``) a view of its part: no second copy, the modules and their names in a state dict unchanged; a fused
+step runs one product and slices the result. :func:`still_fused` tells whether the views still share those tensors
+(a ``.to()`` or an assigned state dict gives each weight its own storage again: the step then runs the modules as
+they are).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ggtts.ops.stored_experts import Experts
 
 
-def _plain(module: nn.Module) -> bool:
-    """A float ``nn.Linear`` without bias, or a float :class:`Experts` stack: weights a product reads whole."""
-    if type(module) is nn.Linear:
-        return module.bias is None and module.weight.is_floating_point()
-    return type(module) is Experts and module.weight.is_floating_point()
+@dataclass(frozen=True)
+class Fused:
+    """The fused weights (and biases, for linear layers that have them) of several layers."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None = None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """Every fused linear layer's output, end to end along the last dimension."""
+        return F.linear(x, self.weight, self.bias)
 
 
 def weight_of(module: nn.Module) -> torch.Tensor:
@@ -31,39 +39,82 @@ def weight_of(module: nn.Module) -> torch.Tensor:
     return w
 
 
+def _bias_of(module: nn.Module) -> torch.Tensor | None:
+    b = getattr(module, "bias", None)
+    return b if isinstance(b, torch.Tensor) else None
+
+
+def _plain(module: nn.Module) -> bool:
+    """A float ``nn.Linear`` or a float :class:`Experts` stack: weights a product reads whole."""
+    return type(module) in (nn.Linear, Experts) and weight_of(module).is_floating_point()
+
+
 @torch.no_grad()
-def fuse_rows(modules: Sequence[nn.Module], dim: int = 0) -> torch.Tensor | None:
-    """The weights of ``modules`` (plain float layers, :func:`_plain`, of one dtype and device, equal but in ``dim``)
-    concatenated along ``dim`` (0: a linear layer's output rows; 1: an expert stack's), each module's ``weight``
-    replaced by a view of its part. None, and nothing changed, where any module is not such a layer."""
+def _concatenate(modules: Sequence[nn.Module], parts: Sequence[torch.Tensor], dim: int, name: str) -> torch.Tensor:
+    """``parts`` (``name`` of each module) end to end along ``dim``, each module's ``name`` now a view of its part."""
+    fused = torch.cat(list(parts), dim=dim)
+    start = 0
+    for module, part in zip(modules, parts, strict=True):
+        view = fused.narrow(dim, start, part.shape[dim])
+        setattr(module, name, nn.Parameter(view, requires_grad=part.requires_grad))
+        start += part.shape[dim]
+    return fused
+
+
+def fuse_rows(modules: Sequence[nn.Module], dim: int = 0) -> Fused | None:
+    """The weights of ``modules`` (plain float layers of one dtype and device, equal in every dimension but
+    ``dim``; biases on all or none) concatenated along ``dim`` (0: a linear layer's output rows; 1: an expert
+    stack's), and their biases end to end; each module's ``weight`` and ``bias`` replaced by views of their parts.
+    None, and nothing changed, where any module is not such a layer."""
     if not modules or not all(_plain(m) for m in modules):
         return None
     weights = [weight_of(m) for m in modules]
+    biases = [_bias_of(m) for m in modules]
     first = weights[0]
     if any(w.dtype != first.dtype or w.device != first.device or w.dim() != first.dim() for w in weights):
         return None
     if any(w.shape[:dim] + w.shape[dim + 1 :] != first.shape[:dim] + first.shape[dim + 1 :] for w in weights):
         return None
-    fused = torch.cat(weights, dim=dim)
-    start = 0
-    for module, w in zip(modules, weights, strict=True):
-        part = fused.narrow(dim, start, w.shape[dim])
-        module.weight = nn.Parameter(part, requires_grad=w.requires_grad)
-        start += w.shape[dim]
-    return fused
+    has_bias = [b is not None for b in biases]
+    if any(has_bias) and (dim != 0 or not all(has_bias)):
+        return None
+    if any(b is not None and (b.dtype != first.dtype or b.device != first.device) for b in biases):
+        return None
+    bias = None
+    if all(has_bias):
+        bias = _concatenate(modules, [b for b in biases if b is not None], 0, "bias")
+    return Fused(_concatenate(modules, weights, dim, "weight"), bias)
 
 
-def still_fused(fused: torch.Tensor | None, modules: Sequence[nn.Module], dim: int = 0) -> bool:
-    """Whether each module's ``weight`` is still its part of ``fused`` (as :func:`fuse_rows` left it)."""
-    if fused is None:
-        return False
+def _views(fused: torch.Tensor, parts: Sequence[torch.Tensor | None], dim: int) -> bool:
     start = 0
     step = fused.stride(dim) * fused.element_size()
-    for module in modules:
-        w = getattr(module, "weight", None)
-        if not isinstance(w, torch.Tensor) or w.data_ptr() != fused.data_ptr() + start * step:
+    for part in parts:
+        if part is None or part.data_ptr() != fused.data_ptr() + start * step:
             return False
-        if w.untyped_storage().data_ptr() != fused.untyped_storage().data_ptr():
+        if part.untyped_storage().data_ptr() != fused.untyped_storage().data_ptr():
             return False
-        start += w.shape[dim]
+        start += part.shape[dim]
     return start == fused.shape[dim]
+
+
+def still_fused(fused: Fused | None, modules: Sequence[nn.Module], dim: int = 0) -> bool:
+    """Whether each module's ``weight`` (and ``bias``) is still its part of ``fused``, as :func:`fuse_rows` left
+    it."""
+    if fused is None:
+        return False
+    weights = [getattr(m, "weight", None) for m in modules]
+    if not _views(fused.weight, [w if isinstance(w, torch.Tensor) else None for w in weights], dim):
+        return False
+    biases = [_bias_of(m) for m in modules]
+    if fused.bias is None:
+        return all(b is None for b in biases)
+    return _views(fused.bias, biases, 0)
+
+
+def swiglu(x: torch.Tensor, gate_up: Fused | None, gate: nn.Module, up: nn.Module) -> torch.Tensor:
+    """``silu(gate(x)) * up(x)``, one product where ``gate_up`` still holds both layers (:func:`fuse_rows`)."""
+    if gate_up is not None and still_fused(gate_up, [gate, up]):
+        g, u = gate_up(x).split((weight_of(gate).shape[0], weight_of(up).shape[0]), dim=-1)
+        return F.silu(g) * u
+    return F.silu(gate(x)) * up(x)

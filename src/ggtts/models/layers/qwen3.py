@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ggtts.gguf import GGUFFile
-from ggtts.models.layers.fused import fuse_rows, still_fused, weight_of
+from ggtts.models.layers.fused import Fused, fuse_rows, still_fused, swiglu
 from ggtts.models.layers.gguf_state import load_module_from_gguf
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.layers.transformer import RMSNorm, RotaryEmbedding, StaticPosition, cached_attention
@@ -64,7 +64,7 @@ class Attention(nn.Module):
         self.attn_output = nn.Linear(n_heads * head_dim, dim, bias=False)
         self.attn_q_norm = RMSNorm(head_dim, rms_eps)
         self.attn_k_norm = RMSNorm(head_dim, rms_eps)
-        self.qkv: torch.Tensor | None = None  # attn_q/k/v's weights end to end (fuse)
+        self.qkv: Fused | None = None  # attn_q/k/v's weights end to end (fuse)
 
     def fuse(self) -> bool:
         """From now on one product for the queries, keys and values, and one rotation for the query and key heads
@@ -84,7 +84,7 @@ class Attention(nn.Module):
         h, hkv, d = self.n_heads, self.n_kv_heads, self.head_dim
         if still_fused(self.qkv, [self.attn_q, self.attn_k, self.attn_v]):
             assert self.qkv is not None
-            qkv = F.linear(x, self.qkv).view(b, t, h + 2 * hkv, d)
+            qkv = self.qkv(x).view(b, t, h + 2 * hkv, d)
             q, k = self.attn_q_norm(qkv[:, :, :h]), self.attn_k_norm(qkv[:, :, h : h + hkv])
             qk = rope(torch.cat((q, k), dim=2).transpose(1, 2), start)  # (B, H + Hkv, T, D)
             q, k, v = qk[:, :h], qk[:, h:], qkv[:, :, h + hkv :].transpose(1, 2)
@@ -104,7 +104,7 @@ class DenseFFN(nn.Module):
         self.ffn_gate = nn.Linear(dim, n_ff, bias=False)
         self.ffn_up = nn.Linear(dim, n_ff, bias=False)
         self.ffn_down = nn.Linear(n_ff, dim, bias=False)
-        self.gate_up: torch.Tensor | None = None  # ffn_gate's and ffn_up's weights end to end (fuse)
+        self.gate_up: Fused | None = None  # ffn_gate's and ffn_up's weights end to end (fuse)
 
     def fuse(self) -> bool:
         """From now on one product for the gate and the up projection (their weights become views, no copy)."""
@@ -114,15 +114,6 @@ class DenseFFN(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.ffn_down(swiglu(x, self.gate_up, self.ffn_gate, self.ffn_up))
-
-
-def swiglu(x: torch.Tensor, gate_up: torch.Tensor | None, gate: nn.Module, up: nn.Module) -> torch.Tensor:
-    """``silu(gate(x)) * up(x)``, one product where ``gate_up`` holds both weights (:func:`fuse_rows`)."""
-    if still_fused(gate_up, [gate, up]):
-        assert gate_up is not None
-        g, u = F.linear(x, gate_up).split((weight_of(gate).shape[0], weight_of(up).shape[0]), dim=-1)
-        return F.silu(g) * u
-    return F.silu(gate(x)) * up(x)
 
 
 class SparseMoE(nn.Module):
@@ -153,9 +144,9 @@ class SparseMoE(nn.Module):
             self.ffn_down_shexp = nn.Linear(n_ff_shexp, dim, bias=False)
         # fused weights (fuse): the experts' gate and up stacks, the router and the shared expert's gate, the
         # shared expert's gate and up projections
-        self.gate_up_exps: torch.Tensor | None = None
-        self.router: torch.Tensor | None = None
-        self.gate_up_shexp: torch.Tensor | None = None
+        self.gate_up_exps: Fused | None = None
+        self.router: Fused | None = None
+        self.gate_up_shexp: Fused | None = None
 
     def _routers(self) -> list[nn.Module]:
         return [self.ffn_gate_inp, self.ffn_gate_inp_shexp] if self.n_ff_shexp else [self.ffn_gate_inp]
@@ -185,10 +176,10 @@ class SparseMoE(nn.Module):
     def _gate_up(self, rows: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """``silu(gate) * up`` of each row's picked experts, ``rows (N, 1, dim)`` -> ``(N, k, n_ff_exp)``."""
         gate, up = self.ffn_gate_exps, self.ffn_up_exps
-        fused = self.gate_up_exps
-        if not still_fused(fused, [gate, up], dim=1):
+        if not still_fused(self.gate_up_exps, [gate, up], dim=1):
             return F.silu(gate(rows, ids)) * up(rows, ids)
-        assert fused is not None and isinstance(gate, Experts) and isinstance(up, Experts)
+        assert self.gate_up_exps is not None and isinstance(gate, Experts) and isinstance(up, Experts)
+        fused = self.gate_up_exps.weight  # (E, 2 n_ff_exp, dim)
         check_expert_inputs(rows, ids, gate.n_in)
         n = gate.n_out
         both = expert_products(rows, ids, gate.n_expert, 2 * n, lambda a, b: fused[a:b],
@@ -202,7 +193,7 @@ class SparseMoE(nn.Module):
         shared_gate = None
         if still_fused(self.router, self._routers()):
             assert self.router is not None
-            both = F.linear(h, self.router)  # (N, E + 1)
+            both = self.router(h)  # (N, E + 1)
             weights, ids = self.route(h, both[:, :-1])
             shared_gate = both[:, -1:]
         else:

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ggtts.gguf import GGUFFile
+from ggtts.models.layers.fused import Fused, fuse_rows, still_fused, swiglu
 from ggtts.models.layers.gguf_state import empty_modules, load_module_from_gguf
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.layers.static_steps import StaticCaches, StaticDecode, StaticLanes
@@ -50,23 +51,42 @@ class Block(nn.Module):
         self.ffn_gate = nn.Linear(cfg.dim, cfg.n_ff, bias=False)
         self.ffn_up = nn.Linear(cfg.dim, cfg.n_ff, bias=False)
         self.ffn_down = nn.Linear(cfg.n_ff, cfg.dim, bias=False)
+        self.qkv: Fused | None = None  # fuse: attn_q/k/v's weights and biases end to end
+        self.gate_up: Fused | None = None  # fuse: ffn_gate's and ffn_up's weights end to end
+
+    def fuse(self) -> bool:
+        """From now on one product (with its bias) for the queries, keys and values, one rotation for the query
+        and key heads together, and one product for the gate and up projections: the same arithmetic, fewer
+        kernels, where the layers are plain float ones (their weights become views, no copy:
+        :func:`~ggtts.models.layers.fused.fuse_rows`)."""
+        parts = [self.attn_q, self.attn_k, self.attn_v]
+        if not still_fused(self.qkv, parts):
+            self.qkv = fuse_rows(parts)
+        if not still_fused(self.gate_up, [self.ffn_gate, self.ffn_up]):
+            self.gate_up = fuse_rows([self.ffn_gate, self.ffn_up])
+        return self.qkv is not None or self.gate_up is not None
 
     def attention(
         self, x: torch.Tensor, rope: RotaryEmbedding, cache: KVCache, layer: int, start: int | StaticPosition
     ) -> torch.Tensor:
         b, t, _ = x.shape
-        q = self.attn_q(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
-        k = self.attn_k(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)  # (B, Hkv, T, D)
-        v = self.attn_v(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        out = cached_attention(rope(q, start), rope(k, start), v, cache, layer, start)  # (B, H, T, D)
+        h, hkv, d = self.n_heads, self.n_kv_heads, self.head_dim
+        if self.qkv is not None and still_fused(self.qkv, [self.attn_q, self.attn_k, self.attn_v]):
+            qkv = self.qkv(x).view(b, t, h + 2 * hkv, d)
+            qk = rope(qkv[:, :, : h + hkv].transpose(1, 2), start)  # (B, H + Hkv, T, D)
+            q, k, v = qk[:, :h], qk[:, h:], qkv[:, :, h + hkv :].transpose(1, 2)
+        else:
+            q = rope(self.attn_q(x).view(b, t, h, d).transpose(1, 2), start)  # (B, H, T, D)
+            k = rope(self.attn_k(x).view(b, t, hkv, d).transpose(1, 2), start)  # (B, Hkv, T, D)
+            v = self.attn_v(x).view(b, t, hkv, d).transpose(1, 2)
+        out = cached_attention(q, k, v, cache, layer, start)  # (B, H, T, D)
         return self.attn_output(out.transpose(1, 2).reshape(b, t, -1))
 
     def forward(
         self, x: torch.Tensor, rope: RotaryEmbedding, cache: KVCache, layer: int, start: int | StaticPosition
     ) -> torch.Tensor:
         x = x + self.attention(self.attn_norm(x), rope, cache, layer, start)
-        h = self.ffn_norm(x)
-        return x + self.ffn_down(F.silu(self.ffn_gate(h)) * self.ffn_up(h))
+        return x + self.ffn_down(swiglu(self.ffn_norm(x), self.gate_up, self.ffn_gate, self.ffn_up))
 
 
 class Qwen2Model(nn.Module):
@@ -130,11 +150,14 @@ class Qwen2Model(nn.Module):
             model.use_static_steps(compile=compile_steps)
         return model
 
-    def use_static_steps(self, capture: bool = True, compile: bool = False) -> None:
+    def use_static_steps(self, capture: bool = True, compile: bool = False, fuse: bool = True) -> None:
         """From now on, :meth:`new_cache` hands out caches of fixed capacity and each one-token step on one runs as
         a :class:`~ggtts.models.layers.static_steps.StaticDecode` (a CUDA graph replayed, with ``capture`` on
         CUDA; eagerly elsewhere). ``compile``: the step is compiled by ``torch.compile`` (fixed shapes) before it
-        is captured."""
+        is captured. ``fuse``: each block's projections that read one input as one product (:meth:`Block.fuse`),
+        in every step from now on."""
+        if fuse:
+            self.fuse()
 
         def make(capacity: int) -> StaticDecode[torch.Tensor]:
             token = torch.zeros((1, 1), dtype=torch.long)
@@ -143,18 +166,24 @@ class Qwen2Model(nn.Module):
 
         self.static = StaticCaches(make, self.rope.max_len)
 
-    def use_static_lanes(self, slots: int, capture: bool = True, compile: bool = False) -> None:
+    def use_static_lanes(self, slots: int, capture: bool = True, compile: bool = False, fuse: bool = True) -> None:
         """From now on, :meth:`new_cache` hands out rows of fixed caches of ``slots`` rows, and the one-token steps
         of up to ``slots`` sequences on them run together (:meth:`forward_many`) as one
         :class:`~ggtts.models.layers.static_steps.StaticLanes` step: a CUDA graph replayed, with ``capture`` on
         CUDA (eagerly elsewhere). Give each cache back with :meth:`release_cache` when its sequence ends. With every
         row held, a further cache is one of its own, stepped alone (the one-sequence static steps, whose one cache
-        serves one generation at a time, are off from now on)."""
+        serves one generation at a time, are off from now on). ``fuse``: as :meth:`use_static_steps`'."""
+        if fuse:
+            self.fuse()
         self.static = None
         token = torch.zeros((1, 1), dtype=torch.long)
         self.lanes = StaticLanes(lambda capacity: self._new_cache(capacity, batch=slots), self._static_step,
                                  self.rope, token, slots, self.rope.max_len, "the Qwen2 decode step of several "
                                  "sequences", capture, compile)  # fmt: skip
+
+    def fuse(self) -> int:
+        """Each block's :meth:`Block.fuse`; how many fused."""
+        return sum(block.fuse() for block in self.blk if isinstance(block, Block))
 
     def release_cache(self, cache: KVCache) -> None:
         """``cache``'s sequence is over: its row of the static lanes (if it holds one) is free for another."""
