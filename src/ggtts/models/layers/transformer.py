@@ -37,14 +37,15 @@ class RMSNorm(nn.Module):
 
 @dataclass(frozen=True)
 class StaticPosition:
-    """One new position, read from tensors: ``index`` (1,) the position, ``visible`` (1, 1, 1, capacity) the cache
-    positions up to it, ``cos``/``sin_signed`` (1, head_dim) its rotation (:class:`RotaryEmbedding`'s tables). Or,
-    for a batch whose rows are sequences each at its own position (:meth:`rows`): ``index`` (B,), ``visible`` (B, 1,
-    1, capacity), ``cos``/``sin_signed`` (B, 1, 1, head_dim), and ``write`` (B,): the rows that take part (the others
-    write nothing into their cache)."""
+    """One new position, read from tensors: ``index`` (1,) the position, ``mask`` (1, 1, 1, capacity) the attention's
+    additive mask over the cache (0 up to the position, -inf after it; made once for every layer, in the rotary
+    tables' dtype: given a boolean mask, attention would make this in 1-2 kernels per layer), ``cos``/``sin_signed``
+    (1, head_dim) its rotation (:class:`RotaryEmbedding`'s tables). Or, for a batch whose rows are sequences each at
+    its own position (:meth:`rows`): ``index`` (B,), ``mask`` (B, 1, 1, capacity), ``cos``/``sin_signed`` (B, 1, 1,
+    head_dim), and ``write`` (B,): the rows that take part (the others write nothing into their cache)."""
 
     index: torch.Tensor
-    visible: torch.Tensor
+    mask: torch.Tensor
     cos: torch.Tensor
     sin_signed: torch.Tensor
     write: torch.Tensor | None = None
@@ -52,8 +53,8 @@ class StaticPosition:
     @classmethod
     def at(cls, index: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding) -> StaticPosition:
         """``index`` (1,) among ``positions`` (capacity,) = ``arange(capacity)``."""
-        visible = (positions <= index).view(1, 1, 1, -1)
-        return cls(index, visible, rope.cos.index_select(0, index), rope.sin_signed.index_select(0, index))
+        mask = _additive(positions <= index, rope).view(1, 1, 1, -1)
+        return cls(index, mask, rope.cos.index_select(0, index), rope.sin_signed.index_select(0, index))
 
     @classmethod
     def rows(
@@ -62,10 +63,15 @@ class StaticPosition:
         """Row ``b`` of a batch at position ``index[b]`` (B,) among ``positions`` (capacity,), written into its
         cache where ``write[b]``."""
         b = index.shape[0]
-        visible = (positions.view(1, -1) <= index.view(-1, 1)).view(b, 1, 1, -1)
+        mask = _additive(positions.view(1, -1) <= index.view(-1, 1), rope).view(b, 1, 1, -1)
         cos = rope.cos.index_select(0, index).view(b, 1, 1, -1)
         sin = rope.sin_signed.index_select(0, index).view(b, 1, 1, -1)
-        return cls(index, visible, cos, sin, write)
+        return cls(index, mask, cos, sin, write)
+
+
+def _additive(visible: torch.Tensor, rope: RotaryEmbedding) -> torch.Tensor:
+    """A boolean mask as attention adds it to the scores: 0 where visible, -inf elsewhere."""
+    return torch.where(visible, 0.0, float("-inf")).to(rope.cos.dtype)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:
@@ -121,7 +127,7 @@ def cached_attention(
             _write_rows(values, start, v)
         keys, values = keys.to(q.dtype), values.to(q.dtype)
         return F.scaled_dot_product_attention(
-            q, keys, values, attn_mask=start.visible, enable_gqa=q.shape[1] != k.shape[1]
+            q, keys, values, attn_mask=start.mask.to(q.dtype), enable_gqa=q.shape[1] != k.shape[1]
         )
     t = q.shape[2]
     keys, values = cache.update(layer, start, k, v)  # (B, Hkv, start + T, D)
