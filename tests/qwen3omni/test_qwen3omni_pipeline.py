@@ -867,3 +867,22 @@ def test_the_device_pick_draws_from_the_filtered_distribution() -> None:
     assert counts[want == 0].sum() == 0
     assert float((counts / n - want).abs().max()) < 0.025  # 4 standard deviations of a frequency at 6000 draws
     assert int(DevicePick(params, True, noise)(0, logits)) == 8
+
+
+@pytest.mark.parametrize(("top_k", "top_p"), [(50, 0.8), (50, 1.0), (0, 0.8), (3, 0.5)])
+def test_the_device_pick_draws_what_the_whole_filtered_race_draws(top_k: int, top_p: float) -> None:
+    """The pick races only the top-k tokens (their softmax cut by top-p): for the same noise it draws what the race
+    over the whole vocabulary, filtered by :func:`filter_top_k` and :func:`filter_top_p`, draws."""
+    from ggtts.families.qwen3omni.generate import DevicePick
+    from ggtts.models.qwen3omni_talker.config import Sampling
+    from ggtts.runtime.sampling import filter_top_k, filter_top_p
+
+    params = Sampling(temperature=0.9, top_k=top_k, top_p=top_p)
+    g = torch.Generator().manual_seed(11)
+    logits = torch.randn(200, 2048, generator=g) * 3
+    noise = torch.empty(200, 2048).exponential_(generator=g)
+    pick = DevicePick(params, False, noise)
+    for j in range(200):
+        scores = logits[j] / params.temperature
+        probs = torch.softmax(filter_top_p(filter_top_k(scores, top_k), top_p), dim=-1)
+        assert int(pick(j, logits[j])) == int((probs / noise[j]).argmax())

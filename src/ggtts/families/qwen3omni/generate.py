@@ -108,8 +108,14 @@ class DevicePick:
         if self.greedy:
             return scores.argmax().view(1)
         p = self.params
-        probs = torch.softmax(filter_top_p(filter_top_k(scores / p.temperature, p.top_k), p.top_p), dim=-1)
-        return (probs / self.noise[j]).argmax().view(1)
+        k = p.top_k if 0 < p.top_k < scores.shape[-1] else scores.shape[-1]
+        # the k best, in order: top-k's survivors (ties at the k-th aside), and top-p's order among them
+        best, ids = torch.topk(scores / p.temperature, k)
+        probs = torch.softmax(best, dim=-1)
+        if p.top_p < 1.0:  # a token stays while the mass before it is short of top_p (the first always does)
+            probs = probs * ((probs.cumsum(-1) - probs) < p.top_p)
+        # the race over the survivors, each with its own token's noise (unnormalised: the argmax is the same)
+        return ids[(probs / self.noise[j][ids]).argmax()].view(1)
 
 
 class GraphedFrame:
