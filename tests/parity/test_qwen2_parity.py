@@ -122,6 +122,24 @@ def test_the_fused_static_step_runs_fewer_products(pair: tuple[torch.nn.Module, 
     assert _relative(logits[1], logits[0]) < 1e-6
 
 
+def test_the_static_step_traces_whole(pair: tuple[torch.nn.Module, Path]) -> None:
+    """The step a GPU replays (fused) traces as one graph with no break: nothing read on the host mid-step (a CUDA
+    graph could not hold it) and ``torch.compile`` fuses it whole."""
+    import torch._dynamo as dynamo
+
+    _, path = pair
+    model = Qwen2Model.from_gguf(GGUFFile(path), max_len=64, graph=False)
+    model.use_static_steps(capture=False)
+    dynamo.reset()
+    with torch.inference_mode():
+        cache = model.new_cache(16)
+        model(torch.tensor([[1, 2, 3]]), cache)
+        step = model.static.owner(cache) if model.static is not None else None
+        assert step is not None
+        explained = dynamo.explain(step.graph.step)()
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+
+
 def test_static_steps_match_transformers_and_the_dynamic_steps(pair: tuple[torch.nn.Module, Path]) -> None:
     """The one-token step a CUDA graph captures (a fixed cache attended under a mask, the position read from a
     tensor), run eagerly here: the same logits as the steps whose shapes follow the cache, and transformers' greedy

@@ -832,6 +832,32 @@ def test_the_fused_gpu_steps_launch_fewer_and_larger_products(tiny: Tiny) -> Non
     assert fused.total < plain.total
 
 
+@pytest.mark.parametrize("greedy", [True, False])
+def test_the_gpu_steps_trace_whole(tiny: Tiny, greedy: bool) -> None:
+    """The talker's static step and the code predictor's graphed frame (fused, as on a GPU) each trace as one graph
+    with no break: nothing in them is read on the host (which would wait for the GPU, and which a CUDA graph cannot
+    hold), and ``torch.compile`` can fuse each whole."""
+    import torch._dynamo as dynamo
+
+    from ggtts.families.qwen3omni.generate import GraphedFrame
+    from ggtts.gguf import GGUFFile
+    from ggtts.models.qwen3omni_talker.model import Talker
+
+    cfg = tiny.tts.talker.cfg
+    talker = Talker.from_gguf(GGUFFile(tiny.tts.talker_path), stored_weights=False, max_len=64, graph=False)
+    talker.use_static_steps(capture=False)
+    frame = GraphedFrame(talker.cp, cfg.cp_sampling, greedy, seed=0, capture=False)
+    dynamo.reset()
+    with torch.inference_mode():
+        cache = talker.new_cache(16)
+        talker.step(torch.randn(1, 3, cfg.talker.dim), cache)
+        step = talker.static.owner(cache) if talker.static is not None else None
+        assert step is not None
+        for traced in (step.graph.step, frame.graph.step):
+            explained = dynamo.explain(traced)()
+            assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+
+
 def test_a_talkers_graphed_frame_is_made_once_and_reseeded(tiny: Tiny) -> None:
     """One :class:`GraphedFrame` per talker and sampling setting (a CUDA graph is captured once, not per
     utterance); each utterance's seed restarts its draws."""

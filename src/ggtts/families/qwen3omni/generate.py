@@ -115,7 +115,8 @@ class DevicePick:
         if p.top_p < 1.0:  # a token stays while the mass before it is short of top_p (the first always does)
             probs = probs * ((probs.cumsum(-1) - probs) < p.top_p)
         # the race over the survivors, each with its own token's noise (unnormalised: the argmax is the same)
-        return ids[(probs / self.noise[j][ids]).argmax()].view(1)
+        # (as tensors: an index read on the host would wait for the GPU, and a CUDA graph cannot hold that)
+        return ids.gather(0, (probs / self.noise[j].gather(0, ids)).argmax().view(1))
 
 
 class GraphedFrame:

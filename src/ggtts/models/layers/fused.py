@@ -103,6 +103,8 @@ def still_fused(fused: Fused | None, modules: Sequence[nn.Module], dim: int = 0)
     it."""
     if fused is None:
         return False
+    if torch.compiler.is_compiling():  # checked as the step ran eagerly; a compiled step's graph holds the weights
+        return True
     weights = [getattr(m, "weight", None) for m in modules]
     if not _views(fused.weight, [w if isinstance(w, torch.Tensor) else None for w in weights], dim):
         return False
