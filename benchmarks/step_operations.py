@@ -1,14 +1,16 @@
-"""The operations (GPU kernel launches) one frame of Qwen3-Omni's and Qwen3-TTS's talkers replays on a GPU, counted
-on any machine: the talker's static one-row step and the code predictor's graphed frame (15 steps, codes chosen
-as tensors), with the projections fused (what ``ggtts.load`` runs on CUDA) and with each projection its own.
+"""The operations (GPU kernel launches) one frame of Qwen3-Omni's and Qwen3-TTS's talkers, and one token of
+OuteTTS's Qwen2, replay on a GPU, counted on any machine: the talker's static one-row step and the code predictor's
+graphed frame (15 steps, codes chosen as tensors); Qwen2's static step. With the projections fused (what
+``ggtts.load`` runs on CUDA) and with each projection its own.
 
     python benchmarks/step_operations.py [--greedy]
 
 A replayed CUDA graph costs about its kernel count (Qwen3-Omni's graphed frame at ~5,300 kernels took 24 ms on an
 H100: 41.4 frames/s), so this count is the lever on the GPU's frames per second that can be measured without one.
 The models have the published layer structure (Qwen3-Omni-30B-A3B's talker: 20 layers of 128 experts, 6 picked
-and a shared expert; Qwen3-TTS 0.6B's: 28 dense layers; both a 5-layer code predictor over 16 codebooks) at a small
-width: the count depends on the structure, not on the width. ``rms_norm`` is one kernel on CUDA and counts as one.
+and a shared expert; Qwen3-TTS 0.6B's: 28 dense layers; both a 5-layer code predictor over 16 codebooks; OuteTTS
+0.5B's Qwen2: 24 layers) at a small width: the count depends on the structure, not on the width. ``rms_norm`` is one
+kernel on CUDA and counts as one (:mod:`ggtts.measure.operations`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from gpu_qwen3omni import build
 from ggtts.families.qwen3omni.generate import GraphedFrame
 from ggtts.gguf import GGUFFile
 from ggtts.measure.operations import Operations
+from ggtts.models.qwen2.config import Qwen2Config
+from ggtts.models.qwen2.model import Qwen2Model
 from ggtts.models.qwen3omni_talker.config import StackConfig, TalkerConfig
 from ggtts.models.qwen3omni_talker.model import Talker
 
@@ -35,6 +39,7 @@ OMNI_TALKER = dict(n_layers=20, n_expert=128, n_expert_used=6, norm_topk_prob=Tr
 TTS_TALKER = dict(n_layers=28, n_expert=0, n_expert_used=0, n_ff_exp=0, n_ff_shexp=0, n_ff=64)
 CODE_PREDICTOR = dict(n_layers=5)
 CODEBOOKS, CP_VOCAB = 16, 2048
+QWEN2 = Qwen2Config(n_vocab=1024, dim=64, n_layers=24, n_heads=4, n_kv_heads=2, n_ff=96, context_length=256)
 
 
 def shaped(tiny: TalkerConfig, talker: dict[str, object]) -> TalkerConfig:
@@ -63,6 +68,19 @@ def count(cfg: TalkerConfig, fuse: bool, greedy: bool) -> Operations:
     return ops
 
 
+def count_qwen2(fuse: bool) -> Operations:
+    torch.manual_seed(0)
+    model = Qwen2Model(QWEN2, 64).eval()
+    model.use_static_steps(capture=False, fuse=fuse)
+    with torch.inference_mode():
+        cache = model.new_cache(32)
+        model(torch.tensor([[1, 2, 3]]), cache)  # the prompt, then the step made
+        model(torch.tensor([[4]]), cache)
+        with Operations() as ops:
+            model(torch.tensor([[5]]), cache)
+    return ops
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--greedy", action="store_true", help="the code predictor's codes by argmax, not sampled")
@@ -79,6 +97,12 @@ def main() -> None:
             ops = count(shaped(tiny, talker), fuse, args.greedy)
             top = ", ".join(f"{n} {c}" for n, c in ops.counts.most_common(6))
             print(f"{name:34} {'fused' if fuse else 'each its own':12} {ops.total:10} {ops.products:9}  {top}")
+    print("operations per token (Qwen2's static step)")
+    for fuse in (False, True):
+        ops = count_qwen2(fuse)
+        top = ", ".join(f"{n} {c}" for n, c in ops.counts.most_common(6))
+        print(f"{'OuteTTS Qwen2 (24 layers)':34} {'fused' if fuse else 'each its own':12} {ops.total:10} "
+              f"{ops.products:9}  {top}")  # fmt: skip
 
 
 if __name__ == "__main__":

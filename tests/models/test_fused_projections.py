@@ -146,6 +146,29 @@ def test_fused_weights_are_views_that_follow_loads_and_moves() -> None:
     assert torch.equal(_run(moved, x.double(), True), _run(want, x.double(), True))
 
 
+def test_a_stale_fusion_is_dropped_and_a_trace_checks_the_parameters() -> None:
+    """Run eagerly, a block whose weights moved drops its fused tensors (not kept alive beside the new weights) and
+    runs its modules; traced by ``torch.compile`` (where storage cannot be read), the check is that each layer holds
+    the parameter the fusion gave it: a state dict assigned after the fusion is seen there too."""
+    block = _block("dense", seed=12)
+    fuse_projections([block])
+    attn, ffn = block.attn, block.ffn
+    assert isinstance(ffn, DenseFFN) and attn.qkv is not None and ffn.gate_up is not None
+    parts = [attn.attn_q, attn.attn_k, attn.attn_v]
+
+    def traced() -> bool:
+        return still_fused(attn.qkv, parts)
+
+    assert torch.compile(traced, backend="eager", fullgraph=True)()
+    torch._dynamo.reset()
+    block.load_state_dict(_block("dense", seed=13).state_dict(), assign=True)
+    assert not torch.compile(traced, backend="eager", fullgraph=True)()
+    torch._dynamo.reset()
+    _run(block, torch.randn(1, 4, DIM), gather=True)
+    assert attn.qkv is None and ffn.gate_up is None  # dropped: the modules' own weights from now on
+    assert fuse_projections([block]) == 2 and still_fused(attn.qkv, parts)  # fused again on asking
+
+
 def test_only_plain_float_layers_fuse_and_their_biases_with_them() -> None:
     """Linear layers fuse with their biases (all or none biased); an expert stack along its rows; nothing else."""
     torch.manual_seed(10)

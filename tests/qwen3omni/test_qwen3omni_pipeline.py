@@ -795,8 +795,8 @@ def test_the_steps_cuda_graphs_hold_match_the_eager_steps(tiny: Tiny) -> None:
             codes, total = graphed(hidden, first)
             want_codes, want_total = host(hidden, first)
             assert codes == want_codes and torch.equal(total, want_total)
-            codes, total = fused(hidden, first)
-            assert codes == want_codes and _relative(total, want_total) < 1e-5
+            codes, total = fused(hidden, first)  # the same codes: the same tables summed
+            assert codes == want_codes and torch.equal(total, want_total)
 
 
 def test_the_fused_gpu_steps_launch_fewer_and_larger_products(tiny: Tiny) -> None:
@@ -895,7 +895,7 @@ def test_the_device_pick_draws_from_the_filtered_distribution() -> None:
     assert int(DevicePick(params, True, noise)(0, logits)) == 8
 
 
-@pytest.mark.parametrize(("top_k", "top_p"), [(50, 0.8), (50, 1.0), (0, 0.8), (3, 0.5)])
+@pytest.mark.parametrize(("top_k", "top_p"), [(50, 0.8), (50, 1.0), (0, 0.8), (3, 0.5), (5000, 0.9)])
 def test_the_device_pick_draws_what_the_whole_filtered_race_draws(top_k: int, top_p: float) -> None:
     """The pick races only the top-k tokens (their softmax cut by top-p): for the same noise it draws what the race
     over the whole vocabulary, filtered by :func:`filter_top_k` and :func:`filter_top_p`, draws."""

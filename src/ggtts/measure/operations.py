@@ -5,7 +5,8 @@ one-row step is small, and a GPU spends a few microseconds on each however littl
 counts, by name, the aten operations dispatched while it is active that make a tensor or write one; views, and
 conversions that return their input, launch nothing and are not counted. The CPU and a GPU dispatch the same
 operations for the same module code, except where torch fuses an operation on one device only (``rms_norm`` is
-one kernel on CUDA and its written-out arithmetic on the CPU: counted here as one, as dispatched). What an
+one kernel on CUDA and its written-out arithmetic on the CPU: counted here as one, as dispatched under
+``torch.inference_mode``, as the generation loops run; with autograd on, its parts are counted). What an
 operation does inside is not seen: attention counts as one, though a GPU's may launch a few (given a boolean mask,
 1-2 more to make it additive: the static steps hand it an additive one).
 """

@@ -61,9 +61,11 @@ class StaticDecode(Generic[T]):
             step = CompiledOrEager(self._step, what, device, dynamic=False)
         self.graph = StepGraph(step, device, capture)
         self.current: KVCache | None = None
+        self.mask_dtype = example.dtype if example.is_floating_point() else None  # the queries' (embeddings in)
 
     def _step(self) -> T:
-        return self.body(self.input, StaticPosition.at(self.index, self.positions, self.rope), self.cache)
+        at = StaticPosition.at(self.index, self.positions, self.rope, self.mask_dtype)
+        return self.body(self.input, at, self.cache)
 
     def new_cache(self, max_len: int) -> KVCache:
         """A cache of ``max_len`` positions in this one's storage (ending the one handed out before)."""
@@ -145,7 +147,8 @@ class _Slots(Generic[T]):
         self.held: list[weakref.ref[KVCache] | None] = [None] * n
 
     def _step(self) -> T:
-        at = StaticPosition.rows(self.index, self.write, self.positions, self.lanes.rope)
+        dtype = self.input.dtype if self.input.is_floating_point() else None  # the queries' (embeddings in)
+        at = StaticPosition.rows(self.index, self.write, self.positions, self.lanes.rope, dtype)
         return self.lanes.body(self.input, at, self.cache)
 
     def storage(self) -> int:

@@ -20,9 +20,9 @@ from ggtts.models.layers.kv_cache import KVCache
 
 class RMSNorm(nn.Module):
     """Root-mean-square norm over the last dimension, computed in float32 and rounded to the input's dtype, then
-    scaled by ``weight`` (transformers' Qwen RMSNorm, to the bit). Through torch's ``rms_norm``: one kernel on a GPU
-    where all is float32 (a replayed step graph costs about its kernel count); on the CPU torch's composite, the
-    arithmetic written out."""
+    scaled by ``weight`` (transformers' Qwen RMSNorm). Through torch's ``rms_norm``: on the CPU its composite, the
+    arithmetic written out (transformers' to the bit, tested); on CUDA one fused kernel where all is float32 (its
+    own summation order; a replayed step graph costs about its kernel count)."""
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -38,8 +38,8 @@ class RMSNorm(nn.Module):
 @dataclass(frozen=True)
 class StaticPosition:
     """One new position, read from tensors: ``index`` (1,) the position, ``mask`` (1, 1, 1, capacity) the attention's
-    additive mask over the cache (0 up to the position, -inf after it; made once for every layer, in the rotary
-    tables' dtype: given a boolean mask, attention would make this in 1-2 kernels per layer), ``cos``/``sin_signed``
+    additive mask over the cache (0 up to the position, -inf after it; made once for every layer, in the queries'
+    dtype where it is given: given a boolean mask, attention makes this in each layer), ``cos``/``sin_signed``
     (1, head_dim) its rotation (:class:`RotaryEmbedding`'s tables). Or, for a batch whose rows are sequences each at
     its own position (:meth:`rows`): ``index`` (B,), ``mask`` (B, 1, 1, capacity), ``cos``/``sin_signed`` (B, 1, 1,
     head_dim), and ``write`` (B,): the rows that take part (the others write nothing into their cache)."""
@@ -51,27 +51,31 @@ class StaticPosition:
     write: torch.Tensor | None = None
 
     @classmethod
-    def at(cls, index: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding) -> StaticPosition:
-        """``index`` (1,) among ``positions`` (capacity,) = ``arange(capacity)``."""
-        mask = _additive(positions <= index, rope).view(1, 1, 1, -1)
+    def at(
+        cls, index: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding, dtype: torch.dtype | None = None
+    ) -> StaticPosition:
+        """``index`` (1,) among ``positions`` (capacity,) = ``arange(capacity)``; the mask in ``dtype`` (default:
+        the rotary tables')."""
+        mask = _additive(positions <= index, dtype or rope.cos.dtype).view(1, 1, 1, -1)
         return cls(index, mask, rope.cos.index_select(0, index), rope.sin_signed.index_select(0, index))
 
     @classmethod
     def rows(
-        cls, index: torch.Tensor, write: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding
-    ) -> StaticPosition:
+        cls, index: torch.Tensor, write: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding,
+        dtype: torch.dtype | None = None,
+    ) -> StaticPosition:  # fmt: skip
         """Row ``b`` of a batch at position ``index[b]`` (B,) among ``positions`` (capacity,), written into its
-        cache where ``write[b]``."""
+        cache where ``write[b]``; the mask in ``dtype`` (default: the rotary tables')."""
         b = index.shape[0]
-        mask = _additive(positions.view(1, -1) <= index.view(-1, 1), rope).view(b, 1, 1, -1)
+        mask = _additive(positions.view(1, -1) <= index.view(-1, 1), dtype or rope.cos.dtype).view(b, 1, 1, -1)
         cos = rope.cos.index_select(0, index).view(b, 1, 1, -1)
         sin = rope.sin_signed.index_select(0, index).view(b, 1, 1, -1)
         return cls(index, mask, cos, sin, write)
 
 
-def _additive(visible: torch.Tensor, rope: RotaryEmbedding) -> torch.Tensor:
+def _additive(visible: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """A boolean mask as attention adds it to the scores: 0 where visible, -inf elsewhere."""
-    return torch.where(visible, 0.0, float("-inf")).to(rope.cos.dtype)
+    return torch.where(visible, 0.0, float("-inf")).to(dtype)
 
 
 def rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ggtts.gguf import GGUFFile
-from ggtts.models.layers.fused import Fused, fuse_rows, still_fused, swiglu
+from ggtts.models.layers.fused import Fused, current, fuse_rows, still_fused, swiglu
 from ggtts.models.layers.gguf_state import empty_modules, load_module_from_gguf
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.layers.static_steps import StaticCaches, StaticDecode, StaticLanes
@@ -71,8 +71,9 @@ class Block(nn.Module):
     ) -> torch.Tensor:
         b, t, _ = x.shape
         h, hkv, d = self.n_heads, self.n_kv_heads, self.head_dim
-        if self.qkv is not None and still_fused(self.qkv, [self.attn_q, self.attn_k, self.attn_v]):
-            qkv = self.qkv(x).view(b, t, h + 2 * hkv, d)
+        fused = current(self, "qkv", [self.attn_q, self.attn_k, self.attn_v])
+        if fused is not None:
+            qkv = fused(x).view(b, t, h + 2 * hkv, d)
             qk = rope(qkv[:, :, : h + hkv].transpose(1, 2), start)  # (B, H + Hkv, T, D)
             q, k, v = qk[:, :h], qk[:, h:], qkv[:, :, h + hkv :].transpose(1, 2)
         else:
@@ -86,7 +87,8 @@ class Block(nn.Module):
         self, x: torch.Tensor, rope: RotaryEmbedding, cache: KVCache, layer: int, start: int | StaticPosition
     ) -> torch.Tensor:
         x = x + self.attention(self.attn_norm(x), rope, cache, layer, start)
-        return x + self.ffn_down(swiglu(self.ffn_norm(x), self.gate_up, self.ffn_gate, self.ffn_up))
+        gate_up = current(self, "gate_up", [self.ffn_gate, self.ffn_up])
+        return x + self.ffn_down(swiglu(self.ffn_norm(x), gate_up, self.ffn_gate, self.ffn_up))
 
 
 class Qwen2Model(nn.Module):

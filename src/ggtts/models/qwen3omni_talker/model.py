@@ -231,9 +231,10 @@ class TalkerStack(nn.Module):
         for module in self.modules():
             if isinstance(module, Experts):
                 module.gather = True  # what the graph holds, run eagerly too where it is not captured
-        if fuse:  # fewer, larger products in every step: a replayed graph costs about its kernel count
-            fuse_projections([*self.blk, *self.cp.blk])
-            # ggml's CPU graphs read the weights as loaded (a fused expert stack's halves are strided views)
+        # fewer, larger products in every step: a replayed graph costs about its kernel count
+        if fuse and fuse_projections([*self.blk, *self.cp.blk]):
+            # ggml's CPU graphs take contiguous weights (a fused expert stack's halves are strided views): the
+            # modules run every step from now on
             self.graph = self.cp.graph = None
 
         def make(capacity: int) -> StaticDecode[tuple[torch.Tensor, torch.Tensor]]:
