@@ -117,6 +117,24 @@ def test_static_steps_match_the_modules(tiny: Path, cfg: bool, speaker: int, mon
     assert torch.equal(picks, codes)
 
 
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_the_gpu_steps_trace_whole(tiny: Path, temperature: float) -> None:
+    """The decoder's fixed-tensor step and the local transformer's device frame (as a GPU captures them, made by a
+    generation) each trace as one graph with no break: nothing in them is read on the host (which would wait for
+    the GPU, and which a CUDA graph cannot hold), and ``torch.compile`` can fuse each whole."""
+    import torch._dynamo as dynamo
+
+    model = _load(tiny, static=True)
+    _generate(model, True, 0, temperature=temperature)
+    decoders, frames = model.static_steps().decoders, list(model.device_frames.values())
+    assert len(decoders) == 1 and len(frames) == 1
+    dynamo.reset()
+    with torch.inference_mode():
+        for traced in (next(iter(decoders.values())).graph.step, frames[0].graph.step):
+            explained = dynamo.explain(traced)()
+            assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+
+
 def test_the_frames_filters_are_the_host_loops(tiny: Path) -> None:
     """The device frame's filter (forbidden ids, EOS while it is forbidden, top-k) and guidance give the host
     loop's logits."""
