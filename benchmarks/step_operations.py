@@ -3,7 +3,7 @@ OuteTTS's Qwen2, replay on a GPU, counted on any machine: the talker's static on
 graphed frame (15 steps, codes chosen as tensors); Qwen2's static step. With the projections fused (what
 ``ggtts.load`` runs on CUDA) and with each projection its own.
 
-    python benchmarks/step_operations.py [--greedy]
+    python benchmarks/step_operations.py [--greedy] [--magpie]
 
 A replayed CUDA graph costs about its kernel count (Qwen3-Omni's graphed frame at ~5,300 kernels took 24 ms on an
 H100: 41.4 frames/s), so this count is the lever on the GPU's frames per second that can be measured without one.
@@ -11,6 +11,11 @@ The models have the published layer structure (Qwen3-Omni-30B-A3B's talker: 20 l
 and a shared expert; Qwen3-TTS 0.6B's: 28 dense layers; both a 5-layer code predictor over 16 codebooks; OuteTTS
 0.5B's Qwen2: 24 layers) at a small width: the count depends on the structure, not on the width. ``rms_norm`` is one
 kernel on CUDA and counts as one (:mod:`ggtts.measure.operations`).
+
+``--magpie`` (needs NeMo, to build the model): Magpie's first audio at the 357M structure (6 encoder, 12 decoder
+and 2 local-transformer layers, 2 stacked frames; the nano codec's layers) and a small width, with guidance: the
+operations from the request to the first frame (text encoder, the context's prefill, the first frame: eager on a
+GPU but for the frame's graphs), the codec's first push (one frame: eager), and a later frame.
 """
 
 from __future__ import annotations
@@ -81,9 +86,46 @@ def count_qwen2(fuse: bool) -> Operations:
     return ops
 
 
+def count_magpie(directory: Path) -> tuple[Operations, Operations, Operations]:
+    """The operations to Magpie's first frame, in the codec's first push, and in the next frame."""
+    from gpu_magpie import params
+
+    from ggtts.convert.magpie_nemo import convert_magpie
+    from ggtts.convert.nanocodec_nemo import convert_nanocodec
+    from ggtts.families.magpie.generate import MagpieGenerator
+    from ggtts.measure.magpie.upstream import build_tiny_codec
+    from ggtts.measure.magpie.upstream_tts import REAL_357M, build_tiny_magpie
+    from ggtts.models.magpie.model import load_magpie
+    from ggtts.models.nanocodec.model import NanoCodec
+
+    codec_file = build_tiny_codec(directory / "codec.nemo", num_groups=8, samples_per_frame=1024,
+                                  decoder_channels=32, up_sample_rates=[8, 8, 4, 2, 2])  # fmt: skip
+    narrow = dataclasses.replace(REAL_357M, d_model=64, heads=4, lt_dim=64, lt_heads=4, xa_d_head=16)
+    convert_magpie([build_tiny_magpie(directory / "m.nemo", codec_file, shape=narrow)], directory / "m.gguf", "f32")
+    convert_nanocodec([codec_file], directory / "codec.gguf", "f32")
+    model = load_magpie(GGUFFile(directory / "m.gguf"), "cpu", graph=False)
+    model.use_static_steps(capture=False)  # the steps a GPU captures, run eagerly
+    codec = NanoCodec.from_gguf(GGUFFile(directory / "codec.gguf"), "cpu")
+    model.null_context_kv()
+    ids = [*range(3, 43), model.cfg.text_eos_id]
+    counted = []
+    with torch.inference_mode():
+        for _ in range(2):  # the first run makes the steps
+            stream, frames = codec.stream(), MagpieGenerator(model, params(model, 40, True)).frames(ids, 0)
+            with Operations() as first:
+                codes = next(frames)
+            with Operations() as push:
+                stream.push(codes[:, :1])
+            with Operations() as later:
+                next(frames)
+            counted = [first, push, later]
+    return counted[0], counted[1], counted[2]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--greedy", action="store_true", help="the code predictor's codes by argmax, not sampled")
+    ap.add_argument("--magpie", action="store_true", help="also Magpie's first audio (needs NeMo)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as d, warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -103,6 +145,14 @@ def main() -> None:
         top = ", ".join(f"{n} {c}" for n, c in ops.counts.most_common(6))
         print(f"{'OuteTTS Qwen2 (24 layers)':34} {'fused' if fuse else 'each its own':12} {ops.total:10} "
               f"{ops.products:9}  {top}")  # fmt: skip
+    if args.magpie:
+        with tempfile.TemporaryDirectory() as d, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            parts = count_magpie(Path(d))
+        print("Magpie 357M structure, with guidance")
+        for name, ops in zip(("to the first frame", "the codec's first push", "a later frame"), parts, strict=True):
+            top = ", ".join(f"{n} {c}" for n, c in ops.counts.most_common(6))
+            print(f"{name:34} {'':12} {ops.total:10} {ops.products:9}  {top}")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,20 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 # the operations that multiply by a weight or gather one (a kernel each, reading weights)
-PRODUCTS = ("linear", "matmul", "bmm", "mm", "addmm", "index_select", "embedding")
+PRODUCTS = (
+    "linear",
+    "matmul",
+    "bmm",
+    "mm",
+    "addmm",
+    "index_select",
+    "embedding",
+    "conv1d",
+    "conv2d",
+    "convolution",
+    "conv_transpose1d",
+    "conv_transpose2d",
+)
 
 
 class Operations(TorchDispatchMode):
