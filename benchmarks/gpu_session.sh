@@ -5,7 +5,7 @@
 #   bash benchmarks/gpu_session.sh [magpie] [omni] [magpie-compiled] [qwen2] [server] [lanes]
 #
 #   magpie           gpu_magpie.py: the 357M shape, graph rows with and without guidance, a profile (~1.5 min)
-#   omni             gpu_qwen3omni.py: talker + code predictor, graph, unfused and compiled rows, profiles (~4 min)
+#   omni             gpu_qwen3omni.py: talker + code predictor, graph, unfused and compiled rows, profiles (~5 min)
 #   magpie-compiled  gpu_magpie.py: the compiled steps, with guidance (~2 min)
 #   qwen2            gpu_qwen2.py: OuteTTS's Qwen2, graph, unfused and compiled, f32 / q8_0 / q4_0 files (~3 min)
 #   server           server_load.py: 8 clients streaming from `ggtts serve` on that Magpie model, one copy and
@@ -52,7 +52,7 @@ for name in "${@:-magpie omni}"; do
         case $one in
             magpie) step magpie 120 python3 $B/gpu_magpie.py "${SIZE[@]}" --frames 200 --dir /tmp/gpu-magpie \
                 --variants graph --profile 20 ;;
-            omni) step omni 300 python3 $B/gpu_qwen3omni.py "${OMNI_SIZE[@]}" --frames 60 --dir /tmp/gpu-omni \
+            omni) step omni 360 python3 $B/gpu_qwen3omni.py "${OMNI_SIZE[@]}" --frames 60 --dir /tmp/gpu-omni \
                 --variants graph,unfused,compiled --profile 10 ;;
             magpie-compiled) step magpie-compiled 150 python3 $B/gpu_magpie.py "${SIZE[@]}" --frames 200 \
                 --dir /tmp/gpu-magpie --variants compiled --guidance on ;;
