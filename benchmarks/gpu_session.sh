@@ -13,8 +13,8 @@
 #   lanes            bench_lanes.py: OuteTTS's Qwen2 (0.5B shape), 1/2/4/8 streams one by one and in static lanes
 #                    (parallel=N: all streams' steps one captured graph), f32 and q8_0, then bfloat16 compiled (~4 min)
 #
-# Together they take ~14 minutes, more than one device call's 10 and most of a session's 15: name the steps wanted
-# (each is capped: a step past its cap is cut and the next runs).
+# Together they take ~18 minutes (the estimates above), more than one device call's 10 and a session's 15: name the
+# steps wanted (each is capped: a step past its cap is cut and the next runs).
 #
 # Before the call, here: the wheels the GPU machine lacks in .whl (gguf, soundfile, soxr, regex, cffi, pycparser:
 # see the device README for `pip download`), and the skeletons of bench_magpie's files in .gpu:

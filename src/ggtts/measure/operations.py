@@ -8,7 +8,8 @@ operations for the same module code, except where torch fuses an operation on on
 one kernel on CUDA and its written-out arithmetic on the CPU: counted here as one, as dispatched under
 ``torch.inference_mode``, as the generation loops run; with autograd on, its parts are counted). What an
 operation does inside is not seen: attention counts as one, though a GPU's may launch a few (given a boolean mask,
-1-2 more to make it additive: the static steps hand it an additive one).
+1-2 more to make it additive: the static steps hand it an additive one); ``pad`` counts as one, though it is a fill
+and a copy on a GPU as on the CPU. A count is a floor on the kernels, exact for the common one-kernel operations.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ from ggtts.models.layers.channels_last import (
     channels_last,
     channels_last_convolutions,
     pad_left,
+    zeros_before,
 )
 from ggtts.models.layers.gguf_state import load_module_from_gguf
 from ggtts.models.nanocodec.config import NanoCodecConfig
@@ -100,7 +101,7 @@ class CausalConv1d(nn.Module):
         if state is None:
             return self.conv(pad_left(x, self.left_pad))
         past = state.get(self)
-        x = pad_left(x, self.left_pad) if past is None else torch.cat([past, x], dim=-1)  # no past yet: zeros
+        x = torch.cat([zeros_before(x, self.left_pad) if past is None else past, x], dim=-1)
         if self.left_pad:
             state[self] = x[..., x.shape[-1] - self.left_pad :]
         return self.conv(x)

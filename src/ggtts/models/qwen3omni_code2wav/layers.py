@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ggtts.models.layers.channels_last import ChannelsLastConvTranspose1d, pad_left
+from ggtts.models.layers.channels_last import ChannelsLastConvTranspose1d, pad_left, zeros_before
 
 StreamState = dict[nn.Module, torch.Tensor]  # per layer: past inputs, overlap spill, or keys and values
 SNAKE_EPS = 1e-9  # upstream SnakeBeta's no_div_by_zero
@@ -52,8 +52,9 @@ class CausalConvNet(nn.Module):
         if x.shape[-1] == 0:
             return x.new_zeros(x.shape[0], self.conv.out_channels, *x.shape[2:])
         past = state.get(self)
-        # no past yet: zeros, laid out as x (so the joined input, and what is kept of it, stays channels-last)
-        x = self._pad(x) if past is None else torch.cat([past, x], dim=-1)
+        if past is None:  # laid out as x: so the joined input (and what is kept of it) stays channels-last
+            past = zeros_before(x, self.left_pad)
+        x = torch.cat([past, x], dim=-1)
         if self.left_pad:
             state[self] = x[..., x.shape[-1] - self.left_pad :]
         return self.conv(x)
