@@ -128,6 +128,14 @@ def still_fused(fused: Fused | None, modules: Sequence[nn.Module], dim: int = 0)
     return fused.bias is None or _views(fused.bias, biases, 0)
 
 
+def fuse(owner: nn.Module, name: str, modules: Sequence[nn.Module], dim: int = 0) -> bool:
+    """``owner.name``: ``modules``' weights fused (:func:`fuse_rows`) unless it already holds them (see
+    :func:`current`, which reads it). Whether they are fused now."""
+    if not still_fused(getattr(owner, name), modules, dim):
+        setattr(owner, name, fuse_rows(modules, dim))
+    return getattr(owner, name) is not None
+
+
 def current(owner: nn.Module, name: str, modules: Sequence[nn.Module], dim: int = 0) -> Fused | None:
     """``owner``'s fused weights ``name`` of ``modules`` where they still are theirs (:func:`still_fused`); else
     None, and, run eagerly, ``owner.name`` is dropped (stale fused tensors are not kept alive; fuse again to use

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ggtts.gguf import GGUFFile
-from ggtts.models.layers.fused import Fused, current, fuse_rows, still_fused, swiglu
+from ggtts.models.layers.fused import Fused, current, fuse, swiglu
 from ggtts.models.layers.gguf_state import load_module_from_gguf
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.layers.transformer import RMSNorm, RotaryEmbedding, StaticPosition, cached_attention
@@ -70,10 +70,7 @@ class Attention(nn.Module):
         """From now on one product for the queries, keys and values, and one rotation for the query and key heads
         together (the same arithmetic; the rotation 5 kernels where it was 8 apart), where the three projections
         are plain float layers (:func:`~ggtts.models.layers.fused.fuse_rows`: their weights become views, no copy)."""
-        parts = [self.attn_q, self.attn_k, self.attn_v]
-        if not still_fused(self.qkv, parts):
-            self.qkv = fuse_rows(parts)
-        return self.qkv is not None
+        return fuse(self, "qkv", [self.attn_q, self.attn_k, self.attn_v])
 
     def forward(
         self, x: torch.Tensor, rope: RotaryEmbedding, cache: KVCache, layer: int, start: int | StaticPosition
@@ -108,9 +105,7 @@ class DenseFFN(nn.Module):
 
     def fuse(self) -> bool:
         """From now on one product for the gate and the up projection (their weights become views, no copy)."""
-        if not still_fused(self.gate_up, [self.ffn_gate, self.ffn_up]):
-            self.gate_up = fuse_rows([self.ffn_gate, self.ffn_up])
-        return self.gate_up is not None
+        return fuse(self, "gate_up", [self.ffn_gate, self.ffn_up])
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate_up = current(self, "gate_up", [self.ffn_gate, self.ffn_up])
@@ -159,12 +154,11 @@ class SparseMoE(nn.Module):
         ones stay as they are)."""
         gate, up = self.ffn_gate_exps, self.ffn_up_exps
         same = isinstance(gate, Experts) and isinstance(up, Experts) and gate.n_out == up.n_out  # split in halves
-        if same and not still_fused(self.gate_up_exps, [gate, up], dim=1):
-            self.gate_up_exps = fuse_rows([gate, up], dim=1)
-        if self.n_ff_shexp and not still_fused(self.router, self._routers()):
-            self.router = fuse_rows(self._routers())
-        if self.n_ff_shexp and not still_fused(self.gate_up_shexp, [self.ffn_gate_shexp, self.ffn_up_shexp]):
-            self.gate_up_shexp = fuse_rows([self.ffn_gate_shexp, self.ffn_up_shexp])
+        if same:
+            fuse(self, "gate_up_exps", [gate, up], dim=1)
+        if self.n_ff_shexp:
+            fuse(self, "router", self._routers())
+            fuse(self, "gate_up_shexp", [self.ffn_gate_shexp, self.ffn_up_shexp])
         return any(w is not None for w in (self.gate_up_exps, self.router, self.gate_up_shexp))
 
     def route(self, x: torch.Tensor, logits: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -271,7 +265,7 @@ def fuse_projections(blocks: Iterable[nn.Module]) -> int:
     fused = 0
     for block in blocks:
         for part in (block.attn, block.ffn):
-            fuse = getattr(part, "fuse", None)
-            if fuse is not None and fuse():
+            fuse_part = getattr(part, "fuse", None)
+            if fuse_part is not None and fuse_part():
                 fused += 1
     return fused

@@ -43,6 +43,12 @@ def _cloned(out: Any) -> Any:
     return tuple(_cloned(o) for o in out)
 
 
+def _mask_dtype(example: torch.Tensor) -> torch.dtype | None:
+    """The attention mask's dtype for a step whose input is shaped like ``example``: the queries' where it is an
+    embedding; None (the rotary tables') where it is a token id."""
+    return example.dtype if example.is_floating_point() else None
+
+
 class StaticDecode(Generic[T]):
     """One-position steps of ``body`` over one fixed ``cache``, reading their input from a tensor shaped like
     ``example`` (a token id ``(1, 1)``, an embedding ``(1, 1, dim)``)."""
@@ -61,7 +67,7 @@ class StaticDecode(Generic[T]):
             step = CompiledOrEager(self._step, what, device, dynamic=False)
         self.graph = StepGraph(step, device, capture)
         self.current: KVCache | None = None
-        self.mask_dtype = example.dtype if example.is_floating_point() else None  # the queries' (embeddings in)
+        self.mask_dtype = _mask_dtype(example)
 
     def _step(self) -> T:
         at = StaticPosition.at(self.index, self.positions, self.rope, self.mask_dtype)
@@ -137,6 +143,7 @@ class _Slots(Generic[T]):
         device = cache.k.device
         n, example = lanes.slots, lanes.example
         self.input = torch.zeros((n, *example.shape[1:]), dtype=example.dtype, device=device)
+        self.mask_dtype = _mask_dtype(example)
         self.index = torch.zeros(n, dtype=torch.long, device=device)
         self.write = torch.zeros(n, dtype=torch.bool, device=device)
         self.positions = torch.arange(capacity, device=device)
@@ -147,8 +154,7 @@ class _Slots(Generic[T]):
         self.held: list[weakref.ref[KVCache] | None] = [None] * n
 
     def _step(self) -> T:
-        dtype = self.input.dtype if self.input.is_floating_point() else None  # the queries' (embeddings in)
-        at = StaticPosition.rows(self.index, self.write, self.positions, self.lanes.rope, dtype)
+        at = StaticPosition.rows(self.index, self.write, self.positions, self.lanes.rope, self.mask_dtype)
         return self.lanes.body(self.input, at, self.cache)
 
     def storage(self) -> int:

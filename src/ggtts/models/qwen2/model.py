@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ggtts.gguf import GGUFFile
-from ggtts.models.layers.fused import Fused, current, fuse_rows, still_fused, swiglu
+from ggtts.models.layers.fused import Fused, current, fuse, swiglu
 from ggtts.models.layers.gguf_state import empty_modules, load_module_from_gguf
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.layers.static_steps import StaticCaches, StaticDecode, StaticLanes
@@ -59,12 +59,8 @@ class Block(nn.Module):
         and key heads together, and one product for the gate and up projections: the same arithmetic, fewer
         kernels, where the layers are plain float ones (their weights become views, no copy:
         :func:`~ggtts.models.layers.fused.fuse_rows`)."""
-        parts = [self.attn_q, self.attn_k, self.attn_v]
-        if not still_fused(self.qkv, parts):
-            self.qkv = fuse_rows(parts)
-        if not still_fused(self.gate_up, [self.ffn_gate, self.ffn_up]):
-            self.gate_up = fuse_rows([self.ffn_gate, self.ffn_up])
-        return self.qkv is not None or self.gate_up is not None
+        qkv = fuse(self, "qkv", [self.attn_q, self.attn_k, self.attn_v])
+        return fuse(self, "gate_up", [self.ffn_gate, self.ffn_up]) or qkv
 
     def attention(
         self, x: torch.Tensor, rope: RotaryEmbedding, cache: KVCache, layer: int, start: int | StaticPosition
