@@ -3,7 +3,7 @@ OuteTTS's Qwen2, replay on a GPU, counted on any machine: the talker's static on
 graphed frame (15 steps, codes chosen as tensors); Qwen2's static step. With the projections fused (what
 ``ggtts.load`` runs on CUDA) and with each projection its own.
 
-    python benchmarks/step_operations.py [--greedy] [--magpie]
+    python benchmarks/step_operations.py [--greedy] [--magpie] [--blocks]
 
 A replayed CUDA graph costs about its kernel count (Qwen3-Omni's graphed frame at ~5,300 kernels took 24 ms on an
 H100: 41.4 frames/s), so this count is the lever on the GPU's frames per second that can be measured without one.
@@ -16,6 +16,10 @@ kernel on CUDA and counts as one (:mod:`ggtts.measure.operations`).
 and 2 local-transformer layers, 2 stacked frames; the nano codec's layers) and a small width, with guidance: the
 operations from the request to the first frame (text encoder, the context's prefill, the first frame: eager on a
 GPU but for the frame's graphs), the codec's first push (one frame: eager), and a later frame.
+
+``--blocks``: the operations that widen one stored weight on a GPU (``ops/device_weights.py``, each block type a
+GPU keeps as stored; a 4864 x 1024 weight, random blocks: the count depends on the type only), and the type's bits
+per weight.
 """
 
 from __future__ import annotations
@@ -124,11 +128,39 @@ def count_magpie(directory: Path) -> tuple[Operations, Operations, Operations]:
     return counted[0], counted[1], counted[2]
 
 
+def count_blocks() -> None:
+    import numpy as np
+    from gguf import GGML_QUANT_SIZES
+
+    from ggtts.ops.block_decode import LAYOUTS
+    from ggtts.ops.device_weights import DEVICE_TYPES, DeviceStoredWeight
+
+    rows, cols = 4864, 1024
+    print(f"operations to widen one stored weight ({rows} x {cols}) on a GPU, eager")
+    for qtype in DEVICE_TYPES:
+        block, size = GGML_QUANT_SIZES[qtype]
+        raw = np.random.default_rng(0).integers(0, 256, (rows, cols // block, size), dtype=np.uint8)
+        start = 0
+        for field in LAYOUTS[qtype]:  # finite scales: the count does not depend on them
+            if field.kind == "f16":
+                raw[:, :, start : start + 2] = np.array([0.01], np.float16).view(np.uint8)
+            start += field.size
+        weight = DeviceStoredWeight(raw.reshape(rows, -1), qtype, rows, cols)
+        with Operations() as ops:
+            weight.widened(torch.float32)
+        top = ", ".join(f"{n} {c}" for n, c in ops.counts.most_common(4))
+        print(f"{qtype.name:8} {8 * size / block:5.2f} bits/weight {ops.total:4} operations  {top}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--greedy", action="store_true", help="the code predictor's codes by argmax, not sampled")
     ap.add_argument("--magpie", action="store_true", help="also Magpie's first audio (needs NeMo)")
+    ap.add_argument("--blocks", action="store_true", help="only the widening of each stored block type")
     args = ap.parse_args()
+    if args.blocks:
+        count_blocks()
+        return
     with tempfile.TemporaryDirectory() as d, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         build(Path(d), small=True)

@@ -60,8 +60,9 @@ def build_tokenizer_json(path: Path, vocab_size: int = 400) -> Path:
 
 
 def build_qwen2_checkpoint(
-    directory: Path, *, tied: bool = True, chat_template: str | None = None, seed: int = 0
-) -> Path:
+    directory: Path, *, tied: bool = True, chat_template: str | None = None, seed: int = 0, hidden: int = 64,
+    intermediate: int = 96,
+) -> Path:  # fmt: skip
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -70,8 +71,8 @@ def build_qwen2_checkpoint(
     torch.manual_seed(seed)
     cfg = Qwen2Config(
         vocab_size=n_vocab + 5,  # padded like Qwen's: holes become [PAD] tokens
-        hidden_size=64,
-        intermediate_size=96,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,

@@ -12,6 +12,7 @@ from gguf import quants as gguf_quants
 from gguf.constants import GGMLQuantizationType
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "outetts"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "runtime"))
 from _tiny_outetts import build_qwen2_checkpoint
 
 from ggtts.convert.outetts_hf import convert_outetts_hf
@@ -212,21 +213,34 @@ def test_stored_types_run_as_stored_and_stay_close(
         assert _relative(wide, ref) < HF_TOLERANCE[out_type]
 
 
-@pytest.mark.parametrize("out_type", ["q8_0", "q4_0", "f16"])
-def test_a_gpu_keeps_the_files_blocks_and_gives_the_widened_logits(
-    quantized: dict[str, Path], out_type: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Off the CPU, where ggml's kernels do not run, Q8_0 and Q4_0 weights stay as stored on the device and are
-    widened one product at a time (run here on the CPU through the GPU's plan): the logits of the file widened at
-    load, for the file's bytes instead of float32's. An F16 file is widened at load, as before."""
+def _kept_on_a_gpu(gguf: GGUFFile, monkeypatch: pytest.MonkeyPatch) -> Qwen2Model:
+    """The model a GPU's plan loads, its weights kept on the CPU here."""
     from ggtts.models.qwen2 import model as qwen2_model
-    from ggtts.ops.device_weights import DeviceStoredEmbedding, DeviceStoredLinear
 
-    gguf = GGUFFile(quantized[out_type])
-    gpu = dataclasses.replace(stored_weights_plan("cuda"), device="cpu")  # the GPU's plan, kept on the CPU here
+    gpu = dataclasses.replace(stored_weights_plan("cuda"), device="cpu")
     monkeypatch.setattr(qwen2_model, "stored_weights_plan", lambda device, requested=True: gpu)
     kept = Qwen2Model.from_gguf(gguf, max_len=64)
     monkeypatch.undo()
+    return kept
+
+
+def _held_bytes(model: torch.nn.Module) -> int:
+    tensors = [*model.parameters(), *(b for n, b in model.named_buffers() if not n.startswith("rope."))]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+@pytest.mark.parametrize("out_type", ["q8_0", "q5_1", "q5_0", "q4_1", "q4_0", "f16"])
+def test_a_gpu_keeps_the_files_blocks_and_gives_the_widened_logits(
+    quantized: dict[str, Path], out_type: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Off the CPU, where ggml's kernels do not run, block weights (every block type the converter writes) stay
+    as stored on the device and are widened one product at a time (run here on the CPU through the GPU's plan):
+    the logits of the file widened at load, for the file's bytes instead of float32's. An F16 file is widened at
+    load, as before."""
+    from ggtts.ops.device_weights import DeviceStoredEmbedding, DeviceStoredLinear
+
+    gguf = GGUFFile(quantized[out_type])
+    kept = _kept_on_a_gpu(gguf, monkeypatch)
     widened = Qwen2Model.from_gguf(gguf, max_len=64, stored_weights=False)
     blocks = out_type != "f16"
     assert isinstance(kept.blk[0].ffn_up, DeviceStoredLinear) == blocks
@@ -236,14 +250,57 @@ def test_a_gpu_keeps_the_files_blocks_and_gives_the_widened_logits(
     with torch.no_grad():
         got, want = kept(ids, kept.new_cache(40)), widened(ids, widened.new_cache(40))
     assert torch.equal(got, want)
-
-    def size(model: torch.nn.Module) -> int:
-        tensors = [*model.parameters(), *(b for n, b in model.named_buffers() if not n.startswith("rope."))]
-        return sum(t.numel() * t.element_size() for t in tensors)
-
     file_bytes = sum(i.n_bytes for i in gguf.infos())
-    print(f"{out_type}: kept {size(kept)} bytes, widened {size(widened)}, the file's tensors {file_bytes}")
-    assert size(kept) == (file_bytes if blocks else size(widened))
+    assert _held_bytes(kept) == (file_bytes if blocks else _held_bytes(widened))
+
+
+@pytest.fixture(scope="module")
+def llama_cpp_mix(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A Qwen2 wide enough for K-quant super-blocks (256 values), its weights of every type a GPU keeps as stored,
+    as llama.cpp's ``Q*_K_M`` / ``IQ4_*`` files mix them (one type a tensor, in turn; written by ggml's and gguf's
+    quantizers), the norms and biases float32."""
+    from _blocks import quantize
+    from gguf import GGUFWriter
+
+    from ggtts.ops.device_weights import DEVICE_TYPES
+
+    d = tmp_path_factory.mktemp("qwen2-mix")
+    hf_dir = build_qwen2_checkpoint(d / "hf", tied=False, hidden=256, intermediate=512)
+    source = GGUFFile(convert_outetts_hf(hf_dir, d / "f32.gguf", "f32"))
+    w = GGUFWriter(d / "mix.gguf", "qwen2")
+    for key, value in source.metadata.items():
+        if key.startswith("qwen2."):
+            kind = {int: w.add_uint32, float: w.add_float32, str: w.add_string}[type(value)]
+            kind(key, value)  # type: ignore[operator]
+    matrices = [name for name in source.names() if len(source.info(name).shape) == 2]
+    for name in source.names():
+        values = source.tensor(name).numpy()
+        if name in matrices:
+            qtype = DEVICE_TYPES[matrices.index(name) % len(DEVICE_TYPES)]
+            w.add_tensor(name, quantize(values, qtype), raw_dtype=qtype)
+        else:
+            w.add_tensor(name, values)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return d / "mix.gguf"
+
+
+def test_a_gpu_keeps_every_type_of_a_llama_cpp_mix(llama_cpp_mix: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every K-quant, IQ4 and legacy tensor of the file stays as stored on a GPU and gives the logits of the file
+    widened at load (by gguf's dequantizers), holding the file's bytes."""
+    from ggtts.ops.device_weights import DEVICE_TYPES
+
+    gguf = GGUFFile(llama_cpp_mix)
+    assert {i.type for i in gguf.infos()} >= set(DEVICE_TYPES)
+    kept = _kept_on_a_gpu(gguf, monkeypatch)
+    widened = Qwen2Model.from_gguf(gguf, max_len=64, stored_weights=False)
+    ids = torch.arange(1, 33).unsqueeze(0)
+    with torch.no_grad():
+        assert torch.equal(kept(ids, kept.new_cache(40)), widened(ids, widened.new_cache(40)))
+    grids = sum(m.grid.nbytes for m in kept.modules() if getattr(m, "grid", None) is not None)
+    assert _held_bytes(kept) == sum(i.n_bytes for i in gguf.infos()) + grids  # + IQ4's 16 values a tensor
 
 
 def _round_to_q8_0(x: torch.Tensor) -> torch.Tensor:

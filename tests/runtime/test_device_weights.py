@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from _blocks import quantize
 from gguf import GGMLQuantizationType as T
 from gguf import GGUFWriter
 from gguf import quants as gguf_quants
@@ -31,11 +32,11 @@ from ggtts.ops.device_weights import (
 from ggtts.ops.stored_experts import Experts
 from ggtts.ops.stored_weights import stored_weights_plan, use_planned_weights
 
-N_OUT, N_IN = 40, 96  # three Q8_0 / Q4_0 blocks a row
+N_OUT, N_IN = 40, 256  # eight 32-value blocks a row, or one K-quant super-block
 
 
 def _stored(w: np.ndarray, qtype: T) -> np.ndarray:
-    return gguf_quants.quantize(w, qtype)
+    return quantize(w, qtype)
 
 
 def _widened(raw: np.ndarray, qtype: T) -> torch.Tensor:
@@ -55,7 +56,9 @@ def test_widened_weights_are_the_dequantizers_and_cost_the_files_bytes(qtype: T,
     assert torch.equal(stored.widened(torch.float32), want)
     assert torch.equal(stored.widened(torch.bfloat16), want.to(torch.bfloat16))  # through float32, as a load does
     assert torch.equal(stored.widened(torch.float32, 7, 19), want[7:19])
-    assert sum(b.numel() * b.element_size() for b in stored.buffers()) == raw.nbytes
+    assert stored.stored_bytes() == raw.nbytes
+    extra = 0 if stored.grid is None else stored.grid.nbytes  # IQ4's 16 values
+    assert sum(b.numel() * b.element_size() for b in stored.buffers()) == raw.nbytes + extra
     x = torch.randn(3, 5, N_IN)
     linear = DeviceStoredLinear(raw, qtype, N_OUT, N_IN, bias=True)
     nn.init.normal_(linear.bias)
@@ -78,7 +81,7 @@ def test_a_large_weight_is_widened_a_band_at_a_time(weight: np.ndarray, monkeypa
     torch.testing.assert_close(banded, F.linear(x, _widened(raw, T.Q8_0)), rtol=2e-5, atol=2e-5)
 
 
-@pytest.mark.parametrize("qtype", [T.Q8_0, T.Q4_0], ids=lambda t: t.name)
+@pytest.mark.parametrize("qtype", [T.Q8_0, T.Q4_0, T.Q4_K, T.Q6_K], ids=lambda t: t.name)
 def test_expert_stacks_widen_the_picked_experts(qtype: T) -> None:
     """A decoding step (one row: its k experts gathered) and a prompt (rows grouped by expert) give what the float
     stack gives."""
@@ -126,6 +129,8 @@ def _file(path: Path, weight: np.ndarray) -> GGUFFile:
     w.add_tensor("a.weight", _stored(weight, T.Q4_0), raw_dtype=T.Q4_0)
     w.add_tensor("b.weight", weight.astype(np.float16))  # F16: widened by the loader (speed over half the memory)
     w.add_tensor("c.weight", _stored(weight, T.Q8_0), raw_dtype=T.Q8_0)
+    w.add_tensor("d.weight", _stored(weight, T.Q4_K), raw_dtype=T.Q4_K)
+    w.add_tensor("f.weight", _stored(weight, T.TQ2_0), raw_dtype=T.TQ2_0)  # ternary: widened by the loader
     stack = np.concatenate([weight, weight])  # two experts
     w.add_tensor("e.weight", _stored(stack, T.Q8_0).reshape(2, N_OUT, -1), raw_dtype=T.Q8_0)
     w.write_header_to_file()
@@ -139,18 +144,21 @@ def test_a_gpus_plan_swaps_block_layers_only(weight: np.ndarray, tmp_path: Path)
     gguf = _file(tmp_path / "w.gguf", weight)
     model = nn.Module()
     model.a, model.b, model.c = nn.Linear(N_IN, N_OUT), nn.Linear(N_IN, N_OUT), nn.Embedding(N_OUT, N_IN)
+    model.d, model.f = nn.Linear(N_IN, N_OUT), nn.Linear(N_IN, N_OUT)
     model.e = Experts(2, N_OUT, N_IN)
     plan = stored_weights_plan("cuda")
     assert plan.on_device and not plan.stored and plan.device == "cuda" and "kept as stored" in (plan.reason or "")
     plan = dataclasses.replace(plan, device="cpu")  # the GPU's plan, its weights kept on the CPU here
     assert not stored_weights_plan("cuda", requested=False).on_device
     consumed = use_planned_weights(plan, model, gguf) | use_device_experts(model, gguf)
-    assert consumed == {"a.weight", "c.weight", "e.weight"}
+    assert consumed == {"a.weight", "c.weight", "d.weight", "e.weight"}
     assert isinstance(model.a, DeviceStoredLinear) and isinstance(model.c, DeviceStoredEmbedding)
-    assert isinstance(model.b, nn.Linear) and isinstance(model.e, DeviceStoredExperts)
+    assert isinstance(model.d, DeviceStoredLinear) and model.d.stored.qtype == T.Q4_K
+    assert isinstance(model.b, nn.Linear) and isinstance(model.f, nn.Linear)
+    assert isinstance(model.e, DeviceStoredExperts)
     assert model.a.bias is not None  # the bias stays a parameter, for the loader
     model.to(torch.bfloat16)
-    assert model.a.stored.values.dtype == torch.uint8 and model.c(torch.tensor([1])).dtype == torch.bfloat16
+    assert model.a.stored.qs.dtype == torch.uint8 and model.c(torch.tensor([1])).dtype == torch.bfloat16
     assert use_device_weights(nn.Linear(3, 4), gguf) == set()  # nothing of the file's
     with pytest.raises(ValueError, match="F16 weights are not kept on a device"):
         DeviceStoredWeight(weight.astype(np.float16), T.F16, N_OUT, N_IN)

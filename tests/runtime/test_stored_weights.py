@@ -8,13 +8,13 @@ the rounding of that conversion: stated below, relative to the output's size.
 
 from __future__ import annotations
 
-import ctypes
 import platform
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from _blocks import quantize
 from gguf import GGMLQuantizationType as T
 from gguf import GGUFWriter
 from gguf import quants as gguf_quants
@@ -38,29 +38,6 @@ TOLERANCE = {
     T.Q6_K: 1.5e-2,
 }
 N_OUT, N_IN = 48, 512  # the inner size holds whole K-quant super-blocks (256)
-
-
-def quantize(w: np.ndarray, qtype: T) -> np.ndarray:
-    """Stored bytes of ``w`` as ``qtype``: gguf's quantizers where it has them, ggml's for the K-quants."""
-    if qtype == T.F16:
-        return w.astype(np.float16).view(np.uint8)
-    if qtype in (T.Q4_K, T.Q5_K, T.Q6_K):
-        lib = ggml_kernels.kernels()
-        n_out, n_in = w.shape
-        row = lib.ggml_row_size(int(qtype), n_in)
-        out = np.empty((n_out, row), dtype=np.uint8)
-        src = np.ascontiguousarray(w, dtype=np.float32)
-        lib.ggml_quantize_chunk(
-            int(qtype),
-            src.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
-            out.ctypes.data_as(ctypes.c_void_p),
-            0,
-            n_out,
-            n_in,
-            None,
-        )
-        return out
-    return gguf_quants.quantize(w, qtype)
 
 
 def widened(raw: np.ndarray, qtype: T) -> np.ndarray:

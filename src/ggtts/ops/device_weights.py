@@ -1,16 +1,17 @@
-"""Linear and embedding weights kept on a GPU as a GGUF file stores them (Q8_0 and Q4_0 blocks), widened to the
-activations' dtype one product at a time: a quantized file costs about its size in GPU memory, not that of float32
-(ggml's kernels, which multiply blocks as they are, run on the CPU only). F16 and BF16 weights are still widened at
-load: they would cost only twice their size widened, and widening them per product costs every step a pass over
-them (speed is what a GPU is for); a model loaded in bfloat16 holds a BF16 file at its size anyway.
+"""Linear and embedding weights kept on a GPU as a GGUF file stores them (blocks of the legacy types, the K-quants,
+IQ4: :mod:`ggtts.ops.block_decode`), widened to the activations' dtype one product at a time: a quantized file
+costs about its size in GPU memory, not that of float32 (ggml's kernels, which multiply blocks as they are, run on
+the CPU only). F16 and BF16 weights are still widened at load: they would cost only twice their size widened, and
+widening them per product costs every step a pass over them (speed is what a GPU is for); a model loaded in
+bfloat16 holds a BF16 file at its size anyway. The remaining i-quants, ternary and FP4 types are widened at load.
 
 :func:`use_device_weights` swaps a module's ``nn.Linear`` and ``nn.Embedding`` layers whose file weight has such a
-type for a :class:`DeviceStoredLinear` / :class:`DeviceStoredEmbedding` holding the stored blocks as integer tensors
-(so a model's ``.to(dtype=...)`` leaves them alone; ``.to(device)`` moves them). A product widens the weight as
-gguf-py's ``dequantize`` does (each block's float16 scale times its integers, in float32), then casts it to the
-activations' dtype: the same numbers as a model widened at load, so the same outputs. A weight larger than
-:data:`CHUNK_ELEMENTS` (a tied output over a large vocabulary) is widened a band of rows at a time, so the extra
-memory a product needs stays small. Under a captured CUDA graph the widening is part of the graph.
+type for a :class:`DeviceStoredLinear` / :class:`DeviceStoredEmbedding` holding the stored blocks' fields as
+integer tensors (so a model's ``.to(dtype=...)`` leaves them alone; ``.to(device)`` moves them). A product widens
+the weight as gguf-py's ``dequantize`` does (the same float32 operations), then casts it to the activations' dtype:
+the same numbers as a model widened at load, so the same outputs. A weight larger than :data:`CHUNK_ELEMENTS` (a
+tied output over a large vocabulary) is widened a band of rows at a time, so the extra memory a product needs stays
+small. Under a captured CUDA graph the widening is part of the graph.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 from torch import nn
 
 from ggtts.gguf import GGUFFile
+from ggtts.ops.block_decode import DECODED_TYPES, decode, grid, split
 from ggtts.ops.layer_walk import weight_layers
 
 __all__ = [
@@ -31,10 +33,8 @@ __all__ = [
     "use_device_weights",
 ]  # fmt: skip
 
-Q = GGMLQuantizationType
-DEVICE_TYPES = (Q.Q8_0, Q.Q4_0)
+DEVICE_TYPES = DECODED_TYPES
 CHUNK_ELEMENTS = 1 << 24  # widened per product at most (64 MiB in float32): a larger weight goes a band at a time
-HALF_BYTES = 2  # a block's float16 scale
 
 
 def _on(array: np.ndarray, device: str | torch.device) -> torch.Tensor:
@@ -42,47 +42,46 @@ def _on(array: np.ndarray, device: str | torch.device) -> torch.Tensor:
     return torch.from_numpy(np.array(array, order="C")).to(device)
 
 
-def _widen(
-    qtype: GGMLQuantizationType, values: torch.Tensor, scales: torch.Tensor, cols: int, dtype: torch.dtype
-) -> torch.Tensor:
-    """Stored rows ``values`` with their blocks' ``scales`` -> ``(rows, cols)`` in ``dtype``, through float32."""
-    # Q4_0: a byte's low nibble is the block's value j, its high nibble value j + 16; both offset by 8
-    q4 = qtype == Q.Q4_0
-    ints = torch.cat((values & 0x0F, values >> 4), dim=-1).float() - 8.0 if q4 else values.float()
-    return (ints * scales.view(torch.float16).float()[..., None]).reshape(values.shape[0], cols).to(dtype)
-
-
 class DeviceStoredWeight(nn.Module):
-    """A 2-D weight ``(rows, cols)`` as stored: ``values`` (int8 for Q8_0, packed nibbles for Q4_0) and ``scales``
-    (each block's float16 scale as its bits), both buffers.
+    """A 2-D weight ``(rows, cols)`` as stored: its blocks' fields (:func:`ggtts.ops.block_decode.split`: float16
+    scales as their bits, packed integers as bytes), each a buffer named as the field, ``(rows, blocks, ...)``.
     Called on ``x``, it gives ``x @ W.T`` (an output projection tied to an embedding table)."""
 
-    values: torch.Tensor
-    scales: torch.Tensor
+    grid: torch.Tensor | None
 
     def __init__(
         self, raw: np.ndarray, qtype: GGMLQuantizationType, rows: int, cols: int, device: str | torch.device = "cpu"
     ) -> None:
         super().__init__()
         if qtype not in DEVICE_TYPES:
-            raise ValueError(f"{qtype.name} weights are not kept on a device (only Q8_0 and Q4_0)")
+            raise ValueError(
+                f"{qtype.name} weights are not kept on a device (only {', '.join(t.name for t in DEVICE_TYPES)})"
+            )
         self.qtype, self.rows, self.cols = qtype, rows, cols
-        data = np.ascontiguousarray(raw).view(np.uint8).reshape(rows, -1)
-        block, size = GGML_QUANT_SIZES[qtype]
-        blocks = data.reshape(rows, cols // block, size)
-        scales = np.ascontiguousarray(blocks[:, :, :HALF_BYTES]).view(np.int16)[..., 0]
-        packed = np.ascontiguousarray(blocks[:, :, HALF_BYTES:])
-        values = packed.view(np.int8) if qtype == Q.Q8_0 else packed
-        self.register_buffer("values", _on(values, device), persistent=False)
-        self.register_buffer("scales", _on(scales, device), persistent=False)
+        fields = split(raw, qtype, rows, cols)
+        self.fields = tuple(fields)
+        for name, array in fields.items():
+            self.register_buffer(name, _on(array, device), persistent=False)
+        table = grid(qtype)
+        self.register_buffer("grid", None if table is None else table.to(device), persistent=False)
+
+    def stored_bytes(self) -> int:
+        """The bytes the blocks hold on the device (the file's, exactly; the IQ4 grid's 64 aside)."""
+        return sum(t.numel() * t.element_size() for t in self._fields().values())
+
+    def _fields(self, rows: slice | torch.Tensor = slice(None)) -> dict[str, torch.Tensor]:
+        def pick(t: torch.Tensor) -> torch.Tensor:
+            return t[rows] if isinstance(rows, slice) else t.index_select(0, rows)
+
+        return {name: pick(getattr(self, name)) for name in self.fields}
 
     def widened(self, dtype: torch.dtype, start: int = 0, end: int | None = None) -> torch.Tensor:
         """Rows ``start:end`` of the weight in ``dtype`` (through float32, as a load would widen them)."""
-        return _widen(self.qtype, self.values[start:end], self.scales[start:end], self.cols, dtype)
+        return decode(self.qtype, self._fields(slice(start, end)), self.cols, self.grid).to(dtype)
 
     def lookup(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """The rows ``ids`` (1-D) in ``dtype``."""
-        return _widen(self.qtype, self.values.index_select(0, ids), self.scales.index_select(0, ids), self.cols, dtype)
+        return decode(self.qtype, self._fields(ids), self.cols, self.grid).to(dtype)
 
     def bands(self) -> list[tuple[int, int]]:
         """Row ranges of at most :data:`CHUNK_ELEMENTS` elements each."""
@@ -183,7 +182,7 @@ def use_device_experts(
     module: nn.Module, gguf: GGUFFile, *, gguf_name: Callable[[str], str] = lambda name: name,
     device: str | torch.device = "cpu",
 ) -> set[str]:  # fmt: skip
-    """Swap each ``Experts`` stack of ``module`` whose file weight is Q8_0 or Q4_0 for a
+    """Swap each ``Experts`` stack of ``module`` whose file weight has a type of :data:`DEVICE_TYPES` for a
     :class:`DeviceStoredExperts` on ``device``. Returns the file tensor names consumed."""
     from ggtts.ops.stored_experts import Experts
 
@@ -211,10 +210,10 @@ def use_device_weights(
     module: nn.Module, gguf: GGUFFile, *, gguf_name: Callable[[str], str] = lambda name: name,
     device: str | torch.device = "cpu",
 ) -> set[str]:  # fmt: skip
-    """Swap each ``nn.Linear`` / ``nn.Embedding`` of ``module`` whose weight the file stores as Q8_0 or Q4_0
-    for a :class:`DeviceStoredLinear` / :class:`DeviceStoredEmbedding` over a copy of the stored bytes on
-    ``device`` (a model's ``.to(device)`` moves them too). ``gguf_name`` maps a module parameter name to the
-    file's tensor name. Returns the file tensor names consumed, for the strict loader to ignore (biases stay
+    """Swap each ``nn.Linear`` / ``nn.Embedding`` of ``module`` whose weight the file stores as a type of
+    :data:`DEVICE_TYPES` for a :class:`DeviceStoredLinear` / :class:`DeviceStoredEmbedding` over a copy of the
+    stored bytes on ``device`` (a model's ``.to(device)`` moves them too). ``gguf_name`` maps a module parameter
+    name to the file's tensor name. Returns the file tensor names consumed, for the strict loader to ignore (biases stay
     parameters and are loaded by it)."""
     consumed: set[str] = set()
     for parent, child_name, child, name in weight_layers(module, (nn.Linear, nn.Embedding), gguf_name):

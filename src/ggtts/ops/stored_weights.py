@@ -102,7 +102,7 @@ class StoredWeightsPlan:
 
     stored: bool
     reason: str | None = None
-    # off the CPU: weights the file stores as Q8_0 or Q4_0 blocks kept so on the device, widened per product
+    # off the CPU: weights the file stores as blocks (legacy, K-quants, IQ4) kept so on the device, widened per product
     # (:mod:`ggtts.ops.device_weights`)
     on_device: bool = False
     device: str = "cpu"  # where on_device keeps them
@@ -113,9 +113,9 @@ def stored_weights_plan(device: str | torch.device, requested: bool = True) -> S
         return StoredWeightsPlan(False, "weights widened to float32 on request")
     if torch.device(device).type != "cpu":
         return StoredWeightsPlan(
-            False, f"ggml's CPU kernels do not run on {device}: Q8_0 and Q4_0 weights are kept as stored there and "
-            "widened one product at a time; other types are widened to float at load", on_device=True,
-            device=str(device),
+            False, f"ggml's CPU kernels do not run on {device}: block weights (legacy types, K-quants, IQ4) are kept "
+            "as stored there and widened one product at a time; other types are widened to float at load",
+            on_device=True, device=str(device),
         )  # fmt: skip
     reason = unavailable_reason()
     return StoredWeightsPlan(reason is None, reason)

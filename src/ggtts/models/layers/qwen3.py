@@ -236,9 +236,9 @@ def load_weights(
     """Fill ``model`` (built on the ``meta`` device, or not) from ``gguf``, strictly, under :func:`gguf_name`.
 
     Where ggml's kernels run (CPU, ``stored_weights``), linear layers, embeddings and expert stacks the file stores as
-    F16, BF16 or blocks stay so (memory-mapped; expert stacks read only the picked experts); on a GPU, Q8_0 and Q4_0
-    ones stay so there, widened per product (:mod:`ggtts.ops.device_weights`); the rest is widened to float. Returns the
-    missing ``optional`` names and, when weights were widened, why."""
+    F16, BF16 or blocks stay so (memory-mapped; expert stacks read only the picked experts); on a GPU, block ones
+    (:data:`~ggtts.ops.device_weights.DEVICE_TYPES`) stay so there, widened per product; the rest is widened to
+    float. Returns the missing ``optional`` names and, when weights were widened, why."""
     plan = stored_weights_plan(device, stored_weights)
     consumed: set[str] = set()
     if plan.stored:

@@ -115,13 +115,14 @@ class Qwen2Model(nn.Module):
         compile_steps: bool = False,
     ) -> Qwen2Model:
         """The model of a ``qwen2`` file. Weights the file stores as F16, BF16 or blocks (Q8_0, Q4_0, K-quants...)
-        stay so and are multiplied by ggml's kernels on CPU; on a GPU, Q8_0 and Q4_0 ones stay so there and are widened
-        one product at a time (:mod:`ggtts.ops.device_weights`); ``stored_weights=False``, other types on a GPU, or ggml
-        not installed widen them to ``dtype`` at load instead (``weights_note`` says why). Where ggml runs, each step is
-        one ggml graph (:class:`~ggtts.models.qwen2.ggml_graph.Qwen2Graph`) unless ``graph=False``: the torch modules
-        then run op by op (the same maths, with torch's per-operation overhead). On CUDA each one-token step is a
-        captured CUDA graph over a fixed cache (:meth:`use_static_steps`) unless ``step_graphs=False``;
-        ``compile_steps`` compiles that step first (``torch.compile``: its small kernels fused)."""
+        stay so and are multiplied by ggml's kernels on CPU; on a GPU, block ones (legacy, K-quants, IQ4) stay so
+        there and are widened one product at a time (:mod:`ggtts.ops.device_weights`); ``stored_weights=False``,
+        other types on a GPU, or ggml not installed widen them to ``dtype`` at load instead (``weights_note`` says
+        why). Where ggml runs, each step is one ggml graph (:class:`~ggtts.models.qwen2.ggml_graph.Qwen2Graph`)
+        unless ``graph=False``: the torch modules then run op by op (the same maths, with torch's per-operation
+        overhead). On CUDA each one-token step is a captured CUDA graph over a fixed cache
+        (:meth:`use_static_steps`) unless ``step_graphs=False``; ``compile_steps`` compiles that step first
+        (``torch.compile``: its small kernels fused)."""
         cfg = Qwen2Config.from_gguf(gguf)
         plan = stored_weights_plan(device, stored_weights)
         with empty_modules():  # no memory or random initialisation for weights about to be replaced
