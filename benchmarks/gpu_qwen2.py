@@ -17,7 +17,11 @@ tokens greedily after a ``--prompt``-token prefill (after one warm-up run of the
   OuteTTS's default sampler (temperature 1, top-k 4) on the GPU: one host round trip per token, for the stream;
 - ``ggtts graph q8_0`` (and the other ``--quantized`` types): the same file quantized, its blocks kept as stored on
   the GPU and widened one product at a time (``ops/device_weights.py``), float32 activations; ``weights MiB`` is
-  what the model holds on the device.
+  what the model holds on the device. Types the converter does not write (``q4_k``, ``q6_k``, ``iq4_xs``...: any
+  of ``ops/block_decode.py``) are quantized from the f32 file by ggml's quantizer where ggml-python is installed,
+  else written as random blocks of the type (``random blocks`` in the row: the same bytes and operations, so the
+  same speed, but its logits are not the model's); matrices whose rows are not whole super-blocks (at the 0.5B
+  shape, all but ``ffn_down``) take llama.cpp's fallback type (Q5_0 for Q4_K, Q8_0 for Q6_K...), as its files do.
 
 Reported: decode tokens/s, the time from the start of the prefill to the first new token, peak GPU memory, and
 for the graph rows the largest relative difference of their logits from the eager step's over the same tokens
@@ -27,6 +31,7 @@ for the graph rows the largest relative difference of their logits from the eage
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import sys
 import tempfile
@@ -42,9 +47,65 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_qwen2 import SHAPE_0_5B, SHAPE_SMALL, build
 
 from ggtts.gguf import GGUFFile
+from ggtts.gguf.write import OutType
 from ggtts.models.qwen2.model import Qwen2Model
 from ggtts.runtime.frames import generate_tokens
 from ggtts.runtime.sampling import Sampler, SamplingParams
+
+# the type llama.cpp's quantizer writes where a matrix's rows are not whole super-blocks (Qwen2-0.5B's 896-wide
+# inputs: all but ffn_down), as in llama-quant.cpp
+FALLBACK = {"Q2_K": "IQ4_NL", "Q3_K": "IQ4_NL", "IQ4_XS": "IQ4_NL", "Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
+
+
+def requantized(source: Path, out: Path, qtype_name: str) -> bool:
+    """``source``'s matrices as ``qtype_name`` (or llama.cpp's fallback type where their rows are not whole
+    blocks of it), the rest as it is; True where ggml or gguf quantized them all, False where some are random
+    blocks of the type (no ggml-python here for a type gguf cannot quantize)."""
+    import numpy as np
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
+    from gguf import quants as gguf_quants
+
+    from ggtts.ops import ggml_kernels
+    from ggtts.ops.block_decode import LAYOUTS
+
+    gguf, rng, real = GGUFFile(source), np.random.default_rng(0), True
+    w = GGUFWriter(out, "qwen2")
+    for key, value in gguf.metadata.items():
+        if key.startswith("qwen2."):
+            {int: w.add_uint32, float: w.add_float32, str: w.add_string}[type(value)](key, value)
+    for name in gguf.names():
+        values = np.ascontiguousarray(gguf.tensor(name).numpy(), np.float32)
+        qtype = GGMLQuantizationType[qtype_name.upper()]
+        if values.ndim == 2 and values.shape[1] % GGML_QUANT_SIZES[qtype][0]:
+            qtype = GGMLQuantizationType[FALLBACK.get(qtype.name, "F32")]
+        if values.ndim != 2 or qtype == GGMLQuantizationType.F32 or values.shape[1] % GGML_QUANT_SIZES[qtype][0]:
+            w.add_tensor(name, values)
+            continue
+        rows, cols = values.shape
+        block, size = GGML_QUANT_SIZES[qtype]
+        if "quantize_blocks" in vars(gguf_quants._type_traits[qtype]):
+            raw = gguf_quants.quantize(values, qtype)
+        elif ggml_kernels.unavailable_reason() is None:
+            raw = np.empty((rows, cols // block * size), np.uint8)
+            src = values.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+            ggml_kernels.kernels().ggml_quantize_chunk(
+                int(qtype), src, raw.ctypes.data_as(ctypes.c_void_p), 0, rows, cols, None
+            )
+        else:
+            real = False
+            blocks = rng.integers(0, 256, (rows, cols // block, size), dtype=np.uint8)
+            start = 0
+            for field in LAYOUTS[qtype]:  # small finite scales
+                if field.kind == "f16":
+                    blocks[:, :, start : start + 2] = np.array([2e-3], np.float16).view(np.uint8)
+                start += field.size
+            raw = blocks.reshape(rows, -1)
+        w.add_tensor(name, raw, raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return real
 
 
 def sync(device: torch.device) -> None:
@@ -199,8 +260,13 @@ def main() -> None:
     directory = args.dir or Path(tempfile.mkdtemp(prefix="gpu-qwen2-"))
     t0 = time.perf_counter()
     quantized = [t for t in args.quantized.split(",") if t]
-    if not all((directory / f"qwen2-{t}.gguf").exists() for t in ("f32", *quantized)):
-        build(directory, SHAPE_SMALL if args.small else SHAPE_0_5B, types=("f32", *quantized))
+    converted = [t for t in quantized if t in {o.value for o in OutType}]
+    if not all((directory / f"qwen2-{t}.gguf").exists() for t in ("f32", *converted)):
+        build(directory, SHAPE_SMALL if args.small else SHAPE_0_5B, types=("f32", *converted))
+    labels = {t: t for t in quantized}
+    for t in quantized:
+        if t not in converted and not requantized(directory / "qwen2-f32.gguf", directory / f"qwen2-{t}.gguf", t):
+            labels[t] = f"{t}, random blocks"
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"device: {name}; torch {torch.__version__}; files built in {time.perf_counter() - t0:.0f} s")
     print(f"prompt {args.prompt} tokens, {args.new} new tokens, greedy unless said")
@@ -237,12 +303,12 @@ def main() -> None:
                 try:
                     q = ggtts_greedy(directory / f"qwen2-{qtype}.gguf", prompt, args.new, torch.float32, graphs=True,
                                      compiled=how == "compiled")  # fmt: skip
-                    rows[f"ggtts {how} {qtype} (float32)"] = q
+                    rows[f"ggtts {how} {labels[qtype]} (float32)"] = q
                     del q
                 except Exception:
                     traceback.print_exc()
     ref = rows.get("transformers generate float32", {}).get("decode_tok_s", float("nan"))
-    print(f"{'variant':34} {'decode tok/s':>12} {'x transformers f32':>19} {'first token ms':>15} {'peak GPU MiB':>13}")
+    print(f"{'variant':46} {'decode tok/s':>12} {'x transformers f32':>19} {'first token ms':>15} {'peak GPU MiB':>13}")
     for label, r in rows.items():
         extra = ""
         if "max_rel_logit_diff" in r:
@@ -251,7 +317,7 @@ def main() -> None:
         mem = r.get("peak_gpu_mib", float("nan"))
         if "weights_mib" in r:
             extra += f"  weights {r['weights_mib']:.0f} MiB"
-        print(f"{label:34} {r['decode_tok_s']:12.1f} {r['decode_tok_s'] / ref:19.2f} {r['first_token_ms']:15.1f} "
+        print(f"{label:46} {r['decode_tok_s']:12.1f} {r['decode_tok_s'] / ref:19.2f} {r['first_token_ms']:15.1f} "
               f"{mem:13.0f}{extra}")  # fmt: skip
     if args.json:
         clean = {k: {a: b for a, b in r.items() if not a.startswith("_")} for k, r in rows.items()}

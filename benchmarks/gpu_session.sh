@@ -7,13 +7,13 @@
 #   magpie           gpu_magpie.py: the 357M shape, graph rows with and without guidance, a profile (~1.5 min)
 #   omni             gpu_qwen3omni.py: talker + code predictor, graph, unfused and compiled rows, profiles (~5 min)
 #   magpie-compiled  gpu_magpie.py: the compiled steps, with guidance (~2 min)
-#   qwen2            gpu_qwen2.py: OuteTTS's Qwen2, graph, unfused and compiled, f32 / q8_0 / q4_0 files (~3 min)
+#   qwen2            gpu_qwen2.py: OuteTTS's Qwen2, graph, unfused and compiled, f32 / q8_0 / q4_0 / q4_k files (~4 min)
 #   server           server_load.py: 8 clients streaming from `ggtts serve` on that Magpie model, one copy and
 #                    --replicas 8 (~3 min; needs the wheels of FastAPI, uvicorn, pydantic too)
 #   lanes            bench_lanes.py: OuteTTS's Qwen2 (0.5B shape), 1/2/4/8 streams one by one and in static lanes
 #                    (parallel=N: all streams' steps one captured graph), f32 and q8_0, then bfloat16 compiled (~4 min)
 #
-# Together they take ~18 minutes (the estimates above), more than one device call's 10 and a session's 15: name the
+# Together they take ~19 minutes (the estimates above), more than one device call's 10 and a session's 15: name the
 # steps wanted (each is capped: a step past its cap is cut and the next runs).
 #
 # Before the call, here: the wheels the GPU machine lacks in .whl (gguf, soundfile, soxr, regex, cffi, pycparser:
@@ -59,8 +59,8 @@ for name in "${@:-magpie omni}"; do
             qwen2)
                 small=()
                 [ "${SMALL:-0}" = 1 ] && small=(--small)
-                step qwen2 240 python3 $B/gpu_qwen2.py "${small[@]}" --variants graph,unfused,compiled --quantized q8_0,q4_0 \
-                    --dir /tmp/gpu-qwen2 ;;
+                step qwen2 270 python3 $B/gpu_qwen2.py "${small[@]}" --variants graph,unfused,compiled \
+                    --quantized q8_0,q4_0,q4_k --dir /tmp/gpu-qwen2 ;;
             server)
                 if [ ! -f /tmp/gpu-magpie/magpie.gguf ]; then  # the magpie step builds it; alone, build it here
                     python3 $B/gpu_magpie.py "${SIZE[@]}" --frames 2 --dir /tmp/gpu-magpie --variants graph \
