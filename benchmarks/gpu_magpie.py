@@ -12,7 +12,9 @@ warm-up on another text as a server's:
 
 - ``ggtts eager``: the loop op by op (``step_graphs=False``): each code drawn on the host, a wait per code;
 - ``ggtts graph``: each cached decoder step (guidance's two rows) one replayed CUDA graph over a fixed cache, the
-  local transformer's frame (16 draws, on the GPU) another: one wait per frame;
+  local transformer's frame (16 draws, on the GPU) another: one wait per frame; the codec's pushes over fixed
+  tensors too, each a few replayed graphs (``models/nanocodec/static_stream.py``: pushes of 12, 4, 2, 1 frames);
+- ``ggtts codec-eager``: the graph row with the codec's pushes eager, as before 2026-12-07 (what its graphs gain);
 - ``ggtts compiled``: those two steps compiled by ``torch.compile`` (small kernels fused) before they are captured.
 
 ``--profile N``: torch's profiler over N frames of the last graphed row with guidance (host operations, kernels).
@@ -42,6 +44,7 @@ from gguf_skeleton import build as build_from_skeleton
 from gpu_qwen2 import peak_mib, profile_table, reset_memory, sync
 
 from ggtts.families.magpie.generate import GenerationParams, generate_codes
+from ggtts.families.magpie.pipeline import STREAM_GRAPH_FRAMES
 from ggtts.gguf import GGUFFile
 from ggtts.models.magpie.model import MagpieTTS, load_magpie
 from ggtts.models.nanocodec.model import NanoCodec
@@ -91,11 +94,13 @@ def utterance(model: MagpieTTS, codec: NanoCodec, p: GenerationParams, ids: list
 def run(model_path: Path, codec_path: Path, device: torch.device, how: str, guidance: bool, frames: int) -> Any:
     base = reset_memory(device)
     t0 = time.perf_counter()
-    graphs, compiled = how in ("graph", "compiled"), how == "compiled"
+    graphs, compiled = how in ("graph", "compiled", "codec-eager"), how == "compiled"
     model = load_magpie(GGUFFile(model_path), device, graph=False, step_graphs=graphs, compile_steps=compiled)
     if graphs and device.type != "cuda":  # ggml's graphs are the CPU's; here, the CUDA graphs' code run eagerly
         model.use_static_steps(capture=False, compile=compiled)
     codec = NanoCodec.from_gguf(GGUFFile(codec_path), str(device))
+    if graphs and how != "codec-eager":  # as the pipeline does for a model whose steps are graphs
+        codec.use_static_streams(STREAM_GRAPH_FRAMES, capture=device.type == "cuda")
     model.null_context_kv()
     load = time.perf_counter() - t0
     eos = model.cfg.text_eos_id
@@ -118,7 +123,8 @@ def run(model_path: Path, codec_path: Path, device: torch.device, how: str, guid
             traceback.print_exc()
     decoders = model.static_steps()
     out.update(peak_gpu_mib=peak_mib(device, base), load_s=load, warm_up_s=warm,
-               captured=bool(decoders and decoders.captured))  # fmt: skip
+               captured=bool(decoders and decoders.captured),
+               codec_captured=bool(codec.static and codec.static.captured))  # fmt: skip
     return model, out
 
 
@@ -139,7 +145,7 @@ def main() -> None:
     ap.add_argument("--frames", type=int, default=200)
     ap.add_argument("--dir", type=Path)
     ap.add_argument("--json", type=Path)
-    ap.add_argument("--variants", default="eager,graph", help="of eager, graph, compiled")
+    ap.add_argument("--variants", default="eager,graph", help="of eager, graph, codec-eager, compiled")
     ap.add_argument("--guidance", default="on,off")
     ap.add_argument("--profile", type=int, default=0)
     args = ap.parse_args()
@@ -169,6 +175,7 @@ def main() -> None:
                         r.update(agreement(models["eager"], model, guidance))
                 rows[label] = r
                 extra = f"  load {r['load_s']:.1f} s, warm-up {r['warm_up_s']:.1f} s, captured {r['captured']}"
+                extra += f", codec captured {r['codec_captured']}"
                 if "greedy_frames_agreeing" in r:
                     extra += f", greedy frames agreeing with eager {r['greedy_frames_agreeing']}/{r['greedy_frames']}"
                 print(f"{label:28} {r['model_fps']:9.1f} {r['model_fps'] / REAL_TIME_FPS:11.1f} "

@@ -79,6 +79,28 @@ def test_by_default_chunks_grow_after_the_first_frame(files: tuple[Path, ...]) -
     assert np.array_equal(np.concatenate([p.samples for p in parts]), whole)
 
 
+def test_a_codec_over_fixed_tensors_streams_the_same_audio(files: tuple[Path, Path]) -> None:
+    """The codec's pushes over fixed tensors (what a GPU replays as graphs of 12, 4, 2 and 1 frames; eagerly here):
+    the same pieces as the eager stream's, the same audio within the streaming float noise, after the warm-up's
+    stream (each stream starts from silence). A model whose steps are over fixed tensors gets such a codec."""
+    import ggtts
+    from ggtts.families.magpie.pipeline import STREAM_GRAPH_FRAMES
+
+    tts = ggtts.load(files[0])
+    text = "Hello world. This is a test of the magpie voice!"
+    want = list(tts.stream(text, voice="Leo", max_frames=40, seed=5))
+    tts.codec.use_static_streams(STREAM_GRAPH_FRAMES, capture=False)
+    tts.warm_up()
+    got = list(tts.stream(text, voice="Leo", max_frames=40, seed=5))
+    assert [len(p) for p in got] == [len(p) for p in want] and len(got) >= 4
+    joined, whole = np.concatenate([p.samples for p in got]), np.concatenate([p.samples for p in want])
+    assert float(np.abs(joined - whole).max()) < 1e-5
+    assert tts.codec.static is not None and tts.codec.static.captured is False  # no CUDA here
+    tts.model.use_static_steps(capture=False)
+    tts.with_codec(files[1])
+    assert tts.codec.static is not None and tts.codec.static.sizes == tuple(sorted(STREAM_GRAPH_FRAMES, reverse=True))
+
+
 def test_text_is_chunked_as_nemo_chunks_it() -> None:
     """Whole under NeMo's 45-word threshold; above it, sentences, and word cuts for a sentence that is too long."""
     from ggtts.families.magpie.pipeline import sentences

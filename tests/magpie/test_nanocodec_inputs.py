@@ -3,6 +3,8 @@ chunked decoding against decoding everything at once."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from _nanocodec_tiny import random_codes
@@ -111,3 +113,68 @@ def test_chunks_without_the_state_of_the_ones_before_differ(codec: NanoCodec) ->
     assert float((chunks - codec.decode(codes)).abs().max()) > 1000 * STREAM_ATOL
     with pytest.raises(InputError, match="chunk_frames must be at least 1"):
         next(codec.decode_stream(codes, 0))
+
+
+@pytest.fixture
+def static(codec: NanoCodec) -> NanoCodec:
+    """The codec streaming over fixed tensors (what a GPU replays as graphs), here eagerly: pushes of 12, 4, 1."""
+    model = copy.deepcopy(codec)
+    model.use_static_streams((12, 4, 1), capture=False)
+    return model
+
+
+@pytest.mark.parametrize("layout", ["channels-first", "channels-last"])
+def test_static_streams_give_the_eager_streams_audio(codec: NanoCodec, static: NanoCodec, layout: str) -> None:
+    """Pushes of any size through the fixed sizes (13 = 12 + 1, 5 = 4 + 1...), single and batched: the eager
+    stream's samples, the one-shot decode's within the streaming tolerance."""
+    if layout == "channels-last":
+        codec = copy.deepcopy(codec)
+        codec.use_channels_last()
+        static.use_channels_last()
+    assert (
+        static.static is not None
+        and static.static.pieces(13) == [12, 1]
+        and static.static.pieces(11) == [4, 4, 1, 1, 1]
+    )
+    for batch in (None, 2):
+        codes = random_codes(4, 60, batch=batch or 1, seed=5)
+        codes = codes if batch else codes[0]
+        eager, fixed = codec.stream(), static.stream()
+        got, want, start = [], [], 0
+        for n in (1, 5, 13, 0, 2, 12, 27):
+            piece = codes[..., start : start + n]
+            got.append(fixed.push(piece))
+            want.append(eager.push(piece))
+            assert got[-1].shape == want[-1].shape
+            start += n
+        torch.testing.assert_close(torch.cat(got, dim=-1), torch.cat(want, dim=-1), rtol=0, atol=STREAM_ATOL)
+        torch.testing.assert_close(torch.cat(got, dim=-1), codec.decode(codes), rtol=0, atol=STREAM_ATOL)
+
+
+def test_a_new_static_stream_starts_from_silence_and_ends_the_old_one(static: NanoCodec) -> None:
+    codes = random_codes(4, 20, seed=6)
+    first = static.stream()
+    a = torch.cat([first.push(codes[:, :1]), first.push(codes[:, 1:])])
+    second = static.stream()
+    b = torch.cat([second.push(codes[:, :1]), second.push(codes[:, 1:])])
+    assert torch.equal(a, b)  # the same pieces from the same zeros: the same samples
+    with pytest.raises(RuntimeError, match="replaced by a newer one"):
+        first.push(codes[:, :2])
+    with pytest.raises(InputError, match="after codes of shape"):
+        second.push(codes[None, :, :2].expand(2, -1, -1))
+    with pytest.raises(ValueError, match="must include 1"):
+        static.use_static_streams((12, 4))
+
+
+def test_a_static_push_traces_whole(static: NanoCodec) -> None:
+    """One graph, no break, for each fixed size: what a CUDA graph capture needs (no host read)."""
+    import torch._dynamo as dynamo
+
+    static.stream().push(random_codes(4, 1))
+    assert static.static is not None
+    lane = static.static.lane(1)
+    dynamo.reset()
+    with torch.inference_mode():
+        for graph in lane.graphs.values():
+            explained = dynamo.explain(graph.step)()
+            assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons

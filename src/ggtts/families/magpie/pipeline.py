@@ -34,6 +34,9 @@ from ggtts.text.sentences import sentence_chunks
 RAMP_FRAMES = 4
 DEFAULT_CHUNK_FRAMES = 12
 WARM_UP_FRAMES = 4
+# the codec's pushes over fixed tensors (when the model's steps are): the sizes captured as graphs, of which every
+# push is made (13 = 12 + 1; a decoder step gives two frames)
+STREAM_GRAPH_FRAMES = (DEFAULT_CHUNK_FRAMES, RAMP_FRAMES, 2, 1)
 # NeMo's LanguageThresholds (about 20 s of speech): text with fewer words (characters for zh, OpenJTalk's words
 # for ja) is spoken whole, longer text sentence by sentence
 CHUNK_WORDS = {"en": 45, "es": 73, "fr": 69, "de": 50, "it": 53, "vi": 50, "zh": 100, "hi": 50, "ja": 80}
@@ -108,6 +111,8 @@ class MagpieTTSPipeline(TTSModel):
         if g.architecture != CODEC_ARCH:
             raise GGUFError(f"{path}: a Magpie codec must be a '{CODEC_ARCH}' GGUF, not '{g.architecture}'")
         codec = NanoCodec.from_gguf(g, self.device)
+        if self.model.static_capture is not None:  # the model's steps are graphs on CUDA: the codec's pushes too
+            codec.use_static_streams(STREAM_GRAPH_FRAMES, capture=self.model.static_capture)
         cfg = self.model.cfg
         if codec.cfg.num_codebooks != cfg.num_codebooks or codec.cfg.codebook_size != cfg.codebook_size:
             raise GGUFError(

@@ -14,8 +14,9 @@ several times faster where the channels are few and the signal long (the last st
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -33,6 +34,9 @@ from ggtts.models.layers.channels_last import (
 )
 from ggtts.models.layers.gguf_state import load_module_from_gguf
 from ggtts.models.nanocodec.config import NanoCodecConfig
+
+if TYPE_CHECKING:
+    from ggtts.models.nanocodec.static_stream import StaticStreams
 
 StreamState = dict[nn.Module, torch.Tensor]  # each causal layer's past inputs (or overlap spill) between pushes
 SNAKE_EPS = 1e-9  # NeMo's snake(): x + sin(alpha x)^2 / (alpha + eps)
@@ -258,6 +262,7 @@ class NanoCodec(nn.Module):
         self.cfg = cfg
         self.vector_quantizer = GroupFiniteScalarQuantizer(cfg)
         self.audio_decoder = CausalHiFiGANDecoder(cfg)
+        self.static: StaticStreams | None = None  # use_static_streams
 
     @classmethod
     def from_gguf(cls, gguf: GGUFFile, device: str | torch.device = "cpu") -> NanoCodec:
@@ -324,7 +329,21 @@ class NanoCodec(nn.Module):
             audio = self.audio_decoder(self.vector_quantizer(batched.to(self.device, torch.long))).float()
         return audio if codes.dim() == 3 else audio.squeeze(0)
 
+    def use_static_streams(self, sizes: Sequence[int], capture: bool = True) -> None:
+        """From now on :meth:`stream` decodes over fixed tensors, each push made of pushes of ``sizes`` frames
+        (1 among them), each size a replayed CUDA graph where the codec is on CUDA and ``capture``
+        (:mod:`ggtts.models.nanocodec.static_stream`; eagerly elsewhere: what the CPU tests run)."""
+        from ggtts.models.nanocodec.static_stream import StaticStreams
+
+        self.static = StaticStreams(self, sizes, capture)
+
     def stream(self) -> NanoCodecStream:
+        """A new stream: ``push`` frames of codes, get their audio (over fixed tensors after
+        :meth:`use_static_streams`: one stream at a time then)."""
+        if self.static is not None:
+            from ggtts.models.nanocodec.static_stream import StaticStream
+
+            return StaticStream(self.static)
         return NanoCodecStream(self)
 
     def decode_stream(self, codes: torch.Tensor, chunk_frames: int) -> Iterator[torch.Tensor]:
@@ -360,6 +379,10 @@ class NanoCodecStream:
         if codes.shape[-1] == 0:
             return torch.zeros(*codes.shape[:-2], 0, device=codec.device)
         batched = codes if codes.dim() == 3 else codes.unsqueeze(0)
-        latent = codec.vector_quantizer(batched.to(codec.device, torch.long))
-        audio = codec.audio_decoder(latent, self._state).float()
+        audio = self._decode(batched.to(codec.device, torch.long))
         return audio if codes.dim() == 3 else audio.squeeze(0)
+
+    def _decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """Checked codes ``(B, codebooks, n)``, ``n >= 1``, on the codec's device -> ``(B, n * hop)`` float32."""
+        codec = self.codec
+        return codec.audio_decoder(codec.vector_quantizer(codes), self._state).float()
