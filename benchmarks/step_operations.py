@@ -37,6 +37,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_qwen3omni import build
 
+from ggtts.families.magpie.pipeline import STREAM_GRAPH_FRAMES
 from ggtts.families.qwen3omni.generate import GraphedFrame
 from ggtts.gguf import GGUFFile
 from ggtts.measure.operations import Operations
@@ -91,8 +92,34 @@ def count_qwen2(fuse: bool) -> Operations:
     return ops
 
 
-def count_magpie(directory: Path) -> tuple[Operations, Operations, Operations]:
-    """The operations to Magpie's first frame, in the codec's first push, and in the next frame."""
+class GraphShare:
+    """Of the operations counted, those inside :class:`StepGraph` calls (what a GPU replays: one launch a call)."""
+
+    def __init__(self) -> None:
+        self.operations = self.calls = 0
+
+    def __enter__(self) -> GraphShare:
+        from ggtts.ops.step_graph import StepGraph
+
+        real, share = StepGraph.__call__, self
+
+        def counted(graph: StepGraph) -> object:
+            with Operations() as ops:
+                out = real(graph)
+            share.operations, share.calls = share.operations + ops.total, share.calls + 1
+            return out
+
+        self._patch = mock.patch.object(StepGraph, "__call__", counted)
+        self._patch.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._patch.stop()
+
+
+def count_magpie(directory: Path) -> list[tuple[Operations, GraphShare]]:
+    """The operations to Magpie's first frame, in the codec's first push, and in the next frame, each with its
+    share inside graphs."""
     from gpu_magpie import params
 
     from ggtts.convert.magpie_nemo import convert_magpie
@@ -112,20 +139,21 @@ def count_magpie(directory: Path) -> tuple[Operations, Operations, Operations]:
     model.use_static_steps(capture=False)  # the steps a GPU captures, run eagerly
     with mock.patch.object(NanoCodec, "use_channels_last", lambda self: 0):  # laid out as on a GPU (the CPU's own
         codec = NanoCodec.from_gguf(GGUFFile(directory / "codec.gguf"), "cpu")  # is channels-last: other operations)
+    codec.use_static_streams(STREAM_GRAPH_FRAMES, capture=False)  # as the pipeline's, where the steps are graphs
     model.null_context_kv()
     ids = [*range(3, 43), model.cfg.text_eos_id]
-    counted = []
+    counted: list[tuple[Operations, GraphShare]] = []
     with torch.inference_mode():
         for _ in range(2):  # the first run makes the steps
             stream, frames = codec.stream(), MagpieGenerator(model, params(model, 40, True)).frames(ids, 0)
-            with Operations() as first:
+            with Operations() as first, GraphShare() as first_share:
                 codes = next(frames)
-            with Operations() as push:
+            with Operations() as push, GraphShare() as push_share:
                 stream.push(codes[:, :1])
-            with Operations() as later:
+            with Operations() as later, GraphShare() as later_share:
                 next(frames)
-            counted = [first, push, later]
-    return counted[0], counted[1], counted[2]
+            counted = [(first, first_share), (push, push_share), (later, later_share)]
+    return counted
 
 
 def count_blocks() -> None:
@@ -183,10 +211,12 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d, warnings.catch_warnings():
             warnings.simplefilter("ignore")
             parts = count_magpie(Path(d))
-        print("Magpie 357M structure, with guidance")
-        for name, ops in zip(("to the first frame", "the codec's first push", "a later frame"), parts, strict=True):
-            top = ", ".join(f"{n} {c}" for n, c in ops.counts.most_common(6))
-            print(f"{name:34} {'':12} {ops.total:10} {ops.products:9}  {top}")
+        print("Magpie 357M structure, with guidance (operations: in graphs + eager; a GPU launches a graph's once)")
+        for name, (ops, share) in zip(("to the first frame", "the codec's first push", "a later frame"), parts,
+                                      strict=True):  # fmt: skip
+            top = ", ".join(f"{n} {c}" for n, c in ops.counts.most_common(4))
+            split = f"{share.operations} in {share.calls} graphs + {ops.total - share.operations} eager"
+            print(f"{name:24} {ops.total:6} ({split:30}) {ops.products:6} products  {top}")
 
 
 if __name__ == "__main__":

@@ -76,7 +76,9 @@ def _relative(got: torch.Tensor, want: torch.Tensor) -> float:
 def test_static_steps_match_the_modules(tiny: Path, cfg: bool, speaker: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each fixed-tensor step against the modules' cached step on a copy of the cache as it was: the last rows, the
     head's logits, each layer's cross-attention over the text (nothing on the padding past it), the keys and values
-    written. Then the modules' own greedy picks along the codes the steps chose are those codes."""
+    written. The first (the text encoder over the padded text and the context's prefill, one graph) against the
+    modules' over the text alone: the text's keys and values, the last rows, the probabilities, the cache. Then the
+    modules' own greedy picks along the codes the steps chose are those codes."""
     from ggtts.measure.magpie.parity import _Forced
     from ggtts.models.layers.kv_cache import KVCache
     from ggtts.models.magpie.model import LayerInputs
@@ -105,10 +107,42 @@ def test_static_steps_match_the_modules(tiny: Path, cfg: bool, speaker: int, mon
         assert all(float(p[..., s:].abs().max()) == 0.0 for p in got.probs if p is not None)
         return got
 
+    real_prefill = StaticDecoder.prefill
+
+    def shadowed_prefill(self: StaticDecoder, owner: object, context: torch.Tensor) -> Any:
+        s, rows = int(self.memory_valid.sum()), self.rows
+        got_hidden, got_probs = real_prefill(self, owner, context)
+        memory = model.memory_kv(model.encode_text(self.text[:, :s]))
+        twin = KVCache.__new__(KVCache)
+        twin.k, twin.v, twin.max_len, twin.length = (
+            torch.zeros_like(self.cache.k),
+            torch.zeros_like(self.cache.v),
+            self.capacity,
+            0,
+        )
+        hidden, probs = model.prefill(context, self.bos, twin, self.key_valid, memory)
+        pairs = [(got_hidden, hidden)] + [
+            (g[..., :s], w) for g, w in zip(got_probs, probs, strict=True) if w is not None
+        ]
+        pairs += [
+            (fixed[:, :, :s], kv)
+            for pair, fixed_pair in zip(memory, self.memory, strict=True)
+            for kv, fixed in zip(pair, fixed_pair, strict=True)
+        ]
+        assert all(float(p[..., s:].abs().max()) == 0.0 for p in got_probs if p is not None)
+        tc1 = context.shape[0] + 1
+        pairs += [
+            (self.cache.k[:, :rows, :, :tc1], twin.k[:, :, :, :tc1]),
+            (self.cache.v[:, :rows, :, :tc1], twin.v[:, :, :, :tc1]),
+        ]
+        errors.append(max(_relative(g, w) for g, w in pairs))
+        return got_hidden, got_probs
+
     monkeypatch.setattr(StaticDecoder, "step", shadowed)
+    monkeypatch.setattr(StaticDecoder, "prefill", shadowed_prefill)
     codes = _generate(model, cfg, speaker)
     assert codes.shape[1] == STEPS * model.cfg.frame_stacking
-    assert len(errors) == STEPS - 1  # the first step (the context's prefill) is the modules'
+    assert len(errors) == STEPS  # the prefill and every step after it
     print(f"cfg={cfg} speaker={speaker}: worst step {max(errors):.1e}")
     assert max(errors) < 1e-5
     modules = _load(tiny, static=False)
@@ -119,9 +153,10 @@ def test_static_steps_match_the_modules(tiny: Path, cfg: bool, speaker: int, mon
 
 @pytest.mark.parametrize("temperature", [0.0, 0.7])
 def test_the_gpu_steps_trace_whole(tiny: Path, temperature: float) -> None:
-    """The decoder's fixed-tensor step and the local transformer's device frame (as a GPU captures them, made by a
-    generation) each trace as one graph with no break: nothing in them is read on the host (which would wait for
-    the GPU, and which a CUDA graph cannot hold), and ``torch.compile`` can fuse each whole."""
+    """The decoder's fixed-tensor step, its prefill (the text encoder with it) and the local transformer's device
+    frame (as a GPU captures them, made by a generation) each trace as one graph with no break: nothing in them is
+    read on the host (which would wait for the GPU, and which a CUDA graph cannot hold), and ``torch.compile`` can
+    fuse each whole."""
     import torch._dynamo as dynamo
 
     model = _load(tiny, static=True)
@@ -130,7 +165,8 @@ def test_the_gpu_steps_trace_whole(tiny: Path, temperature: float) -> None:
     assert len(decoders) == 1 and len(frames) == 1
     dynamo.reset()
     with torch.inference_mode():
-        for traced in (next(iter(decoders.values())).graph.step, frames[0].graph.step):
+        decoder = next(iter(decoders.values()))
+        for traced in (decoder.graph.step, decoder.prefill_graph.step, frames[0].graph.step):
             explained = dynamo.explain(traced)()
             assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
 

@@ -193,31 +193,6 @@ class MagpieGenerator:
         steps = max(1, self.params.max_frames // self.cfg.frame_stacking)  # NeMo: max_decoder_steps // stacking
         yield from decode_frames(_Utterance(self, text_ids, speaker, steps), steps)
 
-    def _prefill(
-        self,
-        context: torch.Tensor,
-        bos: torch.Tensor,
-        cache: KVCache,
-        key_valid: torch.Tensor,
-        memory: list[tuple[torch.Tensor, torch.Tensor]],
-    ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
-        """The first step: the speaker's context and the BOS stack through the decoder, filling the cache.
-
-        With guidance the null row's context (zeros, no text) is the same for every utterance: its keys and values
-        come from :meth:`MagpieTTS.null_context_kv`, computed once per model, and only its BOS row runs here."""
-        m = self.model
-        tc = context.shape[0]
-        cond = LayerInputs(cache=cache.rows(0, 1), key_valid=key_valid[:1], memory=memory, cross_rows=1, last_rows=1)
-        hidden, probs = m.decode(torch.cat([context[None], bos], dim=1), cond)
-        if cache.k.shape[1] == 1:
-            return hidden[:, -1], probs
-        null_k, null_v = m.null_context_kv()
-        cache.k[:, 1:2, :, :tc] = null_k
-        cache.v[:, 1:2, :, :tc] = null_v
-        null = LayerInputs(cache=cache.rows(1, 2), key_valid=key_valid[1:2], start=tc)
-        null_hidden, _ = m.decode(bos, null)
-        return torch.cat([hidden[:, -1], null_hidden[:, -1]]), probs
-
     def _eos_streams(self, codes: torch.Tensor, argmax: torch.Tensor) -> list[torch.Tensor]:
         if self.params.eos_method.startswith("argmax_or_multinomial"):
             return [codes, argmax]
@@ -335,19 +310,26 @@ class _Utterance:
         self.device = device = m.text_embedding.weight.device
         self.rows = rows = 1 if p.cfg_scale is None else 2
         self.text_len = len(text_ids)
-        self.memory = m.memory_kv(m.encode_text(torch.tensor([text_ids], device=device)))
+        decoders = m.static_steps() if p.cached else None
+        # the steps over fixed tensors: the text's memory is written there by their prefill (one graph with it)
+        self.static: StaticDecoder | None = None if decoders is None else decoders.get(rows, self.text_len)
+        self.memory = (
+            [] if self.static is not None else m.memory_kv(m.encode_text(torch.tensor([text_ids], device=device)))
+        )
         context = m.speaker_context(speaker)  # (Tc, D)
         self.tc = tc = context.shape[0]
         max_len = tc + steps + 1
-        self.prefix = torch.stack([context, torch.zeros_like(context)])[:rows]  # (rows, Tc, D): CFG's null context
-        bos = torch.full((1, cfg.num_codebooks, cfg.frame_stacking), cfg.audio_bos_id, device=device)
-        self.history = [m.embed_frames(bos).expand(rows, -1, -1)]  # decoder input rows after the context
+        self.context = context
+        # the decoder's input rows: the context's (rows, Tc, D; CFG's null context zeros) and those after it (a
+        # static decoder holds its own BOS row)
+        self.prefix = torch.stack([context, torch.zeros_like(context)])[:rows]
+        self.history: list[torch.Tensor] = []
+        if self.static is None:
+            bos = torch.full((1, cfg.num_codebooks, cfg.frame_stacking), cfg.audio_bos_id, device=device)
+            self.history = [m.embed_frames(bos).expand(rows, -1, -1)]
         self.row_priors: list[torch.Tensor | None] = [None]  # the prior each audio row was computed with
-        decoders = m.static_steps() if p.cached else None
-        self.static: StaticDecoder | None = None
-        if decoders is not None:  # the steps over fixed tensors: their cache and key masks
-            self.static = decoders.get(rows, self.text_len)
-            self.cache = self.static.begin(self, self.memory)
+        if self.static is not None:  # the steps over fixed tensors: their cache and key masks
+            self.cache = self.static.begin(self, text_ids)
             self.key_valid = self.static.key_valid
             self.frame = device_frame(m, p, rows)
             chosen = set(p.prior_layers or range(cfg.decoder.n_layers))
@@ -373,8 +355,11 @@ class _Utterance:
         gen, m, p = self.gen, self.m, self.p
         inputs = LayerInputs(cache=self.cache, key_valid=self.key_valid, memory=self.memory, cross_rows=1)
         if p.cached and self.step == 0:
-            self.last, self.probs = gen._prefill(self.prefix[0], self.history[0][:1], self.cache, self.key_valid,
-                                                 self.memory)  # fmt: skip
+            if self.static is not None:  # the text encoder and the prefill, one graph
+                self.last, self.probs = self.static.prefill(self, self.context)
+            else:
+                self.last, self.probs = m.prefill(self.context, self.history[0][:1], self.cache, self.key_valid,
+                                                  self.memory)  # fmt: skip
             return
         self.head = None
         if self.static is not None:  # its priors are set where the prior changes (draw)

@@ -367,6 +367,32 @@ class MagpieTTS(nn.Module):
         """Decoder input rows (B, T, D) -> (hidden (B, T, D), per-layer cross-attention probabilities)."""
         return self.decoder(x, inputs)
 
+    def prefill(
+        self, context: torch.Tensor, bos: torch.Tensor, cache: KVCache, key_valid: torch.Tensor,
+        memory: list[tuple[torch.Tensor, torch.Tensor]], memory_valid: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:  # fmt: skip
+        """An utterance's first decoder step: the speaker's ``context`` (Tc, D) and the BOS stack ``bos`` (1, 1, D)
+        through the decoder, filling ``cache`` (one row, or guidance's two) -> the last rows' hidden states (rows,
+        D) and the first row's cross-attention probabilities. ``memory_valid`` (1, S): the text positions of a
+        padded ``memory``.
+
+        With guidance the null row's context (zeros, no text) is the same for every utterance: its keys and values
+        come from :meth:`null_context_kv`, computed once per model, and only its BOS row runs here."""
+        tc = context.shape[0]
+        cond = LayerInputs(
+            cache=cache.rows(0, 1), key_valid=key_valid[:1], memory=memory, memory_valid=memory_valid, cross_rows=1,
+            last_rows=1,
+        )  # fmt: skip
+        hidden, probs = self.decode(torch.cat([context[None], bos], dim=1), cond)
+        if cache.k.shape[1] == 1:
+            return hidden[:, -1], probs
+        null_k, null_v = self.null_context_kv()
+        cache.k[:, 1:2, :, :tc] = null_k
+        cache.v[:, 1:2, :, :tc] = null_v
+        null = LayerInputs(cache=cache.rows(1, 2), key_valid=key_valid[1:2], start=tc)
+        null_hidden, _ = self.decode(bos, null)
+        return torch.cat([hidden[:, -1], null_hidden[:, -1]]), probs
+
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """The parallel head: hidden (..., D) -> (..., S * C, V), table order (frame in stack, codebook)."""
         out = self.final_proj(hidden)

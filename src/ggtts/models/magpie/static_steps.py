@@ -7,7 +7,10 @@ masks, the self-attention cache, each layer's cross-attention keys and values of
 of positions (the padding masked), and each layer's attention prior over them (ones where a layer takes none: the
 renormalisation then changes nothing but rounding). A step writes its inputs there and replays the graph: the
 model's own modules run in it (:meth:`MagpieTTS.decode` on a fixed position), so the CPU runs the very code the
-graph holds, eagerly. The first step of an utterance (the speaker's context) runs eagerly into the same cache.
+graph holds, eagerly. The first step of an utterance is another graph (:meth:`StaticDecoder.prefill`): the text
+encoder over the text padded to the fixed size (the encoder is causal: the padding changes none of the text's
+outputs), each layer's cross-attention keys and values written into the fixed ones, and the speaker's context with
+the BOS stack through the decoder into the same cache.
 
 One utterance at a time per decoder (a model serves one request at a time): :meth:`StaticDecoder.begin` makes an
 utterance the current one, and a step of another is an error.
@@ -79,6 +82,14 @@ class StaticDecoder:
         self.priors = torch.ones(dec.n_layers, 1, 1, text_capacity, dtype=dtype, device=device)
         self.graph = StepGraph(compiled(self._step, compile, "Magpie's decoder step", device), device, capture)
         self.owner: object | None = None
+        # the prefill's inputs: the text's ids (padded), the speaker's context, the BOS stack's embedding
+        self.text = torch.zeros(1, text_capacity, dtype=torch.long, device=device)
+        self.context = torch.zeros(cfg.context_frames, cfg.d_model, dtype=dtype, device=device)
+        bos = torch.full((1, cfg.num_codebooks, cfg.frame_stacking), cfg.audio_bos_id, device=device)
+        with torch.inference_mode():
+            self.bos = model.embed_frames(bos)  # (1, 1, D): the same every utterance
+            model.null_context_kv()  # computed before any capture: the prefill's null row reads it
+        self.prefill_graph = StepGraph(self._prefill, device, capture)
 
     def _step(self) -> DecoderStep:
         m = self.model
@@ -91,17 +102,21 @@ class StaticDecoder:
         hidden = hidden[:, -1]
         return DecoderStep(hidden, m.logits(hidden), probs)
 
-    def begin(self, owner: object, memory: list[tuple[torch.Tensor, torch.Tensor]]) -> KVCache:
-        """Make ``owner``'s utterance the current one: its text memory's keys and values (``(1, H, S, Dh)`` per
-        layer) copied in, the priors reset, the key masks all true (the caller masks the context's padding).
-        Returns the cache (full capacity, empty) its prefill writes into."""
-        s = memory[0][0].shape[2]
-        assert s <= self.text_capacity, "StaticDecoders.get sizes the text capacity from the text"
+    def _prefill(self) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        m = self.model
+        memory = m.memory_kv(m.encode_text(self.text))  # the padding's keys and values: masked by memory_valid
         for (k, v), (fixed_k, fixed_v) in zip(memory, self.memory, strict=True):
-            fixed_k.zero_()
-            fixed_v.zero_()
-            fixed_k[:, :, :s] = k
-            fixed_v[:, :, :s] = v
+            fixed_k.copy_(k)
+            fixed_v.copy_(v)
+        return m.prefill(self.context, self.bos, self.cache, self.key_valid, self.memory, self.memory_valid)
+
+    def begin(self, owner: object, text: list[int]) -> KVCache:
+        """Make ``owner``'s utterance the current one: its text's ids copied in (:meth:`prefill` encodes them), the
+        priors reset, the key masks all true (the caller masks the context's padding). Returns the cache (full
+        capacity, empty) its prefill writes into."""
+        s = len(text)
+        assert s <= self.text_capacity, "StaticDecoders.get sizes the text capacity from the text"
+        self.text[0, :s] = torch.tensor(text, dtype=torch.long)
         self.memory_valid.zero_()
         self.memory_valid[:, :s] = True
         self.priors.fill_(1.0)
@@ -109,6 +124,15 @@ class StaticDecoder:
         self.cache.length = 0
         self.owner = owner
         return self.cache
+
+    def prefill(self, owner: object, context: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        """The utterance's first step (:meth:`MagpieTTS.prefill` over the text :meth:`begin` took and the speaker's
+        ``context`` (Tc, D)) -> the last rows' hidden states and the first row's cross-attention probabilities
+        (the graph's own tensors)."""
+        if owner is not self.owner:
+            raise RuntimeError("this decoder's fixed cache was taken by a newer utterance (one at a time per model)")
+        self.context.copy_(context)
+        return self.prefill_graph()
 
     def set_priors(self, prior: torch.Tensor, layers: list[bool]) -> None:
         """The next steps' prior ``(S,)`` on the layers marked in ``layers`` (the others keep the ones
@@ -139,7 +163,8 @@ class StaticDecoders:
         """The decoder for ``rows`` rows and ``text`` tokens. Its cache holds every learned position (a step past
         them is refused), whatever an utterance's frame limit: one graph, captured by a server's warm-up, serves
         every request (attending to the whole cache under a mask costs a GPU next to nothing)."""
-        key = (rows, self.model.cfg.decoder.max_positions, fixed_size(text, MIN_TEXT))
+        cfg = self.model.cfg
+        key = (rows, cfg.decoder.max_positions, min(fixed_size(text, MIN_TEXT), max(text, cfg.encoder.max_positions)))
         if key not in self.decoders:
             self.decoders[key] = StaticDecoder(self.model, *key, capture=self.capture, compile=self.compile)
         return self.decoders[key]
