@@ -23,7 +23,8 @@ Reported: frames per second (12.5 is real time), the time to the first frame, pe
 the largest relative difference of the talker's logits and hidden states from the eager step's over the same inputs
 (teacher-forced, greedy), and whether the graphed code-predictor frame chose the host loop's codes. ``--small``
 (transformers' tiny test checkpoint) only checks that the script runs, on the CPU too. ``--profile N``: torch's
-profiler over N frames of the graph row (host operations, kernels).
+profiler over the first frame alone (the prompt's prefill with it: what first audio waits for), then over N frames,
+of the graph row (host operations, kernels).
 """
 
 from __future__ import annotations
@@ -231,10 +232,12 @@ def main() -> None:
                 r.update(forced_difference(eager, talker, x, min(args.frames, 48)))
             report(f"ggtts {how} float32", r)
             if how in ("graph", "compiled") and args.profile:
-                params = TalkerSampling(False, talker.cfg.sampling, talker.cfg.cp_sampling, max_frames=args.profile)
-                run = functools.partial(list, generate_frames(talker, x, params))
-                with torch.inference_mode():
-                    print(profile_table(run))
+                for n in (1, args.profile):  # the first frame alone (the prompt's prefill and one frame), then n
+                    params = TalkerSampling(False, talker.cfg.sampling, talker.cfg.cp_sampling, max_frames=n)
+                    run = functools.partial(list, generate_frames(talker, x, params))
+                    print(f"# profile of {how}: {n} frame{'s' if n > 1 else ''} from the prompt")
+                    with torch.inference_mode():
+                        print(profile_table(run))
             del talker
         except Exception:
             traceback.print_exc()
