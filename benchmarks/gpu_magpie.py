@@ -158,7 +158,7 @@ def main() -> None:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"device: {name}; torch {torch.__version__}; files built in {time.perf_counter() - t0:.0f} s")
     print(f"{args.frames} frames, {TEXT_TOKENS} text tokens, sampled, attention prior on")
-    print(f"{'variant':28} {'frames/s':>9} {'x real time':>11} {'RTF':>7} {'first audio ms':>15} {'peak GPU MiB':>13}")
+    print(f"{'variant':32} {'frames/s':>9} {'x real time':>11} {'RTF':>7} {'first audio ms':>15} {'peak GPU MiB':>13}")
     rows: dict[str, dict[str, Any]] = {}
     profiled: MagpieTTS | None = None
     for guidance in (g == "on" for g in args.guidance.split(",")):
@@ -178,7 +178,7 @@ def main() -> None:
                 extra += f", codec captured {r['codec_captured']}"
                 if "greedy_frames_agreeing" in r:
                     extra += f", greedy frames agreeing with eager {r['greedy_frames_agreeing']}/{r['greedy_frames']}"
-                print(f"{label:28} {r['model_fps']:9.1f} {r['model_fps'] / REAL_TIME_FPS:11.1f} "
+                print(f"{label:32} {r['model_fps']:9.1f} {r['model_fps'] / REAL_TIME_FPS:11.1f} "
                       f"{r.get('rtf', float('nan')):7.3f} {r.get('first_audio_ms', float('nan')):15.1f} "
                       f"{r['peak_gpu_mib']:13.0f}{extra}", flush=True)  # fmt: skip
             except Exception:  # a failed variant is reported; the others still run

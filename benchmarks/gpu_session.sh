@@ -4,8 +4,8 @@
 #
 #   bash benchmarks/gpu_session.sh [magpie] [omni] [magpie-compiled] [qwen2] [server] [lanes]
 #
-#   magpie           gpu_magpie.py: the 357M shape, graph rows (codec graphed, codec eager) with and without
-#                    guidance, a profile (~2 min)
+#   magpie           gpu_magpie.py: the 357M shape with guidance, graph rows (codec graphed, codec eager), a
+#                    profile (~1.5 min)
 #   omni             gpu_qwen3omni.py: talker + code predictor, graph, unfused and compiled rows, profiles (~5 min)
 #   magpie-compiled  gpu_magpie.py: the compiled steps, with guidance (~2 min)
 #   qwen2            gpu_qwen2.py: OuteTTS's Qwen2, graph, unfused and compiled, f32 / q8_0 / q4_0 / q4_k files (~4 min)
@@ -14,7 +14,7 @@
 #   lanes            bench_lanes.py: OuteTTS's Qwen2 (0.5B shape), 1/2/4/8 streams one by one and in static lanes
 #                    (parallel=N: all streams' steps one captured graph), f32 and q8_0, then bfloat16 compiled (~4 min)
 #
-# Together they take ~20 minutes (the estimates above), more than one device call's 10 and a session's 15: name the
+# Together they take ~19 minutes (the estimates above), more than one device call's 10 and a session's 15: name the
 # steps wanted (each is capped: a step past its cap is cut and the next runs).
 #
 # Before the call, here: the wheels the GPU machine lacks in .whl (gguf, soundfile, soxr, regex, cffi, pycparser:
@@ -52,7 +52,7 @@ for name in "${@:-magpie omni}"; do
     for one in $name; do
         case $one in
             magpie) step magpie 150 python3 $B/gpu_magpie.py "${SIZE[@]}" --frames 200 --dir /tmp/gpu-magpie \
-                --variants graph,codec-eager --profile 20 ;;
+                --variants graph,codec-eager --guidance on --profile 20 ;;
             omni) step omni 360 python3 $B/gpu_qwen3omni.py "${OMNI_SIZE[@]}" --frames 60 --dir /tmp/gpu-omni \
                 --variants graph,unfused,compiled --profile 10 ;;
             magpie-compiled) step magpie-compiled 150 python3 $B/gpu_magpie.py "${SIZE[@]}" --frames 200 \

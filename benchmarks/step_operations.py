@@ -18,8 +18,10 @@ operations from the request to the first frame (text encoder, the context's pref
 GPU but for the frame's graphs), the codec's first push (one frame: eager), and a later frame.
 
 ``--blocks``: the operations that widen one stored weight on a GPU (``ops/device_weights.py``, each block type a
-GPU keeps as stored; a 4864 x 1024 weight, random blocks: the count depends on the type only), and the type's bits
-per weight.
+GPU keeps as stored; a 4864 x 1024 weight, random blocks: the count depends on the type only), the type's bits
+per weight, and the bytes those operations read and write per weight, eager (a replayed graph moves the same;
+``torch.compile`` fuses them into about the blocks read and the float weight written). The product itself then
+reads the widened weight: 4 bytes a weight in float32, what a weight widened at load costs a product.
 """
 
 from __future__ import annotations
@@ -174,10 +176,12 @@ def count_blocks() -> None:
                 raw[:, :, start : start + 2] = np.array([0.01], np.float16).view(np.uint8)
             start += field.size
         weight = DeviceStoredWeight(raw.reshape(rows, -1), qtype, rows, cols)
-        with Operations() as ops:
+        with torch.inference_mode(), Operations() as ops:
             weight.widened(torch.float32)
         top = ", ".join(f"{n} {c}" for n, c in ops.counts.most_common(4))
-        print(f"{qtype.name:8} {8 * size / block:5.2f} bits/weight {ops.total:4} operations  {top}")
+        moved = ops.traffic / (rows * cols)
+        print(f"{qtype.name:8} {8 * size / block:5.2f} bits/weight {ops.total:4} operations {moved:5.1f} bytes "
+              f"moved/weight  {top}")  # fmt: skip
 
 
 def main() -> None:

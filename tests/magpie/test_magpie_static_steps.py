@@ -248,12 +248,21 @@ def test_a_model_and_its_fixed_tensors_are_freed_together(tiny: Path) -> None:
 
 
 def test_a_position_past_the_table_is_one_clear_error(tiny: Path) -> None:
-    """CUDA would stop on a device-side assert at a row past the learned positions: the step refuses first."""
+    """CUDA would stop on a device-side assert at a row past the learned positions: the step refuses first; and a
+    text longer than the encoder's positions is refused before any fixed tensors are made for it."""
     from ggtts.errors import InputError
+    from ggtts.families.magpie.generate import generate_codes
 
     model = _load(tiny, static=True)
     with pytest.raises(InputError, match="past the decoder's 256 learned positions"):
         _generate(model, False, 0, steps=model.cfg.decoder.max_positions)
+    limit = model.cfg.encoder.max_positions
+    made = dict(model.static_steps().decoders)
+    with pytest.raises(InputError, match=f"position {limit} is past the encoder's {limit} learned positions"):
+        generate_codes(model, [5] * limit + [model.cfg.text_eos_id], 0, _params(model, True))
+    assert model.static_steps().decoders == made
+    codes = generate_codes(model, [5] * (limit - 1) + [model.cfg.text_eos_id], 0, _params(model, True, steps=2))
+    assert codes.shape[1] == 2 * model.cfg.frame_stacking  # a text at the limit: a decoder of the encoder's size
 
 
 def test_a_gpu_keeps_a_q8_0_file_as_stored(nemo_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:

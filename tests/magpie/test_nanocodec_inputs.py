@@ -166,6 +166,16 @@ def test_a_new_static_stream_starts_from_silence_and_ends_the_old_one(static: Na
         static.use_static_streams((12, 4))
 
 
+def test_a_copy_of_a_static_codec_streams_over_tensors_of_its_own(static: NanoCodec) -> None:
+    codes = random_codes(4, 9, seed=7)
+    first = static.stream()
+    a = first.push(codes)
+    twin = copy.deepcopy(static)  # after the first stream made its fixed tensors (and, on a GPU, graphs)
+    assert twin.static is not None and twin.static is not static.static and twin.static.sizes == (12, 4, 1)
+    assert torch.equal(twin.stream().push(codes), a)
+    first.push(codes[:, :1])  # the original's stream is still its own
+
+
 def test_a_static_push_traces_whole(static: NanoCodec) -> None:
     """One graph, no break, for each fixed size: what a CUDA graph capture needs (no host read)."""
     import torch._dynamo as dynamo

@@ -23,3 +23,14 @@ def test_counts_what_makes_or_writes_a_tensor_and_not_views() -> None:
     assert ops.counts["add"] == 1 and ops.counts["mul_"] == 1 and ops.counts["index_select"] == 1
     assert ops.products == 2
     assert ops.total == sum(ops.counts.values())
+
+
+def test_traffic_is_each_operations_inputs_read_and_outputs_written() -> None:
+    a, b = torch.randn(1000), torch.randn(1000)
+    with Operations() as ops:
+        c = a + b  # reads 2 x 4000 bytes, writes 4000
+        half = c.to(torch.float16)  # reads 4000, writes 2000
+        c.mul_(2.0)  # reads and writes its 4000
+        c.view(10, 100)  # a view: nothing
+    assert half.dtype == torch.float16
+    assert ops.traffic == 12_000 + 6_000 + 8_000

@@ -38,11 +38,15 @@ PRODUCTS = (
 
 
 class Operations(TorchDispatchMode):
-    """``with Operations() as ops: ...``; then ``ops.counts`` (by operation name) and :attr:`total`."""
+    """``with Operations() as ops: ...``; then ``ops.counts`` (by operation name), :attr:`total`, and
+    :attr:`traffic`: the bytes the counted operations read and write, each tensor argument read once and each output
+    written once (what a GPU moves through its memory for them, where nothing stays in its caches; a floor for
+    the operations counted)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.counts: collections.Counter[str] = collections.Counter()
+        self.traffic = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
@@ -52,6 +56,9 @@ class Operations(TorchDispatchMode):
             inputs = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
             if name.endswith("_") or first.untyped_storage().data_ptr() not in inputs:
                 self.counts[name] += 1
+                outputs = out if isinstance(out, tuple | list) else (out,)
+                tensors = [t for t in (*args, *outputs) if isinstance(t, torch.Tensor)]
+                self.traffic += sum(t.numel() * t.element_size() for t in tensors)
         return out
 
     @property

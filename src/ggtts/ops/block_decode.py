@@ -88,10 +88,17 @@ def _names() -> str:
 
 
 def grid(qtype: GGMLQuantizationType) -> torch.Tensor | None:
-    """The values a type's indices stand for (IQ4's non-linear 16), as float32; None for the linear types."""
+    """The values a type's indices stand for (IQ4's non-linear 16), as int8 (as ggml's table: a model's
+    ``.to(dtype)`` leaves it alone); None for the linear types."""
     if qtype in (Q.IQ4_NL, Q.IQ4_XS):
-        return torch.tensor(gguf_quants.IQ4_NL.kvalues, dtype=torch.float32)
+        return torch.tensor(gguf_quants.IQ4_NL.kvalues, dtype=torch.int8)
     return None
+
+
+def _looked_up(grid: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor:
+    """The grid's values (int8) of the 4-bit indices ``q`` (a 4-byte index each, not 8)."""
+    assert grid is not None
+    return grid.index_select(0, q.flatten().int()).view(q.shape)
 
 
 def _half(bits: torch.Tensor) -> torch.Tensor:
@@ -120,17 +127,22 @@ def _bits(b: torch.Tensor) -> torch.Tensor:
     return (b[..., None, :] >> _shifts(1, 8, b)) & 0x01
 
 
+# The integers stay small (uint8, int8) until one product with their float32 scales turns them into float32 (torch's
+# type promotion: exact, as a conversion first would be, without a float copy of them in memory); only the types with
+# a min add a second float pass. The order of the float operations is gguf-py's.
+
+
 def _q8_0(f: dict[str, torch.Tensor], _grid: torch.Tensor | None) -> torch.Tensor:
-    return f["qs"].float() * _half(f["d"])
+    return f["qs"] * _half(f["d"])
 
 
 def _q4_0(f: dict[str, torch.Tensor], _grid: torch.Tensor | None) -> torch.Tensor:
     q = _nibbles(f["qs"]).flatten(1)  # value j: byte j's low nibble, value j + 16: its high one
-    return _half(f["d"]) * (q.float() - 8.0)
+    return _half(f["d"]) * (q.view(torch.int8) - 8)
 
 
 def _q4_1(f: dict[str, torch.Tensor], _grid: torch.Tensor | None) -> torch.Tensor:
-    return _half(f["d"]) * _nibbles(f["qs"]).flatten(1).float() + _half(f["m"])
+    return _half(f["d"]) * _nibbles(f["qs"]).flatten(1) + _half(f["m"])
 
 
 def _five_bits(f: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -140,18 +152,18 @@ def _five_bits(f: dict[str, torch.Tensor]) -> torch.Tensor:
 
 
 def _q5_0(f: dict[str, torch.Tensor], _grid: torch.Tensor | None) -> torch.Tensor:
-    return _half(f["d"]) * (_five_bits(f).float() - 16.0)
+    return _half(f["d"]) * (_five_bits(f).view(torch.int8) - 16)
 
 
 def _q5_1(f: dict[str, torch.Tensor], _grid: torch.Tensor | None) -> torch.Tensor:
-    return _half(f["d"]) * _five_bits(f).float() + _half(f["m"])
+    return _half(f["d"]) * _five_bits(f) + _half(f["m"])
 
 
 def _q2_k(f: dict[str, torch.Tensor], _grid: torch.Tensor | None) -> torch.Tensor:
     n, sc = f["d"].shape[0], f["scales"]  # 16 sub-blocks of 16: a 4-bit scale and a 4-bit min each
     dl = (_half(f["d"]) * (sc & 0x0F).float())[..., None]
     ml = (_half(f["dmin"]) * (sc >> 4).float())[..., None]
-    q = _crumbs(f["qs"].view(n, 2, 32)).reshape(n, 16, 16).float()  # (2 halves, 4 shifts, 32) in value order
+    q = _crumbs(f["qs"].view(n, 2, 32)).reshape(n, 16, 16)  # (2 halves, 4 shifts, 32) in value order
     return (dl * q - ml).reshape(n, QK_K)
 
 
@@ -163,8 +175,8 @@ def _q3_k(f: dict[str, torch.Tensor], _grid: torch.Tensor | None) -> torch.Tenso
     dl = (_half(f["d"]) * scales)[..., None]
     ql = _crumbs(f["qs"].view(n, 2, 32)).reshape(n, 16, 16)
     qh = _bits(f["hmask"][:, None, :]).reshape(n, 16, 16) ^ 1  # a clear mask bit subtracts 4
-    q = ql.to(torch.int16) - (qh << 2).to(torch.int16)
-    return (dl * q.float()).reshape(n, QK_K)
+    q = ql.view(torch.int8) - (qh << 2).view(torch.int8)  # -4..3
+    return (dl * q).reshape(n, QK_K)
 
 
 def _scale_min_k4(sc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -181,7 +193,7 @@ def _q4_k(f: dict[str, torch.Tensor], _grid: torch.Tensor | None) -> torch.Tenso
     sc, m = _scale_min_k4(f["scales"])
     d = (_half(f["d"]) * sc.float())[..., None]
     dm = (_half(f["dmin"]) * m.float())[..., None]
-    q = _nibbles(f["qs"].view(n, 4, 32)).reshape(n, 8, 32).float()  # sub-block 2k: bytes 32k.. low, 2k+1: high
+    q = _nibbles(f["qs"].view(n, 4, 32)).reshape(n, 8, 32)  # sub-block 2k: bytes 32k.. low, 2k+1: high
     return (d * q - dm).reshape(n, QK_K)
 
 
@@ -192,7 +204,7 @@ def _q5_k(f: dict[str, torch.Tensor], _grid: torch.Tensor | None) -> torch.Tenso
     dm = (_half(f["dmin"]) * m.float())[..., None]
     ql = _nibbles(f["qs"].view(n, 4, 32)).reshape(n, 8, 32)
     qh = _bits(f["qh"][:, None, :]).reshape(n, 8, 32)  # sub-block i's fifth bits: bit i of the 32 bytes
-    return (d * (ql | (qh << 4)).float() - dm).reshape(n, QK_K)
+    return (d * (ql | (qh << 4)) - dm).reshape(n, QK_K)
 
 
 def _q6_k(f: dict[str, torch.Tensor], _grid: torch.Tensor | None) -> torch.Tensor:
@@ -200,24 +212,22 @@ def _q6_k(f: dict[str, torch.Tensor], _grid: torch.Tensor | None) -> torch.Tenso
     d = (_half(f["d"]) * f["scales"].float())[..., None]  # 16 sub-blocks of 16, an 8-bit signed scale each
     ql = _nibbles(f["ql"].view(n, 2, 64)).reshape(n, 8, 32)
     qh = _crumbs(f["qh"].view(n, 2, 32)).reshape(n, 8, 32)
-    q = ((ql | (qh << 4)).float() - 32.0).reshape(n, 16, 16)
+    q = ((ql | (qh << 4)).view(torch.int8) - 32).reshape(n, 16, 16)
     return (d * q).reshape(n, QK_K)
 
 
 def _iq4_nl(f: dict[str, torch.Tensor], grid: torch.Tensor | None) -> torch.Tensor:
-    assert grid is not None
-    return _half(f["d"]) * grid[_nibbles(f["qs"]).flatten(1).long()]
+    return _half(f["d"]) * _looked_up(grid, _nibbles(f["qs"]).flatten(1))
 
 
 def _iq4_xs(f: dict[str, torch.Tensor], grid: torch.Tensor | None) -> torch.Tensor:
-    assert grid is not None
     n = f["d"].shape[0]
     low = _nibbles(f["scales_l"]).transpose(-1, -2).reshape(n, 8)  # sub-block i: byte i // 2, nibble i % 2
     h = f["scales_h"].to(torch.int32)
     high = (((h[:, 0] | (h[:, 1] << 8))[:, None] >> _shifts(2, 8, h)[:, 0]) & 0x03).to(torch.uint8)  # 16 bits, 2 each
     dl = (_half(f["d"]) * ((low | (high << 4)).float() - 32.0))[..., None]
     q = _nibbles(f["qs"].view(n, 8, 16)).reshape(n, 8, 32)  # sub-block i: bytes 16i.., low nibbles then high
-    return (dl * grid[q.long()]).reshape(n, QK_K)
+    return (dl * _looked_up(grid, q)).reshape(n, QK_K)
 
 
 _DECODERS: dict[GGMLQuantizationType, Callable[[dict[str, torch.Tensor], torch.Tensor | None], torch.Tensor]] = {

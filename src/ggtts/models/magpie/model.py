@@ -292,10 +292,11 @@ class MagpieTTS(nn.Module):
 
     def use_static_steps(self, capture: bool = True, compile: bool = False) -> None:
         """From now on the generation loop runs each cached decoder step over fixed tensors
-        (:mod:`ggtts.models.magpie.static_steps`) and the local transformer's frame likewise
-        (:class:`ggtts.families.magpie.generate.DeviceFrame`), each a replayed CUDA graph with ``capture`` on
-        CUDA (eagerly elsewhere: what the CPU tests run). ``compile``: each is compiled by ``torch.compile``
-        (fixed shapes: its small kernels fused) before it is captured."""
+        (:mod:`ggtts.models.magpie.static_steps`), an utterance's first step (the text encoder with the context's
+        prefill) and the local transformer's frame likewise (:class:`ggtts.families.magpie.generate.DeviceFrame`),
+        each a replayed CUDA graph with ``capture`` on CUDA (eagerly elsewhere: what the CPU tests run).
+        ``compile``: the decoder step and the frame are compiled by ``torch.compile`` (fixed shapes: its small
+        kernels fused) before they are captured (the prefill, once an utterance, is not)."""
         self.static_capture, self.static_compile, self._static = capture, compile, None
 
     def static_steps(self) -> StaticDecoders | None:

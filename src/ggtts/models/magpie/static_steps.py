@@ -89,7 +89,7 @@ class StaticDecoder:
         with torch.inference_mode():
             self.bos = model.embed_frames(bos)  # (1, 1, D): the same every utterance
             model.null_context_kv()  # computed before any capture: the prefill's null row reads it
-        self.prefill_graph = StepGraph(self._prefill, device, capture)
+        self.prefill_graph = StepGraph(self._prefill, device, capture)  # not compiled: once an utterance
 
     def _step(self) -> DecoderStep:
         m = self.model
@@ -164,7 +164,8 @@ class StaticDecoders:
         them is refused), whatever an utterance's frame limit: one graph, captured by a server's warm-up, serves
         every request (attending to the whole cache under a mask costs a GPU next to nothing)."""
         cfg = self.model.cfg
-        key = (rows, cfg.decoder.max_positions, min(fixed_size(text, MIN_TEXT), max(text, cfg.encoder.max_positions)))
+        check_position(text - 1, cfg.encoder.max_positions, "encoder")  # CUDA would assert inside the prefill graph
+        key = (rows, cfg.decoder.max_positions, min(fixed_size(text, MIN_TEXT), cfg.encoder.max_positions))
         if key not in self.decoders:
             self.decoders[key] = StaticDecoder(self.model, *key, capture=self.capture, compile=self.compile)
         return self.decoders[key]

@@ -274,6 +274,22 @@ class NanoCodec(nn.Module):
             model.use_channels_last()
         return model
 
+    def __getstate__(self) -> dict[str, object]:
+        """Copies and pickles leave the fixed-tensor streams behind (their graphs read this codec's tensors): a
+        copy makes its own, of the same sizes, on first use."""
+        state = dict(super().__getstate__())
+        static = state.get("static")
+        state["static"] = None
+        state["_static_settings"] = None if static is None else (static.sizes, static.capture)
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        settings = state.pop("_static_settings", None)
+        super().__setstate__(state)
+        if isinstance(settings, tuple):
+            sizes, capture = settings
+            self.use_static_streams(sizes, capture)
+
     @property
     def device(self) -> torch.device:
         return self.audio_decoder.post_conv.conv.weight.device
