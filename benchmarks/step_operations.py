@@ -1,6 +1,7 @@
 """The operations (GPU kernel launches) one frame of Qwen3-Omni's and Qwen3-TTS's talkers, and one token of
 OuteTTS's Qwen2, replay on a GPU, counted on any machine: the talker's static one-row step and the code predictor's
-graphed frame (15 steps, codes chosen as tensors); Qwen2's static step. With the projections fused (what
+graphed frame (15 steps, codes chosen as tensors); a talker's 40-row prompt (the prefill's graph); Qwen2's static
+step. With the projections fused (what
 ``ggtts.load`` runs on CUDA) and with each projection its own.
 
     python benchmarks/step_operations.py [--greedy] [--magpie] [--blocks]
@@ -61,14 +62,20 @@ def shaped(tiny: TalkerConfig, talker: dict[str, object]) -> TalkerConfig:
     return dataclasses.replace(tiny, talker=t, code_predictor=c, n_codebooks=CODEBOOKS, cp_vocab=CP_VOCAB)
 
 
-def count(cfg: TalkerConfig, fuse: bool, greedy: bool) -> Operations:
+def random_talker(cfg: TalkerConfig, max_len: int, fuse: bool = True) -> Talker:
+    """A talker of random weights with its GPU steps (run eagerly here)."""
     torch.manual_seed(0)
-    talker = Talker(cfg, 64)
+    talker = Talker(cfg, max_len)
     with torch.no_grad():
         for p in talker.parameters():
             p.normal_(0, 0.2) if p.dim() > 1 else p.fill_(1.0)
-    talker.loaded("cpu", 64, step_graphs=False, graph=False)
+    talker.loaded("cpu", max_len, step_graphs=False, graph=False)
     talker.use_static_steps(capture=False, fuse=fuse)
+    return talker
+
+
+def count(cfg: TalkerConfig, fuse: bool, greedy: bool) -> Operations:
+    talker = random_talker(cfg, 64, fuse)
     frame = GraphedFrame(talker.cp, cfg.cp_sampling, greedy, seed=0, capture=False)
     x = torch.randn(1, 1, cfg.talker.dim)
     with torch.inference_mode():
@@ -79,6 +86,23 @@ def count(cfg: TalkerConfig, fuse: bool, greedy: bool) -> Operations:
             hidden, _ = talker.step(x, cache)
             frame(hidden, x)
     return ops
+
+
+def count_prompt(cfg: TalkerConfig, rows: int = 40) -> tuple[Operations, GraphShare]:
+    """The operations of a talker's prompt (``rows`` rows; every expert through every row, as a GPU runs a prompt
+    of up to 64), with their share inside the prefill's graph."""
+    from ggtts.ops.stored_experts import Experts
+
+    talker = random_talker(cfg, 256)
+    for module in talker.modules():
+        if isinstance(module, Experts):
+            module.dense = True
+    x = torch.randn(1, rows, cfg.talker.dim)
+    with torch.inference_mode():
+        talker.step(x, talker.new_cache(128))  # the prefill's graph made (and, on a GPU, captured)
+        with Operations() as ops, GraphShare() as share:
+            talker.step(x, talker.new_cache(128))
+    return ops, share
 
 
 def count_qwen2(fuse: bool) -> Operations:
@@ -205,6 +229,12 @@ def main() -> None:
             ops = count(shaped(tiny, talker), fuse, args.greedy)
             top = ", ".join(f"{n} {c}" for n, c in ops.counts.most_common(6))
             print(f"{name:34} {'fused' if fuse else 'each its own':12} {ops.total:10} {ops.products:9}  {top}")
+    print("operations of a talker's 40-row prompt (fused; the prefill's graph and what runs eagerly)")
+    for name, talker in (("Qwen3-Omni talker (20 MoE layers)", OMNI_TALKER), ("Qwen3-TTS 0.6B (28 dense layers)",
+                                                                              TTS_TALKER)):  # fmt: skip
+        ops, share = count_prompt(shaped(tiny, talker))
+        print(f"{name:34} {ops.total:6} ({share.operations} in {share.calls} graph + "
+              f"{ops.total - share.operations} eager) {ops.products:6} products")  # fmt: skip
     print("operations per token (Qwen2's static step)")
     for fuse in (False, True):
         ops = count_qwen2(fuse)

@@ -784,7 +784,9 @@ def test_the_steps_cuda_graphs_hold_match_the_eager_steps(tiny: Tiny) -> None:
             a.feed(frame)
             b.feed(frame)
         assert b.cache.length == a.cache.length == inputs.prefill.shape[1] + frames
-        assert worst < 1e-5, worst
+        assert worst < 1e-5, worst  # the first: the prompt padded and prefilled as one graph, as on a GPU
+        rows = max(16, 1 << (inputs.prefill.shape[1] - 1).bit_length())
+        assert list(static.static.decoders[256].prefills) == [rows]
 
         graphed = GraphedFrame(eager.cp, cfg.cp_sampling, greedy=True, seed=0, capture=False)
         fused = GraphedFrame(static.cp, cfg.cp_sampling, greedy=True, seed=0, capture=False)  # as on a GPU
@@ -834,26 +836,31 @@ def test_the_fused_gpu_steps_launch_fewer_and_larger_products(tiny: Tiny) -> Non
 
 @pytest.mark.parametrize("greedy", [True, False])
 def test_the_gpu_steps_trace_whole(tiny: Tiny, greedy: bool) -> None:
-    """The talker's static step and the code predictor's graphed frame (fused, as on a GPU) each trace as one graph
-    with no break: nothing in them is read on the host (which would wait for the GPU, and which a CUDA graph cannot
-    hold), and ``torch.compile`` can fuse each whole."""
+    """The talker's static step, its prompt's prefill (every expert through every row, as a GPU runs a prompt of up
+    to 64 rows) and the code predictor's graphed frame (fused, as on a GPU) each trace as one graph with no break:
+    nothing in them is read on the host (which would wait for the GPU, and which a CUDA graph cannot hold), and
+    ``torch.compile`` can fuse each whole."""
     import torch._dynamo as dynamo
 
     from ggtts.families.qwen3omni.generate import GraphedFrame
     from ggtts.gguf import GGUFFile
     from ggtts.models.qwen3omni_talker.model import Talker
+    from ggtts.ops.stored_experts import Experts
 
     cfg = tiny.tts.talker.cfg
     talker = Talker.from_gguf(GGUFFile(tiny.tts.talker_path), stored_weights=False, max_len=64, graph=False)
     talker.use_static_steps(capture=False)
+    for module in talker.modules():
+        if isinstance(module, Experts):
+            module.dense = True  # what a GPU chooses for a prompt of up to 64 rows
     frame = GraphedFrame(talker.cp, cfg.cp_sampling, greedy, seed=0, capture=False)
     dynamo.reset()
     with torch.inference_mode():
         cache = talker.new_cache(16)
         talker.step(torch.randn(1, 3, cfg.talker.dim), cache)
         step = talker.static.owner(cache) if talker.static is not None else None
-        assert step is not None
-        for traced in (step.graph.step, frame.graph.step):
+        assert step is not None and list(step.prefills) == [16]
+        for traced in (step.graph.step, step.prefills[16].graph.step, frame.graph.step):
             explained = dynamo.explain(traced)()
             assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
 

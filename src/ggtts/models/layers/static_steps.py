@@ -34,6 +34,9 @@ MIN_STATIC_CAPACITY = 256
 
 # (the step's input, its position, the cache) -> its outputs
 Body = Callable[[torch.Tensor, StaticPosition, KVCache], T]
+# (a prompt's rows padded, the index of its last row (1,), a full-capacity cache at position 0) -> its outputs
+PrefillBody = Callable[[torch.Tensor, torch.Tensor, KVCache], T]
+MIN_PREFILL_ROWS = 16  # a prompt prefilled as a graph is padded to a power of two from this
 
 
 def _cloned(out: Any) -> Any:
@@ -66,8 +69,10 @@ class StaticDecode(Generic[T]):
         if compile:
             step = CompiledOrEager(self._step, what, device, dynamic=False)
         self.graph = StepGraph(step, device, capture)
+        self.capture = capture
         self.current: KVCache | None = None
         self.mask_dtype = _mask_dtype(example)
+        self.prefills: dict[int, _Prefill[T]] = {}  # by padded rows
 
     def _step(self) -> T:
         at = StaticPosition.at(self.index, self.positions, self.rope, self.mask_dtype)
@@ -96,6 +101,46 @@ class StaticDecode(Generic[T]):
         out: T = _cloned(self.graph())
         cache.advance(1)
         return out
+
+    def prefill(self, x: torch.Tensor, cache: KVCache, body: PrefillBody[T], most: int) -> T | None:
+        """A prompt ``x`` ``(1, T, ...)`` at the start of ``cache`` (empty) as one graph: its rows padded with
+        whatever a longer prompt left there to ``T`` rounded up to a power of two (from
+        :data:`MIN_PREFILL_ROWS`), ``body`` run over them (a causal stack: the padding changes none of the prompt's
+        outputs; the keys and values it writes past the prompt are masked from every later step, which writes
+        its own there first). One graph per padded size, of the same ``body`` on every call. None (nothing done)
+        where ``T`` is past ``most`` rows or the cache is not empty: the caller runs it its own way."""
+        t = x.shape[1]
+        rows = max(MIN_PREFILL_ROWS, 1 << (t - 1).bit_length())
+        if cache.length or t > most or rows > self.cache.max_len:
+            return None
+        cache.check_fits(t)
+        graph = self.prefills.get(rows)
+        if graph is None:
+            graph = self.prefills[rows] = _Prefill(self, body, rows, x)
+        out: T = _cloned(graph(x))
+        cache.advance(t)
+        return out
+
+
+class _Prefill(Generic[T]):
+    """A :class:`StaticDecode`'s prompt prefill of ``rows`` padded rows: its input tensors and graph."""
+
+    def __init__(self, decode: StaticDecode[T], body: PrefillBody[T], rows: int, example: torch.Tensor) -> None:
+        device = decode.cache.k.device
+        self.decode, self.body = decode, body
+        self.input = torch.zeros((1, rows, *example.shape[2:]), dtype=example.dtype, device=device)
+        self.last = torch.zeros(1, dtype=torch.long, device=device)
+        self.graph = StepGraph(self._step, device, decode.capture)
+
+    def _step(self) -> T:
+        cache = self.decode.cache.rows(0, 1)  # the whole capacity from position 0 (its own view: the graph's)
+        cache.length = 0
+        return self.body(self.input, self.last, cache)
+
+    def __call__(self, x: torch.Tensor) -> T:
+        self.input[:, : x.shape[1]].copy_(x)
+        self.last.fill_(x.shape[1] - 1)
+        return self.graph()
 
 
 class StaticCaches(Generic[T]):

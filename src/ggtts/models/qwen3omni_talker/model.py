@@ -37,7 +37,7 @@ from ggtts.models.layers.qwen3 import (
 from ggtts.models.layers.static_steps import StaticCaches, StaticDecode
 from ggtts.models.layers.transformer import StaticPosition, new_kv_cache
 from ggtts.models.qwen3omni_talker.config import PredictorShape, StackConfig, TalkerConfig, TalkerShape
-from ggtts.ops.stored_experts import Experts
+from ggtts.ops.stored_experts import DENSE_ROWS, Experts
 
 
 def _blocks(cfg: StackConfig) -> nn.ModuleList:
@@ -266,6 +266,10 @@ class TalkerStack(nn.Module):
         static = self.static.owner(cache) if self.static is not None else None
         if static is not None and x.shape[1] == 1:
             return static.step(x, cache)
+        if static is not None:  # a prompt of up to DENSE_ROWS rows: one graph (its experts with no host wait)
+            prefilled = static.prefill(x, cache, self._static_prefill, DENSE_ROWS)
+            if prefilled is not None:
+                return prefilled
         if self.graph is not None and self.graph.takes(cache, rows=x.shape[0]):
             out = self.graph.step(x[0], cache, self.output, last_only=True)
             return out.hidden.view(1, 1, -1), out.logits[0]
@@ -284,6 +288,10 @@ class TalkerStack(nn.Module):
         outs = graph.step_many([StepPart(x[0], cache, last_only=True) for x, cache in zip(xs, caches, strict=True)],
                                self.output)  # fmt: skip
         return [(out.hidden.view(1, 1, -1), out.logits[0]) for out in outs]
+
+    def _static_prefill(self, x: torch.Tensor, last: torch.Tensor, cache: KVCache) -> tuple[torch.Tensor, torch.Tensor]:
+        h = self.output_norm(_run(self.blk, self.rope, x, cache).index_select(1, last))
+        return h, self.output(h)[0, -1]
 
     def _static_step(
         self, x: torch.Tensor, position: StaticPosition, cache: KVCache
