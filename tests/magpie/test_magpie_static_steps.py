@@ -261,6 +261,8 @@ def test_a_position_past_the_table_is_one_clear_error(tiny: Path) -> None:
     with pytest.raises(InputError, match=f"position {limit} is past the encoder's {limit} learned positions"):
         generate_codes(model, [5] * limit + [model.cfg.text_eos_id], 0, _params(model, True))
     assert model.static_steps().decoders == made
+    with pytest.raises(InputError, match="no text tokens"):
+        generate_codes(model, [], 0, _params(model, True))
     codes = generate_codes(model, [5] * (limit - 1) + [model.cfg.text_eos_id], 0, _params(model, True, steps=2))
     assert codes.shape[1] == 2 * model.cfg.frame_stacking  # a text at the limit: a decoder of the encoder's size
 

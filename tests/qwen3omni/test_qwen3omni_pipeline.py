@@ -785,8 +785,7 @@ def test_the_steps_cuda_graphs_hold_match_the_eager_steps(tiny: Tiny) -> None:
             b.feed(frame)
         assert b.cache.length == a.cache.length == inputs.prefill.shape[1] + frames
         assert worst < 1e-5, worst  # the first: the prompt padded and prefilled as one graph, as on a GPU
-        rows = max(16, 1 << (inputs.prefill.shape[1] - 1).bit_length())
-        assert list(static.static.decoders[256].prefills) == [rows]
+        assert list(static.static.decoders[256].prefills) == [16, 32, 64]  # made at the first prompt
 
         graphed = GraphedFrame(eager.cp, cfg.cp_sampling, greedy=True, seed=0, capture=False)
         fused = GraphedFrame(static.cp, cfg.cp_sampling, greedy=True, seed=0, capture=False)  # as on a GPU
@@ -859,10 +858,43 @@ def test_the_gpu_steps_trace_whole(tiny: Tiny, greedy: bool) -> None:
         cache = talker.new_cache(16)
         talker.step(torch.randn(1, 3, cfg.talker.dim), cache)
         step = talker.static.owner(cache) if talker.static is not None else None
-        assert step is not None and list(step.prefills) == [16]
+        assert step is not None and list(step.prefills) == [16, 32, 64]
         for traced in (step.graph.step, step.prefills[16].graph.step, frame.graph.step):
             explained = dynamo.explain(traced)()
             assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+
+
+def test_a_prompt_prefilled_as_a_graph_is_the_eager_prompt(tiny: Tiny) -> None:
+    """A prompt through the prefill's graph (padded to 16, 32 or 64 rows, every expert through every row, as on a
+    GPU) against the modules over the prompt alone, at lengths about each size; whatever was left in the padding
+    (a NaN here) changes nothing; a prompt past 64 rows runs eagerly."""
+    from ggtts.gguf import GGUFFile
+    from ggtts.models.qwen3omni_talker.model import Talker
+    from ggtts.ops.stored_experts import Experts
+
+    cfg = tiny.tts.talker.cfg
+    eager = Talker.from_gguf(GGUFFile(tiny.tts.talker_path), stored_weights=False, max_len=256, graph=False)
+    static = Talker.from_gguf(GGUFFile(tiny.tts.talker_path), stored_weights=False, max_len=256, graph=False)
+    static.use_static_steps(capture=False)
+    for module in [*eager.modules(), *static.modules()]:
+        if isinstance(module, Experts):
+            module.dense = True  # what a GPU runs for a prompt of up to 64 rows
+    g = torch.Generator().manual_seed(4)
+    with torch.inference_mode():
+        for t in (2, 15, 16, 17, 33, 64, 65):
+            x = torch.randn(1, t, cfg.talker.dim, generator=g)
+            step = static.static.owner(static.new_cache(100)) if static.static is not None else None
+            for prefill in step.prefills.values() if step is not None else ():
+                prefill.input.fill_(float("nan"))
+            a, b = eager.new_cache(100), static.new_cache(100)
+            want, got = eager.step(x, a), static.step(x, b)
+            assert a.length == b.length == t
+            assert max(_relative(g_, w) for g_, w in zip(got, want, strict=True)) < 1e-5, t
+            after = torch.randn(1, 1, cfg.talker.dim, generator=g)  # a step after it: the padding's keys unseen
+            assert (
+                max(_relative(g_, w) for g_, w in zip(static.step(after, b), eager.step(after, a), strict=True)) < 1e-5
+            )
+    assert step is not None and sorted(step.prefills) == [16, 32, 64]
 
 
 def test_a_talkers_graphed_frame_is_made_once_and_reseeded(tiny: Tiny) -> None:

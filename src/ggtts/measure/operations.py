@@ -40,8 +40,9 @@ PRODUCTS = (
 class Operations(TorchDispatchMode):
     """``with Operations() as ops: ...``; then ``ops.counts`` (by operation name), :attr:`total`, and
     :attr:`traffic`: the bytes the counted operations read and write, each tensor argument read once and each output
-    written once (what a GPU moves through its memory for them, where nothing stays in its caches; a floor for
-    the operations counted)."""
+    written once (about what a GPU moves through its memory for them, where nothing stays in its caches: an
+    estimate, which misses tensors passed in lists or by keyword and counts an expanded input at its full
+    size)."""
 
     def __init__(self) -> None:
         super().__init__()

@@ -66,7 +66,7 @@ class DeviceStoredWeight(nn.Module):
         self.register_buffer("grid", None if table is None else table.to(device), persistent=False)
 
     def stored_bytes(self) -> int:
-        """The bytes the blocks hold on the device (the file's, exactly; the IQ4 grid's 64 aside)."""
+        """The bytes the blocks hold on the device (the file's, exactly; the IQ4 grid's 16 aside)."""
         return sum(t.numel() * t.element_size() for t in self._fields().values())
 
     def _fields(self, rows: slice | torch.Tensor = slice(None)) -> dict[str, torch.Tensor]:

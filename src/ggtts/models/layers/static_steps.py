@@ -103,21 +103,26 @@ class StaticDecode(Generic[T]):
         return out
 
     def prefill(self, x: torch.Tensor, cache: KVCache, body: PrefillBody[T], most: int) -> T | None:
-        """A prompt ``x`` ``(1, T, ...)`` at the start of ``cache`` (empty) as one graph: its rows padded with
-        whatever a longer prompt left there to ``T`` rounded up to a power of two (from
-        :data:`MIN_PREFILL_ROWS`), ``body`` run over them (a causal stack: the padding changes none of the prompt's
-        outputs; the keys and values it writes past the prompt are masked from every later step, which writes
-        its own there first). One graph per padded size, of the same ``body`` on every call. None (nothing done)
-        where ``T`` is past ``most`` rows or the cache is not empty: the caller runs it its own way."""
+        """A prompt ``x`` ``(1, T, ...)`` at the start of ``cache`` (empty) as one graph: its rows padded with zeros
+        to ``T`` rounded up to a power of two (from :data:`MIN_PREFILL_ROWS`), ``body`` run over them (a causal
+        stack: the padding changes none of the prompt's outputs, up to the rounding of products of another shape;
+        the keys and values it writes past the prompt are masked from every later step, which writes its own
+        there first). One graph per padded size, of the same ``body`` on every call: the first call makes (and
+        on CUDA captures) every size up to ``most`` rows, so a server's warm-up captures them all. None (nothing
+        done) where the padded rows are past ``most``, ``T`` is under 2 or the cache is not empty: the caller runs
+        it its own way."""
         t = x.shape[1]
         rows = max(MIN_PREFILL_ROWS, 1 << (t - 1).bit_length())
-        if cache.length or t > most or rows > self.cache.max_len:
+        if cache.length or t < 2 or rows > min(most, self.cache.max_len):
             return None
         cache.check_fits(t)
-        graph = self.prefills.get(rows)
-        if graph is None:
-            graph = self.prefills[rows] = _Prefill(self, body, rows, x)
-        out: T = _cloned(graph(x))
+        if not self.prefills:
+            size = MIN_PREFILL_ROWS
+            while size <= min(most, self.cache.max_len):
+                self.prefills[size] = _Prefill(self, body, size, x)
+                self.prefills[size](x[:, :0])  # made and captured (it writes only what the prompt overwrites)
+                size *= 2
+        out: T = _cloned(self.prefills[rows](x))
         cache.advance(t)
         return out
 
@@ -138,8 +143,12 @@ class _Prefill(Generic[T]):
         return self.body(self.input, self.last, cache)
 
     def __call__(self, x: torch.Tensor) -> T:
-        self.input[:, : x.shape[1]].copy_(x)
-        self.last.fill_(x.shape[1] - 1)
+        """The body over ``x`` padded with zeros (finite rows: a NaN left in the padding would reach the prompt's
+        rows through attention's products, however masked)."""
+        t = x.shape[1]
+        self.input[:, :t].copy_(x)
+        self.input[:, t:].zero_()
+        self.last.fill_(max(t - 1, 0))
         return self.graph()
 
 

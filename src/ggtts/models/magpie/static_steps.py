@@ -9,8 +9,8 @@ renormalisation then changes nothing but rounding). A step writes its inputs the
 model's own modules run in it (:meth:`MagpieTTS.decode` on a fixed position), so the CPU runs the very code the
 graph holds, eagerly. The first step of an utterance is another graph (:meth:`StaticDecoder.prefill`): the text
 encoder over the text padded to the fixed size (the encoder is causal: the padding changes none of the text's
-outputs), each layer's cross-attention keys and values written into the fixed ones, and the speaker's context with
-the BOS stack through the decoder into the same cache.
+outputs, up to the rounding of products of another shape), each layer's cross-attention keys and values written
+into the fixed ones, and the speaker's context with the BOS stack through the decoder into the same cache.
 
 One utterance at a time per decoder (a model serves one request at a time): :meth:`StaticDecoder.begin` makes an
 utterance the current one, and a step of another is an error.
@@ -24,6 +24,7 @@ from typing import TypeVar, cast
 
 import torch
 
+from ggtts.errors import InputError
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.magpie.model import FixedPosition, LayerInputs, MagpieTTS, new_cache
 from ggtts.models.magpie.step_graph import check_position
@@ -164,6 +165,8 @@ class StaticDecoders:
         them is refused), whatever an utterance's frame limit: one graph, captured by a server's warm-up, serves
         every request (attending to the whole cache under a mask costs a GPU next to nothing)."""
         cfg = self.model.cfg
+        if text < 1:
+            raise InputError("no text tokens to speak (an utterance's ids end with the text's EOS)")
         check_position(text - 1, cfg.encoder.max_positions, "encoder")  # CUDA would assert inside the prefill graph
         key = (rows, cfg.decoder.max_positions, min(fixed_size(text, MIN_TEXT), cfg.encoder.max_positions))
         if key not in self.decoders:
