@@ -45,6 +45,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_qwen2 import SHAPE_0_5B, SHAPE_SMALL, build
+from gpu_blocks import random_blocks
 
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.write import OutType
@@ -66,9 +67,8 @@ def requantized(source: Path, out: Path, qtype_name: str) -> bool:
     from gguf import quants as gguf_quants
 
     from ggtts.ops import ggml_kernels
-    from ggtts.ops.block_decode import LAYOUTS
 
-    gguf, rng, real = GGUFFile(source), np.random.default_rng(0), True
+    gguf, real = GGUFFile(source), True
     w = GGUFWriter(out, "qwen2")
     for key, value in gguf.metadata.items():
         if key.startswith("qwen2."):
@@ -93,13 +93,7 @@ def requantized(source: Path, out: Path, qtype_name: str) -> bool:
             )
         else:
             real = False
-            blocks = rng.integers(0, 256, (rows, cols // block, size), dtype=np.uint8)
-            start = 0
-            for field in LAYOUTS[qtype]:  # small finite scales
-                if field.kind == "f16":
-                    blocks[:, :, start : start + 2] = np.array([2e-3], np.float16).view(np.uint8)
-                start += field.size
-            raw = blocks.reshape(rows, -1)
+            raw = random_blocks(qtype, rows, cols, seed=len(name))
         w.add_tensor(name, raw, raw_dtype=qtype)
     w.write_header_to_file()
     w.write_kv_data_to_file()

@@ -2,7 +2,7 @@
 # The GPU figures ggtts measures, in one call of a lent GPU machine: each step capped in time, its log
 # written under $OUT, a summary printed. Steps by name, in the order given (default: magpie omni, what fits a call):
 #
-#   bash benchmarks/gpu_session.sh [magpie] [omni] [magpie-compiled] [qwen2] [server] [lanes]
+#   bash benchmarks/gpu_session.sh [magpie] [omni] [magpie-compiled] [qwen2] [server] [lanes] [blocks]
 #
 #   magpie           gpu_magpie.py: the 357M shape with guidance, graph rows (codec graphed, codec eager), a
 #                    profile (~1.5 min)
@@ -13,8 +13,10 @@
 #                    --replicas 8 (~3 min; needs the wheels of FastAPI, uvicorn, pydantic too)
 #   lanes            bench_lanes.py: OuteTTS's Qwen2 (0.5B shape), 1/2/4/8 streams one by one and in static lanes
 #                    (parallel=N: all streams' steps one captured graph), f32 and q8_0, then bfloat16 compiled (~4 min)
+#   blocks           gpu_blocks.py: the common stored block types widened on the GPU, eager and compiled, checked
+#                    against gguf-py; a product through each against the weight widened at load (~2 min)
 #
-# Together they take ~19 minutes (the estimates above), more than one device call's 10 and a session's 15: name the
+# Together they take ~21 minutes (the estimates above), more than one device call's 10 and a session's 15: name the
 # steps wanted (each is capped: a step past its cap is cut and the next runs).
 #
 # Before the call, here: the wheels the GPU machine lacks in .whl (gguf, soundfile, soxr, regex, cffi, pycparser:
@@ -44,7 +46,7 @@ step() {  # name, seconds at most, command...
     echo "== $name (at most ${limit} s)"
     timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
     echo "   exit $?"
-    grep -E "^(device|variant|ggtts|transformers|device busy|server|round|# | +[0-9]|\| [a-z0-9]|  \()|Error" \
+    grep -E "^(device|variant|type|Q[0-9]|IQ[0-9]|ggtts|transformers|device busy|server|round|# | +[0-9]|\| [a-z0-9]|  \()|Error" \
         "$OUT/$name.log" | cut -c1-220
 }
 
@@ -80,7 +82,11 @@ for name in "${@:-magpie omni}"; do
                     --prompt 300 --new 300 --dir /tmp/gpu-lanes
                 step lanes-bf16-compiled 150 python3 $B/bench_lanes.py "${where[@]}" --types f32 --streams 1,8 \
                     --prompt 300 --new 300 --dir /tmp/gpu-lanes --bfloat16 --compile ;;
-            *) echo "unknown step $one (magpie, omni, magpie-compiled, qwen2, server, lanes)"; exit 2 ;;
+            blocks)
+                shape=()
+                [ "${SMALL:-0}" = 1 ] && shape=(--rows 64 --cols 512 --reps 5)
+                step blocks 150 python3 $B/gpu_blocks.py "${shape[@]}" --types q8_0,q4_0,q5_0,q4_k,q6_k,iq4_xs ;;
+            *) echo "unknown step $one (magpie, omni, magpie-compiled, qwen2, server, lanes, blocks)"; exit 2 ;;
         esac
     done
 done

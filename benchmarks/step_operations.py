@@ -183,28 +183,20 @@ def count_magpie(directory: Path) -> list[tuple[Operations, GraphShare]]:
 
 
 def count_blocks() -> None:
-    import numpy as np
-    from gguf import GGML_QUANT_SIZES
+    from gpu_blocks import random_blocks
 
-    from ggtts.ops.block_decode import LAYOUTS
     from ggtts.ops.device_weights import DEVICE_TYPES, DeviceStoredWeight
 
     rows, cols = 4864, 1024
     print(f"operations to widen one stored weight ({rows} x {cols}) on a GPU, eager")
     for qtype in DEVICE_TYPES:
-        block, size = GGML_QUANT_SIZES[qtype]
-        raw = np.random.default_rng(0).integers(0, 256, (rows, cols // block, size), dtype=np.uint8)
-        start = 0
-        for field in LAYOUTS[qtype]:  # finite scales: the count does not depend on them
-            if field.kind == "f16":
-                raw[:, :, start : start + 2] = np.array([0.01], np.float16).view(np.uint8)
-            start += field.size
-        weight = DeviceStoredWeight(raw.reshape(rows, -1), qtype, rows, cols)
+        weight = DeviceStoredWeight(random_blocks(qtype, rows, cols), qtype, rows, cols)
         with torch.inference_mode(), Operations() as ops:
             weight.widened(torch.float32)
         top = ", ".join(f"{n} {c}" for n, c in ops.counts.most_common(4))
         moved = ops.traffic / (rows * cols)
-        print(f"{qtype.name:8} {8 * size / block:5.2f} bits/weight {ops.total:4} operations {moved:5.1f} bytes "
+        bits = 8 * weight.stored_bytes() / (rows * cols)
+        print(f"{qtype.name:8} {bits:5.2f} bits/weight {ops.total:4} operations {moved:5.1f} bytes "
               f"moved/weight  {top}")  # fmt: skip
 
 
