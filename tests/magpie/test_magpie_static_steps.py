@@ -247,6 +247,17 @@ def test_a_model_and_its_fixed_tensors_are_freed_together(tiny: Path) -> None:
     assert gone() is None
 
 
+def test_the_null_rows_keys_follow_the_model(tiny: Path) -> None:
+    """Guidance's null-row keys and values, kept once computed, are made again on the model's device when the kept
+    ones are elsewhere (a captured prefill copies them in: a host copy there would break the capture)."""
+    model = _load(tiny, static=False)
+    k, v = model.null_context_kv()
+    assert model.null_context_kv()[0] is k  # kept
+    model._null_kv = (k.to("meta"), v.to("meta"))  # as if computed before the model moved
+    again = model.null_context_kv()
+    assert again[0].device == k.device and torch.equal(again[0], k) and torch.equal(again[1], v)
+
+
 def test_a_position_past_the_table_is_one_clear_error(tiny: Path) -> None:
     """CUDA would stop on a device-side assert at a row past the learned positions: the step refuses first; and a
     text longer than the encoder's positions is refused before any fixed tensors are made for it."""

@@ -897,6 +897,47 @@ def test_a_prompt_prefilled_as_a_graph_is_the_eager_prompt(tiny: Tiny) -> None:
     assert step is not None and sorted(step.prefills) == [16, 32, 64]
 
 
+def test_a_prefill_graph_that_fails_is_made_again_and_host_waiting_experts_run_eagerly(
+    tiny: Tiny, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The prompt graphs are made all or none: a capture that fails (out of memory, say) leaves none, and the next
+    prompt makes them again. Experts told to loop (a host wait per expert, which no graph can hold) keep prompts
+    out of the graphs."""
+    from ggtts.gguf import GGUFFile
+    from ggtts.models.layers import static_steps
+    from ggtts.models.qwen3omni_talker.model import Talker
+    from ggtts.ops.stored_experts import Experts
+
+    cfg = tiny.tts.talker.cfg
+    talker = Talker.from_gguf(GGUFFile(tiny.tts.talker_path), stored_weights=False, max_len=256, graph=False)
+    talker.use_static_steps(capture=False)
+    x = torch.randn(1, 20, cfg.talker.dim, generator=torch.Generator().manual_seed(6))
+    real = static_steps._Prefill.__call__
+
+    def fails_at_32(self: Any, rows: torch.Tensor) -> Any:
+        if self.input.shape[1] == 32:
+            raise torch.cuda.OutOfMemoryError("no memory for the 32-row graph")
+        return real(self, rows)
+
+    with torch.inference_mode():
+        monkeypatch.setattr(static_steps._Prefill, "__call__", fails_at_32)
+        cache = talker.new_cache(64)
+        with pytest.raises(torch.cuda.OutOfMemoryError):
+            talker.step(x, cache)
+        step = talker.static.owner(cache) if talker.static is not None else None
+        assert step is not None and step.prefills == {}
+        monkeypatch.undo()
+        cache = talker.new_cache(64)
+        talker.step(x, cache)
+        assert sorted(step.prefills) == [16, 32, 64] and cache.length == 20
+        talker.static.decoders.clear()  # a fresh fixed cache: no graphs yet
+        next(m for m in talker.modules() if isinstance(m, Experts)).dense = False
+        cache = talker.new_cache(64)
+        talker.step(x, cache)
+        step = talker.static.owner(cache)
+        assert step is not None and step.prefills == {} and cache.length == 20
+
+
 def test_a_talkers_graphed_frame_is_made_once_and_reseeded(tiny: Tiny) -> None:
     """One :class:`GraphedFrame` per talker and sampling setting (a CUDA graph is captured once, not per
     utterance); each utterance's seed restarts its draws."""

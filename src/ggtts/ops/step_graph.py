@@ -11,6 +11,7 @@ calls the step, so the CPU tests run the very code the graph holds.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -18,6 +19,7 @@ import torch
 
 T = TypeVar("T")
 WARMUP_RUNS = 2
+_CAPTURES = threading.RLock()
 
 
 class StepGraph(Generic[T]):
@@ -43,13 +45,17 @@ class StepGraph(Generic[T]):
         return self.out
 
     def _capture(self) -> None:
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(WARMUP_RUNS):
-                self.step()
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):  # other threads' CUDA work goes on
-            self.out = self.step()
+        # one capture at a time in the process (a server's copies of a model capture on their own threads), on the
+        # graph's own device and a stream of its own
+        with _CAPTURES, torch.cuda.device(self.device):
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                for _ in range(WARMUP_RUNS):
+                    self.step()
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            capture = torch.cuda.Stream(self.device)
+            with torch.cuda.graph(graph, stream=capture, capture_error_mode="thread_local"):  # others' work goes on
+                self.out = self.step()
         self.graph = graph

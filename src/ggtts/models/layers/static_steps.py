@@ -117,11 +117,12 @@ class StaticDecode(Generic[T]):
             return None
         cache.check_fits(t)
         if not self.prefills:
-            size = MIN_PREFILL_ROWS
+            made, size = {}, MIN_PREFILL_ROWS
             while size <= min(most, self.cache.max_len):
-                self.prefills[size] = _Prefill(self, body, size, x)
-                self.prefills[size](x[:, :0])  # made and captured (it writes only what the prompt overwrites)
+                made[size] = _Prefill(self, body, size, x)
+                made[size](x[:, :0])  # made and captured (it writes only what the prompt overwrites)
                 size *= 2
+            self.prefills = made  # all or none: a capture that failed is tried again by the next prompt
         out: T = _cloned(self.prefills[rows](x))
         cache.advance(t)
         return out

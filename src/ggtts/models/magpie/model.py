@@ -355,9 +355,9 @@ class MagpieTTS(nn.Module):
         """Every decoder layer's self-attention keys and values ``(L, 1, H, T, Dh)`` of classifier-free guidance's
         null row over the context: a zero context and no text (NeMo's null memory gives a cross-attention output of
         exactly zero). The same for every speaker and text: computed once, kept."""
-        if self._null_kv is None:
+        device = self.text_embedding.weight.device
+        if self._null_kv is None or self._null_kv[0].device != device:  # (again after the model moved)
             tc, d = self.cfg.context_frames, self.cfg.d_model
-            device = self.text_embedding.weight.device
             cache = new_cache(self.cfg.decoder, tc, 1, device)
             with torch.inference_mode():
                 self.decoder(torch.zeros(1, tc, d, device=device), LayerInputs(cache=cache))

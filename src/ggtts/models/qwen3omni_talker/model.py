@@ -266,7 +266,7 @@ class TalkerStack(nn.Module):
         static = self.static.owner(cache) if self.static is not None else None
         if static is not None and x.shape[1] == 1:
             return static.step(x, cache)
-        if static is not None:  # a prompt of up to DENSE_ROWS rows: one graph (its experts with no host wait)
+        if static is not None and self._dense_prompts():  # up to DENSE_ROWS rows: one graph (no host wait)
             prefilled = static.prefill(x, cache, self._static_prefill, DENSE_ROWS)
             if prefilled is not None:
                 return prefilled
@@ -288,6 +288,10 @@ class TalkerStack(nn.Module):
         outs = graph.step_many([StepPart(x[0], cache, last_only=True) for x, cache in zip(xs, caches, strict=True)],
                                self.output)  # fmt: skip
         return [(out.hidden.view(1, 1, -1), out.logits[0]) for out in outs]
+
+    def _dense_prompts(self) -> bool:
+        """Whether a prompt's experts run with no host wait (every row through every expert; not turned off)."""
+        return all(getattr(m, "dense", None) is not False for m in self.modules() if hasattr(m, "dense"))
 
     def _static_prefill(self, x: torch.Tensor, last: torch.Tensor, cache: KVCache) -> tuple[torch.Tensor, torch.Tensor]:
         h = self.output_norm(_run(self.blk, self.rope, x, cache).index_select(1, last))
