@@ -63,16 +63,17 @@ def requantized(source: Path, out: Path, qtype_name: str) -> bool:
     blocks of it), the rest as it is; True where ggml or gguf quantized them all, False where some are random
     blocks of the type (no ggml-python here for a type gguf cannot quantize)."""
     import numpy as np
-    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
     from gguf import quants as gguf_quants
 
+    from ggtts.gguf.write import ModelWriter
     from ggtts.ops import ggml_kernels
 
     gguf, real = GGUFFile(source), True
-    w = GGUFWriter(out, "qwen2")
+    w = ModelWriter(out, "qwen2")
     for key, value in gguf.metadata.items():
         if key.startswith("qwen2."):
-            {int: w.add_uint32, float: w.add_float32, str: w.add_string}[type(value)](key, value)
+            w.add(key, value)
     for name in gguf.names():
         values = np.ascontiguousarray(gguf.tensor(name).numpy(), np.float32)
         qtype = GGMLQuantizationType[qtype_name.upper()]
@@ -94,11 +95,8 @@ def requantized(source: Path, out: Path, qtype_name: str) -> bool:
         else:
             real = False
             raw = random_blocks(qtype, rows, cols, seed=len(name))
-        w.add_tensor(name, raw, raw_dtype=qtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+        w.meta.add_tensor(name, raw, raw_dtype=qtype)  # the blocks as they are
+    w.write(progress=False)
     return real
 
 

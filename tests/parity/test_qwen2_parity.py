@@ -260,31 +260,26 @@ def llama_cpp_mix(tmp_path_factory: pytest.TempPathFactory) -> Path:
     as llama.cpp's ``Q*_K_M`` / ``IQ4_*`` files mix them (one type a tensor, in turn; written by ggml's and gguf's
     quantizers), the norms and biases float32."""
     from _blocks import quantize
-    from gguf import GGUFWriter
 
+    from ggtts.gguf.write import ModelWriter
     from ggtts.ops.device_weights import DEVICE_TYPES
 
     d = tmp_path_factory.mktemp("qwen2-mix")
     hf_dir = build_qwen2_checkpoint(d / "hf", tied=False, hidden=256, intermediate=512)
     source = GGUFFile(convert_outetts_hf(hf_dir, d / "f32.gguf", "f32"))
-    w = GGUFWriter(d / "mix.gguf", "qwen2")
+    w = ModelWriter(d / "mix.gguf", "qwen2")
     for key, value in source.metadata.items():
         if key.startswith("qwen2."):
-            kind = {int: w.add_uint32, float: w.add_float32, str: w.add_string}[type(value)]
-            kind(key, value)  # type: ignore[operator]
+            w.add(key, value)
     matrices = [name for name in source.names() if len(source.info(name).shape) == 2]
     for name in source.names():
         values = source.tensor(name).numpy()
         if name in matrices:
             qtype = DEVICE_TYPES[matrices.index(name) % len(DEVICE_TYPES)]
-            w.add_tensor(name, quantize(values, qtype), raw_dtype=qtype)
+            w.meta.add_tensor(name, quantize(values, qtype), raw_dtype=qtype)  # the blocks as they are
         else:
             w.add_tensor(name, values)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return d / "mix.gguf"
+    return w.write(progress=False)
 
 
 def test_a_gpu_keeps_every_type_of_a_llama_cpp_mix(llama_cpp_mix: Path, monkeypatch: pytest.MonkeyPatch) -> None:

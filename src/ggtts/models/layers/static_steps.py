@@ -69,7 +69,6 @@ class StaticDecode(Generic[T]):
         if compile:
             step = CompiledOrEager(self._step, what, device, dynamic=False)
         self.graph = StepGraph(step, device, capture)
-        self.capture = capture
         self.current: KVCache | None = None
         self.mask_dtype = _mask_dtype(example)
         self.prefills: dict[int, _Prefill[T]] = {}  # by padded rows
@@ -136,7 +135,7 @@ class _Prefill(Generic[T]):
         self.decode, self.body = decode, body
         self.input = torch.zeros((1, rows, *example.shape[2:]), dtype=example.dtype, device=device)
         self.last = torch.zeros(1, dtype=torch.long, device=device)
-        self.graph = StepGraph(self._step, device, decode.capture)
+        self.graph = StepGraph(self._step, device, decode.graph.capture)  # as the steps': captured on CUDA
 
     def _step(self) -> T:
         cache = self.decode.cache.rows(0, 1)  # the whole capacity from position 0 (its own view: the graph's)
