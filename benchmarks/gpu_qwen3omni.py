@@ -17,7 +17,11 @@ penalty, top-k, top-p), EOS held off so each writes exactly ``--frames`` frames 
 - ``ggtts unfused`` (asked for in ``--variants``): the graph row with each projection its own product (what the
   fusion alone gains: ~20 % fewer operations a frame by ``benchmarks/step_operations.py``; the norm, rotation,
   mask and pick changes of 2026-12-07 are in both rows);
-- ``ggtts compiled`` (asked for in ``--variants``): those two compiled by ``torch.compile`` before the capture.
+- ``ggtts compiled`` (asked for in ``--variants``): those two compiled by ``torch.compile`` before the capture;
+- ``ggtts lanes N`` (``lanes`` in ``--variants``, N from ``--streams``): N utterances (one prompt, N seeds) made
+  together in the talker's static lanes (``parallel=N`` on a GPU: every lane's talker step one captured graph, every
+  lane's code-predictor frame another), prompts run whole as they join; frames/s of all streams together, each
+  stream's frames/s (12.5 is real time) and the slowest stream's first frame.
 
 Reported: frames per second (12.5 is real time), the time to the first frame, peak GPU memory; for the graph row,
 the largest relative difference of the talker's logits and hidden states from the eager step's over the same inputs
@@ -54,7 +58,9 @@ from ggtts.families.qwen3omni.generate import (
     TalkerDecoder,
     TalkerSampling,
     generate_frames,
+    talker_decoder,
 )
+from ggtts.families.qwen3omni.lanes import TalkerLanes
 from ggtts.families.qwen3omni.prompt import TalkerInputs
 from ggtts.gguf import GGUFFile
 from ggtts.models.qwen3omni_talker.model import Talker
@@ -148,6 +154,31 @@ def ggtts_loop(talker: Talker, x: TalkerInputs, frames: int, base: int) -> dict[
             "captured": captured, "warm_up_s": warm}  # fmt: skip
 
 
+def ggtts_lanes(talker: Talker, x: TalkerInputs, frames: int, streams: int, base: int) -> dict[str, Any]:
+    """``streams`` utterances at once in the talker's static lanes (set up for that many by the caller)."""
+    device = x.prefill.device
+    params = TalkerSampling(False, talker.cfg.sampling, talker.cfg.cp_sampling, max_frames=frames)
+    lanes = TalkerLanes(talker, prefill_chunk=1 << 20)  # prompts whole as they join
+
+    def once(n: int) -> tuple[float, float]:
+        sync(device)
+        t0 = time.perf_counter()
+        for seed in range(streams):
+            lanes.add(talker_decoder(talker, x, dataclasses.replace(params, max_frames=n, seed=seed)))
+        firsts: dict[int, float] = {}
+        while lanes.lanes:
+            for lane, _ in lanes.step():
+                firsts.setdefault(id(lane), time.perf_counter() - t0)
+        sync(device)
+        return max(firsts.values()), time.perf_counter() - t0
+
+    _, warm = once(4)  # warm-up: the lanes' graphs captured
+    first, total = once(frames)
+    captured = bool(talker.lanes and talker.lanes.captured)
+    return {"fps": streams * frames / total, "per_stream_fps": frames / total, "first_frame_ms": first * 1e3,
+            "peak_gpu_mib": peak_mib(device, base), "captured": captured, "warm_up_s": warm}  # fmt: skip
+
+
 def forced_difference(eager: Talker, graph: Talker, x: TalkerInputs, frames: int) -> dict[str, Any]:
     """Greedy, both talkers stepping on the eager run's inputs: the largest relative difference of the talker's
     logits and hidden states, and the frames whose graphed code-predictor codes equal the host loop's."""
@@ -182,6 +213,7 @@ def main() -> None:
     ap.add_argument("--json", type=Path)
     ap.add_argument("--variants", default="transformers,eager,graph", help="which rows to run")
     ap.add_argument("--profile", type=int, default=0, help="torch's profiler over this many frames of the graph row")
+    ap.add_argument("--streams", default="2,4,8", help="the lanes rows' numbers of streams")
     args = ap.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     directory = args.dir or Path(tempfile.mkdtemp(prefix="gpu-qwen3omni-"))
@@ -202,6 +234,9 @@ def main() -> None:
         if "max_rel_diff" in r:
             extra = (f"  vs eager: logits/hidden {r['max_rel_diff']:.1e}, graphed code-predictor frames equal "
                      f"{r['cp_frames_equal']}/{r['forced_frames']}")  # fmt: skip
+        if "per_stream_fps" in r:
+            one = rows.get("ggtts graph float32", {}).get("fps", float("nan"))
+            extra += f"  each stream {r['per_stream_fps']:.1f} frames/s, {r['fps'] / one:.2f}x one by one (graph)"
         if "captured" in r:
             extra += f"  captured {r['captured']}, load {r['load_s']:.1f} s, warm-up {r['warm_up_s']:.1f} s"
         print(f"{label:30} {r['fps']:9.1f} {r['fps'] / FRAME_RATE:11.2f} {r['fps'] / ref:19.2f} "
@@ -242,6 +277,18 @@ def main() -> None:
         except Exception:
             traceback.print_exc()
     del eager
+    for n in [int(v) for v in args.streams.split(",")] if "lanes" in want else ():
+        try:
+            base = reset_memory(device)
+            t = time.perf_counter()
+            talker = load(path, device, graphs=True)
+            talker.use_static_lanes(n, capture=device.type == "cuda")
+            loaded = time.perf_counter() - t
+            with torch.inference_mode():
+                report(f"ggtts lanes {n} float32", {**ggtts_lanes(talker, x, args.frames, n, base), "load_s": loaded})
+            del talker
+        except Exception:
+            traceback.print_exc()
     for dtype in dtypes[1:]:  # last: the rows above do not wait on it
         try:
             report(f"transformers generate {str(dtype).removeprefix('torch.')}",

@@ -24,6 +24,15 @@ from typing import Protocol
 import torch
 
 
+def relative_difference(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest difference of ``a`` from ``b`` relative to ``b``'s peak; infinite where either holds a NaN or an
+    infinity (which a ``max`` over floats would otherwise pass over)."""
+    a, b = a.float(), b.float()
+    if not bool(torch.isfinite(a).all() and torch.isfinite(b).all()):
+        return float("inf")
+    return float((a - b).abs().max() / b.abs().max())
+
+
 class Stepper(Protocol):
     def start(self, prompt: Sequence[int]) -> torch.Tensor: ...
 

@@ -27,6 +27,7 @@ import torch
 
 from ggtts.measure.forcing import Forcing, draw_margin
 from ggtts.measure.qwen3omni.parity import forced_codes, frame_forcings
+from near_ties import relative_difference as _relative
 
 pytestmark = pytest.mark.needs_reference
 
@@ -690,10 +691,6 @@ def test_an_empty_chat_answer_is_named(tiny: Tiny, monkeypatch: pytest.MonkeyPat
         tiny.tts.synthesize(TEXT, mode="chat")
 
 
-def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.float() - b.float()).abs().max() / b.float().abs().max())
-
-
 class _Recorder:
     """A pick that keeps the logits it is shown and answers the given codes in turn."""
 
@@ -895,6 +892,53 @@ def test_a_prompt_prefilled_as_a_graph_is_the_eager_prompt(tiny: Tiny) -> None:
                 max(_relative(g_, w) for g_, w in zip(static.step(after, b), eager.step(after, a), strict=True)) < 1e-5
             )
     assert step is not None and sorted(step.prefills) == [16, 32, 64]
+
+
+def test_the_talkers_gpu_lanes_step_each_row_as_its_sequence_steps_alone(tiny: Tiny) -> None:
+    """The talker's static lanes (``parallel`` on a GPU: every lane's one-row step in one graph over fixed caches,
+    every row through every expert, as a GPU runs up to 64 rows; each prompt padded and prefilled as one graph into
+    its row), run eagerly: three sequences at their own positions, the middle one sitting some steps out, each get
+    the eager modules' hidden states and logits over their own sequence; the step and the prefill each trace as one
+    graph."""
+    import torch._dynamo as dynamo
+
+    from ggtts.gguf import GGUFFile
+    from ggtts.models.qwen3omni_talker.model import Talker
+    from ggtts.ops.stored_experts import Experts
+
+    cfg = tiny.tts.talker.cfg
+    eager = Talker.from_gguf(GGUFFile(tiny.tts.talker_path), stored_weights=False, max_len=256, graph=False)
+    lanes = Talker.from_gguf(GGUFFile(tiny.tts.talker_path), stored_weights=False, max_len=256, graph=False)
+    lanes.use_static_lanes(3, capture=False)
+    for module in lanes.modules():
+        if isinstance(module, Experts):
+            module.dense = True  # what a GPU runs for up to 64 rows: no host wait
+    g = torch.Generator().manual_seed(8)
+    worst = 0.0
+    with torch.inference_mode():
+        rows = [lanes.new_cache(40) for _ in range(3)]
+        alone = [eager.new_cache(40) for _ in range(3)]
+        for t, row, own in zip((4, 7, 2), rows, alone, strict=True):
+            x = torch.randn(1, t, cfg.talker.dim, generator=g)
+            for bucket in lanes.lanes.buckets.values() if lanes.lanes is not None else ():
+                for prefill in bucket.prefills.values():  # whatever the padding held before changes nothing
+                    prefill.input.fill_(float("nan"))
+            worst = max(worst, *(_relative(a, b) for a, b in zip(lanes.step(x, row), eager.step(x, own), strict=True)))
+        for step in range(5):
+            taking = [0, 1, 2] if step % 2 else [0, 2]
+            xs = [torch.randn(1, 1, cfg.talker.dim, generator=g) for _ in taking]
+            for i, x, got in zip(taking, xs, lanes.step_many(xs, [rows[i] for i in taking]), strict=True):
+                want = eager.step(x, alone[i])
+                worst = max(worst, *(_relative(a, b) for a, b in zip(got, want, strict=True)))
+                assert got[1].shape == want[1].shape and rows[i].length == alone[i].length
+        assert lanes.lanes is not None
+        bucket = next(iter(lanes.lanes.buckets.values()))
+        assert sorted(bucket.prefills) == [16, 32, 64]
+        for traced in (bucket.graph.step, bucket.prefills[16].graph.step):
+            explained = dynamo.explain(traced)()
+            assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+    print(f"talker lanes rows against the modules: {worst:.1e}")
+    assert worst < 1e-5, worst
 
 
 def test_a_prefill_graph_that_fails_is_made_again_and_host_waiting_experts_run_eagerly(

@@ -1,5 +1,6 @@
 """Continuous batching of the talker families (``parallel``: :mod:`ggtts.families.qwen3omni.lanes`), on Qwen3-TTS's
-tiny model: several utterances' frames made together, each checked against the same utterance made alone.
+tiny model: several utterances' frames made together, each checked against the same utterance made alone; on the
+CPU's ggml graphs, and (the end of the file) as a GPU runs them.
 
 Exact equality where the arithmetic is the same: with prompts run whole, a step of several sequences is one ggml
 graph whose every row is computed as it is alone (each row's dot products its own; measured 0 difference on Zen 3),
@@ -10,7 +11,7 @@ logits are compared teacher-forced, with a tolerance.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +23,24 @@ from _qwen3tts_tiny import Built, Recorder, need_qwen_tts
 import ggtts
 from ggtts.convert.qwen3tts_hf import convert_qwen3tts, mmproj_path
 from ggtts.errors import InputError
-from ggtts.families.qwen3omni.generate import TalkerSampling, generate_frames, talker_decoder
+from ggtts.families.qwen3omni.generate import (
+    GraphedFrame,
+    HFSampler,
+    HostFrames,
+    LaneFrame,
+    TalkerSampling,
+    generate_frames,
+    talker_decoder,
+)
 from ggtts.families.qwen3omni.lanes import TalkerLane, TalkerLanes
+from ggtts.families.qwen3omni.pipeline import talker_lanes
 from ggtts.families.qwen3tts.pipeline import CHUNK_WORDS, Qwen3TTSPipeline
 from ggtts.gguf import GGUFFile
 from ggtts.models.qwen3tts.config import MIN_FRAMES
 from ggtts.models.qwen3tts.model import Talker
 from ggtts.ops.ggml_kernels import unavailable_reason
 from ggtts.text.sentences import sentence_chunks
+from near_ties import relative_difference
 
 pytestmark = pytest.mark.needs_reference
 
@@ -178,6 +189,16 @@ def models(files: dict[str, Path]) -> Iterator[tuple[Qwen3TTSPipeline, Qwen3TTSP
     out[1].lanes.close()
 
 
+def _at_once(model: Qwen3TTSPipeline, texts: Any, options: list[dict[str, Any]]) -> list[list[Any]]:
+    """Streams asked of ``model`` at once (all wait for its loop, which then takes them in one step), read whole."""
+    assert model.lanes is not None
+    with model.lanes._cond:
+        streams = [model.stream(t, **o) for t, o in zip(texts, options, strict=True)]
+    got = [list(s) for s in streams]
+    assert model.lanes.most_lanes == len(texts)
+    return got
+
+
 def _joined(chunks: Any) -> np.ndarray:
     return np.concatenate([c.samples for c in chunks])
 
@@ -192,10 +213,7 @@ def test_parallel_streams_say_what_each_says_alone(models: tuple[Qwen3TTSPipelin
     assert len(sentence_chunks(long, CHUNK_WORDS)) == 2
     texts = [TEXTS[0], long, TEXTS[2]]
     expected = [list(alone.stream(t, **o)) for t, o in zip(texts, options, strict=True)]
-    with together.lanes._cond:  # all three wait for the loop, which then takes them in one step
-        streams = [together.stream(t, **o) for t, o in zip(texts, options, strict=True)]
-    got = [list(s) for s in streams]
-    assert together.lanes.most_lanes == 3
+    got = _at_once(together, texts, options)
     for e, g in zip(expected, got, strict=True):
         assert len(e) > 1
         np.testing.assert_array_equal(_joined(g), _joined(e))
@@ -229,12 +247,10 @@ def test_the_server_gives_a_parallel_model_as_many_turns(models: tuple[Qwen3TTSP
         worker.shutdown()
 
 
-def test_parallel_is_a_whole_number_and_for_the_cpu(files: dict[str, Path]) -> None:
+def test_parallel_is_a_whole_number(files: dict[str, Path]) -> None:
     for bad in (0, 65, 1.5, "two"):
         with pytest.raises(InputError, match="parallel"):
             ggtts.load(files["q8_0"], parallel=bad)
-    with pytest.raises(InputError, match="parallel is for the CPU for now with a talker"):
-        Qwen3TTSPipeline.from_gguf(GGUFFile(files["q8_0"]), "cuda", parallel=2)
 
 
 def test_a_request_failing_in_the_loop_fails_alone(models: tuple[Qwen3TTSPipeline, Qwen3TTSPipeline]) -> None:
@@ -258,3 +274,184 @@ def test_a_request_failing_in_the_loop_fails_alone(models: tuple[Qwen3TTSPipelin
         assert len(_joined(good)) > 0
     finally:
         del together.decoder_stream
+
+
+# ---- on a GPU (``parallel`` on CUDA: TalkerStack.use_static_lanes), run eagerly here ---------------------------------
+# every lane's talker step one step over fixed caches of one row per lane, every lane's code-predictor frame one
+# graphed frame of as many rows (LaneFrame), its codes chosen as tensors from each lane's own generator. A row's
+# arithmetic is the same whichever rows take part (each row's products and attention its own, the shapes fixed by the
+# number of rows), so an utterance made beside others is compared exactly with the same utterance made alone in the
+# same lanes; the lanes' numbers are checked against the eager modules with a measured tolerance.
+
+# a lanes row's hidden state and logits against the eager modules' over the same sequence (of the peak, float32):
+# measured 5.7e-7; a row given another's position or cache is off by more than 1e-1
+ROW_REL = 1e-5
+
+
+def _float_talker(built: Built, slots: int | None = None) -> Talker:
+    """The tiny talker in float (as a GPU holds the f32 file), its steps the torch modules'; with ``slots``, its
+    static lanes turned on (eagerly: the code their CUDA graphs hold)."""
+    talker = Talker.from_gguf(GGUFFile(built.path), GGUFFile(mmproj_path(built.path)), graph=False)
+    if slots is not None:
+        talker.use_static_lanes(slots, capture=False)
+    return talker
+
+
+def test_a_lanes_step_gives_each_row_what_its_sequence_gives_alone(built: Built) -> None:
+    """Three sequences at their own positions, their prompts of 5 and 20 rows as graphs (padded to 16 and 32 rows
+    over a scratch cache, copied into their rows; a NaN left in the padding changes nothing) and of 70 rows eagerly,
+    then stepped a row at a time through the lanes, some steps without one of them: each row's hidden state and
+    logits are those of the eager modules over its own sequence, and a row left out of a step keeps its cache."""
+    lanes, eager = _float_talker(built, slots=3), _float_talker(built)
+    dim = eager.cfg.talker.dim
+    g = torch.Generator().manual_seed(7)
+    prompts = [torch.randn(1, t, dim, generator=g) for t in (5, 70, 20)]
+    worst = 0.0
+    with torch.inference_mode():
+        rows = [lanes.new_cache(128) for _ in prompts]
+        alone = [eager.new_cache(128) for _ in prompts]
+        assert lanes.lanes is not None and all(lanes.lanes.holds(c) for c in rows)
+        for i, (x, row, own) in enumerate(zip(prompts, rows, alone, strict=True)):
+            if i == 2:
+                for prefill in next(iter(lanes.lanes.buckets.values())).prefills.values():
+                    prefill.input.fill_(float("nan"))
+            for got, want in zip(lanes.step(x, row), eager.step(x, own), strict=True):
+                worst = max(worst, relative_difference(got, want))
+            assert row.length == own.length == x.shape[1]
+        assert sorted(next(iter(lanes.lanes.buckets.values())).prefills) == [16, 32, 64]  # made at the first
+        for step in range(6):
+            taking = [0, 1, 2] if step % 3 else [0, 2]  # the middle one sits some steps out
+            xs = [torch.randn(1, 1, dim, generator=g) for _ in taking]
+            outs = lanes.step_many(xs, [rows[i] for i in taking])
+            for i, x, (hidden, logits) in zip(taking, xs, outs, strict=True):
+                want_hidden, want_logits = eager.step(x, alone[i])
+                assert hidden.shape == want_hidden.shape and logits.shape == want_logits.shape
+                worst = max(worst, relative_difference(hidden, want_hidden), relative_difference(logits, want_logits))
+                assert rows[i].length == alone[i].length
+    print(f"lanes rows against the modules: {worst:.1e}")
+    assert worst < ROW_REL, worst
+
+
+def test_a_graphed_frame_of_several_rows_picks_what_each_rows_logits_pick(built: Built) -> None:
+    """The code predictor's frame of three rows at once (greedy): each row's codes are the argmax of the logits the
+    host loop sees along those codes, and its embedding sum theirs (within rounding); sampled, each row's noise is
+    its own generator's, as one frame alone draws it."""
+    talker = _float_talker(built)
+    cp, cfg = talker.cp, talker.cfg
+    frames = GraphedFrame(cp, cfg.cp_sampling, greedy=True, seed=0, capture=False, rows=3)
+    g = torch.Generator().manual_seed(3)
+    hiddens = [torch.randn(1, 1, cp.embed_dim, generator=g) for _ in range(3)]
+    firsts = [torch.randn(1, 1, cp.embed_dim, generator=g) for _ in range(3)]
+    with torch.inference_mode():
+        made = frames.many(hiddens, firsts, [torch.Generator() for _ in range(3)])
+        for (codes, total), hidden, first in zip(made, hiddens, firsts, strict=True):
+            seen: list[torch.Tensor] = []
+            answers = iter(codes)
+
+            def along(logits: torch.Tensor, *_: Any, seen: list[torch.Tensor] = seen, it: Any = answers) -> int:
+                seen.append(logits.float().clone())
+                return next(it)
+
+            host_codes, host_total = HostFrames(cp, along)(hidden, first)
+            assert host_codes == codes and len(seen) == cfg.n_codebooks - 1
+            for logits, code in zip(seen, codes, strict=True):
+                assert float(logits.max() - logits[code]) < 1e-5  # its pick is the best (up to a near-tie)
+            assert relative_difference(total, host_total) < 1e-6
+        assert len({tuple(c) for c, _ in made}) == 3  # three frames of their own
+        sampled = GraphedFrame(cp, cfg.cp_sampling, greedy=False, seed=0, capture=False, rows=3)
+        sampled.many(hiddens[:2], firsts[:2], [torch.Generator().manual_seed(s) for s in (4, 5)])
+        for row, seed in zip(sampled.noise[:2], (4, 5), strict=True):
+            want = torch.empty(cfg.n_codebooks - 1, cfg.cp_vocab).exponential_(
+                generator=torch.Generator().manual_seed(seed)
+            )
+            assert torch.equal(row, want)
+        with pytest.raises(ValueError, match="4 frames"):
+            frames.many(hiddens + hiddens[:1], firsts + firsts[:1], [torch.Generator()] * 4)
+
+
+def test_gpu_lanes_make_the_frames_each_utterance_makes_alone_in_them(built: Built) -> None:
+    """Three sampled utterances (their own texts, voices, seeds and budgets; one joining while the others speak),
+    prompts run whole, on a talker with static lanes: their code-predictor frames are made in the lanes' graphed
+    frame, and each lane's frames are exactly those its utterance makes alone in the same lanes; every row is free
+    again at the end."""
+    talker = _float_talker(built, slots=3)
+    budgets, seeds = (30, 24, 12), (1, 2, 3)
+
+    def decoder(i: int) -> Any:
+        inputs = built.inputs(TEXTS[i], "english", VOICES[i])
+        made = talker_decoder(talker, inputs, _params(talker, seeds[i], budgets[i]), min_frames=MIN_FRAMES)
+        assert isinstance(made.rest, LaneFrame) and made.rest.frames.rows == 3
+        return made
+
+    def joiner(lanes: TalkerLanes, i: int) -> Callable[[], tuple[TalkerLane, int]]:
+        return lambda: (lanes.join(_Work(decoder(i))), i)
+
+    alone = []
+    for i in range(3):
+        lanes = TalkerLanes(talker, prefill_chunk=1 << 20)
+        made, _ = _run(lanes, {0: joiner(lanes, i)})
+        alone.append(made[i])
+    lanes = TalkerLanes(talker, prefill_chunk=1 << 20)
+    made, most = _run(lanes, {0: joiner(lanes, 0), 1: joiner(lanes, 1), 4: joiner(lanes, 2)})
+    assert most == 3 and not lanes.lanes
+    assert [made[i] for i in range(3)] == alone
+    assert len({len(a) for a in alone}) > 1 and all(len(a) > 0 for a in alone)
+    assert talker.lanes is not None
+    assert all(ref is None or ref() is None for b in talker.lanes.buckets.values() for ref in b.held)
+
+
+def test_a_model_with_static_steps_gets_static_lanes(built: Built) -> None:
+    """``parallel`` on a model whose talker steps are graphs over fixed caches (CUDA) turns on its static lanes with
+    the same capture and compile settings; on the CPU's ggml graphs the lanes step those."""
+    talker = _float_talker(built)
+    talker.use_static_steps(capture=False)
+    loop = talker_lanes(talker, 4)
+    assert loop is not None and loop.max_lanes == 4
+    assert talker.static is None and talker.lanes is not None and talker.lanes.slots == 4
+    assert not talker.lanes.capture and not talker.static_capture
+    plain = Talker.from_gguf(GGUFFile(built.path), GGUFFile(mmproj_path(built.path)))
+    assert talker_lanes(plain, 4) is not None and plain.lanes is None
+    assert talker_lanes(plain, 1) is None
+
+
+@pytest.fixture(scope="module")
+def gpu_model(built: Built) -> Iterator[Qwen3TTSPipeline]:
+    """A ``parallel=3`` model with its talker's static lanes (eagerly)."""
+    model = ggtts.load(built.path, parallel=3)
+    assert isinstance(model, Qwen3TTSPipeline) and model.lanes is not None
+    model.talker.use_static_lanes(3, capture=False)
+    model.lanes.lanes.prefill_chunk = 1 << 20  # prompts whole, as alone
+    yield model
+    model.lanes.close()
+
+
+def test_parallel_streams_in_gpu_lanes_say_what_each_says_alone_in_them(
+    gpu_model: Qwen3TTSPipeline,
+) -> None:
+    """Three streams asked at once of a model whose talker has static lanes are sample for sample what each says
+    asked alone of it, and a stream takes its talker rows back at its end."""
+    model = gpu_model
+    assert model.lanes is not None and model.talker.lanes is not None
+    options = [{"voice": VOICES[i], "seed": i, "max_frames": 16, "chunk_frames": 4} for i in range(3)]
+    expected = [_joined(model.stream(t, **o)) for t, o in zip(TEXTS, options, strict=True)]
+    for e, g in zip(expected, _at_once(model, TEXTS, options), strict=True):
+        assert len(e) > 0
+        np.testing.assert_array_equal(_joined(g), e)
+    assert all(ref is None or ref() is None for b in model.talker.lanes.buckets.values() for ref in b.held)
+
+
+def test_host_sampled_frames_still_run_in_lanes(built: Built) -> None:
+    """A talker with static lanes still takes an utterance whose code predictor is chosen on the host (given
+    pickers): its talker steps run in the lanes, its frame through the modules."""
+    talker = _float_talker(built, slots=2)
+    x = built.inputs(TEXTS[2], "english", "vivian")
+    greedy = HFSampler(talker.cfg.sampling, True, torch.Generator())
+    rest = HFSampler(talker.cfg.cp_sampling, True, torch.Generator())
+    decoder = talker_decoder(talker, x, _params(talker, 0, 6), pickers=(greedy, rest))
+    assert isinstance(decoder.rest, HostFrames)
+    lanes = TalkerLanes(talker)
+    lane = lanes.join(_Work(decoder))
+    frames = []
+    while lanes.lanes:
+        frames += [f for _, f in lanes.step() if f is not None]
+    assert lane.done and 0 < len(frames) <= 6

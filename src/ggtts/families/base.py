@@ -417,13 +417,13 @@ def precision_load_option(what: str) -> Any:
 MAX_PARALLEL = 64  # utterances one copy of a model decodes together (the ``parallel`` load option)
 
 
-def parallel_load_option(what: str, cuda: bool) -> Any:
+def parallel_load_option(what: str) -> Any:
     """The ``parallel`` load option of a family whose utterances can decode together (continuous batching:
-    :mod:`ggtts.runtime.lanes`); ``what``: the steps they share; ``cuda``: on CUDA too, not only on the CPU."""
+    :mod:`ggtts.runtime.lanes`); ``what``: the steps they share."""
     return option(
         1,
         f"decode up to N utterances together (continuous batching: streams asked at once share each step of {what}; "
-        f"{'CPU and CUDA' if cuda else 'CPU only, for now'}); default 1, each alone",
+        "CPU and CUDA); default 1, each alone",
         flag="--parallel",
         check=check_number("parallel", 1, MAX_PARALLEL, whole=True),
     )

@@ -110,7 +110,7 @@ class OuteTTSLoadOptions(LoadOptions):
         "a speaker profile (.json, OuteTTS's format) to speak with: added to the voices at load, as the default",
         flag="--speaker",
     )
-    parallel: int = parallel_load_option("the language model", cuda=True)
+    parallel: int = parallel_load_option("the language model")
     compile: bool = option(
         False,
         "on CUDA: compile the language model's decode step with torch.compile before it is captured as a CUDA graph "

@@ -138,7 +138,7 @@ def is_audio_mmproj(gguf: object) -> bool:
 @dataclass(frozen=True)
 class Qwen3OmniLoadOptions(LoadOptions):
     precision: str = precision_load_option("code2wav's decoder convolutions")
-    parallel: int = parallel_load_option("the talker and its code predictor", cuda=False)
+    parallel: int = parallel_load_option("the talker and its code predictor")
 
 
 FAMILY = Family(

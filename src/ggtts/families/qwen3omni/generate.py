@@ -98,15 +98,17 @@ class DevicePick:
     device, as tensors only (no host round trip): argmax when greedy; otherwise temperature, top-k and top-p, then
     a draw by the exponential race (the argmax of the probabilities over ``noise[j]``, a row of Exp(1) draws, is a
     draw from them: gpt-fast's way to sample without a sync). ``noise`` ``(n_codebooks - 1, V)`` is refilled
-    before each frame."""
+    before each frame; for ``R`` frames at once it is ``(R, n_codebooks - 1, V)`` and the logits ``(R, V)``, each
+    row its own draw."""
 
     def __init__(self, params: Sampling, greedy: bool, noise: torch.Tensor) -> None:
         self.params, self.greedy, self.noise = params, greedy, noise
 
     def __call__(self, j: int, logits: torch.Tensor) -> torch.Tensor:
+        """Codebook ``j + 1``'s code of each row: ``(R,)`` (``(1,)`` for logits ``(V,)``)."""
         scores = logits.float()
         if self.greedy:
-            return scores.argmax().view(1)
+            return scores.argmax(-1).view(-1)
         p = self.params
         k = p.top_k if 0 < p.top_k < scores.shape[-1] else scores.shape[-1]
         # the k best, in order: top-k's survivors (ties at the k-th aside), and top-p's order among them
@@ -116,25 +118,33 @@ class DevicePick:
             probs = probs * ((probs.cumsum(-1) - probs) < p.top_p)
         # the race over the survivors, each with its own token's noise (unnormalised: the argmax is the same)
         # (as tensors: an index read on the host would wait for the GPU, and a CUDA graph cannot hold that)
-        return ids.gather(0, (probs / self.noise[j].gather(0, ids)).argmax().view(1))
+        race = probs / self.noise[..., j, :].gather(-1, ids)
+        return ids.gather(-1, race.argmax(-1, keepdim=True)).view(-1)
 
 
 class GraphedFrame:
     """The code predictor's whole frame (15 sequential steps and picks) as one CUDA graph replayed per frame
     (eagerly off CUDA or with ``capture=False``: the CPU tests run the code the graph holds). Its draws come from
-    its own generator seeded by ``seed``: on the GPU, so not the CPU loop's sequence."""
+    its own generator seeded by ``seed``: on the GPU, so not the CPU loop's sequence.
+
+    With ``rows`` > 1 it makes up to that many frames at once (several utterances' lanes: :meth:`many`), each row
+    its own frame and its draws from its own generator; the graph runs every row, whichever take part."""
 
     def __init__(
-        self, cp: CodePredictor, params: Sampling, greedy: bool, seed: int, capture: bool = True, compile: bool = False
-    ) -> None:
+        self, cp: CodePredictor, params: Sampling, greedy: bool, seed: int, capture: bool = True, compile: bool = False,
+        rows: int = 1,
+    ) -> None:  # fmt: skip
+        if rows < 1:
+            raise ValueError("a graphed frame makes at least one row")
         weight = cp.output_norm.weight
         device, dim = weight.device, cp.embed_dim  # the talker's width (proj_in's input)
-        self.greedy = greedy
-        self.hidden = torch.zeros(1, 1, dim, dtype=weight.dtype, device=device)
+        self.greedy, self.rows, self.device = greedy, rows, device
+        self.hidden = torch.zeros(rows, 1, dim, dtype=weight.dtype, device=device)
         self.first = torch.zeros_like(self.hidden)
-        self.noise = torch.ones(cp.cfg.n_codebooks - 1, cp.cfg.cp_vocab, device=device)
+        # each row's noise is its own block, as one frame's: a row draws what a frame alone draws from its generator
+        self.noise = torch.ones(rows, cp.cfg.n_codebooks - 1, cp.cfg.cp_vocab, device=device)
         self.generator = torch.Generator(device).manual_seed(seed)
-        cache, pick = cp.new_cache(), DevicePick(params, greedy, self.noise)
+        cache, pick = cp.new_cache(rows), DevicePick(params, greedy, self.noise)
 
         def frame() -> tuple[torch.Tensor, torch.Tensor]:
             return cp.frame_on_device(self.hidden, self.first, pick, cache)
@@ -149,12 +159,39 @@ class GraphedFrame:
         return self
 
     def __call__(self, hidden: torch.Tensor, first: torch.Tensor) -> tuple[list[int], torch.Tensor]:
-        self.hidden.copy_(hidden)
-        self.first.copy_(first)
+        return self.many([hidden], [first], [self.generator])[0]
+
+    def many(
+        self, hiddens: Sequence[torch.Tensor], firsts: Sequence[torch.Tensor], generators: Sequence[torch.Generator]
+    ) -> list[tuple[list[int], torch.Tensor]]:
+        """Up to ``rows`` frames in one replay: frame ``i`` from ``hiddens[i]`` and ``firsts[i]`` (``(1, 1, dim)``),
+        its draws from ``generators[i]`` -> each one's codes and the sum of their embeddings ``(1, 1, dim)``."""
+        n = len(hiddens)
+        if not 0 < n <= self.rows or len(firsts) != n or len(generators) != n:
+            raise ValueError(f"{n} frames ({len(firsts)} first codes, {len(generators)} generators) for a graphed "
+                             f"frame of {self.rows} rows")  # fmt: skip
+        self.hidden[:n].copy_(torch.cat(list(hiddens)) if n > 1 else hiddens[0])
+        self.first[:n].copy_(torch.cat(list(firsts)) if n > 1 else firsts[0])
         if not self.greedy:
-            self.noise.exponential_(generator=self.generator)
+            for row, generator in zip(self.noise, generators, strict=False):
+                row.exponential_(generator=generator)
         codes, total = self.graph()
-        return codes.tolist(), total.clone()
+        chosen = codes[:n].tolist()  # (one host read for every row)
+        return [(chosen[i], total[i : i + 1].clone()) for i in range(n)]
+
+
+class LaneFrame:
+    """One utterance's code-predictor frames in a talker's lanes on the GPU (:meth:`TalkerStack.use_static_lanes`):
+    the talker's :class:`GraphedFrame` of several rows for these sampling settings, and this utterance's own
+    generator (on the GPU, seeded by its seed). The lanes make the frames of all their utterances that share
+    ``frames`` in one replay (:mod:`ggtts.families.qwen3omni.lanes`); called, it makes its frame alone."""
+
+    def __init__(self, frames: GraphedFrame, seed: int) -> None:
+        self.frames = frames
+        self.generator = torch.Generator(frames.device).manual_seed(seed)
+
+    def __call__(self, hidden: torch.Tensor, first: torch.Tensor) -> tuple[list[int], torch.Tensor]:
+        return self.frames.many([hidden], [first], [self.generator])[0]
 
 
 class TalkerDecoder:
@@ -209,18 +246,30 @@ class TalkerDecoder:
         self.hidden, self.logits = self.talker.step(self.next_input, self.cache)
 
 
-# each talker's graphed code-predictor frames, by sampling settings: captured once, not once per utterance
-_Graphed = dict[tuple[Sampling, bool], GraphedFrame]
+# each talker's graphed code-predictor frames, by sampling settings and rows: captured once, not once per utterance
+_Graphed = dict[tuple[Sampling, bool, int], GraphedFrame]
 _GRAPHED: weakref.WeakKeyDictionary[TalkerStack, _Graphed] = weakref.WeakKeyDictionary()
+
+
+def _graphed(talker: TalkerStack, params: Sampling, greedy: bool, seed: int, rows: int) -> GraphedFrame:
+    frames = _GRAPHED.setdefault(talker, {})
+    if (params, greedy, rows) not in frames:
+        frames[params, greedy, rows] = GraphedFrame(talker.cp, params, greedy, seed, capture=talker.static_capture,
+                                                    compile=talker.static_compile, rows=rows)  # fmt: skip
+    return frames[params, greedy, rows]
 
 
 def graphed_frame(talker: TalkerStack, params: Sampling, greedy: bool, seed: int) -> GraphedFrame:
     """The talker's :class:`GraphedFrame` for these settings, made (and captured) the first time, its draws
     reseeded by ``seed``. One generation at a time per talker, as its step graphs already require."""
-    frames = _GRAPHED.setdefault(talker, {})
-    if (params, greedy) not in frames:
-        frames[params, greedy] = GraphedFrame(talker.cp, params, greedy, seed, compile=talker.static_compile)
-    return frames[params, greedy].reseed(seed)
+    return _graphed(talker, params, greedy, seed, 1).reseed(seed)
+
+
+def lane_frame(talker: TalkerStack, params: Sampling, greedy: bool, seed: int) -> LaneFrame:
+    """An utterance's :class:`LaneFrame` in the talker's static lanes: their :class:`GraphedFrame` of as many rows
+    as lanes for these settings (made the first time), and a generator of its own seeded by ``seed``."""
+    assert talker.lanes is not None
+    return LaneFrame(_graphed(talker, params, greedy, seed, talker.lanes.slots), seed)
 
 
 class HostFrames:
@@ -248,7 +297,8 @@ def talker_decoder(
 ) -> TalkerDecoder:
     """One utterance's :class:`TalkerDecoder` for ``params``. ``pickers``: the talker's and the code predictor's
     choice of a code from logits (default: :class:`HFSampler` by ``params``, both drawing from one generator
-    seeded by ``params.seed``; on CUDA the code predictor's frame is a :class:`GraphedFrame`)."""
+    seeded by ``params.seed``; on CUDA the code predictor's frame is a :class:`GraphedFrame`, and where the talker
+    has static lanes a :class:`LaneFrame`, made with the other lanes')."""
     generator = torch.Generator().manual_seed(params.seed)
     first: Pick
     rest: RestOfFrame
@@ -256,7 +306,9 @@ def talker_decoder(
         first, rest = pickers[0], HostFrames(talker.cp, pickers[1])
     else:
         first = HFSampler(params.talker, params.greedy, generator, draw)
-        if talker.output_norm.weight.device.type == "cuda" and draw is multinomial:
+        if talker.lanes is not None and draw is multinomial:
+            rest = lane_frame(talker, params.code_predictor, params.greedy, params.seed)
+        elif talker.output_norm.weight.device.type == "cuda" and draw is multinomial:
             rest = graphed_frame(talker, params.code_predictor, params.greedy, params.seed)
         else:
             rest = HostFrames(talker.cp, HFSampler(params.code_predictor, params.greedy, generator, draw))

@@ -36,6 +36,7 @@ from ggtts.models.qwen2.tokenizer import BPETokenizer
 from ggtts.models.qwen3omni_code2wav.model import Code2Wav
 from ggtts.models.qwen3omni_talker.config import Sampling
 from ggtts.models.qwen3omni_talker.model import Talker, TalkerStack
+from ggtts.ops.stored_experts import DENSE_ROWS
 from ggtts.ops.stored_weights import stored_weights_plan, use_planned_weights
 from ggtts.runtime.lanes import LaneLoop
 from ggtts.text.sentences import sentence_chunks
@@ -145,7 +146,6 @@ class Qwen3OmniPipeline(TTSModel):
             known = ", ".join(FAMILY.load_option_names())
             raise InputError(f"unknown option '{next(iter(options))}' for Qwen3-Omni; known: {known}")
         check_precision(precision, device)
-        check_parallel(parallel, device)
         path = talker if talker is not None else find_beside(Path(gguf.path), TALKER_ARCH)
         if path is None:
             raise InputError(
@@ -468,22 +468,19 @@ class FrameStream(Protocol):
     def push(self, codes: torch.Tensor) -> torch.Tensor: ...
 
 
-def check_parallel(parallel: int, device: str) -> None:
-    """A talker family's ``parallel`` load option, before anything loads: its lanes run on the CPU."""
-    if parallel > 1 and torch.device(device).type == "cuda":
-        raise InputError(
-            "parallel is for the CPU for now with a talker: on CUDA its step and the code predictor's frame are "
-            "captured graphs over one fixed cache, so streams run one at a time (--replicas N loads copies instead)"
-        )
-
-
 def talker_lanes(talker: TalkerStack, parallel: int) -> LaneLoop[Audio] | None:
-    """The lane loop of a model loaded with ``parallel`` > 1 (its utterances' frames made together)."""
+    """The lane loop of a model loaded with ``parallel`` > 1 (its utterances' frames made together). Where the
+    talker's steps are graphs over fixed caches (CUDA) its lanes are too: one graph for every lane's talker step,
+    one for their code predictor's frames (:meth:`TalkerStack.use_static_lanes`)."""
     if parallel <= 1:
         return None
     from ggtts.families.qwen3omni.lanes import TalkerLanes
 
-    return LaneLoop(TalkerLanes(talker), parallel)
+    if talker.static is None:
+        return LaneLoop(TalkerLanes(talker), parallel)
+    talker.use_static_lanes(parallel, capture=talker.static_capture, compile=talker.static_compile)
+    # a prompt of up to DENSE_ROWS rows at a lane's start is one graph: the others' next frame waits for one replay
+    return LaneLoop(TalkerLanes(talker, prefill_chunk=DENSE_ROWS), parallel)
 
 
 class FrameSpeech:

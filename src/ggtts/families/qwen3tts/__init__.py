@@ -128,7 +128,7 @@ def voices(gguf: object) -> list[str]:
 @dataclass(frozen=True)
 class Qwen3TTSLoadOptions(LoadOptions):
     precision: str = precision_load_option("the speech decoder's convolutions")
-    parallel: int = parallel_load_option("the talker and its code predictor", cuda=False)
+    parallel: int = parallel_load_option("the talker and its code predictor")
 
 
 FAMILY = Family(

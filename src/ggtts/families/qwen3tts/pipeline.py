@@ -22,7 +22,6 @@ from ggtts.families.base import NothingToSay, Request, TTSModel, VoiceMix
 from ggtts.families.qwen3omni.generate import TalkerSampling
 from ggtts.families.qwen3omni.pipeline import (
     FrameSpeech,
-    check_parallel,
     speak_frames,
     speaker_name,
     speeches_in_lanes,
@@ -88,7 +87,6 @@ class Qwen3TTSPipeline(TTSModel):
             known = ", ".join(FAMILY.load_option_names())
             raise InputError(f"unknown option '{next(iter(options))}' for Qwen3-TTS; known: {known}")
         check_precision(precision, device)
-        check_parallel(parallel, device)
         path = Path(mmproj) if mmproj is not None else find_mmproj(Path(gguf.path))
         if path is None:
             raise InputError(

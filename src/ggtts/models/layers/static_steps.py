@@ -12,7 +12,9 @@ one handed out before it (one generation at a time, as a model serves); using th
 :class:`StaticLanes` is the same for several sequences at once (continuous batching on a GPU,
 :mod:`ggtts.runtime.lanes`): a fixed cache of ``slots`` rows per capacity, each sequence's cache one row of it, and
 one step runs every row, each at its own position (``StaticPosition.rows``); the rows of sequences not in the step
-write nothing. So N streams cost one captured step, not N.
+write nothing. So N streams cost one captured step, not N. A prompt at the start of a row can run as one graph too
+(:meth:`StaticLanes.prefill`): over a scratch cache of one row, whose keys and values the graph then copies into the
+row.
 """
 
 from __future__ import annotations
@@ -206,6 +208,7 @@ class _Slots(Generic[T]):
             step = CompiledOrEager(self._step, lanes.what, device, dynamic=False)
         self.graph = StepGraph(step, device, lanes.capture)
         self.held: list[weakref.ref[KVCache] | None] = [None] * n
+        self.prefills: dict[int, _LanePrefill[T]] = {}  # by padded rows
 
     def _step(self) -> T:
         at = StaticPosition.rows(self.index, self.write, self.positions, self.lanes.rope, self.mask_dtype)
@@ -226,6 +229,40 @@ class _Slots(Generic[T]):
         view.length, view.max_len = 0, max_len
         self.held[free] = weakref.ref(view)
         return view
+
+
+class _LanePrefill(Generic[T]):
+    """A prompt's prefill of ``rows`` padded rows into one row (``slot``, read from a tensor) of a :class:`_Slots`'
+    fixed cache: the body over a scratch cache of one row and ``rows`` positions, then its keys and values copied
+    into the slot's first ``rows`` positions; its input tensors and graph."""
+
+    def __init__(self, bucket: _Slots[T], body: PrefillBody[T], rows: int, example: torch.Tensor) -> None:
+        store = bucket.cache
+        device = store.k.device
+        self.bucket, self.body, self.rows = bucket, body, rows
+        n_layers, _, heads, _, dim = store.k.shape
+        self.scratch = KVCache(n_layers, heads, dim, rows, dtype=store.k.dtype, device=device)
+        self.input = torch.zeros((1, rows, *example.shape[2:]), dtype=example.dtype, device=device)
+        self.last = torch.zeros(1, dtype=torch.long, device=device)
+        self.slot = torch.zeros(1, dtype=torch.long, device=device)
+        self.graph = StepGraph(self._step, device, bucket.lanes.capture)
+
+    def _step(self) -> T:
+        scratch = self.scratch.rows(0, 1)  # its own view, from position 0 (the graph's)
+        scratch.length = 0
+        out = self.body(self.input, self.last, scratch)
+        store = self.bucket.cache
+        store.k[:, :, :, : self.rows].index_copy_(1, self.slot, self.scratch.k)
+        store.v[:, :, :, : self.rows].index_copy_(1, self.slot, self.scratch.v)
+        return out
+
+    def __call__(self, x: torch.Tensor, slot: int) -> T:
+        t = x.shape[1]
+        self.input[:, :t].copy_(x)
+        self.input[:, t:].zero_()  # (finite padding: see _Prefill)
+        self.last.fill_(max(t - 1, 0))
+        self.slot.fill_(slot)
+        return self.graph()
 
 
 class StaticLanes(Generic[T]):
@@ -284,6 +321,34 @@ class StaticLanes(Generic[T]):
                     raise RuntimeError("this KV cache's row was given back to the model's lanes: it is no longer held")
                 return bucket, slot
         return None
+
+    def prefill(self, x: torch.Tensor, cache: KVCache, body: PrefillBody[T], most: int) -> T | None:
+        """A prompt ``x`` ``(1, T, ...)`` at the start of ``cache`` (an empty row of these lanes) as one graph, as
+        :meth:`StaticDecode.prefill` runs one (padded to a power of two from :data:`MIN_PREFILL_ROWS`, ``body`` the
+        same on every call, every size up to ``most`` rows made at a capacity's first prompt), over a scratch cache
+        whose keys and values the graph copies into the row (the padding's are masked from every later step, which
+        writes its own first). None (nothing done) where the padded rows are past ``most`` or the capacity, ``T``
+        is under 2, the cache is not empty or not a row of these lanes: the caller runs it its own way."""
+        t = x.shape[1]
+        rows = max(MIN_PREFILL_ROWS, 1 << (t - 1).bit_length())
+        if cache.length or t < 2 or rows > most:
+            return None
+        with self._lock:
+            found = self._find(cache)
+            if found is None or rows > found[0].cache.max_len:
+                return None
+            bucket, slot = found
+            cache.check_fits(t)
+            if not bucket.prefills:
+                made, size = {}, MIN_PREFILL_ROWS
+                while size <= min(most, bucket.cache.max_len):
+                    made[size] = _LanePrefill(bucket, body, size, x)
+                    made[size](x[:, :0], slot)  # made and captured (it writes only this empty row's positions)
+                    size *= 2
+                bucket.prefills = made  # all or none, as StaticDecode's
+            out: T = _cloned(bucket.prefills[rows](x, slot))
+        cache.advance(t)
+        return out
 
     def step(self, xs: Sequence[torch.Tensor], caches: Sequence[KVCache]) -> list[T]:
         """Each sequence's one-position input ``xs[i]`` (``(1, 1, ...)``) at ``caches[i].length``, all rows of a

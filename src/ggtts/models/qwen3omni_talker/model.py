@@ -34,7 +34,7 @@ from ggtts.models.layers.qwen3 import (
     fuse_projections,
     load_weights,
 )
-from ggtts.models.layers.static_steps import StaticCaches, StaticDecode
+from ggtts.models.layers.static_steps import StaticCaches, StaticDecode, StaticLanes
 from ggtts.models.layers.transformer import StaticPosition, new_kv_cache
 from ggtts.models.qwen3omni_talker.config import PredictorShape, StackConfig, TalkerConfig, TalkerShape
 from ggtts.ops.stored_experts import DENSE_ROWS, Experts
@@ -97,12 +97,14 @@ class CodePredictor(nn.Module):
         self.rope = RotaryEmbedding(s.head_dim, s.rope_theta, cfg.n_codebooks + 1)
         self.graph: StackGraph | None = None  # each step one ggml graph, head included (CPU; see TalkerStack.loaded)
 
-    def new_cache(self) -> KVCache:
-        """A cache for one frame (reset and reused frame after frame)."""
+    def new_cache(self, rows: int = 1) -> KVCache:
+        """A cache for one frame (reset and reused frame after frame); ``rows`` frames at once for
+        :meth:`frame_on_device`'s batches."""
         c = self.cfg.code_predictor
         return new_kv_cache(
-            c.n_layers, c.n_kv_heads, c.head_dim, self.cfg.n_codebooks + 1, self.rope, self.output_norm.weight
-        )
+            c.n_layers, c.n_kv_heads, c.head_dim, self.cfg.n_codebooks + 1, self.rope, self.output_norm.weight,
+            batch=rows,
+        )  # fmt: skip
 
     def frame(
         self, hidden: torch.Tensor, first: torch.Tensor, choose: Callable[[int, torch.Tensor], int], cache: KVCache
@@ -138,20 +140,22 @@ class CodePredictor(nn.Module):
         self, hidden: torch.Tensor, first: torch.Tensor, pick: Callable[[int, torch.Tensor], torch.Tensor],
         cache: KVCache,
     ) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-        """As :meth:`frame`, with ``pick(j, logits)`` giving codebook ``j + 1`` as a tensor ``(1,)`` where the
-        logits are: the codes come back as a tensor ``(n_codebooks - 1,)``. With a pick that reads nothing from
-        the host, every shape and position is the same frame after frame, and the whole frame runs as one CUDA
-        graph (:class:`ggtts.families.qwen3omni.generate.GraphedFrame`)."""
+        """As :meth:`frame` for ``R`` frames at once (rows ``hidden``, ``first`` ``(R, 1, dim)``, ``cache`` of ``R``
+        rows: :meth:`new_cache`), with ``pick(j, logits (R, V))`` giving each row's codebook ``j + 1`` as a tensor
+        ``(R,)`` where the logits are: the codes come back as a tensor ``(R, n_codebooks - 1)``, the sums of their
+        embeddings ``(R, 1, dim)``. The rows share every position (a frame starts its cache afresh), so with a pick
+        that reads nothing from the host every shape and position is the same frame after frame, and the whole
+        frame runs as one CUDA graph (:class:`ggtts.families.qwen3omni.generate.GraphedFrame`)."""
         cache.length = 0
-        x = torch.cat((hidden, first), dim=1)  # (1, 2, dim)
+        x = torch.cat((hidden, first), dim=1)  # (R, 2, dim)
         codes: list[torch.Tensor] = []
         total = torch.zeros_like(first)
         for j in range(self.cfg.n_codebooks - 1):
-            code = pick(j, self._logits(j, self.proj_in(x), cache))
+            code = pick(j, self._row_logits(j, self.proj_in(x), cache))
             codes.append(code)
-            x = self.codec_embd[j](code.view(1, 1)).to(first.dtype)  # (1, 1, dim)
+            x = self.codec_embd[j](code.view(-1, 1)).to(first.dtype)  # (R, 1, dim)
             total = total + x
-        return torch.cat(codes), total
+        return torch.stack(codes, dim=1), total
 
     def _logits_many(self, j: int, xs: Sequence[torch.Tensor], caches: Sequence[KVCache]) -> list[torch.Tensor]:
         graph = self.graph
@@ -164,8 +168,16 @@ class CodePredictor(nn.Module):
         """Rows ``x (1, T, dim)`` through the blocks -> head ``j``'s logits ``(V,)`` of the last row."""
         if self.graph is not None and self.graph.takes(cache, rows=x.shape[0]):
             return self.graph.step(x[0], cache, self.output[j], last_only=True).logits[0]
+        return self._modules_logits(j, x, cache)[0]
+
+    def _row_logits(self, j: int, x: torch.Tensor, cache: KVCache) -> torch.Tensor:
+        """Sequences ``x (R, T, dim)`` (one per cache row) -> head ``j``'s logits ``(R, V)`` of each one's last
+        row (one sequence as :meth:`_logits` runs it)."""
+        return self._logits(j, x, cache).unsqueeze(0) if x.shape[0] == 1 else self._modules_logits(j, x, cache)
+
+    def _modules_logits(self, j: int, x: torch.Tensor, cache: KVCache) -> torch.Tensor:
         h = self.output_norm(_run(self.blk, self.rope, x, cache)[:, -1:])
-        return self.output[j](h)[0, -1]
+        return self.output[j](h)[:, -1]  # (R, V)
 
 
 class TalkerStack(nn.Module):
@@ -189,7 +201,10 @@ class TalkerStack(nn.Module):
         self.cp = CodePredictor(cfg, cp_embed_dim)
         self.weights_note: str | None = None
         self.static: StaticCaches[tuple[torch.Tensor, torch.Tensor]] | None = None  # one-row steps, by capacity
-        self.static_compile = False  # those steps (and the code predictor's graphed frame) compiled first
+        # several sequences' one-row steps at once (GPU lanes: use_static_lanes)
+        self.lanes: StaticLanes[tuple[torch.Tensor, torch.Tensor]] | None = None
+        self.static_capture = True  # those steps (and the code predictor's graphed frames) captured on CUDA
+        self.static_compile = False  # and compiled first
         self.graph: StackGraph | None = None  # each step one ggml graph (CPU; see loaded)
 
     def loaded(self, device: str | torch.device, max_len: int, step_graphs: bool, graph: bool = True) -> TalkerStack:
@@ -226,8 +241,35 @@ class TalkerStack(nn.Module):
         CUDA; eagerly elsewhere). ``compile``: that step, and the code predictor's graphed frame, compiled by
         ``torch.compile`` (fixed shapes) before they are captured. ``fuse``: the projections that read the same
         input multiplied as one (:func:`~ggtts.models.layers.qwen3.fuse_projections`), in every step from now on."""
+        self._static_ready(capture, compile, fuse)
         weight = self.output_norm.weight
-        self.static_compile = compile
+
+        def make(capacity: int) -> StaticDecode[tuple[torch.Tensor, torch.Tensor]]:
+            row = torch.zeros(1, 1, self.cfg.talker.dim, dtype=weight.dtype)
+            return StaticDecode(self._static_step, self._new_cache(capacity), self.rope, row, "the talker's step",
+                                capture, compile)  # fmt: skip
+
+        self.static = StaticCaches(make, self.rope.max_len)
+
+    def use_static_lanes(self, slots: int, capture: bool = True, compile: bool = False, fuse: bool = True) -> None:
+        """From now on, :meth:`new_cache` hands out rows of fixed caches of ``slots`` rows, and the one-row steps of
+        up to ``slots`` sequences on them run together (:meth:`step_many`) as one
+        :class:`~ggtts.models.layers.static_steps.StaticLanes` step: a CUDA graph replayed, with ``capture`` on
+        CUDA (eagerly elsewhere); the code predictor's frames of those sequences likewise, one graph for all
+        (:class:`~ggtts.families.qwen3omni.generate.LaneFrame`). Give each cache back with :meth:`release_cache`
+        when its sequence ends. With every row held, a further cache is one of its own, stepped alone (the
+        one-sequence static steps are off from now on). ``compile``, ``fuse``: as :meth:`use_static_steps`'."""
+        self._static_ready(capture, compile, fuse)
+        self.static = None
+        row = torch.zeros(1, 1, self.cfg.talker.dim, dtype=self.output_norm.weight.dtype)
+        self.lanes = StaticLanes(lambda capacity: self._new_cache(capacity, batch=slots), self._lanes_step, self.rope,
+                                 row, slots, self.rope.max_len, "the talker's step of several sequences", capture,
+                                 compile)  # fmt: skip
+
+    def _static_ready(self, capture: bool, compile: bool, fuse: bool) -> None:
+        """What every step over fixed caches needs: the experts' weights gathered (no host round trip), the
+        projections fused where asked."""
+        self.static_capture, self.static_compile = capture, compile
         for module in self.modules():
             if isinstance(module, Experts):
                 module.gather = True  # what the graph holds, run eagerly too where it is not captured
@@ -237,24 +279,25 @@ class TalkerStack(nn.Module):
             # modules run every step from now on
             self.graph = self.cp.graph = None
 
-        def make(capacity: int) -> StaticDecode[tuple[torch.Tensor, torch.Tensor]]:
-            row = torch.zeros(1, 1, self.cfg.talker.dim, dtype=weight.dtype)
-            return StaticDecode(self._static_step, self._new_cache(capacity), self.rope, row, "the talker's step",
-                                capture, compile)  # fmt: skip
-
-        self.static = StaticCaches(make, self.rope.max_len)
+    def release_cache(self, cache: KVCache) -> None:
+        """``cache``'s sequence is over: its row of the static lanes (if it holds one) is free for another."""
+        if self.lanes is not None:
+            self.lanes.release(cache)
 
     @property
     def max_len(self) -> int:
         return self.rope.max_len
 
     def new_cache(self, max_len: int) -> KVCache:
-        cache = self.static.new_cache(max_len) if self.static is not None else None
+        cache = self.lanes.new_cache(max_len) if self.lanes is not None else None
+        if cache is None and self.static is not None:
+            cache = self.static.new_cache(max_len)
         return cache if cache is not None else self._new_cache(max_len)
 
-    def _new_cache(self, max_len: int) -> KVCache:
+    def _new_cache(self, max_len: int, batch: int = 1) -> KVCache:
         c = self.cfg.talker
-        return new_kv_cache(c.n_layers, c.n_kv_heads, c.head_dim, max_len, self.rope, self.output_norm.weight)
+        return new_kv_cache(c.n_layers, c.n_kv_heads, c.head_dim, max_len, self.rope, self.output_norm.weight,
+                            batch=batch)  # fmt: skip
 
     def embed_codes(self, code: int) -> torch.Tensor:
         """The first codebook's embedding of ``code``, ``(1, 1, dim)``."""
@@ -263,6 +306,14 @@ class TalkerStack(nn.Module):
     def step(self, x: torch.Tensor, cache: KVCache) -> tuple[torch.Tensor, torch.Tensor]:
         """Input embeddings ``(1, T, dim)`` at ``cache.length..`` -> the last row's normed hidden state
         ``(1, 1, dim)`` and its first-codebook logits ``(V,)``."""
+        if self.lanes is not None and self.lanes.holds(cache):
+            if x.shape[1] == 1:
+                hidden, logits = self.lanes.step([x], [cache])[0]
+                return hidden, logits[0]
+            if self._dense_prompts():  # up to DENSE_ROWS rows at a row's start: one graph
+                prefilled = self.lanes.prefill(x, cache, self._static_prefill, DENSE_ROWS)
+                if prefilled is not None:
+                    return prefilled
         static = self.static.owner(cache) if self.static is not None else None
         if static is not None and x.shape[1] == 1:
             return static.step(x, cache)
@@ -280,14 +331,31 @@ class TalkerStack(nn.Module):
         self, xs: Sequence[torch.Tensor], caches: Sequence[KVCache]
     ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """:meth:`step` for several sequences (each its rows and cache) in one call: on the CPU one ggml graph, each
-        weight read once for all of them (:meth:`~ggtts.models.layers.ggml_stack.StackGraph.step_many`); elsewhere a
-        step each."""
+        weight read once for all of them (:meth:`~ggtts.models.layers.ggml_stack.StackGraph.step_many`); with static
+        lanes every one-row step on a row of them in one lanes step (prompts one by one); elsewhere a step each."""
+        if len(xs) != len(caches):
+            raise ValueError(f"{len(xs)} inputs for {len(caches)} caches")
+        if self.lanes is not None:
+            return self._lanes_many(self.lanes, xs, caches)
         graph = self.graph
         if graph is None or len(xs) == 1 or not graph.takes_all(xs, caches):
             return [self.step(x, cache) for x, cache in zip(xs, caches, strict=True)]
         outs = graph.step_many([StepPart(x[0], cache, last_only=True) for x, cache in zip(xs, caches, strict=True)],
                                self.output)  # fmt: skip
         return [(out.hidden.view(1, 1, -1), out.logits[0]) for out in outs]
+
+    def _lanes_many(
+        self, lanes: StaticLanes[tuple[torch.Tensor, torch.Tensor]], xs: Sequence[torch.Tensor],
+        caches: Sequence[KVCache],
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:  # fmt: skip
+        out: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        steps = [i for i, (x, c) in enumerate(zip(xs, caches, strict=True)) if x.shape[1] == 1 and lanes.holds(c)]
+        for i in sorted(set(range(len(xs))) - set(steps)):
+            out[i] = self.step(xs[i], caches[i])
+        if steps:
+            stepped = lanes.step([xs[i] for i in steps], [caches[i] for i in steps])
+            out.update((i, (hidden, logits[0])) for i, (hidden, logits) in zip(steps, stepped, strict=True))
+        return [out[i] for i in range(len(xs))]
 
     def _dense_prompts(self) -> bool:
         """Whether a prompt's experts run with no host wait (every row through every expert; not turned off)."""
@@ -300,10 +368,18 @@ class TalkerStack(nn.Module):
     def _static_step(
         self, x: torch.Tensor, position: StaticPosition, cache: KVCache
     ) -> tuple[torch.Tensor, torch.Tensor]:
+        h, logits = self._lanes_step(x, position, cache)
+        return h, logits[0]
+
+    def _lanes_step(
+        self, x: torch.Tensor, position: StaticPosition, cache: KVCache
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows ``x (B, 1, dim)`` (each its cache row's next position) -> normed hidden states ``(B, 1, dim)`` and
+        first-codebook logits ``(B, V)``."""
         for i, block in enumerate(self.blk):
             x = block(x, self.rope, cache, i, position)
         h = self.output_norm(x)
-        return h, self.output(h)[0, -1]
+        return h, self.output(h)[:, -1]
 
 
 class Talker(TalkerStack):
