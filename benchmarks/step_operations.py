@@ -1,8 +1,9 @@
 """The operations (GPU kernel launches) one frame of Qwen3-Omni's and Qwen3-TTS's talkers, and one token of
 OuteTTS's Qwen2, replay on a GPU, counted on any machine: the talker's static one-row step and the code predictor's
-graphed frame (15 steps, codes chosen as tensors); a talker's 40-row prompt (the prefill's graph); Qwen2's static
-step. With the projections fused (what
-``ggtts.load`` runs on CUDA) and with each projection its own.
+graphed frame (15 steps, codes chosen as tensors); a talker's 40-row prompt (the prefill's graph); a frame of N
+streams in the talker's static lanes (``parallel=N`` on CUDA: one talker step and one code-predictor frame for all,
+and what each stream adds around them); Qwen2's static step. With the projections fused (what ``ggtts.load`` runs
+on CUDA) and with each projection its own.
 
     python benchmarks/step_operations.py [--greedy] [--magpie] [--blocks]
 
@@ -102,6 +103,33 @@ def count_prompt(cfg: TalkerConfig, rows: int = 40) -> tuple[Operations, GraphSh
         talker.step(x, talker.new_cache(128))  # the prefill's graph made (and, on a GPU, captured)
         with Operations() as ops, GraphShare() as share:
             talker.step(x, talker.new_cache(128))
+    return ops, share
+
+
+def count_lanes(cfg: TalkerConfig, streams: int, greedy: bool) -> tuple[Operations, GraphShare]:
+    """The operations of one frame of ``streams`` streams in the talker's static lanes (their talker step, then
+    their code-predictor frames: :meth:`TalkerStack.step_many` and :meth:`GraphedFrame.many`), with their share
+    inside the two graphs (every expert through every row, as a GPU runs up to 64)."""
+    from ggtts.ops.stored_experts import Experts
+
+    talker = random_talker(cfg, 64)
+    talker.use_static_lanes(streams, capture=False)
+    for module in talker.modules():
+        if isinstance(module, Experts):
+            module.dense = True
+    frames = GraphedFrame(talker.cp, cfg.cp_sampling, greedy, seed=0, capture=False, rows=streams)
+    x = torch.randn(1, 1, cfg.talker.dim)
+    generators = [torch.Generator().manual_seed(i) for i in range(streams)]
+    with torch.inference_mode():
+        caches = [talker.new_cache(32) for _ in range(streams)]
+
+        def frame() -> None:
+            hidden = [h for h, _ in talker.step_many([x] * streams, caches)]
+            frames.many(hidden, [x] * streams, generators)
+
+        frame()  # both made (and, on a GPU, captured)
+        with Operations() as ops, GraphShare() as share:
+            frame()
     return ops, share
 
 
@@ -227,6 +255,13 @@ def main() -> None:
         ops, share = count_prompt(shaped(tiny, talker))
         print(f"{name:34} {ops.total:6} ({share.operations} in {share.calls} graph + "
               f"{ops.total - share.operations} eager) {ops.products:6} products")  # fmt: skip
+    print("operations of a frame of N streams in the talker's static lanes (fused; in the 2 graphs + eager)")
+    for name, talker in (("Qwen3-Omni talker (20 MoE layers)", OMNI_TALKER), ("Qwen3-TTS 0.6B (28 dense layers)",
+                                                                              TTS_TALKER)):  # fmt: skip
+        for streams in (1, 2, 8):
+            ops, share = count_lanes(shaped(tiny, talker), streams, args.greedy)
+            print(f"{name:34} {streams} stream{'s' if streams > 1 else ' '} {ops.total:6} ({share.operations} in "
+                  f"{share.calls} graphs + {ops.total - share.operations} eager)")  # fmt: skip
     print("operations per token (Qwen2's static step)")
     for fuse in (False, True):
         ops = count_qwen2(fuse)

@@ -5,8 +5,10 @@ while holding only the file's bytes."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -29,7 +31,7 @@ from ggtts.ops.device_weights import (
     use_device_experts,
     use_device_weights,
 )
-from ggtts.ops.stored_experts import Experts
+from ggtts.ops.stored_experts import Experts, gathers_rows
 from ggtts.ops.stored_weights import stored_weights_plan, use_planned_weights
 
 N_OUT, N_IN = 40, 256  # eight 32-value blocks a row, or one K-quant super-block
@@ -126,6 +128,29 @@ def test_a_prompt_through_every_expert_gives_the_loops_products(stored: bool, mo
         loop = experts(x, ids)
         experts.dense = True
         torch.testing.assert_close(experts(x, ids), loop, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("stored", [False, True], ids=["float", "q8_0"])
+def test_a_few_rows_picks_gathered_give_the_loops_products(stored: bool) -> None:
+    """Where the experts are gathered (a GPU's static steps), a few rows (a GPU's lanes of a few streams) have
+    their picks gathered while that moves fewer bytes than every expert once (``gathers_rows``), with no host
+    round trip: the loop's products, for inputs shared by a row's picks and one per pick."""
+    n_expert, n_out, n_in, k = 40, 16, 96, 3
+    stack = np.random.default_rng(4).standard_normal((n_expert * n_out, n_in)).astype(np.float32)
+    raw = _stored(stack, T.Q8_0)
+    loop = Experts(n_expert, n_out, n_in)
+    loop.weight.data = _widened(raw, T.Q8_0).reshape(n_expert, n_out, n_in)
+    loop.dense = False
+    experts: nn.Module = DeviceStoredExperts(raw, T.Q8_0, n_expert, n_out, n_in) if stored else copy.deepcopy(loop)
+    experts.gather = True
+    experts.dense = None
+    assert gathers_rows(4, k, n_expert) and not gathers_rows(5, k, n_expert)
+    g = torch.Generator().manual_seed(5)
+    ids = torch.randint(0, n_expert, (4, k), generator=g)
+    for x in (torch.randn(4, 1, n_in, generator=g), torch.randn(4, k, n_in, generator=g)):
+        with mock.patch.object(torch, "unique", side_effect=AssertionError("a host round trip")):
+            got = experts(x, ids)
+        torch.testing.assert_close(got, loop(x, ids), rtol=1e-5, atol=1e-5)
 
 
 def _file(path: Path, weight: np.ndarray) -> GGUFFile:

@@ -167,7 +167,7 @@ class DeviceStoredExperts(nn.Module):
         def weights(a: int, b: int) -> torch.Tensor:  # experts a..b widened
             return self.stored.widened(x.dtype, a * n, b * n).view(b - a, n, n_in)
 
-        def gathered(picked: torch.Tensor) -> torch.Tensor:  # one row's picked experts widened
+        def gathered(picked: torch.Tensor) -> torch.Tensor:  # the rows' picked experts widened
             rows = (picked[:, None] * n + torch.arange(n, device=picked.device)).reshape(-1)
             return self.stored.lookup(rows, x.dtype).view(-1, n, n_in)
 

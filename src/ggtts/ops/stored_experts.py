@@ -79,20 +79,32 @@ def through_every_expert(
     return out
 
 
+def gathers_rows(rows: int, k: int, n_expert: int) -> bool:
+    """Whether ``rows`` rows' ``k`` picks each are gathered rather than every row sent through every expert: the
+    gather reads the picked experts' weights, writes them and the product reads them again (three passes over
+    ``rows * k`` experts), against one pass over all ``n_expert``. (Counted in bytes, not timed: Qwen3-Omni's
+    talker, 6 of 128 experts, gathers up to 7 rows.)"""
+    return 3 * rows * k < n_expert
+
+
 def expert_products(
     x: torch.Tensor, ids: torch.Tensor, n_expert: int, n_out: int, weights: Callable[[int, int], torch.Tensor],
     gathered: Callable[[torch.Tensor], torch.Tensor], gather: bool, dense: bool | None, band: int,
 ) -> torch.Tensor:  # fmt: skip
     """``x (T, S, n_in)`` with ``S`` 1 or ``k``, ``ids (T, k)`` -> ``(T, k, n_out)``: row ``t``'s slot ``j``
     through expert ``ids[t, j]``, whose weights ``weights(a, b)`` gives (experts ``a..b``, ``(b - a, n_out, n_in)``)
-    or, for one row's picks, ``gathered(ids[0])`` (``(k, n_out, n_in)``). One row: its experts gathered where
-    ``gather`` (no host round trip: a CUDA graph can hold it); a short prompt through every expert where ``dense``
-    (None: off the CPU up to :data:`DENSE_ROWS` rows), ``band`` experts at a time; else a loop over the experts
-    hit (a host round trip for each)."""
+    or, for rows' picks, ``gathered(ids.flatten())`` (``(T k, n_out, n_in)``). Where ``gather`` (no host round
+    trip: a CUDA graph can hold it), one row's experts are gathered, and so are a few rows' while that moves fewer
+    bytes than every expert's weights once (:func:`gathers_rows`: a GPU's lanes of a few streams); a short prompt
+    goes through every expert where ``dense`` (None: off the CPU up to :data:`DENSE_ROWS` rows), ``band`` experts
+    at a time; else a loop over the experts hit (a host round trip for each)."""
     t, k = ids.shape
     if t == 1 and gather:
         picked = gathered(ids[0])  # (k, n_out, n_in)
         return torch.matmul(picked, x[0].unsqueeze(-1)).squeeze(-1).unsqueeze(0)  # (1, k, n_out)
+    if gather and gathers_rows(t, k, n_expert):
+        picked = gathered(ids.flatten()).view(t, k, n_out, -1)  # (T, k, n_out, n_in)
+        return torch.matmul(picked, x.expand(t, k, x.shape[-1]).unsqueeze(-1)).squeeze(-1)  # (T, k, n_out)
     if dense if dense is not None else x.device.type != "cpu" and t <= DENSE_ROWS:
         return through_every_expert(x, ids, n_expert, n_out, weights, band)
     out = x.new_zeros(t, k, n_out)
