@@ -8,7 +8,7 @@
 #                    profile (~1.5 min)
 #   omni             gpu_qwen3omni.py: talker + code predictor, graph, unfused and compiled rows, profiles (~5 min)
 #   omni-lanes       gpu_qwen3omni.py: 2/4/8 streams in the talker's static lanes (parallel=N: every lane's talker
-#                    step one captured graph, their code-predictor frames another) against the graph row (~3 min)
+#                    step one captured graph, their code-predictor frames another) against the graph row (~4 min)
 #   magpie-compiled  gpu_magpie.py: the compiled steps, with guidance (~2 min)
 #   qwen2            gpu_qwen2.py: OuteTTS's Qwen2, graph, unfused and compiled, f32 / q8_0 / q4_0 / q4_k files (~4 min)
 #   server           server_load.py: 8 clients streaming from `ggtts serve` on that Magpie model, one copy and
@@ -18,7 +18,7 @@
 #   blocks           gpu_blocks.py: the common stored block types widened on the GPU, eager and compiled, checked
 #                    against gguf-py; a product through each against the weight widened at load (~2 min)
 #
-# Together they take ~24 minutes (the estimates above), more than one device call's 10 and a session's 15: name the
+# Together they take ~25 minutes (the estimates above), more than one device call's 10 and a session's 15: name the
 # steps wanted (each is capped: a step past its cap is cut and the next runs).
 #
 # Before the call, here: the wheels the GPU machine lacks in .whl (gguf, soundfile, soxr, regex, cffi, pycparser:
@@ -59,7 +59,7 @@ for name in "${@:-magpie omni}"; do
                 --variants graph,codec-eager --guidance on --profile 20 ;;
             omni) step omni 360 python3 $B/gpu_qwen3omni.py "${OMNI_SIZE[@]}" --frames 60 --dir /tmp/gpu-omni \
                 --variants graph,unfused,compiled --profile 10 ;;
-            omni-lanes) step omni-lanes 200 python3 $B/gpu_qwen3omni.py "${OMNI_SIZE[@]}" --frames 60 \
+            omni-lanes) step omni-lanes 240 python3 $B/gpu_qwen3omni.py "${OMNI_SIZE[@]}" --frames 60 \
                 --dir /tmp/gpu-omni --variants graph,lanes --streams 2,4,8 ;;
             magpie-compiled) step magpie-compiled 150 python3 $B/gpu_magpie.py "${SIZE[@]}" --frames 200 \
                 --dir /tmp/gpu-magpie --variants compiled --guidance on ;;

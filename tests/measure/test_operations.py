@@ -34,3 +34,6 @@ def test_traffic_is_each_operations_inputs_read_and_outputs_written() -> None:
         c.view(10, 100)  # a view: nothing
     assert half.dtype == torch.float16
     assert ops.traffic == 12_000 + 6_000 + 8_000
+    with Operations() as ops:
+        torch.cat([a, b])  # tensors in a list: reads 2 x 4000 bytes, writes 8000
+    assert ops.traffic == 16_000

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 # the operations that multiply by a weight or gather one (a kernel each, reading weights)
 PRODUCTS = (
@@ -39,10 +40,9 @@ PRODUCTS = (
 
 class Operations(TorchDispatchMode):
     """``with Operations() as ops: ...``; then ``ops.counts`` (by operation name), :attr:`total`, and
-    :attr:`traffic`: the bytes the counted operations read and write, each tensor argument read once and each output
-    written once (about what a GPU moves through its memory for them, where nothing stays in its caches: an
-    estimate, which misses tensors passed in lists or by keyword and counts an expanded input at its full
-    size)."""
+    :attr:`traffic`: the bytes the counted operations read and write, each tensor argument (in lists and by keyword
+    too) read once and each output written once (about what a GPU moves through its memory for them, where nothing
+    stays in its caches: an estimate, which counts an expanded input at its full size)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -54,12 +54,12 @@ class Operations(TorchDispatchMode):
         first = out[0] if isinstance(out, tuple | list) and out else out
         name = func.overloadpacket.__name__
         if isinstance(first, torch.Tensor):
-            inputs = {a.untyped_storage().data_ptr() for a in args if isinstance(a, torch.Tensor)}
+            given = [t for t in tree_leaves((args, kwargs or {})) if isinstance(t, torch.Tensor)]
+            inputs = {a.untyped_storage().data_ptr() for a in given}
             if name.endswith("_") or first.untyped_storage().data_ptr() not in inputs:
                 self.counts[name] += 1
-                outputs = out if isinstance(out, tuple | list) else (out,)
-                tensors = [t for t in (*args, *outputs) if isinstance(t, torch.Tensor)]
-                self.traffic += sum(t.numel() * t.element_size() for t in tensors)
+                made = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+                self.traffic += sum(t.numel() * t.element_size() for t in (*given, *made))
         return out
 
     @property

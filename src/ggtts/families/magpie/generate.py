@@ -320,9 +320,10 @@ class _Utterance:
         self.tc = tc = context.shape[0]
         max_len = tc + steps + 1
         self.context = context
-        # the decoder's input rows: the context's (rows, Tc, D; CFG's null context zeros) and those after it (a
-        # static decoder holds its own BOS row)
-        self.prefix = torch.stack([context, torch.zeros_like(context)])[:rows]
+        # the decoder's input rows: the context's (rows, Tc, D; CFG's null context zeros; only the uncached passes
+        # stack them, the cached ones prefill the context itself) and those after it (a static decoder holds its
+        # own BOS row)
+        self.prefix = context[:0] if p.cached else torch.stack([context, torch.zeros_like(context)])[:rows]
         self.history: list[torch.Tensor] = []
         if self.static is None:
             bos = torch.full((1, cfg.num_codebooks, cfg.frame_stacking), cfg.audio_bos_id, device=device)
