@@ -894,17 +894,31 @@ def test_a_prompt_prefilled_as_a_graph_is_the_eager_prompt(tiny: Tiny) -> None:
     assert step is not None and sorted(step.prefills) == [16, 32, 64]
 
 
-def test_the_talkers_gpu_lanes_step_each_row_as_its_sequence_steps_alone(tiny: Tiny) -> None:
-    """The talker's static lanes (``parallel`` on a GPU: every lane's one-row step in one graph over fixed caches,
-    every row through every expert, as a GPU runs up to 64 rows; each prompt padded and prefilled as one graph into
-    its row), run eagerly: three sequences at their own positions, the middle one sitting some steps out, each get
-    the eager modules' hidden states and logits over their own sequence; the step and the prefill each trace as one
-    graph."""
+@pytest.mark.parametrize("experts", ["every expert", "gathered"])
+def test_the_talkers_gpu_lanes_step_each_row_as_its_sequence_steps_alone(
+    tiny: Tiny, experts: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The talker's static lanes (``parallel`` on a GPU: every lane's one-row step in one graph over fixed caches;
+    each prompt padded and prefilled as one graph into its row), run eagerly, with the rows' experts as a GPU runs
+    them: every row through every expert (8 or more lanes at the real shape), or each row's picks gathered (up to 7:
+    ``gathers_rows``, forced here, the tiny talker having 4 experts). Three sequences at their own positions, the
+    middle one sitting some steps out, each get the eager modules' hidden states and logits over their own
+    sequence; the step and the prefill each trace as one graph."""
     import torch._dynamo as dynamo
 
     from ggtts.gguf import GGUFFile
     from ggtts.models.qwen3omni_talker.model import Talker
+    from ggtts.ops import stored_experts
     from ggtts.ops.stored_experts import Experts
+
+    gathered: list[int] = []
+    if experts == "gathered":
+
+        def gathers(rows: int, k: int, n_expert: int) -> bool:
+            gathered.append(rows)
+            return rows <= 3  # the lanes' rows, not the prompts' (16 and more)
+
+        monkeypatch.setattr(stored_experts, "gathers_rows", gathers)
 
     cfg = tiny.tts.talker.cfg
     eager = Talker.from_gguf(GGUFFile(tiny.tts.talker_path), stored_weights=False, max_len=256, graph=False)
@@ -937,8 +951,9 @@ def test_the_talkers_gpu_lanes_step_each_row_as_its_sequence_steps_alone(tiny: T
         for traced in (bucket.graph.step, bucket.prefills[16].graph.step):
             explained = dynamo.explain(traced)()
             assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
-    print(f"talker lanes rows against the modules: {worst:.1e}")
+    print(f"talker lanes rows against the modules ({experts}): {worst:.1e}")
     assert worst < 1e-5, worst
+    assert (3 in gathered) == (experts == "gathered")
 
 
 def test_a_prefill_graph_that_fails_is_made_again_and_host_waiting_experts_run_eagerly(

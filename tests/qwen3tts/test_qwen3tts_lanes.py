@@ -396,8 +396,9 @@ def test_gpu_lanes_make_the_frames_each_utterance_makes_alone_in_them(built: Bui
     assert most == 3 and not lanes.lanes
     assert [made[i] for i in range(3)] == alone
     assert len({len(a) for a in alone}) > 1 and all(len(a) > 0 for a in alone)
-    assert talker.lanes is not None
-    assert all(ref is None or ref() is None for b in talker.lanes.buckets.values() for ref in b.held)
+    assert talker.lanes is not None and talker.lanes.buckets
+    # given back as each lane ended (not merely let go: a row whose cache is still referenced stays held)
+    assert all(ref is None for b in talker.lanes.buckets.values() for ref in b.held)
 
 
 def test_a_model_with_static_steps_gets_static_lanes(built: Built) -> None:
@@ -437,7 +438,9 @@ def test_parallel_streams_in_gpu_lanes_say_what_each_says_alone_in_them(
     for e, g in zip(expected, _at_once(model, TEXTS, options), strict=True):
         assert len(e) > 0
         np.testing.assert_array_equal(_joined(g), e)
-    assert all(ref is None or ref() is None for b in model.talker.lanes.buckets.values() for ref in b.held)
+    assert model.talker.lanes.buckets and all(
+        ref is None for b in model.talker.lanes.buckets.values() for ref in b.held
+    )
 
 
 def test_host_sampled_frames_still_run_in_lanes(built: Built) -> None:
@@ -449,9 +452,50 @@ def test_host_sampled_frames_still_run_in_lanes(built: Built) -> None:
     rest = HFSampler(talker.cfg.cp_sampling, True, torch.Generator())
     decoder = talker_decoder(talker, x, _params(talker, 0, 6), pickers=(greedy, rest))
     assert isinstance(decoder.rest, HostFrames)
+    assert talker.lanes is not None and talker.lanes.holds(decoder.cache)
     lanes = TalkerLanes(talker)
     lane = lanes.join(_Work(decoder))
     frames = []
     while lanes.lanes:
         frames += [f for _, f in lanes.step() if f is not None]
     assert lane.done and 0 < len(frames) <= 6
+
+
+def _graphs(talker: Talker) -> set[object]:
+    """What a GPU captures for a talker's requests: its static steps by capacity (and their prompts' graphs), its
+    lanes' fixed caches by capacity (and theirs), its graphed code-predictor frames by settings."""
+    from ggtts.families.qwen3omni.generate import _GRAPHED
+
+    made: set[object] = set(_GRAPHED.get(talker, {}))
+    for capacity, decode in (talker.static.decoders if talker.static is not None else {}).items():
+        made |= {("step", capacity), *(("prompt", capacity, rows) for rows in decode.prefills)}
+    for capacity, bucket in (talker.lanes.buckets if talker.lanes is not None else {}).items():
+        made |= {("lanes", capacity), *(("lanes prompt", capacity, rows) for rows in bucket.prefills)}
+    return made
+
+
+@pytest.mark.parametrize("parallel", [1, 2])
+def test_the_warm_up_makes_the_graphs_a_default_request_uses(built: Built, parallel: int) -> None:
+    """The warm-up streams the first chunks of a default request, sampled then greedy: on a GPU every graph a
+    request with the default frame budget replays (the step and prompt graphs of its cache's capacity, the code
+    predictor's sampled and greedy frames; the lanes' with ``parallel``) is captured there, not in the first
+    request. Here the static steps run eagerly: nothing new is made by the requests after it."""
+    model = ggtts.load(built.path, parallel=parallel)
+    assert isinstance(model, Qwen3TTSPipeline)
+    if parallel > 1:
+        model.talker.use_static_lanes(parallel, capture=False)
+    else:
+        model.talker.use_static_steps(capture=False)
+    try:
+        model.warm_up()
+        warm = _graphs(model.talker)
+        assert any(k[0] == "step" or k[0] == "lanes" for k in warm if isinstance(k, tuple) and isinstance(k[0], str))
+        assert sum(1 for k in warm if isinstance(k, tuple) and not isinstance(k[0], str)) == 2  # sampled, greedy
+        for options in ({"seed": 4}, {"temperature": 0}):
+            stream = model.stream(TEXTS[1], VOICES[1], **options)
+            assert len([c for _, c in zip(range(3), stream, strict=False)]) == 3
+            stream.close()  # type: ignore[attr-defined]
+        assert _graphs(model.talker) == warm
+    finally:
+        if model.lanes is not None:
+            model.lanes.close()

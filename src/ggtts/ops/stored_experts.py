@@ -102,7 +102,7 @@ def expert_products(
     if t == 1 and gather:
         picked = gathered(ids[0])  # (k, n_out, n_in)
         return torch.matmul(picked, x[0].unsqueeze(-1)).squeeze(-1).unsqueeze(0)  # (1, k, n_out)
-    if gather and gathers_rows(t, k, n_expert):
+    if gather and dense is not False and gathers_rows(t, k, n_expert):  # (experts told to loop: they loop)
         picked = gathered(ids.flatten()).view(t, k, n_out, -1)  # (T, k, n_out, n_in)
         return torch.matmul(picked, x.expand(t, k, x.shape[-1]).unsqueeze(-1)).squeeze(-1)  # (T, k, n_out)
     if dense if dense is not None else x.device.type != "cpu" and t <= DENSE_ROWS:

@@ -297,8 +297,9 @@ def talker_decoder(
 ) -> TalkerDecoder:
     """One utterance's :class:`TalkerDecoder` for ``params``. ``pickers``: the talker's and the code predictor's
     choice of a code from logits (default: :class:`HFSampler` by ``params``, both drawing from one generator
-    seeded by ``params.seed``; on CUDA the code predictor's frame is a :class:`GraphedFrame`, and where the talker
-    has static lanes a :class:`LaneFrame`, made with the other lanes')."""
+    seeded by ``params.seed``; on CUDA, or wherever the talker's steps are static, the code predictor's frame is a
+    :class:`GraphedFrame`, and where the talker has static lanes a :class:`LaneFrame`, made with the other
+    lanes')."""
     generator = torch.Generator().manual_seed(params.seed)
     first: Pick
     rest: RestOfFrame
@@ -308,7 +309,7 @@ def talker_decoder(
         first = HFSampler(params.talker, params.greedy, generator, draw)
         if talker.lanes is not None and draw is multinomial:
             rest = lane_frame(talker, params.code_predictor, params.greedy, params.seed)
-        elif talker.output_norm.weight.device.type == "cuda" and draw is multinomial:
+        elif (talker.static is not None or talker.output_norm.weight.device.type == "cuda") and draw is multinomial:
             rest = graphed_frame(talker, params.code_predictor, params.greedy, params.seed)
         else:
             rest = HostFrames(talker.cp, HFSampler(params.code_predictor, params.greedy, generator, draw))

@@ -12,6 +12,7 @@ context, which differs from one-shot past 300 frames; :func:`ggtts.models.qwen3o
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 from collections.abc import Callable, Generator, Iterator, Mapping
@@ -43,7 +44,7 @@ from ggtts.text.sentences import sentence_chunks
 
 CHUNK_WORDS = 60  # a chunk of text spoken as one chat turn (about 20 s of speech)
 DEFAULT_VOICE = "ethan"  # transformers' generate() default speaker
-WARM_UP_FRAMES = 2
+WARM_UP_CHUNKS = 2  # a warm-up stream's chunks: its first frame alone, then the next few (the talker's steps run)
 RAMP_FRAMES = 4  # the push after the first frame: audio keeps coming while code2wav reaches its best push size
 TALKER_MAX_LEN = 8192  # talker positions allocated per chunk at most (prompt + frames)
 
@@ -192,8 +193,7 @@ class Qwen3OmniPipeline(TTSModel):
         return out
 
     def warm_up(self) -> None:
-        for _ in self.stream("Hello.", max_frames=WARM_UP_FRAMES, temperature=0):
-            pass
+        warm_talker(lambda **options: self.stream("Hello.", **options))
 
     # ---- requests ----------------------------------------------------------------------------------------------
     def resolve_voice(self, voice: str | None) -> VoiceMix | None:
@@ -466,6 +466,22 @@ class FrameStream(Protocol):
     frames: int
 
     def push(self, codes: torch.Tensor) -> torch.Tensor: ...
+
+
+def warm_talker(stream: Callable[..., Iterator[Audio]]) -> None:
+    """A talker family's warm-up: the first chunks of a stream with the request defaults, sampled, then greedy (the
+    rest of each left unspoken). On CUDA each cache capacity and each sampling setting has graphs of its own, made
+    (captured) at their first use: those of a request with the default frame budget are then made here, not in the
+    first request."""
+    for options in ({}, {"temperature": 0}):
+        spoken = stream(**options)
+        try:
+            for _ in itertools.islice(spoken, WARM_UP_CHUNKS):
+                pass
+        finally:
+            close = getattr(spoken, "close", None)
+            if close is not None:
+                close()
 
 
 def talker_lanes(talker: TalkerStack, parallel: int) -> LaneLoop[Audio] | None:

@@ -27,6 +27,7 @@ from ggtts.families.qwen3omni.pipeline import (
     speeches_in_lanes,
     talker_lanes,
     talker_sampling,
+    warm_talker,
 )
 from ggtts.families.qwen3tts import FAMILY, Qwen3TTSOptions, find_mmproj, language_name
 from ggtts.families.qwen3tts.prompt import ROLE, instruct_text, talker_inputs
@@ -41,7 +42,6 @@ from ggtts.runtime.lanes import LaneLoop
 from ggtts.text.sentences import sentence_chunks
 
 CHUNK_WORDS = 60  # about 20 s of speech per prompt
-WARM_UP_FRAMES = 2
 SMALL_TALKER = 1024  # the 0.6B models' talker width: their CustomVoice models take no instruction (upstream)
 
 
@@ -120,8 +120,7 @@ class Qwen3TTSPipeline(TTSModel):
     def warm_up(self) -> None:
         voice = None if not self.voices else self.voices[0]
         instructions = "A calm voice." if self.talker.cfg.model_type == "voice_design" else None
-        for _ in self.stream("Hello.", voice, max_frames=WARM_UP_FRAMES, temperature=0, instructions=instructions):
-            pass
+        warm_talker(lambda **options: self.stream("Hello.", voice, instructions=instructions, **options))
 
     def resolve_voice(self, voice: str | None) -> VoiceMix | None:
         return super().resolve_voice(speaker_name(voice, self.voices))
