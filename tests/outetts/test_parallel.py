@@ -609,3 +609,39 @@ def test_a_caller_whose_loop_died_hears_so(files: dict[str, Path]) -> None:
         LaneLoop(TokenLanes(lm), 0)
     with pytest.raises(ValueError, match="at least one token"):
         TokenLanes(lm, prefill_chunk=0)
+
+
+@pytest.mark.parametrize("parallel", [1, 3])
+def test_the_warm_up_makes_the_step_a_default_request_uses(files: dict[str, Path], parallel: int) -> None:
+    """OuteTTS's warm-up runs the first codes of a request with the defaults: on a GPU the decode step over the
+    cache capacity of the default token budget (the lanes' step with ``parallel``) is captured there, not in the
+    first request. Here the steps over fixed caches run eagerly: the requests after it make none."""
+    import itertools
+
+    model = ggtts.load(files["q8_0"], parallel=parallel)
+    assert isinstance(model, OuteTTS)
+    model.lm.graph = None  # CUDA's steps, not the CPU's ggml graphs
+    if parallel > 1:
+        model.lm.use_static_lanes(parallel, capture=False)
+    else:
+        model.lm.use_static_steps(capture=False)
+    model._speakers.clear()
+    model.add_speaker(TINY_SPEAKER)  # (the tiny vocabulary lacks the built-in speaker's tokens)
+
+    def made() -> set[int]:
+        fixed = model.lm.lanes.buckets if model.lm.lanes is not None else {}
+        return set(fixed) | set(model.lm.static.decoders if model.lm.static is not None else {})
+
+    try:
+        assert made() == set()
+        model.warm_up()
+        warm = made()
+        assert len(warm) == 1
+        for text in TEXTS[:2]:
+            codes = model.generate_codes(text, seed=2)
+            assert len(list(itertools.islice(codes, 3))) == 3
+            codes.close()  # type: ignore[attr-defined]
+        assert made() == warm
+    finally:
+        if model.lanes is not None:
+            model.lanes.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import itertools
 import math
 import re
 from abc import ABC, abstractmethod
@@ -412,6 +413,17 @@ def precision_load_option(what: str) -> Any:
         check=check_name,
         choices=PRECISIONS,
     )
+
+
+def read_first(items: Iterator[Any], n: int) -> None:
+    """The first ``n`` of a stream's ``items``, then the stream closed (the rest never made): a warm-up's run."""
+    try:
+        for _ in itertools.islice(items, n):
+            pass
+    finally:
+        close = getattr(items, "close", None)
+        if close is not None:
+            close()
 
 
 MAX_PARALLEL = 64  # utterances one copy of a model decodes together (the ``parallel`` load option)

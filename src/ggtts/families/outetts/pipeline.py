@@ -20,7 +20,7 @@ import torch
 
 from ggtts.audio import Audio
 from ggtts.errors import GGTTSError, GGUFError, InputError
-from ggtts.families.base import Request, TTSModel, UnknownVoiceError, VoiceMix, find_beside
+from ggtts.families.base import Request, TTSModel, UnknownVoiceError, VoiceMix, find_beside, read_first
 from ggtts.families.outetts import FAMILY, OuteTTSOptions
 from ggtts.families.outetts.prompt import (
     CODE_TOKEN,
@@ -43,6 +43,7 @@ from ggtts.runtime.sampling import Sampler, SamplingParams
 from ggtts.runtime.streaming import WindowedDecoder
 
 NEWLINE = "\n"
+WARM_UP_CODES = 2  # the warm-up's codes: the prompt and a step or two run
 
 
 def find_vocoder(model_path: Path) -> Path | None:
@@ -192,6 +193,12 @@ class OuteTTS(TTSModel):
             return token
 
         return rewrite
+
+    def warm_up(self) -> None:
+        """The first codes of a request with the defaults, the rest left unsaid: on CUDA the decode step over the
+        cache capacity of the default token budget (the lanes' step, with ``parallel``) is captured at its first
+        use, here then, not in the first request."""
+        read_first(self.generate_codes("Hello."), WARM_UP_CODES)
 
     def generate_codes(self, text: str, voice: str | None = None, **options: Any) -> Iterator[list[int]]:
         """Yield new audio codes as the language model produces them (``progress``: a bar over tokens).

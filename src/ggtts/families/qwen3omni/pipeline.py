@@ -12,7 +12,6 @@ context, which differs from one-shot past 300 frames; :func:`ggtts.models.qwen3o
 
 from __future__ import annotations
 
-import itertools
 import os
 import threading
 from collections.abc import Callable, Generator, Iterator, Mapping
@@ -26,7 +25,7 @@ from torch import nn
 
 from ggtts.audio import Audio
 from ggtts.errors import GGUFError, InputError
-from ggtts.families.base import MAX_SEED, NothingToSay, Request, TTSModel, VoiceMix, find_beside
+from ggtts.families.base import MAX_SEED, NothingToSay, Request, TTSModel, VoiceMix, find_beside, read_first
 from ggtts.families.qwen3omni import FAMILY, MMPROJ_ARCH, TALKER_ARCH, Qwen3OmniOptions, is_audio_mmproj
 from ggtts.families.qwen3omni.generate import TalkerSampling, decoded_frames, talker_decoder
 from ggtts.families.qwen3omni.prompt import AUDIO_MARKERS, AudioIds, TalkerInputs, chat_prompt, talker_inputs
@@ -474,14 +473,7 @@ def warm_talker(stream: Callable[..., Iterator[Audio]]) -> None:
     (captured) at their first use: those of a request with the default frame budget are then made here, not in the
     first request."""
     for options in ({}, {"temperature": 0}):
-        spoken = stream(**options)
-        try:
-            for _ in itertools.islice(spoken, WARM_UP_CHUNKS):
-                pass
-        finally:
-            close = getattr(spoken, "close", None)
-            if close is not None:
-                close()
+        read_first(stream(**options), WARM_UP_CHUNKS)
 
 
 def talker_lanes(talker: TalkerStack, parallel: int) -> LaneLoop[Audio] | None:
