@@ -5,7 +5,7 @@ streams in the talker's static lanes (``parallel=N`` on CUDA: one talker step an
 and what each stream adds around them); Qwen2's static step. With the projections fused (what ``ggtts.load`` runs
 on CUDA) and with each projection its own.
 
-    python benchmarks/step_operations.py [--greedy] [--magpie] [--blocks]
+    python benchmarks/step_operations.py [--greedy] [--magpie] [--blocks] [--decoders]
 
 A replayed CUDA graph costs about its kernel count (Qwen3-Omni's graphed frame at ~5,300 kernels took 24 ms on an
 H100: 41.4 frames/s), so this count is the lever on the GPU's frames per second that can be measured without one.
@@ -18,6 +18,11 @@ kernel on CUDA and counts as one (:mod:`ggtts.measure.operations`).
 and 2 local-transformer layers, 2 stacked frames; the nano codec's layers) and a small width, with guidance: the
 operations from the request to the first frame (text encoder, the context's prefill, the first frame: eager on a
 GPU but for the frame's graphs), the codec's first push (one frame: eager), and a later frame.
+
+``--decoders``: the talker families' speech decoders streaming, at their published structure (Qwen3-Omni's code2wav
+and Qwen3-TTS's 12 Hz decoder: 8 sliding-window transformer layers, two upsampling stages, four decoder blocks) and
+a small width: a stream's first push of one frame (the first chunk a stream sends) and later pushes of 4 and 12
+frames, each eager on a GPU.
 
 ``--blocks``: the operations that widen one stored weight on a GPU (``ops/device_weights.py``, each block type a
 GPU keeps as stored; a 4864 x 1024 weight, random blocks: the count depends on the type only), the type's bits
@@ -34,6 +39,7 @@ import sys
 import tempfile
 import warnings
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import torch
@@ -131,6 +137,38 @@ def count_lanes(cfg: TalkerConfig, streams: int, greedy: bool) -> tuple[Operatio
         with Operations() as ops, GraphShare() as share:
             frame()
     return ops, share
+
+
+def count_decoders() -> None:
+    from ggtts.models.qwen3omni_code2wav.config import Code2WavConfig
+    from ggtts.models.qwen3omni_code2wav.model import Code2Wav, StreamingDecoder
+    from ggtts.models.qwen3tts.config import DecoderConfig
+    from ggtts.models.qwen3tts.decoder import SpeechDecoder
+
+    shape: dict[str, Any] = dict(num_quantizers=16, hidden_size=64, num_hidden_layers=8, num_attention_heads=4,
+                                 num_key_value_heads=4, head_dim=16, intermediate_size=128, sliding_window=72,
+                                 rope_theta=10000.0, rms_norm_eps=1e-5, upsampling_ratios=(2, 2),
+                                 upsample_rates=(8, 5, 4, 3), decoder_dim=64)  # fmt: skip
+    omni = Code2WavConfig(codebook_size=64, **shape)
+    tts = DecoderConfig(codebook_size=64, codebook_dim=32, latent_dim=64, sample_rate=24000, **shape)
+    decoders: list[tuple[str, StreamingDecoder]] = [
+        ("Qwen3-Omni code2wav", Code2Wav(omni).prepare()),
+        ("Qwen3-TTS 12 Hz decoder", SpeechDecoder(tts).prepare()),
+    ]
+    print("operations of a speech decoder's stream (each push eager on a GPU)")
+    for name, decoder in decoders:
+        torch.manual_seed(0)
+        with torch.no_grad():
+            for p in decoder.parameters():
+                p.normal_(0, 0.1)
+        stream = decoder.eval().stream()
+        codes = torch.randint(0, 64, (1, 16, 17))
+        counts = []
+        for start, n in ((0, 1), (1, 4), (5, 12)):
+            with Operations() as ops:
+                stream.push(codes[..., start : start + n])
+            counts.append(f"{'first' if start == 0 else 'later'} push of {n:2}: {ops.total:4}")
+        print(f"{name:34} " + ", ".join(counts))
 
 
 def count_qwen2(fuse: bool) -> Operations:
@@ -233,9 +271,13 @@ def main() -> None:
     ap.add_argument("--greedy", action="store_true", help="the code predictor's codes by argmax, not sampled")
     ap.add_argument("--magpie", action="store_true", help="also Magpie's first audio (needs NeMo)")
     ap.add_argument("--blocks", action="store_true", help="only the widening of each stored block type")
+    ap.add_argument("--decoders", action="store_true", help="only the talker families' speech decoders' pushes")
     args = ap.parse_args()
     if args.blocks:
         count_blocks()
+        return
+    if args.decoders:
+        count_decoders()
         return
     with tempfile.TemporaryDirectory() as d, warnings.catch_warnings():
         warnings.simplefilter("ignore")
