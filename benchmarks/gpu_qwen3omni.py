@@ -21,7 +21,11 @@ penalty, top-k, top-p), EOS held off so each writes exactly ``--frames`` frames 
 - ``ggtts lanes N`` (``lanes`` in ``--variants``, N from ``--streams``): N utterances (one prompt, N seeds) made
   together in the talker's static lanes (``parallel=N`` on a GPU: every lane's talker step one captured graph, every
   lane's code-predictor frame another), prompts run whole as they join; frames/s of all streams together, each
-  stream's frames/s (12.5 is real time) and the slowest stream's first frame.
+  stream's frames/s (12.5 is real time) and the slowest stream's first frame;
+- ``decoder`` (in ``--variants``): code2wav's pushes at the published shape, an ordinary stream's (eager) against
+  a static stream's (``use_static_streams``: each push size a captured graph): a stream's first push of one frame
+  (the first audio's), then pushes of 4 and of 12 frames, each timed over several streams, with the samples'
+  largest difference.
 
 Reported: frames per second (12.5 is real time), the time to the first frame, peak GPU memory; for the graph row,
 the largest relative difference of the talker's logits and hidden states from the eager step's over the same inputs
@@ -154,6 +158,44 @@ def ggtts_loop(talker: Talker, x: TalkerInputs, frames: int, base: int) -> dict[
             "captured": captured, "warm_up_s": warm}  # fmt: skip
 
 
+def decoder_pushes(path: Path, device: torch.device, streams: int = 5) -> list[str]:
+    """code2wav's pushes (1 frame first, then 4, then 12), ordinary and static, each timed: one line a row."""
+    from ggtts.families.qwen3omni.pipeline import DECODER_GRAPH_FRAMES
+    from ggtts.models.qwen3omni_code2wav.model import Code2Wav
+
+    code2wav = Code2Wav.from_gguf(GGUFFile(path), device)
+    q = code2wav.cfg.num_quantizers
+    codes = torch.randint(0, code2wav.cfg.codebook_size, (1, q, 17), generator=torch.Generator().manual_seed(3))
+    codes = codes.to(device)
+    pushes = ((0, 1), (1, 4), (5, 12))
+
+    def run(make: Any) -> tuple[list[float], torch.Tensor]:
+        times = [0.0] * len(pushes)
+        out = torch.empty(0)
+        for i in range(streams + 1):  # the first: warm-up (graphs captured)
+            stream, parts = make(), []
+            for j, (a, n) in enumerate(pushes):
+                sync(device)
+                t0 = time.perf_counter()
+                parts.append(stream.push(codes[..., a : a + n]))
+                sync(device)
+                times[j] += (time.perf_counter() - t0) * 1e3 / streams if i else 0.0
+            out = torch.cat(parts, dim=-1)
+        return times, out
+
+    with torch.inference_mode():
+        plain, want = run(code2wav.stream)
+        code2wav.use_static_streams(q, DECODER_GRAPH_FRAMES, capture=device.type == "cuda")
+        static, got = run(code2wav.fresh_stream)
+    diff = float((got.float() - want.float()).abs().max() / want.float().abs().max())
+    names = ", ".join(f"{'first' if a == 0 else 'then'} {n}" for a, n in pushes)
+    return [
+        f"code2wav pushes ({names}), ms each, over {streams} streams:",
+        f"  ordinary (eager)   {'  '.join(f'{t:7.2f}' for t in plain)}",
+        f"  static (graphs)    {'  '.join(f'{t:7.2f}' for t in static)}   largest difference {diff:.1e}",
+    ]
+
+
 def ggtts_lanes(talker: Talker, x: TalkerInputs, frames: int, streams: int, base: int) -> dict[str, Any]:
     """``streams`` utterances at once in the talker's static lanes (set up for that many by the caller)."""
     device = x.prefill.device
@@ -277,6 +319,12 @@ def main() -> None:
         except Exception:
             traceback.print_exc()
     del eager
+    if "decoder" in want:
+        try:
+            for line in decoder_pushes(path, device):
+                print(line, flush=True)
+        except Exception:
+            traceback.print_exc()
     for n in [int(v) for v in args.streams.split(",")] if "lanes" in want else ():
         try:
             base = reset_memory(device)

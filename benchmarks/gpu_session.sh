@@ -8,7 +8,8 @@
 #                    profile (~1.5 min)
 #   omni             gpu_qwen3omni.py: talker + code predictor, graph, unfused and compiled rows, profiles (~5 min)
 #   omni-lanes       gpu_qwen3omni.py: 2/4/8 streams in the talker's static lanes (parallel=N: every lane's talker
-#                    step one captured graph, their code-predictor frames another) against the graph row (~4 min)
+#                    step one captured graph, their code-predictor frames another) against the graph row; code2wav's
+#                    pushes eager and as graphs (~4 min)
 #   magpie-compiled  gpu_magpie.py: the compiled steps, with guidance (~2 min)
 #   qwen2            gpu_qwen2.py: OuteTTS's Qwen2, graph, unfused and compiled, f32 / q8_0 / q4_0 / q4_k files (~4 min)
 #   server           server_load.py: 8 clients streaming from `ggtts serve` on that Magpie model, one copy and
@@ -48,7 +49,7 @@ step() {  # name, seconds at most, command...
     echo "== $name (at most ${limit} s)"
     timeout "$limit" "$@" > "$OUT/$name.log" 2>&1
     echo "   exit $?"
-    grep -E "^(device|variant|type|Q[0-9]|IQ[0-9]|ggtts|transformers|device busy|server|round|# | +[0-9]|\| [a-z0-9]|  \()|Error" \
+    grep -E "^(device|variant|type|Q[0-9]|IQ[0-9]|ggtts|transformers|device busy|server|round|code2wav|# | +[0-9]|\| [a-z0-9]|  \(|  ordinary|  static)|Error" \
         "$OUT/$name.log" | cut -c1-220
 }
 
@@ -60,7 +61,7 @@ for name in "${@:-magpie omni}"; do
             omni) step omni 360 python3 $B/gpu_qwen3omni.py "${OMNI_SIZE[@]}" --frames 60 --dir /tmp/gpu-omni \
                 --variants graph,unfused,compiled --profile 10 ;;
             omni-lanes) step omni-lanes 240 python3 $B/gpu_qwen3omni.py "${OMNI_SIZE[@]}" --frames 60 \
-                --dir /tmp/gpu-omni --variants graph,lanes --streams 2,4,8 ;;
+                --dir /tmp/gpu-omni --variants graph,lanes,decoder --streams 2,4,8 ;;
             magpie-compiled) step magpie-compiled 150 python3 $B/gpu_magpie.py "${SIZE[@]}" --frames 200 \
                 --dir /tmp/gpu-magpie --variants compiled --guidance on ;;
             qwen2)

@@ -33,7 +33,7 @@ from ggtts.families.qwen3omni.generate import (
     talker_decoder,
 )
 from ggtts.families.qwen3omni.lanes import TalkerLane, TalkerLanes
-from ggtts.families.qwen3omni.pipeline import talker_lanes
+from ggtts.families.qwen3omni.pipeline import static_decoder, talker_lanes
 from ggtts.families.qwen3tts.pipeline import CHUNK_WORDS, Qwen3TTSPipeline
 from ggtts.gguf import GGUFFile
 from ggtts.models.qwen3tts.config import MIN_FRAMES
@@ -461,12 +461,15 @@ def test_host_sampled_frames_still_run_in_lanes(built: Built) -> None:
     assert lane.done and 0 < len(frames) <= 6
 
 
-def _graphs(talker: Talker) -> set[object]:
+def _graphs(model: Qwen3TTSPipeline) -> set[object]:
     """What a GPU captures for a talker's requests: its static steps by capacity (and their prompts' graphs), its
-    lanes' fixed caches by capacity (and theirs), its graphed code-predictor frames by settings."""
+    lanes' fixed caches by capacity (and theirs), its graphed code-predictor frames by settings, its speech
+    decoder's fixed streams by batch size."""
     from ggtts.families.qwen3omni.generate import _GRAPHED
 
+    talker = model.talker
     made: set[object] = set(_GRAPHED.get(talker, {}))
+    made |= {("decoder", batch) for batch in (model.decoder.static.lanes if model.decoder.static is not None else {})}
     for capacity, decode in (talker.static.decoders if talker.static is not None else {}).items():
         made |= {("step", capacity), *(("prompt", capacity, rows) for rows in decode.prefills)}
     for capacity, bucket in (talker.lanes.buckets if talker.lanes is not None else {}).items():
@@ -478,24 +481,28 @@ def _graphs(talker: Talker) -> set[object]:
 def test_the_warm_up_makes_the_graphs_a_default_request_uses(built: Built, parallel: int) -> None:
     """The warm-up streams the first chunks of a default request, sampled then greedy: on a GPU every graph a
     request with the default frame budget replays (the step and prompt graphs of its cache's capacity, the code
-    predictor's sampled and greedy frames; the lanes' with ``parallel``) is captured there, not in the first
-    request. Here the static steps run eagerly: nothing new is made by the requests after it."""
+    predictor's sampled and greedy frames, the speech decoder's pushes; the lanes' with ``parallel``) is captured
+    there, not in the first request. Here the static steps run eagerly: nothing new is made by the requests after
+    it."""
     model = ggtts.load(built.path, parallel=parallel)
     assert isinstance(model, Qwen3TTSPipeline)
     if parallel > 1:
         model.talker.use_static_lanes(parallel, capture=False)
     else:
         model.talker.use_static_steps(capture=False)
+    static_decoder(model.talker, model.decoder, model.decoder.cfg.num_quantizers, model.lanes)  # as a GPU's load
+    assert (model.decoder.static is not None) == (parallel == 1)  # (with lanes, several streams decode at once)
     try:
         model.warm_up()
-        warm = _graphs(model.talker)
+        warm = _graphs(model)
         assert any(k[0] == "step" or k[0] == "lanes" for k in warm if isinstance(k, tuple) and isinstance(k[0], str))
         assert sum(1 for k in warm if isinstance(k, tuple) and not isinstance(k[0], str)) == 2  # sampled, greedy
+        assert (("decoder", 1) in warm) == (parallel == 1)
         for options in ({"seed": 4}, {"temperature": 0}):
             stream = model.stream(TEXTS[1], VOICES[1], **options)
             assert len([c for _, c in zip(range(3), stream, strict=False)]) == 3
             stream.close()  # type: ignore[attr-defined]
-        assert _graphs(model.talker) == warm
+        assert _graphs(model) == warm
     finally:
         if model.lanes is not None:
             model.lanes.close()

@@ -45,14 +45,21 @@ def _no_near_ties(built: Built, inputs: object, codes: torch.Tensor) -> bool:
     return torch.equal(ours, codes) and not ties
 
 
-def test_speaks_as_upstream(custom: Built) -> None:
-    """Greedy speech through ggtts.load: the audio of upstream's greedy codes through upstream's decoder."""
+@pytest.mark.parametrize("decoder", ["stream", "static stream"])
+def test_speaks_as_upstream(custom: Built, decoder: str) -> None:
+    """Greedy speech through ggtts.load: the audio of upstream's greedy codes through upstream's decoder; also with
+    the decoder's pushes over fixed tensors, as a GPU runs them (graphs, here eagerly)."""
+    from ggtts.families.qwen3omni.pipeline import DECODER_GRAPH_FRAMES
+
     codes, _ = custom.generate(TEXT, "english", "vivian", True, FRAMES)
     assert _no_near_ties(custom, custom.inputs(TEXT, "english", "vivian"), codes)
     with torch.no_grad():
         theirs = custom.up_decoder(codes)[0, 0].numpy()
     model = load(custom.path)
+    if decoder == "static stream":
+        model.decoder.use_static_streams(model.decoder.cfg.num_quantizers, DECODER_GRAPH_FRAMES, capture=False)
     ours = model.synthesize(TEXT, voice="Vivian", language="en", temperature=0, max_frames=FRAMES)
+    assert (model.decoder.static is not None and list(model.decoder.static.lanes) == [1]) == (decoder != "stream")
     assert ours.sample_rate == 24_000
     assert ours.samples.shape == theirs.shape
     np.testing.assert_allclose(ours.samples, theirs, rtol=0, atol=AUDIO_ATOL)

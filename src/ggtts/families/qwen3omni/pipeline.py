@@ -33,7 +33,7 @@ from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Qwen3OmniThinker as ThinkerKeys
 from ggtts.models.layers.gguf_state import empty_modules, load_module_from_gguf
 from ggtts.models.qwen2.tokenizer import BPETokenizer
-from ggtts.models.qwen3omni_code2wav.model import Code2Wav
+from ggtts.models.qwen3omni_code2wav.model import Code2Wav, StreamingDecoder
 from ggtts.models.qwen3omni_talker.config import Sampling
 from ggtts.models.qwen3omni_talker.model import Talker, TalkerStack
 from ggtts.ops.stored_experts import DENSE_ROWS
@@ -43,6 +43,9 @@ from ggtts.text.sentences import sentence_chunks
 
 CHUNK_WORDS = 60  # a chunk of text spoken as one chat turn (about 20 s of speech)
 DEFAULT_VOICE = "ethan"  # transformers' generate() default speaker
+# a talker stream's speech decoder pushes its first frame alone, then 4, then chunk_frames (12 by default) at a time:
+# pushes of these sizes are graphs where its steps are (any push is made of them)
+DECODER_GRAPH_FRAMES = (12, 4, 2, 1)
 WARM_UP_CHUNKS = 2  # a warm-up stream's chunks: its first frame alone, then the next few (the talker's steps run)
 RAMP_FRAMES = 4  # the push after the first frame: audio keeps coming while code2wav reaches its best push size
 TALKER_MAX_LEN = 8192  # talker positions allocated per chunk at most (prompt + frames)
@@ -171,6 +174,7 @@ class Qwen3OmniPipeline(TTSModel):
                 mmproj = None  # another model's mmproj beside the thinker (a vision one, say): not its ears
         model = cls(gguf, talker_gguf, device, precision, mmproj)
         model.lanes = talker_lanes(model.talker, parallel)
+        static_decoder(model.talker, model.code2wav, model.code2wav.cfg.num_quantizers, model.lanes)
         return model
 
     @property
@@ -410,7 +414,7 @@ class Qwen3OmniPipeline(TTSModel):
         """The talker's speech of ``reply`` to ``prompt`` (chunk ``index`` of a request, starting ``offset`` seconds
         in)."""
         inputs = talker_inputs(self.talker, self.embedding, prompt, reply, speaker, heard)
-        return FrameSpeech(self.talker, inputs, self.code2wav.stream(), self.sample_rate, params, index, offset,
+        return FrameSpeech(self.talker, inputs, self.code2wav.fresh_stream(), self.sample_rate, params, index, offset,
                            frames_per_chunk)  # fmt: skip
 
     def _speak(
@@ -465,6 +469,14 @@ class FrameStream(Protocol):
     frames: int
 
     def push(self, codes: torch.Tensor) -> torch.Tensor: ...
+
+
+def static_decoder(talker: TalkerStack, decoder: StreamingDecoder, codebooks: int, lanes: object) -> None:
+    """Where the talker's steps are graphs over fixed tensors (CUDA) and its streams run one at a time (no lanes),
+    its speech decoder's pushes are graphs too (:meth:`StreamingDecoder.use_static_streams`): a stream's first frame
+    alone, then pushes of :data:`DECODER_GRAPH_FRAMES`."""
+    if talker.static is not None and lanes is None:
+        decoder.use_static_streams(codebooks, DECODER_GRAPH_FRAMES, capture=talker.static_capture)
 
 
 def warm_talker(stream: Callable[..., Iterator[Audio]]) -> None:

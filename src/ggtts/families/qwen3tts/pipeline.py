@@ -25,6 +25,7 @@ from ggtts.families.qwen3omni.pipeline import (
     speak_frames,
     speaker_name,
     speeches_in_lanes,
+    static_decoder,
     talker_lanes,
     talker_sampling,
     warm_talker,
@@ -95,6 +96,7 @@ class Qwen3TTSPipeline(TTSModel):
             )
         model = cls(gguf, GGUFFile(path), device, precision)
         model.lanes = talker_lanes(model.talker, parallel)
+        static_decoder(model.talker, model.decoder, model.decoder.cfg.num_quantizers, model.lanes)
         return model
 
     @property
@@ -182,7 +184,7 @@ class Qwen3TTSPipeline(TTSModel):
         decoder being causal, this is the same audio, cut at exactly the recording's frames)."""
         voice = self.cloned.get(speaker) if speaker is not None else None
         if voice is None or voice.codes is None or not voice.in_context:
-            return self.decoder.stream()
+            return self.decoder.fresh_stream()
         primed = self._primed.get(voice.name)
         if primed is None:
             primed = self._resumed(voice)

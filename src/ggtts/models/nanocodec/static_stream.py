@@ -5,7 +5,8 @@ about a thousand (every convolution, activation and join of the decoder's stages
 The stream's state (each causal convolution's last inputs, each transposed convolution's spill past its end) lives
 in fixed tensors, zeros when a stream starts: the values a fresh :class:`~ggtts.models.nanocodec.model.NanoCodecStream`
 stands in for them (its zero padding, its absent spill), so a stream gives the same samples. Each layer keeps its
-new state by copying it into its tensor (:class:`FixedState`), so the layers' own streaming code runs unchanged.
+new state by copying it into its tensor (:class:`~ggtts.models.layers.fixed_state.FixedState`), so the layers' own
+streaming code runs unchanged.
 A push of ``n`` frames goes through the graphs of the fixed sizes, largest first (12 + 1 for 13 with sizes 12, 4
 and 1): the state carries across the pieces as across pushes, so the samples are those of one push of ``n`` up to
 the float rounding of convolutions over other lengths. Off CUDA (or with ``capture=False``) the very same code runs
@@ -23,23 +24,11 @@ from collections.abc import Callable, Sequence
 import torch
 from torch import nn
 
-from ggtts.models.layers.channels_last import zeros_before
+from ggtts.models.layers.fixed_state import FixedState, pieces
 from ggtts.models.nanocodec.model import NanoCodec, NanoCodecStream
 from ggtts.ops.step_graph import StepGraph
 
-__all__ = ["FixedState", "StaticStream", "StaticStreams"]
-
-
-class FixedState(dict[nn.Module, torch.Tensor]):
-    """A stream's state in fixed tensors: a layer's ``state[layer] = t`` copies ``t`` into the layer's tensor
-    (the same shape every push), and ``state.get(layer)`` reads it."""
-
-    def __setitem__(self, layer: nn.Module, value: torch.Tensor) -> None:
-        self[layer].copy_(value)
-
-    def zero_(self) -> None:
-        """Every tensor zeroed (at a stream's start: a few launches for them all, not one each)."""
-        torch._foreach_zero_(list(self.values()))
+__all__ = ["StaticStream", "StaticStreams"]
 
 
 class _Lane:
@@ -51,9 +40,7 @@ class _Lane:
         codes = torch.zeros(batch, cfg.num_codebooks, 1, dtype=torch.long, device=device)
         with torch.inference_mode():
             codec.audio_decoder(codec.vector_quantizer(codes), learnt)
-        self.state = FixedState()
-        for layer, t in learnt.items():
-            dict.__setitem__(self.state, layer, zeros_before(t, t.shape[-1]))
+        self.state = FixedState.zeros_like(learnt)
         self.codes = {n: torch.zeros(batch, cfg.num_codebooks, n, dtype=torch.long, device=device) for n in sizes}
         self.graphs = {n: StepGraph(self._step(codec, n), device, capture) for n in sizes}
         self.ready = False
@@ -97,12 +84,7 @@ class StaticStreams:
 
     def pieces(self, n: int) -> list[int]:
         """``n`` frames as the fixed sizes, largest first."""
-        out = []
-        for size in self.sizes:
-            while n >= size:
-                out.append(size)
-                n -= size
-        return out
+        return pieces(self.sizes, n)
 
     @property
     def captured(self) -> bool:

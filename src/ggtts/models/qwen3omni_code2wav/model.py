@@ -14,6 +14,9 @@ arrive. Upstream's :meth:`Code2Wav.chunked_decode` does not: each chunk loses it
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
 
@@ -33,6 +36,9 @@ from ggtts.models.qwen3omni_code2wav.layers import (
 )
 from ggtts.models.qwen3omni_code2wav.transformer import TransformerModel
 from ggtts.ops.precision import dtype_of
+
+if TYPE_CHECKING:
+    from ggtts.models.qwen3omni_code2wav.static_stream import StaticDecoderStreams
 
 CLAMP = (-1.0, 1.0)
 DEFAULT_CHUNK_SIZE = 300  # frames: upstream chunked_decode's defaults
@@ -63,6 +69,23 @@ class StreamingDecoder(nn.Module):
     all frames at once, :meth:`stream` frame by frame with the same samples (Qwen3-Omni's code2wav, Qwen3-TTS's
     12 Hz decoder)."""
 
+    static: StaticDecoderStreams | None = None  # use_static_streams
+
+    def __getstate__(self) -> dict[str, object]:
+        """Copies and pickles leave the fixed-tensor streams behind (their graphs read this decoder's tensors): a
+        copy makes its own, of the same settings."""
+        state = dict(super().__getstate__())
+        static: StaticDecoderStreams | None = state.pop("static", None)  # type: ignore[assignment]
+        if static is not None:
+            state["_static_settings"] = (static.codebooks, static.sizes, static.capture)
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        settings = state.pop("_static_settings", None)
+        super().__setstate__(state)
+        if isinstance(settings, tuple):
+            self.use_static_streams(*settings)
+
     @property
     def device(self) -> torch.device:
         raise NotImplementedError
@@ -70,7 +93,7 @@ class StreamingDecoder(nn.Module):
     def check_codes(self, codes: torch.Tensor) -> None:
         raise NotImplementedError
 
-    def run(self, codes: torch.Tensor, start: int = 0, state: StreamState | None = None) -> torch.Tensor:
+    def run(self, codes: torch.Tensor, start: int | torch.Tensor = 0, state: StreamState | None = None) -> torch.Tensor:
         """The layers, without checks: codes ``(B, Q, N)`` at frame ``start`` -> ``(B, 1, samples)``."""
         raise NotImplementedError
 
@@ -83,7 +106,26 @@ class StreamingDecoder(nn.Module):
         return self.run(codes)
 
     def stream(self) -> Code2WavStream:
+        """A stream from the start (one that can be forked and saved: see :meth:`fresh_stream` for one that
+        cannot)."""
         return Code2WavStream(self)
+
+    def use_static_streams(self, codebooks: int, sizes: Sequence[int], capture: bool = True) -> None:
+        """From now on :meth:`fresh_stream` decodes over fixed tensors, each push made of pushes of ``sizes`` frames
+        (1 among them), each a replayed CUDA graph where the decoder is on CUDA and ``capture``
+        (:mod:`ggtts.models.qwen3omni_code2wav.static_stream`; eagerly elsewhere: what the CPU tests run)."""
+        from ggtts.models.qwen3omni_code2wav.static_stream import StaticDecoderStreams
+
+        self.static = StaticDecoderStreams(self, codebooks, sizes, capture)
+
+    def fresh_stream(self) -> Code2WavStream:
+        """A stream from the start that is only pushed (not forked or saved): over fixed tensors after
+        :meth:`use_static_streams` (one stream at a time then), else :meth:`stream`'s."""
+        if self.static is not None:
+            from ggtts.models.qwen3omni_code2wav.static_stream import StaticDecoderStream
+
+            return StaticDecoderStream(self.static)
+        return self.stream()
 
 
 class Code2Wav(StreamingDecoder):
@@ -146,7 +188,7 @@ class Code2Wav(StreamingDecoder):
         offset = torch.arange(q, device=codes.device).view(1, q, 1) * self.cfg.codebook_size
         return self.code_embedding(codes.to(torch.long) + offset).mean(1)  # (B, Q, N, hidden) -> (B, N, hidden)
 
-    def run(self, codes: torch.Tensor, start: int = 0, state: StreamState | None = None) -> torch.Tensor:
+    def run(self, codes: torch.Tensor, start: int | torch.Tensor = 0, state: StreamState | None = None) -> torch.Tensor:
         """The layers, without checks: codes ``(B, Q, N)`` at frame ``start`` -> ``(B, 1, samples)``."""
         x = self.pre_transformer(self.embed(codes.to(self.device)), start, state).transpose(1, 2)  # (B, hidden, N)
         for stage in self.upsample:
@@ -243,6 +285,10 @@ class Code2WavStream:
         self._shape = codes.shape[:-1]
         if codes.shape[-1] == 0:
             return torch.zeros(codes.shape[0], 1, 0, device=model.device)
-        audio = model.run(codes, self.frames, self._state)
+        audio = self._decode(codes)
         self.frames += codes.shape[-1]
         return audio
+
+    def _decode(self, codes: torch.Tensor) -> torch.Tensor:
+        """The samples of ``codes`` (checked, at least one frame) after the :attr:`frames` pushed so far."""
+        return self.model.run(codes, self.frames, self._state)

@@ -3,6 +3,9 @@
 Names are transformers' (``Qwen3OmniMoeCode2WavTransformerModel``). A query at position ``i`` attends to keys at
 ``i - sliding_window < j <= i``. For streaming, each attention layer keeps the rotated keys and values of the last
 ``sliding_window - 1`` positions in the state, so a push of new frames attends exactly as one-shot decoding does.
+Over a state of fixed tensors (a push's position given as a tensor: the static streams,
+:mod:`ggtts.models.qwen3omni_code2wav.static_stream`) a layer keeps ``sliding_window - 1`` positions from the
+stream's start, zeros before it and masked, so every push of a size has the same shapes.
 """
 
 from __future__ import annotations
@@ -80,7 +83,8 @@ class Attention(nn.Module):
         mask: torch.Tensor,
         state: StreamState | None = None,
     ) -> torch.Tensor:
-        """``x`` (B, T, hidden); ``mask`` (T, cached + T), True where a query may attend."""
+        """``x`` (B, T, hidden); ``mask`` (T, cached + T), True where a query may attend: ``cached`` past keys and
+        values come from the state (zeros where it has none yet: a fixed state's first push, all masked)."""
         b, t, _ = x.shape
         q = self.q_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)  # (B, H, T, D)
         k = self.k_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)  # (B, H_kv, T, D)
@@ -88,6 +92,9 @@ class Attention(nn.Module):
         q, k = _rotate(q, *rope), _rotate(k, *rope)
         if state is not None:
             past = state.get(self)
+            cached = mask.shape[-1] - t
+            if past is None and cached:
+                past = k.new_zeros(2, *k.shape[:2], cached, k.shape[3])
             if past is not None:
                 k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
             state[self] = torch.stack([k, v])[:, :, :, max(k.shape[2] - (self.window - 1), 0) :]
@@ -136,15 +143,22 @@ class TransformerModel(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.head_dim, self.theta, self.window = cfg.head_dim, cfg.rope_theta, cfg.sliding_window
 
-    def forward(self, x: torch.Tensor, start: int = 0, state: StreamState | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, start: int | torch.Tensor = 0, state: StreamState | None = None) -> torch.Tensor:
         """``x`` (B, T, hidden) at positions ``start .. start + T - 1`` -> (B, T, hidden). With ``state``, the keys
-        of the up to ``sliding_window - 1`` positions before ``start`` come from it (and it is updated)."""
+        of the up to ``sliding_window - 1`` positions before ``start`` come from it (and it is updated). ``start``
+        as a tensor ``()`` (a fixed state's push): always ``sliding_window - 1`` of them, those before the stream's
+        start masked, every shape the same push after push."""
         t = x.shape[1]
-        cached = min(start, self.window - 1) if state is not None else 0
-        q_pos = torch.arange(start, start + t, device=x.device)
-        k_pos = torch.arange(start - cached, start + t, device=x.device)
+        if isinstance(start, torch.Tensor):
+            cached = self.window - 1
+            q_pos = start + torch.arange(t, device=x.device)
+            k_pos = start - cached + torch.arange(cached + t, device=x.device)
+        else:
+            cached = min(start, self.window - 1) if state is not None else 0
+            q_pos = torch.arange(start, start + t, device=x.device)
+            k_pos = torch.arange(start - cached, start + t, device=x.device)
         offset = q_pos[:, None] - k_pos[None, :]
-        mask = (offset >= 0) & (offset < self.window)  # (T, cached + T)
+        mask = (offset >= 0) & (offset < self.window) & (k_pos >= 0)  # (T, cached + T)
         rope = rotary(q_pos, self.head_dim, self.theta)
         for layer in self.layers:
             x = layer(x, rope, mask, state)

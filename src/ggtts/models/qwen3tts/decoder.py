@@ -138,7 +138,7 @@ class Transformer(nn.Module):
     def layers(self) -> nn.ModuleList:
         return self.model.layers
 
-    def forward(self, x: torch.Tensor, start: int = 0, state: StreamState | None = None) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, start: int | torch.Tensor = 0, state: StreamState | None = None) -> torch.Tensor:
         return self.out_proj(self.model(self.in_proj(x), start, state))
 
 
@@ -202,7 +202,7 @@ class SpeechDecoder(StreamingDecoder):
     def check_codes(self, codes: torch.Tensor) -> None:
         check_codes(codes, self.cfg.num_quantizers, self.cfg.codebook_size, "the speech decoder")
 
-    def run(self, codes: torch.Tensor, start: int = 0, state: StreamState | None = None) -> torch.Tensor:
+    def run(self, codes: torch.Tensor, start: int | torch.Tensor = 0, state: StreamState | None = None) -> torch.Tensor:
         """Codes ``(B, Q, N)`` at frame ``start`` -> ``(B, 1, N * total_upsample)``, without checks."""
         codes = codes.to(self.device, torch.long)
         x = self.quant.decode(codes).transpose(1, 2)  # (B, codebook_dim, N)

@@ -1,0 +1,100 @@
+"""The talker families' speech decoders streaming over fixed tensors (:mod:`ggtts.models.qwen3omni_code2wav.
+static_stream`: on a GPU each push size a captured graph), run eagerly: the samples of an ordinary stream pushed the
+same frames, on random decoders of the published structure at a small width, with a short attention window so that
+pushes slide past it."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import torch
+
+from ggtts.models.qwen3omni_code2wav.config import Code2WavConfig
+from ggtts.models.qwen3omni_code2wav.model import Code2Wav, StreamingDecoder
+from ggtts.models.qwen3omni_code2wav.static_stream import FIRST, StaticDecoderStream
+from ggtts.models.qwen3tts.config import DecoderConfig
+from ggtts.models.qwen3tts.decoder import SpeechDecoder
+from near_ties import relative_difference
+
+SHAPE: dict[str, Any] = dict(num_quantizers=16, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
+                             num_key_value_heads=2, head_dim=16, intermediate_size=128, sliding_window=6,
+                             rope_theta=10000.0, rms_norm_eps=1e-5, upsampling_ratios=(2, 2),
+                             upsample_rates=(8, 5, 4, 3), decoder_dim=64)  # fmt: skip
+SIZES = (12, 4, 2, 1)
+# a static stream's samples against an ordinary stream's (of the peak): measured 3.0e-6 (code2wav) and 6.2e-7 (the
+# 12 Hz decoder) on Zen 4, the products and attention over other lengths; a push attending to the zeros before the
+# stream's start, or without the first push's trims, is off by far more (or by its length)
+REL = 1e-5
+
+
+def _decoder(kind: str) -> StreamingDecoder:
+    torch.manual_seed(0)
+    decoder: StreamingDecoder
+    if kind == "code2wav":
+        decoder = Code2Wav(Code2WavConfig(codebook_size=64, **SHAPE)).prepare()
+    else:
+        decoder = SpeechDecoder(DecoderConfig(codebook_size=64, codebook_dim=32, latent_dim=64, sample_rate=24000,
+                                              **SHAPE)).prepare()  # fmt: skip
+    with torch.no_grad():
+        for p in decoder.parameters():
+            p.normal_(0, 0.1)
+    decoder.use_static_streams(SHAPE["num_quantizers"], SIZES, capture=False)
+    return decoder.eval()
+
+
+@pytest.mark.parametrize("kind", ["code2wav", "12 Hz decoder"])
+@pytest.mark.parametrize("pushes", [(1, 4, 13, 3, 12, 7), (13, 1, 2)])
+def test_a_static_stream_gives_an_ordinary_streams_samples(kind: str, pushes: tuple[int, ...]) -> None:
+    """Pushes of 1 to 13 frames (made of the fixed sizes, the first frame through a graph of its own), past the
+    attention window: each push's samples are the ordinary stream's, the first push's trims included."""
+    decoder = _decoder(kind)
+    codes = torch.randint(0, 64, (1, 16, sum(pushes)), generator=torch.Generator().manual_seed(1))
+    static, plain = decoder.fresh_stream(), decoder.stream()
+    assert isinstance(static, StaticDecoderStream) and not isinstance(plain, StaticDecoderStream)
+    at, worst = 0, 0.0
+    for n in pushes:
+        got, want = static.push(codes[..., at : at + n]), plain.push(codes[..., at : at + n])
+        assert got.shape == want.shape
+        worst = max(worst, relative_difference(got, want))
+        at += n
+    print(f"{kind}: static against ordinary {worst:.1e}")
+    assert worst < REL, worst
+
+
+@pytest.mark.parametrize("kind", ["code2wav", "12 Hz decoder"])
+def test_a_new_static_stream_starts_afresh_and_the_old_one_is_done(kind: str) -> None:
+    decoder = _decoder(kind)
+    codes = torch.randint(0, 64, (1, 16, 9), generator=torch.Generator().manual_seed(2))
+    first = decoder.fresh_stream()
+    first.push(codes[..., :7])
+    second = decoder.fresh_stream()
+    assert relative_difference(second.push(codes[..., :5]), decoder.stream().push(codes[..., :5])) < REL
+    with pytest.raises(RuntimeError, match="replaced by a newer one"):
+        first.push(codes[..., 7:])
+    with pytest.raises(RuntimeError, match="fork an ordinary stream"):
+        second.fork()
+    with pytest.raises(RuntimeError, match="save an ordinary stream"):
+        second.saved()
+    copied = copy.deepcopy(decoder)  # a copy makes its own fixed tensors (the graphs read the decoder's own)
+    assert copied.static is not None and copied.static is not decoder.static and copied.static.decoder is copied
+    assert relative_difference(copied.fresh_stream().push(codes[..., :3]), decoder.stream().push(codes[..., :3])) < REL
+
+
+@pytest.mark.parametrize("kind", ["code2wav", "12 Hz decoder"])
+def test_each_push_size_traces_as_one_graph(kind: str) -> None:
+    """Nothing in a push is read on the host (which would wait for the GPU, and which a CUDA graph cannot hold):
+    each size's push, and the first frame's, trace as one graph with no break."""
+    import torch._dynamo as dynamo
+
+    decoder = _decoder(kind)
+    decoder.fresh_stream().push(torch.zeros(1, 16, 1, dtype=torch.long))  # the lane made
+    assert decoder.static is not None
+    lane = decoder.static.lanes[1]
+    assert sorted(lane.graphs) == sorted({FIRST, *SIZES})
+    dynamo.reset()
+    with torch.inference_mode():
+        for graph in lane.graphs.values():
+            explained = dynamo.explain(graph.step)()
+            assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
