@@ -22,7 +22,7 @@ GPU but for the frame's graphs), the codec's first push (one frame: eager), and 
 ``--decoders``: the talker families' speech decoders streaming, at their published structure (Qwen3-Omni's code2wav
 and Qwen3-TTS's 12 Hz decoder: 8 sliding-window transformer layers, two upsampling stages, four decoder blocks) and
 a small width: a stream's first push of one frame (the first chunk a stream sends) and later pushes of 4 and 12
-frames, each eager on a GPU.
+frames, an ordinary stream's (eager on a GPU) and a static one's (its graphs and what runs eagerly around them).
 
 ``--blocks``: the operations that widen one stored weight on a GPU (``ops/device_weights.py``, each block type a
 GPU keeps as stored; a 4864 x 1024 weight, random blocks: the count depends on the type only), the type's bits
@@ -155,20 +155,24 @@ def count_decoders() -> None:
         ("Qwen3-Omni code2wav", Code2Wav(omni).prepare()),
         ("Qwen3-TTS 12 Hz decoder", SpeechDecoder(tts).prepare()),
     ]
-    print("operations of a speech decoder's stream (each push eager on a GPU)")
+    print("operations of a speech decoder's stream: ordinary (eager on a GPU), static (in graphs + eager)")
     for name, decoder in decoders:
         torch.manual_seed(0)
         with torch.no_grad():
             for p in decoder.parameters():
                 p.normal_(0, 0.1)
-        stream = decoder.eval().stream()
+        decoder.eval().use_static_streams(16, (12, 4, 2, 1), capture=False)
         codes = torch.randint(0, 64, (1, 16, 17))
-        counts = []
-        for start, n in ((0, 1), (1, 4), (5, 12)):
-            with Operations() as ops:
-                stream.push(codes[..., start : start + n])
-            counts.append(f"{'first' if start == 0 else 'later'} push of {n:2}: {ops.total:4}")
-        print(f"{name:34} " + ", ".join(counts))
+        for kind, stream in (("ordinary", decoder.stream()), ("static", decoder.fresh_stream())):
+            if kind == "static":
+                decoder.fresh_stream().push(codes[..., :1])  # its graphs made (and, on a GPU, captured)
+            counts = []
+            for start, n in ((0, 1), (1, 4), (5, 12)):
+                with Operations() as ops, GraphShare() as share:
+                    stream.push(codes[..., start : start + n])
+                split = f" ({share.operations} in {share.calls} + {ops.total - share.operations})" * share.calls
+                counts.append(f"{'first' if start == 0 else 'later'} {n:2}: {ops.total:4}{split}")
+            print(f"{name:24} {kind:9} " + ", ".join(counts))
 
 
 def count_qwen2(fuse: bool) -> Operations:

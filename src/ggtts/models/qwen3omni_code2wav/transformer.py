@@ -158,7 +158,9 @@ class TransformerModel(nn.Module):
             q_pos = torch.arange(start, start + t, device=x.device)
             k_pos = torch.arange(start - cached, start + t, device=x.device)
         offset = q_pos[:, None] - k_pos[None, :]
-        mask = (offset >= 0) & (offset < self.window) & (k_pos >= 0)  # (T, cached + T)
+        mask = (offset >= 0) & (offset < self.window)  # (T, cached + T)
+        if isinstance(start, torch.Tensor):
+            mask = mask & (k_pos >= 0)  # (the zeros before the stream's start)
         rope = rotary(q_pos, self.head_dim, self.theta)
         for layer in self.layers:
             x = layer(x, rope, mask, state)
