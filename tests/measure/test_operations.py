@@ -37,3 +37,7 @@ def test_traffic_is_each_operations_inputs_read_and_outputs_written() -> None:
     with Operations() as ops:
         torch.cat([a, b])  # tensors in a list: reads 2 x 4000 bytes, writes 8000
     assert ops.traffic == 16_000
+    c = torch.empty(1000)
+    with Operations() as ops:
+        torch.add(a, b, out=c)  # out=: written, not read
+    assert ops.counts["add"] == 1 and ops.traffic == 12_000

@@ -98,3 +98,20 @@ def test_each_push_size_traces_as_one_graph(kind: str) -> None:
         for graph in lane.graphs.values():
             explained = dynamo.explain(graph.step)()
             assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+
+
+def test_an_ordinary_stream_resumed_without_its_attention_state_is_refused() -> None:
+    """The zeros a fixed state's first push stands in for the attention's past are for static streams only: an
+    ordinary stream resumed from a state that lacks the attention layers' keys fails at its push, as it always did,
+    rather than decoding against zeros."""
+    from ggtts.models.qwen3omni_code2wav.model import Code2WavStream
+
+    decoder = _decoder("code2wav")
+    codes = torch.randint(0, 64, (1, 16, 6), generator=torch.Generator().manual_seed(3))
+    stream = decoder.stream()
+    stream.push(codes[..., :5])
+    kept = {name: t for name, t in stream.saved().items() if "self_attn" not in name}
+    assert len(kept) < len(stream.saved())
+    resumed = Code2WavStream.resumed(decoder, 5, codes.shape[:-1], kept)
+    with pytest.raises(RuntimeError):
+        resumed.push(codes[..., 5:])

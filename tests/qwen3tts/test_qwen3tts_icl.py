@@ -169,6 +169,21 @@ def test_a_primed_decoder_is_shared_not_spent(base: Built) -> None:
     assert model._primed["lena"].frames == read_voice(base.work / "lena.gguf").codes.shape[0]
 
 
+def test_a_base_models_warm_up_makes_its_decoders_graphs(base: Built) -> None:
+    """A Base model's voices are cloned ones, heard in context: their streams decode on from the recording (ordinary
+    streams). Its warm-up speaks with no voice instead, so with the steps as graphs (a GPU's; here eagerly) the
+    speech decoder's fixed-tensor streams are made there too, not by the first voiceless request."""
+    from ggtts.families.qwen3omni.pipeline import static_decoder
+
+    model = load(base.path)
+    assert model.voices and not model.talker.cfg.speakers
+    model.talker.use_static_steps(capture=False)
+    static_decoder(model.talker, model.decoder, model.decoder.cfg.num_quantizers, model.lanes)
+    assert model.decoder.static is not None and not model.decoder.static.lanes
+    model.warm_up()
+    assert list(model.decoder.static.lanes) == [1]
+
+
 def test_bad_in_context_voices_are_refused(base: Built, tmp_path: Path) -> None:
     out = tmp_path / "v.gguf"
     with pytest.raises(InputError, match="no words"):

@@ -54,7 +54,8 @@ class Operations(TorchDispatchMode):
         first = out[0] if isinstance(out, tuple | list) and out else out
         name = func.overloadpacket.__name__
         if isinstance(first, torch.Tensor):
-            given = [t for t in tree_leaves((args, kwargs or {})) if isinstance(t, torch.Tensor)]
+            read = {k: v for k, v in (kwargs or {}).items() if k != "out"}  # (out=: written, counted as made)
+            given = [t for t in tree_leaves((args, read)) if isinstance(t, torch.Tensor)]
             inputs = {a.untyped_storage().data_ptr() for a in given}
             if name.endswith("_") or first.untyped_storage().data_ptr() not in inputs:
                 self.counts[name] += 1

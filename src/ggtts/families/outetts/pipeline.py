@@ -195,10 +195,12 @@ class OuteTTS(TTSModel):
         return rewrite
 
     def warm_up(self) -> None:
-        """The first codes of a request with the defaults, the rest left unsaid: on CUDA the decode step over the
-        cache capacity of the default token budget (the lanes' step, with ``parallel``) is captured at its first
-        use, here then, not in the first request."""
-        read_first(self.generate_codes("Hello."), WARM_UP_CODES)
+        """Where the decode steps are graphs over fixed caches (CUDA), the first codes of a request with the
+        defaults, the rest left unsaid: the step over the cache capacity of the default token budget (the lanes'
+        step, with ``parallel``) is captured at its first use, here then, not in the first request. Elsewhere
+        nothing (nothing to capture)."""
+        if self.lm.static is not None or self.lm.lanes is not None:
+            read_first(self.generate_codes("Hello."), WARM_UP_CODES)
 
     def generate_codes(self, text: str, voice: str | None = None, **options: Any) -> Iterator[list[int]]:
         """Yield new audio codes as the language model produces them (``progress``: a bar over tokens).

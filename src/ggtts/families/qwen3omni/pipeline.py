@@ -46,6 +46,7 @@ DEFAULT_VOICE = "ethan"  # transformers' generate() default speaker
 # a talker stream's speech decoder pushes its first frame alone, then 4, then chunk_frames (12 by default) at a time:
 # pushes of these sizes are graphs where its steps are (any push is made of them)
 DECODER_GRAPH_FRAMES = (12, 4, 2, 1)
+WARM_UP_FRAMES = 2  # a warm-up's frames where there is nothing to capture
 WARM_UP_CHUNKS = 2  # a warm-up stream's chunks: its first frame alone, then the next few (the talker's steps run)
 RAMP_FRAMES = 4  # the push after the first frame: audio keeps coming while code2wav reaches its best push size
 TALKER_MAX_LEN = 8192  # talker positions allocated per chunk at most (prompt + frames)
@@ -196,7 +197,7 @@ class Qwen3OmniPipeline(TTSModel):
         return out
 
     def warm_up(self) -> None:
-        warm_talker(lambda **options: self.stream("Hello.", **options))
+        warm_talker(self.talker, lambda **options: self.stream("Hello.", **options))
 
     # ---- requests ----------------------------------------------------------------------------------------------
     def resolve_voice(self, voice: str | None) -> VoiceMix | None:
@@ -479,11 +480,15 @@ def static_decoder(talker: TalkerStack, decoder: StreamingDecoder, codebooks: in
         decoder.use_static_streams(codebooks, DECODER_GRAPH_FRAMES, capture=talker.static_capture)
 
 
-def warm_talker(stream: Callable[..., Iterator[Audio]]) -> None:
-    """A talker family's warm-up: the first chunks of a stream with the request defaults, sampled, then greedy (the
-    rest of each left unspoken). On CUDA each cache capacity and each sampling setting has graphs of its own, made
-    (captured) at their first use: those of a request with the default frame budget are then made here, not in the
-    first request."""
+def warm_talker(talker: TalkerStack, stream: Callable[..., Iterator[Audio]]) -> None:
+    """A talker family's warm-up (``stream(**options)``: a short text's speech). Where the talker's steps are graphs
+    over fixed tensors (CUDA), the first chunks of a stream with the request defaults, sampled, then greedy (the
+    rest of each left unspoken): each cache capacity and each sampling setting has graphs of its own, made
+    (captured) at their first use, so those of a request with the default frame budget are made here, not in the
+    first request. Elsewhere (nothing to capture) a greedy stream of a few frames."""
+    if talker.static is None and talker.lanes is None:
+        read_first(stream(temperature=0, max_frames=WARM_UP_FRAMES), WARM_UP_FRAMES)
+        return
     for options in ({}, {"temperature": 0}):
         read_first(stream(**options), WARM_UP_CHUNKS)
 

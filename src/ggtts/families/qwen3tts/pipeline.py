@@ -120,9 +120,11 @@ class Qwen3TTSPipeline(TTSModel):
                 "languages": ["auto", *languages]}  # fmt: skip
 
     def warm_up(self) -> None:
-        voice = None if not self.voices else self.voices[0]
+        # a built-in speaker, else none (a Base model's voiceless request): a cloned voice heard in context decodes
+        # on from its recording (an ordinary stream), so it would leave the decoder's graphs unmade
+        voice = next(iter(self.talker.cfg.speakers), None)
         instructions = "A calm voice." if self.talker.cfg.model_type == "voice_design" else None
-        warm_talker(lambda **options: self.stream("Hello.", voice, instructions=instructions, **options))
+        warm_talker(self.talker, lambda **options: self.stream("Hello.", voice, instructions=instructions, **options))
 
     def resolve_voice(self, voice: str | None) -> VoiceMix | None:
         return super().resolve_voice(speaker_name(voice, self.voices))

@@ -82,9 +82,11 @@ class Attention(nn.Module):
         rope: tuple[torch.Tensor, torch.Tensor],
         mask: torch.Tensor,
         state: StreamState | None = None,
+        fixed: bool = False,
     ) -> torch.Tensor:
         """``x`` (B, T, hidden); ``mask`` (T, cached + T), True where a query may attend: ``cached`` past keys and
-        values come from the state (zeros where it has none yet: a fixed state's first push, all masked)."""
+        values come from the state (``fixed``: zeros where it has none yet, a fixed state's first push, all
+        masked)."""
         b, t, _ = x.shape
         q = self.q_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)  # (B, H, T, D)
         k = self.k_proj(x).view(b, t, -1, self.head_dim).transpose(1, 2)  # (B, H_kv, T, D)
@@ -93,7 +95,7 @@ class Attention(nn.Module):
         if state is not None:
             past = state.get(self)
             cached = mask.shape[-1] - t
-            if past is None and cached:
+            if past is None and cached and fixed:
                 past = k.new_zeros(2, *k.shape[:2], cached, k.shape[3])
             if past is not None:
                 k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
@@ -131,8 +133,9 @@ class TransformerLayer(nn.Module):
         rope: tuple[torch.Tensor, torch.Tensor],
         mask: torch.Tensor,
         state: StreamState | None = None,
+        fixed: bool = False,
     ) -> torch.Tensor:
-        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), rope, mask, state))
+        x = x + self.self_attn_layer_scale(self.self_attn(self.input_layernorm(x), rope, mask, state, fixed))
         return x + self.mlp_layer_scale(self.mlp(self.post_attention_layernorm(x)))
 
 
@@ -162,6 +165,7 @@ class TransformerModel(nn.Module):
         if isinstance(start, torch.Tensor):
             mask = mask & (k_pos >= 0)  # (the zeros before the stream's start)
         rope = rotary(q_pos, self.head_dim, self.theta)
+        fixed = isinstance(start, torch.Tensor)
         for layer in self.layers:
-            x = layer(x, rope, mask, state)
+            x = layer(x, rope, mask, state, fixed)
         return self.norm(x)
