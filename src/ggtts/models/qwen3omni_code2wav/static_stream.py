@@ -10,15 +10,14 @@ a tensor, so every push of a size has the same shapes. A stream's first frame go
 which reads no state (zeros in its place, what a fresh stream stands in for it; the transposed convolutions then
 trim their first samples, once, as a fresh stream's first push does) and writes every layer's: whatever an older
 stream left in the tensors is never read. Every other frame goes through the graphs of the fixed sizes, largest
-first. The
-samples are those of a :class:`Code2WavStream` pushed the same frames, up to the float rounding of products and
-attention over other lengths. Off CUDA (or with ``capture=False``) the very same code runs eagerly: what the CPU
-tests run.
+first. The samples are those of a :class:`Code2WavStream` pushed the same frames, up to the float rounding of
+products and attention over other lengths. Off CUDA (or with ``capture=False``) the very same code runs eagerly:
+what the CPU tests run.
 
 The graphs are captured when the first stream of a batch size starts (before any of its frames): a server's warm-up
-does it. One stream at a time per batch size (a model serves one request at a
-time): a newer stream takes the fixed tensors, and a push to an older one is an error. A stream forked from
-another, or resumed from a stored state (Qwen3-TTS's cloned voices), is an ordinary :class:`Code2WavStream`.
+does it. One stream at a time per batch size (a model serves one request at a time): a newer stream takes the fixed
+tensors, and a push to an older one is an error. A stream forked from another, or resumed from a stored state
+(Qwen3-TTS's cloned voices), is an ordinary :class:`Code2WavStream`.
 """
 
 from __future__ import annotations
