@@ -52,7 +52,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_qwen3omni import TALKER_TEXT, _code2wav_model, _convert_talker, _talker_model
+from bench_qwen3omni import _code2wav_model, _convert_talker, _talker_model
 from gpu_qwen2 import peak_mib, profile_table, reset_memory, sync
 
 from ggtts.families.qwen3omni.generate import (
@@ -67,6 +67,7 @@ from ggtts.families.qwen3omni.generate import (
 from ggtts.families.qwen3omni.lanes import TalkerLanes
 from ggtts.families.qwen3omni.prompt import TalkerInputs
 from ggtts.gguf import GGUFFile
+from ggtts.models.qwen3omni_talker.config import TalkerConfig
 from ggtts.models.qwen3omni_talker.model import Talker
 
 PREFILL, TEXT_ROWS = 40, 16
@@ -261,12 +262,13 @@ def main() -> None:
     directory = args.dir or Path(tempfile.mkdtemp(prefix="gpu-qwen3omni-"))
     want = set(args.variants.split(","))
     t0 = time.perf_counter()
-    hf = build(directory, args.small)
     path = directory / "talker-f16.gguf"
+    # the transformers model: for its rows, or to write the file (a step before in the same --dir wrote it)
+    hf = build(directory, args.small) if "transformers" in want or not path.exists() else None
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"device: {name}; torch {torch.__version__}; built and converted in {time.perf_counter() - t0:.0f} s")
     print(f"talker + code predictor, {args.frames} frames of 16 codes, sampled, prefill {PREFILL} rows")
-    x = inputs(hf.config.text_config.hidden_size if args.small else TALKER_TEXT["hidden_size"], device)
+    x = inputs(TalkerConfig.from_gguf(GGUFFile(path)).talker.dim, device)
     rows: dict[str, dict[str, Any]] = {}
 
     def report(label: str, r: dict[str, Any]) -> None:
