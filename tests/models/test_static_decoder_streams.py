@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from ggtts.models.qwen3omni_code2wav.config import Code2WavConfig
-from ggtts.models.qwen3omni_code2wav.model import Code2Wav, StreamingDecoder
+from ggtts.models.qwen3omni_code2wav.model import Code2Wav, Code2WavStream, StreamingDecoder
 from ggtts.models.qwen3omni_code2wav.static_stream import FIRST, StaticDecoderStream
 from ggtts.models.qwen3tts.config import DecoderConfig
 from ggtts.models.qwen3tts.decoder import SpeechDecoder
@@ -44,6 +44,20 @@ def _decoder(kind: str) -> StreamingDecoder:
     return decoder.eval()
 
 
+def _pushed_alike(
+    static: Code2WavStream, plain: Code2WavStream, codes: torch.Tensor, at: int, pushes: tuple[int, ...]
+) -> float:
+    """Both streams pushed ``codes`` from frame ``at`` in ``pushes``: each push's samples of the same length, and
+    their largest difference (of the ordinary one's peak)."""
+    worst = 0.0
+    for n in pushes:
+        got, want = static.push(codes[..., at : at + n]), plain.push(codes[..., at : at + n])
+        assert got.shape == want.shape
+        worst = max(worst, relative_difference(got, want))
+        at += n
+    return worst
+
+
 @pytest.mark.parametrize("kind", ["code2wav", "12 Hz decoder"])
 @pytest.mark.parametrize("pushes", [(1, 4, 13, 3, 12, 7), (13, 1, 2)])
 def test_a_static_stream_gives_an_ordinary_streams_samples(kind: str, pushes: tuple[int, ...]) -> None:
@@ -53,12 +67,7 @@ def test_a_static_stream_gives_an_ordinary_streams_samples(kind: str, pushes: tu
     codes = torch.randint(0, 64, (1, 16, sum(pushes)), generator=torch.Generator().manual_seed(1))
     static, plain = decoder.fresh_stream(), decoder.stream()
     assert isinstance(static, StaticDecoderStream) and not isinstance(plain, StaticDecoderStream)
-    at, worst = 0, 0.0
-    for n in pushes:
-        got, want = static.push(codes[..., at : at + n]), plain.push(codes[..., at : at + n])
-        assert got.shape == want.shape
-        worst = max(worst, relative_difference(got, want))
-        at += n
+    worst = _pushed_alike(static, plain, codes, 0, pushes)
     print(f"{kind}: static against ordinary {worst:.1e}")
     assert worst < REL, worst
 
@@ -104,8 +113,6 @@ def test_an_ordinary_stream_resumed_without_its_attention_state_is_refused() -> 
     """The zeros a fixed state's first push stands in for the attention's past are for static streams only: an
     ordinary stream resumed from a state that lacks the attention layers' keys fails at its push, as it always did,
     rather than decoding against zeros."""
-    from ggtts.models.qwen3omni_code2wav.model import Code2WavStream
-
     decoder = _decoder("code2wav")
     codes = torch.randint(0, 64, (1, 16, 6), generator=torch.Generator().manual_seed(3))
     stream = decoder.stream()
@@ -115,3 +122,24 @@ def test_an_ordinary_stream_resumed_without_its_attention_state_is_refused() -> 
     resumed = Code2WavStream.resumed(decoder, 5, codes.shape[:-1], kept)
     with pytest.raises(RuntimeError):
         resumed.push(codes[..., 5:])
+
+
+@pytest.mark.parametrize("kind", ["code2wav", "12 Hz decoder"])
+@pytest.mark.parametrize("primed", [3, 9])
+def test_a_static_stream_goes_on_from_an_ordinary_one(kind: str, primed: int) -> None:
+    """A decoder primed with a recording's frames (an ordinary stream, as a cloned voice's), then continued over
+    the fixed tensors (its state copied in: the attention's fewer keys than the window's, 3 frames here, at the end
+    of the fixed ones): the samples of the ordinary stream forked from it, whatever the primed stream does after;
+    the primed stream is left as it is."""
+    decoder = _decoder(kind)
+    assert decoder.static is not None
+    codes = torch.randint(0, 64, (1, 16, primed + 18), generator=torch.Generator().manual_seed(4))
+    source = decoder.stream()
+    source.push(codes[..., :primed])
+    static, plain = decoder.static.continued(source), source.fork()
+    source.push(codes[..., :2])  # the primed stream moves on apart (the static one goes on from where it was)
+    kept = {name: t.clone() for name, t in source.saved().items()}
+    worst = _pushed_alike(static, plain, codes, primed, (1, 4, 13))
+    print(f"{kind}, {primed} frames primed: static going on against ordinary {worst:.1e}")
+    assert worst < REL, worst
+    assert all(torch.equal(t, kept[name]) for name, t in source.saved().items())

@@ -120,10 +120,16 @@ def _icl_generate(built: Built, text: str, voice: Any, frames: int, non_streamin
     ("name", "text"),
     [("sam", "The quick brown fox jumps over the lazy dog, twice."), ("lena", "Hello, world!")],
 )
-def test_in_context_cloning_follows_upstream(base: Built, name: str, text: str) -> None:
+@pytest.mark.parametrize("decoder", ["stream", "static stream"])
+def test_in_context_cloning_follows_upstream(base: Built, name: str, text: str, decoder: str) -> None:
     """A recording shorter than the text (its text runs on into the generated frames' inputs) and one longer (its
-    frames run on over tts_pad): the prompt, 40+ greedy frames of every codebook, and the audio after the cut."""
+    frames run on over tts_pad): the prompt, 40+ greedy frames of every codebook, and the audio after the cut; also
+    with the decoder's pushes over fixed tensors going on from the primed decoder (a GPU's graphs, here eagerly)."""
+    from ggtts.families.qwen3omni.pipeline import DECODER_GRAPH_FRAMES
+
     model = load(base.path)
+    if decoder == "static stream":
+        model.decoder.use_static_streams(model.decoder.cfg.num_quantizers, DECODER_GRAPH_FRAMES, capture=False)
     assert sorted(model.voices) == ["lena", "sam"]
     voice = read_voice(base.work / f"{name}.gguf")
     codes, seen = _icl_generate(base, text, voice, FRAMES, non_streaming=False)
@@ -142,6 +148,7 @@ def test_in_context_cloning_follows_upstream(base: Built, name: str, text: str) 
     cut = reference.shape[-1] * model.decoder.cfg.total_upsample
     assert len(speech.samples) == len(whole) - cut
     np.testing.assert_allclose(speech.samples, whole[cut:], rtol=0, atol=1e-4)
+    assert (model.decoder.static is not None and list(model.decoder.static.lanes) == [1]) == (decoder != "stream")
 
 
 def test_the_non_streaming_in_context_prompt_is_upstreams(base: Built) -> None:
@@ -170,9 +177,9 @@ def test_a_primed_decoder_is_shared_not_spent(base: Built) -> None:
 
 
 def test_a_base_models_warm_up_makes_its_decoders_graphs(base: Built) -> None:
-    """A Base model's voices are cloned ones, heard in context: their streams decode on from the recording (ordinary
-    streams). Its warm-up speaks with no voice instead, so with the steps as graphs (a GPU's; here eagerly) the
-    speech decoder's fixed-tensor streams are made there too, not by the first voiceless request."""
+    """A Base model's warm-up speaks with no voice (no recording to prime the decoder with first): with the steps as
+    graphs (a GPU's; here eagerly) it makes the speech decoder's fixed-tensor streams, over which its in-context
+    voices' utterances then go on from their primed decoders, making none."""
     from ggtts.families.qwen3omni.pipeline import static_decoder
 
     model = load(base.path)
@@ -181,7 +188,11 @@ def test_a_base_models_warm_up_makes_its_decoders_graphs(base: Built) -> None:
     static_decoder(model.talker, model.decoder, model.decoder.cfg.num_quantizers, model.lanes)
     assert model.decoder.static is not None and not model.decoder.static.lanes
     model.warm_up()
-    assert list(model.decoder.static.lanes) == [1]
+    assert list(model.decoder.static.lanes) == [1] and not model._primed
+    lane = model.decoder.static.lanes[1]
+    model.synthesize("Hello there.", voice="lena", temperature=0, max_frames=6)
+    assert "lena" in model._primed and model.decoder.static.lanes == {1: lane}
+    assert getattr(lane.owner, "frames", 0) > 6  # the voice's utterance went on over it, from its recording's frames
 
 
 def test_bad_in_context_voices_are_refused(base: Built, tmp_path: Path) -> None:

@@ -120,8 +120,8 @@ class Qwen3TTSPipeline(TTSModel):
                 "languages": ["auto", *languages]}  # fmt: skip
 
     def warm_up(self) -> None:
-        # a built-in speaker, else none (a Base model's voiceless request): a cloned voice heard in context decodes
-        # on from its recording (an ordinary stream), so it would leave the decoder's graphs unmade
+        # a built-in speaker, else none (a Base model's voiceless request: a request with an in-context voice would
+        # first prime the decoder with its recording, time the warm-up does not need)
         voice = next(iter(self.talker.cfg.speakers), None)
         instructions = "A calm voice." if self.talker.cfg.model_type == "voice_design" else None
         warm_talker(self.talker, lambda **options: self.stream("Hello.", voice, instructions=instructions, **options))
@@ -194,7 +194,7 @@ class Qwen3TTSPipeline(TTSModel):
                 primed = self.decoder.stream()
                 primed.push(voice.codes.T.unsqueeze(0))  # its audio is the recording's again: not spoken
             self._primed[voice.name] = primed
-        return primed.fork()
+        return self.decoder.going_on(primed)
 
     def _resumed(self, voice: ClonedVoice) -> Code2WavStream | None:
         """The decoder after the recording as ``voice create`` stored it, where this decoder made it, checked by

@@ -118,6 +118,13 @@ class StreamingDecoder(nn.Module):
 
         self.static = StaticDecoderStreams(self, codebooks, sizes, capture)
 
+    def going_on(self, stream: Code2WavStream) -> Code2WavStream:
+        """A stream going on from where ``stream`` is (which is left as it is, e.g. a decoder primed with a cloned
+        voice's recording): over fixed tensors after :meth:`use_static_streams`, else ``stream``'s fork."""
+        if self.static is not None:
+            return self.static.continued(stream)
+        return stream.fork()
+
     def fresh_stream(self) -> Code2WavStream:
         """A stream from the start that is only pushed (not forked or saved): over fixed tensors after
         :meth:`use_static_streams` (one stream at a time then), else :meth:`stream`'s."""

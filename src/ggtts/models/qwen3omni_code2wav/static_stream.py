@@ -16,8 +16,9 @@ what the CPU tests run.
 
 The graphs are captured when the first stream of a batch size starts (before any of its frames): a server's warm-up
 does it. One stream at a time per batch size (a model serves one request at a time): a newer stream takes the fixed
-tensors, and a push to an older one is an error. A stream forked from another, or resumed from a stored state
-(Qwen3-TTS's cloned voices), is an ordinary :class:`Code2WavStream`.
+tensors, and a push to an older one is an error. A static stream can go on from an ordinary one
+(:meth:`StaticDecoderStreams.continued`: Qwen3-TTS's decoder primed with a cloned voice's recording), its state
+copied in at the first push; a static stream itself is neither forked nor saved.
 """
 
 from __future__ import annotations
@@ -97,6 +98,16 @@ class StaticDecoderStreams:
         self.sizes = tuple(sorted(set(sizes), reverse=True))
         self.lanes: dict[int, _Lane] = {}
 
+    def continued(self, stream: Code2WavStream) -> StaticDecoderStream:
+        """A static stream going on from where the ordinary ``stream`` is (a decoder primed with a cloned voice's
+        recording): its state is copied into the fixed tensors at the first push; ``stream`` is left as it is."""
+        if stream.model is not self.decoder:
+            raise ValueError("a stream of another decoder")
+        out = StaticDecoderStream(self)
+        out.frames, out._shape = stream.frames, stream._shape
+        out._start_state = {layer: t.clone() for layer, t in stream._state.items()}
+        return out
+
     def lane(self, batch: int) -> _Lane:
         if batch not in self.lanes:
             self.lanes[batch] = _Lane(self.decoder, self.codebooks, batch, self.sizes, self.capture)
@@ -115,6 +126,7 @@ class StaticDecoderStream(Code2WavStream):
         super().__init__(streams.decoder)
         self.streams = streams
         self._lane: _Lane | None = None
+        self._start_state: dict[nn.Module, torch.Tensor] = {}  # where it goes on from (StaticDecoderStreams.continued)
 
     def fork(self) -> Code2WavStream:
         raise RuntimeError("a static stream's state is its decoder's fixed tensors: fork an ordinary stream")
@@ -126,6 +138,8 @@ class StaticDecoderStream(Code2WavStream):
         if self._lane is None:
             self._lane = self.streams.lane(codes.shape[0])
             self._lane.begin(self)
+            if self.frames:
+                _load(self._lane.state, self._start_state)
         elif self._lane.owner is not self:
             raise RuntimeError("this decoder stream was replaced by a newer one of the same decoder (one at a time)")
         lane, at, parts, n = self._lane, 0, [], codes.shape[-1]
@@ -137,3 +151,20 @@ class StaticDecoderStream(Code2WavStream):
             parts.append(lane.graphs[key]().clone())  # the graph's output is overwritten by its next replay
             at += size
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+
+
+def _load(state: FixedState, start: dict[nn.Module, torch.Tensor]) -> None:
+    """An ordinary stream's state into the fixed tensors: each layer's as it is, an attention layer's keys and values
+    of fewer positions than the fixed ones (a stream not yet past its window) at their end, zeros before them (the
+    positions before the stream's start, which the mask hides)."""
+    for layer, fixed in state.items():
+        value = start.get(layer)
+        if value is None:
+            raise ValueError("the stream to go on from lacks a layer's state")
+        if value.shape == fixed.shape:
+            fixed.copy_(value)
+        elif value.dim() == 5 and value.shape[:3] == fixed.shape[:3] and value.shape[3] < fixed.shape[3]:
+            fixed.zero_()
+            fixed[:, :, :, fixed.shape[3] - value.shape[3] :].copy_(value)
+        else:
+            raise ValueError(f"a layer's state of shape {list(value.shape)} where {list(fixed.shape)} is kept")
