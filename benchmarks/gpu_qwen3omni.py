@@ -52,7 +52,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_qwen3omni import _code2wav_model, _convert_talker, _talker_model
+from bench_qwen3omni import TALKER_TEXT, _code2wav_model, _convert_talker, _talker_model
 from gpu_qwen2 import peak_mib, profile_table, reset_memory, sync
 
 from ggtts.families.qwen3omni.generate import (
@@ -248,6 +248,11 @@ def forced_difference(eager: Talker, graph: Talker, x: TalkerInputs, frames: int
     return {"max_rel_diff": worst, "cp_frames_equal": same, "forced_frames": frames}
 
 
+def _shape(path: Path) -> tuple[int, int]:
+    talker = TalkerConfig.from_gguf(GGUFFile(path)).talker
+    return talker.dim, talker.n_layers
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--frames", type=int, default=200)
@@ -263,6 +268,9 @@ def main() -> None:
     want = set(args.variants.split(","))
     t0 = time.perf_counter()
     path = directory / "talker-f16.gguf"
+    full = (TALKER_TEXT["hidden_size"], TALKER_TEXT["num_hidden_layers"])
+    if path.exists() and (full == _shape(path)) == args.small:  # another run's file, of the other size: not this one
+        path.unlink()
     # the transformers model: for its rows, or to write the file (a step before in the same --dir wrote it)
     hf = build(directory, args.small) if "transformers" in want or not path.exists() else None
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"

@@ -143,3 +143,19 @@ def test_a_static_stream_goes_on_from_an_ordinary_one(kind: str, primed: int) ->
     print(f"{kind}, {primed} frames primed: static going on against ordinary {worst:.1e}")
     assert worst < REL, worst
     assert all(torch.equal(t, kept[name]) for name, t in source.saved().items())
+
+
+def test_a_stream_that_cannot_go_on_from_its_state_refuses_every_push() -> None:
+    """Going on from a state that lacks a layer's (an ordinary stream resumed from an incomplete one) is refused at
+    the first push, and at every push after it: nothing decoded from a half-loaded state."""
+    decoder = _decoder("code2wav")
+    assert decoder.static is not None
+    codes = torch.randint(0, 64, (1, 16, 6), generator=torch.Generator().manual_seed(5))
+    source = decoder.stream()
+    source.push(codes[..., :4])
+    kept = {name: t for name, t in source.saved().items() if "self_attn" not in name}
+    static = decoder.static.continued(Code2WavStream.resumed(decoder, 4, codes.shape[:-1], kept))
+    for _ in range(2):
+        with pytest.raises(ValueError, match="lacks a layer's state"):
+            static.push(codes[..., 4:])
+    assert static.frames == 4

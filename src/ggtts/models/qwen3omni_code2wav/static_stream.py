@@ -139,7 +139,11 @@ class StaticDecoderStream(Code2WavStream):
             self._lane = self.streams.lane(codes.shape[0])
             self._lane.begin(self)
             if self.frames:
-                _load(self._lane.state, self._start_state)
+                try:
+                    _load(self._lane.state, self._start_state)
+                except ValueError:
+                    self._lane = None  # (not half-loaded: the next push tries again, and fails again)
+                    raise
         elif self._lane.owner is not self:
             raise RuntimeError("this decoder stream was replaced by a newer one of the same decoder (one at a time)")
         lane, at, parts, n = self._lane, 0, [], codes.shape[-1]
