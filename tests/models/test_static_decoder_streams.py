@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 import torch
 
+from ggtts.models.layers.fixed_state import FIRST
 from ggtts.models.qwen3omni_code2wav.config import Code2WavConfig
 from ggtts.models.qwen3omni_code2wav.model import Code2Wav, Code2WavStream, StreamingDecoder
-from ggtts.models.qwen3omni_code2wav.static_stream import FIRST, StaticDecoderStream
+from ggtts.models.qwen3omni_code2wav.static_stream import StaticDecoderStream
 from ggtts.models.qwen3tts.config import DecoderConfig
 from ggtts.models.qwen3tts.decoder import SpeechDecoder
 from near_ties import relative_difference

@@ -5,19 +5,27 @@ families' speech decoders' static streams).
 A streaming layer keeps its state with ``state[layer] = new`` and reads it with ``state.get(layer)``; over a
 :class:`FixedState` the assignment copies into the layer's tensor instead, so the layers' own streaming code runs
 unchanged. A push of ``n`` frames is made of pushes of a few fixed sizes (:func:`pieces`), the state carrying across
-them as across pushes.
+them as across pushes. :class:`FixedStreams` keeps a :class:`FixedLane` per batch size: its state, its fixed inputs
+and a graph per push size, captured when its first stream starts (a server's warm-up). One stream at a time per
+batch size (a model serves one request at a time): a newer stream takes the fixed tensors, and a push to an older
+one is an error.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
 
 from ggtts.models.layers.channels_last import zeros_before
+from ggtts.ops.step_graph import StepGraph
 
-__all__ = ["FixedState", "pieces"]
+__all__ = ["FIRST", "FixedLane", "FixedState", "FixedStreams", "pieces"]
+
+# a decoder's push: (codes (B, codebooks, n), the push's first frame in the stream (a () tensor), the state) -> audio
+Run = Callable[[torch.Tensor, torch.Tensor, dict[nn.Module, torch.Tensor]], torch.Tensor]
+FIRST = 0  # the key of a stream's first frame's graph (its other keys: the push sizes)
 
 
 class FixedState(dict[nn.Module, torch.Tensor]):
@@ -40,6 +48,17 @@ class FixedState(dict[nn.Module, torch.Tensor]):
         torch._foreach_zero_(list(self.values()))
 
 
+class _Unread(FixedState):
+    """The fixed tensors as a stream's first push sees them: no state yet (each layer's first-push rule applies),
+    every new state still copied into place."""
+
+    def __contains__(self, layer: object) -> bool:
+        return False
+
+    def get(self, layer: nn.Module, default: torch.Tensor | None = None) -> torch.Tensor | None:  # type: ignore[override]
+        return default
+
+
 def pieces(sizes: Sequence[int], n: int) -> list[int]:
     """``n`` frames as pushes of ``sizes`` (1 among them), largest first."""
     out = []
@@ -48,3 +67,97 @@ def pieces(sizes: Sequence[int], n: int) -> list[int]:
             out.append(size)
             n -= size
     return out
+
+
+class FixedLane:
+    """A batch size's fixed state, codes and graphs (one per push size) of a decoder's pushes ``run``. With
+    ``positioned``, the push's first frame in the stream is read from a tensor (:attr:`start`) and a stream's first
+    frame has a graph of its own (key :data:`FIRST`), which reads no state."""
+
+    def __init__(
+        self, run: Run, codebooks: int, batch: int, sizes: Sequence[int], device: torch.device, capture: bool,
+        positioned: bool = False,
+    ) -> None:  # fmt: skip
+        self.sizes, self.positioned = tuple(sizes), positioned
+        self.start = torch.zeros((), dtype=torch.long, device=device)
+        learnt: dict[nn.Module, torch.Tensor] = {}  # the shapes and layouts a stream's state takes: one eager push
+        with torch.inference_mode():
+            run(torch.zeros(batch, codebooks, 1, dtype=torch.long, device=device), self.start, learnt)
+        self.state = FixedState.zeros_like(learnt)
+        self.codes = {n: torch.zeros(batch, codebooks, n, dtype=torch.long, device=device) for n in sizes}
+        self.graphs = {n: StepGraph(self._step(run, n, self.state), device, capture) for n in sizes}
+        if positioned:
+            unread = _Unread()
+            dict.update(unread, self.state)
+            self.graphs[FIRST] = StepGraph(self._step(run, 1, unread), device, capture)
+        self.ready = False
+        self.owner: object | None = None
+
+    def _step(self, run: Run, n: int, state: FixedState) -> Callable[[], torch.Tensor]:
+        codes = self.codes[n]
+
+        def step() -> torch.Tensor:
+            return run(codes, self.start, state)
+
+        return step
+
+    def begin(self, owner: object) -> None:
+        """Make ``owner`` the stream whose frames the fixed tensors hold, from zeros (every graph captured first:
+        the capture's runs change the state, which is then zeroed)."""
+        if not self.ready:
+            with torch.inference_mode():
+                for graph in self.graphs.values():
+                    graph()
+            self.ready = True
+        with torch.inference_mode():
+            self.state.zero_()
+        self.owner = owner
+
+    def push(self, codes: torch.Tensor, frames: int) -> torch.Tensor:
+        """The audio of ``codes`` ``(B, codebooks, n)`` (checked, ``n >= 1``) after the stream's ``frames`` frames:
+        the graphs of the fixed sizes, largest first (a stream's first frame through its own where positioned)."""
+        n, at, parts = codes.shape[-1], 0, []
+        first = self.positioned and frames == 0
+        for key in ([FIRST] if first else []) + pieces(self.sizes, n - first):
+            size = max(key, 1)
+            self.codes[size].copy_(codes[..., at : at + size])
+            if self.positioned:
+                self.start.fill_(frames + at)
+            parts.append(self.graphs[key]().clone())  # the graph's output is overwritten by its next replay
+            at += size
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=-1)
+
+
+class FixedStreams:
+    """A decoder's fixed-tensor streams: a :class:`FixedLane` per batch size, made by ``make(batch)`` on first use;
+    ``sizes``: the push sizes (1 among them)."""
+
+    def __init__(self, make: Callable[[int], FixedLane], sizes: Sequence[int]) -> None:
+        if not sizes or min(sizes) != 1:
+            raise ValueError(f"the push sizes must include 1 (any push is made of them), not {list(sizes)}")
+        self.make = make
+        self.sizes = tuple(sorted(set(sizes), reverse=True))
+        self.lanes: dict[int, FixedLane] = {}
+
+    def lane(self, batch: int) -> FixedLane:
+        if batch not in self.lanes:
+            self.lanes[batch] = self.make(batch)
+        return self.lanes[batch]
+
+    def taken(self, lane: FixedLane | None, owner: object, batch: int, what: str) -> FixedLane:
+        """``owner``'s lane: the batch size's, taken at its first push (``lane`` None), else ``lane`` while
+        ``owner`` holds it (a newer stream took it: an error naming ``what``)."""
+        if lane is None:
+            lane = self.lane(batch)
+            lane.begin(owner)
+        elif lane.owner is not owner:
+            raise RuntimeError(f"this {what} stream was replaced by a newer one of the same {what} (one at a time)")
+        return lane
+
+    def pieces(self, n: int) -> list[int]:
+        """``n`` frames as the fixed sizes, largest first."""
+        return pieces(self.sizes, n)
+
+    @property
+    def captured(self) -> bool:
+        return any(g.captured for lane in self.lanes.values() for g in lane.graphs.values())
