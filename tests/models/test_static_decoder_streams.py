@@ -160,3 +160,20 @@ def test_a_stream_that_cannot_go_on_from_its_state_refuses_every_push() -> None:
         with pytest.raises(ValueError, match="lacks a layer's state"):
             static.push(codes[..., 4:])
     assert static.frames == 4
+
+
+def test_a_static_stream_goes_on_only_from_its_own_decoders_stream_of_its_shape() -> None:
+    decoder, other = _decoder("code2wav"), _decoder("code2wav")
+    assert decoder.static is not None
+    codes = torch.randint(0, 64, (1, 16, 4), generator=torch.Generator().manual_seed(6))
+    source = other.stream()
+    source.push(codes[..., :2])
+    with pytest.raises(ValueError, match="a stream of another decoder"):
+        decoder.static.continued(source)
+    mine = decoder.stream()
+    mine.push(codes[..., :2])
+    static = decoder.static.continued(mine)
+    layer = next(layer for layer, t in static._start_state.items() if t.dim() == 4)
+    static._start_state[layer] = static._start_state[layer][..., :1]  # a state cut short
+    with pytest.raises(ValueError, match="a layer's state of shape"):
+        static.push(codes[..., 2:])

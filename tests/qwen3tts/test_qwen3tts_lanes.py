@@ -367,6 +367,8 @@ def test_a_graphed_frame_of_several_rows_picks_what_each_rows_logits_pick(built:
             assert torch.equal(row, want)
         with pytest.raises(ValueError, match="4 frames"):
             frames.many(hiddens + hiddens[:1], firsts + firsts[:1], [torch.Generator()] * 4)
+        with pytest.raises(ValueError, match="a graphed frame makes at least one row"):
+            GraphedFrame(cp, cfg.cp_sampling, greedy=True, seed=0, capture=False, rows=0)
 
 
 def test_gpu_lanes_make_the_frames_each_utterance_makes_alone_in_them(built: Built) -> None:
