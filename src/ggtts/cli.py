@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ggtts.families.base import Family
 
 from ggtts.flags import PROG
+from ggtts.runtime.device import device_memory_error
 
 MAX_LIST_ITEMS = 8  # metadata arrays longer than this are summarised by `info`
 QUICK_EXIT = ("speak",)  # commands whose success ends the process without the interpreter's teardown (run)
@@ -544,6 +545,9 @@ def _main(args: argparse.Namespace) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except Exception as e:  # a bug, not bad input: still one line, with the traceback on request
+        memory = device_memory_error(e, f"ggtts {args.command}", "use a quantized file, shorter input, or --device cpu")
+        if memory is not None:
+            return _fail(str(memory))
         if os.environ.get("GGTTS_DEBUG"):
             raise
         return _fail(f"internal error: {type(e).__name__}: {e} (set GGTTS_DEBUG=1 for the traceback)")

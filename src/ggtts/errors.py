@@ -19,3 +19,7 @@ class ConversionError(GGTTSError):
 
 class InputError(GGTTSError, ValueError):
     """Bad user input: empty or oversized text, unknown voice, speed out of range."""
+
+
+class DeviceMemoryError(GGTTSError):
+    """The GPU's memory ran out (loading a model, capturing its graphs, or speaking a request)."""

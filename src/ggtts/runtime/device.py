@@ -5,10 +5,11 @@ asks torch."""
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ggtts.errors import InputError
+from ggtts.errors import DeviceMemoryError, InputError
 
 AUTO = "auto"
 DEVICE_NAMES = "auto, cpu, cuda, cuda:N"
@@ -67,3 +68,17 @@ def choose_device(asked: str | None, say: Callable[[str], None]) -> str:
     if note is not None:
         say(note)
     return device
+
+
+def device_memory_error(exc: BaseException, what: str, advice: str) -> DeviceMemoryError | None:
+    """``exc`` as one clear error where it is torch's out-of-memory error of a GPU (None otherwise): ``what`` ran
+    out of the GPU's memory, torch's first words on it (what it tried to allocate, what was free), then ``advice``.
+    The memory torch's allocator keeps cached is given back first, for whatever runs next."""
+    torch = sys.modules.get("torch")  # (not imported: nothing ran on a GPU)
+    if torch is None or not isinstance(exc, torch.OutOfMemoryError):
+        return None
+    if torch.cuda.is_initialized():
+        torch.cuda.empty_cache()
+    said = " ".join(str(exc).split())
+    said = ". ".join(said.split(". ")[:3]).rstrip(".")  # "CUDA out of memory. Tried to allocate ... is free"
+    return DeviceMemoryError(f"{what} ran out of GPU memory ({said}); {advice}")

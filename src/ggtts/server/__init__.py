@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ggtts.api import DEFAULT_MODEL
 from ggtts.errors import GGTTSError
 from ggtts.flags import LOAD, PER_CALL, add_flags, family_flags
+from ggtts.runtime.device import device_memory_error
 from ggtts.runtime.threads import add_threads_argument, models_on_their_threads
 from ggtts.runtime.threads import configure as configure_threads
 from ggtts.server.settings import (
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ggtts.server")
 WILDCARD_HOSTS = frozenset({"0.0.0.0", "::", ""})
+# what a server told that a model does not fit in the GPU's memory can do
+LOAD_ADVICE = "load fewer models or copies (--replicas), fewer streams together (--parallel), or a quantized file"
 ANY_HOST = "*"
 
 
@@ -93,13 +96,20 @@ def load_models(
     for name, source in model_names(specs):
         copies = models.setdefault(name, [])
         for copy in range(replicas):
-            log.info("loading model '%s' from %s%s", name, source, f" (copy {copy + 1} of {replicas})" * (replicas > 1))
-            model = load(None if source == DEFAULT_MODEL else source, **(options or {}))
-            copies.append(model)
+            which = f" (copy {copy + 1} of {replicas})" * (replicas > 1)
+            log.info("loading model '%s' from %s%s", name, source, which)
             try:
-                model.warm_up()  # the first request pays neither for the text frontend nor for compiling
-            except GGTTSError as exc:  # a request that needs what failed will say so; the others can be served
-                log.warning("could not warm up model '%s' (%s): %s", name, source, exc)
+                model = load(None if source == DEFAULT_MODEL else source, **(options or {}))
+                copies.append(model)
+                try:
+                    model.warm_up()  # the first request pays neither for the text frontend nor for compiling
+                except GGTTSError as exc:  # a request that needs what failed will say so; the others can be served
+                    log.warning("could not warm up model '%s' (%s): %s", name, source, exc)
+            except Exception as exc:  # (a model that does not fit would fail every request: the server stops here)
+                error = device_memory_error(exc, f"loading model '{name}'{which}", LOAD_ADVICE)
+                if error is None:
+                    raise
+                raise error from None
     return models
 
 

@@ -21,6 +21,7 @@ from ggtts.api import TTSModel
 from ggtts.audio import Audio
 from ggtts.errors import GGTTSError, InputError
 from ggtts.families.base import UnknownVoiceError, VoiceMix, VoiceWeightError, check_unicode
+from ggtts.runtime.device import device_memory_error
 from ggtts.server.errors import ApiError
 from ggtts.server.options import RequestBodies, request_bodies, request_options
 from ggtts.server.schemas import SpeechRequest
@@ -31,6 +32,7 @@ from ggtts.server.worker import ClientGone, Deadline, ModelWorker, Steps
 from ggtts.text.incremental import FIRST_CLAUSE_MIN_WORDS, MAX_CHARS, TextStream
 
 log = logging.getLogger("ggtts.server")
+OUT_OF_MEMORY_RETRY_S = 1  # Retry-After of a request the GPU had no memory for
 T = TypeVar("T")
 
 # OpenAI's model and voice names: clients written for OpenAI send them, often hard-coded. A model or voice loaded
@@ -95,6 +97,10 @@ def synthesis_error(exc: Exception) -> ApiError:
         return ApiError(400, str(exc), code="invalid_input")
     if isinstance(exc, GGTTSError):
         return ApiError(500, f"synthesis failed: {exc}", code="synthesis_failed")
+    memory = device_memory_error(exc, "synthesis", "try again later, or with shorter input")
+    if memory is not None:  # the GPU's memory, taken by what ran beside it: the next request may fit
+        log.warning("%s", memory)
+        return ApiError(503, str(memory), code="out_of_memory", headers={"Retry-After": str(OUT_OF_MEMORY_RETRY_S)})
     log.error("synthesis failed", exc_info=exc)
     return ApiError(500, f"synthesis failed ({type(exc).__name__}); see the server log", code="synthesis_failed")
 
