@@ -37,23 +37,34 @@ class Shadow:
     def takes(self, *args: Any) -> bool:
         return bool(self.graph.takes(*args))
 
+    def takes_rows(self, *args: Any) -> bool:
+        return bool(self.graph.takes_rows(*args))
+
     def current(self) -> bool:
         return bool(self.graph.current())
 
-    def step(self, x: torch.Tensor, cache: Any, start: int, key_valid: Any, memory: Any, priors: Any) -> Any:
+    def step_many(self, parts: list[Any]) -> list[Any]:
+        """Each utterance's share of the graph step against the modules' step of it alone."""
         from ggtts.models.magpie.model import LayerInputs
 
-        twin = cache.rows(0, cache.k.shape[1])
-        twin.k, twin.v = cache.k.clone(), cache.v.clone()
-        got = self.graph.step(x, cache, start, key_valid, memory, priors)
-        inputs = LayerInputs(cache=twin, start=start, key_valid=key_valid, memory=memory, cross_rows=1, priors=priors)
-        hidden, probs = self.model.decode(x[:, None], inputs)
-        want = hidden[:, -1]
-        pairs = [(got.hidden, want), (got.logits, self.model.logits(want).reshape(want.shape[0], -1))]
-        pairs += [(g, w) for g, w in zip(got.probs, probs, strict=True) if w is not None]
-        pairs += [(cache.k[:, :, :, start], twin.k[:, :, :, start]), (cache.v[:, :, :, start], twin.v[:, :, :, start])]
-        self.errors.append(max(float((g - w).norm() / w.norm()) for g, w in pairs))
-        return got
+        twins = []
+        for part in parts:
+            twin = part.cache.rows(0, part.cache.k.shape[1])
+            twin.k, twin.v = part.cache.k.clone(), part.cache.v.clone()
+            twins.append(twin)
+        results = self.graph.step_many(parts)
+        for part, twin, got in zip(parts, twins, results, strict=True):
+            cache, start = part.cache, part.start
+            inputs = LayerInputs(cache=twin, start=start, key_valid=part.key_valid, memory=part.memory, cross_rows=1,
+                                 priors=part.priors)  # fmt: skip
+            hidden, probs = self.model.decode(part.x[:, None], inputs)
+            want = hidden[:, -1]
+            pairs = [(got.hidden, want), (got.logits, self.model.logits(want).reshape(want.shape[0], -1))]
+            pairs += [(g, w) for g, w in zip(got.probs, probs, strict=True) if w is not None]
+            pairs += [(cache.k[:, :, :, start], twin.k[:, :, :, start]),
+                      (cache.v[:, :, :, start], twin.v[:, :, :, start])]  # fmt: skip
+            self.errors.append(max(float((g - w).norm() / w.norm()) for g, w in pairs))
+        return results
 
     def local_step(self, x: torch.Tensor, cache: Any, start: int, table: int) -> torch.Tensor:
         twin = cache.rows(0, cache.k.shape[1])

@@ -8,22 +8,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _magpie_tiny import tiny_magpie_files
 
 pytestmark = pytest.mark.needs_reference
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    pytest.importorskip("nemo.collections.tts", reason="needs NeMo (nemo_toolkit) to build the reference model")
-    from ggtts.convert.magpie_nemo import convert_magpie
-    from ggtts.convert.nanocodec_nemo import convert_nanocodec
-    from ggtts.measure.magpie.upstream import build_tiny_codec
-    from ggtts.measure.magpie.upstream_tts import build_tiny_magpie
-
-    work = tmp_path_factory.mktemp("magpie-pipeline")
-    codec = build_tiny_codec(work / "codec.nemo", seed=1)
-    model = build_tiny_magpie(work / "model.nemo", codec, seed=1)
-    return convert_magpie([model], work / "tiny.gguf", "f32"), convert_nanocodec([codec], work / "codec.gguf", "f32")
+    return tiny_magpie_files(tmp_path_factory.mktemp("magpie-pipeline"), seed=1)
 
 
 def test_speaks_with_the_codec_found_beside_it(files: tuple[Path, Path]) -> None:

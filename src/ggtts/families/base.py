@@ -429,13 +429,13 @@ def read_first(items: Iterator[Any], n: int) -> None:
 MAX_PARALLEL = 64  # utterances one copy of a model decodes together (the ``parallel`` load option)
 
 
-def parallel_load_option(what: str) -> Any:
+def parallel_load_option(what: str, devices: str = "CPU and CUDA") -> Any:
     """The ``parallel`` load option of a family whose utterances can decode together (continuous batching:
-    :mod:`ggtts.runtime.lanes`); ``what``: the steps they share."""
+    :mod:`ggtts.runtime.lanes`); ``what``: the steps they share; ``devices``: where."""
     return option(
         1,
         f"decode up to N utterances together (continuous batching: streams asked at once share each step of {what}; "
-        "CPU and CUDA); default 1, each alone",
+        f"{devices}); default 1, each alone",
         flag="--parallel",
         check=check_number("parallel", 1, MAX_PARALLEL, whole=True),
     )

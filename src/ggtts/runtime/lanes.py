@@ -29,6 +29,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import torch
 
+from ggtts.audio import Audio
 from ggtts.runtime.cancel import check_cancelled
 from ggtts.runtime.frames import TokenDecoder
 from ggtts.runtime.kv_cache import KVCache, KVCacheFullError
@@ -368,3 +369,27 @@ class _Outputs(Iterator[T]):
     def __del__(self) -> None:
         if not self._job.given_up:
             self.close()
+
+
+def speeches_in_lanes(
+    lanes: LaneLoop[Audio], n: int, make: Callable[[int, float], LaneWork[Audio]], offset: float = 0.0
+) -> Generator[Audio, None, float]:
+    """``n`` chunks' speech spoken in ``lanes`` beside other requests', one after another: ``make(i, offset)``
+    builds chunk ``i``'s work (on the loop's thread) starting ``offset`` seconds in. The first joins the loop now, as it
+    is asked for (requests asked together decode together); each next one when the one before has ended. The
+    generator returns the offset after the last."""
+    first = lanes.run(lambda: make(0, offset)) if n else iter(())
+    return _spoken(lanes, n, make, offset, first)
+
+
+def _spoken(
+    lanes: LaneLoop[Audio], n: int, make: Callable[[int, float], LaneWork[Audio]], offset: float, first: Iterator[Audio]
+) -> Generator[Audio, None, float]:
+    outputs = first
+    for i in range(n):
+        if i:
+            outputs = lanes.run(lambda i=i, at=offset: make(i, at))  # type: ignore[misc]
+        for audio in outputs:
+            offset = audio.offset + audio.duration
+            yield audio
+    return offset

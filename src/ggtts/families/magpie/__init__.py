@@ -12,7 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ggtts.families.base import Capabilities, Companion, Family, check_flag, check_number, check_seed, option
+from ggtts.families.base import (
+    Capabilities,
+    Companion,
+    Family,
+    LoadOptions,
+    check_flag,
+    check_number,
+    check_seed,
+    option,
+    parallel_load_option,
+)
 from ggtts.gguf.keys import Magpie as K
 from ggtts.gguf.keys import NanoCodec as NanoCodecKeys
 
@@ -60,6 +70,11 @@ class MagpieOptions:
     )
 
 
+@dataclass(frozen=True)
+class MagpieLoadOptions(LoadOptions):
+    parallel: int = parallel_load_option("the decoder and the local transformer", devices="CPU only")
+
+
 def voices(gguf: object) -> list[str]:
     from ggtts.gguf import GGUFFile
 
@@ -74,6 +89,7 @@ FAMILY = Family(
     architectures=(K.ARCH,),
     pipeline="ggtts.families.magpie.pipeline:MagpieTTSPipeline",
     options=MagpieOptions,
+    load_options=MagpieLoadOptions,
     capabilities=Capabilities(speed=(1.0, 1.0), languages=LANGUAGES, max_input_chars=MAX_CHARS),
     voices=voices,  # type: ignore[arg-type]
     companions=(

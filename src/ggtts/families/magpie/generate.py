@@ -25,7 +25,7 @@ too, code for code, at a cost that grows with the square of the length.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -33,6 +33,7 @@ import torch
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.magpie.model import LayerInputs, MagpieTTS, new_cache
 from ggtts.models.magpie.static_steps import StaticDecoder, compiled
+from ggtts.models.magpie.step_graph import DecoderPart, StepResult
 from ggtts.ops.step_graph import StepGraph
 from ggtts.runtime.frames import decode_frames
 
@@ -123,23 +124,7 @@ class MagpieGenerator:
 
     def local_codes(self, hidden: torch.Tensor, forbid_eos: bool) -> torch.Tensor:
         """The last decoder rows (rows, D) -> codes (C, S) drawn by the local transformer."""
-        m, lt = self.model, self.cfg.local_transformer
-        rows = hidden.shape[0]
-        cache = new_cache(lt, self.cfg.tables + 1, rows, hidden.device)
-        x, start, codes = m.local_input(hidden), 0, []
-        graph = m.graph()
-        graph = graph if graph is not None and graph.takes(cache, None, rows) else None
-        for table in range(self.cfg.tables):
-            if graph is not None:  # the layers and the table's projection as one ggml graph
-                logits = self._guided(graph.local_step(x[:, -1], cache, start, table))
-            else:
-                logits = self._guided(m.local_logits(table, m.local_step(x, cache, start)))
-            start += x.shape[1]
-            code = self._draw(self._filter(logits, forbid_eos))  # (1,)
-            codes.append(int(code))
-            x = m.local_code_input(table, code.expand(rows))
-        # table index = codebook + frame_in_stack * C
-        return torch.tensor(codes, device=hidden.device).reshape(self.cfg.frame_stacking, self.cfg.num_codebooks).T
+        return local_codes_many([self], [hidden], [forbid_eos])[0]
 
     def argmax_codes(self, logits: torch.Tensor, forbid_eos: bool) -> torch.Tensor:
         """The parallel head's logits (1, S*C, V) -> its argmax codes (C, S) (NeMo's EOS stream)."""
@@ -190,8 +175,18 @@ class MagpieGenerator:
     @torch.inference_mode()
     def frames(self, text_ids: list[int], speaker: int) -> Iterator[torch.Tensor]:
         """Yield the codes (C, n) of each decoder step (n = S, fewer at the end); stop at EOS or the frame limit."""
-        steps = max(1, self.params.max_frames // self.cfg.frame_stacking)  # NeMo: max_decoder_steps // stacking
-        yield from decode_frames(_Utterance(self, text_ids, speaker, steps), steps)
+        steps = self.steps
+        yield from decode_frames(self.utterance(text_ids, speaker), steps)
+
+    @property
+    def steps(self) -> int:
+        """The most decoder steps an utterance runs (NeMo: max_decoder_steps // frame stacking)."""
+        return max(1, self.params.max_frames // self.cfg.frame_stacking)
+
+    def utterance(self, text_ids: list[int], speaker: int) -> Utterance:
+        """One utterance's decoding, stepped by :func:`~ggtts.runtime.frames.decode_frames` (:meth:`frames`) or
+        beside others' (:mod:`ggtts.families.magpie.lanes`)."""
+        return Utterance(self, text_ids, speaker, self.steps)
 
     def _eos_streams(self, codes: torch.Tensor, argmax: torch.Tensor) -> list[torch.Tensor]:
         if self.params.eos_method.startswith("argmax_or_multinomial"):
@@ -207,6 +202,39 @@ class MagpieGenerator:
         ones = torch.ones(text_len, device=device)
         rows = [ones] * tc + [ones if r is None else r for r in row_priors]
         return torch.stack(rows)[None]
+
+
+def local_codes_many(
+    gens: Sequence[MagpieGenerator], hiddens: Sequence[torch.Tensor], forbid_eos: Sequence[bool]
+) -> list[torch.Tensor]:
+    """Several utterances' frames drawn by the local transformer together: each one's last decoder rows (rows, D)
+    -> its codes (C, S). Their rows run through each table's step as one batch (on the CPU one ggml graph: each
+    weight read once for all of them; every frame starts at the first position, so they go in lock step); each
+    utterance draws from its own logits with its own generator and settings, in its own order, as it does alone."""
+    m, cfg = gens[0].model, gens[0].cfg
+    lt = cfg.local_transformer
+    sizes = [h.shape[0] for h in hiddens]
+    hidden = hiddens[0] if len(hiddens) == 1 else torch.cat(list(hiddens))
+    rows = hidden.shape[0]
+    cache = new_cache(lt, cfg.tables + 1, rows, hidden.device)
+    x, start = m.local_input(hidden), 0
+    codes: list[list[int]] = [[] for _ in gens]
+    graph = m.graph()
+    graph = graph if graph is not None and graph.takes_rows(cache, rows) else None
+    for table in range(cfg.tables):
+        if graph is not None:  # the layers and the table's projection as one ggml graph
+            logits = graph.local_step(x[:, -1], cache, start, table)
+        else:
+            logits = m.local_logits(table, m.local_step(x, cache, start))
+        start += x.shape[1]
+        picked = []
+        for i, (gen, part) in enumerate(zip(gens, logits.split(sizes), strict=True)):
+            code = gen._draw(gen._filter(gen._guided(part), forbid_eos[i]))  # (1,)
+            codes[i].append(int(code))
+            picked.append(code.expand(sizes[i]))
+        x = m.local_code_input(table, picked[0] if len(picked) == 1 else torch.cat(picked))
+    # table index = codebook + frame_in_stack * C
+    return [torch.tensor(c, device=hidden.device).reshape(cfg.frame_stacking, cfg.num_codebooks).T for c in codes]
 
 
 class DeviceFrame:
@@ -299,7 +327,7 @@ def device_frame(model: MagpieTTS, params: GenerationParams, rows: int) -> Devic
     return frame.reseed(params.seed)
 
 
-class _Utterance:
+class Utterance:
     """One utterance's decoder steps as a :class:`~ggtts.runtime.frames.FrameDecoder`: ``draw`` runs the local
     transformer, the parallel head, the attention prior and the EOS rule on the last decoder output; ``feed``
     embeds the kept stack and runs the decoder over it (cached, or from scratch in the two uncached modes)."""
@@ -368,15 +396,12 @@ class _Utterance:
             self.last, self.head, self.probs = out.hidden, out.logits, out.probs
             return
         if p.cached:
+            graph, part = m.graph(), self.graph_part()
+            if graph is not None and part is not None:
+                self.took(graph.step_many([part])[0])
+                return
             inputs.start = self.tc + self.step
             inputs.priors = gen._layer_priors(None if self.prior is None else self.prior[None, None])
-            graph = m.graph()
-            if graph is not None and graph.takes(self.cache, inputs.memory_valid, self.rows):
-                step = graph.step(self.history[-1][:, -1], self.cache, inputs.start, self.key_valid, self.memory,
-                                  inputs.priors)  # fmt: skip
-                self.last, self.probs = step.hidden, step.probs
-                self.head = step.logits.reshape(self.rows, -1, self.cfg.tokens_per_codebook)
-                return
             hidden, self.probs = m.decode(self.history[-1], inputs)
         elif p.prior_rows == "latest":
             inputs.priors = gen._layer_priors(None if self.prior is None else self.prior[None, None])
@@ -387,9 +412,32 @@ class _Utterance:
             hidden, self.probs = m.decode(torch.cat([self.prefix, *self.history], dim=1), inputs)
         self.last = hidden[:, -1]
 
-    def draw(self, step: int) -> torch.Tensor | None:
+    def graph_part(self) -> DecoderPart | None:
+        """This step's share of a cached decoder step as the model's ggml graph runs it (:meth:`DecoderGraph.
+        step_many`); None where the graph does not take it (no graph, the steps over fixed tensors, the first
+        step's prefill)."""
+        graph = self.m.graph()
+        if graph is None or self.static is not None or not self.p.cached or self.step == 0:
+            return None
+        if not graph.takes(self.cache, None, self.rows):
+            return None
+        priors = self.gen._layer_priors(None if self.prior is None else self.prior[None, None])
+        return DecoderPart(self.history[-1][:, -1], self.cache, self.tc + self.step, self.key_valid, self.memory,
+                           priors)  # fmt: skip
+
+    def took(self, step: StepResult) -> None:
+        """The graph step's result of :meth:`graph_part`'s share."""
+        self.last, self.probs = step.hidden, step.probs
+        self.head = step.logits.reshape(self.rows, -1, self.cfg.tokens_per_codebook)
+
+    def forbids_eos(self, step: int) -> bool:
+        return step * self.cfg.frame_stacking < self.p.min_frames
+
+    def draw(self, step: int, local: torch.Tensor | None = None) -> torch.Tensor | None:
+        """Step ``step``'s frame (None: the utterance ends without one); ``local``: the local transformer's codes,
+        where they were drawn already (beside other utterances': :func:`draw_many`)."""
         gen, p, cfg = self.gen, self.p, self.cfg
-        forbid_eos = step * cfg.frame_stacking < p.min_frames
+        forbid_eos = self.forbids_eos(step)
         aligning = p.prior and step >= p.prior_start
         frame: torch.Tensor | None = None
         if self.static is not None:
@@ -407,7 +455,7 @@ class _Utterance:
                 self.prior = gen._next_prior(host[2 * n :], self.state, self.text_len).to(self.device)
                 self.static.set_priors(self.prior, self.prior_layers)
         else:
-            codes = gen.local_codes(self.last, forbid_eos)
+            codes = gen.local_codes(self.last, forbid_eos) if local is None else local
             head = self.m.logits(self.last) if self.head is None else self.head
             argmax = gen.argmax_codes(gen._guided(head), forbid_eos)
             if aligning:
@@ -430,10 +478,43 @@ class _Utterance:
             self.step += 1
             self._decode()
             return
+        self.advance(frame)
+        self._decode()
+
+    def advance(self, frame: torch.Tensor) -> None:
+        """``frame`` kept: the next step's input (the decoder not run yet)."""
         self.history.append(self.m.embed_frames(frame[None]).expand(self.rows, -1, -1))
         self.row_priors.append(self.prior)
         self.step += 1
-        self._decode()
+
+
+def draw_many(utterances: Sequence[Utterance], steps: Sequence[int]) -> list[torch.Tensor | None]:
+    """Each utterance's :meth:`~Utterance.draw` of its step, their local transformers' frames drawn together
+    (:func:`local_codes_many`) where none runs its steps over fixed tensors."""
+    if any(u.static is not None for u in utterances):
+        return [u.draw(step) for u, step in zip(utterances, steps, strict=True)]
+    local = local_codes_many([u.gen for u in utterances], [u.last for u in utterances],
+                             [u.forbids_eos(step) for u, step in zip(utterances, steps, strict=True)])  # fmt: skip
+    return [u.draw(step, codes) for u, step, codes in zip(utterances, steps, local, strict=True)]
+
+
+def feed_many(utterances: Sequence[Utterance], frames: Sequence[torch.Tensor]) -> None:
+    """Each utterance's :meth:`~Utterance.feed` of its frame, their decoder steps as one ggml graph where the graph
+    takes every one of them (:meth:`DecoderGraph.step_many`), else one after another."""
+    for u, frame in zip(utterances, frames, strict=True):
+        if u.static is not None:
+            u.feed(frame)
+        else:
+            u.advance(frame)
+    rest = [u for u in utterances if u.static is None]
+    parts = [u.graph_part() for u in rest]
+    graph = rest[0].m.graph() if rest else None
+    if graph is not None and all(part is not None for part in parts):
+        for u, result in zip(rest, graph.step_many(parts), strict=True):  # type: ignore[arg-type]
+            u.took(result)
+        return
+    for u in rest:
+        u._decode()
 
 
 def generate_codes(model: MagpieTTS, text_ids: list[int], speaker: int, params: GenerationParams) -> torch.Tensor:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,11 +21,14 @@ from ggtts.audio import Audio
 from ggtts.errors import GGUFError, InputError
 from ggtts.families.base import MAX_SEED, NothingToSay, Request, TTSModel, find_beside
 from ggtts.families.magpie import CODEC_ARCH, FAMILY, MagpieOptions
-from ggtts.families.magpie.generate import GenerationParams, MagpieGenerator
+from ggtts.families.magpie.generate import GenerationParams, MagpieGenerator, Utterance
+from ggtts.families.magpie.lanes import MagpieLanes
 from ggtts.families.magpie.text import MagpieText
 from ggtts.gguf import GGUFFile
 from ggtts.models.magpie.model import MagpieTTS, load_magpie
 from ggtts.models.nanocodec.model import NanoCodec
+from ggtts.runtime.frames import decode_frames
+from ggtts.runtime.lanes import LaneLoop, speeches_in_lanes
 from ggtts.text.sentences import sentence_chunks
 
 # codec frames per streamed chunk unless asked: the utterance's very first frame goes out alone (first audio), then
@@ -85,16 +88,25 @@ class MagpieTTSPipeline(TTSModel):
         self.codec: NanoCodec | None = None
         self.codec_path: str | None = None
         self.sample_rate = model.cfg.sample_rate
+        self.lanes: LaneLoop[Audio] | None = None  # utterances decoded together (the ``parallel`` load option)
 
     @classmethod
     def from_gguf(cls, gguf: GGUFFile, device: str = "cpu", **options: Any) -> MagpieTTSPipeline:
         """``options``: ``codec`` (a nano-codec GGUF path; default: the only one beside the model)."""
         codec = options.pop("codec", None)
+        parallel = int(options.pop("parallel", 1))
         if options:
-            raise InputError(f"unknown option '{next(iter(options))}' for Magpie; known: codec")
+            known = ", ".join(FAMILY.load_option_names())
+            raise InputError(f"unknown option '{next(iter(options))}' for Magpie; known: {known}")
         model = load_magpie(gguf, device)
+        if parallel > 1 and model.static_capture is not None:
+            raise InputError(
+                "Magpie decodes several utterances together on the CPU only (on a GPU each one's steps are graphs "
+                "of their own): leave out parallel, and serve several streams with --replicas"
+            )
         model.null_context_kv()  # guidance's null row over the context: the same for every request, computed once
         pipeline = cls(model, gguf, device)
+        pipeline.lanes = LaneLoop(MagpieLanes(), parallel) if parallel > 1 else None
         codec = codec if codec is not None else find_codec(Path(gguf.path))
         if codec is not None:
             pipeline.with_codec(codec)
@@ -133,6 +145,10 @@ class MagpieTTSPipeline(TTSModel):
     @property
     def voices(self) -> list[str]:
         return list(self.model.cfg.speaker_names)
+
+    @property
+    def parallel_streams(self) -> int:
+        return 1 if self.lanes is None else self.lanes.max_lanes
 
     def warm_up(self) -> None:
         """Parse the English tokenizer's dictionary now (the real one has 125k words) and speak a few frames with a
@@ -223,29 +239,70 @@ class MagpieTTSPipeline(TTSModel):
         self, chunks: list[list[int]], speaker: int, params: GenerationParams, frames_per_chunk: int | None,
         codec: NanoCodec,
     ) -> Iterator[Audio]:  # fmt: skip
-        offset, rate = 0.0, codec.cfg.sample_rate
-        for i, ids in enumerate(chunks):
+        def speech(i: int, offset: float) -> ChunkSpeech:
             seed = ((params.seed or 0) + i) % (MAX_SEED + 1)
             generator = MagpieGenerator(self.model, GenerationParams(**{**params.__dict__, "seed": seed}))
-            stream = codec.stream()
-            pending: list[torch.Tensor] = []
-            pushed = 0  # frames this text chunk's stream has decoded
-            for codes in generator.frames(ids, speaker):
-                if not offset and not i:  # the utterance's first frame goes out at once (first audio)
-                    audio = Audio(stream.push(self._codec_codes([codes[:, :1]])).cpu().numpy(), rate)
-                    offset += audio.duration
-                    pushed += 1
-                    yield audio
-                    codes = codes[:, 1:]
-                pending.append(codes)
-                waiting = sum(c.shape[1] for c in pending)
-                if waiting >= (frames_per_chunk or chunk_frames(pushed)):
-                    audio = Audio(stream.push(self._codec_codes(pending)).cpu().numpy(), rate, offset=offset)
-                    offset += audio.duration
-                    pushed += waiting
-                    pending = []
-                    yield audio
-            if pending:
-                audio = Audio(stream.push(self._codec_codes(pending)).cpu().numpy(), rate, offset=offset)
-                offset += audio.duration
-                yield audio
+            return ChunkSpeech(self, generator.utterance(chunks[i], speaker), generator.steps, codec, offset,
+                               frames_per_chunk, first=not i)  # fmt: skip
+
+        if self.lanes is not None:  # the first chunk joins the loop now (requests asked together decode together)
+            return speeches_in_lanes(self.lanes, len(chunks), speech)
+        return _alone(len(chunks), speech)
+
+
+def _alone(n: int, speech: Callable[[int, float], ChunkSpeech]) -> Iterator[Audio]:
+    """``n`` chunks' speech (``speech(i, offset)``: chunk ``i``'s), one after another on this thread."""
+    offset = 0.0
+    for i in range(n):
+        chunk = speech(i, offset)
+        for codes in decode_frames(chunk.utterance, chunk.steps):
+            yield from chunk.on_frame(codes)
+        yield from chunk.on_end()
+        offset = chunk.offset
+
+
+class ChunkSpeech:
+    """One chunk of text's speech: its decoding (``utterance``, at most ``steps`` decoder steps) and the codec
+    streaming its codes as they come, starting ``offset`` seconds in. The utterance's very first frame (``first``:
+    the request's first chunk) goes out alone (first audio), then pushes of ``frames_per_chunk`` frames (unset:
+    :func:`chunk_frames`). Spoken alone or as a lane beside others (:mod:`ggtts.families.magpie.lanes`)."""
+
+    def __init__(
+        self, pipeline: MagpieTTSPipeline, utterance: Utterance, steps: int, codec: NanoCodec, offset: float,
+        frames_per_chunk: int | None, first: bool,
+    ) -> None:  # fmt: skip
+        self.pipeline, self.utterance, self.steps = pipeline, utterance, steps
+        self.stream, self.rate = codec.stream(), codec.cfg.sample_rate
+        self.offset, self.frames_per_chunk, self.first = offset, frames_per_chunk, first
+        self.pending: list[torch.Tensor] = []
+        self.pushed = 0  # frames this chunk's stream has decoded
+
+    def on_frame(self, codes: torch.Tensor) -> list[Audio]:
+        """A decoder step's codes (C, n) -> the audio they complete (none while a push is filling)."""
+        out = []
+        if self.first:  # the utterance's first frame goes out at once (first audio)
+            self.first = False
+            out.append(self._push([codes[:, :1]]))
+            self.pushed += 1
+            codes = codes[:, 1:]
+        self.pending.append(codes)
+        waiting = sum(c.shape[1] for c in self.pending)
+        if waiting >= (self.frames_per_chunk or chunk_frames(self.pushed)):
+            out.append(self._push(self.pending))
+            self.pushed += waiting
+            self.pending = []
+        return out
+
+    def on_end(self) -> list[Audio]:
+        """The audio of the frames not pushed yet."""
+        if not self.pending or not sum(c.shape[1] for c in self.pending):
+            return []
+        out = [self._push(self.pending)]
+        self.pending = []
+        return out
+
+    def _push(self, codes: list[torch.Tensor]) -> Audio:
+        audio = Audio(self.stream.push(self.pipeline._codec_codes(codes)).cpu().numpy(), self.rate,
+                      offset=self.offset)  # fmt: skip
+        self.offset += audio.duration
+        return audio

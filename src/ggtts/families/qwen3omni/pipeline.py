@@ -38,7 +38,7 @@ from ggtts.models.qwen3omni_talker.config import Sampling
 from ggtts.models.qwen3omni_talker.model import Talker, TalkerStack
 from ggtts.ops.stored_experts import DENSE_ROWS
 from ggtts.ops.stored_weights import stored_weights_plan, use_planned_weights
-from ggtts.runtime.lanes import LaneLoop
+from ggtts.runtime.lanes import LaneLoop, speeches_in_lanes
 from ggtts.text.sentences import sentence_chunks
 
 CHUNK_WORDS = 60  # a chunk of text spoken as one chat turn (about 20 s of speech)
@@ -556,27 +556,3 @@ def speak_frames(speech: FrameSpeech) -> Generator[Audio, None, float]:
         yield from speech.on_frame(frame)
     yield from speech.on_end()
     return speech.offset
-
-
-def speeches_in_lanes(
-    lanes: LaneLoop[Audio], n: int, make: Callable[[int, float], FrameSpeech], offset: float = 0.0
-) -> Generator[Audio, None, float]:
-    """``n`` chunks' speech spoken in ``lanes`` beside other requests', one after another: ``make(i, offset)``
-    builds chunk ``i``'s (on the loop's thread) starting ``offset`` seconds in. The first joins the loop now, as it
-    is asked for (requests asked together decode together); each next one when the one before has ended. The
-    generator returns the offset after the last."""
-    first = lanes.run(lambda: make(0, offset)) if n else iter(())
-    return _spoken(lanes, n, make, offset, first)
-
-
-def _spoken(
-    lanes: LaneLoop[Audio], n: int, make: Callable[[int, float], FrameSpeech], offset: float, first: Iterator[Audio]
-) -> Generator[Audio, None, float]:
-    outputs = first
-    for i in range(n):
-        if i:
-            outputs = lanes.run(lambda i=i, at=offset: make(i, at))  # type: ignore[misc]
-        for audio in outputs:
-            offset = audio.offset + audio.duration
-            yield audio
-    return offset

@@ -24,7 +24,6 @@ from ggtts.families.qwen3omni.pipeline import (
     FrameSpeech,
     speak_frames,
     speaker_name,
-    speeches_in_lanes,
     static_decoder,
     talker_lanes,
     talker_sampling,
@@ -39,7 +38,7 @@ from ggtts.models.qwen3omni_code2wav.model import Code2WavStream
 from ggtts.models.qwen3tts.config import MIN_FRAMES
 from ggtts.models.qwen3tts.decoder import SpeechDecoder, fingerprint
 from ggtts.models.qwen3tts.model import Talker
-from ggtts.runtime.lanes import LaneLoop
+from ggtts.runtime.lanes import LaneLoop, speeches_in_lanes
 from ggtts.text.sentences import sentence_chunks
 
 CHUNK_WORDS = 60  # about 20 s of speech per prompt

@@ -13,9 +13,13 @@ ggml's kernels) or in place from the float32 parameters.
 
 A graph is built per (cache shape, padded attended length, text length, which layers take the prior) and reused:
 a step points it at its cache and its utterance's text memory, writes the inputs and runs it on ggml's threads.
+A step of several utterances (:meth:`DecoderGraph.step_many`, continuous batching) is one graph too, built per
+their shapes: the linear layers over all of their rows (each weight read once), each utterance's keys and values
+into its own cache, its attention over it alone and its cross-attention over its own text.
 Each layer's cross-attention probabilities come back for the prior's alignment. The local transformer's steps (a
 code of each codebook in turn) run the same way: its layers (no cross-attention, no output norm) and the output
-projection of the table being drawn, a graph per table.
+projection of the table being drawn, a graph per table and batch rows (several utterances' rows together, their
+steps in lock step: every frame starts at the local transformer's first position).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import math
 import threading
 import weakref
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -39,9 +44,10 @@ if TYPE_CHECKING:
     from ggtts.models.layers.kv_cache import KVCache
     from ggtts.models.magpie.model import CausalConv, MagpieTTS, Transformer, TransformerLayer
 
-GRAPHS_KEPT = 4  # per model: (an utterance's text length) x (prior on some layers, or not yet) x (padded length)
-LOCAL_GRAPHS_KEPT = 32  # the local transformer's: one per table (up to 16) and batch rows (guidance or not)
+GRAPHS_KEPT = 8  # per model: (each utterance's text length) x (prior on some layers, or not yet) x (padded length)
+LOCAL_GRAPHS_KEPT = 64  # the local transformer's: one per table (up to 16) and batch rows (guidance, utterances)
 NODES_PER_LAYER = 96  # about 60 with two rows and the prior, with their views; rounded up
+NODES_PER_MORE_PART = 24  # a layer's cross-attention of each utterance beyond the first (about 14), rounded up
 PARAMS_PER_LAYER = 12  # float tensors a layer may hand ggml: 6 weights (float32 files), 4 norms
 PARAMS_PER_MODEL = 8  # and outside the layers: the position tables, the output norm, the parallel head and its bias
 NODES_PER_STEP = 64  # a graph's nodes outside its layers (inputs, positions, output norm, head), rounded up
@@ -102,13 +108,16 @@ class DecoderGraph(GraphParams):
 
     @staticmethod
     def takes(cache: KVCache, memory_valid: torch.Tensor | None, rows: int) -> bool:
-        """Whether a step fits a graph: one new row per batch row (one or two), a float32 contiguous CPU cache,
-        and a text memory without padding (one utterance)."""
+        """Whether a decoder step fits a graph: one new row per batch row (one or two), a float32 contiguous CPU
+        cache, and a text memory without padding (one utterance)."""
+        return memory_valid is None and rows in (1, 2) and DecoderGraph.takes_rows(cache, rows)
+
+    @staticmethod
+    def takes_rows(cache: KVCache, rows: int) -> bool:
+        """Whether a step of ``rows`` new rows (the local transformer's: any number) fits a graph over ``cache``."""
         k = cache.k
         return (
-            memory_valid is None
-            and rows in (1, 2)
-            and k.shape[1] == rows
+            k.shape[1] == rows
             and k.dtype == torch.float32
             and k.device.type == "cpu"
             and k.is_contiguous()
@@ -128,23 +137,35 @@ class DecoderGraph(GraphParams):
         result. ``key_valid (rows, >= start + 1)``: positions each row may attend to; ``memory``: each layer's
         cross-attention keys and values ``(1, H, S, Dh)``; ``priors``: per layer the one prior ``(..., S)`` or
         None."""
-        rows = x.shape[0]
-        cache.check_fits(start + 1)
-        check_position(start, self.model.decoder.cfg.max_positions, "decoder")
-        kv_len = min(-(-(start + 1) // KV_STEP) * KV_STEP, cache.max_len)
-        text_len = memory[0][0].shape[2]
-        prior_layers = None if priors is None else tuple(i for i, p in enumerate(priors) if p is not None)
-        if prior_layers and any(priors[i] is not priors[prior_layers[0]] for i in prior_layers):  # type: ignore[index]
-            raise ValueError("a graph step takes one prior for every layer that takes one (as the generator gives)")
-        key = (tuple(cache.k.shape), kv_len, text_len, prior_layers or None)
+        return self.step_many([DecoderPart(x, cache, start, key_valid, memory, priors)])[0]
+
+    def step_many(self, parts: Sequence[DecoderPart]) -> list[StepResult]:
+        """A decoder step of several utterances (each as :meth:`step` takes it; each utterance's cache its own) as
+        one graph -> each one's result."""
+        if not parts:
+            raise ValueError("a step of no utterances")
+        shapes = []
+        for part in parts:
+            start, cache = part.start, part.cache
+            cache.check_fits(start + 1)
+            check_position(start, self.model.decoder.cfg.max_positions, "decoder")
+            priors = part.priors
+            prior_layers = () if priors is None else tuple(i for i, p in enumerate(priors) if p is not None)
+            if prior_layers and any(priors[i] is not priors[prior_layers[0]] for i in prior_layers):  # type: ignore[index]
+                raise ValueError("a graph step takes one prior for every layer that takes one (as the generator gives)")
+            if part.memory is None:
+                raise ValueError("a decoder step cross-attends its text: give each utterance's memory")
+            kv_len = min(-(-(start + 1) // KV_STEP) * KV_STEP, cache.max_len)
+            shapes.append(_Part(part.x.shape[0], kv_len, part.memory[0][0].shape[2], prior_layers))
+        key = tuple((tuple(part.cache.k.shape), shape) for part, shape in zip(parts, shapes, strict=True))
         m = self.model
         with self._lock:
             graph = ggml_kernels.cached(
                 self._graphs, key,
-                lambda: _StackStep(self, m.decoder, m.final_proj, cache, rows, kv_len, text_len, prior_layers or ()),
+                lambda: _StackStep(self, m.decoder, m.final_proj, [p.cache for p in parts], shapes),
                 self.keep,
             )  # fmt: skip
-            return graph.run(x, cache, start, key_valid, memory, priors)
+            return graph.run(parts)
 
     def local_step(self, x: torch.Tensor, cache: KVCache, start: int, table: int) -> torch.Tensor:
         """The local transformer's new rows ``x (rows, D_lt)`` at ``start`` of its ``cache`` -> the logits
@@ -156,58 +177,86 @@ class DecoderGraph(GraphParams):
         with self._lock:
             graph = ggml_kernels.cached(
                 self._local, key,
-                lambda: _StackStep(self, m.local_transformer, m.local_transformer_out_projections[table], cache, rows,
-                                   cache.max_len),
+                lambda: _StackStep(self, m.local_transformer, m.local_transformer_out_projections[table], [cache],
+                                   [_Part(rows, cache.max_len)]),
                 LOCAL_GRAPHS_KEPT,
             )  # fmt: skip
-            return graph.run(x, cache, start).logits
+            return graph.run([DecoderPart(x, cache, start)])[0].logits
+
+
+@dataclass
+class DecoderPart:
+    """One utterance's share of a step (:meth:`DecoderGraph.step_many`): its new rows ``x (rows, D)`` at position
+    ``start`` of its ``cache``; for the decoder, ``key_valid``, its text ``memory`` and ``priors`` (see
+    :meth:`DecoderGraph.step`)."""
+
+    x: torch.Tensor
+    cache: KVCache
+    start: int
+    key_valid: torch.Tensor | None = None
+    memory: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+    priors: list[torch.Tensor | None] | None = None
+
+
+@dataclass(frozen=True)
+class _Part:
+    """What a graph is built for of one utterance's share: its rows, the cache positions it attends, its text's
+    length (0: no cross-attention) and the layers that take its prior."""
+
+    rows: int
+    kv_len: int
+    text_len: int = 0
+    prior_layers: tuple[int, ...] = ()
 
 
 class _StackStep(CacheBound):
-    """One step of a stack (the decoder, or the local transformer without cross-attention) and a head as a graph:
-    inputs in numpy buffers ggml reads, intermediates in a ggml-allocated buffer."""
+    """One step of a stack (the decoder, or the local transformer without cross-attention) and a head as a graph,
+    over one or more utterances (``parts``, each on its own cache): inputs in numpy buffers ggml reads,
+    intermediates in a ggml-allocated buffer."""
 
     def __init__(
-        self,
-        owner: DecoderGraph,
-        stack: Transformer,
-        head: nn.Module,
-        cache: KVCache,
-        rows: int,
-        kv_len: int,
-        text_len: int = 0,
-        prior_layers: tuple[int, ...] = (),
-    ) -> None:
+        self, owner: DecoderGraph, stack: Transformer, head: nn.Module, caches: Sequence[KVCache],
+        parts: Sequence[_Part],
+    ) -> None:  # fmt: skip
         lib = owner.lib
         cfg = stack.cfg
-        cross = text_len > 0  # the decoder's cross-attention over the text memory
-        self.lib, self.rows, self.kv_len, self.text_len = lib, rows, kv_len, text_len
+        self.lib, self.parts = lib, tuple(parts)
+        self.rows = rows = sum(p.rows for p in parts)
+        self.kv_len = max(p.kv_len for p in parts)
+        self.firsts = firsts = [int(i) for i in np.cumsum([0] + [p.rows for p in parts])[:-1]]  # each one's first row
+        cross = parts[0].text_len > 0  # the decoder's cross-attention over the text memory
         n_layers, d = cfg.n_layers, cfg.d_model
         h_self, dh_self = cfg.n_heads, cfg.d_model // cfg.n_heads
         h_x, dh_x = cfg.xa_n_heads, cfg.xa_d_head
-        n_nodes = NODES_PER_STEP + NODES_PER_LAYER * n_layers * rows
+        n_parts = len(parts)
+        n_nodes = NODES_PER_STEP + (NODES_PER_LAYER * rows + NODES_PER_MORE_PART * (n_parts - 1)) * n_layers
         ctx = ggml_kernels.new_context(
-            self, (n_nodes + 4 * n_layers + TENSORS_SPARE) * lib.ggml_tensor_overhead()
+            self, (n_nodes + (4 * n_layers + 8) * n_parts + TENSORS_SPARE) * lib.ggml_tensor_overhead()
             + lib.ggml_graph_overhead_custom(n_nodes, False),
         )  # fmt: skip
-        f32 = lib.GGML_TYPE_F32
+        f32, f16 = lib.GGML_TYPE_F32, lib.GGML_TYPE_F16
 
         # inputs, in buffers of ours
         self.x_buf = np.zeros((rows, d), dtype=np.float32)
-        self.pos_buf = np.zeros(1, dtype=np.int32)
-        self.row_buf = np.zeros(1, dtype=np.int64)
-        self.mask_buf = np.zeros((rows, 1, kv_len), dtype=np.float16)
-        self.prior_buf = np.ones(text_len, dtype=np.float32)
-        # the text memory's keys (H, S, Dh) and values transposed (H, Dh, S), per layer: copied in per utterance
-        self.mem_k = np.zeros((n_layers, h_x, text_len, dh_x) if cross else 0, dtype=np.float32)
-        self.mem_vt = np.zeros((n_layers, h_x, dh_x, text_len) if cross else 0, dtype=np.float32)
-        self._memory: list[tuple[torch.Tensor, torch.Tensor]] | None = None  # the utterance's, once copied
+        self.pos_buf = np.zeros(rows, dtype=np.int32)  # each row's position (its utterance's)
+        self.row_bufs = [np.zeros(1, dtype=np.int64) for _ in parts]
+        self.mask_bufs = [np.zeros((p.rows, 1, p.kv_len), dtype=np.float16) for p in parts]
+        self.prior_bufs = [np.ones(p.text_len, dtype=np.float32) for p in parts]
+        # each utterance's text memory: keys (H, S, Dh) and values transposed (H, Dh, S), per layer, copied in once
+        self.mem_k = [np.zeros((n_layers, h_x, p.text_len, dh_x) if cross else 0, dtype=np.float32) for p in parts]
+        self.mem_vt = [np.zeros((n_layers, h_x, dh_x, p.text_len) if cross else 0, dtype=np.float32) for p in parts]
+        self._memory: list[list[tuple[torch.Tensor, torch.Tensor]] | None] = [None] * n_parts  # the ones copied
         x = self._input(lib.ggml_new_tensor_2d(ctx, f32, d, rows), self.x_buf)
-        pos = self._input(lib.ggml_new_tensor_1d(ctx, lib.GGML_TYPE_I32, 1), self.pos_buf)
-        new_row = self._input(lib.ggml_new_tensor_1d(ctx, lib.GGML_TYPE_I64, 1), self.row_buf)
-        f16 = lib.GGML_TYPE_F16
-        masks = [self._input(lib.ggml_new_tensor_2d(ctx, f16, kv_len, 1), self.mask_buf[r]) for r in range(rows)]
-        prior = self._input(lib.ggml_new_tensor_3d(ctx, f32, text_len, 1, 1), self.prior_buf) if cross else None
+        pos = self._input(lib.ggml_new_tensor_1d(ctx, lib.GGML_TYPE_I32, rows), self.pos_buf)
+        new_rows = [self._input(lib.ggml_new_tensor_1d(ctx, lib.GGML_TYPE_I64, 1), buf) for buf in self.row_bufs]
+        masks = [
+            [self._input(lib.ggml_new_tensor_2d(ctx, f16, p.kv_len, 1), buf[r]) for r in range(p.rows)]
+            for p, buf in zip(parts, self.mask_bufs, strict=True)
+        ]
+        priors = [
+            self._input(lib.ggml_new_tensor_3d(ctx, f32, p.text_len, 1, 1), buf) if cross else None
+            for p, buf in zip(parts, self.prior_bufs, strict=True)
+        ]
 
         def linear(module: nn.Module, h: Any) -> Any:
             out = lib.ggml_mul_mat(ctx, owner.weight(module), h)
@@ -225,8 +274,8 @@ class _StackStep(CacheBound):
         row_bytes = F32_BYTES * d
         positions = owner.float_tensor(stack.position_embeddings.weight)
         h = lib.ggml_add(ctx, x, lib.ggml_get_rows(ctx, positions, pos))  # [D, rows]
-        self._on_cache: list[Any] = []
-        self.probs: list[Any | None] = []
+        self._on_cache: list[tuple[Any, int]] = []  # each tensor on a cache's memory, and which (2 i, 2 i + 1)
+        self.probs: list[list[Any]] = [[] for _ in parts]  # each utterance's, per layer
         layers = cast("list[TransformerLayer]", list(stack.layers))
         for index, layer in enumerate(layers):
             # self-attention, a batch row at a time over its own cache rows
@@ -234,21 +283,26 @@ class _StackStep(CacheBound):
             qkv = linear(layer.self_attention.qkv_net, cur)  # [3D, rows]: q, k, v of each row
             qkv_bytes = qkv.contents.nb[1]
             outs = []
-            for r in range(rows):
+            for i, (part, cache) in enumerate(zip(parts, caches, strict=True)):
+                for r in range(part.rows):
+                    at = (firsts[i] + r) * qkv_bytes
 
-                def part(i: int, r: int = r, qkv: Any = qkv, qkv_bytes: int = qkv_bytes) -> Any:  # [Dh, 1, H]
-                    view = lib.ggml_view_3d(ctx, qkv, dh_self, h_self, 1, F32_BYTES * dh_self, qkv_bytes,
-                                            r * qkv_bytes + i * row_bytes)  # fmt: skip
-                    return lib.ggml_cont(ctx, lib.ggml_permute(ctx, view, 0, 2, 1, 3))
+                    def piece(j: int, at: int = at, qkv: Any = qkv, qkv_bytes: int = qkv_bytes) -> Any:  # [Dh, 1, H]
+                        view = lib.ggml_view_3d(ctx, qkv, dh_self, h_self, 1, F32_BYTES * dh_self, qkv_bytes,
+                                                at + j * row_bytes)  # fmt: skip
+                        return lib.ggml_cont(ctx, lib.ggml_permute(ctx, view, 0, 2, 1, 3))
 
-                keys, on_keys = self._store(ctx, cache.k[index, r], part(1), new_row, f32)  # [Dh, kv_len, H]
-                values, on_values = self._store(ctx, cache.v[index, r], part(2), new_row, f32)
-                self._on_cache += [(t, 0) for t in on_keys] + [(t, 1) for t in on_values]
-                att = lib.ggml_flash_attn_ext(ctx, part(0), keys, values, masks[r], dh_self**-0.5, 0.0, 0.0)
-                outs.append(lib.ggml_reshape_2d(ctx, att, d, 1))  # [Dh, H, 1] -> [D, 1]
-            att = outs[0] if rows == 1 else lib.ggml_concat(ctx, outs[0], outs[1], 1)
+                    # [Dh, kv_len, H]
+                    keys, on_keys = self._store(ctx, cache.k[index, r], piece(1), new_rows[i], f32, part.kv_len)
+                    values, on_values = self._store(ctx, cache.v[index, r], piece(2), new_rows[i], f32, part.kv_len)
+                    self._on_cache += [(t, 2 * i) for t in on_keys] + [(t, 2 * i + 1) for t in on_values]
+                    att = lib.ggml_flash_attn_ext(ctx, piece(0), keys, values, masks[i][r], dh_self**-0.5, 0.0, 0.0)
+                    outs.append(lib.ggml_reshape_2d(ctx, att, d, 1))  # [Dh, H, 1] -> [D, 1]
+            att = outs[0]
+            for out in outs[1:]:
+                att = lib.ggml_concat(ctx, att, out, 1)
             h = lib.ggml_add(ctx, h, linear(layer.self_attention.o_net, att))
-            h = self._cross_attention(ctx, owner, layer, h, index, prior, index in prior_layers) if cross else h
+            h = self._cross_attention(ctx, owner, layer, h, index, priors) if cross else h
             # the pointwise feed-forward
             cur = layer_norm(layer.norm_pos_ff, h)
             ffn = gelu_tanh(lib.ggml_mul_mat(ctx, owner.conv_weight(layer.pos_ff.proj), cur))
@@ -260,88 +314,99 @@ class _StackStep(CacheBound):
         lib.ggml_set_output(self.logits)
         self.graph = lib.ggml_new_graph_custom(ctx, n_nodes, False)
         lib.ggml_build_forward_expand(self.graph, self.logits)
-        for p in self.probs:
-            lib.ggml_build_forward_expand(self.graph, p)
+        for probs in self.probs:
+            for p in probs:
+                lib.ggml_build_forward_expand(self.graph, p)
 
         self._galloc = lib.ggml_gallocr_new(ggml_kernels.cpu_buffer_type())
         self._free_galloc = weakref.finalize(self, lib.ggml_gallocr_free, self._galloc)
         if not lib.ggml_gallocr_alloc_graph(self._galloc, self.graph):
             raise MemoryError("ggml could not allocate the step's intermediate tensors")
-        self._at = (cache.k.data_ptr(), cache.v.data_ptr())
+        self._at = tuple(ptr for c in caches for ptr in (c.k.data_ptr(), c.v.data_ptr()))
         self._on_cache_at = [(t.contents, kind, t.contents.data - self._at[kind]) for t, kind in self._on_cache]
         self.d, self.n_logits, self.h_x = d, int(self.logits.contents.ne[0]), h_x
         self._plans: dict[int, Any] = {}
 
     def _cross_attention(
-        self, ctx: Any, owner: DecoderGraph, layer: TransformerLayer, h: Any, index: int, prior: Any, with_prior: bool
+        self, ctx: Any, owner: DecoderGraph, layer: TransformerLayer, h: Any, index: int, priors: list[Any]
     ) -> Any:
-        """``h`` [D, rows] after the cross-attention of its first row over the text memory (the other row is
-        guidance's null text, whose cross-attention output is exactly zero); keeps the probabilities as an output."""
-        lib, d, rows, text_len = self.lib, h.contents.ne[0], self.rows, self.text_len
+        """``h`` [D, rows] after the cross-attention of each utterance's first row over its text memory (its other
+        row is guidance's null text, whose cross-attention output is exactly zero); keeps each one's probabilities
+        as an output."""
+        lib, d = self.lib, h.contents.ne[0]
         xa = layer.cross_attention
         h_x, dh_x = xa.n_heads, xa.d_head
-        first = lib.ggml_view_2d(ctx, _layer_norm(ctx, owner, layer.norm_xattn_query, h), d, 1, F32_BYTES * d, 0)
-        q = lib.ggml_reshape_3d(ctx, lib.ggml_mul_mat(ctx, owner.weight(xa.q_net), first), dh_x, h_x, 1)
-        q = lib.ggml_cont(ctx, lib.ggml_permute(ctx, q, 0, 2, 1, 3))  # [Dh, 1, H]
-        mem_k = self._on(ctx, self.mem_k[index], dh_x, text_len, h_x)
-        mem_vt = self._on(ctx, self.mem_vt[index], text_len, dh_x, h_x)
-        prob = lib.ggml_soft_max_ext(ctx, lib.ggml_mul_mat(ctx, mem_k, q), None, dh_x**-0.5, 0.0)  # [S, 1, H]
-        if with_prior:  # times (prior + tiny), renormalised
-            prob = lib.ggml_mul(ctx, prob, prior)
-            prob = lib.ggml_div(ctx, prob, lib.ggml_sum_rows(ctx, prob))
-        lib.ggml_set_output(prob)
-        self.probs.append(prob)
-        y = lib.ggml_reshape_2d(ctx, lib.ggml_mul_mat(ctx, mem_vt, prob), dh_x * h_x, 1)  # heads in order
-        y = lib.ggml_mul_mat(ctx, owner.weight(xa.o_net), y)  # [D, 1] (bias-free)
-        return lib.ggml_add(ctx, h, y if rows == 1 else lib.ggml_pad(ctx, y, 0, rows - 1, 0, 0))
+        normed = _layer_norm(ctx, owner, layer.norm_xattn_query, h)
+        firsts = [lib.ggml_view_2d(ctx, normed, d, 1, F32_BYTES * d, F32_BYTES * d * at) for at in self.firsts]
+        first = firsts[0]
+        for more in firsts[1:]:
+            first = lib.ggml_concat(ctx, first, more, 1)  # [D, utterances]
+        q_all = lib.ggml_mul_mat(ctx, owner.weight(xa.q_net), first)  # [H Dh, utterances]
+        ys = []
+        for i, part in enumerate(self.parts):
+            q = lib.ggml_view_3d(ctx, q_all, dh_x, h_x, 1, F32_BYTES * dh_x, F32_BYTES * dh_x * h_x,
+                                 F32_BYTES * dh_x * h_x * i)  # fmt: skip
+            q = lib.ggml_cont(ctx, lib.ggml_permute(ctx, q, 0, 2, 1, 3))  # [Dh, 1, H]
+            mem_k = self._on(ctx, self.mem_k[i][index], dh_x, part.text_len, h_x)
+            mem_vt = self._on(ctx, self.mem_vt[i][index], part.text_len, dh_x, h_x)
+            prob = lib.ggml_soft_max_ext(ctx, lib.ggml_mul_mat(ctx, mem_k, q), None, dh_x**-0.5, 0.0)  # [S, 1, H]
+            if index in part.prior_layers:  # times (prior + tiny), renormalised
+                prob = lib.ggml_mul(ctx, prob, priors[i])
+                prob = lib.ggml_div(ctx, prob, lib.ggml_sum_rows(ctx, prob))
+            lib.ggml_set_output(prob)
+            self.probs[i].append(prob)
+            y = lib.ggml_reshape_2d(ctx, lib.ggml_mul_mat(ctx, mem_vt, prob), dh_x * h_x, 1)  # heads in order
+            ys.append(y if part.rows == 1 else lib.ggml_pad(ctx, y, 0, part.rows - 1, 0, 0))  # null rows: zeros
+        y = ys[0]
+        for more in ys[1:]:
+            y = lib.ggml_concat(ctx, y, more, 1)  # [H Dh, rows]
+        return lib.ggml_add(ctx, h, lib.ggml_mul_mat(ctx, owner.weight(xa.o_net), y))  # (bias-free: zeros stay)
 
     def _on(self, ctx: Any, buffer: np.ndarray, *ne: int) -> Any:
         """A 3-D F32 ggml tensor ``[ne0, ne1, ne2]`` on a buffer of ours."""
         lib = self.lib
         return self._input(lib.ggml_new_tensor_3d(ctx, lib.GGML_TYPE_F32, *ne), buffer)
 
-    def _bind(self, memory: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """The utterance's text memory, copied into the graph's buffers once (a list of an utterance's own, never
+    def _bind(self, i: int, memory: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Utterance ``i``'s text memory, copied into the graph's buffers once (a list of an utterance's own, never
         changed: the graph keeps it, and a step with another list copies that one)."""
-        if self._memory is memory:
+        if self._memory[i] is memory:
             return
         for index, (k, v) in enumerate(memory):
-            self.mem_k[index] = k[0].detach().numpy()
-            self.mem_vt[index] = v[0].detach().transpose(1, 2).numpy()
-        self._memory = memory
+            self.mem_k[i][index] = k[0].detach().numpy()
+            self.mem_vt[i][index] = v[0].detach().transpose(1, 2).numpy()
+        self._memory[i] = memory
 
-    def run(
-        self,
-        x: torch.Tensor,
-        cache: KVCache,
-        start: int,
-        key_valid: torch.Tensor | None = None,
-        memory: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
-        priors: list[torch.Tensor | None] | None = None,
-    ) -> StepResult:
-        """``key_valid`` None: every position up to ``start`` may be attended to; ``memory`` and ``priors`` for the
-        decoder's cross-attention."""
-        self._point_at(cache)
-        if memory is not None:
-            self._bind(memory)
-        self.x_buf[:] = x.detach().to(torch.float32).numpy()
-        self.pos_buf[0] = self.row_buf[0] = start
-        allowed = np.arange(self.kv_len)[None, :] <= start  # causal
-        if key_valid is not None:
-            valid = np.zeros((self.rows, self.kv_len), dtype=bool)
-            valid[:, : min(self.kv_len, key_valid.shape[1])] = key_valid[:, : self.kv_len].numpy()
-            allowed = allowed & valid
-        self.mask_buf[:, 0] = np.where(allowed, 0.0, MASKED)
-        chosen = next((p for p in priors or () if p is not None), None)
-        if chosen is not None:
-            self.prior_buf[:] = (chosen.reshape(-1) + torch.finfo(chosen.dtype).tiny).numpy()
+    def run(self, parts: Sequence[DecoderPart]) -> list[StepResult]:
+        """Each utterance's step (``key_valid`` None: every position up to its ``start`` may be attended to;
+        ``memory`` and ``priors`` for the decoder's cross-attention) -> each one's result."""
+        self._point_at(*(part.cache for part in parts))
+        for i, (part, shape) in enumerate(zip(parts, self.parts, strict=True)):
+            first, start = self.firsts[i], part.start
+            if part.memory is not None:
+                self._bind(i, part.memory)
+            self.x_buf[first : first + shape.rows] = part.x.detach().to(torch.float32).numpy()
+            self.pos_buf[first : first + shape.rows] = self.row_bufs[i][0] = start
+            allowed = np.arange(shape.kv_len)[None, :] <= start  # causal
+            if part.key_valid is not None:
+                valid = np.zeros((shape.rows, shape.kv_len), dtype=bool)
+                valid[:, : min(shape.kv_len, part.key_valid.shape[1])] = part.key_valid[:, : shape.kv_len].numpy()
+                allowed = allowed & valid
+            self.mask_bufs[i][:, 0] = np.where(allowed, 0.0, MASKED)
+            chosen = next((p for p in part.priors or () if p is not None), None)
+            if chosen is not None:
+                self.prior_bufs[i][:] = (chosen.reshape(-1) + torch.finfo(chosen.dtype).tiny).numpy()
         ggml_kernels.compute(self.graph, self._plans, torch.get_num_threads())
-        probs: list[torch.Tensor | None] = [
-            read_floats(p, self.h_x * self.text_len).reshape(1, self.h_x, 1, self.text_len) for p in self.probs
-        ]
         hidden = read_floats(self.hidden, self.rows * self.d).reshape(self.rows, self.d)
         logits = read_floats(self.logits, self.rows * self.n_logits).reshape(self.rows, self.n_logits)
-        return StepResult(hidden, probs, logits)
+        out = []
+        for i, shape in enumerate(self.parts):
+            rows = slice(self.firsts[i], self.firsts[i] + shape.rows)
+            probs: list[torch.Tensor | None] = [
+                read_floats(p, self.h_x * shape.text_len).reshape(1, self.h_x, 1, shape.text_len) for p in self.probs[i]
+            ]
+            out.append(StepResult(hidden[rows], probs, logits[rows]))
+        return out
 
 
 def check_position(start: int, limit: int, stack: str) -> None:
