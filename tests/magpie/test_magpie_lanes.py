@@ -174,8 +174,9 @@ def test_steps_over_fixed_tensors_take_no_lanes(files: tuple[Path, Path], monkey
         MagpieLanes().join(Work())
 
 
-def test_a_lane_ends_with_its_budget_and_runs_no_step_past_it(files: tuple[Path, Path]) -> None:
-    """Lanes with EOS held off end at their frame budgets: each gives exactly the frames it gives alone, the last
+def test_lanes_start_one_a_step_and_end_with_their_budgets(files: tuple[Path, Path]) -> None:
+    """Two lanes joining at once, EOS held off: the first starts at the first step, the second at the next (one
+    newcomer's first step a step); each ends at its frame budget with exactly the frames it gives alone, the last
     with its budget's last step (no step runs past it, none ends without a frame)."""
     from ggtts.families.magpie.generate import GenerationParams, MagpieGenerator
     from ggtts.families.magpie.lanes import MagpieLanes
@@ -197,12 +198,14 @@ def test_a_lane_ends_with_its_budget_and_runs_no_step_past_it(files: tuple[Path,
     lanes = MagpieLanes()
     joined = [lanes.join(Work(p, t)) for p, t in zip(params, texts, strict=True)]
     made: dict[int, list[Any]] = {0: [], 1: []}
-    steps = 0
+    framed: list[list[int]] = []  # which lanes gave a frame at each step
     while lanes.lanes:
+        framed.append([])
         for lane, frame in lanes.step():
             made[joined.index(lane)].append(frame)
-        steps += 1
-    assert steps == 5  # the longer budget's 10 frames, two a step
+            framed[-1].append(joined.index(lane))
+    # the second's first step runs at the second step (one newcomer's a step), then 10 frames, two a step
+    assert framed == [[0], [0, 1], [0, 1], [1], [1], [1]]
     for i in range(2):
         assert all(f is not None for f in made[i])
         assert [f.tolist() for f in made[i]] == [f.tolist() for f in alone[i]]

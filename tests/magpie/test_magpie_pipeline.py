@@ -358,3 +358,23 @@ def test_the_other_tokenizers_encode_as_nemo_with_their_offsets(files: tuple[Pat
     ):
         expected = [english + i for i in reference.encode(phrase, name)] + [eos]
         assert text.encode(phrase, language) == expected, language
+
+
+def test_a_request_after_the_warm_up_runs_the_steps_over_fixed_tensors(files: tuple[Path, Path]) -> None:
+    """The steps over fixed tensors (what CUDA replays as graphs; eagerly here) made by the warm-up, in inference
+    mode, are written by the requests after it: each request runs in that mode too (outside it torch refuses to
+    write into tensors made in it), and speaks as the ordinary steps do (greedy: the same codes)."""
+    import torch
+
+    import ggtts
+
+    plain, tts = ggtts.load(files[0]), ggtts.load(files[0])
+    tts.model.use_static_steps(capture=False)
+    tts.warm_up()
+    text, options = "Hello world, this is a test.", {"voice": "Aria", "max_frames": 20, "temperature": 0}
+    with torch.enable_grad():  # (as a caller's thread may be)
+        parts = list(tts.stream(text, **options))
+    assert len(parts) > 1
+    want = plain.synthesize(text, **options).samples
+    got = np.concatenate([p.samples for p in parts])
+    assert got.shape == want.shape and float(np.abs(got - want).max()) < 1e-4

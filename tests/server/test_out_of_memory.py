@@ -23,7 +23,7 @@ CUDA_SAYS = (
 
 
 def test_torchs_out_of_memory_becomes_one_sentence() -> None:
-    error = device_memory_error(torch.OutOfMemoryError(CUDA_SAYS), "loading model 'x'", "load fewer")
+    error = device_memory_error(torch.cuda.OutOfMemoryError(CUDA_SAYS), "loading model 'x'", "load fewer")
     assert isinstance(error, DeviceMemoryError)
     assert str(error) == (
         "loading model 'x' ran out of GPU memory (CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total "
@@ -31,6 +31,14 @@ def test_torchs_out_of_memory_becomes_one_sentence() -> None:
     )
     assert device_memory_error(RuntimeError("CUDA error: an illegal memory access"), "x", "y") is None
     assert device_memory_error(MemoryError(), "x", "y") is None  # the host's memory: not this
+    try:  # raised while handling it, or from it: still it
+        try:
+            raise torch.cuda.OutOfMemoryError(CUDA_SAYS)
+        except RuntimeError as inner:
+            raise RuntimeError("the step failed") from inner
+    except RuntimeError as outer:
+        wrapped = device_memory_error(outer, "x", "y")
+    assert wrapped is not None and "Tried to allocate 2.00 GiB" in str(wrapped)
 
 
 class Model:
@@ -45,14 +53,14 @@ class Model:
 def test_a_server_whose_model_does_not_fit_stops_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
     from ggtts.server import load_models
 
-    monkeypatch.setattr(api, "load", lambda source: Model(torch.OutOfMemoryError(CUDA_SAYS)))
+    monkeypatch.setattr(api, "load", lambda source: Model(torch.cuda.OutOfMemoryError(CUDA_SAYS)))
     with pytest.raises(
         DeviceMemoryError, match=r"loading model 'big' \(copy 1 of 2\) ran out of GPU memory.*--replicas"
     ):
         load_models(["big=b.gguf"], replicas=2)
 
     def load(source: str) -> Model:
-        raise torch.OutOfMemoryError(CUDA_SAYS)  # moving the weights to the GPU
+        raise torch.cuda.OutOfMemoryError(CUDA_SAYS)  # moving the weights to the GPU
 
     monkeypatch.setattr(api, "load", load)
     with pytest.raises(DeviceMemoryError, match="loading model 'a' ran out of GPU memory"):
@@ -65,8 +73,8 @@ def test_a_server_whose_model_does_not_fit_stops_naming_it(monkeypatch: pytest.M
 def test_a_request_the_gpu_has_no_memory_for_is_a_503() -> None:
     from ggtts.server.speaking import synthesis_error
 
-    error = synthesis_error(torch.OutOfMemoryError(CUDA_SAYS))
-    assert error.status == 503 and error.code == "out_of_memory" and error.headers == {"Retry-After": "1"}
+    error = synthesis_error(torch.cuda.OutOfMemoryError(CUDA_SAYS))
+    assert error.status == 503 and error.code == "out_of_memory" and error.headers == {"Retry-After": "5"}
     assert error.message.startswith("synthesis ran out of GPU memory (CUDA out of memory. Tried to allocate")
     assert synthesis_error(RuntimeError("boom")).status == 500
 
@@ -80,16 +88,11 @@ def test_a_command_out_of_gpu_memory_is_one_line(
         sample_rate = 16_000
 
         def synthesize(self, *args: Any, **kwargs: Any) -> Any:
-            raise torch.OutOfMemoryError(CUDA_SAYS)
-
-        def stream(self, *args: Any, **kwargs: Any) -> Any:
-            raise torch.OutOfMemoryError(CUDA_SAYS)
+            raise torch.cuda.OutOfMemoryError(CUDA_SAYS)
 
     monkeypatch.setattr(ggtts, "load", lambda *a, **k: Speaker())
-    target = tmp_path / "out.wav"
-    assert main(["speak", "hello", "-o", str(target)]) == 1
+    assert main(["speak", "hello", "-o", str(tmp_path / "out.wav")]) == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "internal error" not in err[0], err
     assert "ggtts speak ran out of GPU memory (CUDA out of memory. Tried to allocate 2.00 GiB" in err[0]
     assert "--device cpu" in err[0]
-    assert not target.exists()

@@ -71,14 +71,21 @@ def choose_device(asked: str | None, say: Callable[[str], None]) -> str:
 
 
 def device_memory_error(exc: BaseException, what: str, advice: str) -> DeviceMemoryError | None:
-    """``exc`` as one clear error where it is torch's out-of-memory error of a GPU (None otherwise): ``what`` ran
-    out of the GPU's memory, torch's first words on it (what it tried to allocate, what was free), then ``advice``.
-    The memory torch's allocator keeps cached is given back first, for whatever runs next."""
+    """``exc`` as one clear error where it is, or was raised from, torch's out-of-memory error of a GPU (None
+    otherwise): ``what`` ran out of the GPU's memory, torch's first words on it (what it tried to allocate, what was
+    free), then ``advice``."""
     torch = sys.modules.get("torch")  # (not imported: nothing ran on a GPU)
-    if torch is None or not isinstance(exc, torch.OutOfMemoryError):
+    if torch is None:
         return None
-    if torch.cuda.is_initialized():
-        torch.cuda.empty_cache()
-    said = " ".join(str(exc).split())
-    said = ". ".join(said.split(". ")[:3]).rstrip(".")  # "CUDA out of memory. Tried to allocate ... is free"
-    return DeviceMemoryError(f"{what} ran out of GPU memory ({said}); {advice}")
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while (
+        cause is not None and id(cause) not in seen
+    ):  # torch.cuda's name for it: torch 2.4 has no torch.OutOfMemoryError
+        if isinstance(cause, torch.cuda.OutOfMemoryError):
+            said = " ".join(str(cause).split())
+            said = ". ".join(said.split(". ")[:3]).rstrip(".")  # "CUDA out of memory. Tried to allocate ... is free"
+            return DeviceMemoryError(f"{what} ran out of GPU memory ({said}); {advice}")
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return None

@@ -32,7 +32,7 @@ from ggtts.server.worker import ClientGone, Deadline, ModelWorker, Steps
 from ggtts.text.incremental import FIRST_CLAUSE_MIN_WORDS, MAX_CHARS, TextStream
 
 log = logging.getLogger("ggtts.server")
-OUT_OF_MEMORY_RETRY_S = 1  # Retry-After of a request the GPU had no memory for
+OUT_OF_MEMORY_RETRY_S = 5  # Retry-After of a request the GPU had no memory for (one too big fails again)
 T = TypeVar("T")
 
 # OpenAI's model and voice names: clients written for OpenAI send them, often hard-coded. A model or voice loaded

@@ -33,7 +33,7 @@ import torch
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.magpie.model import LayerInputs, MagpieTTS, new_cache
 from ggtts.models.magpie.static_steps import StaticDecoder, compiled
-from ggtts.models.magpie.step_graph import DecoderPart, StepResult
+from ggtts.models.magpie.step_graph import DecoderPart, StepResult, TextMemory, text_memory
 from ggtts.ops.step_graph import StepGraph
 from ggtts.runtime.frames import decode_frames
 
@@ -344,6 +344,7 @@ class Utterance:
         self.memory = (
             [] if self.static is not None else m.memory_kv(m.encode_text(torch.tensor([text_ids], device=device)))
         )
+        self.text: TextMemory | None = None  # the memory as the ggml graphs read it (graph_part)
         context = m.speaker_context(speaker)  # (Tc, D)
         self.tc = tc = context.shape[0]
         max_len = tc + steps + 1
@@ -422,8 +423,10 @@ class Utterance:
         if not graph.takes(self.cache, None, self.rows):
             return None
         priors = self.gen._layer_priors(None if self.prior is None else self.prior[None, None])
+        if self.text is None:
+            self.text = text_memory(self.memory)  # (laid out for the graphs once)
         return DecoderPart(self.history[-1][:, -1], self.cache, self.tc + self.step, self.key_valid, self.memory,
-                           priors)  # fmt: skip
+                           priors, self.text)  # fmt: skip
 
     def took(self, step: StepResult) -> None:
         """The graph step's result of :meth:`graph_part`'s share."""

@@ -7,7 +7,9 @@ rows, each weight read once; each lane's self-attention over its own cache and i
 text, with its own attention prior), then the local transformer's frame of every lane together
 (:func:`~ggtts.families.magpie.generate.local_codes_many`), each lane drawing its codes from its own logits with its
 own generator and settings, in its own order, as it does alone. A lane that joins runs its first step (the text
-encoder and the speaker context's prefill) alone, before the others' next frame.
+encoder and the speaker context's prefill) alone, before the others' next frame; of several joining at once, one a
+step, in the order they joined (the first starts speaking as soon as it would alone, and a speaking lane's frames
+wait for one newcomer's first step at a time).
 :class:`~ggtts.runtime.lanes.LaneLoop` runs these lanes for the server's requests as it runs the other families'.
 
 The steps over fixed tensors that a GPU replays as graphs are one utterance's: on CUDA Magpie serves several
@@ -62,14 +64,16 @@ class MagpieLanes:
 
     @torch.inference_mode()
     def step(self) -> list[tuple[MagpieLane, torch.Tensor | None]]:
-        """One frame of every lane: the first step of those that joined (each alone), the local transformer's frame
-        of all of them together, then the decoder step of those that go on, together. Returns each lane's frame
-        (codes (C, n); None for a lane that ended without one); a lane that ended (``done``) has left."""
-        for lane in self.lanes:
-            if not lane.primed:
-                lane.utterance.prefill()
-                lane.primed = True
-        lanes = list(self.lanes)
+        """One frame of every lane that has run its first step: the first step of the earliest lane that joined and
+        has not (alone; the other newcomers' at the next steps, one a step, first come first served), then the local
+        transformer's frame of all of them together, then the decoder step of those that go on, together. Returns
+        each one's frame (codes (C, n); None for a lane that ended without one); a lane that ended (``done``) has
+        left."""
+        waiting = [lane for lane in self.lanes if not lane.primed]
+        if waiting:  # one newcomer's first step a step: the others' next frame waits for one, not for all of them
+            waiting[0].utterance.prefill()
+            waiting[0].primed = True
+        lanes = [lane for lane in self.lanes if lane.primed]
         frames = draw_many([lane.utterance for lane in lanes], [lane.drawn for lane in lanes])
         made: list[tuple[MagpieLane, torch.Tensor | None]] = []
         going: list[tuple[MagpieLane, torch.Tensor]] = []

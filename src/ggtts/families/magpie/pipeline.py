@@ -250,6 +250,7 @@ class MagpieTTSPipeline(TTSModel):
         return _alone(len(chunks), speech)
 
 
+@torch.inference_mode()  # (the steps over fixed tensors write into tensors a warm-up made in this mode)
 def _alone(n: int, speech: Callable[[int, float], ChunkSpeech]) -> Iterator[Audio]:
     """``n`` chunks' speech (``speech(i, offset)``: chunk ``i``'s), one after another on this thread."""
     offset = 0.0

@@ -24,6 +24,7 @@ steps in lock step: every frame starts at the local transformer's first position
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import weakref
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
     from ggtts.models.magpie.model import CausalConv, MagpieTTS, Transformer, TransformerLayer
 
 GRAPHS_KEPT = 8  # per model: (each utterance's text length) x (prior on some layers, or not yet) x (padded length)
-LOCAL_GRAPHS_KEPT = 64  # the local transformer's: one per table (up to 16) and batch rows (guidance, utterances)
+LOCAL_GRAPHS_KEPT = 128  # the local transformer's: one per table (up to 16) and batch rows (guidance, utterances)
 NODES_PER_LAYER = 96  # about 60 with two rows and the prior, with their views; rounded up
 NODES_PER_MORE_PART = 24  # a layer's cross-attention of each utterance beyond the first (about 14), rounded up
 PARAMS_PER_LAYER = 12  # float tensors a layer may hand ggml: 6 weights (float32 files), 4 norms
@@ -144,7 +145,7 @@ class DecoderGraph(GraphParams):
         one graph -> each one's result."""
         if not parts:
             raise ValueError("a step of no utterances")
-        shapes = []
+        shapes, laid = [], []
         for part in parts:
             start, cache = part.start, part.cache
             cache.check_fits(start + 1)
@@ -153,19 +154,24 @@ class DecoderGraph(GraphParams):
             prior_layers = () if priors is None else tuple(i for i, p in enumerate(priors) if p is not None)
             if prior_layers and any(priors[i] is not priors[prior_layers[0]] for i in prior_layers):  # type: ignore[index]
                 raise ValueError("a graph step takes one prior for every layer that takes one (as the generator gives)")
-            if part.memory is None:
-                raise ValueError("a decoder step cross-attends its text: give each utterance's memory")
+            if part.layout is None:
+                if part.memory is None:
+                    raise ValueError("a decoder step cross-attends its text: give each utterance's memory")
+                part = dataclasses.replace(part, layout=text_memory(part.memory))
+            assert part.layout is not None
+            laid.append(part)
             kv_len = min(-(-(start + 1) // KV_STEP) * KV_STEP, cache.max_len)
-            shapes.append(_Part(part.x.shape[0], kv_len, part.memory[0][0].shape[2], prior_layers))
+            shapes.append(_Part(part.x.shape[0], kv_len, part.layout.length, prior_layers))
         key = tuple((tuple(part.cache.k.shape), shape) for part, shape in zip(parts, shapes, strict=True))
         m = self.model
         with self._lock:
             graph = ggml_kernels.cached(
                 self._graphs, key,
-                lambda: _StackStep(self, m.decoder, m.final_proj, [p.cache for p in parts], shapes),
+                lambda: _StackStep(self, m.decoder, m.final_proj, [p.cache for p in laid], shapes,
+                                   [p.layout for p in laid]),
                 self.keep,
             )  # fmt: skip
-            return graph.run(parts)
+            return graph.run(laid)
 
     def local_step(self, x: torch.Tensor, cache: KVCache, start: int, table: int) -> torch.Tensor:
         """The local transformer's new rows ``x (rows, D_lt)`` at ``start`` of its ``cache`` -> the logits
@@ -196,6 +202,28 @@ class DecoderPart:
     key_valid: torch.Tensor | None = None
     memory: list[tuple[torch.Tensor, torch.Tensor]] | None = None
     priors: list[torch.Tensor | None] | None = None
+    layout: TextMemory | None = None  # ``memory`` as the graph reads it (made from it where None)
+
+
+@dataclass(frozen=True)
+class TextMemory:
+    """An utterance's text memory laid out as a decoder graph reads it, made once per utterance (:func:`text_memory`):
+    each layer's cross-attention keys ``(L, H, S, Dh)`` and values transposed ``(L, H, Dh, S)``, float32, contiguous.
+    A graph points its tensors at the memory of the utterances it steps (it keeps none of it)."""
+
+    keys: np.ndarray
+    values_t: np.ndarray
+
+    @property
+    def length(self) -> int:
+        return int(self.keys.shape[2])
+
+
+def text_memory(memory: list[tuple[torch.Tensor, torch.Tensor]]) -> TextMemory:
+    """Each layer's keys and values ``(1, H, S, Dh)`` as a :class:`TextMemory`."""
+    keys = np.stack([k[0].detach().to(torch.float32).numpy() for k, _ in memory])
+    values_t = np.stack([v[0].detach().to(torch.float32).transpose(1, 2).numpy() for _, v in memory])
+    return TextMemory(np.ascontiguousarray(keys), np.ascontiguousarray(values_t))
 
 
 @dataclass(frozen=True)
@@ -216,7 +244,7 @@ class _StackStep(CacheBound):
 
     def __init__(
         self, owner: DecoderGraph, stack: Transformer, head: nn.Module, caches: Sequence[KVCache],
-        parts: Sequence[_Part],
+        parts: Sequence[_Part], texts: Sequence[TextMemory | None] = (),
     ) -> None:  # fmt: skip
         lib = owner.lib
         cfg = stack.cfg
@@ -227,7 +255,7 @@ class _StackStep(CacheBound):
         cross = parts[0].text_len > 0  # the decoder's cross-attention over the text memory
         n_layers, d = cfg.n_layers, cfg.d_model
         h_self, dh_self = cfg.n_heads, cfg.d_model // cfg.n_heads
-        h_x, dh_x = cfg.xa_n_heads, cfg.xa_d_head
+        h_x = cfg.xa_n_heads
         n_parts = len(parts)
         n_nodes = NODES_PER_STEP + (NODES_PER_LAYER * rows + NODES_PER_MORE_PART * (n_parts - 1)) * n_layers
         ctx = ggml_kernels.new_context(
@@ -243,9 +271,9 @@ class _StackStep(CacheBound):
         self.mask_bufs = [np.zeros((p.rows, 1, p.kv_len), dtype=np.float16) for p in parts]
         self.prior_bufs = [np.ones(p.text_len, dtype=np.float32) for p in parts]
         # each utterance's text memory: keys (H, S, Dh) and values transposed (H, Dh, S), per layer, copied in once
-        self.mem_k = [np.zeros((n_layers, h_x, p.text_len, dh_x) if cross else 0, dtype=np.float32) for p in parts]
-        self.mem_vt = [np.zeros((n_layers, h_x, dh_x, p.text_len) if cross else 0, dtype=np.float32) for p in parts]
-        self._memory: list[list[tuple[torch.Tensor, torch.Tensor]] | None] = [None] * n_parts  # the ones copied
+        # per utterance and layer, the tensors on its text memory's keys and values (pointed at each step's own)
+        self._texts: list[list[tuple[Any, Any]]] = [[] for _ in parts]
+        self._building = texts  # (the first step's: where those tensors point while the graph is built)
         x = self._input(lib.ggml_new_tensor_2d(ctx, f32, d, rows), self.x_buf)
         pos = self._input(lib.ggml_new_tensor_1d(ctx, lib.GGML_TYPE_I32, rows), self.pos_buf)
         new_rows = [self._input(lib.ggml_new_tensor_1d(ctx, lib.GGML_TYPE_I64, 1), buf) for buf in self.row_bufs]
@@ -326,6 +354,7 @@ class _StackStep(CacheBound):
         self._on_cache_at = [(t.contents, kind, t.contents.data - self._at[kind]) for t, kind in self._on_cache]
         self.d, self.n_logits, self.h_x = d, int(self.logits.contents.ne[0]), h_x
         self._plans: dict[int, Any] = {}
+        self._building = ()  # (each step points the text tensors at its own utterances' memory: none kept here)
 
     def _cross_attention(
         self, ctx: Any, owner: DecoderGraph, layer: TransformerLayer, h: Any, index: int, priors: list[Any]
@@ -347,8 +376,11 @@ class _StackStep(CacheBound):
             q = lib.ggml_view_3d(ctx, q_all, dh_x, h_x, 1, F32_BYTES * dh_x, F32_BYTES * dh_x * h_x,
                                  F32_BYTES * dh_x * h_x * i)  # fmt: skip
             q = lib.ggml_cont(ctx, lib.ggml_permute(ctx, q, 0, 2, 1, 3))  # [Dh, 1, H]
-            mem_k = self._on(ctx, self.mem_k[i][index], dh_x, part.text_len, h_x)
-            mem_vt = self._on(ctx, self.mem_vt[i][index], part.text_len, dh_x, h_x)
+            text = self._building[i]
+            assert text is not None and text.length == part.text_len
+            mem_k = self._on(ctx, text.keys[index], dh_x, part.text_len, h_x)
+            mem_vt = self._on(ctx, text.values_t[index], part.text_len, dh_x, h_x)
+            self._texts[i].append((mem_k, mem_vt))
             prob = lib.ggml_soft_max_ext(ctx, lib.ggml_mul_mat(ctx, mem_k, q), None, dh_x**-0.5, 0.0)  # [S, 1, H]
             if index in part.prior_layers:  # times (prior + tiny), renormalised
                 prob = lib.ggml_mul(ctx, prob, priors[i])
@@ -367,24 +399,16 @@ class _StackStep(CacheBound):
         lib = self.lib
         return self._input(lib.ggml_new_tensor_3d(ctx, lib.GGML_TYPE_F32, *ne), buffer)
 
-    def _bind(self, i: int, memory: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """Utterance ``i``'s text memory, copied into the graph's buffers once (a list of an utterance's own, never
-        changed: the graph keeps it, and a step with another list copies that one)."""
-        if self._memory[i] is memory:
-            return
-        for index, (k, v) in enumerate(memory):
-            self.mem_k[i][index] = k[0].detach().numpy()
-            self.mem_vt[i][index] = v[0].detach().transpose(1, 2).numpy()
-        self._memory[i] = memory
-
     def run(self, parts: Sequence[DecoderPart]) -> list[StepResult]:
         """Each utterance's step (``key_valid`` None: every position up to its ``start`` may be attended to;
         ``memory`` and ``priors`` for the decoder's cross-attention) -> each one's result."""
         self._point_at(*(part.cache for part in parts))
         for i, (part, shape) in enumerate(zip(parts, self.parts, strict=True)):
             first, start = self.firsts[i], part.start
-            if part.memory is not None:
-                self._bind(i, part.memory)
+            if part.layout is not None:  # its text's keys and values, where its graph tensors read them
+                for index, (keys, values_t) in enumerate(self._texts[i]):
+                    keys.contents.data = part.layout.keys[index].ctypes.data
+                    values_t.contents.data = part.layout.values_t[index].ctypes.data
             self.x_buf[first : first + shape.rows] = part.x.detach().to(torch.float32).numpy()
             self.pos_buf[first : first + shape.rows] = self.row_bufs[i][0] = start
             allowed = np.arange(shape.kv_len)[None, :] <= start  # causal
