@@ -470,20 +470,24 @@ def build_parser() -> argparse.ArgumentParser:
     w.set_defaults(func=_delegate("ggtts.server.cli", "run_wyoming"))
 
     b = sub.add_parser("bench", help="measure speed against installed peers")
-    b.add_argument("-m", "--model", default=None)
-    b.add_argument("--text", default=None)
-    b.add_argument("--against", default="onnx,reference")
-    b.add_argument("--runs", type=int, default=3)
-    b.add_argument("--json", action="store_true")
-    b.add_argument("--plot", default=None)
+    b.add_argument("-m", "--model", default=None, help=f"the model (default: {DEFAULT_MODEL}); families with a "
+                   "benchmark: kokoro (the others' are scripts in benchmarks/)")  # fmt: skip
+    b.add_argument("--text", default=None, help="the text to speak (default: a paragraph of about 20 s)")
+    b.add_argument("--against", default="onnx,reference", help="peers to run beside ggtts, comma-separated: onnx "
+                   "(kokoro-onnx), reference (hexgrad's kokoro), ggtts's own variants (bf16, compiled, "
+                   "bf16-compiled, fast, bf16-compiled-fast, direct), or none (default: onnx,reference)")  # fmt: skip
+    b.add_argument("--runs", type=int, default=3, help="timed runs per peer, after a warm-up (default 3)")
+    b.add_argument("--json", action="store_true", help="print the report as JSON")
+    b.add_argument("--plot", default=None, metavar="PNG", help="also draw the figures to this image")
     b.set_defaults(func=_delegate("ggtts.measure.bench", "run"))
 
     e = sub.add_parser("eval", help="measure intelligibility with Whisper (word error rate)")
     e.add_argument("sentences", nargs="?", default=None, help="file with one sentence per line")
-    e.add_argument("-m", "--model", default=None)
-    e.add_argument("-v", "--voice", default=None)
-    e.add_argument("--whisper", default="base", choices=["base", "tiny.en"])
-    e.add_argument("--json", action="store_true")
+    e.add_argument("-m", "--model", default=None, help=f"the model (default: {DEFAULT_MODEL})")
+    e.add_argument("-v", "--voice", default=None, help="the voice (default: the model's default voice)")
+    e.add_argument("--whisper", default="base", choices=["base", "tiny.en"], help="Whisper model that listens "
+                   "(faster-whisper; default base)")  # fmt: skip
+    e.add_argument("--json", action="store_true", help="print the report as JSON")
     add_flags(e, LOAD)
     e.set_defaults(func=_delegate("ggtts.measure.eval", "run"))
 
