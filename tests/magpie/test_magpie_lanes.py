@@ -128,6 +128,30 @@ def test_a_stream_given_up_leaves_and_the_others_finish(models: tuple[Any, Any])
     assert together.lanes.lanes.lanes == [] and together.lanes._jobs == []
 
 
+def test_a_stream_whose_first_step_fails_fails_alone(models: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A newcomer's first step (its text and speaker through the model) failing fails its own request, with its
+    error; the stream beside it goes on and says what it says alone."""
+    from ggtts.families.magpie.generate import Utterance
+
+    alone, together = models
+    expected = _joined(alone.stream(TEXTS[1], max_frames=FRAMES, **OPTIONS[1]))
+    real = Utterance.prefill
+
+    def prefill(self: Utterance) -> None:
+        if self.gen.params.seed == 99:
+            raise RuntimeError("its own failure")
+        real(self)
+
+    monkeypatch.setattr(Utterance, "prefill", prefill)
+    with together.lanes._cond:
+        kept = together.stream(TEXTS[1], max_frames=FRAMES, **OPTIONS[1])
+        failing = together.stream(TEXTS[0], max_frames=FRAMES, voice="Aria", seed=99)
+    with pytest.raises(RuntimeError, match="its own failure"):
+        list(failing)
+    np.testing.assert_array_equal(_joined(kept), expected)
+    assert together.lanes.lanes.lanes == [] and together.lanes._jobs == []
+
+
 def test_the_server_gives_a_parallel_model_as_many_turns(models: tuple[Any, Any]) -> None:
     from ggtts.server.worker import ModelWorker
 

@@ -177,7 +177,8 @@ class LaneState(Protocol):
 
 class Lanes(Protocol):
     """What a :class:`LaneLoop` steps: lanes that join (one per utterance's work) and leave, and a step of all of
-    them giving each lane that drew its frame (``None`` for a lane that ended without one)."""
+    them giving each lane that drew its frame (``None`` for a lane that ended without one; an exception for a lane
+    that failed alone and has left: its caller hears it, the others go on)."""
 
     @property
     def lanes(self) -> Sequence[Any]: ...
@@ -339,6 +340,11 @@ class LaneLoop(Generic[T]):
         for lane, frame in drawn:
             job = jobs[id(lane)]
             assert job.work is not None
+            if isinstance(frame, BaseException):  # that lane's own failure: it has left, the others went on
+                job.out.put(frame)
+                with self._cond:
+                    self._drop(job)
+                continue
             try:
                 with torch.inference_mode():
                     for item in job.work.on_frame(frame) if frame is not None else ():

@@ -63,19 +63,23 @@ class MagpieLanes:
             self.lanes.remove(lane)
 
     @torch.inference_mode()
-    def step(self) -> list[tuple[MagpieLane, torch.Tensor | None]]:
+    def step(self) -> list[tuple[MagpieLane, torch.Tensor | Exception | None]]:
         """One frame of every lane that has run its first step: the first step of the earliest lane that joined and
         has not (alone; the other newcomers' at the next steps, one a step, first come first served), then the local
         transformer's frame of all of them together, then the decoder step of those that go on, together. Returns
-        each one's frame (codes (C, n); None for a lane that ended without one); a lane that ended (``done``) has
-        left."""
+        each one's frame (codes (C, n); None for a lane that ended without one; the exception of a newcomer whose
+        first step failed, alone); a lane that ended (``done``) has left."""
+        made: list[tuple[MagpieLane, torch.Tensor | Exception | None]] = []
         waiting = [lane for lane in self.lanes if not lane.primed]
         if waiting:  # one newcomer's first step a step: the others' next frame waits for one, not for all of them
-            waiting[0].utterance.prefill()
-            waiting[0].primed = True
+            try:
+                waiting[0].utterance.prefill()
+                waiting[0].primed = True
+            except Exception as e:  # (its own: its text, its speaker) it fails alone
+                self._end(waiting[0])
+                made.append((waiting[0], e))
         lanes = [lane for lane in self.lanes if lane.primed]
-        frames = draw_many([lane.utterance for lane in lanes], [lane.drawn for lane in lanes])
-        made: list[tuple[MagpieLane, torch.Tensor | None]] = []
+        frames = draw_many([lane.utterance for lane in lanes], [lane.drawn for lane in lanes]) if lanes else []
         going: list[tuple[MagpieLane, torch.Tensor]] = []
         for lane, frame in zip(lanes, frames, strict=True):
             made.append((lane, frame))
