@@ -203,3 +203,28 @@ def test_a_position_past_the_table_is_one_clear_error(files: dict[str, Path]) ->
     steps = model.cfg.decoder.max_positions  # past the table once the context is counted
     with pytest.raises(InputError, match="past the decoder's 256 learned positions"):
         generate_codes(model, [*TEXT, model.cfg.text_eos_id], 0, _params(model, False, steps))
+
+
+def test_a_text_memory_of_another_shape_is_refused(files: dict[str, Path]) -> None:
+    """ggml reads a laid-out text memory by the graph's shape: one of another shape is an error, not a read past it."""
+    import dataclasses
+
+    from ggtts.gguf import GGUFFile
+    from ggtts.models.magpie.model import load_magpie, new_cache
+    from ggtts.models.magpie.step_graph import DecoderPart, text_memory
+
+    model = load_magpie(GGUFFile(files["f32"]))
+    graph = model.graph()
+    assert graph is not None
+    with torch.inference_mode():
+        memory = model.memory_kv(model.encode_text(torch.tensor([[*TEXT, model.cfg.text_eos_id]])))
+    cfg = model.cfg.decoder
+    cache = new_cache(cfg, 32, 1, "cpu")
+    x, valid = torch.zeros(1, cfg.d_model), torch.ones(1, 32, dtype=torch.bool)
+    good = DecoderPart(x, cache, 3, valid, memory, None, text_memory(memory))
+    assert graph.step_many([good])[0].hidden.shape == (1, cfg.d_model)
+    text = good.layout
+    assert text is not None
+    for bad in (text.keys[:, :, :-1], text.keys.astype("float64"), text.keys[:, :, :, :-1].copy()):
+        with pytest.raises(ValueError, match="text memory of shape"):
+            graph.step_many([dataclasses.replace(good, layout=dataclasses.replace(text, keys=bad))])

@@ -39,6 +39,13 @@ def test_torchs_out_of_memory_becomes_one_sentence() -> None:
     except RuntimeError as outer:
         wrapped = device_memory_error(outer, "x", "y")
     assert wrapped is not None and "Tried to allocate 2.00 GiB" in str(wrapped)
+    try:  # another error raised "from None" while handling one: not it
+        try:
+            raise torch.cuda.OutOfMemoryError(CUDA_SAYS)
+        except RuntimeError:
+            raise ValueError("bad input") from None
+    except ValueError as other:
+        assert device_memory_error(other, "x", "y") is None
 
 
 class Model:

@@ -87,5 +87,5 @@ def device_memory_error(exc: BaseException, what: str, advice: str) -> DeviceMem
             said = ". ".join(said.split(". ")[:3]).rstrip(".")  # "CUDA out of memory. Tried to allocate ... is free"
             return DeviceMemoryError(f"{what} ran out of GPU memory ({said}); {advice}")
         seen.add(id(cause))
-        cause = cause.__cause__ or cause.__context__
+        cause = cause.__cause__ or (None if cause.__suppress_context__ else cause.__context__)
     return None

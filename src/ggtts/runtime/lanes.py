@@ -341,9 +341,9 @@ class LaneLoop(Generic[T]):
             job = jobs[id(lane)]
             assert job.work is not None
             if isinstance(frame, BaseException):  # that lane's own failure: it has left, the others went on
-                job.out.put(frame)
                 with self._cond:
                     self._drop(job)
+                    job.out.put(frame)
                 continue
             try:
                 with torch.inference_mode():

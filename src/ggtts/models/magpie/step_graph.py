@@ -159,6 +159,7 @@ class DecoderGraph(GraphParams):
                     raise ValueError("a decoder step cross-attends its text: give each utterance's memory")
                 part = dataclasses.replace(part, layout=text_memory(part.memory))
             assert part.layout is not None
+            check_text(part.layout, self.model)
             laid.append(part)
             kv_len = min(-(-(start + 1) // KV_STEP) * KV_STEP, cache.max_len)
             shapes.append(_Part(part.x.shape[0], kv_len, part.layout.length, prior_layers))
@@ -405,7 +406,9 @@ class _StackStep(CacheBound):
         self._point_at(*(part.cache for part in parts))
         for i, (part, shape) in enumerate(zip(parts, self.parts, strict=True)):
             first, start = self.firsts[i], part.start
-            if part.layout is not None:  # its text's keys and values, where its graph tensors read them
+            if self._texts[i]:  # its text's keys and values, where its graph tensors read them
+                if part.layout is None:
+                    raise ValueError("a decoder step cross-attends its text: give each utterance's laid-out memory")
                 for index, (keys, values_t) in enumerate(self._texts[i]):
                     keys.contents.data = part.layout.keys[index].ctypes.data
                     values_t.contents.data = part.layout.values_t[index].ctypes.data
@@ -431,6 +434,16 @@ class _StackStep(CacheBound):
             ]
             out.append(StepResult(hidden[rows], probs, logits[rows]))
         return out
+
+
+def check_text(text: TextMemory, model: MagpieTTS) -> None:
+    """ggml reads a text memory's arrays by the graph's shape: one of another shape or type is refused first."""
+    cfg = model.decoder.cfg
+    s = text.length
+    want = ((cfg.n_layers, cfg.xa_n_heads, s, cfg.xa_d_head), (cfg.n_layers, cfg.xa_n_heads, cfg.xa_d_head, s))
+    for array, shape in zip((text.keys, text.values_t), want, strict=True):
+        if array.shape != shape or array.dtype != np.float32 or not array.flags.c_contiguous:
+            raise ValueError(f"a text memory of shape {array.shape} ({array.dtype}) where the decoder reads {shape}")
 
 
 def check_position(start: int, limit: int, stack: str) -> None:
