@@ -101,7 +101,7 @@ def test_each_push_size_traces_as_one_graph(kind: str) -> None:
     decoder = _decoder(kind)
     decoder.fresh_stream().push(torch.zeros(1, 16, 1, dtype=torch.long))  # the lane made
     assert decoder.static is not None
-    lane = decoder.static.lanes[1]
+    [lane] = decoder.static.lanes[1]
     assert sorted(lane.graphs) == sorted({FIRST, *SIZES})
     dynamo.reset()
     with torch.inference_mode():
@@ -177,3 +177,47 @@ def test_a_static_stream_goes_on_only_from_its_own_decoders_stream_of_its_shape(
     static._start_state[layer] = static._start_state[layer][..., :1]  # a state cut short
     with pytest.raises(ValueError, match="a layer's state of shape"):
         static.push(codes[..., 2:])
+
+
+@pytest.mark.parametrize("kind", ["code2wav", "12 Hz decoder"])
+def test_streams_at_once_each_have_fixed_tensors_of_their_own(kind: str) -> None:
+    """A decoder made for two streams at once (a lane loop's): two static streams pushed in turn each give their
+    ordinary stream's samples; a stream given back (closed, or gone) frees its lane for the next, and a third
+    stream beside two live ones takes the one taken longest ago, whose next push is refused."""
+    import gc
+
+    decoder = _decoder(kind)
+    decoder.use_static_streams(SHAPE["num_quantizers"], SIZES, capture=False, streams=2)
+    assert decoder.static is not None
+    codes = torch.randint(0, 64, (2, 1, 16, 20), generator=torch.Generator().manual_seed(3))
+    a, b = decoder.fresh_stream(), decoder.fresh_stream()
+    plain_a, plain_b = decoder.stream(), decoder.stream()
+    worst = 0.0
+    for lo, hi in ((0, 1), (1, 5), (5, 18), (18, 20)):  # in turn, each past the attention window
+        worst = max(worst, _pushed_alike(a, plain_a, codes[0], lo, (hi - lo,)))
+        worst = max(worst, _pushed_alike(b, plain_b, codes[1], lo, (hi - lo,)))
+    print(f"{kind}: two streams at once against ordinary ones {worst:.1e}")
+    assert worst < REL, worst
+    [pool] = decoder.static.lanes.values()
+    assert len(pool) == 2 and {lane.owner for lane in pool} == {a, b}
+    a.close()
+    c = decoder.fresh_stream()
+    assert relative_difference(c.push(codes[0][..., :3]), decoder.stream().push(codes[0][..., :3])) < REL
+    assert len(pool) == 2 and {lane.owner for lane in pool} == {b, c}  # a's lane, again
+    del c
+    gc.collect()
+    d, plain_d = decoder.fresh_stream(), decoder.stream()
+    _pushed_alike(d, plain_d, codes[1], 0, (2,))
+    assert len(pool) == 2 and {lane.owner for lane in pool} == {b, d}  # c's, gone with it
+    e = decoder.fresh_stream()
+    e.push(codes[0][..., :2])  # two live: it takes b's, taken longest ago
+    with pytest.raises(RuntimeError, match="replaced by a newer one"):
+        b.push(codes[1][..., :1])
+    assert _pushed_alike(d, plain_d, codes[1], 2, (4,)) < REL  # the other goes on, untouched
+    decoder.static.prepare(1)
+    assert len(pool) == 2 and all(lane.ready for lane in pool)
+    decoder.use_static_streams(SHAPE["num_quantizers"], SIZES, capture=False, streams=3)
+    decoder.static.prepare(1)
+    assert [len(p) for p in decoder.static.lanes.values()] == [3] and all(
+        lane.ready for lane in decoder.static.lanes[1]
+    )

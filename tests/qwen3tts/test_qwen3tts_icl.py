@@ -189,10 +189,14 @@ def test_a_base_models_warm_up_makes_its_decoders_graphs(base: Built) -> None:
     assert model.decoder.static is not None and not model.decoder.static.lanes
     model.warm_up()
     assert list(model.decoder.static.lanes) == [1] and not model._primed
-    lane = model.decoder.static.lanes[1]
+    [lane] = model.decoder.static.lanes[1]
+    owners: list[object] = []
+    begin = lane.begin
+    lane.begin = lambda owner, begun=0: (owners.append(owner), begin(owner, begun))[1]  # type: ignore[method-assign]
     model.synthesize("Hello there.", voice="lena", temperature=0, max_frames=6)
-    assert "lena" in model._primed and model.decoder.static.lanes == {1: lane}
-    assert getattr(lane.owner, "frames", 0) > 6  # the voice's utterance went on over it, from its recording's frames
+    assert "lena" in model._primed and model.decoder.static.lanes == {1: [lane]}
+    assert len(owners) == 1 and getattr(owners[0], "frames", 0) > 6  # it went on over it, from the recording's frames
+    assert lane.owner is None  # given back at the utterance's end
 
 
 def test_bad_in_context_voices_are_refused(base: Built, tmp_path: Path) -> None:

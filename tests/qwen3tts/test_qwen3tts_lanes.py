@@ -419,10 +419,12 @@ def test_a_model_with_static_steps_gets_static_lanes(built: Built) -> None:
 
 @pytest.fixture(scope="module")
 def gpu_model(built: Built) -> Iterator[Qwen3TTSPipeline]:
-    """A ``parallel=3`` model with its talker's static lanes (eagerly)."""
+    """A ``parallel=3`` model with its talker's static lanes and its decoder's static streams, as a GPU loads it
+    (eagerly)."""
     model = ggtts.load(built.path, parallel=3)
     assert isinstance(model, Qwen3TTSPipeline) and model.lanes is not None
     model.talker.use_static_lanes(3, capture=False)
+    static_decoder(model.talker, model.decoder, model.decoder.cfg.num_quantizers, model.lanes)
     model.lanes.lanes.prefill_chunk = 1 << 20  # prompts whole, as alone
     yield model
     model.lanes.close()
@@ -431,18 +433,22 @@ def gpu_model(built: Built) -> Iterator[Qwen3TTSPipeline]:
 def test_parallel_streams_in_gpu_lanes_say_what_each_says_alone_in_them(
     gpu_model: Qwen3TTSPipeline,
 ) -> None:
-    """Three streams asked at once of a model whose talker has static lanes are sample for sample what each says
-    asked alone of it, and a stream takes its talker rows back at its end."""
+    """Three streams asked at once of a model whose talker has static lanes (and whose speech decoder has a
+    fixed-tensor stream for each) are sample for sample what each says asked alone of it, and a stream takes its
+    talker rows and its decoder stream back at its end."""
     model = gpu_model
-    assert model.lanes is not None and model.talker.lanes is not None
+    assert model.lanes is not None and model.talker.lanes is not None and model.decoder.static is not None
     options = [{"voice": VOICES[i], "seed": i, "max_frames": 16, "chunk_frames": 4} for i in range(3)]
     expected = [_joined(model.stream(t, **o)) for t, o in zip(TEXTS, options, strict=True)]
+    assert [len(pool) for pool in model.decoder.static.lanes.values()] == [1]  # one at a time: one lane
     for e, g in zip(expected, _at_once(model, TEXTS, options), strict=True):
         assert len(e) > 0
         np.testing.assert_array_equal(_joined(g), e)
     assert model.talker.lanes.buckets and all(
         ref is None for b in model.talker.lanes.buckets.values() for ref in b.held
     )
+    [pool] = model.decoder.static.lanes.values()
+    assert len(pool) == 3 and all(lane.owner is None for lane in pool)  # each stream its own, each given back
 
 
 def test_host_sampled_frames_still_run_in_lanes(built: Built) -> None:
@@ -471,7 +477,8 @@ def _graphs(model: Qwen3TTSPipeline) -> set[object]:
 
     talker = model.talker
     made: set[object] = set(_GRAPHED.get(talker, {}))
-    made |= {("decoder", batch) for batch in (model.decoder.static.lanes if model.decoder.static is not None else {})}
+    pools = model.decoder.static.lanes if model.decoder.static is not None else {}
+    made |= {("decoder", batch, i) for batch, pool in pools.items() for i in range(len(pool))}
     for capacity, decode in (talker.static.decoders if talker.static is not None else {}).items():
         made |= {("step", capacity), *(("prompt", capacity, rows) for rows in decode.prefills)}
     for capacity, bucket in (talker.lanes.buckets if talker.lanes is not None else {}).items():
@@ -488,22 +495,22 @@ def test_the_warm_up_makes_the_graphs_a_default_request_uses(built: Built, paral
     it."""
     model = ggtts.load(built.path, parallel=parallel)
     assert isinstance(model, Qwen3TTSPipeline)
+    model.talker.use_static_steps(capture=False)  # as a GPU's load: the steps, then the lanes, then the decoder
     if parallel > 1:
         model.talker.use_static_lanes(parallel, capture=False)
-    else:
-        model.talker.use_static_steps(capture=False)
-    static_decoder(model.talker, model.decoder, model.decoder.cfg.num_quantizers, model.lanes)  # as a GPU's load
-    assert (model.decoder.static is not None) == (parallel == 1)  # (with lanes, several streams decode at once)
+    static_decoder(model.talker, model.decoder, model.decoder.cfg.num_quantizers, model.lanes)
+    assert model.decoder.static is not None and model.decoder.static.streams == parallel
     try:
         model.warm_up()
         warm = _graphs(model)
         assert any(k[0] == "step" or k[0] == "lanes" for k in warm if isinstance(k, tuple) and isinstance(k[0], str))
         assert sum(1 for k in warm if isinstance(k, tuple) and not isinstance(k[0], str)) == 2  # sampled, greedy
-        assert (("decoder", 1) in warm) == (parallel == 1)
+        assert {("decoder", 1, i) for i in range(parallel)} <= warm  # a decoder's streams for each lane
         for options in ({"seed": 4}, {"temperature": 0}):
-            stream = model.stream(TEXTS[1], VOICES[1], **options)
-            assert len([c for _, c in zip(range(3), stream, strict=False)]) == 3
-            stream.close()  # type: ignore[attr-defined]
+            streams = [model.stream(t, VOICES[1], **options) for t in TEXTS[:parallel]]  # (at once, with lanes)
+            for stream in streams:
+                assert len([c for _, c in zip(range(3), stream, strict=False)]) == 3
+                stream.close()  # type: ignore[attr-defined]
         assert _graphs(model) == warm
     finally:
         if model.lanes is not None:

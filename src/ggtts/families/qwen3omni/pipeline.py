@@ -197,7 +197,7 @@ class Qwen3OmniPipeline(TTSModel):
         return out
 
     def warm_up(self) -> None:
-        warm_talker(self.talker, lambda **options: self.stream("Hello.", **options))
+        warm_talker(self.talker, lambda **options: self.stream("Hello.", **options), self.code2wav)
 
     # ---- requests ----------------------------------------------------------------------------------------------
     def resolve_voice(self, voice: str | None) -> VoiceMix | None:
@@ -471,26 +471,36 @@ class FrameStream(Protocol):
 
     def push(self, codes: torch.Tensor) -> torch.Tensor: ...
 
-
-def static_decoder(talker: TalkerStack, decoder: StreamingDecoder, codebooks: int, lanes: object) -> None:
-    """Where the talker's steps are graphs over fixed tensors (CUDA) and its streams run one at a time (no lanes),
-    its speech decoder's pushes are graphs too (:meth:`StreamingDecoder.use_static_streams`): a stream's first frame
-    alone, then pushes of :data:`DECODER_GRAPH_FRAMES`."""
-    if talker.static is not None and lanes is None:
-        decoder.use_static_streams(codebooks, DECODER_GRAPH_FRAMES, capture=talker.static_capture)
+    def close(self) -> None: ...
 
 
-def warm_talker(talker: TalkerStack, stream: Callable[..., Iterator[Audio]]) -> None:
+def static_decoder(
+    talker: TalkerStack, decoder: StreamingDecoder, codebooks: int, lanes: LaneLoop[Audio] | None
+) -> None:
+    """Where the talker's steps (or lanes) are graphs over fixed tensors (CUDA), its speech decoder's pushes are
+    graphs too (:meth:`StreamingDecoder.use_static_streams`): a stream's first frame alone, then pushes of
+    :data:`DECODER_GRAPH_FRAMES`; as many streams at once as the model's lanes (one without)."""
+    if talker.static is not None or talker.lanes is not None:  # (lanes over fixed caches take the steps' place)
+        streams = 1 if lanes is None else lanes.max_lanes
+        decoder.use_static_streams(codebooks, DECODER_GRAPH_FRAMES, capture=talker.static_capture, streams=streams)
+
+
+def warm_talker(
+    talker: TalkerStack, stream: Callable[..., Iterator[Audio]], decoder: StreamingDecoder | None = None
+) -> None:
     """A talker family's warm-up (``stream(**options)``: a short text's speech). Where the talker's steps are graphs
     over fixed tensors (CUDA), the first chunks of a stream with the request defaults, sampled, then greedy (the
     rest of each left unspoken): each cache capacity and each sampling setting has graphs of its own, made
     (captured) at their first use, so those of a request with the default frame budget are made here, not in the
-    first request. Elsewhere (nothing to capture) a greedy stream of a few frames."""
+    first request; so are the speech ``decoder``'s fixed-tensor streams, as many as streams decode at once.
+    Elsewhere (nothing to capture) a greedy stream of a few frames."""
     if talker.static is None and talker.lanes is None:
         read_first(stream(temperature=0, max_frames=WARM_UP_FRAMES), WARM_UP_FRAMES)
         return
     for options in ({}, {"temperature": 0}):
         read_first(stream(**options), WARM_UP_CHUNKS)
+    if decoder is not None and decoder.static is not None:
+        decoder.static.prepare(1)
 
 
 def talker_lanes(talker: TalkerStack, parallel: int) -> LaneLoop[Audio] | None:
@@ -534,10 +544,16 @@ class FrameSpeech:
         first = not self.offset and not self.index
         if len(self.pending) < chunk_size(self.stream.frames - self.start, first, self.frames_per_chunk):
             return []
-        return self.on_end()
+        return self._flush()
 
     def on_end(self) -> list[Audio]:
-        """The audio of the frames not pushed yet (none: nothing)."""
+        """The audio of the frames not pushed yet (none: nothing); the stream is then done (a static stream's fixed
+        tensors free for another)."""
+        out = self._flush()
+        self.stream.close()
+        return out
+
+    def _flush(self) -> list[Audio]:
         if not self.pending:
             return []
         codes = torch.tensor(self.pending, dtype=torch.long).T.unsqueeze(0)  # (1, Q, n)

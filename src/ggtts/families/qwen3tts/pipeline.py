@@ -123,7 +123,11 @@ class Qwen3TTSPipeline(TTSModel):
         # first prime the decoder with its recording, time the warm-up does not need)
         voice = next(iter(self.talker.cfg.speakers), None)
         instructions = "A calm voice." if self.talker.cfg.model_type == "voice_design" else None
-        warm_talker(self.talker, lambda **options: self.stream("Hello.", voice, instructions=instructions, **options))
+        warm_talker(
+            self.talker,
+            lambda **options: self.stream("Hello.", voice, instructions=instructions, **options),
+            self.decoder,
+        )
 
     def resolve_voice(self, voice: str | None) -> VoiceMix | None:
         return super().resolve_voice(speaker_name(voice, self.voices))

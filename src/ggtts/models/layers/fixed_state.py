@@ -5,14 +5,18 @@ families' speech decoders' static streams).
 A streaming layer keeps its state with ``state[layer] = new`` and reads it with ``state.get(layer)``; over a
 :class:`FixedState` the assignment copies into the layer's tensor instead, so the layers' own streaming code runs
 unchanged. A push of ``n`` frames is made of pushes of a few fixed sizes (:func:`pieces`), the state carrying across
-them as across pushes. :class:`FixedStreams` keeps a :class:`FixedLane` per batch size: its state, its fixed inputs
-and a graph per push size, captured when its first stream starts (a server's warm-up). One stream at a time per
-batch size (a model serves one request at a time): a newer stream takes the fixed tensors, and a push to an older
-one is an error.
+them as across pushes. :class:`FixedStreams` keeps :class:`FixedLane` s per batch size, each with its state, its
+fixed inputs and a graph per push size, captured when its first stream starts (a server's warm-up). ``streams`` at
+once per batch size (1 for a model that serves one request at a time; a lane loop's lanes for one that decodes
+several together): a new stream takes a free lane (never taken, given back at its stream's end, or its stream gone),
+else a new one while there are fewer than ``streams``, else the one taken longest ago, whose stream then ends: a push
+to it is an error.
 """
 
 from __future__ import annotations
 
+import itertools
+import weakref
 from collections.abc import Callable, Sequence
 
 import torch
@@ -91,7 +95,8 @@ class FixedLane:
             dict.update(unread, self.state)
             self.graphs[FIRST] = StepGraph(self._step(run, 1, unread), device, capture)
         self.ready = False
-        self.owner: object | None = None
+        self._owner: weakref.ref[object] | None = None  # the stream whose frames it holds (a stream gone frees it)
+        self.begun = 0  # when that stream took it (FixedStreams' count)
 
     def _step(self, run: Run, n: int, state: FixedState) -> Callable[[], torch.Tensor]:
         codes = self.codes[n]
@@ -101,17 +106,30 @@ class FixedLane:
 
         return step
 
-    def begin(self, owner: object) -> None:
+    @property
+    def owner(self) -> object | None:
+        return None if self._owner is None else self._owner()
+
+    def begin(self, owner: object, begun: int = 0) -> None:
         """Make ``owner`` the stream whose frames the fixed tensors hold, from zeros (every graph captured first:
         the capture's runs change the state, which is then zeroed)."""
+        self.capture()
+        with torch.inference_mode():
+            self.state.zero_()
+        self._owner, self.begun = weakref.ref(owner), begun
+
+    def capture(self) -> None:
+        """Every graph captured (on CUDA; run once elsewhere), where not yet."""
         if not self.ready:
             with torch.inference_mode():
                 for graph in self.graphs.values():
                     graph()
             self.ready = True
-        with torch.inference_mode():
-            self.state.zero_()
-        self.owner = owner
+
+    def release(self, owner: object) -> None:
+        """``owner``'s stream has ended: the lane is free for another (nothing where another holds it)."""
+        if self.owner is owner:
+            self._owner = None
 
     def push(self, codes: torch.Tensor, frames: int) -> torch.Tensor:
         """The audio of ``codes`` ``(B, codebooks, n)`` (checked, ``n >= 1``) after the stream's ``frames`` frames:
@@ -129,30 +147,49 @@ class FixedLane:
 
 
 class FixedStreams:
-    """A decoder's fixed-tensor streams: a :class:`FixedLane` per batch size, made by ``make(batch)`` on first use;
-    ``sizes``: the push sizes (1 among them)."""
+    """A decoder's fixed-tensor streams: up to ``streams`` :class:`FixedLane` s per batch size, made by ``make(batch)``
+    as streams need them; ``sizes``: the push sizes (1 among them)."""
 
-    def __init__(self, make: Callable[[int], FixedLane], sizes: Sequence[int]) -> None:
+    def __init__(self, make: Callable[[int], FixedLane], sizes: Sequence[int], streams: int = 1) -> None:
         if not sizes or min(sizes) != 1:
             raise ValueError(f"the push sizes must include 1 (any push is made of them), not {list(sizes)}")
-        self.make = make
+        if streams < 1:
+            raise ValueError("fixed-tensor streams need at least one lane")
+        self.make, self.streams = make, streams
         self.sizes = tuple(sorted(set(sizes), reverse=True))
-        self.lanes: dict[int, FixedLane] = {}
+        self.lanes: dict[int, list[FixedLane]] = {}
+        self._begun = itertools.count(1)
 
     def lane(self, batch: int) -> FixedLane:
-        if batch not in self.lanes:
-            self.lanes[batch] = self.make(batch)
-        return self.lanes[batch]
+        """A lane of ``batch`` rows for a new stream: a free one, else a new one while there are fewer than
+        ``streams``, else the one taken longest ago (its stream ends)."""
+        pool = self.lanes.setdefault(batch, [])
+        free = [lane for lane in pool if lane.owner is None]
+        if free:
+            return free[0]
+        if len(pool) < self.streams:
+            pool.append(self.make(batch))
+            return pool[-1]
+        return min(pool, key=lambda lane: lane.begun)
 
     def taken(self, lane: FixedLane | None, owner: object, batch: int, what: str) -> FixedLane:
-        """``owner``'s lane: the batch size's, taken at its first push (``lane`` None), else ``lane`` while
+        """``owner``'s lane: one of the batch size's, taken at its first push (``lane`` None), else ``lane`` while
         ``owner`` holds it (a newer stream took it: an error naming ``what``)."""
         if lane is None:
             lane = self.lane(batch)
-            lane.begin(owner)
+            lane.begin(owner, next(self._begun))
         elif lane.owner is not owner:
             raise RuntimeError(f"this {what} stream was replaced by a newer one of the same {what} (one at a time)")
         return lane
+
+    def prepare(self, batch: int = 1) -> None:
+        """Every lane of ``batch`` rows made and its graphs captured now (a server's warm-up), not when streams first
+        need them."""
+        pool = self.lanes.setdefault(batch, [])
+        while len(pool) < self.streams:
+            pool.append(self.make(batch))
+        for lane in pool:
+            lane.capture()
 
     def pieces(self, n: int) -> list[int]:
         """``n`` frames as the fixed sizes, largest first."""
@@ -160,4 +197,4 @@ class FixedStreams:
 
     @property
     def captured(self) -> bool:
-        return any(g.captured for lane in self.lanes.values() for g in lane.graphs.values())
+        return any(g.captured for pool in self.lanes.values() for lane in pool for g in lane.graphs.values())

@@ -110,13 +110,14 @@ class StreamingDecoder(nn.Module):
         cannot)."""
         return Code2WavStream(self)
 
-    def use_static_streams(self, codebooks: int, sizes: Sequence[int], capture: bool = True) -> None:
+    def use_static_streams(self, codebooks: int, sizes: Sequence[int], capture: bool = True, streams: int = 1) -> None:
         """From now on :meth:`fresh_stream` decodes over fixed tensors, each push made of pushes of ``sizes`` frames
         (1 among them), each a replayed CUDA graph where the decoder is on CUDA and ``capture``
-        (:mod:`ggtts.models.qwen3omni_code2wav.static_stream`; eagerly elsewhere: what the CPU tests run)."""
+        (:mod:`ggtts.models.qwen3omni_code2wav.static_stream`; eagerly elsewhere: what the CPU tests run);
+        ``streams`` at once (a lane loop's lanes)."""
         from ggtts.models.qwen3omni_code2wav.static_stream import StaticDecoderStreams
 
-        self.static = StaticDecoderStreams(self, codebooks, sizes, capture)
+        self.static = StaticDecoderStreams(self, codebooks, sizes, capture, streams)
 
     def going_on(self, stream: Code2WavStream) -> Code2WavStream:
         """A stream going on from where ``stream`` is (which is left as it is, e.g. a decoder primed with a cloned
@@ -295,6 +296,10 @@ class Code2WavStream:
         audio = self._decode(codes)
         self.frames += codes.shape[-1]
         return audio
+
+    def close(self) -> None:
+        """No more pushes: what the stream holds of its decoder's (a static stream's fixed tensors) is free for
+        another stream. Nothing for an ordinary stream."""
 
     def _decode(self, codes: torch.Tensor) -> torch.Tensor:
         """The samples of ``codes`` (checked, at least one frame) after the :attr:`frames` pushed so far."""

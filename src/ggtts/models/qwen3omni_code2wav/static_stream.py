@@ -15,11 +15,12 @@ products and attention over other lengths. Off CUDA (or with ``capture=False``) 
 what the CPU tests run.
 
 The graphs are captured when the first stream of a batch size starts (before any of its frames): a server's warm-up
-does it. One stream at a time per batch size (a model serves one request at a time): a newer stream takes the fixed
-tensors, and a push to an older one is an error (:mod:`ggtts.models.layers.fixed_state`, shared with the nano
-codec). A static stream can go on from an ordinary one
-(:meth:`StaticDecoderStreams.continued`: Qwen3-TTS's decoder primed with a cloned voice's recording), its state
-copied in at the first push; a static stream itself is neither forked nor saved.
+does it. ``streams`` at once per batch size, each over fixed tensors of its own (1 for a model that serves one
+request at a time; a lane loop's lanes): a stream gives its lane back at its end (:meth:`StaticDecoderStream.close`,
+or when it is gone); past ``streams`` a newer stream takes the lane taken longest ago, and a push to the older one is
+an error (:mod:`ggtts.models.layers.fixed_state`, shared with the nano codec). A static stream can go on from an
+ordinary one (:meth:`StaticDecoderStreams.continued`: Qwen3-TTS's decoder primed with a cloned voice's recording),
+its state copied in at the first push; a static stream itself is neither forked nor saved.
 """
 
 from __future__ import annotations
@@ -43,11 +44,13 @@ class StaticDecoderStreams(FixedStreams):
     """A speech decoder's fixed-tensor streams: a lane per batch size, made on first use (the push's position read
     from a tensor, the stream's first frame a graph of its own)."""
 
-    def __init__(self, decoder: StreamingDecoder, codebooks: int, sizes: Sequence[int], capture: bool = True) -> None:
+    def __init__(
+        self, decoder: StreamingDecoder, codebooks: int, sizes: Sequence[int], capture: bool = True, streams: int = 1
+    ) -> None:
         def make(batch: int) -> FixedLane:
             return FixedLane(decoder.run, codebooks, batch, self.sizes, decoder.device, capture, positioned=True)
 
-        super().__init__(make, sizes)
+        super().__init__(make, sizes, streams)
         self.decoder, self.codebooks, self.capture = decoder, codebooks, capture
 
     def continued(self, stream: Code2WavStream) -> StaticDecoderStream:
@@ -70,6 +73,10 @@ class StaticDecoderStream(Code2WavStream):
         self.streams = streams
         self._lane: FixedLane | None = None
         self._start_state: dict[nn.Module, torch.Tensor] = {}  # where it goes on from (StaticDecoderStreams.continued)
+
+    def close(self) -> None:
+        if self._lane is not None:
+            self._lane.release(self)
 
     def fork(self) -> Code2WavStream:
         raise RuntimeError("a static stream's state is its decoder's fixed tensors: fork an ordinary stream")
