@@ -25,7 +25,7 @@ penalty, top-k, top-p), EOS held off so each writes exactly ``--frames`` frames 
 - ``decoder`` (in ``--variants``): code2wav's pushes at the published shape, an ordinary stream's (eager) against
   a static stream's (``use_static_streams``: each push size a captured graph): a stream's first push of one frame
   (the first audio's), then pushes of 4 and of 12 frames, each timed over several streams, with the samples'
-  largest difference.
+  largest difference; and the GPU memory that 8 streams' fixed tensors and graphs take (``parallel=8``).
 
 Reported: frames per second (12.5 is real time), the time to the first frame, peak GPU memory; for the graph row,
 the largest relative difference of the talker's logits and hidden states from the eager step's over the same inputs
@@ -194,7 +194,28 @@ def decoder_pushes(path: Path, device: torch.device, streams: int = 5) -> list[s
         f"code2wav pushes ({names}), ms each, over {streams} streams:",
         f"  ordinary (eager)   {'  '.join(f'{t:7.2f}' for t in plain)}",
         f"  static (graphs)    {'  '.join(f'{t:7.2f}' for t in static)}   largest difference {diff:.1e}",
+        decoder_lanes_memory(code2wav, device),
     ]
+
+
+def decoder_lanes_memory(code2wav: Any, device: torch.device, lanes: int = 8) -> str:
+    """GPU memory that ``lanes`` streams' fixed tensors and captured pushes take (``parallel=8``: what the warm-up
+    makes, 5 graphs a stream, each with its own memory pool)."""
+    from ggtts.families.qwen3omni.pipeline import DECODER_GRAPH_FRAMES
+
+    q = code2wav.cfg.num_quantizers
+    code2wav.static = None
+    if device.type != "cuda":
+        return f"  {lanes} streams' fixed lanes: GPU memory not measured on the CPU"
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_reserved(device)
+    with torch.inference_mode():
+        code2wav.use_static_streams(q, DECODER_GRAPH_FRAMES, capture=True, streams=lanes)
+        code2wav.static.prepare(1)
+    torch.cuda.synchronize(device)
+    mib = (torch.cuda.memory_reserved(device) - before) / 2**20
+    return f"  {lanes} streams' fixed lanes made and captured (parallel={lanes}'s warm-up): {mib:.0f} MiB reserved"
 
 
 def ggtts_lanes(talker: Talker, x: TalkerInputs, frames: int, streams: int, base: int) -> dict[str, Any]:
