@@ -438,6 +438,9 @@ def test_parallel_streams_in_gpu_lanes_say_what_each_says_alone_in_them(
     talker rows and its decoder stream back at its end."""
     model = gpu_model
     assert model.lanes is not None and model.talker.lanes is not None and model.decoder.static is not None
+    held: list[object] = []  # every decoder stream, alive: its lane is free only if it was given back
+    fresh = model.decoder.fresh_stream
+    model.decoder.fresh_stream = lambda: held.append(fresh()) or held[-1]  # type: ignore[method-assign]
     options = [{"voice": VOICES[i], "seed": i, "max_frames": 16, "chunk_frames": 4} for i in range(3)]
     expected = [_joined(model.stream(t, **o)) for t, o in zip(TEXTS, options, strict=True)]
     assert [len(pool) for pool in model.decoder.static.lanes.values()] == [1]  # one at a time: one lane
@@ -449,6 +452,27 @@ def test_parallel_streams_in_gpu_lanes_say_what_each_says_alone_in_them(
     )
     [pool] = model.decoder.static.lanes.values()
     assert len(pool) == 3 and all(lane.owner is None for lane in pool)  # each stream its own, each given back
+    assert len(held) == 6
+    del model.decoder.fresh_stream
+
+
+def test_a_stream_given_up_in_gpu_lanes_gives_its_decoder_lane_back(gpu_model: Qwen3TTSPipeline) -> None:
+    """A stream given up after its first audio leaves the loop with its decoder's fixed tensors given back (not
+    only once it is garbage: a live stream's lane taken by a newcomer would fail that stream)."""
+    model = gpu_model
+    assert model.lanes is not None and model.decoder.static is not None
+    held: list[object] = []
+    fresh = model.decoder.fresh_stream
+    model.decoder.fresh_stream = lambda: held.append(fresh()) or held[-1]  # type: ignore[method-assign]
+    try:
+        dropped = model.stream(TEXTS[0], voice=VOICES[0], seed=1, max_frames=16, chunk_frames=4)
+        next(dropped)
+        dropped.close()  # type: ignore[attr-defined]
+        assert len(_joined(model.stream(TEXTS[1], voice=VOICES[1], seed=2, max_frames=16))) > 0  # the loop went on
+    finally:
+        del model.decoder.fresh_stream
+    assert len(held) == 2 and model.lanes._jobs == []
+    assert all(lane.owner is None for pool in model.decoder.static.lanes.values() for lane in pool)
 
 
 def test_host_sampled_frames_still_run_in_lanes(built: Built) -> None:

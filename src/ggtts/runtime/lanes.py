@@ -157,7 +157,8 @@ def prefill_takes(rows: Sequence[int], speaking: Sequence[bool], chunk: int) -> 
 
 class LaneWork(Protocol[T_co]):
     """One utterance as a :class:`LaneLoop` runs it (built on the loop's thread): what each new frame and the end
-    give its caller (and what its lanes' ``join`` reads: :class:`TokenWork` for :class:`TokenLanes`)."""
+    give its caller (and what its lanes' ``join`` reads: :class:`TokenWork` for :class:`TokenLanes`). A work with a
+    ``close()`` has it called when it leaves the loop, however it leaves (done, given up, failed)."""
 
     def on_frame(self, frame: Any) -> Sequence[T_co]: ...
 
@@ -310,6 +311,9 @@ class LaneLoop(Generic[T]):
             self.lanes.remove(job.lane)
         if job in self._jobs:
             self._jobs.remove(job)
+        close = getattr(job.work, "close", None)  # what its work holds of the model's is free again, ended or not
+        if close is not None:
+            close()
 
     def _finish(self, job: _Job[T]) -> None:
         """Its last outputs (made without the lock where the caller does not hold it: callers joining need not

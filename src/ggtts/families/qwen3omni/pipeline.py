@@ -549,9 +549,15 @@ class FrameSpeech:
     def on_end(self) -> list[Audio]:
         """The audio of the frames not pushed yet (none: nothing); the stream is then done (a static stream's fixed
         tensors free for another)."""
-        out = self._flush()
+        try:
+            return self._flush()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """No more pushes (the end, or the utterance given up): the stream's fixed tensors, where it has any, are
+        free for another."""
         self.stream.close()
-        return out
 
     def _flush(self) -> list[Audio]:
         if not self.pending:

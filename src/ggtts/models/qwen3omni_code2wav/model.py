@@ -77,7 +77,7 @@ class StreamingDecoder(nn.Module):
         state = dict(super().__getstate__())
         static: StaticDecoderStreams | None = state.pop("static", None)  # type: ignore[assignment]
         if static is not None:
-            state["_static_settings"] = (static.codebooks, static.sizes, static.capture)
+            state["_static_settings"] = (static.codebooks, static.sizes, static.capture, static.streams)
         return state
 
     def __setstate__(self, state: dict[str, object]) -> None:
@@ -128,7 +128,8 @@ class StreamingDecoder(nn.Module):
 
     def fresh_stream(self) -> Code2WavStream:
         """A stream from the start that is only pushed (not forked or saved): over fixed tensors after
-        :meth:`use_static_streams` (one stream at a time then), else :meth:`stream`'s."""
+        :meth:`use_static_streams` (as many at once as it was given; :meth:`Code2WavStream.close` gives them back),
+        else :meth:`stream`'s."""
         if self.static is not None:
             from ggtts.models.qwen3omni_code2wav.static_stream import StaticDecoderStream
 

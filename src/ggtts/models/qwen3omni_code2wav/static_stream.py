@@ -41,8 +41,8 @@ __all__ = ["StaticDecoderStream", "StaticDecoderStreams"]
 
 
 class StaticDecoderStreams(FixedStreams):
-    """A speech decoder's fixed-tensor streams: a lane per batch size, made on first use (the push's position read
-    from a tensor, the stream's first frame a graph of its own)."""
+    """A speech decoder's fixed-tensor streams: up to ``streams`` lanes per batch size, made as streams need them
+    (the push's position read from a tensor, the stream's first frame a graph of its own)."""
 
     def __init__(
         self, decoder: StreamingDecoder, codebooks: int, sizes: Sequence[int], capture: bool = True, streams: int = 1
@@ -91,7 +91,8 @@ class StaticDecoderStream(Code2WavStream):
             try:
                 _load(lane.state, self._start_state)
             except ValueError:
-                self._lane = None  # (not half-loaded: the next push tries again, and fails again)
+                lane.release(self)  # (not half-loaded: the next push tries again, and fails again)
+                self._lane = None
                 raise
         return lane.push(codes, self.frames)
 
