@@ -33,7 +33,7 @@ import torch
 from ggtts.models.layers.kv_cache import KVCache
 from ggtts.models.magpie.model import LayerInputs, MagpieTTS, new_cache
 from ggtts.models.magpie.static_steps import StaticDecoder, compiled
-from ggtts.models.magpie.step_graph import DecoderPart, StepResult, TextMemory, text_memory
+from ggtts.models.magpie.step_graph import DecoderGraph, DecoderPart, StepResult, TextMemory, text_memory
 from ggtts.ops.step_graph import StepGraph
 from ggtts.runtime.frames import decode_frames
 
@@ -397,7 +397,8 @@ class Utterance:
             self.last, self.head, self.probs = out.hidden, out.logits, out.probs
             return
         if p.cached:
-            graph, part = m.graph(), self.graph_part()
+            graph = m.graph()
+            part = self.graph_part(graph)
             if graph is not None and part is not None:
                 self.took(graph.step_many([part])[0])
                 return
@@ -413,11 +414,10 @@ class Utterance:
             hidden, self.probs = m.decode(torch.cat([self.prefix, *self.history], dim=1), inputs)
         self.last = hidden[:, -1]
 
-    def graph_part(self) -> DecoderPart | None:
-        """This step's share of a cached decoder step as the model's ggml graph runs it (:meth:`DecoderGraph.
+    def graph_part(self, graph: DecoderGraph | None) -> DecoderPart | None:
+        """This step's share of a cached decoder step as the model's ggml ``graph`` runs it (:meth:`DecoderGraph.
         step_many`); None where the graph does not take it (no graph, the steps over fixed tensors, the first
         step's prefill)."""
-        graph = self.m.graph()
         if graph is None or self.static is not None or not self.p.cached or self.step == 0:
             return None
         if not graph.takes(self.cache, None, self.rows):
@@ -510,8 +510,8 @@ def feed_many(utterances: Sequence[Utterance], frames: Sequence[torch.Tensor]) -
         else:
             u.advance(frame)
     rest = [u for u in utterances if u.static is None]
-    parts = [u.graph_part() for u in rest]
-    graph = rest[0].m.graph() if rest else None
+    graph = rest[0].m.graph() if rest else None  # (once a step: it checks every parameter is where it was)
+    parts = [u.graph_part(graph) for u in rest]
     if graph is not None and all(part is not None for part in parts):
         for u, result in zip(rest, graph.step_many(parts), strict=True):  # type: ignore[arg-type]
             u.took(result)

@@ -51,9 +51,9 @@ class MagpieLanes:
         self.lanes: list[MagpieLane] = []
 
     def join(self, work: MagpieWork) -> MagpieLane:
-        lane = MagpieLane(work.utterance, work.steps, done=work.steps < 1)
         if work.utterance.static is not None:
             raise ValueError("Magpie's steps over fixed tensors are one utterance's: lanes run the cached steps")
+        lane = MagpieLane(work.utterance, work.steps, done=work.steps < 1)
         if not lane.done:
             self.lanes.append(lane)
         return lane

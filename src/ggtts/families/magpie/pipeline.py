@@ -227,14 +227,6 @@ class MagpieTTSPipeline(TTSModel):
 
         return normalize(text)
 
-    def _codec_codes(self, pending: list[torch.Tensor]) -> torch.Tensor:
-        """Generated codes as the codec takes them. A frame kept under a non-default EOS rule (``*_all``,
-        ``*_zero_cb``) can hold EOS in some codebook: NeMo's FSQ decodes such a code wrapped around the codebook
-        (its digits modulo the levels), which is the code modulo the codebook size; so here too."""
-        codes = torch.cat(pending, dim=1)
-        size = self.model.cfg.codebook_size
-        return torch.where(codes >= size, codes % size, codes)
-
     def _stream(
         self, chunks: list[list[int]], speaker: int, params: GenerationParams, frames_per_chunk: int | None,
         codec: NanoCodec,
@@ -242,7 +234,7 @@ class MagpieTTSPipeline(TTSModel):
         def speech(i: int, offset: float) -> ChunkSpeech:
             seed = ((params.seed or 0) + i) % (MAX_SEED + 1)
             generator = MagpieGenerator(self.model, GenerationParams(**{**params.__dict__, "seed": seed}))
-            return ChunkSpeech(self, generator.utterance(chunks[i], speaker), generator.steps, codec, offset,
+            return ChunkSpeech(generator.utterance(chunks[i], speaker), generator.steps, codec, offset,
                                frames_per_chunk, first=not i)  # fmt: skip
 
         if self.lanes is not None:  # the first chunk joins the loop now (requests asked together decode together)
@@ -269,11 +261,11 @@ class ChunkSpeech:
     :func:`chunk_frames`). Spoken alone or as a lane beside others (:mod:`ggtts.families.magpie.lanes`)."""
 
     def __init__(
-        self, pipeline: MagpieTTSPipeline, utterance: Utterance, steps: int, codec: NanoCodec, offset: float,
-        frames_per_chunk: int | None, first: bool,
+        self, utterance: Utterance, steps: int, codec: NanoCodec, offset: float, frames_per_chunk: int | None,
+        first: bool,
     ) -> None:  # fmt: skip
-        self.pipeline, self.utterance, self.steps = pipeline, utterance, steps
-        self.stream, self.rate = codec.stream(), codec.cfg.sample_rate
+        self.utterance, self.steps = utterance, steps
+        self.stream, self.rate, self.codebook_size = codec.stream(), codec.cfg.sample_rate, codec.cfg.codebook_size
         self.offset, self.frames_per_chunk, self.first = offset, frames_per_chunk, first
         self.pending: list[torch.Tensor] = []
         self.pushed = 0  # frames this chunk's stream has decoded
@@ -302,8 +294,17 @@ class ChunkSpeech:
         self.pending = []
         return out
 
+    def _codec_codes(self, pending: list[torch.Tensor]) -> torch.Tensor:
+        """Generated codes as the codec takes them. A frame kept under a non-default EOS rule (``*_all``,
+        ``*_zero_cb``) can hold EOS in some codebook: NeMo's FSQ decodes such a code wrapped around the codebook
+        (its digits modulo the levels), which is the code modulo the codebook size; so here too (the codec's is the
+        model's: checked at load)."""
+        codes = torch.cat(pending, dim=1)
+        size = self.codebook_size
+        return torch.where(codes >= size, codes % size, codes)
+
     def _push(self, codes: list[torch.Tensor]) -> Audio:
-        audio = Audio(self.stream.push(self.pipeline._codec_codes(codes)).cpu().numpy(), self.rate,
+        audio = Audio(self.stream.push(self._codec_codes(codes)).cpu().numpy(), self.rate,
                       offset=self.offset)  # fmt: skip
         self.offset += audio.duration
         return audio

@@ -179,7 +179,9 @@ class FixedStreams:
             lane = self.lane(batch)
             lane.begin(owner, next(self._begun))
         elif lane.owner is not owner:
-            raise RuntimeError(f"this {what} stream was replaced by a newer one of the same {what} (one at a time)")
+            raise RuntimeError(
+                f"this {what} stream was replaced by a newer one of the same {what} ({self.streams} at a time)"
+            )
         return lane
 
     def prepare(self, batch: int = 1) -> None:
