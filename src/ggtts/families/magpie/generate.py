@@ -214,10 +214,11 @@ def local_codes_many(
     m, cfg = gens[0].model, gens[0].cfg
     lt = cfg.local_transformer
     sizes = [h.shape[0] for h in hiddens]
-    hidden = hiddens[0] if len(hiddens) == 1 else torch.cat(list(hiddens))
-    rows = hidden.shape[0]
-    cache = new_cache(lt, cfg.tables + 1, rows, hidden.device)
-    x, start = m.local_input(hidden), 0
+    rows, device = sum(sizes), hiddens[0].device
+    cache = new_cache(lt, cfg.tables + 1, rows, device)
+    # the input projection (torch's, where the widths differ) over each utterance's own rows, as alone: torch may
+    # multiply more rows with other kernels, other roundings
+    x, start = _joined([m.local_input(h) for h in hiddens]), 0
     codes: list[list[int]] = [[] for _ in gens]
     graph = m.graph()
     graph = graph if graph is not None and graph.takes_rows(cache, rows) else None
@@ -231,10 +232,14 @@ def local_codes_many(
         for i, (gen, part) in enumerate(zip(gens, logits.split(sizes), strict=True)):
             code = gen._draw(gen._filter(gen._guided(part), forbid_eos[i]))  # (1,)
             codes[i].append(int(code))
-            picked.append(code.expand(sizes[i]))
-        x = m.local_code_input(table, picked[0] if len(picked) == 1 else torch.cat(picked))
+            picked.append(m.local_code_input(table, code.expand(sizes[i])))
+        x = _joined(picked)
     # table index = codebook + frame_in_stack * C
-    return [torch.tensor(c, device=hidden.device).reshape(cfg.frame_stacking, cfg.num_codebooks).T for c in codes]
+    return [torch.tensor(c, device=device).reshape(cfg.frame_stacking, cfg.num_codebooks).T for c in codes]
+
+
+def _joined(parts: list[torch.Tensor]) -> torch.Tensor:
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
 class DeviceFrame:

@@ -367,15 +367,13 @@ class _StackStep(CacheBound):
         xa = layer.cross_attention
         h_x, dh_x = xa.n_heads, xa.d_head
         normed = _layer_norm(ctx, owner, layer.norm_xattn_query, h)
-        firsts = [lib.ggml_view_2d(ctx, normed, d, 1, F32_BYTES * d, F32_BYTES * d * at) for at in self.firsts]
-        first = firsts[0]
-        for more in firsts[1:]:
-            first = lib.ggml_concat(ctx, first, more, 1)  # [D, utterances]
-        q_all = lib.ggml_mul_mat(ctx, owner.weight(xa.q_net), first)  # [H Dh, utterances]
         ys = []
         for i, part in enumerate(self.parts):
-            q = lib.ggml_view_3d(ctx, q_all, dh_x, h_x, 1, F32_BYTES * dh_x, F32_BYTES * dh_x * h_x,
-                                 F32_BYTES * dh_x * h_x * i)  # fmt: skip
+            # the query of its first row alone, one column as an utterance stepped alone has it: ggml multiplies one
+            # column with other kernels than several (for float weights other roundings), and a lane's numbers
+            # are to be its numbers alone (the weight read once per utterance: a small one, d x d)
+            first = lib.ggml_view_2d(ctx, normed, d, 1, F32_BYTES * d, F32_BYTES * d * self.firsts[i])
+            q = lib.ggml_reshape_3d(ctx, lib.ggml_mul_mat(ctx, owner.weight(xa.q_net), first), dh_x, h_x, 1)
             q = lib.ggml_cont(ctx, lib.ggml_permute(ctx, q, 0, 2, 1, 3))  # [Dh, 1, H]
             text = self._building[i]
             assert text is not None and text.length == part.text_len
