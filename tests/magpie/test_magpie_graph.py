@@ -206,7 +206,8 @@ def test_a_position_past_the_table_is_one_clear_error(files: dict[str, Path]) ->
 
 
 def test_a_text_memory_of_another_shape_is_refused(files: dict[str, Path]) -> None:
-    """ggml reads a laid-out text memory by the graph's shape: one of another shape is an error, not a read past it."""
+    """ggml reads a laid-out text memory by the graph's shape: one of another shape is an error, not a read past it;
+    so are a step without a text, and a step of no utterances."""
     import dataclasses
 
     from ggtts.gguf import GGUFFile
@@ -228,3 +229,7 @@ def test_a_text_memory_of_another_shape_is_refused(files: dict[str, Path]) -> No
     for bad in (text.keys[:, :, :-1], text.keys.astype("float64"), text.keys[:, :, :, :-1].copy()):
         with pytest.raises(ValueError, match="text memory of shape"):
             graph.step_many([dataclasses.replace(good, layout=dataclasses.replace(text, keys=bad))])
+    with pytest.raises(ValueError, match="cross-attends its text"):
+        graph.step_many([dataclasses.replace(good, memory=None, layout=None)])
+    with pytest.raises(ValueError, match="a step of no utterances"):
+        graph.step_many([])

@@ -216,6 +216,8 @@ def test_streams_at_once_each_have_fixed_tensors_of_their_own(kind: str) -> None
     assert _pushed_alike(d, plain_d, codes[1], 2, (4,)) < REL  # the other goes on, untouched
     decoder.static.prepare(1)
     assert len(pool) == 2 and all(lane.ready for lane in pool)
+    with pytest.raises(ValueError, match="at least one lane"):
+        decoder.use_static_streams(SHAPE["num_quantizers"], SIZES, capture=False, streams=0)
     decoder.use_static_streams(SHAPE["num_quantizers"], SIZES, capture=False, streams=3)
     decoder.static.prepare(1)
     assert [len(p) for p in decoder.static.lanes.values()] == [3] and all(
