@@ -26,6 +26,15 @@ FILE_FORMATS: dict[str, tuple[str, str]] = {
     ".mp3": ("MP3", "MPEG_LAYER_III"),
 }
 PCM16_MAX = 32767
+# Opus encodes these rates only; audio at any other (Piper's and Magpie's 22,050 Hz) is resampled to Opus's own
+# 48 kHz, as opusenc does (an Opus decoder plays 48 kHz whatever the rate encoded)
+OPUS_RATES = frozenset({8000, 12000, 16000, 24000, 48000})
+OPUS_RATE = 48000
+
+
+def opus_rate(sample_rate: int) -> int:
+    """The rate audio at ``sample_rate`` Hz is encoded at in Opus: its own where Opus takes it, else 48 kHz."""
+    return sample_rate if sample_rate in OPUS_RATES else OPUS_RATE
 
 
 @dataclass(frozen=True)
@@ -104,7 +113,10 @@ class Audio:
 
     def write_to(self, stream: BinaryIO, suffix: str, *, float_wav: bool = False) -> None:
         fmt, subtype = soundfile_format(suffix, float_wav=float_wav)
-        sf.write(stream, self.samples, self.sample_rate, format=fmt, subtype=subtype)
+        samples, rate = self.samples, self.sample_rate
+        if subtype == "OPUS" and opus_rate(rate) != rate:
+            samples, rate = resample(samples, rate, OPUS_RATE), OPUS_RATE
+        sf.write(stream, samples, rate, format=fmt, subtype=subtype)
 
     def save(self, path: str | os.PathLike[str], *, float_wav: bool = False) -> Path:
         """Write to ``path`` (format from the suffix; ``.wav`` is 16-bit PCM unless ``float_wav``).

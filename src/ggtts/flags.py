@@ -84,19 +84,43 @@ def add_flags(parser: argparse.ArgumentParser, kind: Kind, skip: Sequence[str] =
 
 
 def given(args: argparse.Namespace, kind: Kind) -> dict[str, Any]:
-    """The ``kind`` options given on the command line, each checked by every family that declares it (so a bad
-    value fails before any model loads); load options at their default are left out."""
-    from ggtts.families import families
-    from ggtts.families.base import check_option_values
-
+    """The ``kind`` options given on the command line, each value checked before any model loads: refused where
+    every family that declares the option refuses it (that is, no model could take it), with the first family's
+    message. A value one family takes and another refuses (``--lang fr``: Magpie's, not Kokoro's) passes here; the
+    model's own family checks it before its load where the command knows the model (``speak``), else at synthesis.
+    Load options at their default are left out."""
     flags = family_flags(kind)
     options = {name: getattr(args, name, None) for name in flags}
     options = {name: value for name, value in options.items() if value is not None}
     if kind == LOAD:
         options = {name: value for name, value in options.items() if value != flags[name].default}
-    for family in families():
-        check_option_values(getattr(family, kind), options)
+    for name, value in options.items():
+        check_for_some_family(kind, name, value)
     return options
+
+
+def check_for_some_family(kind: Kind, name: str, value: Any) -> None:
+    """The first family's InputError for ``value`` of option ``name`` where every family declaring it refuses
+    the value; nothing where any takes it (or declares it without a check)."""
+    from ggtts.errors import InputError
+    from ggtts.families import families
+
+    refusals: list[InputError] = []
+    for family in families():
+        field = next((f for f in dataclasses.fields(getattr(family, kind)) if f.name == name), None)
+        if field is None:
+            continue
+        check = field.metadata.get("check")
+        if check is None:
+            return
+        try:
+            check(value)
+        except InputError as e:
+            refusals.append(e)
+        else:
+            return
+    if refusals:
+        raise refusals[0]
 
 
 def load_options(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:

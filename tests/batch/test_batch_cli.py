@@ -319,6 +319,9 @@ def test_failed_items_are_recorded_and_the_job_goes_on(tiny_model: TinyModel, tm
         pytest.param(["--workers", "0"], "workers must be at least 1, got 0", id="no-workers"),
         pytest.param(["--threads", "0"], "threads must be at least 1, got 0", id="no-threads"),
         pytest.param(["--input", "bad.jsonl"], "bad.jsonl:2: not a JSON object", id="bad-input-line"),
+        pytest.param(["--parallel", "2"], "kokoro has no load option 'parallel'", id="load-option-of-another-family"),
+        pytest.param(["--device", "cuda:99"], "device cuda:99 asked for", id="device-not-here"),
+        pytest.param(["--lang", "fr"], "unknown language code 'fr' for kokoro", id="lang-of-another-family"),
     ],
 )
 def test_job_wide_errors(tiny_model: TinyModel, tmp_path: Path, args: list[str], message: str) -> None:

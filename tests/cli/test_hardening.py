@@ -273,6 +273,19 @@ def test_save_failure_is_an_output_error_and_still_an_oserror(tmp_path: Path) ->
     assert isinstance(caught.value, OSError)
 
 
+@pytest.mark.parametrize("rate", [16000, 22050, 24000])
+def test_an_opus_file_at_any_model_rate(tmp_path: Path, rate: int) -> None:
+    """Opus encodes 8, 12, 16, 24 and 48 kHz: a 22,050 Hz voice's audio (Piper's, Magpie's) is resampled to 48 kHz
+    (as opusenc does), the others kept at their own rate."""
+    import soundfile as sf
+
+    tone = (0.5 * np.sin(np.arange(rate) * (2 * np.pi * 440 / rate))).astype(np.float32)
+    Audio(tone, rate).save(tmp_path / "x.opus")
+    samples, got = sf.read(tmp_path / "x.opus", dtype="float32")
+    assert got == (48000 if rate == 22050 else rate)
+    assert abs(len(samples) - got) < 0.1 * got and float(np.sqrt(np.mean(np.square(samples)))) > 0.3
+
+
 # ---- voice -----------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("voice", ["nobody", "jf_alpha,nobody", "jf_alpha:0.5,nobody:0.5"])
 def test_an_unknown_voice_is_one_line_before_loading(

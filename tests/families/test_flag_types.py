@@ -18,3 +18,15 @@ def test_an_option_defaulting_to_none_reads_its_annotated_number() -> None:
     assert isinstance(args.noise_scale, float) and isinstance(args.lang, str)
     with pytest.raises(SystemExit):
         parser.parse_args(["--noise-scale", "loud"])
+
+
+def test_a_value_is_refused_only_where_no_family_takes_it() -> None:
+    """``--lang fr`` is Magpie's (its tokenizers decide) though Kokoro refuses it: the command line lets it through
+    to the model's own family; a seed no family takes is refused at once, with the family's message."""
+    from ggtts.errors import InputError
+
+    parser = argparse.ArgumentParser()
+    add_flags(parser, PER_CALL)
+    assert given(parser.parse_args(["--lang", "fr"]), PER_CALL) == {"lang": "fr"}
+    with pytest.raises(InputError, match="seed must be between 0 and"):
+        given(parser.parse_args(["--seed", "-5"]), PER_CALL)

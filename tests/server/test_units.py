@@ -19,7 +19,7 @@ from audio_check import decode_aac
 from fastapi.testclient import TestClient
 from tone_model import ToneModel
 
-from ggtts.audio import Audio
+from ggtts.audio import Audio, opus_rate, resample
 from ggtts.errors import GGTTSError, InputError
 from ggtts.families.base import VoiceMix
 from ggtts.runtime.cancel import check_cancelled
@@ -54,13 +54,21 @@ def test_model_names_default_and_duplicates() -> None:
 
 
 @pytest.mark.parametrize("fmt", ["wav", "pcm", "mp3", "opus", "aac"])
-@pytest.mark.parametrize("rate", [16000, 24000])
+@pytest.mark.parametrize("rate", [16000, 22050, 24000])
 def test_stream_encoders_decode_to_the_whole(fmt: str, rate: int) -> None:
+    """Every streamed format decodes to the audio fed; Opus at a rate it does not encode (Piper's and Magpie's
+    22,050 Hz) comes at 48 kHz, resampled on the way as the whole file is."""
     model = ToneModel(sample_rate=rate)
     chunks = [model.chunk(i, "low", 1.0) for i in range(5)]
     encoder = stream_encoder(fmt, rate)
     data = encoder.start() + b"".join(encoder.feed(c) for c in chunks) + encoder.finish()
     expected = Audio.concatenate(chunks).samples
+    if fmt == "opus":
+        rate = opus_rate(rate)
+        expected = resample(expected, model.sample_rate, rate)
+        samples, got_rate = sf.read(io.BytesIO(data), dtype="float32")
+        whole, _ = sf.read(io.BytesIO(Audio.concatenate(chunks).encode("opus")), dtype="float32")
+        assert got_rate == rate and samples.shape == whole.shape  # the stream, and the whole file
     if fmt == "pcm":
         samples = np.frombuffer(data, "<i2") / 32768
     elif fmt == "aac":
@@ -126,13 +134,24 @@ def test_the_time_limit_counts_only_the_servers_own_work() -> None:
 
 
 def test_app_without_key_is_open_and_rejects_other_rates() -> None:
-    app = create_app({"t": ToneModel(sample_rate=22050)}, ServerSettings())
+    app = create_app({"t": ToneModel(sample_rate=17000)}, ServerSettings())
     with TestClient(app) as client:
         assert client.get("/v1/models").status_code == 200
-        response = client.post("/v1/audio/speech", json={"input": "a b", "response_format": "opus"})
+        response = client.post("/v1/audio/speech", json={"input": "a b", "response_format": "mp3"})
         assert response.status_code == 400
-        assert "22050 Hz" in response.json()["error"]["message"]
+        assert "17000 Hz" in response.json()["error"]["message"]
         assert client.post("/v1/audio/speech", json={"input": "a b", "response_format": "wav"}).status_code == 200
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_opus_of_a_22050_hz_model_comes_at_48_khz(stream: bool) -> None:
+    app = create_app({"t": ToneModel(sample_rate=22050)}, ServerSettings())
+    with TestClient(app) as client:
+        body = {"input": "a b", "response_format": "opus", "stream": stream}
+        response = client.post("/v1/audio/speech", json=body)
+        assert response.status_code == 200
+        samples, rate = sf.read(io.BytesIO(response.content), dtype="float32")
+        assert rate == 48000 and np.sqrt(np.mean(np.square(samples))) > 0.1
 
 
 def test_the_chat_path_takes_a_large_body_only_where_a_model_answers_questions() -> None:

@@ -106,9 +106,11 @@ class _Progress:
         self.bar.close()
 
 
-def check_job(settings: JobSettings) -> None:
-    """The job-wide model, voice, speed and options checked from the model's metadata (no weights read), so a
-    mistake there is one error before any work, not a failure recorded for every item."""
+def check_job(settings: JobSettings, local: bool = True) -> None:
+    """The job-wide model, voice, speed, options and load options checked from the model's metadata (no weights
+    read), so a mistake there is one error before any work, not a failure recorded for every item. ``local``: the
+    workers run on this machine, so the device asked for must be here too (Ray's workers may have GPUs that the
+    driver does not)."""
     from ggtts.api import resolve_model_path
     from ggtts.families import family_for
     from ggtts.gguf import GGUFFile
@@ -118,6 +120,12 @@ def check_job(settings: JobSettings) -> None:
     family.check_speed(settings.speed)
     family.check_options(settings.options)
     family.check_voice(settings.voice, gguf)
+    family.check_load_options(settings.load_options)
+    device = settings.load_options.get("device")
+    if local and device is not None:
+        from ggtts.runtime.device import resolve_device
+
+        resolve_device(device)
 
 
 def run_batch(

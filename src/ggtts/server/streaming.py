@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 import soundfile as sf
 
-from ggtts.audio import Audio, wav_header
+from ggtts.audio import Audio, opus_rate, wav_header
 
 # format -> (libsndfile major format, subtype)
 SOUNDFILE_FORMATS: dict[str, tuple[str, str]] = {
@@ -38,10 +38,10 @@ _MP3_BITRATES_KBPS = {  # layer III bitrate index -> kbit/s, for MPEG-1 and for 
 }
 _MP3_RATES_HZ = {3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)}
 _MP3_HEADER_BYTES = 4
-# Sample rates the codecs accept (Hz); other rates are refused up front with a message naming these.
+# Sample rates the codecs accept (Hz); other rates are refused up front with a message naming these. (Opus takes
+# any: audio at a rate it does not encode is resampled to 48 kHz, as files are: ggtts.audio.opus_rate.)
 CODEC_RATES: dict[str, frozenset[int]] = {
     "mp3": frozenset({8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000}),
-    "opus": frozenset({8000, 12000, 16000, 24000, 48000}),
     "aac": AAC_RATES,
 }
 
@@ -149,16 +149,23 @@ class _ForwardSink:
 
 
 class SoundFileStreamEncoder:
-    """MP3 or Ogg Opus, encoded chunk by chunk with libsndfile."""
+    """MP3 or Ogg Opus, encoded chunk by chunk with libsndfile; Opus at a rate it does not encode is resampled to
+    48 kHz on the way (soxr's stream: the same samples as resampling the whole, to rounding)."""
 
     def __init__(self, fmt: str, sample_rate: int) -> None:
         major, subtype = SOUNDFILE_FORMATS[fmt]
         self._sink = _ForwardSink()
         self._first_bytes_pending = fmt == "mp3"
+        rate = opus_rate(sample_rate) if fmt == "opus" else sample_rate
+        self._resampler: Any = None
+        if rate != sample_rate:
+            import soxr
+
+            self._resampler = soxr.ResampleStream(sample_rate, rate, 1, dtype="float32", quality="HQ")
         self._file: sf.SoundFile | None = sf.SoundFile(
             self._sink,
             mode="w",
-            samplerate=sample_rate,
+            samplerate=rate,
             channels=1,
             format=major,
             subtype=subtype,
@@ -171,10 +178,15 @@ class SoundFileStreamEncoder:
 
     def feed(self, audio: Audio) -> bytes:
         assert self._file is not None, "feed after finish"
-        self._file.write(audio.samples)
+        samples = np.ascontiguousarray(audio.samples, dtype=np.float32)
+        if self._resampler is not None:
+            samples = self._resampler.resample_chunk(samples)
+        self._file.write(samples)
         return self._take()
 
     def finish(self) -> bytes:
+        if self._file is not None and self._resampler is not None:  # what the resampler still holds
+            self._file.write(self._resampler.resample_chunk(np.zeros(0, np.float32), last=True))
         self.close()
         return self._take()
 
