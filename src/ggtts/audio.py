@@ -116,6 +116,8 @@ class Audio:
         samples, rate = self.samples, self.sample_rate
         if subtype == "OPUS" and opus_rate(rate) != rate:
             samples, rate = resample(samples, rate, OPUS_RATE), OPUS_RATE
+        elif subtype == "PCM_16":  # the integers a stream sends (pcm16): libsndfile's own scaling differs by 1 LSB
+            samples = np.frombuffer(self.pcm16(), dtype="<i2")
         sf.write(stream, samples, rate, format=fmt, subtype=subtype)
 
     def save(self, path: str | os.PathLike[str], *, float_wav: bool = False) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from tone_model import ToneModel
 
 from ggtts.audio import Audio, opus_rate, resample
 from ggtts.errors import GGTTSError, InputError
-from ggtts.families.base import VoiceMix
+from ggtts.families.base import Capabilities, Family, VoiceMix
 from ggtts.runtime.cancel import check_cancelled
 from ggtts.server import model_names, parse_model_spec, speaking
 from ggtts.server.app import create_app
@@ -82,6 +83,16 @@ def test_stream_encoders_decode_to_the_whole(fmt: str, rate: int) -> None:
     else:  # lossy: encoder delay and padding, but never a length read from an empty header
         assert len(expected) <= len(samples) <= len(expected) + 4096
         assert np.sqrt(np.mean(np.square(samples))) > 0.1  # the tone, not silence
+
+
+@pytest.mark.parametrize("fmt", ["wav", "flac"])
+def test_a_whole_file_holds_the_samples_a_stream_sends(fmt: str) -> None:
+    """16-bit WAV and FLAC files hold exactly the integers of the pcm stream (libsndfile's own scaling of float
+    samples rounded 457 of 720 samples of a request 1 LSB the other way)."""
+    x = (np.random.default_rng(0).standard_normal(4000) * 0.3).astype(np.float32)
+    audio = Audio(x, 24000)
+    whole, _ = sf.read(io.BytesIO(audio.encode(fmt)), dtype="int16")
+    assert np.array_equal(whole, np.frombuffer(audio.pcm16(), "<i2"))
 
 
 def test_mp3_placeholder_frame_is_dropped() -> None:
@@ -152,6 +163,52 @@ def test_opus_of_a_22050_hz_model_comes_at_48_khz(stream: bool) -> None:
         assert response.status_code == 200
         samples, rate = sf.read(io.BytesIO(response.content), dtype="float32")
         assert rate == 48000 and np.sqrt(np.mean(np.square(samples))) > 0.1
+
+
+@dataclasses.dataclass(frozen=True)
+class _NoOptions:
+    pass
+
+
+class _FixedSpeedTones(ToneModel):
+    """A tone model of a family with no speed control and a 20-character limit, counting its streams."""
+
+    streams = 0
+
+    def stream(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Iterator[Audio]:
+        type(self).streams += 1
+        return super().stream(text, voice, speed, **options)
+
+
+_FixedSpeedTones.family = Family(
+    name="fixed",
+    description="tones at one speed",
+    architectures=("test-fixed",),
+    pipeline=_FixedSpeedTones,
+    options=_NoOptions,
+    capabilities=Capabilities(speed=(1.0, 1.0), max_input_chars=20),
+)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "param", "message"),
+    [
+        ({"input": "a b", "speed": 1.5}, 400, "speed", "fixed has no speed control; use speed 1"),
+        ({"input": "word " * 5}, 413, "input", "input is 25 characters long; fixed takes at most 20"),
+    ],
+)
+def test_what_the_family_always_refuses_is_refused_before_the_request_waits(
+    body: dict[str, Any], status: int, param: str, message: str
+) -> None:
+    """Refused in the route's checks, before the model's queue (a busy server answered 503 or 504 first)."""
+    app = create_app({"t": _FixedSpeedTones()}, ServerSettings())
+    with TestClient(app) as client:
+        before = _FixedSpeedTones.streams
+        response = client.post("/v1/audio/speech", json=body)
+        error = response.json()["error"]
+        assert response.status_code == status and error["param"] == param and message in error["message"]
+        assert _FixedSpeedTones.streams == before
+        assert client.post("/v1/audio/speech", json={"input": "a b"}).status_code == 200
 
 
 def test_the_chat_path_takes_a_large_body_only_where_a_model_answers_questions() -> None:

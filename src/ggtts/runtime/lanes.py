@@ -20,9 +20,11 @@ then ran 35-50 % slower (measured on 2 cores; see docs/server.md).
 
 from __future__ import annotations
 
+import atexit
 import logging
 import queue
 import threading
+import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
@@ -40,7 +42,19 @@ T_co = TypeVar("T_co", covariant=True)
 # decoding steps (docs/benchmarks.md's prefill and decode rates)
 PREFILL_CHUNK = 32
 POLL_S = 0.05  # how often a caller waiting for its lane's output looks whether its request was given up
+EXIT_WAIT_S = 30.0  # at the interpreter's exit, how long a loop's step in progress may take to end
 log = logging.getLogger("ggtts.lanes")
+_RUNNING: weakref.WeakSet[LaneLoop[Any]] = weakref.WeakSet()  # the loops whose thread has started
+
+
+@atexit.register
+def _end_loops() -> None:
+    """At the interpreter's exit, before it stops its daemon threads: every loop's utterances given up and its
+    thread ended. A loop thread still stepping when the interpreter finalizes is stopped as it next takes the GIL,
+    inside torch's C++ (freeing a tensor, say), whose frames cannot be unwound: the process aborted ("terminate
+    called without an active exception") after its work was done."""
+    for loop in list(_RUNNING):
+        loop.shut_down(EXIT_WAIT_S)
 
 
 class ManyTokenModel(Protocol):
@@ -237,6 +251,7 @@ class LaneLoop(Generic[T]):
                     self.threads = torch.get_num_threads()
                 self._thread = threading.Thread(target=self._loop, name="ggtts-lanes", daemon=True)
                 self._thread.start()
+                _RUNNING.add(self)
             self._cond.notify()
         return _Outputs(self, job)
 
@@ -272,6 +287,18 @@ class LaneLoop(Generic[T]):
             thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join()
+
+    def shut_down(self, timeout: float | None = None) -> None:
+        """:meth:`close`, every utterance it has given up: its thread ends after the step in progress (waited for
+        up to ``timeout`` seconds)."""
+        with self._cond:
+            self._closed = True
+            for job in (*self._jobs, *self._waiting):
+                job.given_up = True
+            self._cond.notify()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
 
     def _loop(self) -> None:
         if self.threads is not None:

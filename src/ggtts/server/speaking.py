@@ -20,7 +20,7 @@ import numpy as np
 from ggtts.api import TTSModel
 from ggtts.audio import Audio
 from ggtts.errors import GGTTSError, InputError
-from ggtts.families.base import UnknownVoiceError, VoiceMix, VoiceWeightError, check_unicode
+from ggtts.families.base import Family, UnknownVoiceError, VoiceMix, VoiceWeightError, check_unicode
 from ggtts.runtime.device import device_memory_error
 from ggtts.server.errors import ApiError
 from ggtts.server.options import RequestBodies, request_bodies, request_options
@@ -87,6 +87,24 @@ def check_input(text: str, max_chars: int) -> str:
         return check_unicode(text)
     except InputError as e:
         raise ApiError(400, f"input: {e}", code="invalid_input", param="input") from None
+
+
+def check_for_family(family: Family, text: str, speed: float) -> None:
+    """A 413 for text over the family's own limit (under the server's), a 400 for a speed it does not take: found
+    here, not once the request's turn has come (a busy server would have answered 503 or 504 first)."""
+    limit = family.capabilities.max_input_chars
+    if len(text) > limit:
+        raise ApiError(
+            413,
+            f"input is {len(text)} characters long; {family.name} takes at most {limit} per request: split the text "
+            "into several requests",
+            code="input_too_long",
+            param="input",
+        )
+    try:
+        family.check_speed(speed)
+    except InputError as e:
+        raise ApiError(400, str(e), code="unsupported_value", param="speed") from None
 
 
 def synthesis_error(exc: Exception) -> ApiError:
@@ -192,6 +210,8 @@ class Speaker:
         check_download_link(body)
         options = request_options(worker.name, worker.model, body)
         family = worker.model.family
+        if family is not None:  # what the model's family always refuses, refused before the request waits its turn
+            check_for_family(family, text, body.speed)
         if body.instructions:
             if family is None or "instructions" not in family.option_names():
                 raise ApiError(
