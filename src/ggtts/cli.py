@@ -268,9 +268,12 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from ggtts.api import resolve_model_path
     from ggtts.audio import Audio, check_output_suffix
     from ggtts.families import family_for
-    from ggtts.families.base import find_beside
+    from ggtts.families.qwen3omni import audio_encoder_beside
     from ggtts.fsutil import check_writable
     from ggtts.gguf import GGUFFile
+
+    def hears(gguf: GGUFFile) -> bool:  # the audio encoder the loader would find beside the model
+        return audio_encoder_beside(Path(gguf.path)) is not None
 
     if args.output is not None:  # before any work
         check_output_suffix(args.output)
@@ -292,7 +295,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         raise GGTTSError(f"{gguf.path}: {family.name} speaks text; it does not answer questions (ggtts speak)")
     family.check_options(options)
     family.check_voice(args.voice, gguf)
-    if question is not None and options.get("mmproj") is None and find_beside(Path(gguf.path), "clip") is None:
+    if question is not None and options.get("mmproj") is None and not hears(gguf):
         raise GGTTSError(
             f"{gguf.path}: to hear --audio the model needs its audio encoder: put the mmproj GGUF beside it or name "
             "it with --mmproj"

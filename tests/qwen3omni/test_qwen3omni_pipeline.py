@@ -185,6 +185,22 @@ def test_cli_chat_says_what_is_wrong_before_loading(
         (["chat", "-m", str(alone / "thinker.gguf"), "--audio", str(_question_wav(tmp_path / "q.wav"))],
          "needs its audio encoder: put the mmproj GGUF beside it"),
     ]  # fmt: skip
+    # beside another 'clip' file (a Qwen3-TTS or vision mmproj) the thinker's own is found, as the loader finds it
+    both = tmp_path / "both"
+    both.mkdir()
+    for name in ("thinker.gguf", "talker.gguf", "mmproj.gguf"):
+        (both / name).symlink_to(tiny.work / name)
+    from ggtts.families.qwen3omni import is_audio_mmproj
+    from ggtts.gguf import GGUFFile
+    from ggtts.gguf.write import ModelWriter
+
+    other = ModelWriter(both / "mmproj-other.gguf", "clip")
+    other.meta.add_bool("clip.has_vision_encoder", True)
+    other.add_tensor("v.blk.0.attn_q.weight", torch.ones(32, 32))
+    other.write()
+    assert not is_audio_mmproj(GGUFFile(both / "mmproj-other.gguf"))
+    question = str(tmp_path / "q.wav")
+    cases.append((["chat", "-m", str(both / "thinker.gguf"), "--audio", question], "the model was loaded"))
     for argv, message in cases:
         err = io.StringIO()
         with redirect_stderr(err):

@@ -5,6 +5,7 @@ names refused; the server takes the voice by name only."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -82,6 +83,21 @@ def test_bad_recordings_and_names_are_refused(base: Built, tmp_path: Path) -> No
         design = Built(tmp_path / "vd", "voice_design")
         create_voice(design.path, base.work / "ref.wav", out)
     assert not out.exists()
+
+
+def test_a_name_taken_beside_the_model_is_refused(base: Built) -> None:
+    """A second file beside the model named as a voice there would never be spoken (the first in name order is):
+    refused before any work, naming the file; writing over that file, or another name, is fine."""
+    taken = base.work / "anna.gguf"
+    other = base.work / "zz-anna-again.gguf"
+    with pytest.raises(
+        InputError, match=rf"a voice named 'anna' is already beside the model \({re.escape(str(taken))}\)"
+    ):
+        create_voice(base.path, base.work / "ref.wav", other, name="anna")
+    assert not other.exists()
+    before = taken.stat().st_mtime_ns
+    create_voice(base.path, base.work / "ref.wav", taken)  # the same file again
+    assert taken.stat().st_mtime_ns != before
 
 
 def test_a_voice_is_a_name_never_a_path(base: Built) -> None:

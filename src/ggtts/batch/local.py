@@ -257,7 +257,11 @@ def run_processes(
             for worker in dead:
                 startup_deaths = startup_deaths if worker.ready else startup_deaths + 1
                 if startup_deaths >= MAX_STARTUP_DEATHS:
-                    raise GGTTSError(f"{startup_deaths} worker processes died before they were ready")
+                    raise GGTTSError(
+                        f"{startup_deaths} worker processes died before they were ready (a script that calls "
+                        'run_batch with workers needs it under `if __name__ == "__main__":`: each worker imports '
+                        "the script that starts it)"
+                    )
                 held = worker.items
                 for item in reversed(held):  # (each back at the head of the queue, in their order)
                     if len(held) > 1:  # which of them killed it is not known: each goes again alone, uncounted

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ggtts.errors import InputError
@@ -113,8 +114,6 @@ class Qwen3OmniOptions(TalkerSamplingOptions):
 
 def voices(gguf: object) -> list[str]:
     """The talker's speakers, from the talker file beside the thinker (none when there is none)."""
-    from pathlib import Path
-
     from ggtts.gguf import GGUFFile
 
     assert isinstance(gguf, GGUFFile)
@@ -122,6 +121,12 @@ def voices(gguf: object) -> list[str]:
         return [str(n) for n in gguf.get_list(TalkerKeys.SPEAKER_NAMES, [])]
     talker = find_beside(Path(gguf.path), TALKER_ARCH)
     return voices(GGUFFile(talker)) if talker is not None else []
+
+
+def audio_encoder_beside(model_path: Path) -> Path | None:
+    """The only mmproj GGUF with Qwen3-Omni's audio projector in the model's folder (another model's mmproj beside
+    it, Qwen3-TTS's or a vision one, is not its ears)."""
+    return find_beside(model_path, MMPROJ_ARCH, is_audio_mmproj)
 
 
 def is_audio_mmproj(gguf: object) -> bool:

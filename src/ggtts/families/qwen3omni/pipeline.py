@@ -26,7 +26,7 @@ from torch import nn
 from ggtts.audio import Audio
 from ggtts.errors import GGUFError, InputError
 from ggtts.families.base import MAX_SEED, NothingToSay, Request, TTSModel, VoiceMix, find_beside, read_first
-from ggtts.families.qwen3omni import FAMILY, MMPROJ_ARCH, TALKER_ARCH, Qwen3OmniOptions, is_audio_mmproj
+from ggtts.families.qwen3omni import FAMILY, TALKER_ARCH, Qwen3OmniOptions, audio_encoder_beside
 from ggtts.families.qwen3omni.generate import TalkerSampling, decoded_frames, talker_decoder
 from ggtts.families.qwen3omni.prompt import AUDIO_MARKERS, AudioIds, TalkerInputs, chat_prompt, talker_inputs
 from ggtts.gguf import GGUFFile
@@ -161,7 +161,7 @@ class Qwen3OmniPipeline(TTSModel):
             raise GGUFError(f"{path}: the talker must be a '{TALKER_ARCH}' GGUF, not '{talker_gguf.architecture}'")
         named = mmproj_path is not None
         if not named:
-            mmproj_path = find_beside(Path(gguf.path), MMPROJ_ARCH, is_audio_mmproj)
+            mmproj_path = audio_encoder_beside(Path(gguf.path))
         mmproj = None
         if mmproj_path is not None:
             from ggtts.models.qwen3omni_audio.config import AudioConfig

@@ -96,6 +96,14 @@ def create_voice(model: str | os.PathLike[str], reference: str | os.PathLike[str
     talker = GGUFFile(model)
     if talker.architecture != K.ARCH:
         raise GGUFError(f"{talker.path}: not a Qwen3-TTS model (architecture '{talker.architecture}')")
+    width = talker.get_int(K.EMBEDDING_LENGTH)
+    if out.resolve().parent == Path(talker.path).resolve().parent:  # beside the model: its name must be its own
+        taken = next((p for p in voice_files_beside(Path(talker.path), width) if p[1] == name), None)
+        if taken is not None and taken[0].resolve() != out.resolve():
+            raise InputError(
+                f"a voice named {name!r} is already beside the model ({taken[0]}), and would be spoken instead of "
+                f"this one: choose another --name, or write over that file (-o {taken[0]})"
+            )
     found = Path(mmproj) if mmproj is not None else find_mmproj(Path(talker.path))
     if found is None:
         raise InputError(f"{talker.path}: its mmproj file is not beside it; name it with --mmproj")
@@ -107,9 +115,8 @@ def create_voice(model: str | os.PathLike[str], reference: str | os.PathLike[str
     speech = SpeechEncoder.from_gguf(projector) if text else None  # before the work, so a missing one fails fast
     samples = read_reference(reference, SAMPLE_RATE)
     embedding = encoder.embed(torch.from_numpy(samples))
-    if embedding.shape[0] != talker.get_int(K.EMBEDDING_LENGTH):
-        raise GGUFError(f"{found}: speaker embeddings {embedding.shape[0]} wide for a talker "
-                        f"{talker.get_int(K.EMBEDDING_LENGTH)} wide")  # fmt: skip
+    if embedding.shape[0] != width:
+        raise GGUFError(f"{found}: speaker embeddings {embedding.shape[0]} wide for a talker {width} wide")
     writer = ModelWriter(out, V.ARCH)
     writer.meta.add_name(name)
     writer.add(V.NAME, name)
@@ -191,14 +198,20 @@ def voices_beside(model: Path, width: int) -> dict[str, ClonedVoice]:
     return found
 
 
-def voice_names_beside(model: Path, width: int) -> list[str]:
-    """The names of :func:`voices_beside`, from metadata only."""
-    names = []
+def voice_files_beside(model: Path, width: int) -> list[tuple[Path, str]]:
+    """The voice files in the model's folder made for a talker ``width`` wide, with their names, in name order;
+    from metadata only."""
+    files = []
     for p in sorted(Path(model).parent.glob("*.gguf")):
         try:
             g = GGUFFile(p)
             if g.architecture == V.ARCH and g.get_int(V.WIDTH, -1) == width and NAME.match(g.get_str(V.NAME, "")):
-                names.append(g.get_str(V.NAME))
+                files.append((p, g.get_str(V.NAME)))
         except (GGTTSError, OSError):
             continue
-    return list(dict.fromkeys(names))
+    return files
+
+
+def voice_names_beside(model: Path, width: int) -> list[str]:
+    """The names of :func:`voices_beside`, from metadata only."""
+    return list(dict.fromkeys(name for _, name in voice_files_beside(model, width)))
