@@ -111,3 +111,12 @@ def file_sha256(path: Path) -> str:
         while block := f.read(1 << 20):
             digest.update(block)
     return digest.hexdigest()
+
+
+def names_a_file(path: Path) -> bool:
+    """Whether ``path`` is a file; False where it cannot name one (too long for a file name, say: an argument that
+    holds the data itself), where ``Path.is_file`` would raise."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False

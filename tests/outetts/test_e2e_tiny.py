@@ -161,6 +161,28 @@ def test_decode_cli(files: tuple[Path, Path], tmp_path: Path) -> None:
         decode_codes_cli(files[0], "1 2")
 
 
+def test_the_vocoders_attention_keeps_no_square_of_the_codes(
+    files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The posnet's attention gets contiguous queries, keys and values: over strided views torch's CPU attention
+    took its plain path, every (T, T) score in memory (3.7 GB for 20,000 codes of the tiny vocoder; 200,000 asked
+    for 160 GB)."""
+    import torch.nn.functional as F
+
+    from ggtts.models.wavtokenizer import model as wavtokenizer
+
+    seen: list[bool] = []
+    attention = F.scaled_dot_product_attention
+
+    def spy(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *args: object, **kwargs: object) -> torch.Tensor:
+        seen.append(all(t.is_contiguous() for t in (q, k, v)))
+        return attention(q, k, v, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(wavtokenizer.F, "scaled_dot_product_attention", spy)
+    assert len(decode_codes_cli(files[1], " ".join(["5"] * 300))) == 300 * HOP
+    assert seen and all(seen)
+
+
 def test_load_takes_a_vocoder_option(files: tuple[Path, Path], tmp_path: Path) -> None:
     lonely = tmp_path / "lm.gguf"  # no vocoder beside it: only the option gives one
     lonely.write_bytes(files[0].read_bytes())

@@ -631,6 +631,18 @@ def test_decode_refuses_codes_that_are_not_whole_numbers_in_range(tiny: Tiny) ->
     assert len(audio.samples) == tiny.tts.code2wav.cfg.output_length(2)
 
 
+def test_decode_of_many_frames_goes_through_the_stream(tiny: Tiny, monkeypatch: pytest.MonkeyPatch) -> None:
+    """More frames than a push go through code2wav's stream (memory bounded by a push), the one-shot samples."""
+    from ggtts.families.qwen3omni import decode
+
+    frames = torch.randint(0, 32, (11, 4), generator=torch.Generator().manual_seed(7)).tolist()
+    whole = decode.decode_codes_cli(tiny.work / "talker.gguf", frames).samples
+    monkeypatch.setattr(decode, "DECODE_PUSH", 3)
+    pushed = decode.decode_codes_cli(tiny.work / "talker.gguf", frames).samples
+    assert pushed.shape == whole.shape == (tiny.tts.code2wav.cfg.output_length(11),)
+    assert float(np.abs(pushed - whole).max()) <= 2e-5 and not np.array_equal(pushed, np.zeros_like(pushed))
+
+
 def test_cli_takes_a_talker_from_another_folder(tiny: Tiny, tmp_path: Path) -> None:
     import shutil
 

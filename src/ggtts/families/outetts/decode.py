@@ -11,6 +11,7 @@ from ggtts.audio import Audio, check_output_suffix
 from ggtts.errors import GGTTSError, GGUFError, InputError
 from ggtts.families.outetts.pipeline import decode_codes
 from ggtts.families.outetts.prompt import parse_code_text
+from ggtts.fsutil import names_a_file
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import WavTokenizerDec
 from ggtts.models.wavtokenizer.model import WavTokenizerDecoder
@@ -26,7 +27,7 @@ def read_codes(codes: str) -> list[int]:
         except UnicodeDecodeError:
             raise InputError("standard input: not UTF-8 text") from None
     path = Path(codes)
-    if path.is_file():
+    if names_a_file(path):
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as e:

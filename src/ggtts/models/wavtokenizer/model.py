@@ -61,8 +61,11 @@ class PosNetAttnBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:  # (B, C, T)
         h = self.attn_norm(x)
-        # (B, C, T) -> (B, 1, T, C): one head whose width is the channel count
-        q, k, v = (proj(h).transpose(1, 2).unsqueeze(1) for proj in (self.attn_q, self.attn_k, self.attn_v))
+        # (B, C, T) -> (B, 1, T, C): one head whose width is the channel count. Contiguous: over strided views
+        # torch's CPU attention takes its plain path, with every (T, T) score in memory (160 GB for 200,000 codes)
+        q, k, v = (
+            proj(h).transpose(1, 2).unsqueeze(1).contiguous() for proj in (self.attn_q, self.attn_k, self.attn_v)
+        )
         h = F.scaled_dot_product_attention(q, k, v).squeeze(1).transpose(1, 2)  # (B, C, T)
         return x + self.attn_output(h)
 
