@@ -107,7 +107,8 @@ def cmd_voices(args: argparse.Namespace) -> int:
         traits = family.voice_traits(voice)
         print(f"{voice:<{width}}  {traits.get('language', '-'):<20}  {traits.get('gender', '-')}".rstrip())
     blends = " (or a blend: 'a:0.6,b:0.4')" if family.capabilities.blending else ""
-    print(f"{len(voices)} voices of {gguf.path}; choose one with -v{blends}", file=sys.stderr)
+    more = "; files given at load add more" if family.more_voices_at_load else ""
+    print(f"{len(voices)} voices of {gguf.path}{more}; choose one with -v{blends}", file=sys.stderr)
     return 0
 
 
@@ -244,12 +245,19 @@ def cmd_speak(args: argparse.Namespace) -> int:
         chunks = model.stream(text, voice=args.voice, speed=args.speed, **options)
         first = next(chunks, None)  # bad input fails here, before a single byte reaches standard output
         out = sys.stdout.buffer
-        out.write(wav_header(model.sample_rate, None))
         words: list[Any] = []
-        for chunk in itertools.chain([] if first is None else [first], chunks):
-            out.write(chunk.pcm16())
-            out.flush()
-            words += chunk.words
+        try:
+            out.write(wav_header(model.sample_rate, None))
+            for chunk in itertools.chain([] if first is None else [first], chunks):
+                out.write(chunk.pcm16())
+                out.flush()
+                words += chunk.words
+        except BrokenPipeError:
+            raise
+        except OSError as e:  # a full disk, say: what is left unwritten goes nowhere, so exit does not retry it
+            with contextlib.suppress(OSError):
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise GGTTSError(f"standard output: cannot write the audio ({e.strerror or e})") from None
         if args.timestamps is not None:
             save_timestamps(merge_words(words), args.timestamps)
         return 0
@@ -285,7 +293,9 @@ def cmd_chat(args: argparse.Namespace) -> int:
         from ggtts.models.qwen3omni_audio.features import read_audio
 
         question = read_audio(args.audio)
-    options = {k: v for k, v in family_options(args).items() if k != "mode"}
+    options = family_options(args)
+    if options.pop("mode", "chat") != "chat":
+        raise GGTTSError("ggtts chat answers questions (mode chat); to say a text as written, use ggtts speak")
     for name in ("system", "max_reply_tokens"):
         if getattr(args, name) is not None:
             options[name] = getattr(args, name)

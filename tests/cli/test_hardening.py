@@ -266,6 +266,32 @@ def test_a_write_that_fails_after_synthesis_is_one_line(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sub"]
 
 
+FULL_STDOUT = """
+import sys
+import numpy as np
+import ggtts
+from ggtts.audio import Audio
+
+class Quiet:
+    sample_rate = 24000
+    def stream(self, text, **options):
+        yield Audio(np.zeros(24000, np.float32), 24000)
+
+ggtts.load = lambda *args, **kwargs: Quiet()
+from ggtts.cli import main
+sys.exit(main(["speak", "hello", "-o", "-"]))
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full (a device that is always full)")
+def test_standard_output_on_a_full_disk_is_one_line() -> None:
+    with open("/dev/full", "wb") as full:
+        run = subprocess.run([sys.executable, "-c", FULL_STDOUT], stdout=full, stderr=subprocess.PIPE, text=True,
+                             timeout=300)  # fmt: skip
+    assert run.returncode == 1
+    assert run.stderr.strip() == "ggtts: error: standard output: cannot write the audio (No space left on device)"
+
+
 def test_save_failure_is_an_output_error_and_still_an_oserror(tmp_path: Path) -> None:
     (tmp_path / "plain").write_text("a file")
     with pytest.raises(OutputError, match=re.escape("plain/x.wav: cannot write the output")) as caught:

@@ -5,6 +5,7 @@ and voice errors, without any file outside this test knowing about it."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from ggtts.cli import main
 from ggtts.families import register_family, unregister_family
 from ggtts.families.base import (
     Capabilities,
+    Companion,
     Family,
     LoadOptions,
     Request,
@@ -212,6 +214,12 @@ def test_option_and_voice_errors(toy: Path, tmp_path: Path, capsys: pytest.Captu
         model.synthesize("hello", voice="hum:0.5,hum:0.5")  # its capabilities say it does not blend
     with pytest.raises(ggtts.InputError, match=r"speed 2.5 is out of range; use 0.5 to 2.0"):
         model.synthesize("hello", speed=2.5)
+    with pytest.raises(ggtts.InputError, match=r"voice must be a voice's name, got 3"):
+        model.synthesize("hello", voice=3)  # type: ignore[arg-type]
+    with_companion = dataclasses.replace(FAMILY, companions=(Companion("vocoder", "wavtokenizer-dec", "its vocoder"),))
+    with pytest.raises(ggtts.InputError, match=r"vocoder must be a file's path, got 5"):
+        with_companion.check_load_options({"vocoder": 5})
+    with_companion.check_load_options({"vocoder": tmp_path / "v.gguf"})  # a path is fine (found at load)
     out = tmp_path / "x.wav"
     assert main(["speak", "-m", str(toy), "hello", "--seed", "3", "-o", str(out)]) == 1
     assert "unknown option 'seed' for toy; known: pitch" in capsys.readouterr().err

@@ -51,6 +51,20 @@ def test_speak_with_vocoder(models: tuple[Path, Path], tmp_path: Path) -> None:
     assert rate == 24000 and len(audio) > 0 and len(audio) % HOP == 0
 
 
+def test_voices_lists_the_built_in_voice_and_speaker_files_add_theirs(
+    models: tuple[Path, Path], tmp_path: Path
+) -> None:
+    lm, voc = models
+    listed = ggtts("voices", "-m", lm)
+    assert listed.returncode == 0 and listed.stdout.split()[0] == "en_male_1"
+    assert "files given at load add more" in listed.stderr
+    out = tmp_path / "v.wav"
+    r = ggtts("speak", "-m", lm, "--vocoder", voc, "--speaker", TINY_SPEAKER, "-v", "tiny_speaker", "Hi", "-o", out)
+    assert r.returncode == 0, r.stderr  # a voice of a speaker file is not refused before the load
+    r = ggtts("speak", "-m", lm, "--vocoder", voc, "-v", "nobody", "Hi", "-o", out)
+    assert r.returncode == 1 and "unknown voice 'nobody'; choose one of en_male_1" in r.stderr
+
+
 def test_decode_codes(models: tuple[Path, Path], tmp_path: Path) -> None:
     _, voc = models
     out = tmp_path / "codes.wav"

@@ -177,6 +177,7 @@ def test_cli_chat_says_what_is_wrong_before_loading(
         (alone / name).symlink_to(tiny.work / name)
     cases = [
         (["chat", "-m", thinker], "give the question: --audio FILE, --text TEXT, or both"),
+        (["chat", "-m", thinker, "--text", "hi", "--mode", "say"], "to say a text as written, use ggtts speak"),
         (["chat", "-m", thinker, "--audio", str(tmp_path / "none.wav")], "none.wav: no such file"),
         (["chat", "-m", thinker, "--text", "hi", "-o", str(tmp_path / "x.txt")], ".txt"),
         (["chat", "-m", str(tiny.work / "talker.gguf"), "--text", "hi"], "talker"),
@@ -421,7 +422,10 @@ def test_voices_are_the_talkers_speakers(tiny: Tiny) -> None:
         ({"top_p": 0.0}, "top_p must be above 0"),
         ({"temperature": 1e-40}, "temperature must be 0 \\(greedy\\) or at least"),
         ({"system": "Be brief."}, "applies to mode=chat only"),
+        ({"max_reply_tokens": 12}, "max_reply_tokens= bounds the thinker's reply: it applies to mode=chat only"),
         ({"system": 5, "mode": "chat"}, "system must be text"),
+        ({"voice": 3}, "voice must be a voice's name, got 3"),
+        ({"talker": 5}, "talker must be a file's path, got 5"),
         ({"talker": "/elsewhere/talker.gguf"}, "differs from the one loaded"),
     ],
 )

@@ -79,6 +79,8 @@ def test_bad_recordings_and_names_are_refused(base: Built, tmp_path: Path) -> No
         create_voice(base.path, tmp_path / "text.wav", out)
     with pytest.raises(InputError, match="voice name"):
         create_voice(base.path, base.work / "ref.wav", out, name="../etc/passwd")
+    with pytest.raises(InputError, match=f"^{re.escape(str(tmp_path))}: a folder, not a recording$"):
+        create_voice(base.path, tmp_path, out)
     with pytest.raises(GGUFError, match="no speaker encoder"):
         design = Built(tmp_path / "vd", "voice_design")
         create_voice(design.path, base.work / "ref.wav", out)

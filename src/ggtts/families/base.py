@@ -10,6 +10,7 @@ import dataclasses
 import importlib
 import itertools
 import math
+import os
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -116,6 +117,18 @@ def check_flag(name: str) -> Callable[[object], bool]:
     def check(value: object) -> bool:
         if not isinstance(value, bool):
             raise InputError(f"{name} must be true or false, got {value!r}")
+        return value
+
+    return check
+
+
+def check_path(name: str) -> Callable[[object], object]:
+    """The ``check`` of an option naming a file (a companion GGUF, a speaker profile): the value if it is a string
+    or a path, else an InputError saying so."""
+
+    def check(value: object) -> object:
+        if not isinstance(value, str | os.PathLike):
+            raise InputError(f"{name} must be a file's path, got {value!r}")
         return value
 
     return check
@@ -271,6 +284,8 @@ class TTSModel(ABC):
         if not (text_optional and isinstance(text, str) and not text.strip()):
             text = check_text(text, family.capabilities.max_input_chars)
         checked_speed = family.check_speed(speed)
+        if voice is not None and not isinstance(voice, str | VoiceMix):
+            raise InputError(f"voice must be a voice's name, got {voice!r}")
         mix = self._check_mix(voice) if isinstance(voice, VoiceMix) else self.resolve_voice(voice)
         values: dict[str, Any] = {}
         for f in dataclasses.fields(family.options):
@@ -512,6 +527,9 @@ class Family:
     # None when the file is one of this family's; else one sentence saying why not. Reads metadata only.
     recognize: Callable[[GGUFFile], str | None] = _accept
     voices: Callable[[GGUFFile], list[str]] = _no_voices  # voice names from metadata, without loading weights
+    # more voices come with files given at load (OuteTTS's speaker profiles): a voice that ``voices`` does not list
+    # is left for the model to check
+    more_voices_at_load: bool = False
     voice_traits: Callable[[str], dict[str, str]] = _no_traits  # what a voice's name tells: language, gender
     companions: tuple[Companion, ...] = ()
     converters: Mapping[str, str] = field(default_factory=dict)  # `ggtts convert NAME` -> "module:function"
@@ -576,7 +594,7 @@ class Family:
     def check_voice(self, voice: str | None, gguf: GGUFFile) -> None:
         """``voice`` (a name or a blend) against the voices the file's metadata lists, before anything is loaded.
         A family whose voices come only at load (OuteTTS's speaker files) leaves the check to its model."""
-        if voice is None or self.voices is _no_voices:
+        if voice is None or self.voices is _no_voices or self.more_voices_at_load:
             return
         voices = self.voices(gguf)
         self.check_blend(parse_voice(voice, voices), voices)
@@ -597,6 +615,9 @@ class Family:
         for key in options:
             if key not in known:
                 raise InputError(f"{self.name} has no load option '{key}'; it takes {', '.join(known)}")
+        for companion in self.companions:
+            if options.get(companion.option) is not None:
+                check_path(companion.option)(options[companion.option])
         check_option_values(self.load_options, options)
 
     def check_options(self, options: Mapping[str, Any], allowed: Sequence[str] | None = None) -> None:

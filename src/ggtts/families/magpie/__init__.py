@@ -19,6 +19,7 @@ from ggtts.families.base import (
     LoadOptions,
     check_flag,
     check_number,
+    check_path,
     check_seed,
     option,
     parallel_load_option,
@@ -59,10 +60,13 @@ class MagpieOptions:
     max_frames: int | None = option(
         None,
         "most codec frames per chunk of text (default: the file's, NeMo 500)",
+        flag="--max-frames",
         check=_number("max_frames", 1, True),
     )
     seed: int = option(0, "seed for sampling (default 0)", flag="--seed", check=check_seed)
-    codec: str | None = option(None, "the codec GGUF (nano-codec), chosen at load", flag="--codec", server=False)
+    codec: str | None = option(
+        None, "the codec GGUF (nano-codec), chosen at load", flag="--codec", server=False, check=check_path("codec")
+    )
     chunk_frames: int | None = option(
         None,
         "codec frames per streamed chunk (default: the first frame alone, then 4, then 12)",

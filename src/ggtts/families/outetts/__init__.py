@@ -20,6 +20,7 @@ from ggtts.families.base import (
     LoadOptions,
     check_flag,
     check_number,
+    check_path,
     check_seed,
     option,
     parallel_load_option,
@@ -84,7 +85,11 @@ class OuteTTSOptions:
     seed: int = option(0, "seed for sampling (default 0)", flag="--seed", check=check_seed)
     progress: bool = option(False, "show a progress bar", flag="--progress", server=False)
     vocoder: str | None = option(
-        None, "the vocoder GGUF (wavtokenizer-dec): the one loaded", flag="--vocoder", server=False
+        None,
+        "the vocoder GGUF (wavtokenizer-dec): the one loaded",
+        flag="--vocoder",
+        server=False,
+        check=check_path("vocoder"),
     )
     silence_start_s: float = option(
         0.25, "seconds zeroed at the start (a click, as llama-tts)", check=check_number("silence_start_s", 0)
@@ -109,6 +114,7 @@ class OuteTTSLoadOptions(LoadOptions):
         None,
         "a speaker profile (.json, OuteTTS's format) to speak with: added to the voices at load, as the default",
         flag="--speaker",
+        check=check_path("speaker"),
     )
     parallel: int = parallel_load_option("the language model")
     compile: bool = option(
@@ -118,6 +124,13 @@ class OuteTTSLoadOptions(LoadOptions):
         flag="--compile",
         check=check_flag("compile"),
     )
+
+
+def builtin_voices(gguf: GGUFFile) -> list[str]:
+    """The voice every OuteTTS model speaks with (ggtts's built-in speaker profile); ``--speaker`` adds one."""
+    from ggtts.families.outetts.default_speaker import DEFAULT_SPEAKER_NAME
+
+    return [DEFAULT_SPEAKER_NAME]
 
 
 def recognize(gguf: GGUFFile) -> str | None:
@@ -141,6 +154,8 @@ FAMILY = Family(
     load_options=OuteTTSLoadOptions,
     capabilities=Capabilities(speed=(1.0, 1.0), max_input_chars=MAX_CHARS),
     recognize=recognize,
+    voices=builtin_voices,
+    more_voices_at_load=True,
     companions=(
         Companion(
             "vocoder",

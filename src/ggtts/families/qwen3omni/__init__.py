@@ -22,6 +22,7 @@ from ggtts.families.base import (
     Family,
     LoadOptions,
     check_number,
+    check_path,
     check_seed,
     find_beside,
     option,
@@ -55,6 +56,9 @@ def check_top_p(value: object) -> None:
     _number("top_p", 0.0, 1.0)(value)
     if float(value) <= 0:  # type: ignore[arg-type]
         raise InputError(f"top_p must be above 0 and at most 1, got {value!r}")
+
+
+REPLY_TOKENS = 1024  # the thinker's reply at most, by default (mode=chat)
 
 
 def _system(value: object) -> None:
@@ -94,16 +98,21 @@ class Qwen3OmniOptions(TalkerSamplingOptions):
     max_frames: int = option(
         4095,
         "most codec frames per chunk of text (80 ms each; the talker's positions bound it too)",
+        flag="--max-frames",
         check=_number("max_frames", 1, 32000, whole=True),
     )
     max_reply_tokens: int = option(
-        1024, "most tokens the thinker writes in mode=chat", check=_number("max_reply_tokens", 1, 8192, whole=True)
+        REPLY_TOKENS,
+        "most tokens the thinker writes in mode=chat",
+        check=_number("max_reply_tokens", 1, 8192, whole=True),
     )
     seed: int = option(0, "seed for sampling (default 0)", flag="--seed", check=check_seed)
-    talker: str | None = option(None, "the talker GGUF (qwen3omni-talker)", flag="--talker", server=False)
+    talker: str | None = option(
+        None, "the talker GGUF (qwen3omni-talker)", flag="--talker", server=False, check=check_path("talker")
+    )
     mmproj: str | None = option(
         None, "the audio encoder GGUF (an mmproj file, qwen3a) for questions asked as audio", flag="--mmproj",
-        server=False,
+        server=False, check=check_path("mmproj"),
     )  # fmt: skip
     chunk_frames: int = option(
         12,

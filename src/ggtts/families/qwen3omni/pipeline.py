@@ -26,7 +26,7 @@ from torch import nn
 from ggtts.audio import Audio
 from ggtts.errors import GGUFError, InputError
 from ggtts.families.base import MAX_SEED, NothingToSay, Request, TTSModel, VoiceMix, find_beside, read_first
-from ggtts.families.qwen3omni import FAMILY, TALKER_ARCH, Qwen3OmniOptions, audio_encoder_beside
+from ggtts.families.qwen3omni import FAMILY, REPLY_TOKENS, TALKER_ARCH, Qwen3OmniOptions, audio_encoder_beside
 from ggtts.families.qwen3omni.generate import TalkerSampling, decoded_frames, talker_decoder
 from ggtts.families.qwen3omni.prompt import AUDIO_MARKERS, AudioIds, TalkerInputs, chat_prompt, talker_inputs
 from ggtts.gguf import GGUFFile
@@ -216,6 +216,8 @@ class Qwen3OmniPipeline(TTSModel):
         chunks = sentence_chunks(text, CHUNK_WORDS) if o.mode == "say" else [text.strip()]
         if o.system is not None and o.mode != "chat":
             raise InputError("system= is the thinker's prompt: it applies to mode=chat only")
+        if o.max_reply_tokens != REPLY_TOKENS and o.mode != "chat":
+            raise InputError("max_reply_tokens= bounds the thinker's reply: it applies to mode=chat only")
         if o.mode == "chat":
             self._load_thinker()
         return self._stream(chunks, speaker, params, o.mode, o.system, o.chunk_frames, o.max_reply_tokens)

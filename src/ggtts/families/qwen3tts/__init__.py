@@ -22,6 +22,7 @@ from ggtts.families.base import (
     Family,
     LoadOptions,
     check_number,
+    check_path,
     check_seed,
     find_beside,
     option,
@@ -86,7 +87,11 @@ class Qwen3TTSOptions(TalkerSamplingOptions):
     )
     seed: int = option(0, "seed for sampling (default 0)", flag="--seed", check=check_seed)
     mmproj: str | None = option(
-        None, "the Qwen3-TTS mmproj GGUF (code predictor and speech decoder)", flag="--mmproj", server=False
+        None,
+        "the Qwen3-TTS mmproj GGUF (code predictor and speech decoder)",
+        flag="--mmproj",
+        server=False,
+        check=check_path("mmproj"),
     )
     chunk_frames: int = option(
         12,

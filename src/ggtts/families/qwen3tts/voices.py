@@ -60,9 +60,9 @@ def read_reference(source: str | os.PathLike[str] | bytes, rate: int) -> np.ndar
     from ggtts.audio import resample
 
     name = str(source) if not isinstance(source, bytes) else "the recording"
+    if not isinstance(source, bytes) and not Path(source).is_file():
+        raise InputError(f"{name}: a folder, not a recording" if Path(source).is_dir() else f"{name}: no such file")
     try:
-        if not isinstance(source, bytes) and not Path(source).is_file():
-            raise InputError(f"{name}: no such file")
         data, sr = soundfile.read(io.BytesIO(source) if isinstance(source, bytes) else str(source), dtype="float32",
                                   always_2d=True)  # fmt: skip
     except (soundfile.LibsndfileError, RuntimeError, TypeError, ValueError) as e:
