@@ -244,20 +244,11 @@ def cmd_speak(args: argparse.Namespace) -> int:
             raise GGTTSError("--float needs a file: the stream on standard output is 16-bit PCM WAV")
         chunks = model.stream(text, voice=args.voice, speed=args.speed, **options)
         first = next(chunks, None)  # bad input fails here, before a single byte reaches standard output
-        out = sys.stdout.buffer
         words: list[Any] = []
-        try:
-            out.write(wav_header(model.sample_rate, None))
-            for chunk in itertools.chain([] if first is None else [first], chunks):
-                out.write(chunk.pcm16())
-                out.flush()
-                words += chunk.words
-        except BrokenPipeError:
-            raise
-        except OSError as e:  # a full disk, say: what is left unwritten goes nowhere, so exit does not retry it
-            with contextlib.suppress(OSError):
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            raise GGTTSError(f"standard output: cannot write the audio ({e.strerror or e})") from None
+        _to_stdout(wav_header(model.sample_rate, None))
+        for chunk in itertools.chain([] if first is None else [first], chunks):
+            _to_stdout(chunk.pcm16())
+            words += chunk.words
         if args.timestamps is not None:
             save_timestamps(merge_words(words), args.timestamps)
         return 0
@@ -268,6 +259,21 @@ def cmd_speak(args: argparse.Namespace) -> int:
         stamps = save_timestamps(audio.words, args.timestamps)
         print(f"{PROG}: wrote {stamps} ({len(audio.words)} words)", file=sys.stderr)
     return 0
+
+
+def _to_stdout(data: bytes) -> None:
+    """``data`` written to standard output and flushed; a write that fails (a full disk, say) is one GGTTSError,
+    with standard output sent nowhere from then on, so that the exit does not fail again on what is left. A closed
+    pipe stays a BrokenPipeError (``_main`` ends quietly on it)."""
+    try:
+        sys.stdout.buffer.write(data)
+        sys.stdout.buffer.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise GGTTSError(f"standard output: cannot write the audio ({e.strerror or e})") from None
 
 
 # ---- chat -----------------------------------------------------------------------------------------------------

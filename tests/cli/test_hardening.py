@@ -292,6 +292,23 @@ def test_standard_output_on_a_full_disk_is_one_line() -> None:
     assert run.stderr.strip() == "ggtts: error: standard output: cannot write the audio (No space left on device)"
 
 
+def test_a_models_own_os_error_while_streaming_is_not_called_an_output_error(
+    monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    class Failing:
+        sample_rate = SAMPLE_RATE
+
+        def stream(self, text: str, **options: Any) -> Iterator[Audio]:
+            yield Audio(np.zeros(100, np.float32), SAMPLE_RATE)
+            raise FileNotFoundError(2, "No such file or directory", "/nonexistent/dictionary.txt")
+
+    monkeypatch.setattr(ggtts, "load", lambda *a, **k: Failing())
+    assert main(["speak", "hello", "-o", "-"]) == 1
+    captured = capsysbinary.readouterr()
+    assert captured.out[:4] == b"RIFF" and b"standard output" not in captured.err
+    assert b"dictionary.txt" in captured.err
+
+
 def test_save_failure_is_an_output_error_and_still_an_oserror(tmp_path: Path) -> None:
     (tmp_path / "plain").write_text("a file")
     with pytest.raises(OutputError, match=re.escape("plain/x.wav: cannot write the output")) as caught:

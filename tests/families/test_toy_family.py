@@ -345,3 +345,17 @@ def test_the_request_template_converts_whole_numbers_and_checks_a_resolved_voice
     with pytest.raises(VoiceBlendError):
         model.synthesize("one", voice=VoiceMix((("hum", 0.5), ("hum", 0.5))))
     assert len(model.synthesize("one", voice=VoiceMix((("hum", 1.0),)))) == len(model.synthesize("one"))
+
+
+def test_a_batch_checks_load_options_against_the_models_its_items_name(toy: Path, tmp_path: Path) -> None:
+    """Items may name their own model: a load option the job's model does not take is refused up front only where
+    an item speaks with that model (here the default, Kokoro); a file that does not open fails its items alone."""
+    from ggtts.batch.job import check_job
+    from ggtts.batch.work import JobSettings
+
+    settings = JobSettings(out_dir=tmp_path / "out", load_options={"loudness": 2.0})
+    check_job(settings, item_models=[str(toy), str(tmp_path / "missing.gguf")])  # every item the toy's
+    with pytest.raises(ggtts.InputError, match="kokoro has no load option 'loudness'"):
+        check_job(settings, item_models=[str(toy), None])
+    with pytest.raises(ggtts.InputError, match="loudness must be positive"):
+        check_job(dataclasses.replace(settings, load_options={"loudness": -1.0}), item_models=[str(toy)])

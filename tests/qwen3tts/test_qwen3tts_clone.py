@@ -87,7 +87,7 @@ def test_bad_recordings_and_names_are_refused(base: Built, tmp_path: Path) -> No
     assert not out.exists()
 
 
-def test_a_name_taken_beside_the_model_is_refused(base: Built) -> None:
+def test_a_name_taken_beside_the_model_is_refused(base: Built, tmp_path: Path) -> None:
     """A second file beside the model named as a voice there would never be spoken (the first in name order is):
     refused before any work, naming the file; writing over that file, or another name, is fine."""
     taken = base.work / "anna.gguf"
@@ -100,6 +100,13 @@ def test_a_name_taken_beside_the_model_is_refused(base: Built) -> None:
     before = taken.stat().st_mtime_ns
     create_voice(base.path, base.work / "ref.wav", taken)  # the same file again
     assert taken.stat().st_mtime_ns != before
+    linked = tmp_path / "linked"  # a model that is a link into another folder (a hub cache's snapshot, say)
+    linked.mkdir()
+    (linked / "m.gguf").symlink_to(base.path)
+    (linked / "mmproj-m.gguf").symlink_to(base.mmproj_file.path)
+    shutil.copy(taken, linked / "anna.gguf")
+    with pytest.raises(InputError, match="a voice named 'anna' is already beside the model"):
+        create_voice(linked / "m.gguf", base.work / "ref.wav", linked / "other.gguf", name="anna")
 
 
 def test_a_voice_is_a_name_never_a_path(base: Built) -> None:

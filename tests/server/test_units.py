@@ -163,6 +163,7 @@ def test_opus_of_a_22050_hz_model_comes_at_48_khz(stream: bool) -> None:
         assert response.status_code == 200
         samples, rate = sf.read(io.BytesIO(response.content), dtype="float32")
         assert rate == 48000 and np.sqrt(np.mean(np.square(samples))) > 0.1
+        assert response.headers["X-Sample-Rate"] == "48000"  # the rate sent, not the model's
 
 
 @dataclasses.dataclass(frozen=True)

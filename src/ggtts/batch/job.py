@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
@@ -20,7 +20,7 @@ from typing import Any
 from ggtts.batch.items import Item
 from ggtts.batch.manifest import DONE, Manifest, job_lock, remove_stale_parts
 from ggtts.batch.work import FORMATS, JobSettings
-from ggtts.errors import InputError
+from ggtts.errors import GGTTSError, InputError
 from ggtts.runtime.threads import threads_from_env
 
 
@@ -106,11 +106,12 @@ class _Progress:
         self.bar.close()
 
 
-def check_job(settings: JobSettings, local: bool = True) -> None:
+def check_job(settings: JobSettings, local: bool = True, item_models: Collection[str | None] = (None,)) -> None:
     """The job-wide model, voice, speed, options and load options checked from the model's metadata (no weights
-    read), so a mistake there is one error before any work, not a failure recorded for every item. ``local``: the
-    workers run on this machine, so the device asked for must be here too (Ray's workers may have GPUs that the
-    driver does not)."""
+    read), so a mistake there is one error before any work, not a failure recorded for every item. The load options
+    go to every model the items name (``item_models``: each item's own, None for the job's), so they are checked
+    against each of those that opens (one that does not fails its items alone). ``local``: the workers run on this
+    machine, so the device asked for must be here too (Ray's workers may have GPUs that the driver does not)."""
     from ggtts.api import resolve_model_path
     from ggtts.families import family_for
     from ggtts.gguf import GGUFFile
@@ -120,7 +121,14 @@ def check_job(settings: JobSettings, local: bool = True) -> None:
     family.check_speed(settings.speed)
     family.check_options(settings.options)
     family.check_voice(settings.voice, gguf)
-    family.check_load_options(settings.load_options)
+    if None in item_models:
+        family.check_load_options(settings.load_options)
+    for name in sorted({m for m in item_models if m is not None}):
+        try:
+            own = family_for(GGUFFile(resolve_model_path(name)))
+        except GGTTSError:
+            continue
+        own.check_load_options(settings.load_options)
     device = settings.load_options.get("device")
     if local and device is not None:
         from ggtts.runtime.device import resolve_device

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
-from ggtts.audio import check_output_suffix, soundfile_format
+from ggtts.audio import check_output_suffix, opus_rate, resample, soundfile_format
 from ggtts.batch.items import Item
 from ggtts.batch.manifest import DONE
 from ggtts.errors import GGTTSError, InputError
@@ -49,11 +49,12 @@ def join_outputs(
     if missing:
         shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
         raise GGTTSError(f"cannot join: {len(missing)} items have no audio ({shown})")
-    rates = {records[item.id]["sample_rate"] for item in items}
+    rates = {sf.info(str(out_dir / records[item.id]["output"])).samplerate for item in items}  # the files' own
     if len(rates) != 1:
         raise GGTTSError(f"cannot join: the items have different sample rates {sorted(rates)} (different models?)")
-    rate = rates.pop()
     fmt, subtype = soundfile_format(suffix)
+    items_rate = rates.pop()
+    rate = opus_rate(items_rate) if subtype == "OPUS" else items_rate  # (as Audio.write_to encodes Opus)
     silence = np.zeros(round(pause_s * rate), dtype=np.float32)
     chapters: list[dict[str, Any]] = []
     position = 0
@@ -63,6 +64,7 @@ def join_outputs(
                 out.write(silence)
                 position += len(silence)
             samples, _ = sf.read(out_dir / records[item.id]["output"], dtype="float32")
+            samples = resample(samples, items_rate, rate)
             out.write(samples)
             chapters.append({"id": item.id, "title": chapter_title(item), "start": position / rate})
             position += len(samples)

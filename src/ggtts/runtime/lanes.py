@@ -24,6 +24,7 @@ import atexit
 import logging
 import queue
 import threading
+import time
 import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -42,7 +43,8 @@ T_co = TypeVar("T_co", covariant=True)
 # decoding steps (docs/benchmarks.md's prefill and decode rates)
 PREFILL_CHUNK = 32
 POLL_S = 0.05  # how often a caller waiting for its lane's output looks whether its request was given up
-EXIT_WAIT_S = 30.0  # at the interpreter's exit, how long a loop's step in progress may take to end
+EXIT_WAIT_S = 30.0  # at the interpreter's exit, how long the loops' steps in progress may take to end, in all
+EXIT_LOCK_WAIT_S = 1.0  # and how long telling a loop may wait for its lock (held while an utterance is built)
 log = logging.getLogger("ggtts.lanes")
 _RUNNING: weakref.WeakSet[LaneLoop[Any]] = weakref.WeakSet()  # the loops whose thread has started
 
@@ -53,8 +55,12 @@ def _end_loops() -> None:
     thread ended. A loop thread still stepping when the interpreter finalizes is stopped as it next takes the GIL,
     inside torch's C++ (freeing a tensor, say), whose frames cannot be unwound: the process aborted ("terminate
     called without an active exception") after its work was done."""
-    for loop in list(_RUNNING):
-        loop.shut_down(EXIT_WAIT_S)
+    loops = list(_RUNNING)
+    deadline = time.monotonic() + EXIT_WAIT_S  # for all of them together: every loop is told first
+    for loop in loops:
+        loop.stop(EXIT_LOCK_WAIT_S)
+    for loop in loops:
+        loop.wait(deadline)
 
 
 class ManyTokenModel(Protocol):
@@ -291,14 +297,30 @@ class LaneLoop(Generic[T]):
     def shut_down(self, timeout: float | None = None) -> None:
         """:meth:`close`, every utterance it has given up: its thread ends after the step in progress (waited for
         up to ``timeout`` seconds)."""
-        with self._cond:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self.stop(timeout)
+        self.wait(deadline)
+
+    def stop(self, lock_timeout: float | None = None) -> None:
+        """No more utterances, and those it has given up (what :meth:`shut_down` does first). Where its lock is not
+        had within ``lock_timeout`` seconds (its thread building an utterance), the flags are set without it: the
+        thread sees them when it next looks."""
+        locked = self._cond.acquire(timeout=-1 if lock_timeout is None else lock_timeout)
+        try:
             self._closed = True
             for job in (*self._jobs, *self._waiting):
                 job.given_up = True
-            self._cond.notify()
-            thread = self._thread
+            if locked:
+                self._cond.notify()
+        finally:
+            if locked:
+                self._cond.release()
+
+    def wait(self, deadline: float | None = None) -> None:
+        """Until its thread has ended, or until ``deadline`` (``time.monotonic()``)."""
+        thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+            thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def _loop(self) -> None:
         if self.threads is not None:

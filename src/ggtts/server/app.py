@@ -55,7 +55,7 @@ from ggtts.server.speaking import (
     stepped,
     synthesis_error,
 )
-from ggtts.server.streaming import StreamEncoder, encode_whole, unsupported_rate_message
+from ggtts.server.streaming import StreamEncoder, encode_whole, encoded_rate, unsupported_rate_message
 from ggtts.server.validation import validation_error
 from ggtts.server.worker import ClientGone, Deadline, ModelWorker, Steps
 
@@ -159,7 +159,7 @@ def _add_routes(app: FastAPI, speaker: Speaker) -> None:
         model = worker.model
         fmt = body.response_format
         deadline = Deadline(settings.timeout_s, request.is_disconnected)
-        headers = {"X-Sample-Rate": str(model.sample_rate)}
+        headers = {"X-Sample-Rate": str(encoded_rate(fmt, model.sample_rate))}
         started = time.monotonic()
         if body.sse:
             produce = lambda encoder: _sse_events(chunks(), encoder, chars=len(text))  # noqa: E731
@@ -208,7 +208,7 @@ def _add_routes(app: FastAPI, speaker: Speaker) -> None:
                 param="return_timestamps",
             )
         deadline = Deadline(settings.timeout_s, request.is_disconnected)
-        headers = {"X-Sample-Rate": str(model.sample_rate)}
+        headers = {"X-Sample-Rate": str(encoded_rate(fmt, model.sample_rate))}
         keep = body.return_timestamps
         if body.streaming:
             produce = lambda encoder: _captioned(chunks(), encoder, fmt=fmt, keep=keep)  # noqa: E731
@@ -268,7 +268,7 @@ def _add_routes(app: FastAPI, speaker: Speaker) -> None:
         if body.stream:
             usage = body.stream_options is not None and body.stream_options.include_usage
             produce = lambda encoder: _chat_events(answer(), encoder, completion, fmt is not None, usage)  # noqa: E731
-            headers = {"X-Sample-Rate": str(model.sample_rate)}
+            headers = {"X-Sample-Rate": str(encoded_rate(fmt, model.sample_rate))}
             return await _streamed(
                 worker, asked.text, fmt or "pcm", produce, deadline, headers, EVENT_STREAM, error_bytes=_sse_error
             )

@@ -46,7 +46,7 @@ from pydantic import ValidationError
 from ggtts.audio import StreamedWords, WordTiming
 from ggtts.server.errors import ApiError
 from ggtts.server.speaking import Prepared, Speaker, spoken, start_encoder
-from ggtts.server.streaming import StreamEncoder
+from ggtts.server.streaming import StreamEncoder, encoded_rate
 from ggtts.server.validation import validation_error
 from ggtts.server.worker import Deadline
 
@@ -188,7 +188,7 @@ def add_live_route(app: FastAPI, speaker: Speaker) -> None:
                     "type": "ready",
                     "model": prepared.worker.name,
                     "voice": session.body.voice_name or prepared.worker.model.default_voice,
-                    "sample_rate": prepared.worker.model.sample_rate,
+                    "sample_rate": encoded_rate(session.body.response_format, prepared.worker.model.sample_rate),
                     "format": session.body.response_format,
                 }
             )

@@ -46,6 +46,12 @@ CODEC_RATES: dict[str, frozenset[int]] = {
 }
 
 
+def encoded_rate(fmt: str | None, sample_rate: int) -> int:
+    """The rate of the audio sent in ``fmt`` for a model of ``sample_rate`` Hz (Opus: 48 kHz where it cannot
+    encode the model's)."""
+    return opus_rate(sample_rate) if fmt == "opus" else sample_rate
+
+
 def unsupported_rate_message(fmt: str, sample_rate: int) -> str | None:
     """A sentence for people when ``fmt`` cannot carry audio at ``sample_rate`` Hz, else None."""
     rates = CODEC_RATES.get(fmt)

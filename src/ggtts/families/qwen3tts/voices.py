@@ -97,9 +97,9 @@ def create_voice(model: str | os.PathLike[str], reference: str | os.PathLike[str
     if talker.architecture != K.ARCH:
         raise GGUFError(f"{talker.path}: not a Qwen3-TTS model (architecture '{talker.architecture}')")
     width = talker.get_int(K.EMBEDDING_LENGTH)
-    if out.resolve().parent == Path(talker.path).resolve().parent:  # beside the model: its name must be its own
+    if out.parent.resolve() == Path(talker.path).parent.resolve():  # beside the model (its folder: a link's own)
         taken = next((p for p in voice_files_beside(Path(talker.path), width) if p[1] == name), None)
-        if taken is not None and taken[0].resolve() != out.resolve():
+        if taken is not None and taken[0].resolve() != out.resolve():  # (writing over that very file is fine)
             raise InputError(
                 f"a voice named {name!r} is already beside the model ({taken[0]}), and would be spoken instead of "
                 f"this one: choose another --name, or write over that file (-o {taken[0]})"
