@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import h11
 import httpx
@@ -314,3 +315,44 @@ def test_idle_connections_make_room_for_a_request(evicting_server: Server) -> No
     finally:
         for sock in [*held, *newcomers, working]:
             sock.close()
+
+
+def _live(server: Server) -> Any:
+    from websockets.sync.client import connect
+
+    url = server.url.replace("http://", "ws://") + "/v1/audio/speech/live"
+    return connect(url, additional_headers=server.headers, open_timeout=HANG_S)
+
+
+def test_quiet_live_sockets_make_room_for_a_request(evicting_server: Server) -> None:
+    """The cap's worth of live WebSockets that say nothing, before or after their start, does not keep HTTP clients
+    out: the socket quiet longest makes room (before, /health and every request got 503 until they closed)."""
+    pytest.importorskip("websockets")
+    sockets = [_live(evicting_server) for _ in range(MAX_CONNECTIONS)]
+    try:
+        sockets[-1].send(json.dumps({"type": "start"}))
+        assert json.loads(sockets[-1].recv(timeout=HANG_S))["type"] == "ready"
+        time.sleep(2 * IDLE_GRACE_S)  # all of them quiet past the grace
+        newcomer = socket.create_connection(_address(evicting_server))
+        try:
+            assert _health_on(newcomer) == b"HTTP/1.1 200 OK"
+        finally:
+            newcomer.close()
+        from websockets.exceptions import ConnectionClosed
+
+        with pytest.raises(ConnectionClosed):  # the oldest quiet one made room
+            sockets[0].recv(timeout=HANG_S)
+    finally:
+        for ws in sockets:
+            ws.close()
+
+
+def test_a_live_socket_that_says_nothing_is_closed(limited_server: Server) -> None:
+    """As an HTTP connection that sends no request: one error naming the wait, then the close."""
+    pytest.importorskip("websockets")
+    with _live(limited_server) as ws:
+        error = json.loads(ws.recv(timeout=HANG_S))
+    assert (
+        error["type"] == "error"
+        and error["error"]["message"] == f"no message within {REQUEST_TIMEOUT_S:g} s of connecting"
+    )

@@ -72,6 +72,23 @@ def test_text_in_five_pieces_is_spoken_in_stretches(tone_server: Server) -> None
     assert messages == [{"type": "done", "audio_seconds": round(len(expected) / 24000, 3)}]
 
 
+def test_a_stretch_with_nothing_to_say_is_passed_over(tone_server: Server) -> None:
+    """A Markdown rule or a lone bullet in an agent's reply: passed over, the session goes on (before, one such
+    stretch ended it with an error)."""
+    pieces = ["Here is the plan:\n", "---\n", "first we go. ", "* \n", "Then we rest."]
+    with open_live(tone_server) as ws:
+        ws.send(json.dumps({"type": "start", "model": "tone"}))
+        assert json.loads(ws.recv(timeout=RECV_TIMEOUT_S))["type"] == "ready"
+        for piece in pieces:
+            ws.send(json.dumps({"type": "text", "text": piece}))
+        ws.send(json.dumps({"type": "end"}))
+        messages, audio = receive_all(ws)
+    expected = tone_audio(["Here is the plan:", "first we go.", "Then we rest."])
+    samples, _ = decode(audio, "pcm", 24000)
+    np.testing.assert_allclose(samples, expected, atol=2 / 32768)
+    assert messages == [{"type": "done", "audio_seconds": round(len(expected) / 24000, 3)}]
+
+
 def test_the_first_clause_is_heard_before_the_text_ends(tone_server: Server, tone_log: Path) -> None:
     """Audio of the first clause comes back while the client has not sent the rest: the server did not wait for
     the end (an order of events, not a time)."""

@@ -605,16 +605,44 @@ def test_a_failure_inside_a_stream_is_one_error_then_synthesize_stopped(tone_por
     kinds = [e.type for e in asyncio.run(run())]
     assert kinds.count("error") == 1 and kinds[-1] == "synthesize-stopped"
     assert "audio-stop" not in kinds[kinds.index("error") :]  # nothing spoken after the error
+    assert kinds.count("audio-start") == kinds.count("audio-stop") == 1  # the cycle cut short is still closed
 
 
-def test_a_stream_whose_voice_cannot_be_read_is_one_error_then_synthesize_stopped(tone_port: int) -> None:
+def test_a_stretch_with_nothing_to_say_is_passed_over_and_the_reply_goes_on(tone_port: int) -> None:
+    """A Markdown rule or a lone bullet in a streamed reply: its stretch is passed over, the next sentences are
+    spoken (before, one error dropped the rest of the stream)."""
+    pieces = ["Here is the plan:\n", "---\n", "first we go. ", "* \n", "Then we rest."]
+
+    async def run() -> tuple[list[Any], bytes]:
+        async with AsyncTcpClient("127.0.0.1", tone_port) as client:
+            await client.write_event(SynthesizeStart().event())
+            for piece in pieces:
+                await client.write_event(SynthesizeChunk(piece).event())
+            await client.write_event(SynthesizeStop().event())
+            return await _read_until(client, SynthesizeStopped)
+
+    events, audio = asyncio.run(run())
+    kinds = _types(events)
+    assert "error" not in kinds and kinds[-1] == "synthesize-stopped"
+    samples, _ = decode(audio, "pcm", 24000)
+    spoken = [e for e in events if AudioStart.is_type(e.type)]
+    assert len(spoken) == 3 and len(samples) == len(_tone(["Here is the plan:", "first we go.", "Then we rest."]))
+
+
+@pytest.mark.parametrize(
+    ("voice", "chunk"),
+    [({"language": 3}, "one two. "), ({"name": 5}, "Hi.")],  # refused at the start; at the stop, held text spoken
+)
+def test_a_stream_whose_voice_cannot_be_read_is_one_error_then_synthesize_stopped(
+    tone_port: int, voice: dict[str, Any], chunk: str
+) -> None:
     """A synthesize-start whose voice data is of the wrong shape: one error, its chunks dropped, the stop answered."""
 
     async def run() -> list[Any]:
         reader, writer = await asyncio.open_connection("127.0.0.1", tone_port)
-        data = json.dumps({"voice": {"language": 3}}).encode()
+        data = json.dumps({"voice": voice}).encode()
         writer.write(json.dumps({"type": "synthesize-start", "data_length": len(data)}).encode() + b"\n" + data)
-        await async_write_event(SynthesizeChunk("one two. ").event(), writer)
+        await async_write_event(SynthesizeChunk(chunk).event(), writer)
         await async_write_event(SynthesizeStop().event(), writer)
         client = SimpleNamespace(read_event=lambda: async_read_event(reader))
         events, _ = await _read_until(client, SynthesizeStopped)

@@ -1,7 +1,8 @@
 """A stand-in TTSModel for server tests that need to control timing and failures.
 
 One chunk per word: a sine tone whose pitch is set by the voice and whose length is set by ``speed``.
-Special words make it misbehave: ``FAIL`` raises mid-stream, ``BADINPUT`` raises ``InputError``, ``HEAVY``
+Text without a letter or digit has nothing to say (``NothingToSay``, as the families' frontends). Special words
+make it misbehave: ``FAIL`` raises mid-stream, ``BADINPUT`` raises ``InputError``, ``HEAVY``
 makes one chunk that runs torch layers for ``HEAVY_CHUNK_S`` seconds (a chunk only cancellation can stop; it logs
 ``<first word> heavy-end`` only if it ran to its end). With
 ``TONE_LOG`` set, every chunk made is logged as ``<first word> <index>``, so a test can see when synthesis
@@ -20,6 +21,7 @@ import numpy as np
 from ggtts.api import TTSModel
 from ggtts.audio import Audio
 from ggtts.errors import InputError
+from ggtts.families.base import NothingToSay
 
 LOG_ENV = "TONE_LOG"
 HEAVY_CHUNK_S = 60.0
@@ -52,6 +54,8 @@ class ToneModel(TTSModel):
         return Audio((AMPLITUDE * np.sin(2 * np.pi * hz * t)).astype(np.float32), self.sample_rate)
 
     def stream(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Iterator[Audio]:
+        if not any(ch.isalnum() for ch in text):  # as every family's frontend: no word to read aloud
+            raise NothingToSay(text)
         words = text.split()
         log_path = os.environ.get(LOG_ENV)
         for index, word in enumerate(words):

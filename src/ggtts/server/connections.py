@@ -239,12 +239,50 @@ class GuardedH11Protocol(_SendTimeout, H11Protocol):
             self.transport.close()
 
 
+IDLE_MARK = "ggtts.idle"  # the ASGI scope's key of a WebSocket's IdleMark
+
+
+class IdleMark:
+    """What a WebSocket's application says of it (``scope[IDLE_MARK]``): whether it waits for its client with
+    nothing to do (then, at the cap, it may make room for a new connection, as an HTTP connection waiting for its
+    request does), or is at work (speaking, or reading what the client sent)."""
+
+    def __init__(self, connection: GuardedWebSocketProtocol) -> None:
+        self._connection = connection
+
+    def waiting(self) -> None:
+        c = self._connection
+        c.idle.busy(c)  # (to the end of the line: it waits from now)
+        if not c.transport.is_closing():
+            c.idle.waiting(c, c.loop.time())
+
+    def busy(self) -> None:
+        self._connection.idle.busy(self._connection)
+
+
 class GuardedWebSocketProtocol(_SendTimeout, WebSocketsSansIOProtocol):
-    """uvicorn's WebSocket protocol with the send timeout (messages in are bounded by ``ws_max_size``)."""
+    """uvicorn's WebSocket protocol with the send timeout (messages in are bounded by ``ws_max_size``) and its
+    place among the idle connections: idle from its handshake until its application says otherwise
+    (:class:`IdleMark`), so that quiet sockets cannot keep working clients out at the cap."""
+
+    idle: IdleConnections
+
+    def handle_connect(self, event: Any) -> None:
+        super().handle_connect(event)
+        scope = getattr(self, "scope", None)
+        if scope is not None:
+            mark = IdleMark(self)
+            scope[IDLE_MARK] = mark  # type: ignore[literal-required]
+            mark.waiting()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.idle.busy(self)
+        super().connection_lost(exc)
 
 
-def _close_idle(connection: GuardedH11Protocol) -> None:
-    connection._stop_request_timer()
+def _close_idle(connection: GuardedH11Protocol | GuardedWebSocketProtocol) -> None:
+    if isinstance(connection, GuardedH11Protocol):
+        connection._stop_request_timer()
     connection.transport.close()
 
 
@@ -258,7 +296,8 @@ def guarded_protocols(settings: ServerSettings) -> dict[str, Any]:
         "refusing": Refusing(),
     }
     http = type("GGTTSHttpProtocol", (GuardedH11Protocol,), limits)
-    ws = type("GGTTSWebSocketProtocol", (GuardedWebSocketProtocol,), {"send_timeout_s": settings.send_timeout_s})
+    ws_limits = {"send_timeout_s": settings.send_timeout_s, "idle": limits["idle"]}  # one line of idle connections
+    ws = type("GGTTSWebSocketProtocol", (GuardedWebSocketProtocol,), ws_limits)
     return {"http": http, "ws": ws}
 
 

@@ -44,8 +44,9 @@ from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
 from ggtts.audio import StreamedWords, WordTiming
+from ggtts.server.connections import IDLE_MARK, IdleMark
 from ggtts.server.errors import ApiError
-from ggtts.server.speaking import Prepared, Speaker, spoken, start_encoder
+from ggtts.server.speaking import NOTHING_TO_SAY, Prepared, Speaker, spoken, start_encoder
 from ggtts.server.streaming import StreamEncoder, encoded_rate
 from ggtts.server.validation import validation_error
 from ggtts.server.worker import Deadline
@@ -68,6 +69,17 @@ class _Session:
     stretches: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     waiting_chars: int = 0  # text cut into stretches and not yet taken by the speaker
     gone: asyncio.Event = field(default_factory=asyncio.Event)  # the client left
+    mark: IdleMark | None = None  # where the server keeps its idle connections (connections.IdleMark)
+    speaker_waits: bool = False  # the speaker waits for a stretch
+
+    def settle(self) -> None:
+        """Idle (at the cap, it may make room for a new connection) while the speaker has nothing to do and the
+        reader waits for the client; else at work. Said after each message and whenever the speaker waits."""
+        if self.mark is not None:
+            if self.speaker_waits and self.stretches.empty():
+                self.mark.waiting()
+            else:
+                self.mark.busy()
 
 
 def _bad_message(message: str, param: str | None = None) -> ApiError:
@@ -108,6 +120,7 @@ def add_live_route(app: FastAPI, speaker: Speaker) -> None:
                 raise
             if ended:
                 raise _bad_message("nothing may follow 'end'", "type")
+            session.settle()  # a message: at work if it gave the speaker a stretch, else idle from now
             kind = message.get("type")
             if kind == "text":
                 piece = message.get("text")
@@ -139,7 +152,11 @@ def add_live_route(app: FastAPI, speaker: Speaker) -> None:
         """Speaks the stretches in order, sending their audio (and words) as each chunk is made."""
         body = session.body
         while True:
+            session.speaker_waits = True
+            session.settle()
             stretch = await session.stretches.get()
+            session.speaker_waits = False
+            session.settle()
             if stretch is _FLUSH:
                 if session.encoder is not None and body.response_format not in ("pcm", "wav"):
                     await _send_bytes(socket, await asyncio.to_thread(session.encoder.finish))  # the turn's tail
@@ -159,17 +176,22 @@ def add_live_route(app: FastAPI, speaker: Speaker) -> None:
             offset = session.seconds  # where this stretch starts in the session's audio
             deadline = Deadline(settings.timeout_s, _is_set(session.gone))
             held = StreamedWords()  # a word a chunk boundary cut is sent once whole, with the chunk of its end
-            async with contextlib.aclosing(spoken(prepared, deadline)) as chunks:
-                async for chunk in chunks:
-                    await _send_words(socket, held.add(chunk.words), offset)
-                    encoder = session.encoder
-                    data = (
-                        encoder.feed(chunk)
-                        if body.response_format == "pcm"
-                        else await asyncio.to_thread(encoder.feed, chunk)
-                    )
-                    await _send_bytes(socket, data)
-                    session.seconds += chunk.duration
+            try:
+                async with contextlib.aclosing(spoken(prepared, deadline)) as chunks:
+                    async for chunk in chunks:
+                        await _send_words(socket, held.add(chunk.words), offset)
+                        encoder = session.encoder
+                        data = (
+                            encoder.feed(chunk)
+                            if body.response_format == "pcm"
+                            else await asyncio.to_thread(encoder.feed, chunk)
+                        )
+                        await _send_bytes(socket, data)
+                        session.seconds += chunk.duration
+            except ApiError as error:
+                if error.code != NOTHING_TO_SAY:
+                    raise
+                log.info("live speech: passed over a stretch with nothing to say (%r)", stretch[:40])
             await _send_words(socket, held.finish(), offset)
 
     @app.websocket(LIVE_PATH)
@@ -177,10 +199,15 @@ def add_live_route(app: FastAPI, speaker: Speaker) -> None:
         await socket.accept()
         session: _Session | None = None
         try:
-            first: dict[str, Any] | None = await _read(socket)
+            try:  # a socket that says nothing is closed, as an HTTP connection that sends no request
+                first: dict[str, Any] | None = await asyncio.wait_for(_read(socket), settings.request_timeout_s)
+            except TimeoutError:
+                raise ApiError(
+                    408, f"no message within {settings.request_timeout_s:g} s of connecting", code="request_timeout"
+                ) from None
             assert first is not None
             body, prepared = start_body(first if first.get("type") == "start" else {})
-            session = _Session(body)
+            session = _Session(body, mark=socket.scope.get(IDLE_MARK))
             if first.get("type") == "start":
                 first = None  # else no start message: the defaults; the first message is handled as any other
             await socket.send_json(

@@ -20,7 +20,7 @@ import numpy as np
 from ggtts.api import TTSModel
 from ggtts.audio import Audio
 from ggtts.errors import GGTTSError, InputError
-from ggtts.families.base import Family, UnknownVoiceError, VoiceMix, VoiceWeightError, check_unicode
+from ggtts.families.base import Family, NothingToSay, UnknownVoiceError, VoiceMix, VoiceWeightError, check_unicode
 from ggtts.runtime.device import device_memory_error
 from ggtts.server.errors import ApiError
 from ggtts.server.options import RequestBodies, request_bodies, request_options
@@ -32,6 +32,7 @@ from ggtts.server.worker import ClientGone, Deadline, ModelWorker, Steps
 from ggtts.text.incremental import FIRST_CLAUSE_MIN_WORDS, MAX_CHARS, TextStream
 
 log = logging.getLogger("ggtts.server")
+NOTHING_TO_SAY = "nothing_to_say"  # the code of a text without a word to read aloud (a Markdown rule, "...")
 OUT_OF_MEMORY_RETRY_S = 5  # Retry-After of a request the GPU had no memory for (one too big fails again)
 T = TypeVar("T")
 
@@ -111,6 +112,8 @@ def synthesis_error(exc: Exception) -> ApiError:
     """What the client is told when synthesis raised ``exc``."""
     if isinstance(exc, ApiError):
         return exc
+    if isinstance(exc, NothingToSay):  # (text that arrives in pieces passes over such a stretch: NOTHING_TO_SAY)
+        return ApiError(400, str(exc), code=NOTHING_TO_SAY)
     if isinstance(exc, InputError):
         return ApiError(400, str(exc), code="invalid_input")
     if isinstance(exc, GGTTSError):

@@ -46,7 +46,7 @@ from ggtts import __version__
 from ggtts.server.connections import REFUSED_LINGER_S, IdleConnections, note_refused, prepare_for_connections
 from ggtts.server.errors import ApiError
 from ggtts.server.settings import DEFAULT_IDLE_GRACE_S, DEFAULT_WYOMING_URI, ServerSettings
-from ggtts.server.speaking import Speaker, spoken
+from ggtts.server.speaking import NOTHING_TO_SAY, Speaker, spoken
 from ggtts.server.worker import Deadline
 from ggtts.text.incremental import TextStream
 
@@ -277,16 +277,18 @@ class GGTTSEventHandler(AsyncEventHandler):
                     code="input_too_long",
                 )
             for stretch in self._stream.feed(piece):
-                await self._speak(stretch, self._stream_voice)
+                await self._speak_stretch(stretch, self._stream_voice)
         elif SynthesizeStop.is_type(event.type):
             if self._stream is None:
                 raise ApiError(400, "synthesize-stop without synthesize-start", code="bad_event")
             stream, failed, self._stream, self._stream_failed = self._stream, self._stream_failed, None, False
             try:
                 for stretch in [] if failed else stream.flush():
-                    await self._speak(stretch, self._stream_voice)
+                    await self._speak_stretch(stretch, self._stream_voice)
             except ApiError as error:
                 await self._error(error.message, error.code)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:  # the voice's data is not what it says
+                await self._error(f"a synthesize-start event with data this server cannot read ({exc})", "bad_event")
             await self.write_event(SynthesizeStopped().event())  # after an error too: clients read until it
         elif Synthesize.is_type(event.type):
             if self._stream is not None:
@@ -336,22 +338,39 @@ class GGTTSEventHandler(AsyncEventHandler):
                 return voice
         return None
 
+    async def _speak_stretch(self, text: str, voice: SynthesizeVoice | None) -> None:
+        """A stretch of streamed text: spoken, or passed over where it has no word to read aloud (a Markdown rule,
+        a lone bullet: a reply's next sentences still come)."""
+        try:
+            await self._speak(text, voice)
+        except ApiError as error:
+            if error.code != NOTHING_TO_SAY:
+                raise
+            log.info("passed over a stretch with nothing to say (%r)", text[:40])
+
     async def _speak(self, text: str, voice: SynthesizeVoice | None) -> None:
-        """One utterance: audio-start, its chunks as they are made (in events of ``SAMPLES_PER_CHUNK``), audio-stop."""
+        """One utterance: audio-start, its chunks as they are made (in events of ``SAMPLES_PER_CHUNK``), audio-stop;
+        a failure after audio-start (a timeout, say) closes the cycle with audio-stop before its error."""
         prepared = self.speaker.prepare(self._body(text, voice), streaming=True)
         rate = prepared.worker.model.sample_rate
         started = False
         deadline = Deadline(self.speaker.settings.timeout_s)
-        async with contextlib.aclosing(spoken(prepared, deadline)) as chunks:
-            async for chunk in chunks:
-                if not started:
-                    await self.write_event(AudioStart(rate=rate, width=SAMPLE_WIDTH, channels=1).event())
-                    started = True
-                pcm = chunk.pcm16()
-                step = SAMPLES_PER_CHUNK * SAMPLE_WIDTH
-                for at in range(0, len(pcm), step):
-                    piece = pcm[at : at + step]
-                    await self.write_event(AudioChunk(rate=rate, width=SAMPLE_WIDTH, channels=1, audio=piece).event())
+        try:
+            async with contextlib.aclosing(spoken(prepared, deadline)) as chunks:
+                async for chunk in chunks:
+                    if not started:
+                        await self.write_event(AudioStart(rate=rate, width=SAMPLE_WIDTH, channels=1).event())
+                        started = True
+                    pcm = chunk.pcm16()
+                    step = SAMPLES_PER_CHUNK * SAMPLE_WIDTH
+                    for at in range(0, len(pcm), step):
+                        piece = pcm[at : at + step]
+                        audio = AudioChunk(rate=rate, width=SAMPLE_WIDTH, channels=1, audio=piece)
+                        await self.write_event(audio.event())
+        except ApiError:
+            if started:  # clients read until audio-stop: the cycle ends, then the error says why it was short
+                await self.write_event(AudioStop().event())
+            raise
         if not started:  # nothing to say (the model made no audio): still one complete cycle
             await self.write_event(AudioStart(rate=rate, width=SAMPLE_WIDTH, channels=1).event())
         await self.write_event(AudioStop().event())
