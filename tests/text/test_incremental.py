@@ -88,13 +88,42 @@ def test_how_the_text_is_split_into_pieces_does_not_matter(cuts: list[int]) -> N
     assert stretches_of(pieces_of(REPLY, cuts)) == STRETCHES
 
 
-@settings(max_examples=300, deadline=None)
+LATIN = "ab .,!?;:\n\"')(—…3"
+CJK = "あ今日 。、！？」『』a.,\n"  # full-width marks among others
+
+
+@settings(max_examples=400, deadline=None)
 @given(
-    st.text(alphabet=st.sampled_from(list("ab .,!?;:\n\"')(—…3")), max_size=300),
+    st.sampled_from([LATIN, CJK]).flatmap(lambda marks: st.text(alphabet=st.sampled_from(list(marks)), max_size=300)),
     st.lists(st.integers(min_value=0, max_value=400), max_size=20),
 )
 def test_every_character_lands_in_exactly_one_stretch(text: str, cuts: list[int]) -> None:
+    """Also how the text is split into pieces does not matter, for ASCII marks and for full-width ones."""
     stretches = stretches_of(pieces_of(text, cuts), TextStream(max_chars=50))
     assert all(s and s == s.strip() for s in stretches)
     assert "".join(stretches).replace(" ", "").replace("\n", "") == text.replace(" ", "").replace("\n", "")
     assert stretches == stretches_of([text], TextStream(max_chars=50))
+
+
+def test_chinese_and_japanese_sentences_end_without_a_space() -> None:
+    """A full-width sentence end needs no space after it (none comes): the next character that is not a mark
+    settles it, so a closing bracket stays with its sentence; a first clause may end at a full-width comma."""
+    stream = TextStream()
+    assert stream.feed("こんにちは。") == []  # a closing bracket may follow
+    assert stream.feed("今日は") == ["こんにちは。"]
+    assert stream.feed("いい天気ですね。また") == ["今日はいい天気ですね。"]
+    assert stream.feed("明日、会いましょう。") == []
+    assert stream.flush() == ["また明日、会いましょう。"]
+    assert stretches_of(["彼は「こんにちは。", "」と言った。そして"]) == [
+        "彼は「こんにちは。」",
+        "と言った。",
+        "そして",
+    ]
+    assert stretches_of(["今日はとても良い天気ですね、散歩に", "行きましょう。"]) == [
+        "今日はとても良い天気ですね、",
+        "散歩に行きましょう。",
+    ]
+    assert stretches_of(["你好，世界。今天", "很好。"]) == [
+        "你好，世界。",
+        "今天很好。",
+    ]  # "你好" is too short a clause

@@ -1,11 +1,12 @@
 """Text that arrives in pieces (a language model's reply, token by token) cut into stretches ready to speak.
 
-A stretch is ready once what ends it has arrived: a sentence end followed by whitespace, or a line break. The
-first stretch of a reply may also end at a clause (a comma, semicolon, colon or dash followed by whitespace)
-once it holds a few words, so the first audio can start before the first sentence is complete; later stretches
-end at sentences, which a model reads with better prosody, unless one grows past ``max_chars`` without a
-sentence end (then it is cut at its last clause, else its last space). Whatever is left when the text ends is
-the last stretch.
+A stretch is ready once what ends it has arrived: a sentence end followed by whitespace, or a line break (a
+full-width Chinese or Japanese one, "。", followed by anything but another mark: no space follows it). The first
+stretch of a reply may also end at a clause (a comma, semicolon, colon or dash followed by whitespace, once it holds
+a few words; a full-width comma, "、", after a few characters), so the first audio can start before the first
+sentence is complete; later stretches end at sentences, which a model reads with better prosody, unless one grows
+past ``max_chars`` without a sentence end (then it is cut at its last clause, else its last space). Whatever is
+left when the text ends is the last stretch.
 
 The whitespace after a mark is awaited because the mark alone does not settle it: "3." may be "3.5", and
 "Dr." is followed by a name, not a new sentence (a short list of English abbreviations and single capital
@@ -29,10 +30,24 @@ ABBREVIATIONS = frozenset(
     {"mr", "mrs", "ms", "dr", "prof", "st", "sr", "jr", "mt", "ft", "vs", "etc", "e.g", "i.e", "cf", "vol", "fig"}
     | {"approx", "dept", "inc", "ltd", "corp", "jan", "feb", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov"}
 )
-_MARKS = SENTENCE_END | CLAUSE_END | CLOSING
-_CLOSE = re.escape("".join(sorted(CLOSING)))
-_SENTENCE = re.compile(f"[{re.escape(''.join(sorted(SENTENCE_END)))}]+[{_CLOSE}]*(?=\\s)|\\n")
-_CLAUSE = re.compile(f"[{re.escape(''.join(sorted(CLAUSE_END)))}][{_CLOSE}]*(?=\\s)")
+# Chinese and Japanese marks (full width): no space follows them, and none is ambiguous ("。" is never a decimal
+# point), so the next character that is not a mark settles them
+CJK_SENTENCE_END = frozenset("。！？．")
+CJK_CLAUSE_END = frozenset("、，；：")
+CJK_CLOSING = frozenset("」』）】〕〉》")
+FIRST_CLAUSE_MIN_CJK_CHARS = 8  # a first stretch cut at a full-width comma holds at least this many characters
+_MARKS = SENTENCE_END | CLAUSE_END | CLOSING | CJK_SENTENCE_END | CJK_CLAUSE_END | CJK_CLOSING
+
+
+def _chars(marks: frozenset[str]) -> str:
+    return re.escape("".join(sorted(marks)))
+
+
+_CLOSE, _CJK_CLOSE = _chars(CLOSING), _chars(CLOSING | CJK_CLOSING)
+_SENTENCE = re.compile(
+    f"[{_chars(SENTENCE_END)}]+[{_CLOSE}]*(?=\\s)|[{_chars(CJK_SENTENCE_END)}]+[{_CJK_CLOSE}]*(?=[^{_chars(_MARKS)}])|\\n"
+)
+_CLAUSE = re.compile(f"[{_chars(CLAUSE_END)}][{_CLOSE}]*(?=\\s)|[{_chars(CJK_CLAUSE_END)}]+(?=[^{_chars(_MARKS)}])")
 
 
 class TextStream:
@@ -88,7 +103,10 @@ class TextStream:
                 break
         if not self._said_any:  # the first stretch: whichever comes first, a sentence end or a long enough clause
             for match in _CLAUSE.finditer(text, start, cuts[0] if cuts else len(text)):
-                if len(text[: match.start()].split()) >= self.first_clause_min_words:
+                head = text[: match.start()]
+                if len(head.split()) >= self.first_clause_min_words or (
+                    match.group()[0] in CJK_CLAUSE_END and len("".join(head.split())) >= FIRST_CLAUSE_MIN_CJK_CHARS
+                ):
                     cuts.append(match.end())
                     break
         if cuts:
