@@ -661,6 +661,8 @@ def test_a_stream_whose_voice_cannot_be_read_is_one_error_then_synthesize_stoppe
     [
         {"type": "synthesize", "data": {"text": 5}},
         {"type": "synthesize", "data": {"text": "hi", "voice": {"language": 3}}},
+        {"type": "synthesize", "data": {"text": "hi", "voice": "high"}},  # was spoken in the default voice
+        {"type": "synthesize-start", "data": {"voice": "high"}},
     ],
 )
 def test_event_data_of_the_wrong_shape_is_one_error(tone_port: int, event: dict[str, Any]) -> None:

@@ -253,6 +253,14 @@ class GGTTSEventHandler(AsyncEventHandler):
             self._stream_failed = True  # what else the client streams is dropped; synthesize-stop still answers
 
     async def _handle(self, event: Event) -> None:
+        if SynthesizeStart.is_type(event.type) or Synthesize.is_type(event.type):
+            voice = (event.data or {}).get("voice")
+            if voice is not None and not isinstance(voice, dict):  # the library would take it for no voice at all
+                raise ApiError(
+                    400,
+                    f'{event.type}: its voice is an object ({{"name": ...}}, {{"language": ...}}), not {voice!r}',
+                    code="bad_event",
+                )
         if SelectProgram.is_type(event.type):
             name = SelectProgram.from_event(event).name
             self.program = self.speaker.worker_for(name).name  # 404-like error for a program not served
