@@ -19,6 +19,7 @@ import ggtts
 from ggtts.convert.outetts_hf import convert_outetts_hf
 from ggtts.convert.wavtokenizer_ckpt import convert_wavtokenizer_ckpt
 from ggtts.errors import GGTTSError, InputError
+from ggtts.families.base import NothingToSay
 from ggtts.families.outetts.decode import decode_codes_cli
 from ggtts.families.outetts.pipeline import OuteTTS, decode_codes
 from ggtts.gguf import GGUFFile
@@ -222,9 +223,9 @@ def test_progress_bar_over_tokens(tts: OuteTTS, capsys: pytest.CaptureFixture[st
 
 def test_text_with_nothing_to_say_is_an_input_error(tts: OuteTTS) -> None:
     """build_prompt's own check (tests/outetts/test_prompt.py), seen through synthesize and stream."""
-    with pytest.raises(InputError, match="nothing to speak"):
+    with pytest.raises(NothingToSay, match="nothing to say"):  # (the code nothing_to_say in the server)
         tts.synthesize("... ?! —")
-    with pytest.raises(InputError, match="nothing to speak"):
+    with pytest.raises(NothingToSay, match="nothing to say"):
         next(tts.stream("''' !!!"))
 
 

@@ -69,7 +69,9 @@ def test_process_text(text: str, v2: str) -> None:
 
 
 def test_text_with_nothing_to_say_is_an_error() -> None:
-    with pytest.raises(InputError, match="nothing to speak"):
+    from ggtts.families.base import NothingToSay
+
+    with pytest.raises(NothingToSay, match="nothing to say: no word in '!!! \\?\\?\\?' can be read aloud"):
         build_prompt("!!! ???", default_speaker(), V2)
 
 

@@ -11,6 +11,7 @@ hang-catching limits, and how long the client has kept the server waiting is cou
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import subprocess
@@ -326,25 +327,31 @@ def _live(server: Server) -> Any:
 
 def test_quiet_live_sockets_make_room_for_a_request(evicting_server: Server) -> None:
     """The cap's worth of live WebSockets that say nothing, before or after their start, does not keep HTTP clients
-    out: the socket quiet longest makes room (before, /health and every request got 503 until they closed)."""
+    out: the socket quiet longest makes room, and hears why (1013, try again later); before, /health and every
+    request got 503 until they closed. A socket whose reply paused mid-sentence is at work: it stays."""
     pytest.importorskip("websockets")
-    sockets = [_live(evicting_server) for _ in range(MAX_CONNECTIONS)]
-    try:
-        sockets[-1].send(json.dumps({"type": "start"}))
-        assert json.loads(sockets[-1].recv(timeout=HANG_S))["type"] == "ready"
+    from websockets.exceptions import ConnectionClosed
+
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(_live(evicting_server)) for _ in range(MAX_CONNECTIONS)]
+        for n, ws in enumerate(sockets):  # each quiet since its start, the first the longest
+            ws.send(json.dumps({"type": "start"}))
+            assert json.loads(ws.recv(timeout=HANG_S))["type"] == "ready"
+            if n == 0:  # the oldest: mid-sentence (a reply paused for a tool call, say)
+                ws.send(json.dumps({"type": "text", "text": "Let me check the"}))
         time.sleep(2 * IDLE_GRACE_S)  # all of them quiet past the grace
         newcomer = socket.create_connection(_address(evicting_server))
         try:
             assert _health_on(newcomer) == b"HTTP/1.1 200 OK"
         finally:
             newcomer.close()
-        from websockets.exceptions import ConnectionClosed
-
-        with pytest.raises(ConnectionClosed):  # the oldest quiet one made room
-            sockets[0].recv(timeout=HANG_S)
-    finally:
-        for ws in sockets:
-            ws.close()
+        with pytest.raises(ConnectionClosed) as closed:  # the oldest quiet one (started, nothing pending) made room
+            sockets[1].recv(timeout=HANG_S)
+        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1013
+        sockets[0].send(json.dumps({"type": "text", "text": " weather."}))
+        sockets[0].send(json.dumps({"type": "end"}))
+        while not isinstance(frame := sockets[0].recv(timeout=HANG_S), str) or json.loads(frame)["type"] != "done":
+            pass  # its audio, then done: the session went on
 
 
 def test_a_live_socket_that_says_nothing_is_closed(limited_server: Server) -> None:

@@ -233,8 +233,8 @@ def test_program_and_voice_choice(tone_port: int) -> None:
         ([Synthesize("one", voice=SynthesizeVoice(name="nobody"))], "voice_not_found"),
         ([Synthesize("   ")], "empty_input"),
         ([Synthesize("x" * 201)], "input_too_long"),
-        ([Synthesize("one BADINPUT")], "invalid_input"),
-        ([Synthesize("one FAIL")], "synthesis_failed"),
+        ([Synthesize("BADINPUT one")], "invalid_input"),  # before any audio (after it: the close, tested below)
+        ([Synthesize("FAIL one")], "synthesis_failed"),
         ([SelectProgram(name="nope")], "model_not_found"),
         ([SynthesizeChunk("stray text")], "bad_event"),
         ([SynthesizeStop()], "bad_event"),
@@ -608,6 +608,22 @@ def test_a_failure_inside_a_stream_is_one_error_then_synthesize_stopped(tone_por
     assert kinds.count("audio-start") == kinds.count("audio-stop") == 1  # the cycle cut short is still closed
 
 
+def test_a_synthesize_failing_mid_audio_is_its_error_then_the_close(tone_port: int) -> None:
+    """A plain synthesize's client reads until audio-stop and would play audio cut short as if whole: after audio
+    has started, a failure is its error, then the connection closes (no audio-stop)."""
+
+    async def run() -> list[Any]:
+        async with AsyncTcpClient("127.0.0.1", tone_port) as client:
+            await client.write_event(Synthesize("one FAIL two").event())
+            events = []
+            while (event := await asyncio.wait_for(client.read_event(), READ_TIMEOUT_S)) is not None:
+                events.append(event)
+            return events
+
+    kinds = _types(asyncio.run(run()))
+    assert kinds == ["audio-start", "audio-chunk", "error"]
+
+
 def test_a_stretch_with_nothing_to_say_is_passed_over_and_the_reply_goes_on(tone_port: int) -> None:
     """A Markdown rule or a lone bullet in a streamed reply: its stretch is passed over, the next sentences are
     spoken (before, one error dropped the rest of the stream)."""
@@ -631,10 +647,11 @@ def test_a_stretch_with_nothing_to_say_is_passed_over_and_the_reply_goes_on(tone
 
 @pytest.mark.parametrize(
     ("voice", "chunk"),
-    [({"language": 3}, "one two. "), ({"name": 5}, "Hi.")],  # refused at the start; at the stop, held text spoken
+    # refused at the start (its chunks dropped, not each an error); at the stop, where held text is spoken
+    [({"language": 3}, "one two. "), ("high", "one two. "), ({"name": 5}, "Hi.")],
 )
 def test_a_stream_whose_voice_cannot_be_read_is_one_error_then_synthesize_stopped(
-    tone_port: int, voice: dict[str, Any], chunk: str
+    tone_port: int, voice: Any, chunk: str
 ) -> None:
     """A synthesize-start whose voice data is of the wrong shape: one error, its chunks dropped, the stop answered."""
 
@@ -662,7 +679,6 @@ def test_a_stream_whose_voice_cannot_be_read_is_one_error_then_synthesize_stoppe
         {"type": "synthesize", "data": {"text": 5}},
         {"type": "synthesize", "data": {"text": "hi", "voice": {"language": 3}}},
         {"type": "synthesize", "data": {"text": "hi", "voice": "high"}},  # was spoken in the default voice
-        {"type": "synthesize-start", "data": {"voice": "high"}},
     ],
 )
 def test_event_data_of_the_wrong_shape_is_one_error(tone_port: int, event: dict[str, Any]) -> None:

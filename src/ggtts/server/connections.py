@@ -23,6 +23,7 @@ The request limit on synthesis itself (``timeout_s``) is :class:`ggtts.server.wo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
@@ -251,9 +252,11 @@ class IdleMark:
         self._connection = connection
 
     def waiting(self) -> None:
+        """Idle from now, unless its client has not taken what was sent (the transport's buffer is full: reading
+        a long reply at the pace of playback is work)."""
         c = self._connection
         c.idle.busy(c)  # (to the end of the line: it waits from now)
-        if not c.transport.is_closing():
+        if not c.transport.is_closing() and c.writable.is_set():
             c.idle.waiting(c, c.loop.time())
 
     def busy(self) -> None:
@@ -280,9 +283,16 @@ class GuardedWebSocketProtocol(_SendTimeout, WebSocketsSansIOProtocol):
         super().connection_lost(exc)
 
 
+EVICTED_CLOSE = 1013  # "try again later": the close code of an idle WebSocket that made room at the cap
+
+
 def _close_idle(connection: GuardedH11Protocol | GuardedWebSocketProtocol) -> None:
     if isinstance(connection, GuardedH11Protocol):
         connection._stop_request_timer()
+    else:  # a WebSocket hears why (its session is gone: a client may open another)
+        with contextlib.suppress(Exception):
+            connection.conn.send_close(EVICTED_CLOSE, "idle at the server's connection limit: it made room")
+            connection.transport.write(b"".join(connection.conn.data_to_send()))
     connection.transport.close()
 
 

@@ -50,6 +50,7 @@ from ggtts.server.speaking import NOTHING_TO_SAY, Prepared, Speaker, spoken, sta
 from ggtts.server.streaming import StreamEncoder, encoded_rate
 from ggtts.server.validation import validation_error
 from ggtts.server.worker import Deadline
+from ggtts.text.incremental import TextStream
 
 log = logging.getLogger("ggtts.server")
 
@@ -71,12 +72,15 @@ class _Session:
     gone: asyncio.Event = field(default_factory=asyncio.Event)  # the client left
     mark: IdleMark | None = None  # where the server keeps its idle connections (connections.IdleMark)
     speaker_waits: bool = False  # the speaker waits for a stretch
+    text: TextStream | None = None  # the reader's: text received, not yet a stretch
 
     def settle(self) -> None:
-        """Idle (at the cap, it may make room for a new connection) while the speaker has nothing to do and the
-        reader waits for the client; else at work. Said after each message and whenever the speaker waits."""
+        """Idle (at the cap, it may make room for a new connection) while the speaker has nothing to do, no text
+        waits to become a stretch (a reply paused mid-sentence is work in progress), and the reader waits for the
+        client; else at work. Said after each message and whenever the speaker waits."""
         if self.mark is not None:
-            if self.speaker_waits and self.stretches.empty():
+            pending = self.text is not None and bool(self.text.pending.strip())
+            if self.speaker_waits and self.stretches.empty() and not pending:
                 self.mark.waiting()
             else:
                 self.mark.busy()
@@ -110,7 +114,7 @@ def add_live_route(app: FastAPI, speaker: Speaker) -> None:
     async def receive(socket: WebSocket, session: _Session, first: dict[str, Any] | None) -> None:
         """Reads the client's messages (after ``first``, one already read) into stretches for the speaker, until
         ``end``."""
-        text = speaker.text_stream(session.body.model)
+        text = session.text = speaker.text_stream(session.body.model)
         ended = False
         while True:
             try:
@@ -120,7 +124,6 @@ def add_live_route(app: FastAPI, speaker: Speaker) -> None:
                 raise
             if ended:
                 raise _bad_message("nothing may follow 'end'", "type")
-            session.settle()  # a message: at work if it gave the speaker a stretch, else idle from now
             kind = message.get("type")
             if kind == "text":
                 piece = message.get("text")
@@ -147,6 +150,7 @@ def add_live_route(app: FastAPI, speaker: Speaker) -> None:
                 raise _bad_message("'start' may only be the first message", "type")
             else:
                 raise _bad_message(f"unknown message type {kind!r}; send text, flush or end", "type")
+            session.settle()  # a message: at work if it left text or a stretch, else idle from now
 
     async def speak(socket: WebSocket, session: _Session) -> None:
         """Speaks the stretches in order, sending their audio (and words) as each chunk is made."""

@@ -253,20 +253,14 @@ class GGTTSEventHandler(AsyncEventHandler):
             self._stream_failed = True  # what else the client streams is dropped; synthesize-stop still answers
 
     async def _handle(self, event: Event) -> None:
-        if SynthesizeStart.is_type(event.type) or Synthesize.is_type(event.type):
-            voice = (event.data or {}).get("voice")
-            if voice is not None and not isinstance(voice, dict):  # the library would take it for no voice at all
-                raise ApiError(
-                    400,
-                    f'{event.type}: its voice is an object ({{"name": ...}}, {{"language": ...}}), not {voice!r}',
-                    code="bad_event",
-                )
         if SelectProgram.is_type(event.type):
             name = SelectProgram.from_event(event).name
             self.program = self.speaker.worker_for(name).name  # 404-like error for a program not served
         elif SynthesizeStart.is_type(event.type):
-            self._stream_voice, self._stream_failed = SynthesizeStart.from_event(event).voice, False
-            self._stream = self.speaker.text_stream(self.program)
+            self._stream_voice, self._stream_failed = None, False
+            self._stream = self.speaker.text_stream(self.program)  # (a voice refused below: its chunks dropped)
+            _check_voice_data(event)
+            self._stream_voice = SynthesizeStart.from_event(event).voice
             # the stream of the model the voice asks for (a voice whose data this server cannot read is one error
             # here, and the stream is dropped until synthesize-stop, as after any refused stretch)
             self._stream = self.speaker.text_stream(self._model_for(self._stream_voice)[0])
@@ -301,8 +295,9 @@ class GGTTSEventHandler(AsyncEventHandler):
         elif Synthesize.is_type(event.type):
             if self._stream is not None:
                 return  # the whole text, sent inside a stream for servers that do not stream: already spoken
+            _check_voice_data(event)
             synthesize = Synthesize.from_event(event)
-            await self._speak(synthesize.text, synthesize.voice)
+            await self._speak(synthesize.text, synthesize.voice, close_cycle=False)
         # other events (audio, transcripts, pings a client may send) are not for a TTS server: ignored
 
     def _body(self, text: str, voice: SynthesizeVoice | None) -> Any:
@@ -356,9 +351,11 @@ class GGTTSEventHandler(AsyncEventHandler):
                 raise
             log.info("passed over a stretch with nothing to say (%r)", text[:40])
 
-    async def _speak(self, text: str, voice: SynthesizeVoice | None) -> None:
-        """One utterance: audio-start, its chunks as they are made (in events of ``SAMPLES_PER_CHUNK``), audio-stop;
-        a failure after audio-start (a timeout, say) closes the cycle with audio-stop before its error."""
+    async def _speak(self, text: str, voice: SynthesizeVoice | None, close_cycle: bool = True) -> None:
+        """One utterance: audio-start, its chunks as they are made (in events of ``SAMPLES_PER_CHUNK``), audio-stop.
+        A failure after audio-start (a timeout, say): with ``close_cycle`` (a stretch of a stream, whose client reads
+        until synthesize-stopped), audio-stop, then its error; else (a ``synthesize``, whose client reads until
+        audio-stop and would play the audio cut short as if whole) its error, then the connection is closed."""
         prepared = self.speaker.prepare(self._body(text, voice), streaming=True)
         rate = prepared.worker.model.sample_rate
         started = False
@@ -375,13 +372,26 @@ class GGTTSEventHandler(AsyncEventHandler):
                         piece = pcm[at : at + step]
                         audio = AudioChunk(rate=rate, width=SAMPLE_WIDTH, channels=1, audio=piece)
                         await self.write_event(audio.event())
-        except ApiError:
-            if started:  # clients read until audio-stop: the cycle ends, then the error says why it was short
+        except ApiError as error:
+            if started and close_cycle:  # the cycle ends, then the error says why it was short
                 await self.write_event(AudioStop().event())
+            elif started:
+                await self._error(error.message, error.code)
+                raise OSError("the audio was cut short: the connection ends with its error") from None
             raise
         if not started:  # nothing to say (the model made no audio): still one complete cycle
             await self.write_event(AudioStart(rate=rate, width=SAMPLE_WIDTH, channels=1).event())
         await self.write_event(AudioStop().event())
+
+
+def _check_voice_data(event: Event) -> None:
+    """A 400 for a voice that is not an object (the library would take a string for no voice at all)."""
+    voice = (event.data or {}).get("voice")
+    if voice is not None and not isinstance(voice, dict):
+        raise ApiError(
+            400, f'{event.type}: its voice is an object ({{"name": ...}}, {{"language": ...}}), not {voice!r}',
+            code="bad_event",
+        )  # fmt: skip
 
 
 def _close_idle(handler: GGTTSEventHandler) -> None:

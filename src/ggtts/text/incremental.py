@@ -30,9 +30,10 @@ ABBREVIATIONS = frozenset(
     {"mr", "mrs", "ms", "dr", "prof", "st", "sr", "jr", "mt", "ft", "vs", "etc", "e.g", "i.e", "cf", "vol", "fig"}
     | {"approx", "dept", "inc", "ltd", "corp", "jan", "feb", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov"}
 )
-# Chinese and Japanese marks (full width): no space follows them, and none is ambiguous ("。" is never a decimal
-# point), so the next character that is not a mark settles them
-CJK_SENTENCE_END = frozenset("。！？．")
+# Chinese and Japanese marks (full width): no space follows them, and these are not ambiguous ("。" is never a
+# decimal point; "．" is one, and is left out), so the next character that is not a mark settles them; a clause
+# mark before a digit may be a thousands separator ("１，０００"), so it does not cut there
+CJK_SENTENCE_END = frozenset("。！？")
 CJK_CLAUSE_END = frozenset("、，；：")
 CJK_CLOSING = frozenset("」』）】〕〉》")
 FIRST_CLAUSE_MIN_CJK_CHARS = 8  # a first stretch cut at a full-width comma holds at least this many characters
@@ -47,7 +48,9 @@ _CLOSE, _CJK_CLOSE = _chars(CLOSING), _chars(CLOSING | CJK_CLOSING)
 _SENTENCE = re.compile(
     f"[{_chars(SENTENCE_END)}]+[{_CLOSE}]*(?=\\s)|[{_chars(CJK_SENTENCE_END)}]+[{_CJK_CLOSE}]*(?=[^{_chars(_MARKS)}])|\\n"
 )
-_CLAUSE = re.compile(f"[{_chars(CLAUSE_END)}][{_CLOSE}]*(?=\\s)|[{_chars(CJK_CLAUSE_END)}]+(?=[^{_chars(_MARKS)}])")
+_CLAUSE = re.compile(
+    f"[{_chars(CLAUSE_END)}][{_CLOSE}]*(?=\\s)|[{_chars(CJK_CLAUSE_END)}]+(?=[^{_chars(_MARKS)}0-9０-９])"
+)
 
 
 class TextStream:

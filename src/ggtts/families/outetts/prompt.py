@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ggtts.errors import InputError
+from ggtts.families.base import NothingToSay
 from ggtts.families.outetts import CODE_TOKEN
 from ggtts.families.outetts.default_speaker import DEFAULT_SPEAKER_NAME, DEFAULT_SPEAKER_WORDS
 from ggtts.text.number_words import replace_numbers
@@ -148,8 +149,8 @@ class OuteTTSPrompt:
 
 def build_prompt(text: str, speaker: Speaker, version: OuteTTSVersion) -> OuteTTSPrompt:
     clean = process_text(text, version)
-    if not clean:
-        raise InputError("the text has nothing to speak once numbers, punctuation and symbols are handled")
+    if not clean:  # (numbers, punctuation and symbols handled: nothing is left)
+        raise NothingToSay(text)
     data = audio_data(speaker, version)
     prompt = f"{IM_START}\n{audio_text(speaker, version)}{clean}{TEXT_END}\n{data}"
     return OuteTTSPrompt(prompt, clean, tuple(clean.split(version.separator)), data.endswith("\n"))
