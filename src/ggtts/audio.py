@@ -32,9 +32,11 @@ OPUS_RATES = frozenset({8000, 12000, 16000, 24000, 48000})
 OPUS_RATE = 48000
 
 
-def opus_rate(sample_rate: int) -> int:
-    """The rate audio at ``sample_rate`` Hz is encoded at in Opus: its own where Opus takes it, else 48 kHz."""
-    return sample_rate if sample_rate in OPUS_RATES else OPUS_RATE
+def encoded_rate(fmt: str | None, sample_rate: int) -> int:
+    """The rate audio at ``sample_rate`` Hz is encoded at in ``fmt`` (a format's name: ``opus``, ``wav``, ...): its
+    own, but in Opus where Opus cannot encode it (48 kHz then). Files, their manifests and joins, and the server's
+    streams and headers all ask this."""
+    return OPUS_RATE if fmt == "opus" and sample_rate not in OPUS_RATES else sample_rate
 
 
 @dataclass(frozen=True)
@@ -113,9 +115,9 @@ class Audio:
 
     def write_to(self, stream: BinaryIO, suffix: str, *, float_wav: bool = False) -> None:
         fmt, subtype = soundfile_format(suffix, float_wav=float_wav)
-        samples, rate = self.samples, self.sample_rate
-        if subtype == "OPUS" and opus_rate(rate) != rate:
-            samples, rate = resample(samples, rate, OPUS_RATE), OPUS_RATE
+        samples, rate = self.samples, encoded_rate(suffix.lower().lstrip("."), self.sample_rate)
+        if rate != self.sample_rate:
+            samples = resample(samples, self.sample_rate, rate)
         elif subtype == "PCM_16":  # the integers a stream sends (pcm16): libsndfile's own scaling differs by 1 LSB
             samples = np.frombuffer(self.pcm16(), dtype="<i2")
         sf.write(stream, samples, rate, format=fmt, subtype=subtype)

@@ -286,9 +286,6 @@ def cmd_chat(args: argparse.Namespace) -> int:
     from ggtts.fsutil import check_writable
     from ggtts.gguf import GGUFFile
 
-    def hears(gguf: GGUFFile) -> bool:  # the audio encoder the loader would find beside the model
-        return audio_encoder_beside(Path(gguf.path)) is not None
-
     if args.output is not None:  # before any work
         check_output_suffix(args.output)
         check_writable(args.output)
@@ -311,7 +308,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         raise GGTTSError(f"{gguf.path}: {family.name} speaks text; it does not answer questions (ggtts speak)")
     family.check_options(options)
     family.check_voice(args.voice, gguf)
-    if question is not None and options.get("mmproj") is None and not hears(gguf):
+    if question is not None and options.get("mmproj") is None and audio_encoder_beside(Path(gguf.path)) is None:
         raise GGTTSError(
             f"{gguf.path}: to hear --audio the model needs its audio encoder: put the mmproj GGUF beside it or name "
             "it with --mmproj"

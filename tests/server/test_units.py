@@ -20,7 +20,7 @@ from audio_check import decode_aac
 from fastapi.testclient import TestClient
 from tone_model import ToneModel
 
-from ggtts.audio import Audio, opus_rate, resample
+from ggtts.audio import Audio, encoded_rate, resample
 from ggtts.errors import GGTTSError, InputError
 from ggtts.families.base import Capabilities, Family, VoiceMix
 from ggtts.runtime.cancel import check_cancelled
@@ -65,7 +65,7 @@ def test_stream_encoders_decode_to_the_whole(fmt: str, rate: int) -> None:
     data = encoder.start() + b"".join(encoder.feed(c) for c in chunks) + encoder.finish()
     expected = Audio.concatenate(chunks).samples
     if fmt == "opus":
-        rate = opus_rate(rate)
+        rate = encoded_rate("opus", rate)
         expected = resample(expected, model.sample_rate, rate)
         samples, got_rate = sf.read(io.BytesIO(data), dtype="float32")
         whole, _ = sf.read(io.BytesIO(Audio.concatenate(chunks).encode("opus")), dtype="float32")

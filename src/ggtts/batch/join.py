@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
-from ggtts.audio import check_output_suffix, opus_rate, resample, soundfile_format
+from ggtts.audio import check_output_suffix, encoded_rate, resample, soundfile_format
 from ggtts.batch.items import Item
 from ggtts.batch.manifest import DONE
 from ggtts.errors import GGTTSError, InputError
@@ -54,7 +54,7 @@ def join_outputs(
         raise GGTTSError(f"cannot join: the items have different sample rates {sorted(rates)} (different models?)")
     fmt, subtype = soundfile_format(suffix)
     items_rate = rates.pop()
-    rate = opus_rate(items_rate) if subtype == "OPUS" else items_rate  # (as Audio.write_to encodes Opus)
+    rate = encoded_rate(suffix.lstrip("."), items_rate)  # (as Audio.write_to encodes)
     silence = np.zeros(round(pause_s * rate), dtype=np.float32)
     chapters: list[dict[str, Any]] = []
     position = 0

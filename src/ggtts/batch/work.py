@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ggtts.audio import FILE_FORMATS, opus_rate
+from ggtts.audio import FILE_FORMATS, encoded_rate
 from ggtts.batch.items import Item
 from ggtts.batch.manifest import DONE, FAILED
 from ggtts.errors import GGTTSError
@@ -148,7 +148,7 @@ class ItemWorker:
             "bytes": len(data),
             "sha256": hashlib.sha256(data).hexdigest(),
             "audio_seconds": round(audio.duration, 3),
-            "sample_rate": opus_rate(audio.sample_rate) if s.format == "opus" else audio.sample_rate,  # the file's
+            "sample_rate": encoded_rate(s.format, audio.sample_rate),  # the file's
             "seconds": _since(start),
             "time": _now(),
         }

@@ -294,15 +294,8 @@ class LaneLoop(Generic[T]):
         if thread is not None and thread is not threading.current_thread():
             thread.join()
 
-    def shut_down(self, timeout: float | None = None) -> None:
-        """:meth:`close`, every utterance it has given up: its thread ends after the step in progress (waited for
-        up to ``timeout`` seconds)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        self.stop(timeout)
-        self.wait(deadline)
-
     def stop(self, lock_timeout: float | None = None) -> None:
-        """No more utterances, and those it has given up (what :meth:`shut_down` does first). Where its lock is not
+        """No more utterances, and those it has given up (then :meth:`wait` for its thread). Where its lock is not
         had within ``lock_timeout`` seconds (its thread building an utterance), the flags are set without it: the
         thread sees them when it next looks."""
         locked = self._cond.acquire(timeout=-1 if lock_timeout is None else lock_timeout)

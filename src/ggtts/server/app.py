@@ -25,7 +25,7 @@ from starlette.types import Send
 
 from ggtts import __version__
 from ggtts.api import TTSModel
-from ggtts.audio import Audio, StreamedWords, WordTiming
+from ggtts.audio import Audio, StreamedWords, WordTiming, encoded_rate
 from ggtts.server.chat import CHAT_PATH, ChatRequest, Completion, output_format, question
 from ggtts.server.errors import ApiError
 from ggtts.server.guard import GuardMiddleware
@@ -55,7 +55,7 @@ from ggtts.server.speaking import (
     stepped,
     synthesis_error,
 )
-from ggtts.server.streaming import StreamEncoder, encode_whole, encoded_rate, unsupported_rate_message
+from ggtts.server.streaming import StreamEncoder, encode_whole, unsupported_rate_message
 from ggtts.server.validation import validation_error
 from ggtts.server.worker import ClientGone, Deadline, ModelWorker, Steps
 

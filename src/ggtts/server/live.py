@@ -43,11 +43,11 @@ from typing import Any
 from fastapi import FastAPI, WebSocket, WebSocketDisconnect
 from pydantic import ValidationError
 
-from ggtts.audio import StreamedWords, WordTiming
+from ggtts.audio import StreamedWords, WordTiming, encoded_rate
 from ggtts.server.connections import IDLE_MARK, IdleMark
 from ggtts.server.errors import ApiError
 from ggtts.server.speaking import NOTHING_TO_SAY, Prepared, Speaker, spoken, start_encoder
-from ggtts.server.streaming import StreamEncoder, encoded_rate
+from ggtts.server.streaming import StreamEncoder
 from ggtts.server.validation import validation_error
 from ggtts.server.worker import Deadline
 from ggtts.text.incremental import TextStream

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 import soundfile as sf
 
-from ggtts.audio import Audio, opus_rate, wav_header
+from ggtts.audio import Audio, encoded_rate, wav_header
 
 # format -> (libsndfile major format, subtype)
 SOUNDFILE_FORMATS: dict[str, tuple[str, str]] = {
@@ -39,17 +39,11 @@ _MP3_BITRATES_KBPS = {  # layer III bitrate index -> kbit/s, for MPEG-1 and for 
 _MP3_RATES_HZ = {3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)}
 _MP3_HEADER_BYTES = 4
 # Sample rates the codecs accept (Hz); other rates are refused up front with a message naming these. (Opus takes
-# any: audio at a rate it does not encode is resampled to 48 kHz, as files are: ggtts.audio.opus_rate.)
+# any: audio at a rate it does not encode is resampled to 48 kHz, as files are: ggtts.audio.encoded_rate.)
 CODEC_RATES: dict[str, frozenset[int]] = {
     "mp3": frozenset({8000, 11025, 12000, 16000, 22050, 24000, 32000, 44100, 48000}),
     "aac": AAC_RATES,
 }
-
-
-def encoded_rate(fmt: str | None, sample_rate: int) -> int:
-    """The rate of the audio sent in ``fmt`` for a model of ``sample_rate`` Hz (Opus: 48 kHz where it cannot
-    encode the model's)."""
-    return opus_rate(sample_rate) if fmt == "opus" else sample_rate
 
 
 def unsupported_rate_message(fmt: str, sample_rate: int) -> str | None:
@@ -162,7 +156,7 @@ class SoundFileStreamEncoder:
         major, subtype = SOUNDFILE_FORMATS[fmt]
         self._sink = _ForwardSink()
         self._first_bytes_pending = fmt == "mp3"
-        rate = opus_rate(sample_rate) if fmt == "opus" else sample_rate
+        rate = encoded_rate(fmt, sample_rate)
         self._resampler: Any = None
         if rate != sample_rate:
             import soxr
