@@ -413,7 +413,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("text", nargs="?", help="text to speak (default: -f FILE or standard input)")
     s.add_argument("-m", "--model", default=None, help=f"GGUF file or built-in name (default: {DEFAULT_MODEL})")
     s.add_argument("-v", "--voice", default=None, help="voice name, or a blend like 'a:0.6,b:0.4'")
-    s.add_argument("-s", "--speed", type=_speed, default=1.0, help="speaking rate, 0.5 to 2.0 (default 1.0)")
+    s.add_argument("-s", "--speed", type=_speed, default=1.0, help="speaking rate, 0.25 to 4.0 (default 1.0)")
     s.add_argument("-o", "--output", default="out.wav", help="output file (.wav/.flac/.ogg/.mp3), '-' for stdout")
     s.add_argument("-f", "--file", default=None, help="read the text from this UTF-8 file")
     s.add_argument("--float", action="store_true", help="write 32-bit float WAV instead of 16-bit PCM")

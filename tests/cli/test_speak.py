@@ -80,8 +80,8 @@ def test_stdout_stream_writes_nothing_on_bad_input() -> None:
 
 
 def test_speed_out_of_range_is_rejected() -> None:
-    r = _speak("hello", "-s", "3")
-    assert r.returncode == 2 and b"3.0 is out of range; use 0.5 to 2.0" in r.stderr
+    r = _speak("hello", "-s", "5")
+    assert r.returncode == 2 and b"5.0 is out of range; use 0.25 to 4.0" in r.stderr
     assert r.stderr.count(b"\n") == 1 and b"(see ggtts speak --help)" in r.stderr  # one line, not the usage block
 
 
@@ -115,8 +115,8 @@ def test_voices_of_the_default_model(capsys: pytest.CaptureFixture[str]) -> None
     rows = [line.split() for line in out.splitlines()]
     assert ["jf_alpha", "Japanese", "female"] in rows and ["jm_kumo", "Japanese", "male"] in rows
     assert len(rows) == 5 and "5 voices of" in err and "blend" in err
-    model = ggtts.load()  # the languages a Wyoming client picks voices by: from Kokoro's voice names
-    assert {v: model.voice_languages(v) for v in model.voices} == {v: ["ja"] for v in model.voices}
+    model = ggtts.load()  # the languages a Wyoming client picks voices by: the voices' own, then the file's English
+    assert {v: model.voice_languages(v) for v in model.voices} == {v: ["ja", "en_US"] for v in model.voices}
 
 
 def test_info_of_the_built_in_name(capsys: pytest.CaptureFixture[str]) -> None:

@@ -197,7 +197,7 @@ def test_info_names_the_family_and_its_voices(toy: Path, capsys: pytest.CaptureF
     assert f"architecture: {ARCH}\n" in out
     assert "family: toy (a sine per word, for the tests)" in out
     assert "voices (1): hum" in out
-    assert "capabilities: speed 0.5 to 2; up to 200 characters; streaming" in out
+    assert "capabilities: speed 0.25 to 4; up to 200 characters; streaming" in out
     assert ggtts.list_families()[-1] == "toy" and ARCH in ggtts.architectures()
 
 
@@ -212,8 +212,8 @@ def test_option_and_voice_errors(toy: Path, tmp_path: Path, capsys: pytest.Captu
         model.synthesize("hello", voice="nobody")
     with pytest.raises(ggtts.InputError, match=r"toy cannot blend voices; choose one of hum"):
         model.synthesize("hello", voice="hum:0.5,hum:0.5")  # its capabilities say it does not blend
-    with pytest.raises(ggtts.InputError, match=r"speed 2.5 is out of range; use 0.5 to 2.0"):
-        model.synthesize("hello", speed=2.5)
+    with pytest.raises(ggtts.InputError, match=r"speed 4.5 is out of range; use 0.25 to 4.0"):
+        model.synthesize("hello", speed=4.5)
     with pytest.raises(ggtts.InputError, match=r"voice must be a voice's name, got 3"):
         model.synthesize("hello", voice=3)  # type: ignore[arg-type]
     with_companion = dataclasses.replace(FAMILY, companions=(Companion("vocoder", "wavtokenizer-dec", "its vocoder"),))

@@ -10,7 +10,15 @@ import pytest
 import torch
 
 from ggtts.errors import InputError
-from ggtts.families.base import MAX_SEED, Family, VoiceWeightError, check_seed, parse_voice
+from ggtts.families.base import (
+    MAX_SEED,
+    Family,
+    UnknownVoiceError,
+    VoiceBlendError,
+    VoiceWeightError,
+    check_seed,
+    parse_voice,
+)
 from ggtts.families.kokoro import FAMILY as KOKORO
 from ggtts.families.outetts import FAMILY as OUTETTS
 
@@ -50,6 +58,45 @@ def test_any_finite_positive_weights_blend_to_a_sum_of_one(spec: str, want: list
     assert all(math.isfinite(w) and w > 0 for w in weights), weights
     assert weights == pytest.approx(want, rel=1e-12)
     assert math.fsum(weights) == pytest.approx(1.0, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("spec", "want"),
+    [
+        ("a+b", {"a": 0.5, "b": 0.5}),
+        ("a(2)+b(1)", {"a": 2 / 3, "b": 1 / 3}),
+        (" a ( 3 ) + b ", {"a": 0.75, "b": 0.25}),
+        ("a(2)", {"a": 1.0}),
+        ("a+b+c(2)", {"a": 0.25, "b": 0.25, "c": 0.5}),
+    ],
+)
+def test_kokoro_fastapis_plus_form_blends_as_the_comma_form(spec: str, want: dict[str, float]) -> None:
+    mix = parse_voice(spec, VOICES)
+    assert dict(mix.parts) == pytest.approx(want, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("spec", "error", "message"),
+    [
+        ("a(0)+b", VoiceWeightError, r"weight '0' of 'a' must be a finite positive number, as in 'a\(2\)\+b\(1\)'"),
+        ("a(x)+b", VoiceWeightError, "weight 'x' of 'a' is not a number"),
+        ("a+", UnknownVoiceError, "unknown voice ''"),
+        ("a(2", UnknownVoiceError, r"unknown voice 'a\(2'"),
+        ("a+nobody", UnknownVoiceError, "unknown voice 'nobody'"),
+        ("a-b", VoiceBlendError, "voice 'a-b' subtracts voices"),
+        ("a(2)+b-c", VoiceBlendError, "voice 'b-c' subtracts voices"),
+    ],
+)
+def test_the_plus_forms_mistakes_are_named(spec: str, error: type[Exception], message: str) -> None:
+    with pytest.raises(error, match=message):
+        parse_voice(spec, VOICES)
+
+
+def test_a_voice_named_like_a_blend_is_that_voice() -> None:
+    """A name with "+", "(" or "-" in it is the voice of that name where the model has one."""
+    voices = ["en_US-lessac-medium", "x(2)", "p+q", "a"]
+    for name in voices:
+        assert parse_voice(name, voices).single == name
 
 
 def test_a_huge_weight_against_a_tiny_one_keeps_both_voices() -> None:

@@ -167,7 +167,7 @@ ERROR_CASES = [
     ({"input": "x" * (TONE_MAX_INPUT_CHARS + 1)}, 413, "input", [str(TONE_MAX_INPUT_CHARS)]),
     ({"input": "   "}, 400, "input", ["empty"]),
     ({"input": "hi", "speed": "fast"}, 422, "speed", ["number"]),
-    ({"input": "hi", "speed": 5}, 422, "speed", ["2"]),
+    ({"input": "hi", "speed": 5}, 422, "speed", ["4"]),
     ({"input": 42}, 422, "input", ["string"]),
     ({"voice": "low"}, 422, "input", ["'input' is required"]),
     ({"input": "hi", "sped": 1.5}, 422, "sped", ["not a field", "speed"]),
@@ -410,6 +410,21 @@ def test_kokoro_unknown_voice_names_the_voices(kokoro_server: Server) -> None:
     response = post(kokoro_server, {"input": "hi.", "voice": "af_heart"})
     assert response.status_code == 400
     assert "v_one, v_two" in error_of(response)["message"]
+
+
+def test_kokoro_fastapis_blend_form_is_the_same_blend(kokoro_server: Server) -> None:
+    """Kokoro-FastAPI's clients send "a(2)+b(1)" and "a+b": the same voices as ggtts's "a:2,b:1" and "a,b"."""
+
+    def pcm(voice: str) -> bytes:
+        response = post(kokoro_server, {"input": "hi.", "voice": voice, "response_format": "pcm"})
+        assert response.status_code == 200, response.text
+        return response.content
+
+    weighted, equal = pcm("v_one:2,v_two:1"), pcm("v_one,v_two")
+    assert weighted != equal and weighted != pcm("v_one")
+    assert pcm("v_one(2)+v_two(1)") == weighted and pcm("v_one+v_two") == equal
+    subtracted = post(kokoro_server, {"input": "hi.", "voice": "v_one-v_two"})
+    assert subtracted.status_code == 400 and "subtracts voices" in error_of(subtracted)["message"]
 
 
 def test_kokoro_voice_mix_of_known_voices(kokoro_server: Server) -> None:

@@ -115,6 +115,18 @@ def test_errors_are_the_clients_exception_classes(tone_server: Server) -> None:
         client(tone_server, api_key="wrong-key").audio.speech.create(model="tone", voice="alloy", input=TEXT)
 
 
+@pytest.mark.parametrize("speed", [0.25, 4.0])
+def test_openais_speed_range_is_taken(tone_server: Server, speed: float) -> None:
+    """OpenAI's endpoint takes speeds 0.25 to 4.0; a client sending its bounds gets speech, not a 422."""
+    pcm = (
+        client(tone_server)
+        .audio.speech.create(model="tone", voice="high", input=TEXT, response_format="pcm", speed=speed)
+        .content
+    )
+    samples = np.frombuffer(pcm, "<i2") / 32768
+    np.testing.assert_allclose(samples, ToneModel().expected(TEXT, "high", speed), atol=2 / 32768)
+
+
 def test_a_custom_voice_object_names_a_voice(tone_server: Server) -> None:
     speech = client(tone_server).audio.speech
     by_object = speech.create(model="tone", voice={"id": "high"}, input=TEXT, response_format="pcm").content

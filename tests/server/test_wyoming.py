@@ -151,10 +151,58 @@ def _tone(stretches: list[str], voice: str = "low", rate: int = 24000) -> np.nda
 
 
 def test_describe_lists_every_model_as_a_program(tone_port: int) -> None:
+    """Each model a program, after one of them all (Home Assistant uses the first); a voice name the models share
+    is listed there once, as a synthesize naming it goes to the first model with it."""
     info = asyncio.run(_describe(tone_port))
-    assert [p.name for p in info.tts] == ["tone", "slow", "tone16k"]
+    assert [p.name for p in info.tts] == ["ggtts", "tone", "slow", "tone16k"]
     assert all(p.installed and p.supports_synthesize_streaming for p in info.tts)
-    assert [v.name for v in info.tts[0].voices] == ["low", "high"]
+    assert all([v.name for v in p.voices] == ["low", "high"] for p in info.tts)
+    assert [v.description for v in info.tts[0].voices] == ["low (tone)", "high (tone)"]
+    assert info.tts[0].description.startswith("every model served: tone, slow, tone16k")
+
+
+def _home_assistant_view(info: Info) -> tuple[str, dict[str, list[str]]]:
+    """What Home Assistant's Wyoming TTS entity offers (homeassistant/components/wyoming/tts.py): the first
+    installed program, and its installed voices under each of their languages (a voice without one is not listed)."""
+    program = next(p for p in info.tts if p.installed)
+    voices: dict[str, list[str]] = {}
+    for voice in program.voices:
+        for language in voice.languages if voice.installed else []:
+            voices.setdefault(language, []).append(voice.name)
+    return program.name, voices
+
+
+@pytest.fixture(scope="module")
+def tone_and_kokoro(kokoro_gguf: Path) -> Iterator[tuple[int, Speaker]]:
+    import ggtts
+
+    models = {"tone": ToneModel(), "tiny": ggtts.load(kokoro_gguf)}
+    yield from _serve_in_thread(models, ServerSettings(max_queue=1, max_input_chars=200, timeout_s=30))
+
+
+def test_home_assistant_sees_every_model_and_reaches_each(tone_and_kokoro: tuple[int, Speaker]) -> None:
+    """Home Assistant lists the first program's voices by language and synthesizes with a voice name alone: every
+    served model's voices are there (the tone model says no language: not listed), and each name reaches its model.
+    A Kokoro voice reads English as its file says, and Japanese text (its voices' names say nothing here)."""
+    port, _ = tone_and_kokoro
+
+    async def speak(*events: Any) -> bytes:
+        async with AsyncTcpClient("127.0.0.1", port) as client:
+            for event in events:
+                await client.write_event(event.event())
+            return (await _read_until(client, AudioStop))[1]
+
+    name, voices = _home_assistant_view(asyncio.run(_describe(port)))
+    assert (name, voices) == ("ggtts", {"en_US": ["v_one", "v_two"], "ja": ["v_one", "v_two"]})
+    by_name = asyncio.run(speak(Synthesize("Hello there.", voice=SynthesizeVoice(name="v_two"))))
+    chosen = asyncio.run(
+        speak(SelectProgram(name="tiny"), Synthesize("Hello there.", voice=SynthesizeVoice(name="v_two")))
+    )
+    assert len(by_name) > 4000 and by_name == chosen
+    by_language = asyncio.run(speak(Synthesize("Hello there.", voice=SynthesizeVoice(language="en-US"))))
+    assert by_language == asyncio.run(speak(SelectProgram(name="tiny"), Synthesize("Hello there.")))  # v_one
+    tone = asyncio.run(speak(SelectProgram(name="ggtts"), Synthesize("one two", voice=SynthesizeVoice(name="high"))))
+    np.testing.assert_allclose(decode(tone, "pcm", 24000)[0], _tone(["one two"], "high"), atol=2 / 32768)
 
 
 def test_synthesize_sends_the_audio_in_one_cycle(tone_port: int) -> None:
@@ -310,7 +358,7 @@ def test_an_event_announcing_a_huge_body_ends_the_connection_unread(tone_port: i
         return rest
 
     assert asyncio.run(run()) == b""
-    assert asyncio.run(_describe(tone_port)).tts[0].name == "tone"
+    assert asyncio.run(_describe(tone_port)).tts[1].name == "tone"
 
 
 def test_a_client_gone_inside_an_events_data_is_a_quiet_close(tone_port: int, caplog: pytest.LogCaptureFixture) -> None:
@@ -328,7 +376,7 @@ def test_a_client_gone_inside_an_events_data_is_a_quiet_close(tone_port: int, ca
     with caplog.at_level(logging.INFO):
         for _ in range(3):
             asyncio.run(run())
-        assert asyncio.run(_describe(tone_port)).tts[0].name == "tone"  # the server goes on
+        assert asyncio.run(_describe(tone_port)).tts[1].name == "tone"  # the server goes on
         time.sleep(0.5)
         gc.collect()  # a task that died with an exception nobody took is reported when it is collected
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
@@ -367,7 +415,7 @@ def test_a_client_that_stops_reading_is_cut_off(limited: tuple[int, Speaker]) ->
         assert received < 30 * LONG_CHUNK_S * 24000 * 2, "the whole answer fit in the buffers: nothing tested"
     finally:
         sock.close()
-    assert asyncio.run(_describe(port)).tts[0].name == "long"  # the server goes on
+    assert asyncio.run(_describe(port)).tts[1].name == "long"  # the server goes on
 
 
 def test_connections_past_the_cap_get_one_error(limited: tuple[int, Speaker]) -> None:
@@ -445,7 +493,7 @@ def test_refusals_that_linger_are_bounded_by_the_cap(limited: tuple[int, Speaker
 
 def _describes(port: int) -> bool:
     try:
-        return asyncio.run(_describe(port)).tts[0].name == "long"
+        return asyncio.run(_describe(port)).tts[1].name == "long"
     except (OSError, AssertionError):
         return False
 

@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 
     from ggtts.gguf import GGUFFile
 
-MIN_SPEED = 0.5
-MAX_SPEED = 2.0
+MIN_SPEED = 0.25  # OpenAI's /v1/audio/speech range (and Kokoro-FastAPI's)
+MAX_SPEED = 4.0
 VOICE_SEPARATOR = ","  # "a,b" blends voices
 WEIGHT_SEPARATOR = ":"  # "a:0.7,b:0.3" gives them weights
 MAX_SEED = 2**64 - 1  # torch.Generator.manual_seed takes 0 .. 2**64 - 1 (a negative one wraps around)
@@ -147,9 +147,9 @@ class VoiceBlendError(InputError):
 
 
 class VoiceWeightError(InputError):
-    def __init__(self, name: str, weight: str, number: bool) -> None:
+    def __init__(self, name: str, weight: str, number: bool, example: str = "'a:0.6,b:0.4'") -> None:
         self.name, self.weight = name, weight
-        problem = "must be a finite positive number, as in 'a:0.6,b:0.4'" if number else "is not a number"
+        problem = f"must be a finite positive number, as in {example}" if number else "is not a number"
         super().__init__(f"voice weight '{weight}' of '{name}' {problem}")
 
 
@@ -170,7 +170,8 @@ class VoiceMix:
 
 
 def parse_voice(spec: str, voices: Sequence[str]) -> VoiceMix:
-    """``"name"``, ``"a,b"`` (equal weights) or ``"a:0.6,b:0.4"`` -> a ``VoiceMix`` of known names.
+    """``"name"``, ``"a,b"`` (equal weights) or ``"a:0.6,b:0.4"`` -> a ``VoiceMix`` of known names. Kokoro-FastAPI's
+    form is read too: ``"a+b"`` (equal weights), ``"a(2)+b(1)"`` (two thirds of a); its subtraction is refused.
 
     Every name must be one of ``voices``, so nothing else from a request (a file path, say) ever reaches a model
     as a voice. Weights are finite and positive; any such ones blend, however large or small (``"a:1e308,b:1e308"``
@@ -178,24 +179,62 @@ def parse_voice(spec: str, voices: Sequence[str]) -> VoiceMix:
     """
     names: list[str] = []
     weights: list[float] = []
-    for part in spec.split(VOICE_SEPARATOR):
-        name, mark, weight = (s.strip() for s in part.partition(WEIGHT_SEPARATOR))
+    plus_form = _is_plus_form(spec, voices)
+    for name, weight in _plus_terms(spec) if plus_form else _comma_terms(spec):
         if name not in voices:
+            _refuse_subtraction(name, voices)
             raise UnknownVoiceError(name, voices)
         value = 1.0
-        if mark:
+        if weight is not None:
             try:
                 value = float(weight)
             except ValueError:
                 raise VoiceWeightError(name, weight, number=False) from None
             if not (math.isfinite(value) and value > 0):
-                raise VoiceWeightError(name, weight, number=True)
+                raise VoiceWeightError(
+                    name, weight, number=True, example="'a(2)+b(1)'" if plus_form else "'a:0.6,b:0.4'"
+                )
         names.append(name)
         weights.append(value)
     largest = max(weights)
     scaled = [w / largest for w in weights]  # in (0, 1]: the sum cannot overflow, and is at least 1
     total = sum(scaled)
     return VoiceMix(tuple((n, w / total) for n, w in zip(names, scaled, strict=True)))
+
+
+_PLUS_TERM = re.compile(r"(?P<name>[^()]*?)\s*(?:\((?P<weight>[^()]*)\))?")
+
+
+def _is_plus_form(spec: str, voices: Sequence[str]) -> bool:
+    """Kokoro-FastAPI's ``a+b`` / ``a(2)+b(1)``: a spec that is no voice's name and has no ``,`` or ``:``."""
+    if spec.strip() in voices or VOICE_SEPARATOR in spec or WEIGHT_SEPARATOR in spec:
+        return False
+    return "+" in spec or "(" in spec
+
+
+def _plus_terms(spec: str) -> Iterator[tuple[str, str | None]]:
+    for part in spec.split("+"):
+        found = _PLUS_TERM.fullmatch(part.strip())
+        if found is None:  # parentheses that are not one weight at the end: the part as a name, unknown
+            yield part.strip(), None
+        else:
+            weight = found["weight"]
+            yield found["name"], None if weight is None else weight.strip()
+
+
+def _comma_terms(spec: str) -> Iterator[tuple[str, str | None]]:
+    for part in spec.split(VOICE_SEPARATOR):
+        name, mark, weight = (s.strip() for s in part.partition(WEIGHT_SEPARATOR))
+        yield name, weight if mark else None
+
+
+def _refuse_subtraction(name: str, voices: Sequence[str]) -> None:
+    """Kokoro-FastAPI's ``a-b`` (one voice less another): one clear error where every side is a voice."""
+    sides = [_PLUS_TERM.fullmatch(side.strip()) for side in name.split("-")]
+    if len(sides) > 1 and all(side is not None and side["name"] in voices for side in sides):
+        raise VoiceBlendError(
+            f"voice '{name}' subtracts voices, which ggtts does not do; blend them: 'a+b', 'a(2)+b(1)'"
+        )
 
 
 # ---- the model interface ---------------------------------------------------------------------------------------
@@ -254,10 +293,13 @@ class TTSModel(ABC):
         return voices[0] if voices else None
 
     def voice_languages(self, voice: str) -> list[str]:
-        """The languages ``voice`` speaks as POSIX-style codes ("en_US", "ja"), where the model knows them (its
-        family's voice names, or its file); empty when it does not."""
-        code = self.family.voice_traits(voice).get("language_code") if self.family is not None else None
-        return [code] if code else []
+        """The languages ``voice`` speaks with no option set, as POSIX-style codes ("en_US", "ja"), where the model
+        knows them: its family's voice names, or else what the family speaks (``Capabilities.speaks``); empty when
+        neither says. Wyoming advertises them (Home Assistant lists a voice only under its languages)."""
+        if self.family is None:
+            return []
+        code = self.family.voice_traits(voice).get("language_code")
+        return [code] if code else list(self.family.capabilities.speaks)
 
     def resolve_voice(self, voice: str | None) -> VoiceMix | None:
         """The voice asked for, checked against the model's voices (``None``: the default voice); a blend only
@@ -358,6 +400,8 @@ class Capabilities:
     blending: bool = False  # voices can be mixed ("a:0.6,b:0.4")
     phonemes: bool = False  # takes phonemes as well as text
     languages: tuple[str, ...] = ()  # codes the ``lang`` option takes (empty: no such option)
+    # the languages its voices speak with no option set ("en", "ja"), where their names do not say (Wyoming's)
+    speaks: tuple[str, ...] = ()
     max_input_chars: int = 100_000
     streaming: bool = True
     timestamps: bool = False  # its audio carries word timestamps (``Audio.words``)

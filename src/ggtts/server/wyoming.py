@@ -1,8 +1,9 @@
 """``ggtts wyoming``: the served models as text-to-speech programs of the Wyoming protocol (Home Assistant).
 
 Each model is one TTS program (its name is the model's), each of its voices a Wyoming voice with the languages
-it speaks where the model knows them. A connection speaks with the first program unless it sends
-``select-program``; a ``synthesize`` naming a voice of another served model uses that model.
+it speaks where the model knows them. Where several models are served, a first program, ``ggtts``, holds every
+model's voices: Home Assistant uses a server's first program only. A connection speaks with the first program
+unless it sends ``select-program``; a ``synthesize`` naming a voice of another served model uses that model.
 
 - ``describe`` -> ``info``.
 - ``synthesize`` -> ``audio-start``, ``audio-chunk``s as each chunk is spoken, ``audio-stop``.
@@ -58,44 +59,65 @@ if TYPE_CHECKING:
 log = logging.getLogger("ggtts.wyoming")
 
 SAMPLES_PER_CHUNK = 1024  # samples per audio-chunk event (wyoming-piper's default)
+# The program of every served model's voices, first where several are served: Home Assistant speaks with the first
+# program of a server's info only (and lists its voices under their languages), as wyoming-piper's one program.
+EVERY_MODEL = "ggtts"
 SAMPLE_WIDTH = 2  # bytes: 16-bit PCM
 ATTRIBUTION = Attribution(name="ggtts", url="")  # no address of its own to give
 
 
 def describe(speaker: Speaker) -> Info:
-    """Every served model as a TTS program, its voices with their languages."""
-    programs = []
-    for name, worker in speaker.workers.items():
-        model = worker.model
-        voices = [
-            TtsVoice(
-                name=voice,
-                attribution=ATTRIBUTION,
-                installed=True,
-                description=_voice_description(model, voice),
-                version=None,
-                languages=model.voice_languages(voice),
-            )
-            for voice in model.voices or [name]  # a model without voices: one voice, named as the model
-        ]
-        programs.append(
-            TtsProgram(
-                name=name,
-                attribution=ATTRIBUTION,
-                installed=True,
-                description=f"{model.family_name} ({model.architecture}, {model.sample_rate} Hz), served by ggtts",
-                version=__version__,
-                voices=voices,
-                supports_synthesize_streaming=True,
-            )
-        )
+    """Every served model as a TTS program, its voices with their languages; where several are served, first a
+    program of them all (:data:`EVERY_MODEL`)."""
+    programs = [
+        _program(name, f"{worker.model.family_name} ({worker.model.architecture}, {worker.model.sample_rate} Hz)",
+                 [_voice(worker.model, name, voice, with_model=False) for voice in _voice_names(name, worker.model)])
+        for name, worker in speaker.workers.items()
+    ]  # fmt: skip
+    if has_every_model_program(speaker):
+        seen: set[str] = set()
+        voices = []
+        for name, worker in speaker.workers.items():
+            for voice in _voice_names(name, worker.model):
+                if voice not in seen:  # a name two models share is the first's, as a synthesize naming it is
+                    seen.add(voice)
+                    voices.append(_voice(worker.model, name, voice, with_model=True))
+        programs.insert(0, _program(EVERY_MODEL, f"every model served: {', '.join(speaker.workers)}", voices))
     return Info(tts=programs)
 
 
-def _voice_description(model: TTSModel, voice: str) -> str:
+def has_every_model_program(speaker: Speaker) -> bool:
+    """Whether ``info`` begins with :data:`EVERY_MODEL`: several models served, none of them named so."""
+    return len(speaker.workers) > 1 and EVERY_MODEL not in speaker.workers
+
+
+def _voice_names(name: str, model: TTSModel) -> list[str]:
+    return model.voices or [name]  # a model without voices: one voice, named as the model
+
+
+def _program(name: str, description: str, voices: list[TtsVoice]) -> TtsProgram:
+    return TtsProgram(
+        name=name,
+        attribution=ATTRIBUTION,
+        installed=True,
+        description=f"{description}, served by ggtts",
+        version=__version__,
+        voices=voices,
+        supports_synthesize_streaming=True,
+    )
+
+
+def _voice(model: TTSModel, model_name: str, voice: str, with_model: bool) -> TtsVoice:
     traits = model.family.voice_traits(voice) if model.family is not None else {}
-    said = ", ".join(traits[k] for k in ("language", "gender") if k in traits)
-    return f"{voice} ({said})" if said else voice
+    said = [traits[k] for k in ("language", "gender") if k in traits] + ([model_name] if with_model else [])
+    return TtsVoice(
+        name=voice,
+        attribution=ATTRIBUTION,
+        installed=True,
+        description=f"{voice} ({', '.join(said)})" if said else voice,
+        version=None,
+        languages=model.voice_languages(voice),
+    )
 
 
 class BoundedReader:
@@ -178,6 +200,7 @@ class GGTTSEventHandler(AsyncEventHandler):
         self.info = info
         self.connections = connections
         self.program = speaker.default_model
+        self.every_model = has_every_model_program(speaker)  # the first program: a voice of any model, by language too
         self._stream: TextStream | None = None  # inside synthesize-start ... synthesize-stop
         self._stream_voice: SynthesizeVoice | None = None
         self._stream_failed = False  # an error was sent: the rest of the stream is ignored until its stop
@@ -255,7 +278,11 @@ class GGTTSEventHandler(AsyncEventHandler):
     async def _handle(self, event: Event) -> None:
         if SelectProgram.is_type(event.type):
             name = SelectProgram.from_event(event).name
-            self.program = self.speaker.worker_for(name).name  # 404-like error for a program not served
+            self.every_model = name == EVERY_MODEL and has_every_model_program(self.speaker)
+            if self.every_model:
+                self.program = self.speaker.default_model
+            else:
+                self.program = self.speaker.worker_for(name).name  # 404-like error for a program not served
         elif SynthesizeStart.is_type(event.type):
             self._stream_voice, self._stream_failed = None, False
             self._stream = self.speaker.text_stream(self.program)  # (a voice refused below: its chunks dropped)
@@ -317,7 +344,11 @@ class GGTTSEventHandler(AsyncEventHandler):
                     if voice_name is None or voice_name in self.speaker.workers[model_name].model.voices:
                         break
             if voice_name is None and voice.language:
-                voice_name = self._voice_for_language(model_name, voice.language)
+                models = [model_name, *(self.speaker.workers if self.every_model else ())]
+                model_name, voice_name = next(
+                    ((name, found) for name in models if (found := self._voice_for_language(name, voice.language))),
+                    (model_name, None),
+                )
         return model_name, voice_name
 
     def _model_with_voice(self, voice: str) -> tuple[str, str | None]:

@@ -221,6 +221,19 @@ class KokoroTTS(TTSModel):
     def voices(self) -> list[str]:
         return list(self.voicepacks)
 
+    def voice_languages(self, voice: str) -> list[str]:
+        """What ``voice`` reads with no ``lang`` given: English as the file says (American unless British), and
+        Japanese text where the ``ja`` extra is installed; the voice's own language first among them. A voice named
+        for another language (Spanish, Chinese...) reads these too, not its own: there is no frontend for it here."""
+        from ggtts.text.g2p import BRITISH, LANGUAGE_ALIASES
+        from ggtts.text.japanese import japanese_installed
+
+        english_lang = LANGUAGE_ALIASES.get(english(not_japanese(self.config.language)).strip().lower())
+        english_code = "en_GB" if english_lang == BRITISH else "en_US"
+        reads = [english_code, *(["ja"] if japanese_installed() else [])]
+        own = [code for code in super().voice_languages(voice) if code in reads]
+        return [*own, *(code for code in reads if code not in own)]
+
     def warm_up(self) -> None:
         """Build the English G2P (spaCy's tagger, misaki's lexicons: 2-4 s) of the file's language and speak a
         word, when the built-in frontend is in use (torch's first convolutions set up their kernels: ~0.5 s);

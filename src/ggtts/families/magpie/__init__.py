@@ -94,7 +94,12 @@ FAMILY = Family(
     pipeline="ggtts.families.magpie.pipeline:MagpieTTSPipeline",
     options=MagpieOptions,
     load_options=MagpieLoadOptions,
-    capabilities=Capabilities(speed=(1.0, 1.0), languages=LANGUAGES, max_input_chars=MAX_CHARS),
+    capabilities=Capabilities(
+        speed=(1.0, 1.0),
+        languages=LANGUAGES,
+        speaks=("en",),
+        max_input_chars=MAX_CHARS,  # lang's default
+    ),
     voices=voices,  # type: ignore[arg-type]
     companions=(
         Companion("codec", CODEC_ARCH, "codec GGUF for Magpie (nano-codec); default: the only one beside the model"),

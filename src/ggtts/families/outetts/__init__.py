@@ -152,7 +152,7 @@ FAMILY = Family(
     pipeline="ggtts.families.outetts.pipeline:OuteTTS",
     options=OuteTTSOptions,
     load_options=OuteTTSLoadOptions,
-    capabilities=Capabilities(speed=(1.0, 1.0), max_input_chars=MAX_CHARS),
+    capabilities=Capabilities(speed=(1.0, 1.0), speaks=("en",), max_input_chars=MAX_CHARS),  # every version's
     recognize=recognize,
     voices=builtin_voices,
     more_voices_at_load=True,

@@ -149,6 +149,10 @@ def is_audio_mmproj(gguf: object) -> bool:
     )
 
 
+# upstream's ten speech output languages (its talker speaks the text's)
+SPEAKS = ("en", "zh", "fr", "de", "ru", "it", "es", "pt", "ja", "ko")
+
+
 @dataclass(frozen=True)
 class Qwen3OmniLoadOptions(LoadOptions):
     precision: str = precision_load_option("code2wav's decoder convolutions")
@@ -162,7 +166,7 @@ FAMILY = Family(
     pipeline="ggtts.families.qwen3omni.pipeline:Qwen3OmniPipeline",
     options=Qwen3OmniOptions,
     load_options=Qwen3OmniLoadOptions,
-    capabilities=Capabilities(speed=(1.0, 1.0), max_input_chars=MAX_CHARS, chat=True),
+    capabilities=Capabilities(speed=(1.0, 1.0), speaks=SPEAKS, max_input_chars=MAX_CHARS, chat=True),
     voices=voices,  # type: ignore[arg-type]
     companions=(
         Companion("talker", TALKER_ARCH, "talker GGUF for Qwen3-Omni (qwen3omni-talker); default: the one beside"),

@@ -42,6 +42,7 @@ LANGUAGE_CODES = {
     "zh": "chinese", "en": "english", "de": "german", "it": "italian", "pt": "portuguese", "es": "spanish",
     "ja": "japanese", "ko": "korean", "fr": "french", "ru": "russian",
 }  # fmt: skip
+SPEAKS = tuple(LANGUAGE_CODES)  # language auto (the default) speaks the text's, any of upstream's ten
 
 
 def _number(name: str, low: float, high: float = math.inf, whole: bool = False) -> Any:
@@ -143,7 +144,7 @@ FAMILY = Family(
     pipeline="ggtts.families.qwen3tts.pipeline:Qwen3TTSPipeline",
     options=Qwen3TTSOptions,
     load_options=Qwen3TTSLoadOptions,
-    capabilities=Capabilities(speed=(1.0, 1.0), max_input_chars=MAX_CHARS),
+    capabilities=Capabilities(speed=(1.0, 1.0), speaks=SPEAKS, max_input_chars=MAX_CHARS),
     voices=voices,  # type: ignore[arg-type]
     companions=(
         Companion(
