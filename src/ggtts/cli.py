@@ -59,12 +59,16 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"file: {g.path}")
     print(f"GGUF version: {g.version}")
     companion = [(f, c) for f in families() for c in f.companions if c.is_for(g)]
+    side_file = [(f, f.side_files[g.architecture]) for f in families() if g.architecture in f.side_files]
     try:
         family = family_for(g)
     except GGTTSError as e:
         if companion:
             f, c = companion[0]
             why = f"a companion file of {f.name}: {c.help}; give it with --{c.option}"
+        elif side_file:
+            f, what = side_file[0]
+            why = f"a {f.name} file: {what}"
         else:
             why = f"not supported by this ggtts: {str(e).removeprefix(f'{g.path}: ')}"
         print(f"architecture: {g.architecture}  ({why})")

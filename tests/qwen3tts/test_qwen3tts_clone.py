@@ -109,6 +109,42 @@ def test_a_name_taken_beside_the_model_is_refused(base: Built, tmp_path: Path) -
         create_voice(linked / "m.gguf", base.work / "ref.wav", linked / "other.gguf", name="anna")
 
 
+def test_a_damaged_voice_file_is_named_not_unknown(
+    base: Built, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A voice file whose metadata reads but whose speaker embedding is not finite numbers: listed beside the model
+    (from its metadata), so asking for it is an error naming the damage, not "unknown voice"; the load warns."""
+    import gguf
+
+    from ggtts.gguf.keys import Qwen3TTSVoice
+
+    folder = tmp_path / "models"
+    folder.mkdir()
+    for f in (base.path, base.mmproj_file.path, base.work / "anna.gguf"):
+        shutil.copy(f, folder / Path(f).name)
+    bea = create_voice(folder / base.path.name, base.work / "ref.wav", folder / "bea.gguf", name="bea")
+    reader = gguf.GGUFReader(bea, "r+")
+    next(t for t in reader.tensors if t.name == Qwen3TTSVoice.EMBEDDING).data[:] = np.nan
+    del reader
+    with caplog.at_level("WARNING"):
+        model = load(folder / base.path.name)
+    assert model.voices == ["anna"] and f"{bea} ('bea') is damaged" in caplog.text
+    with pytest.raises(InputError, match=r"^voice 'bea' cannot be spoken: its file is damaged \(.*not .* finite"):
+        model.synthesize(TEXT, voice="bea", max_frames=2)
+    with pytest.raises(UnknownVoiceError):
+        model.synthesize(TEXT, voice="carl", max_frames=2)
+
+
+def test_info_says_what_a_voice_file_is(base: Built, capsys: pytest.CaptureFixture[str]) -> None:
+    from ggtts.cli import main
+
+    assert main(["info", str(base.work / "anna.gguf")]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "(a qwen3tts file: a cloned voice for a Base model (ggtts voice create)" in out and "not supported" not in out
+    )
+
+
 def test_a_voice_is_a_name_never_a_path(base: Built) -> None:
     model = load(base.path)
     with pytest.raises(UnknownVoiceError):

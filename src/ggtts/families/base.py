@@ -576,6 +576,8 @@ class Family:
     more_voices_at_load: bool = False
     voice_traits: Callable[[str], dict[str, str]] = _no_traits  # what a voice's name tells: language, gender
     companions: tuple[Companion, ...] = ()
+    # files of its own it writes and reads beside a model, by GGUF architecture: what each is (``ggtts info``)
+    side_files: Mapping[str, str] = field(default_factory=dict)
     converters: Mapping[str, str] = field(default_factory=dict)  # `ggtts convert NAME` -> "module:function"
     decoder: str | None = None  # "module:function" for `ggtts decode` (codes -> audio), if the family has one
     # measurement parts ("module:function"), where the family has them: `ggtts parity NAME` runs ``parity()`` ->

@@ -31,6 +31,7 @@ from ggtts.families.base import (
 )
 from ggtts.families.qwen3omni import TalkerSamplingOptions
 from ggtts.gguf.keys import Qwen3TTS as K
+from ggtts.gguf.keys import Qwen3TTSVoice as VoiceKeys
 
 if TYPE_CHECKING:
     from ggtts.gguf import GGUFFile
@@ -154,5 +155,9 @@ FAMILY = Family(
             matches=is_mmproj,
         ),
     ),
+    side_files={
+        VoiceKeys.ARCH: "a cloned voice for a Base model (ggtts voice create); beside the model, speak it with -v "
+        "and its name"
+    },
     converters={"qwen3tts": "ggtts.convert.qwen3tts_hf:convert_qwen3tts"},
 )

@@ -65,8 +65,9 @@ class Qwen3TTSPipeline(TTSModel):
         self.sample_rate = dec.sample_rate
         # a Base model's cloned voices: the voice files beside it (ggtts voice create); speakers' names come first
         self.cloned: dict[str, ClonedVoice] = {}
+        self.damaged: dict[str, str] = {}  # voice files beside it that do not read: the problem, by voice name
         if cfg.model_type == "base":
-            found = voices_beside(Path(gguf.path), cfg.talker.dim)
+            found, self.damaged = voices_beside(Path(gguf.path), cfg.talker.dim)
             self.cloned = {n: v for n, v in found.items() if n not in cfg.speakers}
         # the decoder's hash, for voices that stored its state (only they need it: it reads every decoder tensor)
         self.decoder_check = fingerprint(mmproj) if any(v.decoder_state for v in self.cloned.values()) else ""
@@ -130,7 +131,10 @@ class Qwen3TTSPipeline(TTSModel):
         )
 
     def resolve_voice(self, voice: str | None) -> VoiceMix | None:
-        return super().resolve_voice(speaker_name(voice, self.voices))
+        name = speaker_name(voice, self.voices)
+        if name is not None and name not in self.voices and name in self.damaged:
+            raise InputError(f"voice '{name}' cannot be spoken: its file is damaged ({self.damaged[name]})")
+        return super().resolve_voice(name)
 
     def _instruct(self, o: Qwen3TTSOptions) -> list[int] | None:
         cfg = self.talker.cfg

@@ -10,6 +10,7 @@ NAME`` on speak, serve and batch. A request names a voice; a path never reaches 
 from __future__ import annotations
 
 import io
+import logging
 import math
 import os
 import re
@@ -25,6 +26,7 @@ from ggtts.gguf.keys import Qwen3TTSVoice as V
 from ggtts.gguf.write import ModelWriter
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+log = logging.getLogger(__name__)
 MIN_SECONDS, MAX_SECONDS = 1.0, 120.0  # a reference recording's length
 MAX_FRAMES = int(MAX_SECONDS * 12.5)  # a recording's codes: 12.5 frames a second
 MAX_STATE_DIMS = 5  # a stored decoder state's tensors: keys and values (2, B, H, T, D) at most
@@ -182,20 +184,28 @@ def _decoder_state(g: GGUFFile) -> dict[str, torch.Tensor] | None:
     return state or None
 
 
-def voices_beside(model: Path, width: int) -> dict[str, ClonedVoice]:
-    """The cloned voices in the model's folder made for a talker ``width`` wide, by name (files that are not
-    voices, or are broken, are passed over; a name given twice keeps the first file's, in name order)."""
+def voices_beside(model: Path, width: int) -> tuple[dict[str, ClonedVoice], dict[str, str]]:
+    """The cloned voices in the model's folder made for a talker ``width`` wide, by name (a name given twice keeps
+    the first file's, in name order; files that are not voices are passed over), and the damaged ones: a voice
+    file whose metadata reads but whose voice does not, by the name it gives, with the problem (logged)."""
     found: dict[str, ClonedVoice] = {}
+    damaged: dict[str, str] = {}
     for p in sorted(Path(model).parent.glob("*.gguf")):
         try:
             g = GGUFFile(p)
             if g.architecture != V.ARCH or g.get_int(V.WIDTH, -1) != width:
                 continue
-            voice = read_voice(p)
+            name = g.get_str(V.NAME, "")
         except (GGTTSError, OSError):
             continue
+        try:
+            voice = read_voice(p)
+        except (GGTTSError, OSError) as e:
+            log.warning("the voice file %s (%r) is damaged and is not offered: %s", p, name, e)
+            damaged.setdefault(name, str(e))
+            continue
         found.setdefault(voice.name, voice)
-    return found
+    return found, {name: problem for name, problem in damaged.items() if name not in found}
 
 
 def voice_files_beside(model: Path, width: int) -> list[tuple[Path, str]]:
