@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -350,12 +351,39 @@ def test_the_request_template_converts_whole_numbers_and_checks_a_resolved_voice
 def test_a_batch_checks_load_options_against_the_models_its_items_name(toy: Path, tmp_path: Path) -> None:
     """Items may name their own model: a load option the job's model does not take is refused up front only where
     an item speaks with that model (here the default, Kokoro); a file that does not open fails its items alone."""
+    from ggtts.batch.items import Item
     from ggtts.batch.job import check_job
     from ggtts.batch.work import JobSettings
 
+    def items(*models: str | None) -> list[Item]:
+        return [Item(id=str(i), text="one", model=m) for i, m in enumerate(models)]
+
     settings = JobSettings(out_dir=tmp_path / "out", load_options={"loudness": 2.0})
-    check_job(settings, item_models=[str(toy), str(tmp_path / "missing.gguf")])  # every item the toy's
+    check_job(settings, items=items(str(toy), str(tmp_path / "missing.gguf")))  # every item the toy's
     with pytest.raises(ggtts.InputError, match="kokoro has no load option 'loudness'"):
-        check_job(settings, item_models=[str(toy), None])
+        check_job(settings, items=items(str(toy), None))
     with pytest.raises(ggtts.InputError, match="loudness must be positive"):
-        check_job(dataclasses.replace(settings, load_options={"loudness": -1.0}), item_models=[str(toy)])
+        check_job(dataclasses.replace(settings, load_options={"loudness": -1.0}), items=items(str(toy)))
+
+
+def test_a_batch_checks_the_job_voice_and_speed_against_the_models_that_get_them(toy: Path, tmp_path: Path) -> None:
+    """The job's voice and speed go to the items that give none of their own: checked against those items' models
+    only. A job of the toy's items with the toy's voice is not refused for the default model (Kokoro), which no
+    item speaks with; the toy's items without a voice of their own refuse a voice it does not have."""
+    from ggtts.batch.items import Item
+    from ggtts.batch.job import check_job
+    from ggtts.batch.work import JobSettings
+
+    toy_items = [Item(id="a", text="one", model=str(toy)), Item(id="b", text="two", model=str(toy))]
+    check_job(JobSettings(out_dir=tmp_path / "out", voice="hum", speed=1.5), items=toy_items)
+    with pytest.raises(ggtts.InputError, match=r"unknown voice 'hum'"):  # Kokoro's items get the job's voice
+        check_job(JobSettings(out_dir=tmp_path / "out", voice="hum"), items=[*toy_items, Item(id="c", text="x")])
+    with pytest.raises(
+        ggtts.InputError, match=rf"^{re.escape(str(toy))} \(the model of item 'a'\): unknown voice 'jf_alpha'"
+    ):
+        check_job(JobSettings(out_dir=tmp_path / "out", voice="jf_alpha"), items=toy_items)
+    own = [dataclasses.replace(item, voice="hum") for item in toy_items]
+    check_job(JobSettings(out_dir=tmp_path / "out", voice="jf_alpha"), items=[*own, Item(id="c", text="x")])
+    with pytest.raises(ggtts.InputError, match=r"speed 5.0 is out of range"):
+        check_job(JobSettings(out_dir=tmp_path / "out", speed=5.0), items=toy_items)
+    check_job(JobSettings(out_dir=tmp_path / "out", speed=5.0), items=[dataclasses.replace(i, speed=1.0) for i in own])

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         float_wav=args.float,
         load_options={**given(args, LOAD), **_companions(options)},
     )
-    check_job(settings, local=args.ray is None, item_models=[item.model for item in items])
+    check_job(settings, local=args.ray is None, items=items)
     stop = threading.Event()
     workers = args.workers if args.workers is not None else (0 if args.ray is not None else 1)
 

@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
@@ -106,29 +106,39 @@ class _Progress:
         self.bar.close()
 
 
-def check_job(settings: JobSettings, local: bool = True, item_models: Collection[str | None] = (None,)) -> None:
-    """The job-wide model, voice, speed, options and load options checked from the model's metadata (no weights
-    read), so a mistake there is one error before any work, not a failure recorded for every item. The load options
-    go to every model the items name (``item_models``: each item's own, None for the job's), so they are checked
-    against each of those that opens (one that does not fails its items alone). ``local``: the workers run on this
-    machine, so the device asked for must be here too (Ray's workers may have GPUs that the driver does not)."""
+def check_job(settings: JobSettings, local: bool = True, items: Sequence[Item] | None = None) -> None:
+    """The job-wide voice, speed, options and load options checked from the metadata of each model they go to (no
+    weights read), so a mistake there is one error before any work, not a failure recorded for every item.
+
+    They go to the job's model where an item names none (``items`` None: one such item), and to each model an item
+    names; the voice and speed only where the item gives none of its own. A model an item names that does not
+    open fails its items alone. ``local``: the workers run on this machine, so the device asked for must be here
+    too (Ray's workers may have GPUs that the driver does not)."""
     from ggtts.api import resolve_model_path
     from ggtts.families import family_for
     from ggtts.gguf import GGUFFile
 
-    gguf = GGUFFile(resolve_model_path(settings.model))
-    family = family_for(gguf)
-    family.check_speed(settings.speed)
-    family.check_options(settings.options)
-    family.check_voice(settings.voice, gguf)
-    if None in item_models:
-        family.check_load_options(settings.load_options)
-    for name in sorted({m for m in item_models if m is not None}):
+    given = list(items) if items is not None else [Item(id="", text="")]
+    for name in sorted({item.model for item in given}, key=lambda m: (m is not None, m or "")):
         try:
-            own = family_for(GGUFFile(resolve_model_path(name)))
+            gguf = GGUFFile(resolve_model_path(settings.model if name is None else name))
+            family = family_for(gguf)
         except GGTTSError:
+            if name is None:
+                raise
             continue
-        own.check_load_options(settings.load_options)
+        mine = [item for item in given if item.model == name]
+        try:
+            if any(item.speed is None for item in mine):
+                family.check_speed(settings.speed)
+            family.check_options(settings.options)
+            if any(item.voice is None for item in mine):
+                family.check_voice(settings.voice, gguf)
+            family.check_load_options(settings.load_options)
+        except InputError as e:
+            if name is None:
+                raise
+            raise InputError(f"{name} (the model of item '{mine[0].id}'): {e}") from None
     device = settings.load_options.get("device")
     if local and device is not None:
         from ggtts.runtime.device import resolve_device
