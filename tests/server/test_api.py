@@ -62,6 +62,21 @@ def test_voices_per_model(tone_server: Server) -> None:
     assert "tone, slow, tone16k" in error_of(missing)["message"]
 
 
+def test_open_webuis_model_and_voice_lists(tone_server: Server) -> None:
+    """Open WebUI reads {base}/audio/models and {base}/audio/voices from an OpenAI-compatible speech server (its
+    audio router's get_available_models / get_available_voices): each voice once, named with its model."""
+    models = httpx.get(tone_server.url + "/v1/audio/models", headers=tone_server.headers)
+    assert models.status_code == 200 and models.json() == {
+        "models": [{"id": "tone"}, {"id": "slow"}, {"id": "tone16k"}]
+    }
+    voices = httpx.get(tone_server.url + "/v1/audio/voices", headers=tone_server.headers)
+    assert voices.json() == {"voices": [{"id": "low", "name": "low · tone"}, {"id": "high", "name": "high · tone"}]}
+    one = httpx.get(tone_server.url + "/v1/audio/voices", params={"model": "slow"}, headers=tone_server.headers)
+    assert one.json() == {"voices": [{"id": "low", "name": "low"}, {"id": "high", "name": "high"}]}
+    missing = httpx.get(tone_server.url + "/v1/audio/voices", params={"model": "nope"}, headers=tone_server.headers)
+    assert missing.status_code == 404
+
+
 def test_web_page_is_served(tone_server: Server) -> None:
     page = httpx.get(tone_server.url + "/")
     assert page.status_code == 200
@@ -311,6 +326,7 @@ def test_unknown_route_is_404_json(tone_server: Server) -> None:
     [
         ("GET", "/v1/models"),
         ("GET", "/v1/voices"),
+        ("GET", "/v1/audio/voices"),
         ("POST", SPEECH),
         ("GET", "/v1/nothing"),
         ("GET", "/openapi.json"),

@@ -157,7 +157,7 @@ def test_describe_lists_every_model_as_a_program(tone_port: int) -> None:
     assert [p.name for p in info.tts] == ["ggtts", "tone", "slow", "tone16k"]
     assert all(p.installed and p.supports_synthesize_streaming for p in info.tts)
     assert all([v.name for v in p.voices] == ["low", "high"] for p in info.tts)
-    assert [v.description for v in info.tts[0].voices] == ["low (tone)", "high (tone)"]
+    assert [v.description for v in info.tts[0].voices] == ["low · tone", "high · tone"]
     assert info.tts[0].description.startswith("every model served: tone, slow, tone16k")
 
 

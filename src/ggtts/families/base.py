@@ -292,6 +292,13 @@ class TTSModel(ABC):
         voices = self.voices
         return voices[0] if voices else None
 
+    def voice_description(self, voice: str) -> str:
+        """``voice`` with what its name tells, as "jf_alpha (Japanese, female)"; the name alone where it tells
+        nothing."""
+        traits = self.family.voice_traits(voice) if self.family is not None else {}
+        said = ", ".join(traits[k] for k in ("language", "gender") if k in traits)
+        return f"{voice} ({said})" if said else voice
+
     def voice_languages(self, voice: str) -> list[str]:
         """The languages ``voice`` speaks with no option set, as POSIX-style codes ("en_US", "ja"), where the model
         knows them: its family's voice names, or else what the family speaks (``Capabilities.speaks``); empty when

@@ -35,6 +35,10 @@ from ggtts.server.schemas import (
     EVENT_STREAM,
     MEDIA_TYPES,
     NDJSON,
+    AudioModel,
+    AudioModels,
+    AudioVoice,
+    AudioVoices,
     CaptionedSpeechRequest,
     Health,
     ModelCard,
@@ -150,6 +154,22 @@ def _add_routes(app: FastAPI, speaker: Speaker) -> None:
         return VoiceList(
             data=[ModelVoices(model=w.name, voices=w.model.voices, default_voice=w.model.default_voice) for w in chosen]
         )
+
+    @app.get("/v1/audio/models")
+    async def list_audio_models() -> AudioModels:
+        return AudioModels(models=[AudioModel(id=name) for name in workers])
+
+    @app.get("/v1/audio/voices")
+    async def list_audio_voices(model: str | None = None) -> AudioVoices:
+        chosen = [speaker.worker_for(model)] if model is not None else list(workers.values())
+        voices: dict[str, AudioVoice] = {}
+        for w in chosen:
+            for voice in w.model.voices:
+                described = w.model.voice_description(voice)
+                if len(chosen) > 1:
+                    described = f"{described} · {w.name}"
+                voices.setdefault(voice, AudioVoice(id=voice, name=described))
+        return AudioVoices(voices=list(voices.values()))
 
     async def speech(body: SpeechRequest, request: Request) -> Response:
         """OpenAI's ``/v1/audio/speech``: the audio's bytes as they are made (the default for every format but

@@ -197,6 +197,28 @@ class VoiceList(BaseModel):
     data: list[ModelVoices]
 
 
+class AudioModel(BaseModel):
+    id: str
+
+
+class AudioModels(BaseModel):
+    """``GET /v1/audio/models``, in the shape Open WebUI reads from an OpenAI-compatible speech server."""
+
+    models: list[AudioModel]
+
+
+class AudioVoice(BaseModel):
+    id: str
+    name: str
+
+
+class AudioVoices(BaseModel):
+    """``GET /v1/audio/voices``, in the shape Open WebUI reads: every voice once (the first model's, where two
+    models have one of the same name), ``name`` saying what it is."""
+
+    voices: list[AudioVoice]
+
+
 class ModelHealth(BaseModel):
     busy: bool
     waiting: int

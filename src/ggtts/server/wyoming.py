@@ -108,13 +108,12 @@ def _program(name: str, description: str, voices: list[TtsVoice]) -> TtsProgram:
 
 
 def _voice(model: TTSModel, model_name: str, voice: str, with_model: bool) -> TtsVoice:
-    traits = model.family.voice_traits(voice) if model.family is not None else {}
-    said = [traits[k] for k in ("language", "gender") if k in traits] + ([model_name] if with_model else [])
+    description = model.voice_description(voice) + (f" · {model_name}" if with_model else "")
     return TtsVoice(
         name=voice,
         attribution=ATTRIBUTION,
         installed=True,
-        description=f"{voice} ({', '.join(said)})" if said else voice,
+        description=description,
         version=None,
         languages=model.voice_languages(voice),
     )
