@@ -87,6 +87,17 @@ def test_bad_recordings_and_names_are_refused(base: Built, tmp_path: Path) -> No
     assert not out.exists()
 
 
+def test_a_file_that_is_not_a_voice_is_never_written_over(base: Built, tmp_path: Path) -> None:
+    """-o naming the model, its mmproj or any other file by mistake is refused before any work, the file intact."""
+    notes = tmp_path / "notes.gguf"
+    notes.write_text("my notes")
+    for target in (base.path, base.mmproj_file.path, notes):
+        before = Path(target).read_bytes()
+        with pytest.raises(InputError, match=rf"^{re.escape(str(target))} exists and is not a voice file"):
+            create_voice(base.path, base.work / "ref.wav", target, name="carl")
+        assert Path(target).read_bytes() == before
+
+
 def test_a_name_taken_beside_the_model_is_refused(base: Built, tmp_path: Path) -> None:
     """A second file beside the model named as a voice there would never be spoken (the first in name order is):
     refused before any work, naming the file; writing over that file, or another name, is fine."""

@@ -95,6 +95,7 @@ def create_voice(model: str | os.PathLike[str], reference: str | os.PathLike[str
     if out.suffix != ".gguf":
         raise InputError(f"{out}: a voice file's name ends in .gguf (a model finds the voice files beside it by it)")
     name = check_name(name if name is not None else out.name.removesuffix(".gguf"))
+    _check_replaceable(out)
     talker = GGUFFile(model)
     if talker.architecture != K.ARCH:
         raise GGUFError(f"{talker.path}: not a Qwen3-TTS model (architecture '{talker.architecture}')")
@@ -140,6 +141,21 @@ def create_voice(model: str | os.PathLike[str], reference: str | os.PathLike[str
         for n, t in state.items():
             writer.add_tensor(f"{V.DECODER_STATE}.{n}", t.reshape(-1))
     return writer.write()
+
+
+def _check_replaceable(out: Path) -> None:
+    """``out`` is new, or a voice file to write over; never another file (the model, its mmproj: ``-o`` naming one
+    by mistake would destroy it)."""
+    if not out.exists() and not out.is_symlink():
+        return
+    try:
+        architecture = GGUFFile(out).architecture
+    except (GGTTSError, OSError):
+        architecture = None
+    if architecture != V.ARCH:
+        what = f"a GGUF of '{architecture}'" if architecture else "not a GGUF file"
+        raise InputError(f"{out} exists and is not a voice file ({what}); voice create writes over voice files only: "
+                         "choose another -o")  # fmt: skip
 
 
 def read_voice(path: Path) -> ClonedVoice:
