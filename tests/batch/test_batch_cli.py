@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -256,6 +257,70 @@ def test_join_writes_the_items_in_order_with_pauses(text_job: Job, tiny_model: T
         assert int(section["START"]) == round(chapter["start"] * 1000)
         assert int(section["END"]) == round(chapter["end"] * 1000)
     assert all(int(a["END"]) <= int(b["START"]) for a, b in itertools.pairwise(sections))
+
+
+def test_a_join_inside_the_new_out_folder(tiny_model: TinyModel, tmp_path: Path) -> None:
+    """--join into --out on a first run: the job makes that folder, so the join's check does not refuse it."""
+    (tmp_path / "in.txt").write_text("One.\nTwo.\n", encoding="utf-8")
+    result = run_batch_cli("in.txt", "--out", "out", "-m", tiny_model.path, "--join", "out/book.wav", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert sf.info(str(tmp_path / "out" / "book.wav")).frames > 0
+
+
+def test_a_join_naming_an_items_own_file_is_refused(text_job: Job, tiny_model: TinyModel, tmp_path: Path) -> None:
+    job = text_job.copy(tmp_path / "job")
+    before = (job.out / "0001.wav").read_bytes()
+    result = _rerun(job, tiny_model, "--join", "out/0001.wav")
+    assert result.returncode == 1 and "--join out/0001.wav is item '0001''s own file" in result.stderr
+    assert (job.out / "0001.wav").read_bytes() == before
+
+
+def test_a_join_killed_outright_leaves_nothing_after_the_next(
+    text_job: Job, tiny_model: TinyModel, tmp_path: Path
+) -> None:
+    """kill -9 during a join leaves its temporary files beside the join (outside --out); the next join removes
+    them, and only them."""
+    job = text_job.copy(tmp_path / "job")
+    left = [".book.wav.x1y2.part", ".book.chapters.json.ab.part", ".book.ffmetadata.c_d.part"]
+    other = [".other.wav.x1y2.part", "book.wav.notes"]
+    for name in left + other:
+        (job.root / name).write_bytes(b"x")
+    result = _rerun(job, tiny_model, "--join", "book.wav")
+    assert result.returncode == 0, result.stderr
+    assert sorted(p.name for p in job.root.iterdir() if p.name.startswith(".") or p.name.endswith(".notes")) == sorted(
+        other
+    )
+
+
+def test_sigterm_interrupts_as_ctrl_c_does() -> None:
+    """The join runs where SIGTERM raises KeyboardInterrupt (its temporary file removed, exit 130), not where the
+    default action ends the process at once."""
+    from ggtts.batch.job import signals_interrupt
+
+    with pytest.raises(KeyboardInterrupt), signals_interrupt():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(60)  # (never reached: the handler raises at once)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_full_disk_is_one_error(tiny_model: TinyModel, tmp_path: Path) -> None:
+    """Files limited to 2 KB, as a disk that fills: each item's audio fails (recorded), then the manifest's own
+    write fails. One line naming the manifest, exit 1; no internal error, no half line left in the manifest."""
+    import resource
+
+    def full_disk() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG) instead of killing
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2048, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+    (tmp_path / "in.txt").write_text("".join(f"Line {n}.\n" for n in range(40)), encoding="utf-8")
+    command = batch_command("in.txt", "--out", "out", "-m", tiny_model.path)
+    result = subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=RUN_TIMEOUT_S,
+                            preexec_fn=full_disk, check=False)  # fmt: skip
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert "cannot write the manifest (File too large)" in lines[-1] and "internal error" not in result.stderr, lines
+    records = manifest_records(tmp_path / "out")  # every line whole JSON
+    assert records and all(r["status"] == "failed" for r in records)
 
 
 # ---- items that fail -------------------------------------------------------------------------------------------

@@ -243,3 +243,7 @@ def test_a_manifest_that_cannot_be_written_is_one_error(out_dir: Path) -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
         signal.signal(signal.SIGXFSZ, previous)
     assert "c" not in manifest.records
+    manifest.close()  # nothing left to write: no second error (the job's own error is the one the user sees)
+    text = (out_dir / MANIFEST_NAME).read_text(encoding="utf-8")
+    assert text.endswith("\n") and all(json.loads(line) for line in text.splitlines())  # no half line kept
+    assert Manifest(out_dir).damaged_lines == 0 and "c" not in Manifest(out_dir).records

@@ -43,8 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ggtts.audio import check_output_suffix
     from ggtts.batch.items import read_items
-    from ggtts.batch.job import check_job, run_batch, stop_on_signals
-    from ggtts.batch.join import check_pause, join_outputs
+    from ggtts.batch.job import check_job, run_batch, signals_interrupt, stop_on_signals
+    from ggtts.batch.join import check_join_target, check_pause, join_outputs
     from ggtts.batch.manifest import MANIFEST_NAME
     from ggtts.batch.work import JobSettings
     from ggtts.flags import LOAD, PER_CALL, PROG, given
@@ -53,10 +53,11 @@ def run(args: argparse.Namespace) -> int:
     out_dir = Path(args.out)  # everything here is checked before any work
     if args.float and args.format != "wav":
         raise GGTTSError("--float applies to WAV only; leave it out or use --format wav")
-    if args.join is not None:
-        check_output_suffix(args.join)
+    join = Path(args.join) if args.join is not None else None
+    if join is not None:
+        check_output_suffix(join)
         check_pause(args.pause)
-        check_writable(args.join)
+        check_writable(join, new_folders=join.parent.resolve() == out_dir.resolve())  # the job makes --out
     check_writable(out_dir / MANIFEST_NAME, new_folders=True)  # the job makes its folder
     items = read_items(args.input, args.split)
     options = given(args, PER_CALL)  # no --progress here: the batch has its own bar
@@ -71,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
         load_options={**given(args, LOAD), **_companions(options)},
     )
     check_job(settings, local=args.ray is None, items=items)
+    if join is not None:
+        check_join_target(join, items, settings)
     stop = threading.Event()
     workers = args.workers if args.workers is not None else (0 if args.ray is not None else 1)
 
@@ -103,12 +106,13 @@ def run(args: argparse.Namespace) -> int:
     if failures:
         more = f" ({len(failures) - SHOWN_FAILURES} more in the manifest)" if len(failures) > SHOWN_FAILURES else ""
         say(f"{len(failures)} items have no audio{more}")
-        if args.join is not None:
-            say(f"not joined: {args.join} needs every item")
+        if join is not None:
+            say(f"not joined: {join} needs every item")
         return EXIT_FAILED_ITEMS
-    if args.join is not None:
-        chapters = join_outputs(items, result.records, out_dir, Path(args.join), args.pause)
-        say(f"joined {len(chapters)} items into {args.join} (chapters beside it)")
+    if join is not None:
+        with signals_interrupt():  # SIGTERM too ends the join as Ctrl-C does: its temporary files removed, 130
+            chapters = join_outputs(items, result.records, out_dir, join, args.pause)
+        say(f"joined {len(chapters)} items into {join} (chapters beside it)")
     return 0
 
 

@@ -6,10 +6,12 @@ audiobook with chapters). Items are read back one at a time: an hours-long join 
 
 from __future__ import annotations
 
+import contextlib
+import glob
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import soundfile as sf
@@ -18,7 +20,10 @@ from ggtts.audio import check_output_suffix, encoded_rate, resample, soundfile_f
 from ggtts.batch.items import Item
 from ggtts.batch.manifest import DONE
 from ggtts.errors import GGTTSError, InputError
-from ggtts.fsutil import atomic_output
+from ggtts.fsutil import PART_SUFFIX, atomic_output
+
+if TYPE_CHECKING:
+    from ggtts.batch.work import JobSettings
 
 TITLE_CHARS = 60  # an item without a title is named by the start of its text
 MS_PER_S = 1000
@@ -39,6 +44,23 @@ def check_pause(pause_s: float) -> float:
     return pause_s
 
 
+def check_join_target(target: Path, items: Sequence[Item], settings: JobSettings) -> None:
+    """The joined file must not be one of the items' own files (it would be replaced by the whole, and spoken and
+    joined again on every run)."""
+    where = target.resolve()
+    for item in items:
+        if (settings.out_dir / settings.output(item)).resolve() == where:
+            raise InputError(f"--join {target} is item '{item.id}''s own file; join into a file of its own")
+
+
+def _remove_stale_parts(target: Path, names: Sequence[str]) -> None:
+    """The temporary files a join killed outright (``kill -9``) left beside ``target``: those of its own names."""
+    for name in names:
+        for part in target.parent.glob(f".{glob.escape(name)}.*{PART_SUFFIX}"):
+            with contextlib.suppress(OSError):
+                part.unlink()
+
+
 def join_outputs(
     items: Sequence[Item], records: dict[str, dict[str, Any]], out_dir: Path, target: Path, pause_s: float
 ) -> list[dict[str, Any]]:
@@ -57,6 +79,7 @@ def join_outputs(
     rate = encoded_rate(suffix.lstrip("."), items_rate)  # (as Audio.write_to encodes)
     silence = np.zeros(round(pause_s * rate), dtype=np.float32)
     chapters: list[dict[str, Any]] = []
+    _remove_stale_parts(target, [target.name, *(p.name for p in _chapter_files(target))])
     position = 0
     with atomic_output(target) as tmp, sf.SoundFile(tmp, "w", rate, 1, subtype, format=fmt) as out:
         for n, item in enumerate(items):
@@ -73,17 +96,23 @@ def join_outputs(
     return chapters
 
 
-def _write_chapters(target: Path, chapters: list[dict[str, Any]]) -> None:
+def _chapter_files(target: Path) -> tuple[Path, Path]:
+    """The chapters beside ``target``: as JSON, and as ffmpeg's metadata."""
     stem = target.with_suffix("")
+    return stem.with_name(stem.name + ".chapters.json"), stem.with_name(stem.name + ".ffmetadata")
+
+
+def _write_chapters(target: Path, chapters: list[dict[str, Any]]) -> None:
+    as_json, as_ffmetadata = _chapter_files(target)
     doc = {"audio": target.name, "chapters": chapters}
-    with atomic_output(stem.with_name(stem.name + ".chapters.json")) as tmp:
+    with atomic_output(as_json) as tmp:
         tmp.write_text(json.dumps(doc, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     lines = [";FFMETADATA1"]
     for c in chapters:
         title = _ffmeta_escape(c["title"])
         start, end = round(c["start"] * MS_PER_S), round(c["end"] * MS_PER_S)
         lines += ["[CHAPTER]", "TIMEBASE=1/1000", f"START={start}", f"END={end}", f"title={title}"]
-    with atomic_output(stem.with_name(stem.name + ".ffmetadata")) as tmp:
+    with atomic_output(as_ffmetadata) as tmp:
         tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 

@@ -14,7 +14,7 @@ import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from ggtts.errors import GGTTSError
 from ggtts.fsutil import file_sha256
@@ -33,7 +33,7 @@ class Manifest:
         self.path = out_dir / MANIFEST_NAME
         self.records: dict[str, dict[str, Any]] = {}
         self.damaged_lines = 0
-        self._file: IO[str] | None = None
+        self._fd: int | None = None  # opened at the first record
         if self.path.exists():
             self._read()
 
@@ -69,25 +69,37 @@ class Manifest:
         return record.get("status") == FAILED and record.get("key") == key
 
     def append(self, record: dict[str, Any]) -> None:
-        """Add ``record`` as one line, flushed and synced: after a kill, what was appended is there."""
-        if self._file is None:
-            self._file = self._open()
+        """Add ``record`` as one line, written unbuffered and synced: after a kill, what was appended is there. A
+        line that cannot be written whole (a full disk) is taken back, so the manifest never holds half of one."""
+        if self._fd is None:
+            self._fd = self._open()
+        data = memoryview((json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
         try:
-            self._file.write(json.dumps(record, ensure_ascii=False) + "\n")
-            self._file.flush()
-            os.fsync(self._file.fileno())
+            size = os.fstat(self._fd).st_size
+        except OSError as e:
+            raise GGTTSError(f"{self.path}: cannot write the manifest ({e.strerror or e})") from None
+        try:
+            while data:
+                data = data[os.write(self._fd, data) :]
+            os.fsync(self._fd)
         except OSError as e:  # a full disk, say: the job cannot go on without its record
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, size)
             raise GGTTSError(f"{self.path}: cannot write the manifest ({e.strerror or e})") from None
         self.records[record["id"]] = record
 
-    def _open(self) -> IO[str]:
+    def _open(self) -> int:
         try:
-            f = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the job
-            if not self._ends_a_line():  # a last line cut short by a kill must not run into the next record
-                f.write("\n")
-            return f
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         except OSError as e:
             raise GGTTSError(f"{self.path}: cannot write the manifest ({e.strerror})") from None
+        try:
+            if not self._ends_a_line():  # a last line cut short by a kill must not run into the next record
+                os.write(fd, b"\n")
+        except OSError as e:
+            os.close(fd)
+            raise GGTTSError(f"{self.path}: cannot write the manifest ({e.strerror})") from None
+        return fd
 
     def _ends_a_line(self) -> bool:
         """Whether the file is empty or ends with a newline (read as bytes: a cut may split a character)."""
@@ -99,9 +111,9 @@ class Manifest:
             return f.read(1) == b"\n"
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._fd is not None:
+            os.close(self._fd)  # nothing is buffered: every line was written and synced by append
+            self._fd = None
 
 
 @contextlib.contextmanager
