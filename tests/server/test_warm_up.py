@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -34,11 +36,8 @@ def test_each_model_is_warmed_up_and_a_failure_is_only_logged(
     assert "could not warm up model 'bad' (bad.gguf): no such language" in caplog.text
 
 
-def test_precision_and_compile_reach_every_models_loader(monkeypatch: pytest.MonkeyPatch) -> None:
-    import argparse
-
-    from ggtts.server import add_arguments, load_options
-
+def _loads_asked(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, dict[str, object]]]:
+    """What each load is asked for (source, options), with the loader replaced by one making a ``Model``."""
     asked: list[tuple[str, dict[str, object]]] = []
 
     def load(source: str, **options: object) -> Model:
@@ -46,8 +45,22 @@ def test_precision_and_compile_reach_every_models_loader(monkeypatch: pytest.Mon
         return Model(fail=False)
 
     monkeypatch.setattr(api, "load", load)
+    return asked
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    from ggtts.server import add_arguments
+
     parser = argparse.ArgumentParser()
     add_arguments(parser)
+    return parser
+
+
+def test_precision_and_compile_reach_every_models_loader(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ggtts.server import load_options
+
+    asked = _loads_asked(monkeypatch)
+    parser = _serve_parser()
     args = parser.parse_args(["-m", "a=a.gguf", "-m", "b=b.gguf", "--precision", "bfloat16", "--compile"])
     models = load_models(args.model, load_options(args))
     device = resolve_device("auto")  # cpu here
@@ -59,3 +72,40 @@ def test_precision_and_compile_reach_every_models_loader(monkeypatch: pytest.Mon
     assert load_options(parser.parse_args(["--device", "cpu"])) == {"device": "cpu"}
     with pytest.raises(SystemExit):
         parser.parse_args(["--precision", "float16"])
+
+
+def _skeleton(path: Path) -> Path:
+    """A GGUF of ``path``'s stem as its architecture and nothing else: its family is known from it."""
+    import gguf
+
+    writer = gguf.GGUFWriter(str(path), path.stem)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+def test_several_models_each_get_the_load_options_their_family_takes(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`ggtts serve -m kokoro -m piper --compile` (Kokoro's option): Kokoro gets it, Piper does not; an option no
+    served model takes, or a value a model's family refuses, is refused before any model loads."""
+    from ggtts.errors import InputError
+    from ggtts.server import load_options
+
+    kokoro, piper = _skeleton(tmp_path / "kokoro.gguf"), _skeleton(tmp_path / "piper.gguf")
+    asked = _loads_asked(monkeypatch)
+    parser = _serve_parser()
+    served = ["-m", f"k={kokoro}", "-m", f"p={piper}"]
+    load_models([f"k={kokoro}", f"p={piper}"], load_options(parser.parse_args([*served, "--compile"])))
+    device = resolve_device("auto")
+    assert asked == [(str(kokoro), {"compile": True, "device": device}), (str(piper), {"device": device})]
+    asked.clear()
+    with pytest.raises(
+        InputError, match=r"no model served takes the load option 'parallel' \(k \(kokoro\), p \(piper\)\)"
+    ):
+        load_models([f"k={kokoro}", f"p={piper}"], {"parallel": 2})
+    with pytest.raises(InputError, match=r"^model 'k': unknown precision 'float8'"):
+        load_models([f"k={kokoro}", f"p={piper}"], {"precision": "float8"})
+    assert asked == []  # nothing loaded

@@ -7,6 +7,7 @@ FastAPI and uvicorn are imported only when the server starts, so the rest of ggt
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import functools
 import logging
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ggtts.api import DEFAULT_MODEL
-from ggtts.errors import GGTTSError
+from ggtts.errors import GGTTSError, InputError
 from ggtts.flags import LOAD, PER_CALL, add_flags, family_flags
 from ggtts.runtime.device import device_memory_error
 from ggtts.runtime.threads import add_threads_argument, models_on_their_threads
@@ -88,18 +89,21 @@ def model_names(specs: Sequence[str]) -> list[tuple[str, str]]:
 def load_models(
     specs: Sequence[str], options: Mapping[str, Any] | None = None, replicas: int = 1
 ) -> dict[str, list[TTSModel]]:
-    """Load and warm up ``replicas`` copies of each model; ``options`` (``precision``, ``compile``) go to every
-    model's loader, which refuses one its family does not take."""
+    """Load and warm up ``replicas`` copies of each model. ``options`` (``precision``, ``compile``): with one
+    model, all go to its loader, which refuses one its family does not take; with several, each model gets those
+    its family takes (:func:`options_per_model`), all checked before any model loads."""
     from ggtts.api import load
 
+    named = model_names(specs)
+    own = options_per_model(named, options or {})
     models: dict[str, list[TTSModel]] = {}
-    for name, source in model_names(specs):
+    for name, source in named:
         copies = models.setdefault(name, [])
         for copy in range(replicas):
             which = f" (copy {copy + 1} of {replicas})" * (replicas > 1)
             log.info("loading model '%s' from %s%s", name, source, which)
             try:
-                model = load(None if source == DEFAULT_MODEL else source, **(options or {}))
+                model = load(None if source == DEFAULT_MODEL else source, **own[name])
                 copies.append(model)
                 try:
                     model.warm_up()  # the first request pays neither for the text frontend nor for compiling
@@ -111,6 +115,40 @@ def load_models(
                     raise
                 raise error from None
     return models
+
+
+def options_per_model(named: Sequence[tuple[str, str]], options: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each served model's load options. Several models of different families share one command line, so a
+    family's own option (Kokoro's ``compile``, OuteTTS's ``parallel`` or ``speaker``) goes to the models whose
+    family takes it, checked there (from their files' metadata, before any model loads); one that no served model
+    takes is refused. One model gets them all (its loader says which it does not take), as does a file that does
+    not open (its loader says why)."""
+    from ggtts.api import resolve_model_path
+    from ggtts.families import family_for
+    from ggtts.gguf import GGUFFile
+
+    if len(named) < 2:
+        return {name: dict(options) for name, _ in named}
+    families = {}
+    for name, source in named:
+        with contextlib.suppress(GGTTSError):
+            families[name] = family_for(GGUFFile(resolve_model_path(None if source == DEFAULT_MODEL else source)))
+    for key in options:
+        if families and all(key not in family.load_option_names() for family in families.values()):
+            served = ", ".join(f"{name} ({family.name})" for name, family in families.items())
+            raise InputError(f"no model served takes the load option '{key}' ({served})")
+    own = {}
+    for name, _ in named:
+        family = families.get(name)
+        if family is None:
+            own[name] = dict(options)
+            continue
+        own[name] = {key: value for key, value in options.items() if key in family.load_option_names()}
+        try:
+            family.check_load_options(own[name])
+        except InputError as e:
+            raise InputError(f"model '{name}': {e}") from None
+    return own
 
 
 def run(models: Mapping[str, TTSModel | Sequence[TTSModel]], settings: ServerSettings, host: str, port: int) -> None:
