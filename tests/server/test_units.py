@@ -379,6 +379,33 @@ def test_a_model_of_parallel_streams_serves_them_at_once() -> None:
     speaker.shutdown()
 
 
+class _OtherVoices(ToneModel):
+    @property
+    def voices(self) -> list[str]:
+        return ["alto"]
+
+    def stream(self, text: str, voice: str | None = None, speed: float = 1.0, **options: Any) -> Iterator[Audio]:
+        return super().stream(text, "high", speed, **options)
+
+
+def test_openais_model_names_take_a_voice_to_the_model_that_has_it() -> None:
+    """Open WebUI lists every model's voices and sends its choice with OpenAI's model name: a voice of another
+    served model goes to that model; a named model, or a voice the default model has, stays where it is asked."""
+    app = create_app({"t": ToneModel(), "o": _OtherVoices()}, ServerSettings())
+    with TestClient(app) as client:
+
+        def pcm(body: dict[str, Any]) -> bytes:
+            response = client.post(SPEECH, json={"input": "one two", "response_format": "pcm", **body})
+            assert response.status_code == 200, response.text
+            return response.content
+
+        alto = pcm({"model": "o", "voice": "alto"})
+        assert pcm({"model": "tts-1", "voice": "alto"}) == alto == pcm({"voice": "alto"})
+        assert pcm({"model": "tts-1", "voice": "low"}) == pcm({"model": "t", "voice": "low"}) != alto
+        refused = client.post(SPEECH, json={"input": "one", "model": "t", "voice": "alto"})
+        assert refused.status_code == 400 and "not available for model 't'" in refused.text
+
+
 def test_a_request_goes_to_the_least_loaded_copy() -> None:
     speaker = speaking.Speaker({"t": [ToneModel(), ToneModel()], "u": ToneModel()}, ServerSettings(max_queue=0))
     first, second = speaker.replicas["t"]

@@ -169,6 +169,17 @@ class Speaker:
             )
         return min(self.replicas[name], key=lambda w: w.admitted)  # the least loaded copy (the first on a tie)
 
+    def model_for_voice(self, model: str | None, voice: str | None) -> str | None:
+        """The model a request asks for: ``model``, unless it stands for the default model (none, or one of OpenAI's
+        names) and ``voice`` is not the default model's but another served model's: then the first such model.
+        Open WebUI sends the choice of its voice menu (``/v1/audio/voices``: every model's) with OpenAI's model name,
+        as Wyoming's clients send a voice alone."""
+        if voice is None or not (model is None or (model in OPENAI_MODELS and model not in self.workers)):
+            return model
+        if voice in self.workers[self.default_model].model.voices:
+            return model
+        return next((name for name, w in self.workers.items() if voice in w.model.voices), model)
+
     def text_stream(self, model_name: str | None) -> TextStream:
         """A stream of text arriving in pieces, to be spoken by the model ``model_name`` stands for
         (:meth:`worker_for`): its first stretch may end at a clause as short as the model's family allows (Kokoro's
@@ -196,7 +207,7 @@ class Speaker:
                     check_unicode(value)
                 except InputError as e:
                     raise ApiError(400, f"{field}: {e}", code="invalid_value", param=field) from None
-        worker = self.worker_for(body.model)
+        worker = self.worker_for(self.model_for_voice(body.model, body.voice_name))
         voice = check_voice(worker, body.voice_name)
         text = check_input(body.input, self.settings.max_input_chars)
         fmt = body.response_format
