@@ -169,6 +169,24 @@ def test_command_line_refuses_an_unknown_language(custom: Built, tmp_path: Path)
     assert not wav.exists()
 
 
+def test_kokoro_fastapis_lang_code_is_the_language(custom: Built) -> None:
+    """Kokoro-FastAPI's clients send lang_code: for Qwen3-TTS it is the language option (as options.language)."""
+    from fastapi.testclient import TestClient
+
+    from ggtts.server.app import create_app
+    from ggtts.server.settings import ServerSettings
+
+    body = {"input": TEXT, "voice": "vivian", "response_format": "pcm", "stream": False}
+    sampling = {"temperature": 0, "max_frames": 6}
+    with TestClient(create_app({"cv": load(custom.path)}, ServerSettings())) as client:
+        by_code = client.post("/v1/audio/speech", json={**body, "lang_code": "zh", "options": sampling})
+        by_option = client.post("/v1/audio/speech", json={**body, "options": {**sampling, "language": "zh"}})
+        english = client.post("/v1/audio/speech", json={**body, "lang_code": "en", "options": sampling})
+        unknown = client.post("/v1/audio/speech", json={**body, "lang_code": "xx", "options": sampling})
+    assert by_code.status_code == 200 and by_code.content == by_option.content != english.content
+    assert unknown.status_code == 400 and "unknown language 'xx'" in unknown.json()["error"]["message"]
+
+
 def test_the_graphed_frame_takes_the_talkers_width(custom: Built) -> None:
     """The code predictor's whole-frame CUDA graph code, run eagerly (capture=False) where the code predictor is
     narrower than the talker (proj_in): the same codes and embedding sum as the host loop."""

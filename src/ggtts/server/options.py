@@ -36,7 +36,7 @@ def served_options(family: Family | None) -> list[dataclasses.Field[Any]]:
     """The per-call options of ``family`` that a request's ``options`` object takes."""
     if family is None:
         return []
-    aliased = set(OPTION_FIELDS.values())
+    aliased = {options[0] for options in OPTION_FIELDS.values()}  # (Qwen3-TTS's language is in options too)
     return [
         f
         for f in dataclasses.fields(family.options)

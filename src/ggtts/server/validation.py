@@ -19,8 +19,9 @@ if TYPE_CHECKING:
 
 UNPROCESSABLE = 422
 BAD_REQUEST = 400
-# request fields that carry a family option -> the option
-OPTION_FIELDS = {"lang_code": "lang", "normalization_options": "normalization"}
+# request fields that carry a family option -> the options it may be, the first the family has (Kokoro's lang,
+# Qwen3-TTS's language)
+OPTION_FIELDS = {"lang_code": ("lang", "language"), "normalization_options": ("normalization",)}
 
 
 def _field(error: dict[str, Any]) -> str | None:
@@ -98,7 +99,8 @@ def check_download_link(body: SpeechRequest) -> None:
 
 
 def family_options(name: str, model: TTSModel, body: SpeechRequest) -> dict[str, Any]:
-    """The family options ``body`` asks of model ``name``: ``lang_code`` as ``lang``, ``normalization_options`` as
+    """The family options ``body`` asks of model ``name``: ``lang_code`` as ``lang`` (or ``language``, the family
+    having that instead), ``normalization_options`` as
     ``normalization`` (only when it asks for other than ggtts's full normalization, what every model does anyway).
     Checked by the model's family before any work: a 400 naming the field when it has no such option or refuses
     the value.
@@ -115,8 +117,9 @@ def family_options(name: str, model: TTSModel, body: SpeechRequest) -> dict[str,
     family = model.family
     options: dict[str, Any] = {}
     for field, value in asked.items():
-        option = OPTION_FIELDS[field]
-        if family is None or option not in family.option_names():
+        taken = family.option_names() if family is not None else []
+        option = next((o for o in OPTION_FIELDS[field] if o in taken), None)
+        if family is None or option is None:
             if _sent_unasked(field, body):
                 continue
             raise ApiError(BAD_REQUEST, _no_option(name, model, body, field), code="unsupported_value", param=field)
