@@ -159,6 +159,10 @@ def test_without_a_codec_it_says_how_to_give_one(files: tuple[Path, Path], tmp_p
         ggtts.load(alone).synthesize("Hello world.", codec=str(files[1]))
     tts = ggtts.load(alone, codec=str(files[1]))
     assert len(tts.synthesize("Hello world.", max_frames=4, codec=str(files[1]))) == 4 * 64  # the one loaded
+    for name in ("codec-a.gguf", "codec-b.gguf"):  # two beside it: neither is guessed, and the message says so
+        shutil.copy(files[1], tmp_path / name)
+    with pytest.raises(InputError, match=r"no codec: .*\(2 are beside it, codec-a.gguf, codec-b.gguf: which one"):
+        ggtts.load(alone).synthesize("Hello world.")
 
 
 def test_cli_speak_names_the_codec_and_voice(files: tuple[Path, Path], tmp_path: Path) -> None:

@@ -530,6 +530,12 @@ def check_option_values(options_type: type, options: Mapping[str, Any]) -> None:
 def find_beside(model_path: Path, architecture: str, matches: Callable[[GGUFFile], bool] | None = None) -> Path | None:
     """The only GGUF of ``architecture`` (and, where given, that ``matches``) in the model's folder, if there is
     exactly one (a companion file)."""
+    found = files_beside(model_path, architecture, matches)
+    return found[0] if len(found) == 1 else None
+
+
+def files_beside(model_path: Path, architecture: str, matches: Callable[[GGUFFile], bool] | None = None) -> list[Path]:
+    """Every GGUF of ``architecture`` (that ``matches``) in the model's folder but the model, in name order."""
     from ggtts.errors import GGTTSError
     from ggtts.gguf import GGUFFile
 
@@ -543,7 +549,15 @@ def find_beside(model_path: Path, architecture: str, matches: Callable[[GGUFFile
                 found.append(p)
         except GGTTSError:
             continue
-    return found[0] if len(found) == 1 else None
+    return found
+
+
+def not_found_beside(model_path: Path, architecture: str, matches: Callable[[GGUFFile], bool] | None = None) -> str:
+    """Why :func:`find_beside` found no companion, to end a message: several beside the model (which?), or none."""
+    found = files_beside(model_path, architecture, matches)
+    if len(found) < 2:
+        return ""
+    return f" ({len(found)} are beside it, {', '.join(p.name for p in found)}: which one is not guessed)"
 
 
 def _accept(gguf: GGUFFile) -> str | None:

@@ -19,7 +19,7 @@ import torch
 
 from ggtts.audio import Audio
 from ggtts.errors import GGUFError, InputError
-from ggtts.families.base import MAX_SEED, NothingToSay, Request, TTSModel, find_beside
+from ggtts.families.base import MAX_SEED, NothingToSay, Request, TTSModel, find_beside, not_found_beside
 from ggtts.families.magpie import CODEC_ARCH, FAMILY, MagpieOptions
 from ggtts.families.magpie.generate import GenerationParams, MagpieGenerator, Utterance
 from ggtts.families.magpie.lanes import MagpieLanes
@@ -200,6 +200,7 @@ class MagpieTTSPipeline(TTSModel):
         if codec is None:
             raise InputError(
                 f"{self.path}: no codec: put the nano-codec GGUF beside the model or load it with codec=PATH (--codec)"
+                + not_found_beside(Path(self.path), CODEC_ARCH)
             )
         if not any(ch.isalnum() for ch in text):  # punctuation alone: the tokenizers would speak its symbols
             raise NothingToSay(text)

@@ -20,7 +20,15 @@ import torch
 
 from ggtts.audio import Audio
 from ggtts.errors import GGTTSError, GGUFError, InputError
-from ggtts.families.base import Request, TTSModel, UnknownVoiceError, VoiceMix, find_beside, read_first
+from ggtts.families.base import (
+    Request,
+    TTSModel,
+    UnknownVoiceError,
+    VoiceMix,
+    find_beside,
+    not_found_beside,
+    read_first,
+)
 from ggtts.families.outetts import FAMILY, OuteTTSOptions
 from ggtts.families.outetts.prompt import (
     CODE_TOKEN,
@@ -241,7 +249,7 @@ class OuteTTS(TTSModel):
         if self.vocoder is None:
             raise GGTTSError(
                 f"{self.path}: OuteTTS needs a WavTokenizer vocoder: put one wavtokenizer-dec .gguf next to the model, "
-                "or load it with vocoder=PATH (--vocoder)"
+                "or load it with vocoder=PATH (--vocoder)" + not_found_beside(Path(self.path), WavTokenizerDec.ARCH)
             )
         return self.vocoder
 

@@ -25,7 +25,16 @@ from torch import nn
 
 from ggtts.audio import Audio
 from ggtts.errors import GGUFError, InputError
-from ggtts.families.base import MAX_SEED, NothingToSay, Request, TTSModel, VoiceMix, find_beside, read_first
+from ggtts.families.base import (
+    MAX_SEED,
+    NothingToSay,
+    Request,
+    TTSModel,
+    VoiceMix,
+    find_beside,
+    not_found_beside,
+    read_first,
+)
 from ggtts.families.qwen3omni import FAMILY, REPLY_TOKENS, TALKER_ARCH, Qwen3OmniOptions, audio_encoder_beside
 from ggtts.families.qwen3omni.generate import TalkerSampling, decoded_frames, talker_decoder
 from ggtts.families.qwen3omni.prompt import AUDIO_MARKERS, AudioIds, TalkerInputs, chat_prompt, talker_inputs
@@ -154,7 +163,7 @@ class Qwen3OmniPipeline(TTSModel):
         if path is None:
             raise InputError(
                 f"{gguf.path}: Qwen3-Omni speaks through its talker: put the qwen3omni-talker GGUF beside the "
-                "thinker or name it with --talker / talker="
+                "thinker or name it with --talker / talker=" + not_found_beside(Path(gguf.path), TALKER_ARCH)
             )
         talker_gguf = GGUFFile(path)
         if talker_gguf.architecture != TALKER_ARCH:

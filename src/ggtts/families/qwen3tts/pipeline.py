@@ -18,7 +18,7 @@ import torch
 
 from ggtts.audio import Audio
 from ggtts.errors import GGUFError, InputError
-from ggtts.families.base import NothingToSay, Request, TTSModel, VoiceMix
+from ggtts.families.base import NothingToSay, Request, TTSModel, VoiceMix, not_found_beside
 from ggtts.families.qwen3omni.generate import TalkerSampling
 from ggtts.families.qwen3omni.pipeline import (
     FrameSpeech,
@@ -29,10 +29,11 @@ from ggtts.families.qwen3omni.pipeline import (
     talker_sampling,
     warm_talker,
 )
-from ggtts.families.qwen3tts import FAMILY, Qwen3TTSOptions, find_mmproj, language_name
+from ggtts.families.qwen3tts import FAMILY, Qwen3TTSOptions, find_mmproj, is_mmproj, language_name
 from ggtts.families.qwen3tts.prompt import ROLE, instruct_text, talker_inputs
 from ggtts.families.qwen3tts.voices import ClonedVoice, voices_beside
 from ggtts.gguf import GGUFFile
+from ggtts.gguf.keys import Qwen3TTS as K
 from ggtts.models.qwen2.tokenizer import BPETokenizer
 from ggtts.models.qwen3omni_code2wav.model import Code2WavStream
 from ggtts.models.qwen3tts.config import MIN_FRAMES
@@ -93,6 +94,7 @@ class Qwen3TTSPipeline(TTSModel):
             raise InputError(
                 f"{gguf.path}: Qwen3-TTS needs its mmproj file (code predictor and speech decoder): put "
                 f"mmproj-{Path(gguf.path).name} beside it or name it with --mmproj / mmproj="
+                + not_found_beside(Path(gguf.path), K.CLIP_ARCH, is_mmproj)
             )
         model = cls(gguf, GGUFFile(path), device, precision)
         model.lanes = talker_lanes(model.talker, parallel)
