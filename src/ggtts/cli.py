@@ -76,7 +76,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     else:
         print(f"architecture: {g.architecture}")
         print(f"family: {family.name} ({family.description})")
-        print(f"capabilities: {family.describe_capabilities()}")
+        print(f"capabilities: {family.describe_capabilities(g)}")
         voices = family.voices(g)
         print(f"voices ({len(voices)}): {', '.join(voices)}")
     print("metadata:")

@@ -179,6 +179,17 @@ def test_cli_speak_names_the_codec_and_voice(files: tuple[Path, Path], tmp_path:
     assert not (tmp_path / "x.wav").exists()
 
 
+def test_info_gives_the_languages_the_file_speaks(files: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """The family's list is what files may hold; the tiny model's tokenizers speak English only."""
+    import ggtts
+    from ggtts.cli import main
+
+    assert main(["info", str(files[0])]) == 0
+    assert "capabilities: fixed speed; languages en; " in capsys.readouterr().out
+    with pytest.raises(ggtts.InputError, match="no tokenizer for language 'es'; it speaks en"):
+        ggtts.load(files[0]).synthesize("Hola.", lang="es")
+
+
 @pytest.mark.parametrize("out_type", ["f16", "q8_0"])
 def test_f16_and_q8_0_files_run_as_stored_and_stay_close(files: tuple[Path, Path], out_type: str) -> None:
     """Linear maps and pointwise feed-forwards run in the stored type (ggml), and the decoder's output stays near

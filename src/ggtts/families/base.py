@@ -6,6 +6,7 @@ server are all built from the list of records (:mod:`ggtts.families`).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import itertools
@@ -596,6 +597,8 @@ class Family:
     # is left for the model to check
     more_voices_at_load: bool = False
     voice_traits: Callable[[str], dict[str, str]] = _no_traits  # what a voice's name tells: language, gender
+    # the ``lang`` codes a file itself speaks, where the capabilities list what the family's files may hold
+    file_languages: Callable[[GGUFFile], Sequence[str]] | None = None
     companions: tuple[Companion, ...] = ()
     # files of its own it writes and reads beside a model, by GGUF architecture: what each is (``ggtts info``)
     side_files: Mapping[str, str] = field(default_factory=dict)
@@ -631,12 +634,19 @@ class Family:
             return value
         return check_speed(speed, (low, high))
 
-    def describe_capabilities(self) -> str:
+    def describe_capabilities(self, gguf: GGUFFile | None = None) -> str:
+        """What the family's models do; with ``gguf``, the languages that file speaks where it says."""
+        from ggtts.errors import GGTTSError
+
         c = self.capabilities
+        languages: Sequence[str] = c.languages
+        if gguf is not None and self.file_languages is not None:
+            with contextlib.suppress(GGTTSError):
+                languages = self.file_languages(gguf)
         parts = [f"speed {c.speed[0]:g} to {c.speed[1]:g}" if c.speed[0] != c.speed[1] else "fixed speed"]
         parts += ["voice blends"] if c.blending else []
         parts += ["phoneme input"] if c.phonemes else []
-        parts += [f"languages {', '.join(c.languages)}"] if c.languages else []
+        parts += [f"languages {', '.join(languages)}"] if languages else []
         parts += [f"up to {c.max_input_chars} characters"]
         parts += ["streaming"] if c.streaming else []
         parts += ["word timestamps"] if c.timestamps else []

@@ -10,7 +10,7 @@ model trained on it. Pipeline: :mod:`ggtts.families.magpie.pipeline`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ggtts.families.base import (
     Capabilities,
@@ -26,6 +26,9 @@ from ggtts.families.base import (
 )
 from ggtts.gguf.keys import Magpie as K
 from ggtts.gguf.keys import NanoCodec as NanoCodecKeys
+
+if TYPE_CHECKING:
+    from ggtts.gguf import GGUFFile
 
 MAX_CHARS = 5000
 LANGUAGES = ("en", "es", "de", "fr", "it", "vi", "zh", "hi", "ja", "pt", "ko", "ar")  # what checkpoints may hold
@@ -87,6 +90,13 @@ def voices(gguf: object) -> list[str]:
     return list(gguf.get_list(K.SPEAKER_NAMES, [f"speaker{i}" for i in range(n)]))
 
 
+def _file_languages(gguf: GGUFFile) -> tuple[str, ...]:
+    """The languages the file's tokenizers speak (a file holds some of :data:`LANGUAGES`; magpie-tts.cpp's: en)."""
+    from ggtts.families.magpie.text import MagpieText
+
+    return MagpieText(gguf, eos_id=0).spoken  # (the end token plays no part in which languages there are)
+
+
 FAMILY = Family(
     name="magpie",
     description="NVIDIA Magpie TTS: an encoder-decoder transformer writing NeMo nano-codec codes (22.05 kHz)",
@@ -97,10 +107,11 @@ FAMILY = Family(
     capabilities=Capabilities(
         speed=(1.0, 1.0),
         languages=LANGUAGES,
-        speaks=("en",),
-        max_input_chars=MAX_CHARS,  # lang's default
+        speaks=("en",),  # lang's default (Wyoming cannot set lang)
+        max_input_chars=MAX_CHARS,
     ),
     voices=voices,  # type: ignore[arg-type]
+    file_languages=_file_languages,
     companions=(
         Companion("codec", CODEC_ARCH, "codec GGUF for Magpie (nano-codec); default: the only one beside the model"),
     ),
