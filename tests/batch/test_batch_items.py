@@ -4,6 +4,7 @@ problem an InputFileError that names the file and (for text and JSONL) the line,
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -111,7 +112,8 @@ def test_folder_of_text_files(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("files", "message"),
     [
-        pytest.param({"bad name.txt": "x"}, "bad name.txt: id 'bad name' cannot name a file", id="space-in-name"),
+        pytest.param({"bad .txt": "x"}, "bad .txt: id 'bad ' cannot name a file", id="space-last"),
+        pytest.param({"a<b.txt": "x"}, "a<b.txt: id 'a<b' cannot name a file", id="a-mark-windows-refuses"),
         pytest.param({"-dash.txt": "x"}, "-dash.txt: id '-dash' cannot name a file", id="leading-dash"),
         pytest.param({"A.txt": "x", "a.txt": "y"}, r"a.txt: id 'a' is also used at .*A.txt", id="case-duplicate"),
         pytest.param({"notes.md": "x", ".hidden.txt": "y"}, "no items to speak", id="nothing-but-skipped-files"),
@@ -168,6 +170,34 @@ def test_jsonl_fields(tmp_path: Path) -> None:
     assert items[4] == Item(id="x", text="Nulls are not given.", where=f"{path}:6")
 
 
+def test_a_json_file_holds_an_array_of_items_or_json_lines(tmp_path: Path) -> None:
+    """A corpus saved as .json: an array of item objects, or JSON Lines under that name (as it is often saved);
+    never its lines spoken as text."""
+    objects = [{"id": "ch-01", "text": "Hello there."}, {"text": "No id."}]
+    array = _write(tmp_path / "array.json", json.dumps(objects, indent=2))
+    lines = _write(tmp_path / "lines.json", _jsonl(*objects))
+    one = _write(tmp_path / "one.json", json.dumps(objects[0], indent=2))  # one object on several lines
+    assert [(i.id, i.text, i.where) for i in read_items(array)] == [
+        ("ch-01", "Hello there.", f"{array}: item 1"),
+        ("0002", "No id.", f"{array}: item 2"),
+    ]
+    assert [(i.id, i.text) for i in read_items(lines)] == [("ch-01", "Hello there."), ("0002", "No id.")]
+    assert [(i.id, i.text) for i in read_items(one)] == [("ch-01", "Hello there.")]
+    with pytest.raises(InputFileError, match=rf"{re.escape(str(lines))}:3: not a JSON object"):
+        read_items(_write(lines, _jsonl(*objects) + "Hello.\n"))  # as JSON Lines: a line that is not one is named
+    with pytest.raises(InputFileError, match=r"array2.json: item 2: the item has no 'text'"):
+        read_items(_write(tmp_path / "array2.json", json.dumps([objects[0], {"id": "x"}])))
+    with pytest.raises(InputFileError, match=r"expected a JSON array of items \(or JSON Lines\), got str"):
+        read_items(_write(tmp_path / "text.json", json.dumps("Hello.")))
+
+
+def test_ids_as_ordinary_file_names_have_them(tmp_path: Path) -> None:
+    root = tmp_path / "book"
+    for name in ("Chapter 1.txt", "bob's.txt", "intro (draft).txt", "A & B, part [2]!.txt"):
+        _write(root / name, "Text.")
+    assert [i.id for i in read_items(root)] == ["A & B, part [2]!", "Chapter 1", "bob's", "intro (draft)"]
+
+
 def test_ndjson_suffix_and_bom(tmp_path: Path) -> None:
     path = _write(tmp_path / "items.NDJSON", "\ufeff" + _jsonl({"id": "a", "text": "A."}))
     assert [(i.id, i.text) for i in read_items(path)] == [("a", "A.")]
@@ -200,7 +230,8 @@ JSONL_ERRORS = [
     pytest.param({"id": "a/", "text": "a"}, "cannot name a file", id="id-trailing-slash"),
     pytest.param({"id": "/etc/x", "text": "a"}, "cannot name a file", id="id-absolute"),
     pytest.param({"id": "a\\b", "text": "a"}, "cannot name a file", id="id-backslash"),
-    pytest.param({"id": "a b", "text": "a"}, "cannot name a file", id="id-space"),
+    pytest.param({"id": "a ", "text": "a"}, "cannot name a file", id="id-space-last"),
+    pytest.param({"id": "a\tb", "text": "a"}, "cannot name a file", id="id-tab"),
     pytest.param({"id": "", "text": "a"}, "cannot name a file", id="id-empty"),
     pytest.param({"id": -1, "text": "a"}, "id '-1' cannot name a file", id="id-negative-int"),
     pytest.param({"id": "x" * (MAX_ID_CHARS + 1), "text": "a"}, "cannot name a file", id="id-too-long"),

@@ -22,11 +22,13 @@ from ggtts.families.base import check_unicode
 SPLITS = ("auto", "line", "paragraph")
 TEXT_SUFFIXES = (".txt",)
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
+JSON_SUFFIX = ".json"  # an array of items, or JSON Lines saved as .json
 JSONL_FIELDS = ("id", "text", "voice", "speed", "model", "title")
 MAX_ID_CHARS = 200
-# An id names the item's output file: path segments of letters, digits, '.', '_' and '-' (no leading dot, so no
-# '..' and no hidden files), separated by '/' (a directory input's subfolders).
-_ID_SEGMENT = re.compile(r"[^\W][\w.-]*")
+# An id names the item's output file: path segments of a letter or digit, then letters, digits, spaces and the
+# marks ordinary file names hold (". , ' ( ) & + ! [ ] _ -"), not ending in a space (no leading dot, so no '..' and
+# no hidden files; none of the characters Windows refuses), separated by '/' (a directory input's subfolders).
+_ID_SEGMENT = re.compile(r"[^\W](?:[\w .,'()&+!\[\]-]*[\w.,'()&+!\[\]-])?")
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
 
 
@@ -60,6 +62,8 @@ def read_items(source: str | Path, split: str = "auto") -> list[Item]:
         raise InputFileError(f"{path}: no such file or directory")
     elif path.suffix.lower() in JSONL_SUFFIXES:
         items = list(_jsonl_items(path))
+    elif path.suffix.lower() == JSON_SUFFIX:
+        items = list(_json_items(path))
     else:
         items = list(_text_items(path, split))
     if not items:
@@ -119,44 +123,72 @@ def _jsonl_items(path: Path) -> Iterator[Item]:
         if not line.strip():
             continue
         where = f"{path}:{n}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise InputFileError(f"{where}: not a JSON object ({e.msg} at column {e.colno})") from None
-        except RecursionError:
-            raise InputFileError(f"{where}: not an item: its JSON is nested too deeply") from None
-        except ValueError as e:  # a whole number past Python's limit on digits
-            raise InputFileError(f"{where}: not an item: a number too long to read ({e})") from None
-        if not isinstance(obj, dict):
-            raise InputFileError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-        unknown = sorted(set(obj) - set(JSONL_FIELDS))
-        if unknown:
-            raise InputFileError(f"{where}: unknown field {unknown[0]!r}; the fields are {', '.join(JSONL_FIELDS)}")
-        if "text" not in obj:
-            raise InputFileError(f"{where}: the item has no 'text'")
-        item_id = obj.get("id", str(n).zfill(max(4, width)))
-        if isinstance(item_id, int) and not isinstance(item_id, bool):
-            item_id = str(item_id)
-        if not isinstance(item_id, str):
-            raise InputFileError(f"{where}: 'id' must be a str or a whole number, got {json.dumps(item_id)[:40]}")
-        if not isinstance(obj["text"], str):
-            raise InputFileError(f"{where}: 'text' must be a str, got {json.dumps(obj['text'])[:40]}")
-        for name in ("id", "text", "voice", "model", "title"):
-            value = item_id if name == "id" else obj.get(name)
-            if isinstance(value, str):
-                try:
-                    check_unicode(value)
-                except InputError as e:
-                    raise InputFileError(f"{where}: '{name}': {e}") from None
-        yield Item(
-            id=check_id(item_id, where),
-            text=obj["text"],
-            voice=_field(obj, "voice", str, where),
-            speed=_speed(obj.get("speed"), where),
-            model=_model(_field(obj, "model", str, where), path.parent),
-            title=_field(obj, "title", str, where),
-            where=where,
-        )
+        yield _item(_parsed(line, where), where, str(n).zfill(max(4, width)), path)
+
+
+def _json_items(path: Path) -> Iterator[Item]:
+    """A ``.json`` file: a JSON array of item objects, or (as it is often saved) JSON Lines."""
+    text = _read_text(path)
+    try:
+        document = json.loads(text)
+    except ValueError:  # JSON Lines, or a mistake: read line by line, which names the line at fault
+        yield from _jsonl_items(path)
+        return
+    except RecursionError:
+        raise InputFileError(f"{path}: not items: its JSON is nested too deeply") from None
+    if isinstance(document, dict):  # one item, on one line or several
+        yield _item(document, str(path), "0001", path)
+        return
+    if not isinstance(document, list):
+        raise InputFileError(f"{path}: expected a JSON array of items (or JSON Lines), got {type(document).__name__}")
+    width = len(str(len(document)))
+    for n, obj in enumerate(document, 1):
+        yield _item(obj, f"{path}: item {n}", str(n).zfill(max(4, width)), path)
+
+
+def _parsed(line: str, where: str) -> Any:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as e:
+        raise InputFileError(f"{where}: not a JSON object ({e.msg} at column {e.colno})") from None
+    except RecursionError:
+        raise InputFileError(f"{where}: not an item: its JSON is nested too deeply") from None
+    except ValueError as e:  # a whole number past Python's limit on digits
+        raise InputFileError(f"{where}: not an item: a number too long to read ({e})") from None
+
+
+def _item(obj: Any, where: str, default_id: str, path: Path) -> Item:
+    """One item object of a JSON input (``where``: its place, for messages; ``default_id``: its number)."""
+    if not isinstance(obj, dict):
+        raise InputFileError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    unknown = sorted(set(obj) - set(JSONL_FIELDS))
+    if unknown:
+        raise InputFileError(f"{where}: unknown field {unknown[0]!r}; the fields are {', '.join(JSONL_FIELDS)}")
+    if "text" not in obj:
+        raise InputFileError(f"{where}: the item has no 'text'")
+    item_id = obj.get("id", default_id)
+    if isinstance(item_id, int) and not isinstance(item_id, bool):
+        item_id = str(item_id)
+    if not isinstance(item_id, str):
+        raise InputFileError(f"{where}: 'id' must be a str or a whole number, got {json.dumps(item_id)[:40]}")
+    if not isinstance(obj["text"], str):
+        raise InputFileError(f"{where}: 'text' must be a str, got {json.dumps(obj['text'])[:40]}")
+    for name in ("id", "text", "voice", "model", "title"):
+        value = item_id if name == "id" else obj.get(name)
+        if isinstance(value, str):
+            try:
+                check_unicode(value)
+            except InputError as e:
+                raise InputFileError(f"{where}: '{name}': {e}") from None
+    return Item(
+        id=check_id(item_id, where),
+        text=obj["text"],
+        voice=_field(obj, "voice", str, where),
+        speed=_speed(obj.get("speed"), where),
+        model=_model(_field(obj, "model", str, where), path.parent),
+        title=_field(obj, "title", str, where),
+        where=where,
+    )
 
 
 def _field(obj: dict[str, Any], name: str, kind: type, where: str) -> Any:
@@ -187,8 +219,8 @@ def check_id(item_id: str, where: str) -> str:
     segments = item_id.split("/")
     if not item_id or len(item_id) > MAX_ID_CHARS or not all(_ID_SEGMENT.fullmatch(s) for s in segments):
         raise InputFileError(
-            f"{where}: id {item_id!r} cannot name a file: use letters, digits, '.', '_', '-' (not first) and '/' "
-            f"between folders, at most {MAX_ID_CHARS} characters"
+            f"{where}: id {item_id!r} cannot name a file: use a letter or digit first, then letters, digits, spaces "
+            f"and . , ' ( ) & + ! [ ] _ - (not a space last), '/' between folders, at most {MAX_ID_CHARS} characters"
         )
     return item_id
 
