@@ -350,12 +350,7 @@ def cmd_decode(args: argparse.Namespace) -> int:
 
     check_writable(args.output)  # before any work
     arch = GGUFFile(args.vocoder).architecture
-    decoders = {
-        a: f.decoder
-        for f in families()
-        if f.decoder
-        for a in (*f.architectures, *(c.architecture for c in f.companions))
-    }
+    decoders = {f.decodes_with: f.decoder for f in families() if f.decoder and f.decodes_with}
     if arch not in decoders:
         known = ", ".join(sorted(decoders)) or "none"
         raise GGTTSError(f"{args.vocoder}: no family here decodes codes with a '{arch}' file (decoders: {known})")
@@ -524,7 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="CODEC.gguf",
         help="the codec GGUF that decodes the codes (wavtokenizer-dec, or a Qwen3-Omni talker holding code2wav)",
     )
-    d.add_argument("-o", "--output", default="out.wav", help="audio file to write (.wav, .flac ...)")
+    d.add_argument("-o", "--output", default="out.wav", help="audio file to write (.wav, .flac ...; default out.wav)")
     d.add_argument("--device", default="auto", help="torch device: auto (CUDA where torch has it, else cpu), cpu, cuda")
     d.set_defaults(func=cmd_decode)
 

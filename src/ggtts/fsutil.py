@@ -113,6 +113,18 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def missing_file_error(text: str, what: str) -> None:
+    """An InputError where ``text`` (an argument that is a file's path or the ``what`` itself) reads as a file's
+    name (a suffix of letters, as ``codes.txt``) and no such file is there: a mistyped name, not bad ``what``."""
+    from ggtts.errors import InputError
+
+    if "\n" in text:
+        return
+    suffix = Path(text).suffix[1:]
+    if suffix.isascii() and suffix.isalpha() and not names_a_file(Path(text)):
+        raise InputError(f"{text}: no such file (give {what} as a file that is there, or as the {what} themselves)")
+
+
 def names_a_file(path: Path) -> bool:
     """Whether ``path`` is a file; False where it cannot name one (too long for a file name, say: an argument that
     holds the data itself), where ``Path.is_file`` would raise."""

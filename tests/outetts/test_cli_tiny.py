@@ -87,6 +87,17 @@ def test_decode_unreadable_codes_file_is_one_line(models: tuple[Path, Path], tmp
     assert not (tmp_path / "out.wav").exists()
 
 
+def test_decode_a_mistyped_codes_file_is_named(models: tuple[Path, Path], tmp_path: Path) -> None:
+    """A codes argument that reads as a file's name, with no such file, is that, not a bad code; and a file that
+    holds no decoder (the language model) is refused naming the decoders' files only."""
+    lm, voc = models
+    r = ggtts("decode", "--vocoder", voc, tmp_path / "codez.txt", "-o", tmp_path / "out.wav")
+    assert r.returncode != 0 and f"{tmp_path / 'codez.txt'}: no such file" in r.stderr
+    assert "not an audio code" not in r.stderr and not (tmp_path / "out.wav").exists()
+    r = ggtts("decode", "--vocoder", lm, "1 2 3", "-o", tmp_path / "out.wav")
+    assert r.returncode != 0 and "(decoders: qwen3omni-talker, wavtokenizer-dec)" in r.stderr
+
+
 def test_decode_bad_suffix_fails_before_decoding(models: tuple[Path, Path], tmp_path: Path) -> None:
     _, voc = models
     out = tmp_path / "out.txt"

@@ -604,6 +604,7 @@ class Family:
     side_files: Mapping[str, str] = field(default_factory=dict)
     converters: Mapping[str, str] = field(default_factory=dict)  # `ggtts convert NAME` -> "module:function"
     decoder: str | None = None  # "module:function" for `ggtts decode` (codes -> audio), if the family has one
+    decodes_with: str | None = None  # the GGUF architecture of the file that decoder takes
     # measurement parts ("module:function"), where the family has them: `ggtts parity NAME` runs ``parity()`` ->
     # a list of stage results; `ggtts bench` on one of its files runs ``bench(args, model_path)`` -> exit status
     parity: str | None = None

@@ -168,4 +168,5 @@ FAMILY = Family(
         "wavtokenizer": "ggtts.convert.wavtokenizer_ckpt:convert_wavtokenizer",
     },
     decoder="ggtts.families.outetts.decode:decode_codes_cli",
+    decodes_with=WavTokenizerDec.ARCH,
 )

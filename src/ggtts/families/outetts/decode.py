@@ -11,7 +11,7 @@ from ggtts.audio import Audio, check_output_suffix
 from ggtts.errors import GGTTSError, GGUFError, InputError
 from ggtts.families.outetts.pipeline import decode_codes
 from ggtts.families.outetts.prompt import parse_code_text
-from ggtts.fsutil import names_a_file
+from ggtts.fsutil import missing_file_error, names_a_file
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import WavTokenizerDec
 from ggtts.models.wavtokenizer.model import WavTokenizerDecoder
@@ -35,6 +35,7 @@ def read_codes(codes: str) -> list[int]:
         except UnicodeDecodeError:
             raise InputError(f"{path}: not UTF-8 text (expected integers or <|N|> tokens)") from None
         return parse_code_text(text)
+    missing_file_error(codes, "codes")
     return parse_code_text(codes)
 
 

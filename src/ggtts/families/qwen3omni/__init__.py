@@ -183,5 +183,6 @@ FAMILY = Family(
         "qwen3omni-mmproj": "ggtts.convert.qwen3omni_audio:convert_qwen3omni_audio",
     },
     decoder="ggtts.families.qwen3omni.decode:decode_codes_cli",
+    decodes_with=TALKER_ARCH,  # the talker file holds code2wav
     parity="ggtts.measure.qwen3omni.parity:qwen3omni_parity",
 )

@@ -20,7 +20,7 @@ import torch
 
 from ggtts.audio import Audio, check_output_suffix
 from ggtts.errors import GGTTSError, GGUFError, InputError
-from ggtts.fsutil import names_a_file
+from ggtts.fsutil import missing_file_error, names_a_file
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Qwen3OmniCode2Wav as K
 from ggtts.models.qwen3omni_code2wav.model import Code2Wav
@@ -40,6 +40,7 @@ def _text(codes: str) -> str:
             return path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise InputError(f"{path}: cannot read codes ({e})") from None
+    missing_file_error(codes, "codes")
     return codes
 
 
