@@ -259,6 +259,22 @@ def test_join_writes_the_items_in_order_with_pauses(text_job: Job, tiny_model: T
     assert all(int(a["END"]) <= int(b["START"]) for a, b in itertools.pairwise(sections))
 
 
+def test_a_model_converted_again_is_spoken_again(tiny_model: TinyModel, tmp_path: Path) -> None:
+    """The model file changed under the same path (written again: a new modification time): its items are spoken
+    again; unchanged, they are skipped."""
+    model = tmp_path / "m.gguf"
+    shutil.copy2(tiny_model.path, model)
+    (tmp_path / "in.txt").write_text("One.\nTwo.\n", encoding="utf-8")
+    first = run_batch_cli("in.txt", "--out", "out", "-m", model, cwd=tmp_path)
+    assert first.returncode == 0 and "2 done, 0 failed this run" in first.stderr, first.stderr
+    same = run_batch_cli("in.txt", "--out", "out", "-m", model, cwd=tmp_path)
+    assert "0 done, 0 failed this run; 2 done before" in same.stderr, same.stderr
+    stat = model.stat()
+    os.utime(model, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    again = run_batch_cli("in.txt", "--out", "out", "-m", model, cwd=tmp_path)
+    assert again.returncode == 0 and "2 done, 0 failed this run; 0 done before" in again.stderr, again.stderr
+
+
 def test_a_join_inside_the_new_out_folder(tiny_model: TinyModel, tmp_path: Path) -> None:
     """--join into --out on a first run: the job makes that folder, so the join's check does not refuse it."""
     (tmp_path / "in.txt").write_text("One.\nTwo.\n", encoding="utf-8")

@@ -202,6 +202,24 @@ def test_job_lock_is_released_when_the_job_fails(tmp_path: Path) -> None:
         pass
 
 
+def test_a_record_is_for_the_files_it_was_made_from(tmp_path: Path) -> None:
+    """A record keeps the stamps of the model (and voice) files it was made from: other files now, not done (nor
+    failed: tried again); a record without them (made before they were kept) goes by its key alone."""
+    (tmp_path / "a.wav").write_bytes(AUDIO)
+    manifest = Manifest(tmp_path)
+    made_from = {"model": [100, 1], "voice": [10, 2]}
+    manifest.append(_done_record("a", "a.wav", AUDIO) | {"sources": made_from})
+    manifest.append({"id": "f", "key": KEY, "status": "failed", "error": "x", "sources": {"model": [100, 1]}})
+    manifest.append(_done_record("old", "a.wav", AUDIO))
+    manifest.close()
+    again = Manifest(tmp_path)
+    assert again.is_done("a", KEY, made_from) and again.is_done("a", KEY)
+    assert not again.is_done("a", KEY, {"model": [100, 1], "voice": [10, 3]})  # the voice made again
+    assert not again.is_done("a", KEY, {"model": [100, 1]})  # the voice no longer a file
+    assert again.has_failed("f", KEY, {"model": [100, 1]}) and not again.has_failed("f", KEY, {"model": [101, 1]})
+    assert again.is_done("old", KEY, made_from)
+
+
 def test_remove_stale_parts(tmp_path: Path) -> None:
     keep = ["0001.wav", "keep.part", MANIFEST_NAME, LOCK_NAME, "sub/0002.wav", "sub/.notes.txt"]
     stale = [".0001.wav.k2j3h4.part", ".0003.wav.abc.part", "sub/.0002.wav.x_1.part", "sub/deep/.a.flac.zz.part"]

@@ -220,10 +220,10 @@ def _run(
     result = BatchResult(total=len(items))
     todo: list[Item] = []
     for item in items:
-        key = settings.key(item)
-        if manifest.is_done(item.id, key):
+        key, sources = settings.key(item), settings.sources(item)
+        if manifest.is_done(item.id, key, sources):
             result.skipped_done += 1
-        elif manifest.has_failed(item.id, key) and not retry_failed:
+        elif manifest.has_failed(item.id, key, sources) and not retry_failed:
             result.skipped_failed += 1
         else:
             todo.append(item)

@@ -51,10 +51,11 @@ class Manifest:
             if isinstance(record, dict) and isinstance(record.get("id"), str):
                 self.records[record["id"]] = record
 
-    def is_done(self, item_id: str, key: str) -> bool:
-        """Whether the item's audio for this exact request is on disk, as the manifest recorded it."""
+    def is_done(self, item_id: str, key: str, sources: dict[str, Any] | None = None) -> bool:
+        """Whether the item's audio for this exact request is on disk, as the manifest recorded it; with
+        ``sources``, made from those files as they are now (a record made before sources were kept has none)."""
         record = self.records.get(item_id)
-        if not record or record.get("status") != DONE or record.get("key") != key:
+        if not record or record.get("status") != DONE or not self._same(record, key, sources):
             return False
         output = self.out_dir / str(record.get("output", ""))
         try:
@@ -64,9 +65,16 @@ class Manifest:
         except OSError:
             return False
 
-    def has_failed(self, item_id: str, key: str) -> bool:
+    def has_failed(self, item_id: str, key: str, sources: dict[str, Any] | None = None) -> bool:
+        """Whether the item failed for this exact request (with ``sources``: its files as they are now)."""
         record = self.records.get(item_id) or {}
-        return record.get("status") == FAILED and record.get("key") == key
+        return record.get("status") == FAILED and self._same(record, key, sources)
+
+    @staticmethod
+    def _same(record: dict[str, Any], key: str, sources: dict[str, Any] | None) -> bool:
+        if record.get("key") != key:
+            return False
+        return sources is None or "sources" not in record or record["sources"] == sources
 
     def append(self, record: dict[str, Any]) -> None:
         """Add ``record`` as one line, written unbuffered and synced: after a kill, what was appended is there. A

@@ -7,6 +7,7 @@ The result is the item's manifest record: ``done`` with the file's size and sha2
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -64,6 +65,11 @@ class JobSettings:
         value = self.load_options.get("parallel", 1)
         return value if isinstance(value, int) and value > 1 else 1
 
+    def sources(self, item: Item) -> dict[str, list[int]]:
+        """The files the item's audio comes from, stamped (:func:`source_stamps`)."""
+        request = self.request(item)
+        return source_stamps(request["model"], request["voice"])
+
     def key(self, item: Item) -> str:
         blob = json.dumps(self.request(item), sort_keys=True, ensure_ascii=False)
         return hashlib.sha256(blob.encode("utf-8")).hexdigest()
@@ -90,6 +96,38 @@ def model_id(name: str | None) -> str | None:
         return None
     path = Path(name).expanduser()
     return str(path.resolve()) if path.exists() else name
+
+
+def source_stamps(model: str | None, voice: str | None) -> dict[str, list[int]]:
+    """The model's file and, where the voice is a file of its own (a cloned voice beside a Qwen3-TTS Base model),
+    the voice's, each as [size, modification time in ns]: a model converted again to the same path, or a voice
+    made again under the same name, changes them. Built-in names and files not on this machine are left out."""
+    stamps: dict[str, list[int]] = {}
+    if model is None or not Path(model).is_file():
+        return stamps
+    stamps["model"] = _stamp(Path(model))
+    voice_file = _voice_file(model, voice) if voice is not None else None
+    if voice_file is not None:
+        stamps["voice"] = _stamp(voice_file)
+    return stamps
+
+
+def _stamp(path: Path) -> list[int]:
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns]
+
+
+@functools.lru_cache(maxsize=256)  # per model and voice, once a run: a job's items share a few
+def _voice_file(model: str, voice: str) -> Path | None:
+    from ggtts.families import family_for
+    from ggtts.gguf import GGUFFile
+
+    try:
+        gguf = GGUFFile(model)
+        family = family_for(gguf)
+        return family.voice_file(gguf, voice) if family.voice_file is not None else None
+    except (GGTTSError, OSError):
+        return None
 
 
 def worker_name() -> str:
@@ -129,6 +167,8 @@ class ItemWorker:
         s = self.settings
         request = s.request(item)
         record: dict[str, Any] = {"id": item.id, "key": s.key(item), "worker": worker_name()}
+        if sources := s.sources(item):
+            record["sources"] = sources
         try:
             loading = time.perf_counter()
             model = self.model(request["model"])  # loaded on first use: its time is not the item's

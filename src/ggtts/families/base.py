@@ -600,6 +600,8 @@ class Family:
     # the ``lang`` codes a file itself speaks, where the capabilities list what the family's files may hold
     file_languages: Callable[[GGUFFile], Sequence[str]] | None = None
     companions: tuple[Companion, ...] = ()
+    # (gguf, voice) -> the voice's own file, where the voice is one (a cloned voice beside the model)
+    voice_file: Callable[[GGUFFile, str], Path | None] | None = None
     # files of its own it writes and reads beside a model, by GGUF architecture: what each is (``ggtts info``)
     side_files: Mapping[str, str] = field(default_factory=dict)
     converters: Mapping[str, str] = field(default_factory=dict)  # `ggtts convert NAME` -> "module:function"

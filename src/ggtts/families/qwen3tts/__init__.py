@@ -138,6 +138,14 @@ class Qwen3TTSLoadOptions(LoadOptions):
     parallel: int = parallel_load_option("the talker and its code predictor")
 
 
+def voice_file(gguf: GGUFFile, voice: str) -> Path | None:
+    """The file of the cloned voice ``voice`` beside a Base model (the first of that name, as the model reads)."""
+    from ggtts.families.qwen3tts.voices import voice_files_beside
+
+    width = gguf.get_int(K.EMBEDDING_LENGTH, 0)
+    return next((path for path, name in voice_files_beside(Path(gguf.path), width) if name == voice), None)
+
+
 FAMILY = Family(
     name="qwen3tts",
     description="Qwen3-TTS: a talker and code predictor writing 16 codebooks at 12 Hz, decoded to 24 kHz speech",
@@ -155,6 +163,7 @@ FAMILY = Family(
             matches=is_mmproj,
         ),
     ),
+    voice_file=voice_file,
     side_files={
         VoiceKeys.ARCH: "a cloned voice for a Base model (ggtts voice create); beside the model, speak it with -v "
         "and its name"
