@@ -275,6 +275,23 @@ def test_a_model_converted_again_is_spoken_again(tiny_model: TinyModel, tmp_path
     assert again.returncode == 0 and "2 done, 0 failed this run; 0 done before" in again.stderr, again.stderr
 
 
+def test_an_item_gives_its_own_family_options(tiny_model: TinyModel, tmp_path: Path) -> None:
+    """JSONL's "options": the item's model's family options, over the job's; one its family does not take fails
+    that item alone."""
+    items = [
+        {"id": "plain", "text": "Hello there."},
+        {"id": "seeded", "text": "Hello there.", "options": {"seed": 7}},
+        {"id": "job-seed", "text": "Hello there.", "options": {"seed": 3}},
+        {"id": "bad", "text": "Hello.", "options": {"nope": 1}},
+    ]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(i) + "\n" for i in items), encoding="utf-8")
+    result = run_batch_cli("in.jsonl", "--out", "out", "-m", tiny_model.path, "--seed", "3", cwd=tmp_path)
+    assert result.returncode == 1 and "3 done, 1 failed this run" in result.stderr, result.stderr
+    records = {r["id"]: r for r in manifest_records(tmp_path / "out")}
+    assert "unknown option 'nope'" in records["bad"]["error"]
+    assert records["seeded"]["sha256"] != records["plain"]["sha256"] == records["job-seed"]["sha256"]
+
+
 def test_a_join_inside_the_new_out_folder(tiny_model: TinyModel, tmp_path: Path) -> None:
     """--join into --out on a first run: the job makes that folder, so the join's check does not refuse it."""
     (tmp_path / "in.txt").write_text("One.\nTwo.\n", encoding="utf-8")

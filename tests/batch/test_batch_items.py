@@ -198,6 +198,17 @@ def test_ids_as_ordinary_file_names_have_them(tmp_path: Path) -> None:
     assert [i.id for i in read_items(root)] == ["A & B, part [2]!", "Chapter 1", "bob's", "intro (draft)"]
 
 
+def test_jsonl_item_options(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path / "items.jsonl",
+        _jsonl({"id": "a", "text": "A.", "options": {"lang": "j", "seed": None}}, {"id": "b", "text": "B."}),
+    )
+    a, b = read_items(path)
+    assert (a.options, b.options) == ({"lang": "j"}, None)  # a null is not given
+    with pytest.raises(InputFileError, match=r"items2.jsonl:1: 'options' must be an object of option names"):
+        read_items(_write(tmp_path / "items2.jsonl", _jsonl({"text": "A.", "options": ["lang", "j"]})))
+
+
 def test_ndjson_suffix_and_bom(tmp_path: Path) -> None:
     path = _write(tmp_path / "items.NDJSON", "\ufeff" + _jsonl({"id": "a", "text": "A."}))
     assert [(i.id, i.text) for i in read_items(path)] == [("a", "A.")]

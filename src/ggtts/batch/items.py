@@ -23,7 +23,7 @@ SPLITS = ("auto", "line", "paragraph")
 TEXT_SUFFIXES = (".txt",)
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 JSON_SUFFIX = ".json"  # an array of items, or JSON Lines saved as .json
-JSONL_FIELDS = ("id", "text", "voice", "speed", "model", "title")
+JSONL_FIELDS = ("id", "text", "voice", "speed", "model", "title", "options")
 MAX_ID_CHARS = 200
 # An id names the item's output file: path segments of a letter or digit, then letters, digits, spaces and the
 # marks ordinary file names hold (". , ' ( ) & + ! [ ] _ -"), not ending in a space (no leading dot, so no '..' and
@@ -38,7 +38,8 @@ class InputFileError(InputError):
 
 @dataclass(frozen=True)
 class Item:
-    """One text to speak into one file. ``None`` fields take the job's value (its model, voice, speed)."""
+    """One text to speak into one file. ``None`` fields take the job's value (its model, voice, speed); ``options``
+    (its model's family options: ``{"lang": "j"}``) go over the job's."""
 
     id: str
     text: str
@@ -47,6 +48,7 @@ class Item:
     model: str | None = None
     title: str | None = None
     where: str = ""  # "FILE:LINE", for messages
+    options: dict[str, Any] | None = None
 
 
 def read_items(source: str | Path, split: str = "auto") -> list[Item]:
@@ -188,6 +190,7 @@ def _item(obj: Any, where: str, default_id: str, path: Path) -> Item:
         model=_model(_field(obj, "model", str, where), path.parent),
         title=_field(obj, "title", str, where),
         where=where,
+        options=_options(obj.get("options"), where),
     )
 
 
@@ -196,6 +199,15 @@ def _field(obj: dict[str, Any], name: str, kind: type, where: str) -> Any:
     if value is not None and not isinstance(value, kind):
         raise InputFileError(f"{where}: '{name}' must be a {kind.__name__}, got {json.dumps(value)[:40]}")
     return value
+
+
+def _options(value: Any, where: str) -> dict[str, Any] | None:
+    """An item's family options: an object of names to values (its model's family checks them, for the item)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InputFileError(f"{where}: 'options' must be an object of option names, got {json.dumps(value)[:40]}")
+    return {name: v for name, v in value.items() if v is not None} or None
 
 
 def _speed(value: Any, where: str) -> float | None:

@@ -51,7 +51,7 @@ class JobSettings:
             "model": model_id(item.model if item.model is not None else self.model),
             "voice": item.voice if item.voice is not None else self.voice,
             "speed": item.speed if item.speed is not None else self.speed,
-            "options": self.options,
+            "options": {**self.options, **(item.options or {})},
             "format": self.format,
             "float": self.float_wav,
             # what changes the audio beyond float noise (not the device), only where given: older jobs' keys hold
@@ -175,7 +175,7 @@ class ItemWorker:
             if time.perf_counter() - loading > LOAD_NOTED_S:
                 record["load_seconds"] = _since(loading)
             start = time.perf_counter()
-            audio = model.synthesize(item.text, voice=request["voice"], speed=request["speed"], **s.options)
+            audio = model.synthesize(item.text, voice=request["voice"], speed=request["speed"], **request["options"])
             data = audio.encode(s.format, float_wav=s.float_wav)
             output = s.output(item)
             with atomic_output(s.out_dir / output) as tmp:
