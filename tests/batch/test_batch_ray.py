@@ -75,6 +75,27 @@ def test_ray_flag_without_ray_installed_gives_the_install_hint(
     assert not (out / MANIFEST_NAME).exists()  # refused before any item ran
 
 
+@pytest.mark.parametrize("scheme", ["", "ray://"])
+def test_an_address_where_nothing_answers_is_one_error(
+    tiny_model: TinyModel, tmp_path: Path, capsys: pytest.CaptureFixture[str], scheme: str
+) -> None:
+    """ray.init would retry such an address for minutes, deaf to Ctrl-C: the port is tried first."""
+    import socket
+
+    from ggtts.cli import main
+
+    with socket.socket() as probe:  # a port nothing listens on (bound, then closed)
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    source = tmp_path / "book.txt"
+    source.write_text("One line.\n", encoding="utf-8")
+    address = f"{scheme}127.0.0.1:{port}"
+    status = main(["batch", str(source), "--out", str(tmp_path / "out"), "--ray", address, "-m", str(tiny_model.path),
+                   "--no-progress"])  # fmt: skip
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 1 and err == [f"ggtts: error: cannot reach the Ray cluster at {address}: Connection refused"]
+
+
 def test_a_worker_killed_mid_job_is_restarted_and_every_item_is_done_exactly_once(
     tiny_model: TinyModel, ray_cluster: Any, tmp_path: Path
 ) -> None:

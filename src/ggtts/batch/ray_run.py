@@ -16,6 +16,7 @@ its worker fails alone), as the local workers do (:func:`ggtts.batch.local.run_p
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -29,6 +30,7 @@ from ggtts.errors import GGTTSError
 INSTALL_HINT = "--ray needs Ray, which is not installed: pip install 'ggtts[ray]' (or pip install ray)"
 IN_FLIGHT_PER_WORKER = 2  # calls queued per actor, so an actor never waits for its next item (streams + 1 with a
 # parallel model: its N at once, and the next)
+CONNECT_TIMEOUT_S = 10.0  # a cluster address whose port does not answer within this is unreachable
 DEFAULT_THREADS = 1  # torch threads per actor: one actor per CPU gives the most items per second
 
 
@@ -53,6 +55,19 @@ def _import_ray() -> Any:
     return ray
 
 
+def check_reachable(address: str) -> None:
+    """A GGTTSError where ``address`` names a cluster (``HOST:PORT``, ``ray://HOST:PORT``) whose port does not
+    answer: ``ray.init`` would retry for minutes, deaf to Ctrl-C. Ray's own names (``auto``, ``local``, none) pass."""
+    where = address.removeprefix("ray://")
+    host, _, port = where.rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as e:
+        raise GGTTSError(f"cannot reach the Ray cluster at {address}: {e.strerror or e}") from None
+
+
 def run_on_ray(
     items: Sequence[Item],
     settings: JobSettings,
@@ -69,6 +84,7 @@ def run_on_ray(
     threads = threads or DEFAULT_THREADS
     started_here = not ray.is_initialized()
     if started_here:
+        check_reachable(address)
         try:
             ray.init(address=address or None, logging_level=logging.WARNING, include_dashboard=False)
         except (ConnectionError, ValueError, RuntimeError) as e:
