@@ -25,7 +25,8 @@ def _default_mode() -> int:
     return 0o666 & ~mask
 
 
-def _part_prefix(target: Path) -> str:
+def part_prefix(target: Path) -> str:
+    """The start of the name of ``target``'s temporary file while :func:`atomic_output` writes it."""
     return f".{target.name}."
 
 
@@ -58,7 +59,7 @@ def check_writable(target: str | os.PathLike[str], *, new_folders: bool = False)
     if where != target.parent and not new_folders:
         raise OutputError(f"{target}: cannot write the output: there is no folder {target.parent} (make it first)")
     try:
-        fd, name = tempfile.mkstemp(prefix=_part_prefix(target), suffix=PART_SUFFIX, dir=where)
+        fd, name = tempfile.mkstemp(prefix=part_prefix(target), suffix=PART_SUFFIX, dir=where)
     except OSError as e:
         raise OutputError(
             f"{target}: cannot write the output: cannot create a file in {where} ({e.strerror})"
@@ -78,7 +79,7 @@ def atomic_output(target: str | os.PathLike[str]) -> Iterator[Path]:
     target = Path(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=_part_prefix(target), suffix=PART_SUFFIX, dir=target.parent)
+        fd, name = tempfile.mkstemp(prefix=part_prefix(target), suffix=PART_SUFFIX, dir=target.parent)
     except OSError as e:
         raise OutputError(f"{target}: cannot write the output ({e.strerror or e})") from e
     os.close(fd)

@@ -273,6 +273,7 @@ def test_a_model_converted_again_is_spoken_again(tiny_model: TinyModel, tmp_path
     os.utime(model, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
     again = run_batch_cli("in.txt", "--out", "out", "-m", model, cwd=tmp_path)
     assert again.returncode == 0 and "2 done, 0 failed this run; 0 done before" in again.stderr, again.stderr
+    assert "2 items spoken again: their model or voice file has changed since" in again.stderr
 
 
 def test_an_item_gives_its_own_family_options(tiny_model: TinyModel, tmp_path: Path) -> None:
@@ -326,8 +327,9 @@ def test_a_join_killed_outright_leaves_nothing_after_the_next(
 
 
 def test_sigterm_interrupts_as_ctrl_c_does() -> None:
-    """The join runs where SIGTERM raises KeyboardInterrupt (its temporary file removed, exit 130), not where the
-    default action ends the process at once."""
+    """What the join runs inside (batch/cli.py): SIGTERM raises KeyboardInterrupt there, as Ctrl-C does (which
+    atomic_output answers by removing its temporary file, and the command by exit 130), instead of the default
+    action ending the process at once; the handler before it is put back."""
     from ggtts.batch.job import signals_interrupt
 
     with pytest.raises(KeyboardInterrupt), signals_interrupt():

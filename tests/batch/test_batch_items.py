@@ -185,6 +185,11 @@ def test_a_json_file_holds_an_array_of_items_or_json_lines(tmp_path: Path) -> No
     assert [(i.id, i.text) for i in read_items(one)] == [("ch-01", "Hello there.")]
     with pytest.raises(InputFileError, match=rf"{re.escape(str(lines))}:3: not a JSON object"):
         read_items(_write(lines, _jsonl(*objects) + "Hello.\n"))  # as JSON Lines: a line that is not one is named
+    broken = _write(
+        tmp_path / "broken.json", "[\n" + json.dumps(objects[0]) + ",\n" + json.dumps(objects[1]) + ",\n]\n"
+    )
+    with pytest.raises(InputFileError, match=r"broken.json:4: not a JSON array of items \(Expecting value"):
+        read_items(broken)  # a trailing comma: where json found it, not as JSON Lines' first line
     with pytest.raises(InputFileError, match=r"array2.json: item 2: the item has no 'text'"):
         read_items(_write(tmp_path / "array2.json", json.dumps([objects[0], {"id": "x"}])))
     with pytest.raises(InputFileError, match=r"expected a JSON array of items \(or JSON Lines\), got str"):
@@ -207,6 +212,9 @@ def test_jsonl_item_options(tmp_path: Path) -> None:
     assert (a.options, b.options) == ({"lang": "j"}, None)  # a null is not given
     with pytest.raises(InputFileError, match=r"items2.jsonl:1: 'options' must be an object of option names"):
         read_items(_write(tmp_path / "items2.jsonl", _jsonl({"text": "A.", "options": ["lang", "j"]})))
+    for own in ("speed", "voice", "text", "model"):  # the item's own fields, not options: else a clash at synthesis
+        with pytest.raises(InputFileError, match=rf"items3.jsonl:1: '{own}' is the item's own field"):
+            read_items(_write(tmp_path / "items3.jsonl", _jsonl({"text": "A.", "options": {own: 2}})))
 
 
 def test_ndjson_suffix_and_bom(tmp_path: Path) -> None:

@@ -349,11 +349,12 @@ def test_the_request_template_converts_whole_numbers_and_checks_a_resolved_voice
 
 
 def test_a_batch_checks_load_options_against_the_models_its_items_name(toy: Path, tmp_path: Path) -> None:
-    """Items may name their own model: a load option the job's model does not take is refused up front only where
-    an item speaks with that model (here the default, Kokoro); a file that does not open fails its items alone."""
+    """Items may name their own model: with one family, a load option it does not take is refused up front; with
+    several, each model gets the options its family takes (as a server of several models), one that none takes is
+    refused; a file that does not open fails its items alone."""
     from ggtts.batch.items import Item
     from ggtts.batch.job import check_job
-    from ggtts.batch.work import JobSettings
+    from ggtts.batch.work import JobSettings, own_load_options
 
     def items(*models: str | None) -> list[Item]:
         return [Item(id=str(i), text="one", model=m) for i, m in enumerate(models)]
@@ -361,7 +362,14 @@ def test_a_batch_checks_load_options_against_the_models_its_items_name(toy: Path
     settings = JobSettings(out_dir=tmp_path / "out", load_options={"loudness": 2.0})
     check_job(settings, items=items(str(toy), str(tmp_path / "missing.gguf")))  # every item the toy's
     with pytest.raises(ggtts.InputError, match="kokoro has no load option 'loudness'"):
-        check_job(settings, items=items(str(toy), None))
+        check_job(settings, items=items(None, None))  # Kokoro alone
+    check_job(settings, items=items(str(toy), None))  # the toy's option for the toy, none of it for Kokoro
+    assert own_load_options(None, {"loudness": 2.0, "device": "cpu"}) == {"device": "cpu"}
+    assert own_load_options(str(toy), {"loudness": 2.0}) == {"loudness": 2.0}
+    with pytest.raises(
+        ggtts.InputError, match=r"no model of this job takes the load option 'parallel' \(its families: kokoro, toy\)"
+    ):
+        check_job(dataclasses.replace(settings, load_options={"parallel": 2}), items=items(str(toy), None))
     with pytest.raises(ggtts.InputError, match="loudness must be positive"):
         check_job(dataclasses.replace(settings, load_options={"loudness": -1.0}), items=items(str(toy)))
 

@@ -19,7 +19,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from ggtts.batch.items import SPLITS
     from ggtts.batch.work import FORMATS
 
-    p.add_argument("input", help="a text file, a folder of .txt files, or a .jsonl file (id, text, voice, speed, ...)")
+    p.add_argument(
+        "input",
+        help="a text file, a folder of .txt files, or a .jsonl file (id, text, voice, speed, ...; or a .json array)",
+    )
     p.add_argument("--out", required=True, metavar="DIR", help="folder for the audio files and manifest.jsonl")
     p.add_argument("--format", default="wav", choices=FORMATS, help="audio format of each item (default wav)")
     p.add_argument("--float", action="store_true", help="32-bit float WAV instead of 16-bit PCM")
@@ -43,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ggtts.audio import check_output_suffix
     from ggtts.batch.items import read_items
-    from ggtts.batch.job import check_job, run_batch, signals_interrupt, stop_on_signals
+    from ggtts.batch.job import run_batch, signals_interrupt, stop_on_signals
     from ggtts.batch.join import check_join_target, check_pause, join_outputs
     from ggtts.batch.manifest import MANIFEST_NAME
     from ggtts.batch.work import JobSettings
@@ -71,7 +74,6 @@ def run(args: argparse.Namespace) -> int:
         float_wav=args.float,
         load_options={**given(args, LOAD), **_companions(options)},
     )
-    check_job(settings, local=args.ray is None, items=items)
     if join is not None:
         check_join_target(join, items, settings)
     stop = threading.Event()
@@ -92,6 +94,8 @@ def run(args: argparse.Namespace) -> int:
             progress=not args.no_progress,
         )
     rtf = f", RTF {result.seconds / result.audio_seconds:.2f}" if result.audio_seconds else ""
+    if result.changed_sources:
+        say(f"{result.changed_sources} items spoken again: their model or voice file has changed since")
     say(
         f"{result.done} done, {result.failed} failed this run; {result.skipped_done} done before"
         + (f", {result.skipped_failed} failed before (--retry-failed to try again)" if result.skipped_failed else "")

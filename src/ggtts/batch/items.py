@@ -12,7 +12,7 @@ import math
 import re
 import unicodedata
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ class Item:
     model: str | None = None
     title: str | None = None
     where: str = ""  # "FILE:LINE", for messages
-    options: dict[str, Any] | None = None
+    options: dict[str, Any] | None = field(default=None, hash=False)  # (an item stays hashable)
 
 
 def read_items(source: str | Path, split: str = "auto") -> list[Item]:
@@ -133,7 +133,14 @@ def _json_items(path: Path) -> Iterator[Item]:
     text = _read_text(path)
     try:
         document = json.loads(text)
-    except ValueError:  # JSON Lines, or a mistake: read line by line, which names the line at fault
+    except json.JSONDecodeError as e:
+        if text.lstrip("\ufeff \t\r\n").startswith("["):  # an array with a mistake: where json found it
+            raise InputFileError(
+                f"{path}:{e.lineno}: not a JSON array of items ({e.msg} at column {e.colno})"
+            ) from None
+        yield from _jsonl_items(path)  # JSON Lines, or a mistake: read line by line, which names the line at fault
+        return
+    except ValueError:  # a number too long to read: the lines say where
         yield from _jsonl_items(path)
         return
     except RecursionError:
@@ -143,9 +150,8 @@ def _json_items(path: Path) -> Iterator[Item]:
         return
     if not isinstance(document, list):
         raise InputFileError(f"{path}: expected a JSON array of items (or JSON Lines), got {type(document).__name__}")
-    width = len(str(len(document)))
     for n, obj in enumerate(document, 1):
-        yield _item(obj, f"{path}: item {n}", str(n).zfill(max(4, width)), path)
+        yield _item(obj, f"{path}: item {n}", _numbered(n, len(document)), path)
 
 
 def _parsed(line: str, where: str) -> Any:
@@ -207,6 +213,9 @@ def _options(value: Any, where: str) -> dict[str, Any] | None:
         return None
     if not isinstance(value, dict):
         raise InputFileError(f"{where}: 'options' must be an object of option names, got {json.dumps(value)[:40]}")
+    own = next((name for name in value if name in JSONL_FIELDS), None)
+    if own is not None:
+        raise InputFileError(f"{where}: '{own}' is the item's own field, not one of its options: give it beside 'text'")
     return {name: v for name, v in value.items() if v is not None} or None
 
 

@@ -33,6 +33,7 @@ class BatchResult:
     failed: int = 0  # failed in this run
     skipped_done: int = 0  # already done by an earlier run
     skipped_failed: int = 0  # failed in an earlier run, not retried (``retry_failed=False``)
+    changed_sources: int = 0  # of those to do, done or failed before for this request but from other files
     interrupted: bool = False
     audio_seconds: float = 0.0  # spoken in this run
     seconds: float = 0.0  # wall time of this run
@@ -133,18 +134,21 @@ def check_job(settings: JobSettings, local: bool = True, items: Sequence[Item] |
     open fails its items alone. ``local``: the workers run on this machine, so the device asked for must be here
     too (Ray's workers may have GPUs that the driver does not)."""
     from ggtts.api import resolve_model_path
-    from ggtts.families import family_for
+    from ggtts.families import Family, family_for
     from ggtts.gguf import GGUFFile
 
     given = list(items) if items is not None else [Item(id="", text="")]
-    for name in sorted({item.model for item in given}, key=lambda m: (m is not None, m or "")):
+    opened: dict[str | None, tuple[GGUFFile, Family]] = {}
+    names = sorted({item.model for item in given}, key=lambda m: (m is not None, m or ""))
+    for name in names:
         try:
             gguf = GGUFFile(resolve_model_path(settings.model if name is None else name))
-            family = family_for(gguf)
+            opened[name] = gguf, family_for(gguf)
         except GGTTSError:
             if name is None:
                 raise
-            continue
+    several = len({family.name for _, family in opened.values()}) > 1  # families: each takes its own load options
+    for name, (gguf, family) in opened.items():
         mine = [item for item in given if item.model == name]
         try:
             if any(item.speed is None for item in mine):
@@ -152,11 +156,18 @@ def check_job(settings: JobSettings, local: bool = True, items: Sequence[Item] |
             family.check_options(settings.options)
             if any(item.voice is None for item in mine):
                 family.check_voice(settings.voice, gguf)
-            family.check_load_options(settings.load_options)
+            family.check_load_options(
+                family.own_load_options(settings.load_options) if several else settings.load_options
+            )
         except InputError as e:
             if name is None:
                 raise
             raise InputError(f"{name} (the model of item '{mine[0].id}'): {e}") from None
+    if several and len(opened) == len(names):
+        for key in settings.load_options:
+            if all(key not in family.load_option_names() for _, family in opened.values()):
+                used = ", ".join(sorted({family.name for _, family in opened.values()}))
+                raise InputError(f"no model of this job takes the load option '{key}' (its families: {used})")
     device = settings.load_options.get("device")
     if local and device is not None:
         from ggtts.runtime.device import resolve_device
@@ -177,7 +188,8 @@ def run_batch(
     on_record: Callable[[dict[str, Any]], None] | None = None,
 ) -> BatchResult:
     """Speak ``items`` into ``settings.out_dir``, skipping those the manifest shows done (and, unless
-    ``retry_failed``, those it shows failed for the same request).
+    ``retry_failed``, those it shows failed for the same request). The job-wide settings are checked first
+    (:func:`check_job`): a mistake there is one InputError before any work.
 
     ``workers`` > 1 runs that many local processes, each with ``threads`` torch threads (default: this machine's
     cores shared out). ``ray`` runs on Ray instead (``""``: ``ray.init()``'s own choice of cluster, else its
@@ -191,6 +203,7 @@ def run_batch(
         raise InputError(f"workers must be at least 1, got {workers}")
     if threads is not None and threads < 1:
         raise InputError(f"threads must be at least 1, got {threads}")
+    check_job(settings, local=ray is None, items=items)  # before the folder is made, before any work
     stop = stop or threading.Event()
     started = time.perf_counter()
     with job_lock(settings.out_dir):
@@ -219,14 +232,22 @@ def _run(
 ) -> BatchResult:
     result = BatchResult(total=len(items))
     todo: list[Item] = []
+    stamped: dict[tuple[Any, Any], dict[str, list[int]]] = {}  # each model and voice's files, stamped once a run
+    sources_of: dict[str, dict[str, list[int]]] = {}
     for item in items:
-        key, sources = settings.key(item), settings.sources(item)
+        request = settings.request(item)
+        which = (request["model"], request["voice"])
+        if which not in stamped:
+            stamped[which] = settings.sources(item)
+        key, sources = settings.key(item), stamped[which]
         if manifest.is_done(item.id, key, sources):
             result.skipped_done += 1
         elif manifest.has_failed(item.id, key, sources) and not retry_failed:
             result.skipped_failed += 1
         else:
             todo.append(item)
+            sources_of[item.id] = sources
+            result.changed_sources += manifest.is_done(item.id, key) or manifest.has_failed(item.id, key)
             continue
         result.records[item.id] = manifest.records[item.id]
     wanted = {item.id for item in todo}
@@ -236,6 +257,8 @@ def _run(
         if rec["id"] not in wanted:  # a runner can only report items it was given, and each once
             raise RuntimeError(f"unexpected record for item {rec['id']!r}")
         wanted.discard(rec["id"])
+        if sources_of[rec["id"]]:  # stamped here, where the next run compares (a Ray worker's node may differ)
+            rec = {**rec, "sources": sources_of[rec["id"]]}
         manifest.append(rec)
         result.records[rec["id"]] = rec
         if rec["status"] == DONE:

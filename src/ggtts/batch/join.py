@@ -20,7 +20,7 @@ from ggtts.audio import check_output_suffix, encoded_rate, resample, soundfile_f
 from ggtts.batch.items import Item
 from ggtts.batch.manifest import DONE
 from ggtts.errors import GGTTSError, InputError
-from ggtts.fsutil import PART_SUFFIX, atomic_output
+from ggtts.fsutil import PART_SUFFIX, atomic_output, part_prefix
 
 if TYPE_CHECKING:
     from ggtts.batch.work import JobSettings
@@ -53,10 +53,10 @@ def check_join_target(target: Path, items: Sequence[Item], settings: JobSettings
             raise InputError(f"--join {target} is item '{item.id}''s own file; join into a file of its own")
 
 
-def _remove_stale_parts(target: Path, names: Sequence[str]) -> None:
-    """The temporary files a join killed outright (``kill -9``) left beside ``target``: those of its own names."""
-    for name in names:
-        for part in target.parent.glob(f".{glob.escape(name)}.*{PART_SUFFIX}"):
+def _remove_stale_parts(files: Sequence[Path]) -> None:
+    """The temporary files a join killed outright (``kill -9``) left for ``files``: theirs only."""
+    for file in files:
+        for part in file.parent.glob(f"{glob.escape(part_prefix(file))}*{PART_SUFFIX}"):
             with contextlib.suppress(OSError):
                 part.unlink()
 
@@ -79,7 +79,7 @@ def join_outputs(
     rate = encoded_rate(suffix.lstrip("."), items_rate)  # (as Audio.write_to encodes)
     silence = np.zeros(round(pause_s * rate), dtype=np.float32)
     chapters: list[dict[str, Any]] = []
-    _remove_stale_parts(target, [target.name, *(p.name for p in _chapter_files(target))])
+    _remove_stale_parts([target, *_chapter_files(target)])
     position = 0
     with atomic_output(target) as tmp, sf.SoundFile(tmp, "w", rate, 1, subtype, format=fmt) as out:
         for n, item in enumerate(items):

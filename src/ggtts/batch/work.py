@@ -7,7 +7,6 @@ The result is the item's manifest record: ``done`` with the file's size and sha2
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -98,6 +97,20 @@ def model_id(name: str | None) -> str | None:
     return str(path.resolve()) if path.exists() else name
 
 
+def own_load_options(model: str | None, options: dict[str, Any]) -> dict[str, Any]:
+    """Those of the job's load options the model's family takes (a job's models may be of several families: each
+    option was checked to be some model's, :func:`ggtts.batch.job.check_job`); all of them for a file that does not
+    open (its load says why)."""
+    from ggtts.api import resolve_model_path
+    from ggtts.families import family_for
+    from ggtts.gguf import GGUFFile
+
+    try:
+        return family_for(GGUFFile(resolve_model_path(model))).own_load_options(options)
+    except GGTTSError:
+        return dict(options)
+
+
 def source_stamps(model: str | None, voice: str | None) -> dict[str, list[int]]:
     """The model's file and, where the voice is a file of its own (a cloned voice beside a Qwen3-TTS Base model),
     the voice's, each as [size, modification time in ns]: a model converted again to the same path, or a voice
@@ -105,10 +118,13 @@ def source_stamps(model: str | None, voice: str | None) -> dict[str, list[int]]:
     stamps: dict[str, list[int]] = {}
     if model is None or not Path(model).is_file():
         return stamps
-    stamps["model"] = _stamp(Path(model))
-    voice_file = _voice_file(model, voice) if voice is not None else None
-    if voice_file is not None:
-        stamps["voice"] = _stamp(voice_file)
+    try:
+        stamps["model"] = _stamp(Path(model))
+        voice_file = _voice_file(model, voice) if voice is not None else None
+        if voice_file is not None:
+            stamps["voice"] = _stamp(voice_file)
+    except OSError:  # gone meanwhile: its items say so when they are spoken
+        return {}
     return stamps
 
 
@@ -117,7 +133,6 @@ def _stamp(path: Path) -> list[int]:
     return [st.st_size, st.st_mtime_ns]
 
 
-@functools.lru_cache(maxsize=256)  # per model and voice, once a run: a job's items share a few
 def _voice_file(model: str, voice: str) -> Path | None:
     from ggtts.families import family_for
     from ggtts.gguf import GGUFFile
@@ -152,7 +167,7 @@ class ItemWorker:
                 import ggtts
 
                 try:
-                    self._models[name] = ggtts.load(name, **self.settings.load_options)
+                    self._models[name] = ggtts.load(name, **own_load_options(name, self.settings.load_options))
                 except GGTTSError as e:
                     self._models[name] = e
             model = self._models[name]
@@ -167,8 +182,6 @@ class ItemWorker:
         s = self.settings
         request = s.request(item)
         record: dict[str, Any] = {"id": item.id, "key": s.key(item), "worker": worker_name()}
-        if sources := s.sources(item):
-            record["sources"] = sources
         try:
             loading = time.perf_counter()
             model = self.model(request["model"])  # loaded on first use: its time is not the item's

@@ -688,6 +688,11 @@ class Family:
         """The loader's options: its dataclass's fields and the companion files it takes."""
         return [f.name for f in dataclasses.fields(self.load_options)] + [c.option for c in self.companions]
 
+    def own_load_options(self, options: Mapping[str, Any]) -> dict[str, Any]:
+        """Those of ``options`` the family takes (where one command line loads models of several families)."""
+        known = self.load_option_names()
+        return {key: value for key, value in options.items() if key in known}
+
     def check_load_options(self, options: Mapping[str, Any]) -> None:
         """An InputError naming the first load option the family does not take, or the first bad value of one it
         takes; before anything is loaded."""

@@ -134,7 +134,7 @@ def options_per_model(named: Sequence[tuple[str, str]], options: Mapping[str, An
         with contextlib.suppress(GGTTSError):
             families[name] = family_for(GGUFFile(resolve_model_path(None if source == DEFAULT_MODEL else source)))
     for key in options:
-        if families and all(key not in family.load_option_names() for family in families.values()):
+        if len(families) == len(named) and all(key not in family.load_option_names() for family in families.values()):
             served = ", ".join(f"{name} ({family.name})" for name, family in families.items())
             raise InputError(f"no model served takes the load option '{key}' ({served})")
     own = {}
@@ -143,7 +143,7 @@ def options_per_model(named: Sequence[tuple[str, str]], options: Mapping[str, An
         if family is None:
             own[name] = dict(options)
             continue
-        own[name] = {key: value for key, value in options.items() if key in family.load_option_names()}
+        own[name] = family.own_load_options(options)
         try:
             family.check_load_options(own[name])
         except InputError as e:

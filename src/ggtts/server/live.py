@@ -114,7 +114,8 @@ def add_live_route(app: FastAPI, speaker: Speaker) -> None:
     async def receive(socket: WebSocket, session: _Session, first: dict[str, Any] | None) -> None:
         """Reads the client's messages (after ``first``, one already read) into stretches for the speaker, until
         ``end``."""
-        text = session.text = speaker.text_stream(session.body.model)
+        model = speaker.model_for_voice(session.body.model, session.body.voice_name)  # the model that will speak
+        text = session.text = speaker.text_stream(model)
         ended = False
         while True:
             try:
