@@ -12,7 +12,8 @@ shared across processes: a worker killed while that thread held the lock left it
 worker's records stuck behind it.)
 
 A worker exits on its own once its parent is gone, whatever ended the parent (``kill -9`` included): an orphan
-would hold a model's memory and a share of the CPU on a machine whose owner believes the job is over.
+would hold a model's memory and a share of the CPU on a machine whose owner believes the job is over
+(:func:`ggtts.runtime.lifetime.exit_with`).
 
 A runner hands each finished item's record to ``on_record`` (the job's single manifest writer) and stops handing
 out items once ``stop`` is set; the items it already started finish first.
@@ -26,7 +27,6 @@ import multiprocessing
 import os
 import signal
 import threading
-import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor
@@ -39,13 +39,13 @@ from typing import Any
 from ggtts.batch.items import Item
 from ggtts.batch.work import ItemWorker, JobSettings, failed_record
 from ggtts.errors import GGTTSError
+from ggtts.runtime.lifetime import exit_with
 
 OnRecord = Callable[[dict[str, Any]], None]
 MAX_ATTEMPTS = 3  # an item whose worker died this many times while speaking it is recorded as failed
 MAX_STARTUP_DEATHS = 3  # workers that die before they are ready: they cannot run here at all
 POLL_S = 0.2  # how often the loops look at ``stop`` and at their workers while items run
 EXIT_WAIT_S = 5.0  # how long a finished worker gets to exit before it is terminated
-PARENT_POLL_S = 0.5  # how often a worker looks whether its parent is still there
 
 
 def set_threads(threads: int | None) -> None:
@@ -79,19 +79,6 @@ def run_here(
 
 
 # ---- worker processes ------------------------------------------------------------------------------------------
-def exit_with(parent: int) -> None:
-    """End this process (at once, as a kill would) when process ``parent`` is no longer its parent: it died, and
-    this one was handed to another (init, a subreaper). A thread polls, so a worker busy in an item or blocked on
-    its queue notices too; the parent's pid is passed in, so a parent that died before the poll began is seen."""
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(PARENT_POLL_S)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="ggtts-parent-watch", daemon=True).start()
-
-
 def _worker_main(
     settings: dict[str, Any], threads: int | None, tasks: Any, results: Connection, parent: int
 ) -> None:  # pragma: no cover - runs in the worker process

@@ -4,8 +4,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+from types import FrameType
 
 from ggtts.errors import GGTTSError
+
+# a kill (SIGTERM: ``kill``, ``timeout``, a service manager) and a closed terminal (SIGHUP) end a benchmark as Ctrl-C
+INTERRUPTING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -14,12 +22,35 @@ def run(args: argparse.Namespace) -> int:
     from ggtts.families.base import import_target
     from ggtts.gguf import GGUFFile
 
-    model_path = resolve_model_path(args.model)
-    family = family_for(GGUFFile(model_path))
-    if family.bench is None:
-        raise GGTTSError(f"{model_path}: no benchmark for the {family.name} family yet")
-    status: int = import_target(family.bench)(args, model_path)
+    with signals_interrupt():
+        model_path = resolve_model_path(args.model)
+        family = family_for(GGUFFile(model_path))
+        if family.bench is None:
+            raise GGTTSError(f"{model_path}: no benchmark for the {family.name} family yet")
+        status: int = import_target(family.bench)(args, model_path)
     return status
+
+
+@contextlib.contextmanager
+def signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise KeyboardInterrupt in the block, as Ctrl-C does: the benchmark's worker process is
+    stopped and its temporary folder removed on the way out (by default these signals end Python at once, cleaning
+    nothing up). A signal ignored when the command started (``nohup``) stays ignored."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    default = [s for s in INTERRUPTING_SIGNALS if signal.getsignal(s) == signal.SIG_DFL]
+    for s in default:
+        signal.signal(s, interrupt)
+    try:
+        yield
+    finally:
+        for s in default:
+            signal.signal(s, signal.SIG_DFL)
 
 
 def cpu_model() -> str:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ggtts.errors import GGTTSError
-from ggtts.measure.kokoro.bench_worker import Spec
+from ggtts.measure.kokoro.bench_worker import RESULT_FILE, SPEC_FILE, Spec
 from ggtts.measure.kokoro.peers import LABELS, PEERS
 from ggtts.measure.sentences import BENCH_BATCH, BENCH_PARAGRAPH
 
@@ -81,11 +81,16 @@ def phoneme_chunks(text: str, language: str, max_phonemes: int, vocab: Iterable[
 
 # ---- running the workers -----------------------------------------------------------------------------------
 def run_worker(spec: Spec) -> dict[str, Any]:
-    """Time one engine in a fresh Python process; a failure becomes ``{"error": ...}``."""
+    """Time one engine in a fresh Python process; a failure becomes ``{"error": ...}``.
+
+    The worker's files (the spec, its result, an engine's scratch files) are in one temporary folder, removed on
+    the way out, an interruption included (Ctrl-C, and SIGTERM or SIGHUP through :func:`ggtts.measure.bench.run`):
+    ``subprocess.run`` kills the worker on any exception first. A ``kill -9`` of this process cannot remove
+    anything: the worker, which ends with its parent, removes the folder then."""
     with tempfile.TemporaryDirectory(prefix="ggtts-bench-") as tmp:
-        spec_path, result_path = Path(tmp) / "spec.json", Path(tmp) / "result.json"
-        spec.save(spec_path)
-        cmd = [sys.executable, "-m", "ggtts.measure.kokoro.bench_worker", str(spec_path), str(result_path)]
+        result_path = Path(tmp) / RESULT_FILE
+        spec.save(Path(tmp) / SPEC_FILE)
+        cmd = [sys.executable, "-m", "ggtts.measure.kokoro.bench_worker", tmp, str(os.getpid())]
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S, env=env)

@@ -1,15 +1,20 @@
 """One engine's timings, in a process of its own so that its peak memory is its own.
 
-Run as ``python -m ggtts.measure.kokoro.bench_worker SPEC.json RESULT.json`` by
-:mod:`ggtts.measure.kokoro.bench`. The spec names the engine, the GGUF file, the voice, the phoneme chunks of
-the text and of each batch item, and the number of warm-up and measured runs; the result holds the seconds of
-every run and the peak resident memory.
+Run as ``python -m ggtts.measure.kokoro.bench_worker FOLDER PARENT_PID`` by :mod:`ggtts.measure.kokoro.bench`.
+``FOLDER`` is the run's, made and removed by the parent: it holds ``spec.json`` (the engine, the GGUF file, the
+voice, the phoneme chunks of the text and of each batch item, the number of warm-up and measured runs), gets
+``result.json`` (the seconds of every run and the peak resident memory), and the files an engine needs while it
+runs (the ONNX peer's model copy) go in it too, so that nothing outlives the run. The worker ends with its parent
+(``PARENT_PID``), however the parent ends: after a ``kill -9`` of the parent it removes the folder itself. Ctrl-C
+is the parent's to handle (it stops the worker).
 """
 
 from __future__ import annotations
 
 import json
 import resource
+import shutil
+import signal
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -19,8 +24,11 @@ from typing import Any
 import torch
 
 from ggtts.measure.kokoro.peers import ENGINES, Synthesize, version
+from ggtts.runtime.lifetime import exit_with
 
 KIB_PER_MIB = 1024  # Linux reports ru_maxrss in KiB
+SPEC_FILE = "spec.json"
+RESULT_FILE = "result.json"
 
 
 @dataclass(frozen=True)
@@ -67,9 +75,10 @@ def time_text(synthesize: Synthesize, chunks: list[str], sample_rate: int) -> tu
     return (total if ttfa is None else ttfa), total, samples / sample_rate
 
 
-def measure(spec: Spec) -> dict[str, Any]:
+def measure(spec: Spec, scratch: Path | None = None) -> dict[str, Any]:
+    """``spec``'s runs; an engine that needs files while it runs puts them in ``scratch``."""
     start = time.perf_counter()
-    with ENGINES[spec.peer](spec.model, spec.voice) as synthesize:
+    with ENGINES[spec.peer](spec.model, spec.voice, scratch=scratch) as synthesize:
         load_s = time.perf_counter() - start
         for _ in range(spec.warmup):
             time_text(synthesize, spec.chunks, spec.sample_rate)
@@ -91,11 +100,14 @@ def measure(spec: Spec) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print("usage: python -m ggtts.measure.kokoro.bench_worker SPEC.json RESULT.json", file=sys.stderr)
+    if len(argv) != 2 or not argv[1].isdigit():
+        print("usage: python -m ggtts.measure.kokoro.bench_worker FOLDER PARENT_PID", file=sys.stderr)
         return 2
-    result = measure(Spec.load(argv[0]))
-    Path(argv[1]).write_text(json.dumps(result), encoding="utf-8")
+    folder = Path(argv[0])
+    exit_with(int(argv[1]), lambda: shutil.rmtree(folder, ignore_errors=True))
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent decides
+    result = measure(Spec.load(folder / SPEC_FILE), scratch=folder)
+    (folder / RESULT_FILE).write_text(json.dumps(result), encoding="utf-8")
     return 0
 
 

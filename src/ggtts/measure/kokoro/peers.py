@@ -6,7 +6,10 @@
 - ``reference``: hexgrad's ``kokoro.KModel`` in torch, with the GGUF's own weights put back under upstream's
   names (weight norm unfolded as ``weight_v = weight``, ``weight_g = ‖weight‖``).
 
-Every engine gets the same phoneme chunks and the same voicepack, so the work is the same.
+Every engine gets the same phoneme chunks and the same voicepack, so the work is the same. An engine is a context
+manager ``ENGINES[peer](model_path, voice, scratch=folder)``; one that needs files while it runs makes them in
+``scratch`` (the benchmark run's folder, removed with the run however it ends), else in the system's temporary
+folder.
 """
 
 from __future__ import annotations
@@ -85,6 +88,7 @@ def ggtts_engine(
     compile: bool = False,
     fast_start: bool = False,
     fft: bool = True,
+    scratch: Path | None = None,  # ggtts writes no file
 ) -> Iterator[Synthesize]:
     import ggtts
 
@@ -111,7 +115,7 @@ def ggtts_engine(
 
 # ---- kokoro-onnx -------------------------------------------------------------------------------------------
 @contextlib.contextmanager
-def onnx_engine(model_path: str, voice: str) -> Iterator[Synthesize]:
+def onnx_engine(model_path: str, voice: str, scratch: Path | None = None) -> Iterator[Synthesize]:
     try:
         from kokoro_onnx import Kokoro
     except ModuleNotFoundError:
@@ -119,7 +123,7 @@ def onnx_engine(model_path: str, voice: str) -> Iterator[Synthesize]:
     from ggtts.convert.default_model import assemble_onnx
 
     style = voicepack(GGUFFile(model_path), voice)
-    with tempfile.TemporaryDirectory(prefix="ggtts-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ggtts-bench-", dir=scratch) as tmp:
         onnx_path = assemble_onnx(Path(tmp) / "kokoro-v1.0.int8.onnx")
         voices_path = Path(tmp) / "voices.npz"
         arrays: dict[str, Any] = {voice: style}
@@ -209,7 +213,7 @@ def upstream_state(gguf: GGUFFile, target: dict[str, torch.Tensor]) -> dict[str,
 
 
 @contextlib.contextmanager
-def reference_engine(model_path: str, voice: str) -> Iterator[Synthesize]:
+def reference_engine(model_path: str, voice: str, scratch: Path | None = None) -> Iterator[Synthesize]:
     gguf = GGUFFile(model_path)
     config = KokoroConfig.from_gguf(gguf)
     if config.decoder_hidden_dim != DECODER_HIDDEN_DIM:
@@ -222,7 +226,7 @@ def reference_engine(model_path: str, voice: str) -> Iterator[Synthesize]:
     except ModuleNotFoundError:
         raise GGTTSError("the 'reference' peer needs hexgrad's kokoro (pip install 'ggtts[reference]')") from None
     pack = torch.from_numpy(voicepack(gguf, voice))
-    with tempfile.TemporaryDirectory(prefix="ggtts-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ggtts-bench-", dir=scratch) as tmp:
         empty = Path(tmp) / "empty.pth"
         torch.save({}, empty)  # KModel loads its weights from a file; ours go in below
         model = KModel(repo_id=UPSTREAM_REPO_ID, config=upstream_config(config), model=str(empty))
@@ -239,7 +243,7 @@ def reference_engine(model_path: str, voice: str) -> Iterator[Synthesize]:
     yield synthesize
 
 
-ENGINES: dict[str, Callable[[str, str], contextlib.AbstractContextManager[Synthesize]]] = {
+ENGINES: dict[str, Callable[..., contextlib.AbstractContextManager[Synthesize]]] = {
     "ggtts": ggtts_engine,
     "onnx": onnx_engine,
     "reference": reference_engine,
