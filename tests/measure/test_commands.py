@@ -63,6 +63,10 @@ def test_eval_table(tiny_gguf: Path, tiny_frontend: None, tmp_path: Path, monkey
     assert "overall: WER 200.00% (4/2 words)" in out
 
 
+def _no_load(*args: object, **kwargs: object) -> None:
+    raise AssertionError("the model was loaded")
+
+
 def test_eval_rejects_an_empty_sentence_file(tmp_path: Path, capsys) -> None:
     empty = tmp_path / "empty.txt"
     empty.write_text("\n# nothing\n", encoding="utf-8")
@@ -94,6 +98,28 @@ def test_bench_json_and_plot(tiny_gguf: Path, tmp_path: Path, monkeypatch, capsy
     assert ours["ttfa_s"]["median"] <= ours["total_s"]["median"]  # the first of two chunks comes first
     assert ours["audio_s"] > 0 and ours["peak_rss_mib"] > 10
     assert png.stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [
+        ("nodir/bench.png", "there is no folder"),
+        ("bench.txt", "--plot cannot draw '.txt' images; use one of "),
+        ("bench", "--plot needs the image format as the file's suffix ("),
+    ],
+)
+def test_bench_checks_the_plot_path_before_any_work(name: str, error: str, tmp_path: Path, monkeypatch, capsys) -> None:
+    """A plot that cannot be written (no such folder, a format matplotlib does not write, no suffix to tell the
+    format: matplotlib would write another file, bench.png) is one error before the model is even found."""
+    import ggtts.api
+
+    monkeypatch.setattr(ggtts.api, "resolve_model_path", _no_load)
+    path = tmp_path / name
+    assert main(["bench", "--against", "none", "--runs", "1", "--plot", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith(f"ggtts: error: {path}: ") and error in err and len(err.splitlines()) == 1
+    assert "nodir" in name or ".png" in err  # the formats matplotlib writes are named
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_bench_reports_a_failing_peer_without_stopping(tiny_gguf: Path, monkeypatch) -> None:

@@ -8,9 +8,10 @@ import contextlib
 import signal
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from types import FrameType
 
-from ggtts.errors import GGTTSError
+from ggtts.errors import GGTTSError, InputError
 
 # a kill (SIGTERM: ``kill``, ``timeout``, a service manager) and a closed terminal (SIGHUP) end a benchmark as Ctrl-C
 INTERRUPTING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -22,6 +23,8 @@ def run(args: argparse.Namespace) -> int:
     from ggtts.families.base import import_target
     from ggtts.gguf import GGUFFile
 
+    if args.plot is not None:  # before any work (building the default model is some)
+        check_plot_path(args.plot)
     with signals_interrupt():
         model_path = resolve_model_path(args.model)
         family = family_for(GGUFFile(model_path))
@@ -29,6 +32,26 @@ def run(args: argparse.Namespace) -> int:
             raise GGTTSError(f"{model_path}: no benchmark for the {family.name} family yet")
         status: int = import_target(family.bench)(args, model_path)
     return status
+
+
+def check_plot_path(path: str) -> str:
+    """The image format ``--plot PATH`` names by its suffix (one matplotlib writes), once PATH can be written; else one
+    error naming what is wrong."""
+    from ggtts.fsutil import check_writable
+
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ModuleNotFoundError:
+        raise GGTTSError("--plot needs the Python package 'matplotlib', which is not installed") from None
+    formats = FigureCanvasBase.get_supported_filetypes()
+    choices = ", ".join(f".{f}" for f in sorted(formats))
+    suffix = Path(path).suffix.lower().removeprefix(".")
+    if not suffix:
+        raise InputError(f"{path}: --plot needs the image format as the file's suffix ({choices})")
+    if suffix not in formats:
+        raise InputError(f"{path}: --plot cannot draw '.{suffix}' images; use one of {choices}")
+    check_writable(path)
+    return suffix
 
 
 @contextlib.contextmanager

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ggtts.errors import GGTTSError
+from ggtts.fsutil import atomic_output
 from ggtts.measure.kokoro.bench_worker import RESULT_FILE, SPEC_FILE, Spec
 from ggtts.measure.kokoro.peers import LABELS, PEERS
 from ggtts.measure.sentences import BENCH_BATCH, BENCH_PARAGRAPH
@@ -260,7 +261,9 @@ def plot(report: dict[str, Any], path: str | Path) -> Path:
     fig.suptitle(f"{report['words']} words, voice {report['voice']}, {report['runs']} runs")
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path)
+    image_format = path.suffix.lower().removeprefix(".") or matplotlib.rcParams["savefig.format"]
+    with atomic_output(path) as part:  # written as ``path`` says: the part file's own suffix is .part
+        fig.savefig(part, format=image_format)
     plt.close(fig)
     return path
 
