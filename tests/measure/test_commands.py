@@ -67,6 +67,22 @@ def _no_load(*args: object, **kwargs: object) -> None:
     raise AssertionError("the model was loaded")
 
 
+def test_eval_refuses_a_sentence_without_words_before_any_work(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A sentence of punctuation alone has no word to divide by (its rate was infinite, and --json wrote Infinity,
+    which is not JSON): one error naming the sentence, before the model or Whisper loads."""
+    import ggtts
+
+    monkeypatch.setattr(ggtts, "load", _no_load)
+    monkeypatch.setattr(eval_cmd, "load_transcriber", _no_load)
+    sentences = tmp_path / "s.txt"
+    sentences.write_text("Hello world.\n... !!! ...\n", encoding="utf-8")
+    assert main(["eval", str(sentences), "--json"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    error = "sentence 2 ('... !!! ...') has no word to score once punctuation is dropped"
+    assert captured.err == f"ggtts: error: {error}\n"
+
+
 def test_eval_rejects_an_empty_sentence_file(tmp_path: Path, capsys) -> None:
     empty = tmp_path / "empty.txt"
     empty.write_text("\n# nothing\n", encoding="utf-8")

@@ -3,6 +3,10 @@
 Each sentence is synthesized, transcribed by Whisper, and both the sentence and the transcript are normalized
 (:mod:`ggtts.measure.normalize`) before counting edits. The overall rates sum the edits of every sentence over
 the total reference length.
+
+Every sentence must have a word to score once normalized: :func:`check_sentences` refuses one that has none
+(punctuation alone) before the model loads, rather than print a rate with nothing to divide by (infinite, which
+``--json`` cannot write: JSON has no Infinity).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
+from ggtts.errors import InputError
 from ggtts.measure.normalize import normalize
 from ggtts.measure.sentences import EVAL_SENTENCES, read_sentences
 from ggtts.measure.wer import ErrorCounts, char_errors, word_errors
@@ -71,6 +76,15 @@ class EvalReport:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def check_sentences(sentences: Sequence[str]) -> None:
+    """An InputError naming the first sentence that cannot be scored: one with no word once normalized
+    (punctuation alone)."""
+    for index, text in enumerate(sentences, start=1):
+        quoted = repr(_shorten(text, TEXT_COLUMN))
+        if not normalize(text):
+            raise InputError(f"sentence {index} ({quoted}) has no word to score once punctuation is dropped")
 
 
 def score(index: int, text: str, transcript: str, audio_s: float = 0.0, synth_s: float = 0.0) -> SentenceResult:
@@ -131,6 +145,7 @@ def evaluate(
 
     ``progress``: None shows a bar only when standard error is a terminal.
     """
+    check_sentences(sentences)
     voice = voice or model.default_voice
     results = []
     bar = tqdm(
@@ -182,6 +197,7 @@ def run(args: argparse.Namespace) -> int:
     from ggtts.flags import load_options
 
     sentences = read_sentences(args.sentences) if args.sentences else list(EVAL_SENTENCES)
+    check_sentences(sentences)  # before any work
     model = ggtts.load(args.model, **load_options(args, lambda note: print(f"ggtts: {note}", file=sys.stderr)))
     transcriber = load_transcriber(args.whisper)
     report = evaluate(
@@ -192,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
         model_name=str(args.model or ggtts.api.DEFAULT_MODEL),
     )
     if args.json:
-        json.dump(report.to_dict(), sys.stdout, indent=2)
+        json.dump(report.to_dict(), sys.stdout, indent=2, allow_nan=False)  # JSON has no Infinity or NaN
         print()
     else:
         print_table(report)
