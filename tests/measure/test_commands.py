@@ -67,20 +67,34 @@ def _no_load(*args: object, **kwargs: object) -> None:
     raise AssertionError("the model was loaded")
 
 
-def test_eval_refuses_a_sentence_without_words_before_any_work(tmp_path: Path, monkeypatch, capsys) -> None:
-    """A sentence of punctuation alone has no word to divide by (its rate was infinite, and --json wrote Infinity,
-    which is not JSON): one error naming the sentence, before the model or Whisper loads."""
+@pytest.mark.parametrize(
+    ("lines", "error"),
+    [
+        (
+            "今日は3月1日です。\n猫が好きです。\n",
+            "sentence 1 ('今日は3月1日です。') is not English (it has '今日は月日です'): ggtts eval scores "
+            "English text only",
+        ),
+        ("Hello world.\n... !!! ...\n", "sentence 2 ('... !!! ...') has no word to score once punctuation is dropped"),
+    ],
+    ids=["japanese", "punctuation-alone"],
+)
+def test_eval_refuses_what_it_cannot_score_before_any_work(
+    lines: str, error: str, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """Japanese would be scored on its digits alone (Whisper told it hears English, the normalizer keeping a-z); a
+    sentence of punctuation alone has no word to divide by (its rate was infinite, and --json wrote Infinity, which
+    is not JSON). Either is one error naming the sentence, before the model or Whisper loads."""
     import ggtts
 
     monkeypatch.setattr(ggtts, "load", _no_load)
     monkeypatch.setattr(eval_cmd, "load_transcriber", _no_load)
     sentences = tmp_path / "s.txt"
-    sentences.write_text("Hello world.\n... !!! ...\n", encoding="utf-8")
+    sentences.write_text(lines, encoding="utf-8")
     assert main(["eval", str(sentences), "--json"]) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
-    error = "sentence 2 ('... !!! ...') has no word to score once punctuation is dropped"
-    assert captured.err == f"ggtts: error: {error}\n"
+    assert captured.err.startswith(f"ggtts: error: {error}") and len(captured.err.splitlines()) == 1
 
 
 def test_eval_rejects_an_empty_sentence_file(tmp_path: Path, capsys) -> None:

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from ggtts.measure.normalize import decimal_words, integer_words, normalize, number_words, ordinal_words
+from ggtts.measure.normalize import (
+    decimal_words,
+    foreign_letters,
+    integer_words,
+    normalize,
+    number_words,
+    ordinal_words,
+)
 
 CASES = [
     # case and punctuation
@@ -112,3 +119,17 @@ def test_idempotent() -> None:
     for text, _ in CASES:
         once = normalize(text)
         assert normalize(once) == once
+
+
+@pytest.mark.parametrize(
+    ("text", "foreign"),
+    [
+        ("Hello, World! $5 at 3:30 p.m.", ""),
+        ("Café, naïve, résumé; ﬁne", ""),  # accents are stripped, the ligature is two letters
+        ("今日は3月1日です。", "今日は月日です"),  # the original letters, not their stripped forms
+        ("Straße", "ß"),
+        ("Ωmega and Москва", "ΩМосква"),
+    ],
+)
+def test_foreign_letters_are_those_normalize_drops(text: str, foreign: str) -> None:
+    assert foreign_letters(text) == foreign

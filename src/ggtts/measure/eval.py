@@ -4,9 +4,10 @@ Each sentence is synthesized, transcribed by Whisper, and both the sentence and 
 (:mod:`ggtts.measure.normalize`) before counting edits. The overall rates sum the edits of every sentence over
 the total reference length.
 
-Every sentence must have a word to score once normalized: :func:`check_sentences` refuses one that has none
-(punctuation alone) before the model loads, rather than print a rate with nothing to divide by (infinite, which
-``--json`` cannot write: JSON has no Infinity).
+The scoring is English's (Whisper is told the speech is English; the normalizer keeps a-z and spells numbers in
+English), so every sentence must be English text with at least one word: :func:`check_sentences` refuses any
+other before the model loads, rather than print rates that mean nothing (a sentence of punctuation alone has no
+words to divide by; Japanese would be scored on its digits alone).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any, TextIO
 from tqdm import tqdm
 
 from ggtts.errors import InputError
-from ggtts.measure.normalize import normalize
+from ggtts.measure.normalize import foreign_letters, normalize
 from ggtts.measure.sentences import EVAL_SENTENCES, read_sentences
 from ggtts.measure.wer import ErrorCounts, char_errors, word_errors
 from ggtts.measure.whisper import Transcriber, load_transcriber
@@ -79,10 +80,15 @@ class EvalReport:
 
 
 def check_sentences(sentences: Sequence[str]) -> None:
-    """An InputError naming the first sentence that cannot be scored: one with no word once normalized
-    (punctuation alone)."""
+    """An InputError naming the first sentence that cannot be scored: one that is not English text, or that has no
+    word to score once normalized (punctuation alone)."""
     for index, text in enumerate(sentences, start=1):
         quoted = repr(_shorten(text, TEXT_COLUMN))
+        if letters := foreign_letters(text):
+            raise InputError(
+                f"sentence {index} ({quoted}) is not English (it has {letters[:10]!r}): ggtts eval scores English "
+                "text only (Whisper listens for English; the normalizer keeps a-z and digits)"
+            )
         if not normalize(text):
             raise InputError(f"sentence {index} ({quoted}) has no word to score once punctuation is dropped")
 

@@ -203,6 +203,16 @@ def _strip_accents(text: str) -> str:
     return "".join(c for c in decomposed if not unicodedata.combining(c))
 
 
+def foreign_letters(text: str) -> str:
+    """The letters of ``text`` that :func:`normalize` drops: those outside a-z once accents are stripped (Japanese,
+    Greek, Cyrillic, "ß"). Text with any is not English, and its error rates would count words it never saw."""
+
+    def foreign(c: str) -> bool:
+        return any(x.isalpha() and not "a" <= x <= "z" for x in _strip_accents(c.lower()))
+
+    return "".join(c for c in unicodedata.normalize("NFKC", text) if foreign(c))
+
+
 def normalize(text: str) -> str:
     """The canonical form of ``text`` for error rates: lower-case words, numbers spelled, no punctuation."""
     text = unicodedata.normalize("NFKC", text)
