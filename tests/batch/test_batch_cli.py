@@ -330,7 +330,7 @@ def test_sigterm_interrupts_as_ctrl_c_does() -> None:
     """What the join runs inside (batch/cli.py): SIGTERM raises KeyboardInterrupt there, as Ctrl-C does (which
     atomic_output answers by removing its temporary file, and the command by exit 130), instead of the default
     action ending the process at once; the handler before it is put back."""
-    from ggtts.batch.job import signals_interrupt
+    from ggtts.runtime.lifetime import signals_interrupt
 
     with pytest.raises(KeyboardInterrupt), signals_interrupt():
         os.kill(os.getpid(), signal.SIGTERM)

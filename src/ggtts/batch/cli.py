@@ -46,12 +46,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ggtts.audio import check_output_suffix
     from ggtts.batch.items import read_items
-    from ggtts.batch.job import run_batch, signals_interrupt, stop_on_signals
+    from ggtts.batch.job import run_batch, stop_on_signals
     from ggtts.batch.join import check_join_target, check_pause, join_outputs
     from ggtts.batch.manifest import MANIFEST_NAME
     from ggtts.batch.work import JobSettings
     from ggtts.flags import LOAD, PER_CALL, PROG, given
     from ggtts.fsutil import check_writable
+    from ggtts.runtime.lifetime import signals_interrupt
 
     out_dir = Path(args.out)  # everything here is checked before any work
     if args.float and args.format != "wav":

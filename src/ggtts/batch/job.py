@@ -70,24 +70,6 @@ def stop_on_signals(stop: threading.Event, message: Callable[[str], None]) -> It
             signal.signal(s, handler)
 
 
-@contextlib.contextmanager
-def signals_interrupt() -> Iterator[None]:
-    """SIGTERM raises KeyboardInterrupt as Ctrl-C does (the default would end the process where it stands, leaving
-    a file being written as its temporary file), while the body runs in the main thread."""
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 PROGRESS_LINE_EVERY_S = 10.0  # where stderr is no terminal (a log file): a progress line at most this often
 
 

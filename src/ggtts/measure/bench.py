@@ -4,17 +4,10 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
-import signal
-import threading
-from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 
 from ggtts.errors import GGTTSError, InputError
-
-# a kill (SIGTERM: ``kill``, ``timeout``, a service manager) and a closed terminal (SIGHUP) end a benchmark as Ctrl-C
-INTERRUPTING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+from ggtts.runtime.lifetime import signals_interrupt
 
 
 def run(args: argparse.Namespace) -> int:
@@ -52,28 +45,6 @@ def check_plot_path(path: str) -> str:
         raise InputError(f"{path}: --plot cannot draw '.{suffix}' images; use one of {choices}")
     check_writable(path)
     return suffix
-
-
-@contextlib.contextmanager
-def signals_interrupt() -> Iterator[None]:
-    """SIGTERM and SIGHUP raise KeyboardInterrupt in the block, as Ctrl-C does: the benchmark's worker process is
-    stopped and its temporary folder removed on the way out (by default these signals end Python at once, cleaning
-    nothing up). A signal ignored when the command started (``nohup``) stays ignored."""
-
-    def interrupt(signum: int, frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    default = [s for s in INTERRUPTING_SIGNALS if signal.getsignal(s) == signal.SIG_DFL]
-    for s in default:
-        signal.signal(s, interrupt)
-    try:
-        yield
-    finally:
-        for s in default:
-            signal.signal(s, signal.SIG_DFL)
 
 
 def cpu_model() -> str:
