@@ -188,8 +188,11 @@ def test_a_json_file_holds_an_array_of_items_or_json_lines(tmp_path: Path) -> No
     broken = _write(
         tmp_path / "broken.json", "[\n" + json.dumps(objects[0]) + ",\n" + json.dumps(objects[1]) + ",\n]\n"
     )
-    with pytest.raises(InputFileError, match=r"broken.json:4: not a JSON array of items \(Expecting value"):
+    with pytest.raises(InputFileError, match=r"broken.json:4: not JSON items \(Expecting value"):
         read_items(broken)  # a trailing comma: where json found it, not as JSON Lines' first line
+    spread = _write(tmp_path / "spread.json", '{\n  "id": "a",\n  "text": "A."\n  "title": "T"\n}\n')
+    with pytest.raises(InputFileError, match=r"spread.json:4: not JSON items \(Expecting ','"):
+        read_items(spread)  # one object over several lines, a comma missing on line 3: json's place
     with pytest.raises(InputFileError, match=r"array2.json: item 2: the item has no 'text'"):
         read_items(_write(tmp_path / "array2.json", json.dumps([objects[0], {"id": "x"}])))
     with pytest.raises(InputFileError, match=r"expected a JSON array of items \(or JSON Lines\), got str"):

@@ -36,6 +36,7 @@ from ggtts.families.base import (
     option,
 )
 from ggtts.gguf import GGUFFile, ModelWriter
+from skeleton_gguf import skeleton_gguf
 
 ARCH = "toy-sine"
 SAMPLE_RATE = 16000
@@ -367,11 +368,30 @@ def test_a_batch_checks_load_options_against_the_models_its_items_name(toy: Path
     assert own_load_options(None, {"loudness": 2.0, "device": "cpu"}) == {"device": "cpu"}
     assert own_load_options(str(toy), {"loudness": 2.0}) == {"loudness": 2.0}
     with pytest.raises(
-        ggtts.InputError, match=r"no model of this job takes the load option 'parallel' \(its families: kokoro, toy\)"
+        ggtts.InputError, match=r"no model of this job takes the load option 'parallel' \(families: kokoro, toy\)"
     ):
         check_job(dataclasses.replace(settings, load_options={"parallel": 2}), items=items(str(toy), None))
     with pytest.raises(ggtts.InputError, match="loudness must be positive"):
         check_job(dataclasses.replace(settings, load_options={"loudness": -1.0}), items=items(str(toy)))
+
+
+def test_a_batch_of_several_families_keys_each_item_by_its_own_load_options(tmp_path: Path) -> None:
+    """Kokoro's --compile is no part of a Magpie item's request (adding Kokoro items with it to a Magpie job does
+    not speak the Magpie items again); --parallel, which sets how many items a worker speaks at once whatever their
+    model, is refused where some model's family does not take it."""
+    from ggtts.batch.items import Item
+    from ggtts.batch.job import check_job
+    from ggtts.batch.work import JobSettings
+
+    kokoro, magpie = (str(skeleton_gguf(tmp_path / f"{arch}.gguf")) for arch in ("kokoro", "magpie"))
+    k, m = Item(id="k", text="x", model=kokoro), Item(id="m", text="x", model=magpie)
+    settings = JobSettings(out_dir=tmp_path / "out", load_options={"compile": True, "device": "cpu"})
+    check_job(settings, items=[k, m])
+    assert settings.request(k)["load"] == {"compile": True} and "load" not in settings.request(m)
+    assert settings.key(m) == JobSettings(out_dir=tmp_path / "out").key(m)
+    with pytest.raises(ggtts.InputError, match=r"--parallel applies to every item of a job, and kokoro does not"):
+        check_job(dataclasses.replace(settings, load_options={"parallel": 2}), items=[k, m])
+    check_job(dataclasses.replace(settings, load_options={"parallel": 2}), items=[m])
 
 
 def test_a_batch_checks_the_job_voice_and_speed_against_the_models_that_get_them(toy: Path, tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from ggtts import api
 from ggtts.errors import GGTTSError
 from ggtts.runtime.device import resolve_device
 from ggtts.server import load_models
+from skeleton_gguf import skeleton_gguf
 
 
 class Model:
@@ -74,18 +75,6 @@ def test_precision_and_compile_reach_every_models_loader(monkeypatch: pytest.Mon
         parser.parse_args(["--precision", "float16"])
 
 
-def _skeleton(path: Path) -> Path:
-    """A GGUF of ``path``'s stem as its architecture and nothing else: its family is known from it."""
-    import gguf
-
-    writer = gguf.GGUFWriter(str(path), path.stem)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
-
-
 def test_several_models_each_get_the_load_options_their_family_takes(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -94,7 +83,7 @@ def test_several_models_each_get_the_load_options_their_family_takes(
     from ggtts.errors import InputError
     from ggtts.server import load_options
 
-    kokoro, piper = _skeleton(tmp_path / "kokoro.gguf"), _skeleton(tmp_path / "piper.gguf")
+    kokoro, piper = skeleton_gguf(tmp_path / "kokoro.gguf"), skeleton_gguf(tmp_path / "piper.gguf")
     asked = _loads_asked(monkeypatch)
     parser = _serve_parser()
     served = ["-m", f"k={kokoro}", "-m", f"p={piper}"]
@@ -103,7 +92,7 @@ def test_several_models_each_get_the_load_options_their_family_takes(
     assert asked == [(str(kokoro), {"compile": True, "device": device}), (str(piper), {"device": device})]
     asked.clear()
     with pytest.raises(
-        InputError, match=r"no model served takes the load option 'parallel' \(k \(kokoro\), p \(piper\)\)"
+        InputError, match=r"no model served takes the load option 'parallel' \(families: kokoro, piper\)"
     ):
         load_models([f"k={kokoro}", f"p={piper}"], {"parallel": 2})
     with pytest.raises(InputError, match=r"^model 'k': unknown precision 'float8'"):

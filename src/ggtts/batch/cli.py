@@ -46,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ggtts.audio import check_output_suffix
     from ggtts.batch.items import read_items
-    from ggtts.batch.job import run_batch, stop_on_signals
+    from ggtts.batch.job import check_job, run_batch, stop_on_signals
     from ggtts.batch.join import check_join_target, check_pause, join_outputs
     from ggtts.batch.manifest import MANIFEST_NAME
     from ggtts.batch.work import JobSettings
@@ -75,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
         float_wav=args.float,
         load_options={**given(args, LOAD), **_companions(options)},
     )
+    check_job(settings, local=args.ray is None, items=items)  # (run_batch checks too: here before any handler)
     if join is not None:
         check_join_target(join, items, settings)
     stop = threading.Event()
@@ -96,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         )
     rtf = f", RTF {result.seconds / result.audio_seconds:.2f}" if result.audio_seconds else ""
     if result.changed_sources:
-        say(f"{result.changed_sources} items spoken again: their model or voice file has changed since")
+        say(f"spoken again as their model or voice file has changed since: {result.changed_sources} items")
     say(
         f"{result.done} done, {result.failed} failed this run; {result.skipped_done} done before"
         + (f", {result.skipped_failed} failed before (--retry-failed to try again)" if result.skipped_failed else "")

@@ -131,16 +131,19 @@ def _jsonl_items(path: Path) -> Iterator[Item]:
 def _json_items(path: Path) -> Iterator[Item]:
     """A ``.json`` file: a JSON array of item objects, or (as it is often saved) JSON Lines."""
     text = _read_text(path)
+    start = text.lstrip("\ufeff \t\r\n")
+    # one JSON document (an array, or one object over several lines), not JSON Lines: its mistakes are json's own
+    whole = start.startswith("[") or (start.startswith("{") and not _parses(start.split("\n", 1)[0]))
     try:
         document = json.loads(text)
     except json.JSONDecodeError as e:
-        if text.lstrip("\ufeff \t\r\n").startswith("["):  # an array with a mistake: where json found it
-            raise InputFileError(
-                f"{path}:{e.lineno}: not a JSON array of items ({e.msg} at column {e.colno})"
-            ) from None
+        if whole:
+            raise InputFileError(f"{path}:{e.lineno}: not JSON items ({e.msg} at column {e.colno})") from None
         yield from _jsonl_items(path)  # JSON Lines, or a mistake: read line by line, which names the line at fault
         return
-    except ValueError:  # a number too long to read: the lines say where
+    except ValueError as e:  # a whole number past Python's limit on digits
+        if whole:
+            raise InputFileError(f"{path}: not items: a number too long to read ({e})") from None
         yield from _jsonl_items(path)
         return
     except RecursionError:
@@ -152,6 +155,14 @@ def _json_items(path: Path) -> Iterator[Item]:
         raise InputFileError(f"{path}: expected a JSON array of items (or JSON Lines), got {type(document).__name__}")
     for n, obj in enumerate(document, 1):
         yield _item(obj, f"{path}: item {n}", _numbered(n, len(document)), path)
+
+
+def _parses(line: str) -> bool:
+    try:
+        json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
 def _parsed(line: str, where: str) -> Any:

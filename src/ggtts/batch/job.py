@@ -117,6 +117,7 @@ def check_job(settings: JobSettings, local: bool = True, items: Sequence[Item] |
     too (Ray's workers may have GPUs that the driver does not)."""
     from ggtts.api import resolve_model_path
     from ggtts.families import Family, family_for
+    from ggtts.families.base import refuse_untaken_load_options
     from ggtts.gguf import GGUFFile
 
     given = list(items) if items is not None else [Item(id="", text="")]
@@ -146,10 +147,12 @@ def check_job(settings: JobSettings, local: bool = True, items: Sequence[Item] |
                 raise
             raise InputError(f"{name} (the model of item '{mine[0].id}'): {e}") from None
     if several and len(opened) == len(names):
-        for key in settings.load_options:
-            if all(key not in family.load_option_names() for _, family in opened.values()):
-                used = ", ".join(sorted({family.name for _, family in opened.values()}))
-                raise InputError(f"no model of this job takes the load option '{key}' (its families: {used})")
+        families = [family for _, family in opened.values()]
+        refuse_untaken_load_options(settings.load_options, families, "no model of this job")
+        lacking = sorted({f.name for f in families if "parallel" not in f.load_option_names()})
+        if "parallel" in settings.load_options and lacking:  # a worker speaks `parallel` items at once, any model's
+            raise InputError(f"--parallel applies to every item of a job, and {', '.join(lacking)} does not take it: "
+                             "speak those items in a job of their own")  # fmt: skip
     device = settings.load_options.get("device")
     if local and device is not None:
         from ggtts.runtime.device import resolve_device
@@ -229,7 +232,8 @@ def _run(
         else:
             todo.append(item)
             sources_of[item.id] = sources
-            result.changed_sources += manifest.is_done(item.id, key) or manifest.has_failed(item.id, key)
+            before = manifest.records.get(item.id) or {}
+            result.changed_sources += before.get("key") == key and before.get("sources") not in (None, sources)
             continue
         result.records[item.id] = manifest.records[item.id]
     wanted = {item.id for item in todo}

@@ -7,6 +7,7 @@ The result is the item's manifest record: ``done`` with the file's size and sha2
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -44,17 +45,20 @@ class JobSettings:
         object.__setattr__(self, "out_dir", Path(self.out_dir))  # a str is welcome too
 
     def request(self, item: Item) -> dict[str, Any]:
-        """Everything that decides an item's audio: equal requests give the same file."""
+        """Everything that decides an item's audio: equal requests give the same file. The load options are those
+        its model's family takes (in a job of several families, another's option is not this item's)."""
+        model = model_id(item.model if item.model is not None else self.model)
+        load = {k: v for k, v in own_load_options(model, self.load_options).items() if k != "device"}
         return {
             "text": item.text,
-            "model": model_id(item.model if item.model is not None else self.model),
+            "model": model,
             "voice": item.voice if item.voice is not None else self.voice,
             "speed": item.speed if item.speed is not None else self.speed,
             "options": {**self.options, **(item.options or {})},
             "format": self.format,
             "float": self.float_wav,
             # what changes the audio beyond float noise (not the device), only where given: older jobs' keys hold
-            **({"load": load} if (load := {k: v for k, v in self.load_options.items() if k != "device"}) else {}),
+            **({"load": load} if load else {}),
         }
 
     @property
@@ -101,14 +105,20 @@ def own_load_options(model: str | None, options: dict[str, Any]) -> dict[str, An
     """Those of the job's load options the model's family takes (a job's models may be of several families: each
     option was checked to be some model's, :func:`ggtts.batch.job.check_job`); all of them for a file that does not
     open (its load says why)."""
+    names = _load_option_names(model)
+    return {key: value for key, value in options.items() if names is None or key in names}
+
+
+@functools.lru_cache(maxsize=64)  # a job's few models, for each item's key: the family of a path is its file's
+def _load_option_names(model: str | None) -> tuple[str, ...] | None:
     from ggtts.api import resolve_model_path
     from ggtts.families import family_for
     from ggtts.gguf import GGUFFile
 
     try:
-        return family_for(GGUFFile(resolve_model_path(model))).own_load_options(options)
+        return tuple(family_for(GGUFFile(resolve_model_path(model))).load_option_names())
     except GGTTSError:
-        return dict(options)
+        return None
 
 
 def source_stamps(model: str | None, voice: str | None) -> dict[str, list[int]]:

@@ -561,6 +561,15 @@ def not_found_beside(model_path: Path, architecture: str, matches: Callable[[GGU
     return f" ({len(found)} are beside it, {', '.join(p.name for p in found)}: which one is not guessed)"
 
 
+def refuse_untaken_load_options(options: Mapping[str, Any], families: Sequence[Family], who: str) -> None:
+    """An InputError for the first of ``options`` that none of ``families`` takes (models of several families
+    loaded by one command line each get those of their own), ``who`` saying whose they would have been."""
+    for key in options:
+        if all(key not in family.load_option_names() for family in families):
+            names = ", ".join(sorted({family.name for family in families}))
+            raise InputError(f"{who} takes the load option '{key}' (families: {names})")
+
+
 def _accept(gguf: GGUFFile) -> str | None:
     return None
 

@@ -36,7 +36,7 @@ def check_plot_path(path: str) -> str:
         from matplotlib.backend_bases import FigureCanvasBase
     except ModuleNotFoundError:
         raise GGTTSError("--plot needs the Python package 'matplotlib', which is not installed") from None
-    formats = FigureCanvasBase.get_supported_filetypes()
+    formats = {f: name for f, name in FigureCanvasBase.get_supported_filetypes().items() if f != "pgf"}  # (LaTeX)
     choices = ", ".join(f".{f}" for f in sorted(formats))
     suffix = Path(path).suffix.lower().removeprefix(".")
     if not suffix:

@@ -87,7 +87,7 @@ def check_sentences(sentences: Sequence[str]) -> None:
         if letters := foreign_letters(text):
             raise InputError(
                 f"sentence {index} ({quoted}) is not English (it has {letters[:10]!r}): ggtts eval scores English "
-                "text only (Whisper listens for English; the normalizer keeps a-z and digits)"
+                "text only (Whisper listens for English; the normalizer keeps the letters a-z, digits spelled out)"
             )
         if not normalize(text):
             raise InputError(f"sentence {index} ({quoted}) has no word to score once punctuation is dropped")

@@ -125,6 +125,7 @@ def options_per_model(named: Sequence[tuple[str, str]], options: Mapping[str, An
     not open (its loader says why)."""
     from ggtts.api import resolve_model_path
     from ggtts.families import family_for
+    from ggtts.families.base import refuse_untaken_load_options
     from ggtts.gguf import GGUFFile
 
     if len(named) < 2:
@@ -133,10 +134,8 @@ def options_per_model(named: Sequence[tuple[str, str]], options: Mapping[str, An
     for name, source in named:
         with contextlib.suppress(GGTTSError):
             families[name] = family_for(GGUFFile(resolve_model_path(None if source == DEFAULT_MODEL else source)))
-    for key in options:
-        if len(families) == len(named) and all(key not in family.load_option_names() for family in families.values()):
-            served = ", ".join(f"{name} ({family.name})" for name, family in families.items())
-            raise InputError(f"no model served takes the load option '{key}' ({served})")
+    if len(families) == len(named):  # (a file that does not open: its loader's error is the one to see)
+        refuse_untaken_load_options(options, list(families.values()), "no model served")
     own = {}
     for name, _ in named:
         family = families.get(name)
