@@ -171,7 +171,7 @@ def test_the_onnx_peer_runs_beside_the_default_model(tiny_gguf: Path, monkeypatc
     from ggtts.convert import default_model
     from ggtts.measure.kokoro.peers import left_out
 
-    assert left_out("onnx", tiny_gguf) is not None
+    assert left_out("onnx", tiny_gguf) == "it runs the default model's int8 ONNX file, not this model's weights"
     monkeypatch.setattr(default_model, "default_model_path", lambda: tiny_gguf)
     assert left_out("onnx", tiny_gguf) in (None, f"it needs {peers.REQUIREMENTS['onnx'][1]}")
 
