@@ -422,6 +422,7 @@ def test_failed_items_are_recorded_and_the_job_goes_on(tiny_model: TinyModel, tm
         pytest.param(["--join", "book.xyz"], "unsupported audio format '.xyz'", id="join-format"),
         pytest.param(["--join", "book.wav", "--pause", "-1"], "the pause must be 0 to 60 seconds", id="pause-negative"),
         pytest.param(["--join", "book.wav", "--pause", "nan"], "the pause must be 0 to 60 seconds", id="pause-nan"),
+        pytest.param(["--pause", "0.2"], "--pause is the silence between items in --join's file", id="pause-no-join"),
         pytest.param(["--workers", "0"], "workers must be at least 1, got 0", id="no-workers"),
         pytest.param(["--threads", "0"], "threads must be at least 1, got 0", id="no-threads"),
         pytest.param(["--input", "bad.jsonl"], "bad.jsonl:2: not a JSON object", id="bad-input-line"),

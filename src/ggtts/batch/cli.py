@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="run on a Ray cluster (its address, 'auto', or 'local' for a new one here); --out must be shared",
     )
     p.add_argument("--join", default=None, metavar="OUT", help="also write all items as one file, with chapters")
-    p.add_argument("--pause", type=float, default=0.5, help="seconds of silence between joined items (default 0.5)")
+    p.add_argument("--pause", type=float, default=None, help="seconds of silence between joined items (default 0.5)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from ggtts.audio import check_output_suffix
     from ggtts.batch.items import read_items
     from ggtts.batch.job import check_job, run_batch, stop_on_signals
-    from ggtts.batch.join import check_join_target, check_pause, join_outputs
+    from ggtts.batch.join import DEFAULT_PAUSE_S, check_join_target, check_pause, join_outputs
     from ggtts.batch.manifest import MANIFEST_NAME
     from ggtts.batch.work import JobSettings
     from ggtts.flags import LOAD, PER_CALL, PROG, given
@@ -58,9 +58,12 @@ def run(args: argparse.Namespace) -> int:
     if args.float and args.format != "wav":
         raise GGTTSError("--float applies to WAV only; leave it out or use --format wav")
     join = Path(args.join) if args.join is not None else None
+    if join is None and args.pause is not None:
+        raise GGTTSError("--pause is the silence between items in --join's file; give --join OUT, or leave it out")
+    pause = args.pause if args.pause is not None else DEFAULT_PAUSE_S
     if join is not None:
         check_output_suffix(join)
-        check_pause(args.pause)
+        check_pause(pause)
         check_writable(join, new_folders=join.parent.resolve() == out_dir.resolve())  # the job makes --out
     check_writable(out_dir / MANIFEST_NAME, new_folders=True)  # the job makes its folder
     items = read_items(args.input, args.split)
@@ -117,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_FAILED_ITEMS
     if join is not None:
         with signals_interrupt():  # SIGTERM too ends the join as Ctrl-C does: its temporary files removed, 130
-            chapters = join_outputs(items, result.records, out_dir, join, args.pause)
+            chapters = join_outputs(items, result.records, out_dir, join, pause)
         say(f"joined {len(chapters)} items into {join} (chapters beside it)")
     return 0
 

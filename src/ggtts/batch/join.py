@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 TITLE_CHARS = 60  # an item without a title is named by the start of its text
 MS_PER_S = 1000
+DEFAULT_PAUSE_S = 0.5  # between two items of --join's file
 MAX_PAUSE_S = 60.0  # between two items; more is a mistake (or a job for an audio editor)
 
 
