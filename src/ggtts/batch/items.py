@@ -120,12 +120,11 @@ def _directory_items(root: Path) -> Iterator[Item]:
 
 def _jsonl_items(path: Path) -> Iterator[Item]:
     lines = _read_text(path).split("\n")
-    width = len(str(len(lines)))
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
         where = f"{path}:{n}"
-        yield _item(_parsed(line, where), where, str(n).zfill(max(4, width)), path)
+        yield _item(_parsed(line, where), where, _numbered(n, len(lines)), path)
 
 
 def _json_items(path: Path) -> Iterator[Item]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from ggtts.batch.items import Item
 from ggtts.batch.manifest import DONE, Manifest, job_lock, remove_stale_parts
-from ggtts.batch.work import FORMATS, JobSettings
+from ggtts.batch.work import FORMATS, JobSettings, request_key, source_stamps
 from ggtts.errors import GGTTSError, InputError
 from ggtts.runtime.threads import threads_from_env
 
@@ -223,8 +223,8 @@ def _run(
         request = settings.request(item)
         which = (request["model"], request["voice"])
         if which not in stamped:
-            stamped[which] = settings.sources(item)
-        key, sources = settings.key(item), stamped[which]
+            stamped[which] = source_stamps(*which)
+        key, sources = request_key(request), stamped[which]
         if manifest.is_done(item.id, key, sources):
             result.skipped_done += 1
         elif manifest.has_failed(item.id, key, sources) and not retry_failed:

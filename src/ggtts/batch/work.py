@@ -74,8 +74,7 @@ class JobSettings:
         return source_stamps(request["model"], request["voice"])
 
     def key(self, item: Item) -> str:
-        blob = json.dumps(self.request(item), sort_keys=True, ensure_ascii=False)
-        return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+        return request_key(self.request(item))
 
     def output(self, item: Item) -> str:
         """The item's file, relative to the output folder."""
@@ -89,6 +88,12 @@ class JobSettings:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> JobSettings:
         return cls(**{**d, "out_dir": Path(d["out_dir"])})
+
+
+def request_key(request: dict[str, Any]) -> str:
+    """The manifest's key of a request (:meth:`JobSettings.request`): equal requests, equal keys."""
+    blob = json.dumps(request, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
 def model_id(name: str | None) -> str | None:

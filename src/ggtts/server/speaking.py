@@ -157,9 +157,14 @@ class Speaker:
         self.default_model = next(iter(self.workers))
         self.bodies: RequestBodies = request_bodies(w.model.family for w in self.workers.values())
 
+    def _means_default(self, name: str | None) -> bool:
+        """Whether model ``name`` stands for the default model: none, or one of OpenAI's names (which clients send
+        by default) that no served model is loaded under."""
+        return name is None or (name in OPENAI_MODELS and name not in self.workers)
+
     def worker_for(self, name: str | None) -> ModelWorker:
-        if name is None or (name in OPENAI_MODELS and name not in self.workers):
-            name = self.default_model  # OpenAI's model names, which clients send by default: the default model
+        if self._means_default(name):
+            name = self.default_model
         if name not in self.workers:
             raise ApiError(
                 404,
@@ -174,7 +179,7 @@ class Speaker:
         names) and ``voice`` is not the default model's but another served model's: then the first such model.
         Open WebUI sends the choice of its voice menu (``/v1/audio/voices``: every model's) with OpenAI's model name,
         as Wyoming's clients send a voice alone."""
-        if voice is None or not (model is None or (model in OPENAI_MODELS and model not in self.workers)):
+        if voice is None or not self._means_default(model):
             return model
         if voice in self.workers[self.default_model].model.voices:
             return model
