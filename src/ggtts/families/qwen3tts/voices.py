@@ -85,7 +85,7 @@ def create_voice(model: str | os.PathLike[str], reference: str | os.PathLike[str
                  name: str | None = None, text: str | None = None, mmproj: str | None = None) -> Path:  # fmt: skip
     """The voice file of ``reference`` for the Base model ``model`` (its mmproj beside it, or ``mmproj``): its
     x-vector, and with ``text`` (what is said in the recording) its codes for the in-context prompt."""
-    from ggtts.families.qwen3tts import find_mmproj
+    from ggtts.families.qwen3tts import find_mmproj, voice_file
     from ggtts.gguf.keys import Qwen3TTS as K
     from ggtts.models.qwen3tts.decoder import SpeechDecoder, fingerprint
     from ggtts.models.qwen3tts.encoder import SpeechEncoder
@@ -101,11 +101,11 @@ def create_voice(model: str | os.PathLike[str], reference: str | os.PathLike[str
         raise GGUFError(f"{talker.path}: not a Qwen3-TTS model (architecture '{talker.architecture}')")
     width = talker.get_int(K.EMBEDDING_LENGTH)
     if out.parent.resolve() == Path(talker.path).parent.resolve():  # beside the model (its folder: a link's own)
-        taken = next((p for p in voice_files_beside(Path(talker.path), width) if p[1] == name), None)
-        if taken is not None and taken[0].resolve() != out.resolve():  # (writing over that very file is fine)
+        taken = voice_file(talker, name)
+        if taken is not None and taken.resolve() != out.resolve():  # (writing over that very file is fine)
             raise InputError(
-                f"a voice named {name!r} is already beside the model ({taken[0]}), and would be spoken instead of "
-                f"this one: choose another --name, or write over that file (-o {taken[0]})"
+                f"a voice named {name!r} is already beside the model ({taken}), and would be spoken instead of "
+                f"this one: choose another --name, or write over that file (-o {taken})"
             )
     found = Path(mmproj) if mmproj is not None else find_mmproj(Path(talker.path))
     if found is None:
