@@ -174,12 +174,18 @@ def test_parallel_is_a_whole_number_of_streams(files: tuple[Path, Path]) -> None
 
 
 def test_steps_over_fixed_tensors_take_no_lanes(files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
-    """On CUDA each utterance's steps are graphs of their own: ``parallel`` is refused there with the way out
-    (the CPU path of the CUDA code, run eagerly, stands in for it); the lanes refuse such an utterance too."""
-    from ggtts.families.magpie import pipeline
+    """On CUDA each utterance's steps are graphs of their own: ``parallel`` is refused there with the way out,
+    before any weight is read (a server of several models checks it before the first loads); the lanes refuse such
+    an utterance too (the CPU path of the CUDA code, run eagerly, stands in for it)."""
+    from ggtts.families.magpie import FAMILY, pipeline
     from ggtts.families.magpie.generate import GenerationParams, MagpieGenerator
     from ggtts.families.magpie.lanes import MagpieLanes
+    from ggtts.gguf import GGUFFile
 
+    with pytest.raises(InputError, match="--replicas"):
+        pipeline.MagpieTTSPipeline.from_gguf(GGUFFile(files[0]), device="cuda:0", parallel=2)
+    FAMILY.check_load_on({"parallel": 2}, "cpu")
+    FAMILY.check_load_on({"parallel": 1}, "cuda")
     real = pipeline.load_magpie
 
     def static(*args: Any, **kwargs: Any) -> Any:
@@ -188,8 +194,6 @@ def test_steps_over_fixed_tensors_take_no_lanes(files: tuple[Path, Path], monkey
         return model
 
     monkeypatch.setattr(pipeline, "load_magpie", static)
-    with pytest.raises(InputError, match="--replicas"):
-        ggtts.load(files[0], parallel=2)
     model = ggtts.load(files[0]).model
     assert model.static_capture is not None
 

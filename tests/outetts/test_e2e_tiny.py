@@ -237,3 +237,31 @@ def test_gpu_load_options_are_refused_on_the_cpu_with_one_line(files: tuple[Path
         ggtts.load(files[0], device="cpu", precision="bfloat16")
     with pytest.raises(InputError, match="unknown precision"):
         ggtts.load(files[0], device="cpu", precision="float16")
+
+
+def test_several_models_refuse_outetts_cpu_options_before_any_loads(
+    files: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ggtts serve -m kokoro -m oute.gguf --compile` on a CPU (and a batch job of both): OuteTTS's refusal is made
+    before the first model loads, not after Kokoro has loaded and compiled."""
+    from ggtts import api
+    from ggtts.batch.items import Item
+    from ggtts.batch.job import check_job
+    from ggtts.batch.work import JobSettings
+    from ggtts.server import load_models
+    from skeleton_gguf import skeleton_gguf
+
+    kokoro = skeleton_gguf(tmp_path / "kokoro.gguf")
+    loaded: list[str] = []
+    monkeypatch.setattr(api, "load", lambda source, **options: loaded.append(source))
+    with pytest.raises(InputError, match=r"^model 'oute': compile is for OuteTTS on CUDA"):
+        load_models([f"k={kokoro}", f"oute={files[0]}"], {"compile": True, "device": "cpu"})
+    cpu_refusal = r"^model '(oute': precision bfloat16 is for OuteTTS on CUDA|k': this cpu has no native bfloat16)"
+    with pytest.raises(InputError, match=cpu_refusal):
+        load_models([f"k={kokoro}", f"oute={files[0]}"], {"precision": "bfloat16", "device": "cpu"})
+    assert loaded == []
+    settings = JobSettings(out_dir=str(tmp_path / "out"), model=str(kokoro), load_options={"compile": True})
+    items = [Item(id="a", text="Kokoro's."), Item(id="b", text="OuteTTS's.", model=str(files[0]))]
+    monkeypatch.setattr("ggtts.runtime.device.resolve_device", lambda name: "cpu")
+    with pytest.raises(InputError, match=r"\(the model of item 'b'\): compile is for OuteTTS on CUDA"):
+        check_job(settings, items=items)

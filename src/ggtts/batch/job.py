@@ -153,11 +153,18 @@ def check_job(settings: JobSettings, local: bool = True, items: Sequence[Item] |
         if "parallel" in settings.load_options and lacking:  # a worker speaks `parallel` items at once, any model's
             raise InputError(f"--parallel applies to every item of a job, and {', '.join(lacking)} does not take it: "
                              "speak those items in a job of their own")  # fmt: skip
-    device = settings.load_options.get("device")
-    if local and device is not None:
-        from ggtts.runtime.device import resolve_device
+    if local and settings.load_options:  # the device, and each model's load options against it
+        from ggtts.runtime.device import AUTO, resolve_device
 
-        resolve_device(device)
+        device = resolve_device(settings.load_options.get("device", AUTO))
+        for name, (_, family) in opened.items():
+            try:
+                family.check_load_on(family.own_load_options(settings.load_options), device)
+            except InputError as e:
+                if name is None:
+                    raise
+                first = next(item for item in given if item.model == name)
+                raise InputError(f"{name} (the model of item '{first.id}'): {e}") from None
 
 
 def run_batch(

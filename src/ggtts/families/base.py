@@ -22,7 +22,7 @@ import numpy as np
 
 from ggtts.audio import Audio
 from ggtts.errors import InputError
-from ggtts.ops.precision import DEFAULT_PRECISION, PRECISIONS, check_name
+from ggtts.ops.precision import DEFAULT_PRECISION, PRECISIONS, check_name, check_precision
 from ggtts.runtime.device import check_device_name
 
 if TYPE_CHECKING:
@@ -625,6 +625,9 @@ class Family:
     # "module:function" (gguf, text, per-call options) -> load options with which the model takes up work on the
     # text begun now, while it loads (`ggtts speak`: Kokoro reads the text in a child process meanwhile)
     read_ahead: str | None = None
+    # (load options, the device resolved: cpu or cuda:N) -> an InputError for options that device does not run
+    # (OuteTTS's compile on a CPU); :meth:`check_load_on` runs it before any model loads
+    device_check: Callable[[Mapping[str, Any], str], None] | None = None
 
     def model_class(self) -> type[TTSModel]:
         if isinstance(self.pipeline, type):
@@ -713,6 +716,15 @@ class Family:
             if options.get(companion.option) is not None:
                 check_path(companion.option)(options[companion.option])
         check_option_values(self.load_options, options)
+
+    def check_load_on(self, options: Mapping[str, Any], device: str) -> None:
+        """``options`` against the ``device`` they load on (resolved): bfloat16 only where it is native there, and
+        the family's own :attr:`device_check`. A server or job of several models runs this for each before the
+        first loads, so a combination one of them refuses does not stop it after minutes of loading the others."""
+        if options.get("precision") is not None and "precision" in self.load_option_names():
+            check_precision(options["precision"], device)
+        if self.device_check is not None:
+            self.device_check(options, device)
 
     def check_options(self, options: Mapping[str, Any], allowed: Sequence[str] | None = None) -> None:
         """An InputError naming the first option in ``options`` the family does not take (``None`` values are

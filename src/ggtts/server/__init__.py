@@ -121,12 +121,13 @@ def options_per_model(named: Sequence[tuple[str, str]], options: Mapping[str, An
     """Each served model's load options. Several models of different families share one command line, so a
     family's own option (Kokoro's ``compile``, OuteTTS's ``parallel`` or ``speaker``) goes to the models whose
     family takes it, checked there (from their files' metadata, before any model loads); one that no served model
-    takes is refused. One model gets them all (its loader says which it does not take), as does a file that does
-    not open (its loader says why)."""
+    takes is refused; each model's are checked against the device it loads on too. One model gets them all (its
+    loader says which it does not take), as does a file that does not open (its loader says why)."""
     from ggtts.api import resolve_model_path
     from ggtts.families import family_for
     from ggtts.families.base import refuse_untaken_load_options
     from ggtts.gguf import GGUFFile
+    from ggtts.runtime.device import AUTO, resolve_device
 
     if len(named) < 2:
         return {name: dict(options) for name, _ in named}
@@ -145,6 +146,7 @@ def options_per_model(named: Sequence[tuple[str, str]], options: Mapping[str, An
         own[name] = family.own_load_options(options)
         try:
             family.check_load_options(own[name])
+            family.check_load_on(own[name], resolve_device(own[name].get("device", AUTO)))
         except InputError as e:
             raise InputError(f"model '{name}': {e}") from None
     return own

@@ -9,9 +9,11 @@ model trained on it. Pipeline: :mod:`ggtts.families.magpie.pipeline`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ggtts.errors import InputError
 from ggtts.families.base import (
     Capabilities,
     Companion,
@@ -97,6 +99,15 @@ def _file_languages(gguf: GGUFFile) -> tuple[str, ...]:
     return MagpieText(gguf, eos_id=0).spoken  # (the end token plays no part in which languages there are)
 
 
+def refuse_gpu_lanes(options: Mapping[str, Any], device: str) -> None:
+    """``parallel`` is for the CPU: on a GPU each utterance's steps are CUDA graphs of their own."""
+    if device.startswith("cuda") and int(options.get("parallel") or 1) > 1:
+        raise InputError(
+            "Magpie decodes several utterances together on the CPU only (on a GPU each one's steps are graphs "
+            "of their own): leave out parallel, and serve several streams with --replicas"
+        )
+
+
 FAMILY = Family(
     name="magpie",
     description="NVIDIA Magpie TTS: an encoder-decoder transformer writing NeMo nano-codec codes (22.05 kHz)",
@@ -120,4 +131,5 @@ FAMILY = Family(
         "nanocodec": "ggtts.convert.nanocodec_nemo:convert_nanocodec",
     },
     parity="ggtts.measure.magpie.parity:magpie_parity",
+    device_check=refuse_gpu_lanes,
 )

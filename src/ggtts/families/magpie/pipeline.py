@@ -93,17 +93,13 @@ class MagpieTTSPipeline(TTSModel):
     @classmethod
     def from_gguf(cls, gguf: GGUFFile, device: str = "cpu", **options: Any) -> MagpieTTSPipeline:
         """``options``: ``codec`` (a nano-codec GGUF path; default: the only one beside the model)."""
+        FAMILY.check_load_on(options, device)
         codec = options.pop("codec", None)
         parallel = int(options.pop("parallel", 1))
         if options:
             known = ", ".join(FAMILY.load_option_names())
             raise InputError(f"unknown option '{next(iter(options))}' for Magpie; known: {known}")
         model = load_magpie(gguf, device)
-        if parallel > 1 and model.static_capture is not None:
-            raise InputError(
-                "Magpie decodes several utterances together on the CPU only (on a GPU each one's steps are graphs "
-                "of their own): leave out parallel, and serve several streams with --replicas"
-            )
         model.null_context_kv()  # guidance's null row over the context: the same for every request, computed once
         pipeline = cls(model, gguf, device)
         pipeline.lanes = LaneLoop(MagpieLanes(), parallel) if parallel > 1 else None

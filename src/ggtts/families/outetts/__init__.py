@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ggtts.errors import InputError
 from ggtts.families.base import (
@@ -145,6 +145,18 @@ def recognize(gguf: GGUFFile) -> str | None:
     )
 
 
+def refuse_cpu_options(options: Mapping[str, Any], device: str) -> None:
+    """``compile`` and bfloat16 are for the language model on CUDA: refused on the CPU, where they would change
+    nothing that is run."""
+    precision = options.get("precision") or "float32"
+    if not device.startswith("cuda") and (options.get("compile") or precision != "float32"):
+        what = "compile" if options.get("compile") else f"precision {precision}"
+        raise InputError(
+            f"{what} is for OuteTTS on CUDA; on the CPU each step already runs as one ggml graph on the file's own "
+            "weight types"
+        )
+
+
 FAMILY = Family(
     name="outetts",
     description="OuteTTS: a Qwen2 language model writing WavTokenizer audio codes (llama.cpp's TTS files)",
@@ -169,4 +181,5 @@ FAMILY = Family(
     },
     decoder="ggtts.families.outetts.decode:decode_codes_cli",
     decodes_with=WavTokenizerDec.ARCH,
+    device_check=refuse_cpu_options,
 )

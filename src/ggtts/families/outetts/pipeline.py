@@ -108,23 +108,18 @@ class OuteTTS(TTSModel):
         """``options``: ``vocoder`` (a wavtokenizer-dec GGUF path; default: the only one beside the model),
         ``precision`` (``"bfloat16"``: the language model in bfloat16, where the device has it natively), ``compile``
         (on CUDA: the decode step compiled by ``torch.compile`` before it is captured as a CUDA graph)."""
-        from ggtts.ops.precision import check_precision, dtype_of
+        from ggtts.ops.precision import dtype_of
 
+        FAMILY.check_load_on(options, device)
         vocoder = options.pop("vocoder", None)
         speaker = options.pop("speaker", None)
-        precision = check_precision(options.pop("precision", "float32"), device)
+        precision = options.pop("precision", "float32")
         compile_steps = bool(options.pop("compile", False))
         parallel = int(options.pop("parallel", 1))
         if options:
             known = ", ".join(FAMILY.load_option_names())
             raise InputError(f"unknown option '{next(iter(options))}' for OuteTTS; known: {known}")
         on_cpu = torch.device(device).type != "cuda"
-        if on_cpu and (compile_steps or precision != "float32"):
-            what = "compile" if compile_steps else f"precision {precision}"
-            raise InputError(
-                f"{what} is for OuteTTS on CUDA; on the CPU each step already runs as one ggml graph on the file's own "
-                "weight types"
-            )
         lm = Qwen2Model.from_gguf(gguf, device, dtype=dtype_of(precision), compile_steps=compile_steps)
         model = cls(lm, BPETokenizer.from_gguf(gguf), gguf, device)
         if vocoder is None:
