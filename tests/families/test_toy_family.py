@@ -394,6 +394,21 @@ def test_a_batch_of_several_families_keys_each_item_by_its_own_load_options(tmp_
     check_job(dataclasses.replace(settings, load_options={"parallel": 2}), items=[m])
 
 
+def test_a_batch_key_is_the_same_for_an_option_given_as_its_default(toy: Path, tmp_path: Path) -> None:
+    """`--seed 0` is no `--seed`: an option given as the family's default changes no audio, nor the item's key (a
+    job run again with it written out is not spoken again); another value, or another type, does."""
+    from ggtts.batch.items import Item
+    from ggtts.batch.work import JobSettings
+
+    item = Item(id="a", text="one", model=str(toy))
+    plain = JobSettings(out_dir=tmp_path / "out").key(item)
+    assert JobSettings(out_dir=tmp_path / "out", options={"repeats": 1}).key(item) == plain
+    assert JobSettings(out_dir=tmp_path / "out").key(dataclasses.replace(item, options={"repeats": 1})) == plain
+    assert JobSettings(out_dir=tmp_path / "out", options={"repeats": 2}).key(item) != plain
+    assert JobSettings(out_dir=tmp_path / "out", options={"repeats": 1.0}).key(item) == plain  # (read as 1)
+    assert JobSettings(out_dir=tmp_path / "out", options={"repeats": True}).key(item) != plain  # (refused later)
+
+
 def test_a_batch_checks_the_job_voice_and_speed_against_the_models_that_get_them(toy: Path, tmp_path: Path) -> None:
     """The job's voice and speed go to the items that give none of their own: checked against those items' models
     only. A job of the toy's items with the toy's voice is not refused for the default model (Kokoro), which no

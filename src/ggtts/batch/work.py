@@ -14,15 +14,18 @@ import os
 import socket
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ggtts.audio import FILE_FORMATS, encoded_rate
 from ggtts.batch.items import Item
 from ggtts.batch.manifest import DONE, FAILED
 from ggtts.errors import GGTTSError
+
+if TYPE_CHECKING:
+    from ggtts.families import Family
 
 LOAD_NOTED_S = 0.01  # a model lookup slower than this was a load, recorded as ``load_seconds``
 FORMATS = tuple(suffix[1:] for suffix in FILE_FORMATS)  # wav, flac, ogg, opus, mp3
@@ -54,7 +57,7 @@ class JobSettings:
             "model": model,
             "voice": item.voice if item.voice is not None else self.voice,
             "speed": item.speed if item.speed is not None else self.speed,
-            "options": {**self.options, **(item.options or {})},
+            "options": _without_defaults(model, {**self.options, **(item.options or {})}),
             "format": self.format,
             "float": self.float_wav,
             # what changes the audio beyond float noise (not the device), only where given: older jobs' keys hold
@@ -110,18 +113,33 @@ def own_load_options(model: str | None, options: dict[str, Any]) -> dict[str, An
     """Those of the job's load options the model's family takes (a job's models may be of several families: each
     option was checked to be some model's, :func:`ggtts.batch.job.check_job`); all of them for a file that does not
     open (its load says why)."""
-    names = _load_option_names(model)
+    family = _family_of(model)
+    names = family.load_option_names() if family is not None else None
     return {key: value for key, value in options.items() if names is None or key in names}
 
 
+def _without_defaults(model: str | None, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` less those given as the model's family's own default (``--seed 0`` is no ``--seed``): they
+    change nothing, so they do not change the key."""
+    family = _family_of(model)
+    if family is None:
+        return options
+    defaults = {f.name: f.default for f in fields(family.options)}
+    return {k: v for k, v in options.items() if not (k in defaults and _same(v, defaults[k]))}
+
+
+def _same(value: Any, default: Any) -> bool:
+    return value == default and isinstance(value, bool) == isinstance(default, bool)  # (True is not the seed 1)
+
+
 @functools.lru_cache(maxsize=64)  # a job's few models, for each item's key: the family of a path is its file's
-def _load_option_names(model: str | None) -> tuple[str, ...] | None:
+def _family_of(model: str | None) -> Family | None:
     from ggtts.api import resolve_model_path
     from ggtts.families import family_for
     from ggtts.gguf import GGUFFile
 
     try:
-        return tuple(family_for(GGUFFile(resolve_model_path(model))).load_option_names())
+        return family_for(GGUFFile(resolve_model_path(model)))
     except GGTTSError:
         return None
 
