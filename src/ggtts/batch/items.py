@@ -70,7 +70,7 @@ def read_items(source: str | Path, split: str = "auto") -> list[Item]:
         items = list(_text_items(path, split))
     if not items:
         raise InputFileError(f"{path}: no items to speak (the input holds no text)")
-    _check_unique(items)
+    check_unique(items)
     return items
 
 
@@ -256,10 +256,11 @@ def check_id(item_id: str, where: str) -> str:
     return item_id
 
 
-def _check_unique(items: list[Item]) -> None:
-    seen: dict[str, Item] = {}
-    for item in items:
-        key = item.id.casefold()  # ids that differ in case only are one file on macOS and Windows
+def check_unique(items: list[Item]) -> None:
+    """An InputFileError naming the first id used twice."""
+    seen: dict[str, str] = {}
+    for i, item in enumerate(items):
+        key, where = item.id.casefold(), item.where or f"items[{i}]"  # (an item made in Python: its place)
         if key in seen:
-            raise InputFileError(f"{item.where}: id {item.id!r} is also used at {seen[key].where}; ids must be unique")
-        seen[key] = item
+            raise InputFileError(f"{where}: id {item.id!r} is also used at {seen[key]}; ids must be unique")
+        seen[key] = where

@@ -12,15 +12,16 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
-from ggtts.batch.items import Item
-from ggtts.batch.manifest import DONE, Manifest, job_lock, remove_stale_parts
+from ggtts.batch.items import Item, check_id, check_unique
+from ggtts.batch.manifest import DONE, MANIFEST_NAME, Manifest, job_lock, remove_stale_parts
 from ggtts.batch.work import FORMATS, JobSettings, request_key, source_stamps
 from ggtts.errors import GGTTSError, InputError
+from ggtts.fsutil import check_writable
 from ggtts.runtime.threads import threads_from_env
 
 
@@ -191,11 +192,14 @@ def run_batch(
     """
     if settings.format not in FORMATS:
         raise InputError(f"unsupported audio format '{settings.format}'; use one of {', '.join(FORMATS)}")
-    if workers < 0 or (workers == 0 and ray is None):
-        raise InputError(f"workers must be at least 1, got {workers}")
-    if threads is not None and threads < 1:
-        raise InputError(f"threads must be at least 1, got {threads}")
+    if not _whole(workers) or workers < 0 or (workers == 0 and ray is None):
+        raise InputError(f"workers must be a whole number of at least 1, got {workers!r}")
+    if threads is not None and (not _whole(threads) or threads < 1):
+        raise InputError(f"threads must be a whole number of at least 1, got {threads!r}")
+    items = check_items(items)
     check_job(settings, local=ray is None, items=items)  # before the folder is made, before any work
+    if ray is None:
+        check_writable(settings.out_dir / MANIFEST_NAME, new_folders=True)  # the job makes its folder
     stop = stop or threading.Event()
     started = time.perf_counter()
     with job_lock(settings.out_dir):
@@ -208,6 +212,26 @@ def run_batch(
             remove_stale_parts(settings.out_dir)  # a worker killed mid-write leaves its temporary file
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_items(items: Iterable[Item]) -> list[Item]:
+    """``items`` as a list, each an :class:`Item` whose id can name a file under the output folder (not ``..``,
+    not a path of its own) and no two ids one file; an InputError naming the first that is not. ``read_items``
+    makes items that pass; items made in Python are checked here, before any work."""
+    if isinstance(items, str | bytes) or not isinstance(items, Iterable):
+        raise InputError(f"items must be a list of ggtts.batch.Item, got {type(items).__name__}")
+    given = list(items)
+    for i, item in enumerate(given):
+        if not isinstance(item, Item):
+            raise InputError(f"items[{i}] is a {type(item).__name__}, not a ggtts.batch.Item")
+        if not isinstance(item.id, str) or check_id(item.id, item.where or f"items[{i}]") != item.id:
+            raise InputError(f"{item.where or f'items[{i}]'}: id {item.id!r} is not a file name of NFC text")
+    check_unique(given)
+    return given
 
 
 def _run(

@@ -22,13 +22,25 @@ from typing import TYPE_CHECKING, Any
 from ggtts.audio import FILE_FORMATS, encoded_rate
 from ggtts.batch.items import Item
 from ggtts.batch.manifest import DONE, FAILED
-from ggtts.errors import GGTTSError
+from ggtts.errors import GGTTSError, InputError
 
 if TYPE_CHECKING:
     from ggtts.families import Family
 
 LOAD_NOTED_S = 0.01  # a model lookup slower than this was a load, recorded as ``load_seconds``
 FORMATS = tuple(suffix[1:] for suffix in FILE_FORMATS)  # wav, flac, ogg, opus, mp3
+
+
+# JobSettings' fields besides out_dir: (name, the types it takes, what to call them)
+_FIELD_TYPES: tuple[tuple[str, tuple[type, ...], str], ...] = (
+    ("model", (str, type(None)), "a GGUF path, a built-in name or None"),
+    ("voice", (str, type(None)), "a voice's name, a blend (str) or None"),
+    ("speed", (int, float), "a number"),
+    ("options", (dict,), "a dict of family options"),
+    ("format", (str,), f"one of {', '.join(FORMATS)}"),
+    ("float_wav", (bool,), "true or false"),
+    ("load_options", (dict,), "a dict of load options"),
+)
 
 
 @dataclass(frozen=True)
@@ -45,7 +57,18 @@ class JobSettings:
     load_options: dict[str, Any] = field(default_factory=dict)  # device, precision, ... (ggtts.load's options)
 
     def __post_init__(self) -> None:
+        """Each field's type checked (they come from Python callers too): an InputError naming a wrong one."""
+        if not isinstance(self.out_dir, str | os.PathLike):
+            raise InputError(f"out_dir must be a folder's path, got {type(self.out_dir).__name__}")
         object.__setattr__(self, "out_dir", Path(self.out_dir))  # a str is welcome too
+        if isinstance(self.model, os.PathLike):
+            object.__setattr__(self, "model", os.fspath(self.model))
+        for name, kind, what in _FIELD_TYPES:
+            value = getattr(self, name)
+            if not isinstance(value, kind) or (isinstance(value, bool) and bool not in kind):
+                raise InputError(f"{name} must be {what}, got {type(value).__name__}")
+        if self.float_wav and self.format != "wav":
+            raise InputError(f"float_wav applies to WAV only, not {self.format}; leave it out or use format wav")
 
     def request(self, item: Item) -> dict[str, Any]:
         """Everything that decides an item's audio: equal requests give the same file. The load options are those
