@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 import warnings
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +22,7 @@ from _tiny_outetts import build_qwen2_checkpoint, build_wavtokenizer_ckpt
 import ggtts
 from ggtts.convert.outetts_hf import convert_outetts_hf
 from ggtts.convert.wavtokenizer_ckpt import convert_wavtokenizer_ckpt
-from ggtts.errors import InputError
+from ggtts.errors import GGTTSError, InputError
 from ggtts.families.base import MAX_PARALLEL
 from ggtts.families.outetts.pipeline import OuteTTS
 from ggtts.families.outetts.prompt import default_speaker
@@ -570,8 +572,34 @@ def test_a_closed_lane_loop_ends_its_thread_and_takes_no_more(files: dict[str, P
     assert thread is not None and thread.is_alive()
     loop.close()
     assert not thread.is_alive()
-    with pytest.raises(RuntimeError, match="closed"):
+    with pytest.raises(GGTTSError, match="closed"):
         loop.run(Work)
+
+
+def test_a_parallel_model_closed_or_dropped_lets_go_of_its_lanes(files: dict[str, Path]) -> None:
+    """A model's lanes end with it: closed (``with``, ``close()``) or dropped, its loop's thread ends and lets go of
+    the weights (it held them until the process ended: a notebook loading models again kept each one's memory)."""
+
+    def spoken(model: ggtts.TTSModel) -> threading.Thread:
+        model.synthesize("one two", **OPTS)
+        assert model.lanes is not None and model.lanes._thread is not None
+        return model.lanes._thread
+
+    with ggtts.load(files["q8_0"], speaker=str(TINY_SPEAKER), parallel=2) as model:
+        thread = spoken(model)
+    assert not thread.is_alive()
+    with pytest.raises(GGTTSError, match="the model is closed"):
+        model.synthesize("one two", **OPTS)
+    model = ggtts.load(files["q8_0"], speaker=str(TINY_SPEAKER), parallel=2)
+    thread = spoken(model)
+    assert model.lanes is not None
+    lanes = weakref.ref(model.lanes.lanes)
+    del model
+    gc.collect()
+    thread.join(DIED_S)
+    assert not thread.is_alive()
+    gc.collect()
+    assert lanes() is None
 
 
 DIED_S = 30.0  # only bounds a run where a caller does not hear that its loop died

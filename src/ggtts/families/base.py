@@ -13,10 +13,11 @@ import itertools
 import math
 import os
 import re
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar
 
 import numpy as np
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from ggtts.gguf import GGUFFile
+    from ggtts.runtime.lanes import LaneLoop
 
 MIN_SPEED = 0.25  # OpenAI's /v1/audio/speech range (and Kokoro-FastAPI's)
 MAX_SPEED = 4.0
@@ -269,10 +271,31 @@ class TTSModel(ABC):
 
     family: ClassVar[Family | None] = None
     sample_rate: int
+    lanes: LaneLoop[Any] | None = None  # utterances decoded together (the ``parallel`` load option): use_lanes
 
     @classmethod
     @abstractmethod
     def from_gguf(cls, gguf: GGUFFile, device: str = "cpu", **options: Any) -> TTSModel: ...
+
+    def use_lanes(self, loop: LaneLoop[Any] | None) -> None:
+        """Decode requests in ``loop`` (its thread starts at the first); the loop ends with the model, closed
+        (:meth:`close`) or dropped (collected), so that its thread lets go of the weights."""
+        self.lanes = loop
+        if loop is not None:
+            weakref.finalize(self, loop.close, wait=False).atexit = False  # (at exit the lanes end their own way)
+
+    def close(self) -> None:
+        """Let go now of what the model holds besides its memory: the thread of its lanes (``parallel``), which
+        takes no more requests. A model used in ``with`` is closed at the block's end; one dropped is closed as it
+        is collected."""
+        if self.lanes is not None:
+            self.lanes.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     @property
     def family_name(self) -> str:

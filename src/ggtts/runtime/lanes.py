@@ -33,6 +33,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import torch
 
 from ggtts.audio import Audio
+from ggtts.errors import GGTTSError
 from ggtts.runtime.cancel import check_cancelled
 from ggtts.runtime.frames import TokenDecoder
 from ggtts.runtime.kv_cache import KVCache, KVCacheFullError
@@ -250,7 +251,7 @@ class LaneLoop(Generic[T]):
         job: _Job[T] = _Job(make)
         with self._cond:
             if self._closed:
-                raise RuntimeError("the lane loop is closed")
+                raise GGTTSError("the model is closed: its lanes take no more requests (load it again)")
             self._waiting.append(job)
             if self._thread is None:
                 if self.threads is None:
@@ -285,13 +286,14 @@ class LaneLoop(Generic[T]):
         finally:
             self._give_up(job)
 
-    def close(self) -> None:
-        """No more utterances; the loop's thread ends once those it has are done (its OpenMP team with it)."""
+    def close(self, wait: bool = True) -> None:
+        """No more utterances; the loop's thread ends once those it has are done (its OpenMP team with it).
+        ``wait``: until it has."""
         with self._cond:
             self._closed = True
             self._cond.notify()
             thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
+        if wait and thread is not None and thread is not threading.current_thread():
             thread.join()
 
     def stop(self, lock_timeout: float | None = None) -> None:

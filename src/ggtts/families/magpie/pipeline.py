@@ -102,7 +102,7 @@ class MagpieTTSPipeline(TTSModel):
         model = load_magpie(gguf, device)
         model.null_context_kv()  # guidance's null row over the context: the same for every request, computed once
         pipeline = cls(model, gguf, device)
-        pipeline.lanes = LaneLoop(MagpieLanes(), parallel) if parallel > 1 else None
+        pipeline.use_lanes(LaneLoop(MagpieLanes(), parallel) if parallel > 1 else None)
         codec = codec if codec is not None else find_codec(Path(gguf.path))
         if codec is not None:
             pipeline.with_codec(codec)

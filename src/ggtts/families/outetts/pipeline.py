@@ -131,7 +131,7 @@ class OuteTTS(TTSModel):
         if parallel > 1:
             if not on_cpu:  # each step of all the streams one captured graph over fixed caches of `parallel` rows
                 lm.use_static_lanes(parallel, compile=compile_steps)
-            model.lanes = LaneLoop(TokenLanes(lm, device), parallel)
+            model.use_lanes(LaneLoop(TokenLanes(lm, device), parallel))
         return model
 
     def with_vocoder(self, path: str | os.PathLike[str]) -> OuteTTS:

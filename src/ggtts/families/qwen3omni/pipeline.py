@@ -183,7 +183,7 @@ class Qwen3OmniPipeline(TTSModel):
                     raise
                 mmproj = None  # another model's mmproj beside the thinker (a vision one, say): not its ears
         model = cls(gguf, talker_gguf, device, precision, mmproj)
-        model.lanes = talker_lanes(model.talker, parallel)
+        model.use_lanes(talker_lanes(model.talker, parallel))
         static_decoder(model.talker, model.code2wav, model.code2wav.cfg.num_quantizers, model.lanes)
         return model
 

@@ -97,7 +97,7 @@ class Qwen3TTSPipeline(TTSModel):
                 + not_found_beside(Path(gguf.path), K.CLIP_ARCH, is_mmproj)
             )
         model = cls(gguf, GGUFFile(path), device, precision)
-        model.lanes = talker_lanes(model.talker, parallel)
+        model.use_lanes(talker_lanes(model.talker, parallel))
         static_decoder(model.talker, model.decoder, model.decoder.cfg.num_quantizers, model.lanes)
         return model
 
