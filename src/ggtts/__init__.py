@@ -1,8 +1,8 @@
 """ggtts: local, fast text-to-speech with open models stored as GGUF files."""
 
 from ggtts.api import TTSModel, load
-from ggtts.audio import Audio
-from ggtts.errors import GGTTSError, GGUFError, InputError, UnsupportedArchitectureError
+from ggtts.audio import Audio, WordTiming
+from ggtts.errors import GGTTSError, GGUFError, InputError, OutputError, UnsupportedArchitectureError
 
 __version__ = "0.1.0"
 
@@ -26,8 +26,10 @@ __all__ = [
     "GGTTSError",
     "GGUFError",
     "InputError",
+    "OutputError",
     "TTSModel",
     "UnsupportedArchitectureError",
+    "WordTiming",
     "__version__",
     "architectures",
     "list_families",

@@ -57,7 +57,7 @@ class WordTiming:
         return {"word": self.text, "start": round(self.start, 3), "end": round(self.end, 3)}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # (two Audio are compared by their samples: np.array_equal(a.samples, b.samples))
 class Audio:
     """Mono float32 samples in [-1, 1] at ``sample_rate`` Hz.
 
@@ -72,8 +72,16 @@ class Audio:
     offset: float = 0.0
 
     def __post_init__(self) -> None:
-        samples = np.ascontiguousarray(self.samples, dtype=np.float32).reshape(-1)
-        object.__setattr__(self, "samples", samples)
+        """The samples as one contiguous float32 row (a ``(1, N)`` array is one channel too); an InputError for a
+        sample rate that is not a positive whole number, or for several channels (this is mono audio)."""
+        rate = self.sample_rate
+        if isinstance(rate, bool) or not isinstance(rate, int | np.integer) or rate <= 0:
+            raise InputError(f"sample_rate must be a positive whole number of Hz, got {rate!r}")
+        samples = np.ascontiguousarray(self.samples, dtype=np.float32)
+        if sum(n > 1 for n in samples.shape) > 1:
+            raise InputError(f"Audio is mono: samples must be one channel, got an array of shape {samples.shape}")
+        object.__setattr__(self, "samples", samples.reshape(-1))
+        object.__setattr__(self, "sample_rate", int(rate))
 
     @property
     def duration(self) -> float:

@@ -23,3 +23,7 @@ class InputError(GGTTSError, ValueError):
 
 class DeviceMemoryError(GGTTSError):
     """The GPU's memory ran out (loading a model, capturing its graphs, or speaking a request)."""
+
+
+class OutputError(GGTTSError, OSError):
+    """A file cannot be written: one line naming the path and why (still an ``OSError`` for callers who catch that)."""

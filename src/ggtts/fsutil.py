@@ -10,13 +10,9 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from ggtts.errors import GGTTSError
+from ggtts.errors import GGTTSError, OutputError  # (OutputError is imported from here too)
 
 PART_SUFFIX = ".part"  # the temporary file's suffix while it is written
-
-
-class OutputError(GGTTSError, OSError):
-    """A file cannot be written: one line naming the path and why (still an ``OSError`` for callers who catch that)."""
 
 
 def _default_mode() -> int:

@@ -430,3 +430,34 @@ def test_a_batch_checks_the_job_voice_and_speed_against_the_models_that_get_them
     with pytest.raises(ggtts.InputError, match=r"speed 5.0 is out of range"):
         check_job(JobSettings(out_dir=tmp_path / "out", speed=5.0), items=toy_items)
     check_job(JobSettings(out_dir=tmp_path / "out", speed=5.0), items=[dataclasses.replace(i, speed=1.0) for i in own])
+
+
+@pytest.mark.parametrize(
+    ("parts", "message"),
+    [
+        ((), r"a VoiceMix holds at least one voice"),
+        ((("hum", 0.0),), r"voice weight '0.0' of 'hum' must be a finite positive number"),
+        ((("hum", -1.0), ("hum", 2.0)), r"voice weight '-1.0' of 'hum' must be a finite positive number"),
+        ((("hum", float("nan")),), r"voice weight 'nan' of 'hum' must be a finite positive number"),
+        ((("hum", True),), r"voice weight 'True' of 'hum' must be a finite positive number"),
+        (("hum",), r"a VoiceMix's parts are \(name, weight\) pairs, got 'hum'"),
+    ],
+)
+def test_a_voice_mix_made_by_hand_is_checked_as_it_is_made(parts: Any, message: str) -> None:
+    """An empty blend ended in min() of nothing deep inside Kokoro, a negative weight in NaN audio."""
+    with pytest.raises(ggtts.InputError, match=message):
+        VoiceMix(parts)
+
+
+def test_audio_made_by_hand_is_checked_and_compares_without_error() -> None:
+    """Audio is mono at a whole positive rate: stereo samples were interleaved into twice as many mono ones, a
+    rate of 0 divided by zero. Two Audio compare as objects (comparing their numpy samples raised)."""
+    one = Audio(np.zeros(4), 16000)
+    assert one.duration == 4 / 16000 and Audio(np.zeros((1, 4)), np.int64(8000)).samples.shape == (4,)
+    assert one != Audio(one.samples.copy(), 16000) and one == one and hash(one) == hash(one)
+    for rate in (0, -1, 24000.0, "24000", True):
+        with pytest.raises(ggtts.InputError, match="sample_rate must be a positive whole number of Hz"):
+            Audio(np.zeros(4), rate)
+    with pytest.raises(ggtts.InputError, match=r"Audio is mono: .* shape \(100, 2\)"):
+        Audio(np.zeros((100, 2)), 16000)
+    assert ggtts.WordTiming is not None and issubclass(ggtts.OutputError, OSError)

@@ -57,6 +57,15 @@ def test_a_phonemizer_of_its_own_takes_only_the_default(tts: KokoroTTS) -> None:
         custom.synthesize(TEXT, normalization=False)
 
 
+def test_a_phonemizer_that_is_not_a_function_is_refused_at_load() -> None:
+    """It was taken, and failed at the first synthesis with "'int' object is not callable"."""
+    from ggtts.families.kokoro import FAMILY
+
+    with pytest.raises(InputError, match=r"phonemizer must be a function \(text, language, max phonemes"):
+        FAMILY.check_load_options({"phonemizer": 5})
+    FAMILY.check_load_options({"phonemizer": lambda text, lang, limit, vocab: ["hˈI."]})
+
+
 def test_the_cli_flag() -> None:
     parse = build_parser().parse_args
     assert family_options(parse(["speak", "hi", "--no-normalize"]))["normalization"] is False

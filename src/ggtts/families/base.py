@@ -162,6 +162,17 @@ class VoiceMix:
 
     parts: tuple[tuple[str, float], ...]
 
+    def __post_init__(self) -> None:
+        """At least one voice, each a name with a finite positive weight (a VoiceMix may be made by hand)."""
+        if not isinstance(self.parts, tuple) or not self.parts:
+            raise InputError("a VoiceMix holds at least one voice: VoiceMix((('name', 1.0),))")
+        for part in self.parts:
+            if not (isinstance(part, tuple) and len(part) == 2 and isinstance(part[0], str)):
+                raise InputError(f"a VoiceMix's parts are (name, weight) pairs, got {part!r}")
+            name, weight = part
+            if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 < weight < math.inf:
+                raise VoiceWeightError(name, repr(weight), number=True, example="VoiceMix((('a', 0.6), ('b', 0.4)))")
+
     @property
     def single(self) -> str | None:
         return self.parts[0][0] if len(self.parts) == 1 else None

@@ -67,6 +67,15 @@ class KokoroOptions:
     normalization: Normalization | bool = text_normalization_option()  # noqa: RUF009 (a field; frozen)
 
 
+def _callable_or_none(value: Any) -> Any:
+    if value is not None and not callable(value):
+        raise InputError(
+            f"phonemizer must be a function (text, language, max phonemes, vocabulary) -> phoneme chunks, got "
+            f"{type(value).__name__}"
+        )
+    return value
+
+
 @dataclass(frozen=True)
 class KokoroLoadOptions(LoadOptions):
     precision: str = precision_load_option("the vocoder's convolutions")
@@ -77,7 +86,10 @@ class KokoroLoadOptions(LoadOptions):
         check=check_flag("compile"),
     )
     phonemizer: Any = option(  # noqa: RUF009 (option() makes a field)
-        None, "(text, language) -> phoneme chunks, instead of the built-in frontend (API only)"
+        None,
+        "(text, language, max phonemes, vocabulary) -> phoneme chunks, instead of the built-in frontend (API only; "
+        "ggtts.families.kokoro.frontend.Phonemizer)",
+        check=_callable_or_none,
     )
 
 

@@ -178,7 +178,8 @@ class KokoroTTS(TTSModel):
 
     @classmethod
     def from_gguf(cls, gguf: GGUFFile, device: str = "cpu", **options: Any) -> KokoroTTS:
-        """``options``: ``phonemizer`` (text, language) -> phoneme chunks, replacing the built-in frontend;
+        """``options``: ``phonemizer`` (text, language, max phonemes, vocabulary) -> phoneme chunks, replacing the
+        built-in frontend (:data:`~ggtts.families.kokoro.frontend.Phonemizer`);
         ``precision``: ``"float32"`` (default) or ``"bfloat16"``, the vocoder's resblock and noise-path
         convolutions in bfloat16 (faster where the hardware has it, refused where it does not; see
         :mod:`ggtts.models.kokoro.precision`); ``compile``: ``True`` runs the vocoder's upsampling stages through
