@@ -81,6 +81,9 @@ _MAX_FRACTION_DENOMINATOR = 10  # "3/4" is "three quarters"; "3/15" is read "thr
 _SENTENCE_GOES_ON = re.compile(r"\s+[A-Z\"“‘'(]")
 _TEXT_ENDS = re.compile(r"\s*\Z")
 _NAME_FOLLOWS = re.compile(r"\s+[A-Z]")
+_SENTENCE_ENDS = (".", "!", "?", ":")
+_EQUALS_FOLLOWS = re.compile(r"\s*=")
+_THE_BEFORE = re.compile(r"\bthe\s+\Z", re.IGNORECASE)
 # How far back a title looks for the two words before it (a look at its context that stays short, so text of
 # any length is read in linear time; a longer word is seen by its end, which is what decides).
 _LOOK_BACK = 80
@@ -146,6 +149,14 @@ def _url(m: re.Match[str], british: bool) -> str:
     return _say_address(url) + tail
 
 
+def _local_phone(m: re.Match[str], british: bool) -> str:
+    """ "555-1234" is a phone number; "100-1000" (round ends) a range, left to the number rules."""
+    exchange, line = m[1], m[2]
+    if int(exchange) % 10 == 0 and int(line) % 10 == 0:
+        return m[0]
+    return f"{numbers.digits(exchange)}, {numbers.digits(line)}"
+
+
 def _phone(m: re.Match[str], british: bool) -> str:
     text = m[0]
     groups = [numbers.digits(g) for g in re.findall(r"\d+", text)]
@@ -201,7 +212,8 @@ def _day_month(m: re.Match[str], british: bool) -> str:
     if not _valid_date(month, day):
         return m[0]
     period = "." if m[3] and _ends_sentence(m.string, m.end()) else ""
-    return f"the {numbers.ordinal(day, british=british)} of {MONTHS[month - 1]}{period}"
+    the = "" if _THE_BEFORE.search(m.string, max(0, m.start() - 8), m.start()) else "the "  # "on the 5th of May"
+    return f"{the}{numbers.ordinal(day, british=british)} of {MONTHS[month - 1]}{period}"
 
 
 def _meridiem(m: re.Match[str], letter: str | None) -> str:
@@ -230,21 +242,57 @@ def _clock(m: re.Match[str], british: bool) -> str:
     if second is not None and int(second):
         unit = "second" if int(second) == 1 else "seconds"
         words += f" and {numbers.cardinal(int(second), british=british)} {unit}"
-    return words + _meridiem(m, letter)
+    return words + _meridiem(m, letter) + (" to " if m[5] else "")
 
 
 def _hour_meridiem(m: re.Match[str], british: bool) -> str:
     hour = int(m[1])
     if not 1 <= hour <= 12:
         return m[0]
-    return numbers.cardinal(hour, british=british) + _meridiem(m, m[2])
+    return numbers.cardinal(hour, british=british) + _meridiem(m, m[2]) + (" to " if m[3] else "")
+
+
+def _hours_range(m: re.Match[str], british: bool) -> str:
+    """The start of a range of hours whose end says AM or PM ("9-10 am", "9:30-11 pm"): "nine to", "nine thirty to"
+    (the end's own rule reads it)."""
+    hour, minute = int(m[1]), int(m[2] or 0)
+    if not 1 <= hour <= 12 or minute > 59:
+        return m[0]
+    words = numbers.cardinal(hour, british=british)
+    if 0 < minute < 10:
+        words += f" {numbers.ZERO_IN_DIGIT_STRING} {numbers.cardinal(minute)}"
+    elif minute:
+        words += " " + numbers.cardinal(minute, british=british)
+    return words + " to "
+
+
+def _height(m: re.Match[str], british: bool) -> str:
+    feet, inches = int(m[1]), int(m[2])
+    return f"{numbers.cardinal(feet)} foot {numbers.cardinal(inches)}" if inches < 12 else m[0]  # "five foot ten"
 
 
 # --- amounts: currency, percent, temperature, units -------------------------------------------------------
 
 
 def _currency(m: re.Match[str], british: bool) -> str:
-    sign, symbol, amount, scale = m[1], m[2], m[3], m[4]
+    return _money(m[1], m[2], m[3], m[4], british)
+
+
+def _currency_range(m: re.Match[str], british: bool) -> str:
+    """ "$5-10", "$5-$10" -> "five to ten dollars"; "$1.5-2m" -> "one point five to two million dollars"; amounts
+    with cents, or with scales of their own, each in full ("five dollars and fifty cents to six dollars")."""
+    symbol, low, low_scale, high, high_scale = m[1], m[2], m[3], m[5], m[6]
+    units = CURRENCIES[symbol].units
+    if high_scale and low_scale in (None, high_scale):
+        return f"{numbers.decimal(low, british=british)} to {numbers.decimal(high, british=british)} " + (
+            f"{SCALES[high_scale]} {units}"
+        )
+    if not (low_scale or high_scale) and "." not in low + high:
+        return f"{numbers.decimal(low, british=british)} to {numbers.decimal(high, british=british)} {units}"
+    return f"{_money('', symbol, low, low_scale, british)} to {_money('', symbol, high, high_scale, british)}"
+
+
+def _money(sign: str | None, symbol: str, amount: str, scale: str | None, british: bool) -> str:
     currency = CURRENCIES[symbol]
     minus = "minus " if sign else ""
     if scale:
@@ -288,7 +336,38 @@ def _unit(m: re.Match[str], british: bool) -> str:
     return f"{spoken} {UNITS[m[4]].say(numbers.is_singular(amount), british)}"
 
 
-# --- ordinals, decades, abbreviations -----------------------------------------------------------------
+# --- ordinals, decades, abbreviations, Roman numerals ----------------------------------------------------
+
+_ROMAN = re.compile(r"M{0,3}(CM|CD|D?C{0,3})(XC|XL|L?X{0,3})(IX|IV|V?I{0,3})")
+_ROMAN_VALUES = {"M": 1000, "D": 500, "C": 100, "L": 50, "X": 10, "V": 5, "I": 1}
+# words a Roman numeral counts after ("Chapter IV", "World War II", "Super Bowl LVII"): read as a cardinal
+_NUMBERED = ("Chapter", "Part", "Book", "Volume", "Vol.", "Act", "Scene", "Section", "Article", "Appendix", "Phase",
+             "Stage", "Level", "Round", "Season", "Episode", "Step", "Title", "World War", "Super Bowl", "Apollo",
+             "Rocky", "Star Wars: Episode")  # fmt: skip
+# names a Roman numeral of I, V and X counts the bearers of ("Henry VIII", "Louis XIV"): read "the eighth"
+_REGNAL_NAMES = ("Alexander", "Alfonso", "Benedict", "Boniface", "Catherine", "Charles", "Christian", "Clement",
+                 "Constantine", "David", "Edward", "Elizabeth", "Ferdinand", "Francis", "Frederick", "George",
+                 "Gregory", "Gustav", "Harald", "Henry", "Innocent", "Ivan", "James", "John", "Julius", "Leo", "Louis",
+                 "Mary", "Napoleon", "Nicholas", "Otto", "Paul", "Peter", "Philip", "Pius", "Ramesses",
+                 "Richard", "Robert", "Rudolf", "Sixtus", "Stephen", "Urban", "Wilhelm", "William")  # fmt: skip
+
+
+def _roman_value(written: str) -> int | None:
+    """The value of a Roman numeral written in capitals, or None where ``written`` is not one."""
+    if not written or not _ROMAN.fullmatch(written):
+        return None
+    values = [_ROMAN_VALUES[c] for c in written]
+    return sum(-v if v < after else v for v, after in zip(values, [*values[1:], 0], strict=True))
+
+
+def _numbered(m: re.Match[str], british: bool) -> str:
+    value = _roman_value(m[2])
+    return m[0] if value is None else f"{m[1]} {numbers.cardinal(value, british=british)}"
+
+
+def _regnal(m: re.Match[str], british: bool) -> str:
+    value = _roman_value(m[2])
+    return m[0] if value is None else f"{m[1]} the {numbers.ordinal(value, british=british).capitalize()}"
 
 
 def _ordinal(m: re.Match[str], british: bool) -> str:
@@ -302,9 +381,9 @@ def _decade(m: re.Match[str], british: bool) -> str:
 def _after_proper_name(text: str, start: int) -> bool:
     """Whether a capitalized word that does not begin a sentence comes right before ``start`` ("Main St.")."""
     words = text[max(0, start - _LOOK_BACK) : start].split()
-    if len(words) < 2 or not words[-1][:1].isupper():
-        return False
-    return not words[-2].endswith((".", "!", "?", ":"))
+    if len(words) < 2 or not words[-1][:1].isupper() or words[-1].endswith(_SENTENCE_ENDS):
+        return False  # ("Smith. Dr. Jones": the word before ends a sentence, so it names no street)
+    return not words[-2].endswith(_SENTENCE_ENDS)
 
 
 def _title(m: re.Match[str], british: bool) -> str:
@@ -326,6 +405,25 @@ def _abbreviation(m: re.Match[str], british: bool) -> str:
 
 
 # --- plain numbers and symbols -----------------------------------------------------------------------------
+
+
+def _code(m: re.Match[str], british: bool) -> str:
+    """Numbers joined by hyphens, three groups or more ("1-2-3", "978-3-16-148410-0", "1-800-FLOWERS"): a code,
+    each group's digits said one by one, a pause between groups."""
+    groups = m[0].split("-")
+    if len(groups) < 3:
+        return m[0]  # ("10-20": a range)
+    return ", ".join(numbers.digits(g) if g.isdigit() else g for g in groups)
+
+
+def _scaled_number(m: re.Match[str], british: bool) -> str:
+    return f"{say_number(m[1], british=british)} {SCALES[m[2]]}"  # "1.5M residents", "3bn users"
+
+
+def _spaced_dash(m: re.Match[str], british: bool) -> str:
+    """ "7 - 2 = 5" is a subtraction; "3 - 4 people" a range."""
+    low, high = say_number(m[1], british=british), say_number(m[2], british=british)
+    return f"{low} minus {high}" if _EQUALS_FOLLOWS.match(m.string, m.end()) else f"{low} to {high}"
 
 
 def _number_range(m: re.Match[str], british: bool) -> str:
@@ -354,9 +452,10 @@ def _symbol(m: re.Match[str], british: bool) -> str:
     return f" {SYMBOLS[m[0]]} "
 
 
-def _amount(after: str) -> str:
-    """An amount or an amount range ("5-10") followed by ``after``; groups: sign, low, high, ``after``'s."""
-    return rf"{_START}(-)?({_NUM})(?:\s?(?:-|–|to)\s?({_NUM}))?\s?{after}"
+def _amount(after: str, again: str) -> str:
+    """An amount or an amount range ("5-10", "5%-10%": ``again`` after the low end) followed by ``after``; groups:
+    sign, low, high, ``after``'s."""
+    return rf"{_START}(-)?({_NUM})(?:(?:\s?{again})?\s?(?:-|–|to)\s?({_NUM}))?\s?{after}"
 
 
 _TITLE_NAMES = _alternation(list(TITLES))
@@ -365,6 +464,8 @@ _CURRENCY_SYMBOLS = "".join(re.escape(s) for s in CURRENCIES)
 _SCALE_WORDS = _alternation(list(SCALES))
 _UNIT_SYMBOLS = _alternation(list(UNITS))
 _MERIDIEM = r"([AaPp])\.?\s?[Mm]\.?(?![A-Za-z])"
+# a dash after a time that another time follows ("9am-5pm", "9:00-17:00"): a range, its dash read "to"
+_TIME_FOLLOWS = r"(\s?[-–]\s?(?=\d{1,2}(?::\d{2}|\s*[AaPp]\.?\s?[Mm]\.?(?![A-Za-z]))))?"
 
 
 def _plural(m: re.Match[str], british: bool) -> str:
@@ -387,6 +488,7 @@ _PHONE_RULES: list[Rule] = [
     (re.compile(r"(?<![\w+])(?:\+?1[ .-]?)?\(\d{3}\)\s?\d{3}[ .-]\d{4}(?![\w-])"), _phone),
     (re.compile(r"(?<![\w+])(?:\+?1[.-])?\d{3}([.-])\d{3}\1\d{4}(?![\w-])"), _phone),
     (re.compile(r"(?<![\w+])\+\d{1,3}(?:[ .-]\(?\d{1,4}\)?){2,5}(?![\w-])"), _phone),
+    (re.compile(r"(?<![\w+.,-])([2-9]\d{2})-(\d{4})(?![\w-]|[.,]\d)"), _local_phone),
 ]
 _PLURAL_RULES: list[Rule] = [(re.compile(r"(?<=[^\W\d_])\(s\)(?!\w)"), _plural)]  # "file(s)", not "(s)" alone
 _DATE_AND_TIME_RULES: list[Rule] = [
@@ -394,22 +496,33 @@ _DATE_AND_TIME_RULES: list[Rule] = [
     (re.compile(r"\b(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})\b"), _slash_date),
     (re.compile(rf"\b({_MONTH_NAMES})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?\b(?![:\d])"), _month_day),
     (re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH_NAMES})\b(\.?)"), _day_month),
-    (re.compile(rf"\b(\d{{1,2}}):(\d{{2}})(?::(\d{{2}}))?(?:\s*{_MERIDIEM})?"), _clock),
-    (re.compile(rf"\b(\d{{1,2}})\s*{_MERIDIEM}"), _hour_meridiem),
+    (re.compile(rf"\b(\d{{1,2}})(?::(\d{{2}}))?\s?[-–]\s?(?=\d{{1,2}}(?::\d{{2}})?\s*{_MERIDIEM})"), _hours_range),
+    (re.compile(rf"\b(\d{{1,2}}):(\d{{2}})(?::(\d{{2}}))?(?:\s*{_MERIDIEM})?{_TIME_FOLLOWS}"), _clock),
+    (re.compile(rf"\b(\d{{1,2}})\s*{_MERIDIEM}{_TIME_FOLLOWS}"), _hour_meridiem),
+    (re.compile(r"(?<![\w.'])(\d)['′]\s?(\d{1,2})(?:\"|″|''|”)"), _height),
 ]
 _MONEY_AND_PERCENT_RULES: list[Rule] = [
     (re.compile(r"~\s?(?=[\d$£€¥₹])"), lambda m, british: "about "),
     (
+        re.compile(
+            rf"(?<![\w.-])([{_CURRENCY_SYMBOLS}])\s?({_NUM})(?:\s?({_SCALE_WORDS})\b)?\s?(?:-|–)\s?(\1)?\s?({_NUM})"
+            rf"(?:\s?({_SCALE_WORDS})\b)?"
+        ),
+        _currency_range,
+    ),
+    (
         re.compile(rf"(?:(?<![\w.])(-))?([{_CURRENCY_SYMBOLS}])\s?({_NUM})(?:\s?({_SCALE_WORDS})\b)?"),
         _currency,
     ),
-    (re.compile(_amount("%")), _percent),
+    (re.compile(_amount("%", "%")), _percent),
 ]
 _UNIT_RULES: list[Rule] = [
-    (re.compile(_amount(r"°(?:\s?([CFK])\b)?")), _temperature),
-    (re.compile(_amount(rf"({_UNIT_SYMBOLS})(?![\w²])")), _unit),
+    (re.compile(_amount(r"°(?:\s?([CFK])\b)?", r"°(?:\s?[CFK]\b)?")), _temperature),
+    (re.compile(_amount(rf"({_UNIT_SYMBOLS})(?![\w²])", rf"(?:{_UNIT_SYMBOLS})(?![\w²])")), _unit),
 ]
 _WORD_RULES: list[Rule] = [
+    (re.compile(rf"\b({_alternation(list(_NUMBERED))})\s+([IVXLCDM]+)\b(?![-'’]\w)(?!\.\w)"), _numbered),
+    (re.compile(rf"\b({_alternation(list(_REGNAL_NAMES))})\s+([IVX]{{2,}}|V)\b(?!-\w)"), _regnal),  # (not "Malcolm X")
     (re.compile(r"(?<![\w.])['’]?([1-9]0|\d{3}0)['’]?s\b"), _decade),
     (re.compile(rf"{_START}(\d{{1,3}}(?:,\d{{3}})+|\d+)(?:st|nd|rd|th)\b"), _ordinal),
     (re.compile(rf"\b({_TITLE_NAMES})(\.?)(?=[\s,;:!?)]|$)"), _title),
@@ -417,13 +530,22 @@ _WORD_RULES: list[Rule] = [
     (re.compile(r"\bvs\b\.?"), lambda m, british: "versus"),
     (re.compile(r"\b[Nn]o\.\s?(?=\d)|#(?=\d)"), lambda m, british: "number "),
 ]
+_COMPARISONS = {"<": " is less than ", ">": " is greater than "}
 _NUMBER_RULES: list[Rule] = [
+    # "a < b", "3<4"; not "<3", "->", "<b>"
+    (re.compile(r"(?<=\d)\s?([<>])\s?(?=\d)|(?<=\s)([<>])(?=\s)"), lambda m, b: _COMPARISONS[m[1] or m[2]]),
+    # (possessive, and not begun inside a chain: linear on "1-1-1-...")
+    (re.compile(r"(?<![\w.,-])\d++(?:-\d++)++(?:-[A-Za-z]++)?+(?![\w-])"), _code),
+    (re.compile(rf"{_START}(\d+(?:\.\d+)?)(M|B|bn|mn)(?![\w])"), _scaled_number),
+    (re.compile(rf"{_START}({_NUM})\s+-\s+({_NUM})(?![\w])"), _spaced_dash),
     (re.compile(rf"{_START}({_NUM})(?:-|\s?–\s?)({_NUM})(?![\w])"), _number_range),
     (re.compile(r"(?<![\w./])(\d+)/(\d+)(?![\w/])"), _slash_numbers),
     (re.compile(r"(?<![\w.])(v)?(\d+(?:\.\d+){2,})(?![\w])(?!\.\d)"), _dotted_numbers),
     (re.compile(rf"{_START}(-(?=[\d.]))?({_NUM})(?![\w])"), _number),
 ]
-_SYMBOL_RULES: list[Rule] = [(re.compile("|".join(re.escape(s) for s in SYMBOLS)), _symbol)]
+_SYMBOL_RULES: list[Rule] = [
+    (re.compile(_alternation(list(SYMBOLS))), _symbol),  # (the longest first: "<=" before "=")
+]
 
 
 def _always(switches: Normalization) -> bool:

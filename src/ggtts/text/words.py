@@ -175,6 +175,9 @@ ABBREVIATIONS: dict[str, tuple[str, bool]] = {
 SYMBOLS = {
     "&": "and",
     "+": "plus",
+    "!=": "is not equal to",
+    "<=": "is less than or equal to",
+    ">=": "is greater than or equal to",
     "=": "equals",
     "@": "at",
     "%": "percent",
