@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ggtts.errors import GGTTSError
+from ggtts.errors import GGTTSError, InputError
 from ggtts.families.base import MAX_SPEED, MIN_SPEED, TTSModel, check_speed, check_text
 from ggtts.gguf import GGUFFile
 
@@ -24,7 +24,11 @@ def builtin_names() -> dict[str, str]:
 
 def resolve_model_path(path_or_name: str | os.PathLike[str] | None) -> Path:
     """A GGUF path for a file path or a built-in model name (``kokoro``, the default; ``piper-joe``, ...)."""
+    if path_or_name is not None and not isinstance(path_or_name, str | os.PathLike):
+        raise InputError(f"a model is a GGUF file's path or a built-in name, got {type(path_or_name).__name__}")
     name = DEFAULT_MODEL if path_or_name is None else os.fspath(path_or_name)
+    if not isinstance(name, str):  # (a PathLike of bytes)
+        raise InputError(f"a model's path must be text, got {type(name).__name__}")
     builtins = builtin_names()
     if name in builtins:
         from ggtts.families.base import import_target

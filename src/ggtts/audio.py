@@ -136,7 +136,9 @@ class Audio:
         The file is written under a temporary name and renamed, so a failure leaves nothing under ``path``; one
         that cannot be written is an :class:`~ggtts.fsutil.OutputError` naming it.
         """
-        path = Path(path)
+        if not isinstance(path, str | os.PathLike) or isinstance(os.fspath(path), bytes):
+            raise InputError(f"save takes a file's path (str or pathlib.Path), got {type(path).__name__}")
+        path = Path(path).expanduser()
         suffix = check_output_suffix(path)
         encoded = io.BytesIO()  # encoded first: a full disk is then one OSError, not soundfile's callback tracebacks
         self.write_to(encoded, suffix, float_wav=float_wav)

@@ -461,3 +461,18 @@ def test_audio_made_by_hand_is_checked_and_compares_without_error() -> None:
     with pytest.raises(ggtts.InputError, match=r"Audio is mono: .* shape \(100, 2\)"):
         Audio(np.zeros((100, 2)), 16000)
     assert ggtts.WordTiming is not None and issubclass(ggtts.OutputError, OSError)
+
+
+def test_a_path_of_the_wrong_type_is_one_input_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """load(5) and save(None) raised TypeErrors from os and pathlib; "~/x.wav" made a folder named "~"."""
+    for wrong in (5, b"kokoro"):
+        with pytest.raises(ggtts.InputError, match="a model is a GGUF file's path or a built-in name, got"):
+            ggtts.load(wrong)  # type: ignore[arg-type]
+    one = Audio(np.zeros(4), 16000)
+    for wrong in (None, 3, b"b.wav"):
+        with pytest.raises(ggtts.InputError, match=r"save takes a file's path \(str or pathlib.Path\), got"):
+            one.save(wrong)  # type: ignore[arg-type]
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    assert one.save("~/x.wav") == tmp_path / "x.wav" and (tmp_path / "x.wav").is_file()
+    assert not (tmp_path / "~").exists()
