@@ -53,6 +53,7 @@ def load(path_or_name: str | os.PathLike[str] | None = None, device: str = "auto
     from ggtts.runtime.device import resolve_device
     from ggtts.runtime.memory import tune_allocator
 
+    options = {key: value for key, value in options.items() if value is not None}  # (None: not given, as per call)
     gguf = GGUFFile(resolve_model_path(path_or_name))
     family = family_for(gguf)
     family.check_load_options({"device": device, **options})

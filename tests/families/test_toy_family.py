@@ -476,3 +476,20 @@ def test_a_path_of_the_wrong_type_is_one_input_error(tmp_path: Path, monkeypatch
     monkeypatch.chdir(tmp_path)
     assert one.save("~/x.wav") == tmp_path / "x.wav" and (tmp_path / "x.wav").is_file()
     assert not (tmp_path / "~").exists()
+
+
+def test_numpy_seeds_bool_speeds_flags_and_none_load_options(toy: Path) -> None:
+    """A numpy integer is a seed (it was refused); True is not a speed (it ran at 1.0); "yes" is not a flag (Kokoro's
+    phonemes and progress took it); a load option given as None is not given (the loader refused it)."""
+    from ggtts.families.base import check_seed
+    from ggtts.families.kokoro import FAMILY as KOKORO
+
+    assert check_seed(np.int64(3)) == 3 and type(check_seed(np.uint8(3))) is int
+    with pytest.raises(ggtts.InputError, match=r"seed must be a whole number, got np\.True_"):
+        check_seed(np.True_)
+    model = ggtts.load(toy, loudness=None)
+    with pytest.raises(ggtts.InputError, match="speed must be a number, got True"):
+        model.synthesize("one", speed=True)  # type: ignore[arg-type]
+    for flag in ("phonemes", "progress"):
+        with pytest.raises(ggtts.InputError, match=f"{flag} must be true or false, got 'yes'"):
+            KOKORO.check_options({flag: "yes"})

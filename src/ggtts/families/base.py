@@ -42,6 +42,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")  # never valid alone; Python decodes 
 
 # ---- checks every pipeline shares ------------------------------------------------------------------------------
 def check_speed(speed: float | str, limits: tuple[float, float] = (MIN_SPEED, MAX_SPEED)) -> float:
+    if isinstance(speed, bool):
+        raise InputError(f"speed must be a number, got {speed!r}")
     try:
         speed = float(speed)
     except (TypeError, ValueError):
@@ -88,11 +90,11 @@ def check_text(text: str, max_chars: int) -> str:
 
 def check_seed(seed: object) -> int:
     """``seed`` if it is a whole number a random generator takes (0 to :data:`MAX_SEED`); else an InputError."""
-    if isinstance(seed, bool) or not isinstance(seed, int):
+    if isinstance(seed, bool | np.bool_) or not isinstance(seed, int | np.integer):
         raise InputError(f"seed must be a whole number, got {seed!r}")
     if not 0 <= seed <= MAX_SEED:
         raise InputError(f"seed must be between 0 and {MAX_SEED}, got {seed}")
-    return seed
+    return int(seed)  # (numpy's integers too)
 
 
 def check_number(name: str, low: float, high: float = math.inf, whole: bool = False) -> Callable[[object], int | float]:

@@ -46,7 +46,7 @@ def check_language(value: str) -> str:
 
 @dataclass(frozen=True)
 class KokoroOptions:
-    phonemes: bool = option(False, "the input is phonemes, not text", flag="--phonemes")
+    phonemes: bool = option(False, "the input is phonemes, not text", flag="--phonemes", check=check_flag("phonemes"))
     lang: str | None = option(
         None,
         "G2P language: 'a' American, 'b' British English, 'j' Japanese (default for Japanese text)",
@@ -54,7 +54,7 @@ class KokoroOptions:
         check=check_language,
     )
     seed: int = option(0, "random seed: the vocoder's noise, the sampling (default 0)", flag="--seed", check=check_seed)
-    progress: bool = option(False, "show a progress bar", flag="--progress", server=False)
+    progress: bool = option(False, "show a progress bar", flag="--progress", server=False, check=check_flag("progress"))
     fast_start: bool = option(
         False,
         "stream the first half second or so of a first clause of 1 s or more before the rest of it is rendered: "

@@ -14,7 +14,7 @@ import torch
 
 from ggtts.audio import Audio, WordTiming
 from ggtts.errors import GGTTSError, InputError
-from ggtts.families.base import NothingToSay, Request, TTSModel, VoiceMix
+from ggtts.families.base import NothingToSay, Request, TTSModel, VoiceMix, check_seed
 from ggtts.families.kokoro import FAMILY, KokoroOptions
 from ggtts.families.kokoro.frontend import Phonemizer, TextAhead, english, not_japanese, text_key
 from ggtts.families.kokoro.frontend import text_frontend as _text_frontend
@@ -283,7 +283,9 @@ class KokoroTTS(TTSModel):
     ) -> Audio:
         """One phoneme chunk (at most ``config.max_phonemes`` phonemes) -> audio, its words the phoneme words."""
         speed = FAMILY.check_speed(speed)
-        generator = torch.Generator(device=self.device).manual_seed(seed)
+        if voice is not None and not isinstance(voice, str):
+            raise InputError(f"voice must be a voice's name or a blend (str), got {type(voice).__name__}")
+        generator = torch.Generator(device=self.device).manual_seed(check_seed(seed))
         parts = list(self._parts(_as_chunk(phonemes), self.voicepack(voice), speed, generator, 0.0))
         if not parts:
             return Audio(np.zeros(0, dtype=np.float32), self.sample_rate)

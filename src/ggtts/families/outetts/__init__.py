@@ -83,7 +83,7 @@ class OuteTTSOptions:
         64, "how many recent tokens the penalty looks at", check=check_number("repetition_window", 0, whole=True)
     )
     seed: int = option(0, "seed for sampling (default 0)", flag="--seed", check=check_seed)
-    progress: bool = option(False, "show a progress bar", flag="--progress", server=False)
+    progress: bool = option(False, "show a progress bar", flag="--progress", server=False, check=check_flag("progress"))
     vocoder: str | None = option(
         None,
         "the vocoder GGUF (wavtokenizer-dec): the one loaded",
