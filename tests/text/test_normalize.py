@@ -153,6 +153,10 @@ AMERICAN = [
     ("Henry VIII's story", "Henry the Eighth's story"),
     ("Louis XIV and George V.", "Louis the Fourteenth and George the Fifth."),
     ("Malcolm X and William I", "Malcolm X and William I"),
+    ("5x faster, 2.5× bigger", "five times faster, two point five times bigger"),
+    ("a 4x4 truck at 1920x1080", "a four by four truck at nineteen twenty by one thousand eighty"),
+    ("wait--what", "wait — what"),
+    ("rock ’n’ roll", "rock'n'roll"),
     # misaki's pronunciation override syntax is left alone
     ("[Kokoro](/kˈOkəɹO/) costs $5", "[Kokoro](/kˈOkəɹO/) costs five dollars"),
     # line breaks survive (the chunker uses them)

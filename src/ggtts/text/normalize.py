@@ -420,6 +420,10 @@ def _scaled_number(m: re.Match[str], british: bool) -> str:
     return f"{say_number(m[1], british=british)} {SCALES[m[2]]}"  # "1.5M residents", "3bn users"
 
 
+def _dimensions(m: re.Match[str], british: bool) -> str:
+    return f"{say_number(m[1], british=british)} by {say_number(m[2], british=british)}"
+
+
 def _spaced_dash(m: re.Match[str], british: bool) -> str:
     """ "7 - 2 = 5" is a subtraction; "3 - 4 people" a range."""
     low, high = say_number(m[1], british=british), say_number(m[2], british=british)
@@ -537,6 +541,8 @@ _NUMBER_RULES: list[Rule] = [
     # (possessive, and not begun inside a chain: linear on "1-1-1-...")
     (re.compile(r"(?<![\w.,-])\d++(?:-\d++)++(?:-[A-Za-z]++)?+(?![\w-])"), _code),
     (re.compile(rf"{_START}(\d+(?:\.\d+)?)(M|B|bn|mn)(?![\w])"), _scaled_number),
+    (re.compile(rf"{_START}(\d+)x(\d+)(?![\w])"), _dimensions),  # "4x4", "1920x1080"
+    (re.compile(rf"{_START}(\d+(?:\.\d+)?)[x×](?![\w×])"), lambda m, b: f"{say_number(m[1], british=b)} times"),
     (re.compile(rf"{_START}({_NUM})\s+-\s+({_NUM})(?![\w])"), _spaced_dash),
     (re.compile(rf"{_START}({_NUM})(?:-|\s?–\s?)({_NUM})(?![\w])"), _number_range),
     (re.compile(r"(?<![\w./])(\d+)/(\d+)(?![\w/])"), _slash_numbers),
@@ -569,6 +575,8 @@ _RULES: list[tuple[Callable[[Normalization], bool], list[Rule]]] = [
 
 
 _UNICODE_SPACES = re.compile("[\u00a0\u2009]")
+_DOUBLE_HYPHEN = re.compile(r"(?<=\w)\s?--\s?(?=\w)")  # "wait--what": a typed dash, a pause like "—"
+_CURLY_N = re.compile(r"(?<=\w)\s?[’‘]n[’‘]\s?(?=\w)")  # "rock ’n’ roll" as "rock'n'roll" (misaki knows it)
 _INLINE_SPACE = re.compile(r"[^\S\n]+")
 _LINE_EDGE = re.compile(r" ?\n ?")
 
@@ -588,6 +596,7 @@ def normalize_tracked(text: str, *, british: bool = False, switches: Normalizati
     if not switches.enabled:
         return Tracked.of(text)
     tracked = Tracked.of(text).sub(re.compile("\u2212"), lambda m: "-").sub(_UNICODE_SPACES, lambda m: " ")
+    tracked = tracked.sub(_DOUBLE_HYPHEN, lambda m: " — ").sub(_CURLY_N, lambda m: "'n'")
     pieces, last = [], 0
     for link in _MARKDOWN_LINK.finditer(tracked.text):
         pieces.append(_normalize_plain(tracked[last : link.start()], british, switches))
