@@ -488,9 +488,10 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("-m", "--model", default=None, help=f"the model (default: {DEFAULT_MODEL}); families with a "
                    "benchmark: kokoro (the others' are scripts in benchmarks/)")  # fmt: skip
     b.add_argument("--text", default=None, help="the text to speak (default: a paragraph of about 20 s)")
-    b.add_argument("--against", default="onnx,reference", help="peers to run beside ggtts, comma-separated: onnx "
+    b.add_argument("--against", default=None, help="peers to run beside ggtts, comma-separated: onnx "
                    "(kokoro-onnx), reference (hexgrad's kokoro), ggtts's own variants (bf16, compiled, "
-                   "bf16-compiled, fast, bf16-compiled-fast, direct), or none (default: onnx,reference)")  # fmt: skip
+                   "bf16-compiled, fast, bf16-compiled-fast, direct), or none (default: onnx,reference, each where "
+                   "it can run; one named here that cannot is an error)")  # fmt: skip
     b.add_argument("--runs", type=int, default=3, help="timed runs per peer, after a warm-up (default 3)")
     b.add_argument("--json", action="store_true", help="print the report as JSON")
     b.add_argument("--plot", default=None, metavar="PNG", help="also draw the figures to this image")

@@ -56,6 +56,9 @@ class Spread:
 
 
 # ---- inputs ------------------------------------------------------------------------------------------------
+DEFAULT_PEERS = "onnx,reference"  # those run where they can when --against is not given
+
+
 def parse_peers(against: str | None) -> list[str]:
     """``--against`` ("onnx,reference", "none") -> the engines to run, ggtts first."""
     names = [] if against is None or against.strip().lower() in NO_PEERS else against.split(",")
@@ -279,7 +282,12 @@ def plot(report: dict[str, Any], path: str | Path) -> Path:
 
 def run(args: argparse.Namespace, model_path: Path) -> int:
     """``ggtts bench`` on a Kokoro file (:mod:`ggtts.measure.bench` finds it through the record)."""
-    peers = parse_peers(args.against)
+    peers = parse_peers(args.against if args.against is not None else DEFAULT_PEERS)
+    if args.against is not None:  # peers named are asked for: one that cannot run is an error, before any timing
+        for peer in peers[1:]:
+            why = left_out(peer, model_path)
+            if why is not None:
+                raise GGTTSError(f"--against {peer}: {LABELS[peer]} cannot run here: {why}")
     report = benchmark(model_path, args.text or BENCH_PARAGRAPH, peers, args.runs)
     if args.json:
         json.dump(report, sys.stdout, indent=2, ensure_ascii=False)
