@@ -97,6 +97,7 @@ EQUIVALENT = [
     ("Born in 1985.", "born in nineteen eighty-five"),
     ("About 3,000 people.", "about three thousand people"),
     ("It's 3 o'clock.", "its 3:00"),
+    ("The encyclopædia, donʼt.", "the encyclopaedia don't"),
 ]
 
 
@@ -128,6 +129,7 @@ def test_idempotent() -> None:
         ("Café, naïve, résumé; ﬁne", ""),  # accents are stripped, the ligature is two letters
         ("今日は3月1日です。", "今日は月日です"),  # the original letters, not their stripped forms
         ("Straße", "ß"),
+        ("An encyclopædia’s Œuvre; donʼt", ""),  # ligatures are their letters, U+02BC an apostrophe
         ("Ωmega and Москва", "ΩМосква"),
     ],
 )

@@ -199,8 +199,12 @@ def _canonical_number_words(words: list[str]) -> list[str]:
 
 # ---- text --------------------------------------------------------------------------------------------------
 def _strip_accents(text: str) -> str:
-    decomposed = unicodedata.normalize("NFKD", text)
+    decomposed = unicodedata.normalize("NFKD", text.translate(_LIGATURES))
     return "".join(c for c in decomposed if not unicodedata.combining(c))
+
+
+# English letters that are no a-z letter with an accent: written as the letters they stand for
+_LIGATURES = str.maketrans({"æ": "ae", "Æ": "Ae", "œ": "oe", "Œ": "Oe"})
 
 
 def foreign_letters(text: str) -> str:
@@ -208,15 +212,15 @@ def foreign_letters(text: str) -> str:
     Greek, Cyrillic, "ß"). Text with any is not English, and its error rates would count words it never saw."""
 
     def foreign(c: str) -> bool:
-        return any(x.isalpha() and not "a" <= x <= "z" for x in _strip_accents(c.lower()))
+        return c != "\u02bc" and any(x.isalpha() and not "a" <= x <= "z" for x in _strip_accents(c.lower()))
 
-    return "".join(c for c in unicodedata.normalize("NFKC", text) if foreign(c))
+    return "".join(c for c in unicodedata.normalize("NFKC", text) if foreign(c))  # (ʼ: an apostrophe)
 
 
 def normalize(text: str) -> str:
     """The canonical form of ``text`` for error rates: lower-case words, numbers spelled, no punctuation."""
     text = unicodedata.normalize("NFKC", text)
-    text = text.replace("\u2019", "'").replace("\u2018", "'").replace("`", "'")
+    text = text.replace("\u2019", "'").replace("\u2018", "'").replace("`", "'").replace("\u02bc", "'")
     text = re.sub(r"[\u2010-\u2015]", "-", text)  # unicode hyphens and dashes
     text = text.lower()
     text = re.sub(r"\[[^\]]*\]", " ", text)  # recogniser annotations like "[music]"
