@@ -54,6 +54,19 @@ def test_tokens_without_phonemes_keep_their_text() -> None:
     assert chunk.phonemes == "aa bb"
 
 
+def test_a_silent_token_keeps_the_space_after_it() -> None:
+    # "See note* below.": the "*" says nothing, but its space still parts "note" from "below"
+    line = [
+        G2PToken("note", "nˈOt", ""),
+        G2PToken("*", "", " "),
+        G2PToken("below", "bəlˈO", ""),
+        G2PToken(".", ".", ""),
+    ]
+    (chunk,) = chunk_pieces([line], 510)
+    assert chunk.phonemes == "nˈOt bəlˈO."
+    assert chunk.text == "note* below."
+
+
 @pytest.mark.parametrize("limit", [0, -5])
 def test_limit_must_be_positive(limit: int) -> None:
     with pytest.raises(InputError, match="max_phonemes"):

@@ -68,6 +68,19 @@ def test_normalization_switches_reach_the_g2p() -> None:
     assert [w.text for w in no_units.words] == ["It", "is", "2", "GB"]
 
 
+def test_markdown_is_not_read_aloud() -> None:
+    asterisk = "ˈæstəɹɹˌɪsk"
+    text = "# Plan\nI like **bold** and *italic* words.\n- Fast\n- <b>Cheap</b>"
+    (chunk,) = text_to_phoneme_chunks(text, "a")
+    assert chunk.text == "Plan. I like bold and italic words. Fast. Cheap."
+    assert asterisk not in chunk.phonemes and "hˈæʃ" not in chunk.phonemes
+    assert "bˈOld ænd ɪtˈælɪk wˈɜɹdz." in chunk.phonemes and "fˈæst. ʧˈip." in chunk.phonemes
+    words = ["Plan", "I", "like", "bold", "and", "italic", "words", "Fast", "<b>Cheap</b>"]
+    assert [w.text for w in chunk.words] == words
+    (as_written,) = text_to_phoneme_chunks(text, "a", normalization=Normalization(markdown=False))
+    assert asterisk in as_written.phonemes
+
+
 def test_text_as_written_still_chunks_and_traces_its_words() -> None:
     first, second = text_to_phoneme_chunks("  It  is\u00a02 GB.\n\n Next  one. ", "a", normalization=AS_WRITTEN)
     assert first.text == "It is 2 GB." and second.text == "Next one."

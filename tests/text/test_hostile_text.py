@@ -25,6 +25,7 @@ from ggtts.text.normalize import normalize
 from ggtts.text.numbers import MAX_SCALED_DIGITS
 from ggtts.text.sanitize import (
     MAX_COMBINING_MARKS,
+    MAX_MIXED_PUNCTUATION_RUN,
     MAX_PUNCTUATION_RUN,
     MAX_RUN_CHARS,
     MAX_RUN_PUNCTUATION,
@@ -83,6 +84,17 @@ def test_normalize_is_linear_on_the_reported_inputs(text: str) -> None:
         normalize(text)
 
 
+# Markup the normalizer takes away: runs of its marks, and openings that never close
+MARKUP_UNITS = ["*", "_", "#", "<", "`", "~", ">", "**a ", "_a ", "<b ", "<a x=", "[a](", "`a", "``a`", "&amp", "\\*"]
+MARKUP_UNITS += ["# a\n", "- a\n", "| a ", "![", "**a**", "<!--", "```\n"]
+
+
+@pytest.mark.parametrize("unit", MARKUP_UNITS)
+def test_markup_removal_is_linear(unit: str) -> None:
+    with time_limit(WATCHDOG_S, "the frontend"):
+        normalize(_repeat(unit, NORMALIZE_CHARS))
+
+
 @pytest.mark.parametrize(
     "text, spoken",
     [
@@ -113,8 +125,12 @@ def test_bound_marks() -> None:
     assert bound_marks("e" + "\u0301" * 3000) == "\u00e9" + "\u0301" * MAX_COMBINING_MARKS  # NFC composes é first
     assert bound_marks("x" + "\u0301\u0302\u0303\u0304") == "x\u0301\u0302"
     assert bound_marks("x" + "\u20dd" * 10) == "x" + "\u20dd" * MAX_COMBINING_MARKS  # enclosing marks: class 0
-    assert bound_marks("Wait!!!!!!! What?!?!?!") == "Wait!!! What?!?"
+    assert bound_marks("Wait!!!!!!! What?!?!?!?!") == "Wait!!! What?!?!?!"
     assert bound_marks("'" * 600) == "'" * MAX_PUNCTUATION_RUN
+    assert bound_marks("'`" * 300) == ("'`" * 300)[:MAX_MIXED_PUNCTUATION_RUN]
+    # the Markdown around a word stays whole, for the normalizer to take away
+    markup = "See [**docs**](https://x.com), **[Kokoro](/kˈOkəɹO/)** and ***this.***"
+    assert bound_marks(markup) == markup
     assert bound_marks("Dr. Smith's café… (really)") == "Dr. Smith's café… (really)"  # ordinary text unchanged
 
 
@@ -152,8 +168,8 @@ def test_what_reaches_the_g2p_is_bounded(monkeypatch: pytest.MonkeyPatch, name: 
         assert len(segment) <= MAX_G2P_CHARS
         for run in segment.split():
             assert len(run) <= MAX_RUN_CHARS, run
-            # a piece ends before a word once it holds the limit; punctuation runs are at most three long
-            assert _punctuation(run) <= MAX_RUN_PUNCTUATION + MAX_PUNCTUATION_RUN, run
+            # a piece ends before a word once it holds the limit; punctuation runs are at most six long
+            assert _punctuation(run) <= MAX_RUN_PUNCTUATION + MAX_MIXED_PUNCTUATION_RUN, run
 
 
 def test_g2p_segments_cut_at_sentence_ends() -> None:

@@ -163,6 +163,76 @@ AMERICAN = [
     ("One.\n\nTwo 2.", "One.\n\nTwo two."),
 ]
 
+# Markdown and HTML, as an LLM's reply or a pasted document holds them: the markup goes, its text is read
+MARKDOWN = [
+    # emphasis and strikethrough, only as paired markers around words
+    ("I like **bold** and *italic* words.", "I like bold and italic words."),
+    ("__strong__, _em_ and ***both***", "strong, em and both"),
+    ("**Note:** it is ~~gone~~ back", "Note: it is gone back"),
+    ('*"Quoted"* and (**inside**)', '"Quoted" and (inside)'),
+    ("**bold**text", "boldtext"),
+    ("It costs **$5**.", "It costs five dollars."),  # the rules after it see the amount
+    # inline code and fenced blocks: the markers go, the code is read
+    ("Run `pip install` now", "Run pip install now"),
+    ("```python\nprint(x)\n```\nDone.", "print(x)\n\nDone."),
+    ("~~~\ncode\n~~~", "code"),
+    # headings end as sentences, closing hashes go; "#tag" and "#1" are no headings
+    ("# Heading\nText", "Heading.\nText"),
+    ("## Step 1: Install ##", "Step one: Install."),
+    ("### Done?", "Done?"),
+    ("#tag and #1", "#tag and number one"),
+    ("Title\n=====\nText", "Title\n\nText"),
+    # quotes, bullets, numbered items, task lists, rules
+    ("> quoted\n> > deeper", "quoted\ndeeper"),
+    ("- Fast\n* Cheap\n+ Good\n• Open", "Fast.\nCheap.\nGood.\nOpen."),
+    ("- **Fast**: really\n- 5 km away", "Fast: really.\nfive kilometers away."),
+    ("1. First\n2) Second.", "one. First.\ntwo. Second."),
+    ("- [ ] todo\n- [x] done", "todo.\ndone."),
+    ("- a long item that\n  wraps here", "a long item that\nwraps here"),  # the item goes on: no period inside
+    ("Above\n---\n***\n- - -\n___\nBelow", "Above\n\n\n\n\nBelow"),  # blank lines stay
+    # links, images, autolinks
+    ("See [the docs](https://example.com/a_b_) now", "See the docs now"),
+    ('See [docs](https://en.wikipedia.org/wiki/A_(b) "Title") now', "See docs now"),
+    ("Read [**$5 deals**](https://x.com).", "Read five dollars deals."),
+    ("A ![cat photo](cat.png) here", "A cat photo here"),
+    (
+        "Go to <https://example.com/x> or <mailto:john@example.com>",
+        "Go to example dot com slash x or john at example dot com",
+    ),
+    # tables: a row is a sentence, the rule under the header goes
+    ("| Name | Age |\n|---|:-:|\n| Bob | 42 |", "Name, Age.\n\nBob, forty-two."),
+    # HTML tags (block tags end a line), not comparisons
+    ("<b>bold</b> and <i>it</i>, <em>em</em> <strong>strong</strong>", "bold and it, em strong"),
+    ('<a href="https://x.com" target=_blank>link</a>', "link"),
+    ("one<br>two<br/>three<br />four", "one\ntwo\nthree\nfour"),
+    ("<p>First.</p><p>Second.</p>", "First.\n\nSecond."),
+    # entities
+    (
+        "Tom &amp; Jerry &lt;3 &quot;hi&quot; it&#39;s&nbsp;5 &#x263A; &bogus;",
+        'Tom and Jerry <three "hi" it\'s five ☺ and bogus;',
+    ),
+    # escapes
+    (r"\*not\* emphasis", "*not* emphasis"),
+]
+
+# Text that looks like markup in places but is none: left as the other rules read it
+NOT_MARKUP = [
+    "snake_case and my_var_name",
+    "2*3*4 and a*b and (a)*(b)*(c)",
+    "a * b * c",
+    "See note* below.",
+    "Terms apply* and *conditions",
+    "a < b > c, x<y, <3, -> and <=",
+    "if a<b and c>d then",
+    "List<String> and Map<K, V>",
+    "https://x.com/_a_/b and john_doe_@example.com",
+    "It costs ~$5 and 5 - 3",
+    "-5 degrees\n+5 points",
+    "[Kokoro](/kˈOkəɹO/) [word](+1) [w](-2) [x](0.5) [y](-0.5) [z](0) [n](#flag#)",
+    "don`t, a lone backtick",
+    "AT&T and R&D; &bogus;",
+]
+
 BRITISH = [
     ("I counted 105", "I counted one hundred and five"),
     ("Born in 2005", "Born in two thousand and five"),
@@ -184,6 +254,31 @@ def test_american(written: str, spoken: str) -> None:
 @pytest.mark.parametrize(("written", "spoken"), BRITISH)
 def test_british(written: str, spoken: str) -> None:
     assert normalize(written, british=True) == spoken
+
+
+@pytest.mark.parametrize(("written", "spoken"), MARKDOWN)
+def test_markdown(written: str, spoken: str) -> None:
+    assert normalize(written) == spoken
+
+
+@pytest.mark.parametrize("written", NOT_MARKUP)
+def test_what_is_no_markup_is_not_touched(written: str) -> None:
+    assert normalize(written) == normalize(written, switches=Normalization(markdown=False))
+
+
+def test_pronunciation_overrides_pass_through_inside_markup() -> None:
+    assert normalize("**[Kokoro](/kˈOkəɹO/)** costs $5") == "[Kokoro](/kˈOkəɹO/) costs five dollars"
+    assert normalize("# [Kokoro](+2)") == "[Kokoro](+2)."
+
+
+def test_a_word_inside_markup_traces_back_to_itself() -> None:
+    source = "I like **two words** and [a link](https://x.com)\n## Big *Title*"
+    tracked = normalize_tracked(source)
+    assert tracked.text == "I like two words and a link\nBig Title."
+    for word in ("two", "words", "link", "Title"):
+        i = tracked.text.index(word)
+        start, end = tracked.span(i, i + len(word))
+        assert source[start:end] == word
 
 
 def test_american_slash_date_that_only_fits_day_first() -> None:
@@ -217,6 +312,9 @@ SWITCHED_OFF = [
     ("units", "a 2 GB file", "a two GB file"),
     ("units", "at 100 mph", "at one hundred mph"),
     ("units", "It is 20°C outside", "It is twenty degrees C outside"),  # "°" is still a symbol
+    ("markdown", "I like **bold** words", "I like **bold** words"),
+    ("markdown", "See [docs](https://example.com)", "See [docs](https://example.com)"),  # misaki reads "docs"
+    ("markdown", "# Title", "# Title"),
     ("symbols", "A & B", "A & B"),
     ("symbols", "2 + 2 = 4", "two + two = four"),
 ]

@@ -29,8 +29,9 @@ EVENT_STREAM = "text/event-stream"
 
 class NormalizationOptions(BaseModel):
     """Kokoro-FastAPI's ``normalization_options``, with its defaults: switches for ggtts's English text normalizer
-    (:class:`ggtts.text.normalize.Normalization`). A flag left out of the object takes the default below, as there;
-    without the object a model normalizes as it always does (ggtts reads units, Kokoro-FastAPI does not).
+    (:class:`ggtts.text.normalize.Normalization`), and one of ggtts's own (``markdown_normalization``). A flag left
+    out of the object takes the default below, as there; without the object a model normalizes as it always does
+    (ggtts reads units, Kokoro-FastAPI does not).
 
     Kokoro-FastAPI's clients send the object, every flag written out at its default, when their user chose nothing,
     so which flags were sent (pydantic's ``model_fields_set``) cannot tell a choice from none: only the values can.
@@ -46,6 +47,11 @@ class NormalizationOptions(BaseModel):
     optional_pluralization_normalization: bool = Field(default=True, description="'file(s)' -> 'files'")
     phone_normalization: bool = Field(default=True, description="read phone numbers digit by digit")
     replace_remaining_symbols: bool = Field(default=True, description="read symbols left over: '&' -> 'and'")
+    markdown_normalization: bool = Field(
+        default=True,
+        description="ggtts's own (Kokoro-FastAPI has no such flag): take Markdown and HTML markup away, keeping its "
+        "text: '**bold**' -> 'bold', '# Title' -> 'Title.', '[docs](https://...)' -> 'docs', '<b>' -> ''",
+    )
 
     def are_defaults(self) -> bool:
         """Whether every flag is at Kokoro-FastAPI's default, written out or left out: what its clients send when
@@ -55,6 +61,7 @@ class NormalizationOptions(BaseModel):
     def switches(self) -> Normalization:
         return Normalization(
             enabled=self.normalize,
+            markdown=self.markdown_normalization,
             emails=self.email_normalization,
             urls=self.url_normalization,
             phones=self.phone_normalization,

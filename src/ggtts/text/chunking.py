@@ -170,7 +170,7 @@ def chunk_pieces(lines: Sequence[Sequence[G2PToken]], max_phonemes: int) -> Iter
             last = i == len(tokens) - 1
             space = " " if token.whitespace or last else ""
             boundary = SENTENCE if last else _boundary(token.phonemes or token.text)
-            phonemes = token.phonemes + (space if token.phonemes else "")
+            phonemes = token.phonemes + space  # a silent token's space still parts the words around it
             pieces.append(_Piece(token.text + space, phonemes, boundary))
     for run in _pack(pieces, max_phonemes):
         tokens = tuple(G2PToken(p.text.rstrip(), p.phonemes.strip(), p.text[len(p.text.rstrip()) :]) for p in run)

@@ -7,8 +7,9 @@ one character at a time (2000 ``[`` took 12 s), and a letter carrying 3000 combi
 
 - Unicode is composed (NFC), and a character keeps at most :data:`MAX_COMBINING_MARKS` combining marks (stacked
   diacritics beyond two are decoration: "zalgo" text);
-- a run of one repeated punctuation or symbol character is cut to :data:`MAX_REPEATED_PUNCTUATION` ("!!!!!!!"
-  reads as "!!!");
+- a run of one repeated punctuation or symbol character is cut to :data:`MAX_PUNCTUATION_RUN` ("!!!!!!!"
+  reads as "!!!"), a run of several to :data:`MAX_MIXED_PUNCTUATION_RUN` (so the Markdown around a word, which
+  the normalizer takes away, is whole: "[**docs**](https://...)", "**[Kokoro](/kˈOkəɹO/)**");
 - after normalization (so URLs, already spelled out as words, are not cut), a whitespace-free run longer than
   :data:`MAX_RUN_CHARS` is broken with spaces, after punctuation where there is some, else every
   :data:`MAX_RUN_CHARS` characters. No English word is that long; what is, is read in pieces.
@@ -23,6 +24,7 @@ import unicodedata
 
 MAX_COMBINING_MARKS = 2
 MAX_PUNCTUATION_RUN = 3
+MAX_MIXED_PUNCTUATION_RUN = 6
 MAX_RUN_CHARS = 48
 MAX_RUN_PUNCTUATION = 5
 
@@ -50,12 +52,17 @@ def _cap_combining_marks(text: str) -> str:
     return "".join(out)
 
 
+def _cut_punctuation(run: str) -> str:
+    return run[: MAX_PUNCTUATION_RUN if run.count(run[0]) == len(run) else MAX_MIXED_PUNCTUATION_RUN]
+
+
 def bound_marks(text: str) -> str:
-    """NFC, at most :data:`MAX_COMBINING_MARKS` marks per character, runs of punctuation cut to three."""
+    """NFC, at most :data:`MAX_COMBINING_MARKS` marks per character, runs of punctuation cut to three (one mark
+    repeated) or six (several)."""
     text = unicodedata.normalize("NFC", text)
     if any(_is_mark(c) for c in text):
         text = _cap_combining_marks(text)
-    return _PUNCTUATION_RUN.sub(lambda m: m[0][:MAX_PUNCTUATION_RUN], text)
+    return _PUNCTUATION_RUN.sub(lambda m: _cut_punctuation(m[0]), text)
 
 
 def _break_run(run: str) -> str:

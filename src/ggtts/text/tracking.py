@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 Replace = Callable[[re.Match[str]], str]
 
-# Punctuation stripped from the ends of a written word when it is shown ("“Hello,”" -> "Hello"); inside a word
-# ("don't", "U.S.") and symbols that are read ("$5", "5%") stay.
-_EDGE_PUNCTUATION = ".,;:!?…\"'“”‘’«»()[]{}¿¡-–—*_/\\。、！？「」『』（）・"
+# Punctuation stripped from the ends of a written word when it is shown ("“Hello,”" -> "Hello", "**bold**" ->
+# "bold", "~~gone~~" -> "gone"); inside a word ("don't", "U.S.") and symbols that are read ("$5", "5%") stay.
+_EDGE_PUNCTUATION = ".,;:!?…\"'“”‘’«»()[]{}¿¡-–—*_~`/\\。、！？「」『』（）・"
 _WRITTEN = re.compile(r"\S+")
 
 
