@@ -436,7 +436,7 @@ def test_a_batch_checks_the_job_voice_and_speed_against_the_models_that_get_them
     ("parts", "message"),
     [
         ((), r"a VoiceMix holds at least one voice"),
-        ((("hum", 0.0),), r"voice weight '0.0' of 'hum' must be a finite positive number"),
+        ((("hum", 0.0),), r"a VoiceMix needs a voice of positive weight"),
         ((("hum", -1.0), ("hum", 2.0)), r"voice weight '-1.0' of 'hum' must be a finite positive number"),
         ((("hum", float("nan")),), r"voice weight 'nan' of 'hum' must be a finite positive number"),
         ((("hum", True),), r"voice weight 'True' of 'hum' must be a finite positive number"),

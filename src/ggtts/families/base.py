@@ -165,15 +165,17 @@ class VoiceMix:
     parts: tuple[tuple[str, float], ...]
 
     def __post_init__(self) -> None:
-        """At least one voice, each a name with a finite positive weight (a VoiceMix may be made by hand)."""
+        """At least one voice, each a name with a finite weight not below 0, one above (it may be made by hand)."""
         if not isinstance(self.parts, tuple) or not self.parts:
             raise InputError("a VoiceMix holds at least one voice: VoiceMix((('name', 1.0),))")
         for part in self.parts:
             if not (isinstance(part, tuple) and len(part) == 2 and isinstance(part[0], str)):
                 raise InputError(f"a VoiceMix's parts are (name, weight) pairs, got {part!r}")
             name, weight = part
-            if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 < weight < math.inf:
+            if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 <= weight < math.inf:
                 raise VoiceWeightError(name, repr(weight), number=True, example="VoiceMix((('a', 0.6), ('b', 0.4)))")
+        if not any(weight > 0 for _, weight in self.parts):  # (one share may underflow to 0: "a:1e308,b:1e-300")
+            raise InputError("a VoiceMix needs a voice of positive weight")
 
     @property
     def single(self) -> str | None:
