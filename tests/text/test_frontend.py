@@ -81,6 +81,14 @@ def test_markdown_is_not_read_aloud() -> None:
     assert asterisk in as_written.phonemes
 
 
+def test_a_markdown_table_reaches_the_normalizer_whole() -> None:
+    """The sanitizer cut the rule under a table's header ("|---|---|") to six marks, which no longer read as a
+    rule: the chunk's text kept "|---|-"."""
+    chunks = list(text_to_phoneme_chunks("| Name | Age |\n|------|:---:|\n| Bob | 5 |", "a"))
+    assert [c.text for c in chunks] == ["Name, Age.", "Bob, five."]
+    assert [w.text for c in chunks for w in c.words] == ["Name", "Age", "Bob", "5"]
+
+
 def test_text_as_written_still_chunks_and_traces_its_words() -> None:
     first, second = text_to_phoneme_chunks("  It  is\u00a02 GB.\n\n Next  one. ", "a", normalization=AS_WRITTEN)
     assert first.text == "It is 2 GB." and second.text == "Next one."

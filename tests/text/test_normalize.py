@@ -136,7 +136,7 @@ AMERICAN = [
     ("Code 1-2-3", "Code one, two, three"),
     ("1-800-FLOWERS", "one, eight oh oh, FLOWERS"),
     ("The city has 1.5M residents", "The city has one point five million residents"),
-    ("3B users", "three billion users"),
+    ("3B users", "3B users"),  # (a flat, a seat, a pencil: only "1.5B" or "3bn" is a billion)
     ("3 != 4", "three is not equal to four"),
     ("5 <= 6 and 7 >= 2", "five is less than or equal to six and seven is greater than or equal to two"),
     ("3<4 and a > b", "three is less than four and a is greater than b"),
@@ -154,6 +154,27 @@ AMERICAN = [
     ("Louis XIV and George V.", "Louis the Fourteenth and George the Fifth."),
     ("Malcolm X and William I", "Malcolm X and William I"),
     ("5x faster, 2.5× bigger", "five times faster, two point five times bigger"),
+    # the review of those rules (2026-12-07): each misread by their first version
+    (
+        "from 476-1453, a context of 512-4096 tokens",
+        "from four hundred seventy-six to fourteen fifty-three, a context "
+        "of five hundred twelve to four thousand ninety-six tokens",
+    ),
+    ("Between 256-1024 MB", "Between two hundred fifty-six to one thousand twenty-four megabytes"),
+    (
+        "Tel. 555-1234; my number is 555-1234.",
+        "Tel. five five five, one two three four; my number is five five five, one two three four.",
+    ),
+    ("Apartment 4B, seat 12B, the 3M Company, a 100M sprint", "Apartment 4B, seat 12B, the 3M Company, a 100M sprint"),
+    ("2bn users", "two billion users"),
+    ("Medicare Part D, Appendix C, Part II of III", "Medicare Part D, Appendix C, Part two of III"),
+    ("George V. Voinovich was a senator", "George V. Voinovich was a senator"),
+    ("Click Settings > Privacy > Location", "Click Settings > Privacy > Location"),
+    ("if x > 5", "if x is greater than five"),
+    ("Run pip install --upgrade ggtts", "Run pip install --upgrade ggtts"),
+    ("x = 7 - 2", "x equals seven minus two"),
+    ("$5 - $3 = $2", "five dollars minus three dollars equals two dollars"),
+    ("0x10", "0x10"),
     ("a 4x4 truck at 1920x1080", "a four by four truck at nineteen twenty by one thousand eighty"),
     ("wait--what", "wait — what"),
     ("rock ’n’ roll", "rock'n'roll"),
@@ -165,6 +186,10 @@ AMERICAN = [
 
 # Markdown and HTML, as an LLM's reply or a pasted document holds them: the markup goes, its text is read
 MARKDOWN = [
+    # code is read as written, its links and tags too; one-letter "tags" glued to a word are generics
+    ("Use `<div>` tags, see `[a](b)`.", "Use <div> tags, see [a](b)."),
+    ("Box<B> and Option<U>", "Box<B> and Option<U>"),
+    ("[`foo`](https://x.com) is <b>bold</b>", "foo is bold"),
     # emphasis and strikethrough, only as paired markers around words
     ("I like **bold** and *italic* words.", "I like bold and italic words."),
     ("__strong__, _em_ and ***both***", "strong, em and both"),

@@ -11,7 +11,7 @@ misaki's markdown-style pronunciation overrides (``[Kokoro](/kˈOkəɹO/)``) pas
 
 Before the rules, Markdown and HTML markup is taken away (what an LLM's reply or a pasted document holds): emphasis,
 code, headings, quotes, list bullets, links and tags go, their text stays, and entities become their characters
-(``**$5** off`` -> "five dollars off", not "asterisk asterisk ..."); see :func:`strip_markup`.
+(``**$5** off`` -> "five dollars off", not "asterisk asterisk ..."); see :func:`_strip_markup`.
 
 The rules come in groups by what they read; :class:`Normalization` turns groups off (markup, e-mail addresses,
 URLs, phone numbers, "file(s)", units, leftover symbols), or all of normalization (the text then goes on as
@@ -20,8 +20,10 @@ written).
 
 from __future__ import annotations
 
+import bisect
 import html
 import itertools
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -91,6 +93,13 @@ _TEXT_ENDS = re.compile(r"\s*\Z")
 _NAME_FOLLOWS = re.compile(r"\s+[A-Z]")
 _SENTENCE_ENDS = (".", "!", "?", ":")
 _EQUALS_FOLLOWS = re.compile(r"\s*=")
+_EQUALS_BEFORE = re.compile(r"=\s*\Z")
+_PHONE_CUE_CHARS = 40  # how far before a seven-digit number a word about phoning is looked for
+_PHONE_CUE = re.compile(
+    r"\b(?:call|calls|called|calling|phone|telephone|tel|dial|fax|text|mobile|cell|reach|contact|ring|number|"
+    r"no|extension|ext)\b\.?[^.!?\n]*\Z",
+    re.IGNORECASE,
+)
 _THE_BEFORE = re.compile(r"\bthe\s+\Z", re.IGNORECASE)
 # How far back a title looks for the two words before it (a look at its context that stays short, so text of
 # any length is read in linear time; a longer word is seen by its end, which is what decides).
@@ -158,11 +167,11 @@ def _url(m: re.Match[str], british: bool) -> str:
 
 
 def _local_phone(m: re.Match[str], british: bool) -> str:
-    """ "555-1234" is a phone number; "100-1000" (round ends) a range, left to the number rules."""
-    exchange, line = m[1], m[2]
-    if int(exchange) % 10 == 0 and int(line) % 10 == 0:
+    """ "Call 555-1234" is a phone number: where a word about phoning comes shortly before it in its sentence.
+    Elsewhere "476-1453", "512-4096 tokens" are ranges, left to the number rules."""
+    if not _PHONE_CUE.search(m.string, max(0, m.start() - _PHONE_CUE_CHARS), m.start()):
         return m[0]
-    return f"{numbers.digits(exchange)}, {numbers.digits(line)}"
+    return f"{numbers.digits(m[1])}, {numbers.digits(m[2])}"
 
 
 def _phone(m: re.Match[str], british: bool) -> str:
@@ -290,6 +299,8 @@ def _currency_range(m: re.Match[str], british: bool) -> str:
     """ "$5-10", "$5-$10" -> "five to ten dollars"; "$1.5-2m" -> "one point five to two million dollars"; amounts
     with cents, or with scales of their own, each in full ("five dollars and fifty cents to six dollars")."""
     symbol, low, low_scale, high, high_scale = m[1], m[2], m[3], m[5], m[6]
+    if _EQUALS_FOLLOWS.match(m.string, m.end()):  # "$5 - $3 = $2": a subtraction
+        return f"{_money('', symbol, low, low_scale, british)} minus {_money('', symbol, high, high_scale, british)}"
     units = CURRENCIES[symbol].units
     if high_scale and low_scale in (None, high_scale):
         return f"{numbers.decimal(low, british=british)} to {numbers.decimal(high, british=british)} " + (
@@ -425,7 +436,8 @@ def _code(m: re.Match[str], british: bool) -> str:
 
 
 def _scaled_number(m: re.Match[str], british: bool) -> str:
-    return f"{say_number(m[1], british=british)} {SCALES[m[2]]}"  # "1.5M residents", "3bn users"
+    number, scale = (m[1], m[2]) if m[1] else (m[3], m[4])
+    return f"{say_number(number, british=british)} {SCALES[scale]}"  # "1.5M residents", "3bn users"
 
 
 def _dimensions(m: re.Match[str], british: bool) -> str:
@@ -435,7 +447,8 @@ def _dimensions(m: re.Match[str], british: bool) -> str:
 def _spaced_dash(m: re.Match[str], british: bool) -> str:
     """ "7 - 2 = 5" is a subtraction; "3 - 4 people" a range."""
     low, high = say_number(m[1], british=british), say_number(m[2], british=british)
-    return f"{low} minus {high}" if _EQUALS_FOLLOWS.match(m.string, m.end()) else f"{low} to {high}"
+    sums = _EQUALS_FOLLOWS.match(m.string, m.end()) or _EQUALS_BEFORE.search(m.string, max(0, m.start() - 4), m.start())
+    return f"{low} minus {high}" if sums else f"{low} to {high}"
 
 
 def _number_range(m: re.Match[str], british: bool) -> str:
@@ -533,8 +546,12 @@ _UNIT_RULES: list[Rule] = [
     (re.compile(_amount(rf"({_UNIT_SYMBOLS})(?![\w²])", rf"(?:{_UNIT_SYMBOLS})(?![\w²])")), _unit),
 ]
 _WORD_RULES: list[Rule] = [
-    (re.compile(rf"\b({_alternation(list(_NUMBERED))})\s+([IVXLCDM]+)\b(?![-'’]\w)(?!\.\w)"), _numbered),
-    (re.compile(rf"\b({_alternation(list(_REGNAL_NAMES))})\s+([IVX]{{2,}}|V)\b(?!-\w)"), _regnal),  # (not "Malcolm X")
+    # (two letters or more, or I, V, X: "Part D", "Appendix C" are letters)
+    (re.compile(rf"\b({_alternation(list(_NUMBERED))})\s+([IVXLCDM]{{2,}}|[IVX])\b(?![-'’]\w)(?!\.\w)"), _numbered),
+    (
+        re.compile(rf"\b({_alternation(list(_REGNAL_NAMES))})\s+([IVX]{{2,}}|V(?!\.\s+[A-Z]))\b(?!-\w)"),
+        _regnal,
+    ),  # (not "Malcolm X", "George V. Voinovich")
     (re.compile(r"(?<![\w.])['’]?([1-9]0|\d{3}0)['’]?s\b"), _decade),
     (re.compile(rf"{_START}(\d{{1,3}}(?:,\d{{3}})+|\d+)(?:st|nd|rd|th)\b"), _ordinal),
     (re.compile(rf"\b({_TITLE_NAMES})(\.?)(?=[\s,;:!?)]|$)"), _title),
@@ -544,14 +561,19 @@ _WORD_RULES: list[Rule] = [
 ]
 _COMPARISONS = {"<": " is less than ", ">": " is greater than "}
 _NUMBER_RULES: list[Rule] = [
-    # "a < b", "3<4"; not "<3", "->", "<b>"
-    (re.compile(r"(?<=\d)\s?([<>])\s?(?=\d)|(?<=\s)([<>])(?=\s)"), lambda m, b: _COMPARISONS[m[1] or m[2]]),
+    # "a < b", "3<4", "x > 5"; not "<3", "->", "<b>"
+    # (a spaced one between one-letter or digit operands only: "Settings > Privacy" is a path)
+    (
+        re.compile(r"(?<=\d)\s?([<>])\s?(?=\d)|(?<=\w)(?<!\w\w) ([<>]) (?=\w(?!\w))"),
+        lambda m, b: _COMPARISONS[m[1] or m[2]],
+    ),
     # (possessive, and not begun inside a chain: linear on "1-1-1-...")
     (re.compile(r"(?<![\w.,-])\d++(?:-\d++)++(?:-[A-Za-z]++)?+(?![\w-])"), _code),
-    (re.compile(rf"{_START}(\d+(?:\.\d+)?)(M|B|bn|mn)(?![\w])"), _scaled_number),
-    (re.compile(rf"{_START}(\d+)x(\d+)(?![\w])"), _dimensions),  # "4x4", "1920x1080"
+    # "1.5M", "2bn": not "4B", "3M", "100M" (a flat, a company, a sprint)
+    (re.compile(rf"{_START}(\d+\.\d+)(M|B|bn|mn)(?![\w])|{_START}(\d+)(bn|mn)(?![\w])"), _scaled_number),
+    (re.compile(rf"{_START}(?!0x)(\d+)x(\d+)(?![\w])"), _dimensions),  # "4x4", "1920x1080"; not "0x10"
     (re.compile(rf"{_START}(\d+(?:\.\d+)?)[x×](?![\w×])"), lambda m, b: f"{say_number(m[1], british=b)} times"),
-    (re.compile(rf"{_START}({_NUM})\s+-\s+({_NUM})(?![\w])"), _spaced_dash),
+    (re.compile(rf"(?<![\w.,-])({_NUM})\s+-\s+({_NUM})(?![\w])"), _spaced_dash),
     (re.compile(rf"{_START}({_NUM})(?:-|\s?–\s?)({_NUM})(?![\w])"), _number_range),
     (re.compile(r"(?<![\w./])(\d+)/(\d+)(?![\w/])"), _slash_numbers),
     (re.compile(r"(?<![\w.])(v)?(\d+(?:\.\d+){2,})(?![\w])(?!\.\d)"), _dotted_numbers),
@@ -596,7 +618,7 @@ _QUOTE_MARKER = re.compile(r"^[ \t]{0,3}(?:>(?!=)[ \t]?)+", re.MULTILINE)  # "> 
 _FENCE = re.compile(r"^[ \t]{0,3}(?:`{3,}[^`\n]*|~{3,}[^~\n]*)$", re.MULTILINE)  # "```python", "~~~"
 # "---", "***", "- - -", "___": a horizontal rule; "===" (and "---") under a line: a setext heading's underline
 _RULE_LINE = re.compile(
-    rf"^[ \t]{{0,3}}(?:(?:\*[ \t]*){{3,}}|(?:-[ \t]*){{3,}}|(?:_[ \t]*){{3,}}|=+){_LINE_END}", re.MULTILINE
+    rf"^[ \t]{{0,3}}(?:(?:\*[ \t]*+){{3,}}|(?:-[ \t]*+){{3,}}|(?:_[ \t]*+){{3,}}|=++){_LINE_END}", re.MULTILINE
 )
 _HEADING = re.compile(r"^[ \t]{0,3}#{1,6}(?:[ \t]+([^\n]*))?$", re.MULTILINE)  # "## Title", not "#tag", "#1"
 _TABLE_ROW = re.compile(rf"^[ \t]*\|[^\n]*\|{_LINE_END}", re.MULTILINE)
@@ -727,8 +749,22 @@ def _list_item(m: re.Match[str]) -> list[_Part]:
     return parts + _ended(m.string, m.start(3), m.end(3), goes_on=goes_on)
 
 
-def _tag(m: re.Match[str]) -> str:
-    return "\n" if m[1].lower() in _BLOCK_TAGS else ""
+def _tag(m: re.Match[str], code: list[tuple[int, int]]) -> str:
+    name = m[1].lower()
+    glued = m.start() > 0 and m.string[m.start() - 1].isalnum() and m[0][1] != "/"
+    if _in_code(code, m.start()) or (glued and len(name) == 1):  # "`<div>`" is code; "Box<B>" a generic
+        return m[0]
+    return "\n" if name in _BLOCK_TAGS else ""
+
+
+def _code_spans(text: str) -> list[tuple[int, int]]:
+    return [m.span() for m in _CODE_SPAN.finditer(text)]
+
+
+def _in_code(spans: list[tuple[int, int]], i: int) -> bool:
+    """Whether ``i`` is inside one of ``spans`` (in order, apart)."""
+    at = bisect.bisect_right(spans, (i, math.inf)) - 1
+    return at >= 0 and spans[at][0] <= i < spans[at][1]
 
 
 def _paired_emphasis(text: str) -> set[int]:
@@ -770,9 +806,13 @@ def _strip_markup(text: Tracked) -> Tracked:
     text = _rewrite(text, _HEADING, _heading)
     text = _rewrite(text, _TABLE_ROW, _table_row)
     text = _rewrite(text, _LIST_ITEM, _list_item)
-    text = _rewrite(text, _LINK, lambda m: _kept(m, 1))
-    text = _rewrite(text, _AUTOLINK, lambda m: _kept(m, 1))
-    text = text.sub(_TAG, _tag)
+    # links and tags inside code spans are code: "`[a](b)`", "`<div>`" are read as written
+    code = _code_spans(text.text)
+    text = _rewrite(text, _LINK, lambda m: None if _in_code(code, m.start()) else _kept(m, 1))
+    code = _code_spans(text.text)
+    text = _rewrite(text, _AUTOLINK, lambda m: None if _in_code(code, m.start()) else _kept(m, 1))
+    code = _code_spans(text.text)
+    text = text.sub(_TAG, lambda m: _tag(m, code))
     paired = _paired_emphasis(text.text)
     if paired:
         text = text.sub(_DELIMITER_RUN, lambda m: "" if m.start() in paired else m[0])
@@ -782,7 +822,7 @@ def _strip_markup(text: Tracked) -> Tracked:
 
 
 _UNICODE_SPACES = re.compile("[\u00a0\u2009]")
-_DOUBLE_HYPHEN = re.compile(r"(?<=\w)\s?--\s?(?=\w)")  # "wait--what": a typed dash, a pause like "—"
+_DOUBLE_HYPHEN = re.compile(r"(?<=\w)--(?=\w)|(?<=\w) -- (?=\w)")  # "wait--what": a dash (not "pip --upgrade")
 _CURLY_N = re.compile(r"(?<=\w)\s?[’‘]n[’‘]\s?(?=\w)")  # "rock ’n’ roll" as "rock'n'roll" (misaki knows it)
 _INLINE_SPACE = re.compile(r"[^\S\n]+")
 _LINE_EDGE = re.compile(r" ?\n ?")

@@ -30,6 +30,7 @@ MAX_RUN_PUNCTUATION = 5
 
 _PUNCTUATION_RUN = re.compile(rf"[^\w\s]{{{MAX_PUNCTUATION_RUN + 1},}}")
 _RUN = re.compile(r"\S+")
+_TABLE_RULE = re.compile(r"[|:-]+")
 _PIECE = re.compile(r"\w+|[^\w\s]")
 
 
@@ -53,6 +54,8 @@ def _cap_combining_marks(text: str) -> str:
 
 
 def _cut_punctuation(run: str) -> str:
+    if run[0] == run[-1] == "|" and _TABLE_RULE.fullmatch(run):
+        return "|---|"  # a Markdown table's rule, "|---|:--:|": one cell of it is still one (the normalizer drops it)
     return run[: MAX_PUNCTUATION_RUN if run.count(run[0]) == len(run) else MAX_MIXED_PUNCTUATION_RUN]
 
 
