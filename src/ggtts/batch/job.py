@@ -158,6 +158,8 @@ def check_job(settings: JobSettings, local: bool = True, items: Sequence[Item] |
         from ggtts.runtime.device import AUTO, resolve_device
 
         device = resolve_device(settings.load_options.get("device", AUTO))
+        if device != "cpu":
+            return  # (on a GPU the workers' loads check them: asking the GPU here would give this process a context)
         for name, (_, family) in opened.items():
             try:
                 family.check_load_on(family.own_load_options(settings.load_options), device)
