@@ -175,6 +175,7 @@ AMERICAN = [
     ("x = 7 - 2", "x equals seven minus two"),
     ("$5 - $3 = $2", "five dollars minus three dollars equals two dollars"),
     ("0x10", "0x10"),
+    ("make && make install || exit; if a == b", "make and make install or exit; if a equals b"),
     ("a 4x4 truck at 1920x1080", "a four by four truck at nineteen twenty by one thousand eighty"),
     ("wait--what", "wait — what"),
     ("rock ’n’ roll", "rock'n'roll"),

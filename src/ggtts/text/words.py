@@ -173,6 +173,9 @@ ABBREVIATIONS: dict[str, tuple[str, bool]] = {
 
 # Symbols left after every number rule has run, read as words wherever they stand.
 SYMBOLS = {
+    "&&": "and",
+    "||": "or",
+    "==": "equals",
     "&": "and",
     "+": "plus",
     "!=": "is not equal to",
