@@ -56,7 +56,8 @@ class Normalization:
     the tidying of spaces): the text is left exactly as written. The field names say what each group reads."""
 
     enabled: bool = True
-    markdown: bool = True  # "**bold**" -> "bold", "# Title" -> "Title.", "[docs](https://…)" -> "docs", "&amp;" -> "&"
+    # "**bold**" -> "bold", "# Title" -> "Title.", "[docs](https://…)" -> "docs", "&amp;" -> "&", "✅ Done" -> "Done"
+    markdown: bool = True
     emails: bool = True  # "john.doe@example.com" -> "john dot doe at example dot com"
     urls: bool = True  # "https://example.com/docs" -> "example dot com slash docs"
     phones: bool = True  # "(555) 123-4567" -> "five five five, one two three, four five six seven"
@@ -93,6 +94,11 @@ _TEXT_ENDS = re.compile(r"\s*\Z")
 _NAME_FOLLOWS = re.compile(r"\s+[A-Z]")
 _SENTENCE_ENDS = (".", "!", "?", ":")
 _EQUALS_FOLLOWS = re.compile(r"\s*=")
+# words that go on from a time ("8 p.m. EST", "9 a.m. Monday through Friday"): no sentence ends before them
+_TIME_WORD_FOLLOWS = re.compile(
+    r"\s+(?:[ECMPA][SD]?T|UTC|GMT|BST|CET|CEST|IST|JST|AEST|AEDT|Pacific|Eastern|Central|Mountain|Atlantic|"
+    r"Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday|local|sharp)\b"
+)
 _EQUALS_BEFORE = re.compile(r"=\s*\Z")
 _PHONE_CUE_CHARS = 40  # how far before a seven-digit number a word about phoning is looked for
 _PHONE_CUE = re.compile(
@@ -184,6 +190,7 @@ def _phone(m: re.Match[str], british: bool) -> str:
 # --- dates and times ---------------------------------------------------------------------------------------
 
 _MONTH_NAMES = _alternation(list(MONTH_NUMBERS))
+_DAYS_TO = r"(?:\s?[-–]\s?(\d{1,2})(?:st|nd|rd|th)?)?"  # the last day of a range ("Jan 5-7", "5th-7th May")
 
 
 def _say_date(month: int, day: int, year: str | None, british: bool) -> str:
@@ -217,20 +224,25 @@ def _slash_date(m: re.Match[str], british: bool) -> str:
 
 
 def _month_day(m: re.Match[str], british: bool) -> str:
-    month, day = MONTH_NUMBERS[m[1]], int(m[2])
-    if not _valid_date(month, day):
+    month, day, last = MONTH_NUMBERS[m[1]], int(m[2]), int(m[3] or m[2])
+    if not (_valid_date(month, day) and _valid_date(month, last)):
         return m[0]
     nth = numbers.ordinal(day, british=british)
+    if m[3]:  # "Jan 5-7": "January fifth to seventh"
+        nth += f" to {'the ' if british else ''}{numbers.ordinal(last, british=british)}"
     return f"{MONTHS[month - 1]} the {nth}" if british else f"{MONTHS[month - 1]} {nth}"
 
 
 def _day_month(m: re.Match[str], british: bool) -> str:
-    day, month = int(m[1]), MONTH_NUMBERS[m[2]]
-    if not _valid_date(month, day):
+    day, last, month = int(m[1]), int(m[2] or m[1]), MONTH_NUMBERS[m[3]]
+    if not (_valid_date(month, day) and _valid_date(month, last)):
         return m[0]
-    period = "." if m[3] and _ends_sentence(m.string, m.end()) else ""
+    period = "." if m[4] and _ends_sentence(m.string, m.end()) else ""
     the = "" if _THE_BEFORE.search(m.string, max(0, m.start() - 8), m.start()) else "the "  # "on the 5th of May"
-    return f"{the}{numbers.ordinal(day, british=british)} of {MONTHS[month - 1]}{period}"
+    days = numbers.ordinal(day, british=british)
+    if m[2]:  # "5-7 Jan": "the fifth to the seventh of January"
+        days += f" to the {numbers.ordinal(last, british=british)}"
+    return f"{the}{days} of {MONTHS[month - 1]}{period}"
 
 
 def _meridiem(m: re.Match[str], letter: str | None) -> str:
@@ -241,7 +253,8 @@ def _meridiem(m: re.Match[str], letter: str | None) -> str:
     """
     if letter is None:
         return ""
-    period = "." if m[0].endswith(".") and _ends_sentence(m.string, m.end()) else ""
+    goes_on = _TIME_WORD_FOLLOWS.match(m.string, m.end()) is not None  # "8 p.m. EST", "9 a.m. Monday"
+    period = "." if m[0].endswith(".") and not goes_on and _ends_sentence(m.string, m.end()) else ""
     return f" {letter.upper()}M{period}"
 
 
@@ -281,6 +294,51 @@ def _hours_range(m: re.Match[str], british: bool) -> str:
     elif minute:
         words += " " + numbers.cardinal(minute, british=british)
     return words + " to "
+
+
+def _feet_inches(m: re.Match[str], british: bool) -> str:
+    feet, inches = int(m[1]), int(m[2])
+    foot = "foot" if feet == 1 else "feet"
+    inch = "inch" if inches == 1 else "inches"
+    period = "." if m[0].endswith(".") and _ends_sentence(m.string, m.end()) else ""
+    return f"{numbers.cardinal(feet)} {foot} {numbers.cardinal(inches)} {inch}{period}" if inches < 12 else m[0]
+
+
+def _hours_minutes(m: re.Match[str], british: bool) -> str:
+    return _two_units(m, ("hour", "hours"), ("minute", "minutes"), british)
+
+
+def _minutes_seconds(m: re.Match[str], british: bool) -> str:
+    return _two_units(m, ("minute", "minutes"), ("second", "seconds"), british)
+
+
+def _two_units(m: re.Match[str], big: tuple[str, str], small: tuple[str, str], british: bool) -> str:
+    first, second = int(m[1]), int(m[2])
+    if second > 59:
+        return m[0]
+    period = "." if m[0].endswith(".") and _ends_sentence(m.string, m.end()) else ""
+    said = [f"{numbers.cardinal(first, british=british)} {big[first != 1]}"]
+    said.append(f"{numbers.cardinal(second, british=british)} {small[second != 1]}")
+    return " ".join(said) + period
+
+
+def _dotted_clock(m: re.Match[str], british: bool) -> str:
+    hour, minute = int(m[1]), int(m[2])
+    if not 1 <= hour <= 12 or minute > 59:
+        return m[0]
+    words = numbers.cardinal(hour, british=british)
+    if 0 < minute < 10:
+        words += f" {numbers.ZERO_IN_DIGIT_STRING} {numbers.cardinal(minute)}"
+    elif minute:
+        words += " " + numbers.cardinal(minute, british=british)
+    return words + _meridiem(m, m[3])
+
+
+def _military(m: re.Match[str], british: bool) -> str:
+    """ "0800 hours" -> "oh eight hundred", "1430 hours" -> "fourteen thirty"."""
+    hour, minute = int(m[1]), int(m[2])
+    words = (numbers.ZERO_IN_DIGIT_STRING + " " if m[1].startswith("0") else "") + numbers.cardinal(hour)
+    return words + (f" {numbers.cardinal(minute)}" if minute else " hundred")
 
 
 def _height(m: re.Match[str], british: bool) -> str:
@@ -352,7 +410,8 @@ def _temperature(m: re.Match[str], british: bool) -> str:
 
 def _unit(m: re.Match[str], british: bool) -> str:
     spoken, amount = _amount_range(m, british)
-    return f"{spoken} {UNITS[m[4]].say(numbers.is_singular(amount), british)}"
+    period = "." if m[5] and _ends_sentence(m.string, m.end()) else ""  # "5 lb. of": no sentence ends there
+    return f"{spoken} {UNITS[m[4]].say(numbers.is_singular(amount), british)}{period}"
 
 
 # --- ordinals, decades, abbreviations, Roman numerals ----------------------------------------------------
@@ -391,6 +450,23 @@ def _regnal(m: re.Match[str], british: bool) -> str:
 
 def _ordinal(m: re.Match[str], british: bool) -> str:
     return numbers.whole_ordinal(m[1], british=british)
+
+
+_PLURAL_AMOUNTS = {
+    "100": "hundreds", "1000": "thousands", "10000": "tens of thousands", "100000": "hundreds of thousands",
+    "1000000": "millions", "10000000": "tens of millions", "100000000": "hundreds of millions",
+    "1000000000": "billions",
+}  # fmt: skip
+
+
+def _plural_amount(m: re.Match[str], british: bool) -> str:
+    """ "1,000s of fans" -> "thousands of fans", "100s" -> "hundreds" (not a decade: "the 1990s" is one)."""
+    return _PLURAL_AMOUNTS.get(m[1].replace(",", ""), m[0])
+
+
+def _weekdays(m: re.Match[str], british: bool) -> str:
+    period = "." if m[3] and _ends_sentence(m.string, m.end()) else ""
+    return f"{_WEEKDAYS[m[1]]} to {_WEEKDAYS[m[2]]}{period}"
 
 
 def _decade(m: re.Match[str], british: bool) -> str:
@@ -440,6 +516,12 @@ def _scaled_number(m: re.Match[str], british: bool) -> str:
     return f"{say_number(number, british=british)} {SCALES[scale]}"  # "1.5M residents", "3bn users"
 
 
+def _emergency(m: re.Match[str], british: bool) -> str:
+    if _PHONE_CUE.search(m.string, max(0, m.start() - _PHONE_CUE_CHARS), m.start()):
+        return "nine one one"
+    return "nine eleven"
+
+
 def _dimensions(m: re.Match[str], british: bool) -> str:
     return f"{say_number(m[1], british=british)} by {say_number(m[2], british=british)}"
 
@@ -455,6 +537,23 @@ def _number_range(m: re.Match[str], british: bool) -> str:
     return f"{say_number(m[1], british=british)} to {say_number(m[2], british=british)}"
 
 
+def _mixed_number(m: re.Match[str], british: bool) -> str:
+    """ "1 1/2 cups" -> "one and a half cups", "2 3/4" -> "two and three quarters"."""
+    whole, top, bottom = int(m[1]), int(m[2]), int(m[3])
+    if not 0 < top < bottom <= _MAX_FRACTION_DENOMINATOR:
+        return m[0]
+    part = numbers.fraction(top, bottom, british=british)
+    if top == 1:
+        part = "a " + part.partition(" ")[2]
+    return f"{numbers.cardinal(whole, british=british)} and {part}"
+
+
+def _out_of(m: re.Match[str], british: bool) -> str:
+    """A score: "9/10" -> "nine out of ten", "4.5/5 stars" -> "four point five out of five stars"."""
+    score, scale = (m[1], m[2]) if m[1] else (m[3], m[4])
+    return f"{say_number(score, british=british)} out of {say_number(scale, british=british)}"
+
+
 def _slash_numbers(m: re.Match[str], british: bool) -> str:
     top, bottom = m[1].lstrip("0"), m[2].lstrip("0")
     if len(bottom) <= 2 and 0 < int(top or "0") < int(bottom or "0") <= _MAX_FRACTION_DENOMINATOR:
@@ -462,11 +561,18 @@ def _slash_numbers(m: re.Match[str], british: bool) -> str:
     return f"{say_number(m[1], british=british)} {say_number(m[2], british=british)}"  # "24/7", "50/50"
 
 
+_PRE_RELEASE = {"a": "alpha", "b": "beta", "rc": "R C"}
+
+
 def _dotted_numbers(m: re.Match[str], british: bool) -> str:
     """Versions "v2.0.1" -> "version two point zero point one"; IP addresses (four parts) use "dot"."""
     parts = m[2].split(".")
-    joiner = " dot " if len(parts) == 4 else " point "
-    return ("version " if m[1] else "") + joiner.join(say_number(p, british=british) for p in parts)
+    joiner = " dot " if len(parts) == 4 and not m[3] else " point "
+    spoken = ("version " if m[1] else "") + joiner.join(say_number(p, british=british) for p in parts)
+    if m[3]:  # "3.11.4rc1": "... point four R C one"
+        tag = _PRE_RELEASE.get(m[3], m[3])
+        spoken += f" {tag}" + (f" {say_number(m[4], british=british)}" if m[4] else "")
+    return spoken
 
 
 def _number(m: re.Match[str], british: bool) -> str:
@@ -519,13 +625,28 @@ _PLURAL_RULES: list[Rule] = [(re.compile(r"(?<=[^\W\d_])\(s\)(?!\w)"), _plural)]
 _DATE_AND_TIME_RULES: list[Rule] = [
     (re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})\b"), _iso_date),
     (re.compile(r"\b(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})\b"), _slash_date),
-    (re.compile(rf"\b({_MONTH_NAMES})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?\b(?![:\d])"), _month_day),
-    (re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?\s+(?:of\s+)?({_MONTH_NAMES})\b(\.?)"), _day_month),
+    (re.compile(rf"\b({_MONTH_NAMES})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?{_DAYS_TO}\b(?![:\d])"), _month_day),
+    (re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?{_DAYS_TO}\s+(?:of\s+)?({_MONTH_NAMES})\b(\.?)"), _day_month),
     (re.compile(rf"\b(\d{{1,2}})(?::(\d{{2}}))?\s?[-–]\s?(?=\d{{1,2}}(?::\d{{2}})?\s*{_MERIDIEM})"), _hours_range),
     (re.compile(rf"\b(\d{{1,2}}):(\d{{2}})(?::(\d{{2}}))?(?:\s*{_MERIDIEM})?{_TIME_FOLLOWS}"), _clock),
     (re.compile(rf"\b(\d{{1,2}})\s*{_MERIDIEM}{_TIME_FOLLOWS}"), _hour_meridiem),
     (re.compile(r"(?<![\w.'])(\d)['′]\s?(\d{1,2})(?:\"|″|''|”)"), _height),
+    (re.compile(r"(?<![\w.'])(\d)\s?ft\.?\s?(\d{1,2})\s?in\b\.?"), _feet_inches),  # "5 ft 10 in"
+    # "3h 20m", "1m 30s", "2 hrs 30 mins": hours and minutes, minutes and seconds
+    (re.compile(r"(?<![\w.])(\d+)\s?(?:h|hrs?)\s?(\d{1,2})\s?(?:m|mins?)\b\.?"), _hours_minutes),
+    (re.compile(r"(?<![\w.])(\d+)\s?(?:m|mins?)\s?(\d{1,2})\s?(?:s|secs?)\b\.?"), _minutes_seconds),
+    (re.compile(rf"\b(\d{{1,2}})\.(\d{{2}})\s*{_MERIDIEM}"), _dotted_clock),  # British "3.30 pm"
+    (re.compile(r"\b([01]\d|2[0-3])([0-5]\d)(?=\s+hours\b)"), _military),  # "0800 hours"
 ]
+_PER = {"hr": "hour", "h": "hour", "hour": "hour", "yr": "year", "year": "year", "mo": "month", "month": "month",
+        "wk": "week", "week": "week", "day": "day", "night": "night", "person": "person", "head": "head",
+        "unit": "unit", "item": "item", "kg": "kilogram", "lb": "pound", "GB": "gigabyte", "user": "user",
+        "seat": "seat", "min": "minute", "mile": "mile", "km": "kilometer"}  # fmt: skip
+_MONEY_WORDS = _alternation(
+    sorted(
+        {w for c in CURRENCIES.values() for w in (c.unit, c.units, c.subunit, c.subunits) if w} | set(SCALES.values())
+    )
+)
 _MONEY_AND_PERCENT_RULES: list[Rule] = [
     (re.compile(r"~\s?(?=[\d$£€¥₹])"), lambda m, british: "about "),
     (
@@ -540,12 +661,21 @@ _MONEY_AND_PERCENT_RULES: list[Rule] = [
         _currency,
     ),
     (re.compile(_amount("%", "%")), _percent),
+    # "$5/hr", "$40k/yr", "$9.99/month": a price per something (the amount already said)
+    (re.compile(rf"\b({_MONEY_WORDS})\s?/\s?({_alternation(list(_PER))})\b"), lambda m, b: f"{m[1]} per {_PER[m[2]]}"),
 ]
 _UNIT_RULES: list[Rule] = [
     (re.compile(_amount(r"°(?:\s?([CFK])\b)?", r"°(?:\s?[CFK]\b)?")), _temperature),
-    (re.compile(_amount(rf"({_UNIT_SYMBOLS})(?![\w²])", rf"(?:{_UNIT_SYMBOLS})(?![\w²])")), _unit),
+    (re.compile(_amount(rf"({_UNIT_SYMBOLS})(?![\w²])(\.(?!\w))?", rf"(?:{_UNIT_SYMBOLS})(?![\w²])\.?")), _unit),
 ]
+_WEEKDAYS = {"Mon": "Monday", "Tue": "Tuesday", "Tues": "Tuesday", "Wed": "Wednesday", "Thu": "Thursday",
+             "Thur": "Thursday", "Thurs": "Thursday", "Fri": "Friday", "Sat": "Saturday", "Sun": "Sunday"}  # fmt: skip
+_WEEKDAY_NAMES = _alternation(list(_WEEKDAYS))
 _WORD_RULES: list[Rule] = [
+    # "Mon-Fri", "Sat.–Sun.": a range of days (a short day's name alone is left: "Sun", "Sat", "Wed" are words)
+    (re.compile(rf"\b({_WEEKDAY_NAMES})\.?\s?[-–]\s?({_WEEKDAY_NAMES})\b(\.?)"), _weekdays),
+    (re.compile(r"\b(pp?)\.\s?(?=\d)"), lambda m, b: "pages " if m[1] == "pp" else "page "),  # "p. 5", "pp. 10-12"
+    (re.compile(r"(?<![\w.,'’])((?:1|10|100)(?:,000)+|10{2,9})s(?![\w'’])"), _plural_amount),
     # (two letters or more, or I, V, X: "Part D", "Appendix C" are letters)
     (re.compile(rf"\b({_alternation(list(_NUMBERED))})\s+([IVXLCDM]{{2,}}|[IVX])\b(?![-'’]\w)(?!\.\w)"), _numbered),
     (
@@ -570,13 +700,34 @@ _NUMBER_RULES: list[Rule] = [
     # (possessive, and not begun inside a chain: linear on "1-1-1-...")
     (re.compile(r"(?<![\w.,-])\d++(?:-\d++)++(?:-[A-Za-z]++)?+(?![\w-])"), _code),
     # "1.5M", "2bn": not "4B", "3M", "100M" (a flat, a company, a sprint)
-    (re.compile(rf"{_START}(\d+\.\d+)(M|B|bn|mn)(?![\w])|{_START}(\d+)(bn|mn)(?![\w])"), _scaled_number),
+    (re.compile(rf"{_START}(\d+\.\d+)([kKMB]|bn|mn)(?![\w])|{_START}(\d+)(bn|mn)(?![\w])"), _scaled_number),
     (re.compile(rf"{_START}(?!0x)(\d+)x(\d+)(?![\w])"), _dimensions),  # "4x4", "1920x1080"; not "0x10"
+    (
+        re.compile(rf"{_START}(\d+(?:\.\d+)?)x\s?[-–]\s?(\d+(?:\.\d+)?)x(?![\w])"),
+        lambda m, b: f"{say_number(m[1], british=b)} to {say_number(m[2], british=b)} times",
+    ),  # "2x-3x"
+    # a model's number after its capitals ("RTX 4090", "ISO 9001"): said in pairs, as a year is
+    (
+        re.compile(r"\b([A-Z]{2,}[ -])([1-9]\d{3})(?![\w,.]\d|\w)"),
+        lambda m, b: m[1] + numbers.year(int(m[2]), british=b),
+    ),
+    (re.compile(r"\b911\b"), _emergency),  # "call 911": "nine one one" (a Porsche 911 is "nine eleven")
     (re.compile(rf"{_START}(\d+(?:\.\d+)?)[x×](?![\w×])"), lambda m, b: f"{say_number(m[1], british=b)} times"),
     (re.compile(rf"(?<![\w.,-])({_NUM})\s+-\s+({_NUM})(?![\w])"), _spaced_dash),
     (re.compile(rf"{_START}({_NUM})(?:-|\s?–\s?)({_NUM})(?![\w])"), _number_range),
+    (re.compile(r"(?<![\w./])(\d+) (\d)/(\d{1,2})(?![\w/])"), _mixed_number),
+    # a score: out of ten or a hundred, or a decimal over a small whole number ("4.5/5")
+    (
+        re.compile(
+            r"(?<![\w./])(\d+(?:\.\d+)?)/(10|100)(?![\w/.])(?!\s+of\b)|(?<![\w./])(\d+\.\d+)/(\d{1,2})(?![\w/.])"
+        ),
+        _out_of,
+    ),
     (re.compile(r"(?<![\w./])(\d+)/(\d+)(?![\w/])"), _slash_numbers),
-    (re.compile(r"(?<![\w.])(v)?(\d+(?:\.\d+){2,})(?![\w])(?!\.\d)"), _dotted_numbers),
+    (
+        re.compile(r"(?<![\w.])(v)?(\d+(?:\.\d+){2,})(?:(a|b|rc|alpha|beta|dev|post)(\d*))?(?![\w])(?!\.\d)"),
+        _dotted_numbers,
+    ),
     (re.compile(rf"{_START}(-(?=[\d.]))?({_NUM})(?![\w])"), _number),
 ]
 _SYMBOL_RULES: list[Rule] = [
@@ -821,6 +972,21 @@ def _strip_markup(text: Tracked) -> Tracked:
     return text.sub(_ENTITY, lambda m: html.unescape(m[0]))
 
 
+# pictographs, dingbats, flags and their joiners: an LLM's "✅ Done!" or "👉 Click" is decoration, not words
+_EMOJI = re.compile("[\U0001f000-\U0001faff\u2600-\u27bf\u2b00-\u2bff\u2300-\u23ff\ufe0f\u200d\u20e3]+")
+
+
+def _no_emoji(m: re.Match[str]) -> str:
+    before, after = m.string[m.start() - 1 : m.start()], m.string[m.end() : m.end() + 1]
+    said = _SAID_EMOJI.get(m[0].strip("\ufe0f"))
+    if said is not None:
+        return f" {said} "  # "I ❤️ it": a word of the sentence
+    return " " if before.isalnum() and after.isalnum() else ""  # ("great👍thanks": two words still)
+
+
+_SAID_EMOJI = {"❤": "love", "♥": "love", "★": "star", "⭐": "star"}
+
+
 _UNICODE_SPACES = re.compile("[\u00a0\u2009]")
 _DOUBLE_HYPHEN = re.compile(r"(?<=\w)--(?=\w)|(?<=\w) -- (?=\w)")  # "wait--what": a dash (not "pip --upgrade")
 _CURLY_N = re.compile(r"(?<=\w)\s?[’‘]n[’‘]\s?(?=\w)")  # "rock ’n’ roll" as "rock'n'roll" (misaki knows it)
@@ -842,7 +1008,9 @@ def normalize_tracked(text: str, *, british: bool = False, switches: Normalizati
     """:func:`normalize`, each character of the result knowing the span of ``text`` it was made from."""
     if not switches.enabled:
         return Tracked.of(text)
-    tracked = _strip_markup(Tracked.of(text)) if switches.markdown else Tracked.of(text)
+    tracked = Tracked.of(text)
+    if switches.markdown:
+        tracked = _strip_markup(tracked).sub(_EMOJI, _no_emoji)
     tracked = tracked.sub(re.compile("\u2212"), lambda m: "-").sub(_UNICODE_SPACES, lambda m: " ")
     tracked = tracked.sub(_DOUBLE_HYPHEN, lambda m: " — ").sub(_CURLY_N, lambda m: "'n'")
     pieces, last = [], 0
