@@ -282,18 +282,21 @@ def _hour_meridiem(m: re.Match[str], british: bool) -> str:
     return numbers.cardinal(hour, british=british) + _meridiem(m, m[2]) + (" to " if m[3] else "")
 
 
+def _hour_minute(hour: int, minute: int, british: bool) -> str:
+    """A time on a twelve-hour clock: "nine", "nine oh five", "nine thirty"."""
+    words = numbers.cardinal(hour, british=british)
+    if 0 < minute < 10:
+        return f"{words} {numbers.ZERO_IN_DIGIT_STRING} {numbers.cardinal(minute)}"
+    return f"{words} {numbers.cardinal(minute, british=british)}" if minute else words
+
+
 def _hours_range(m: re.Match[str], british: bool) -> str:
     """The start of a range of hours whose end says AM or PM ("9-10 am", "9:30-11 pm"): "nine to", "nine thirty to"
     (the end's own rule reads it)."""
     hour, minute = int(m[1]), int(m[2] or 0)
     if not 1 <= hour <= 12 or minute > 59:
         return m[0]
-    words = numbers.cardinal(hour, british=british)
-    if 0 < minute < 10:
-        words += f" {numbers.ZERO_IN_DIGIT_STRING} {numbers.cardinal(minute)}"
-    elif minute:
-        words += " " + numbers.cardinal(minute, british=british)
-    return words + " to "
+    return _hour_minute(hour, minute, british) + " to "
 
 
 def _feet_inches(m: re.Match[str], british: bool) -> str:
@@ -326,12 +329,7 @@ def _dotted_clock(m: re.Match[str], british: bool) -> str:
     hour, minute = int(m[1]), int(m[2])
     if not 1 <= hour <= 12 or minute > 59:
         return m[0]
-    words = numbers.cardinal(hour, british=british)
-    if 0 < minute < 10:
-        words += f" {numbers.ZERO_IN_DIGIT_STRING} {numbers.cardinal(minute)}"
-    elif minute:
-        words += " " + numbers.cardinal(minute, british=british)
-    return words + _meridiem(m, m[3])
+    return _hour_minute(hour, minute, british) + _meridiem(m, m[3])
 
 
 def _military(m: re.Match[str], british: bool) -> str:
