@@ -105,7 +105,8 @@ def test_a_rule_line_followed_by_blanks_is_linear(rule: str) -> None:
 # the rules that read a number by what is near it: a phone word, an "=", a range's marks
 NEAR_UNITS = ["call 555-1234 ", "1 - 2 = ", "$5 - $3 = ", "a < b > ", "9-10 am-", "5%-10%-", "1.5M-", "4x4x", "--"]
 NEAR_UNITS += ["1.2k-", "1,000s ", "5 lb. ", "Jan 5-", "3h 20m ", "1 1/2 ", "3.30 pm ", "0800 hours ", "9/10 "]
-NEAR_UNITS += ["$5/hr ", "Mon-", "p. 5 ", "2x-3x ", "RTX 4090 ", "1.2.3rc1 ", "✅", "❤️ ", "call 911 "]
+NEAR_UNITS += ["$5/hr ", "Mon-", "p. 5 ", "2x-3x ", "RTX 4090 ", "1.2.3rc1 ", "✅", "❤️ ", "call 911 ", " ", " \t"]
+NEAR_UNITS += ["a ❤️ ", "★☆", "1h 2m 3s ", "9/10. ", "4.5/5 ", "0805 hours ", "8 p.m. EST "]
 
 
 @pytest.mark.parametrize("unit", NEAR_UNITS)

@@ -177,9 +177,12 @@ AMERICAN = [
     ("0x10", "0x10"),
     ("make && make install || exit; if a == b", "make and make install or exit; if a equals b"),
     # a second reading of everyday text (2026-12-07)
-    ("8 p.m. EST on Fridays, 9 a.m. Monday", "eight PM EST on Fridays, nine AM Monday"),
+    ("8 p.m. EST on Fridays, 9 a.m. Monday to Friday", "eight PM EST on Fridays, nine AM Monday to Friday"),
     ("1.2k likes, 3.5K views", "one point two thousand likes, three point five thousand views"),
-    ("1,000s of fans, 10,000s, 100s", "thousands of fans, tens of thousands, hundreds"),
+    (
+        "1,000s of fans, 10,000s, 100s of people; a 100s timeout",
+        "thousands of fans, tens of thousands, hundreds of people; a 100s timeout",
+    ),
     (
         "5 lb. of potatoes, 3 oz. cheese; it weighs 5 lb.",
         "five pounds of potatoes, three ounces cheese; it weighs five pounds.",
@@ -207,6 +210,24 @@ AMERICAN = [
     ("3.11.4rc1", "three point eleven point four R C one"),
     ("Call 911. A Porsche 911", "Call nine one one. A Porsche nine eleven"),
     ("✅ Done! 👉 Click. I ❤️ it, a 5 ★ hotel", "Done! Click. I love it, a five star hotel"),
+    # the review of those (2026-12-07): each misread by their first version
+    ("It was 3.05 pm, at 10.10 am", "It was three oh five PM, at ten ten AM"),
+    (
+        "0805 hours; 0000 hours; it logged 1000 hours",
+        "oh eight oh five hours; zero hundred hours; it logged one thousand hours",
+    ),
+    ("In 2020 1/3 of adults", "In twenty twenty one third of adults"),
+    (
+        "a 1/10 scale model; I'd rate it 9/10. Rated 4.5/5.",
+        "a one tenth scale model; I'd rate it nine out of ten. Rated four point five out of five.",
+    ),
+    ("ABOUT 7350 PEOPLE; ISO 9001", "ABOUT seven thousand three hundred fifty PEOPLE; ISO ninety oh one"),
+    ("It ended at 5 p.m. Monday was worse. 3 p.m. ET.", "It ended at five PM. Monday was worse. three PM ET."),
+    ("the 911 dispatcher", "the nine one one dispatcher"),
+    ("Finished in 1h 23m 45s.", "Finished in one hour twenty-three minutes forty-five seconds."),
+    ("Thank you ❤️. I ❤️❤️ it, rated ★★★★☆", "Thank you. I love it, rated four out of five stars"),
+    ("Feature A: ✓, Feature B: ✗. Grab a ☕ and relax", "Feature A: yes, Feature B: no. Grab a ☕ and relax"),
+    ("C♯ minor, ⌘C, keycap 1️⃣", "C♯ minor, ⌘C, keycap one"),
     ("a 4x4 truck at 1920x1080", "a four by four truck at nineteen twenty by one thousand eighty"),
     ("wait--what", "wait — what"),
     ("rock ’n’ roll", "rock'n'roll"),

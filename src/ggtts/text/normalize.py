@@ -93,13 +93,17 @@ _SENTENCE_GOES_ON = re.compile(r"\s+[A-Z\"“‘'(]")
 _TEXT_ENDS = re.compile(r"\s*\Z")
 _NAME_FOLLOWS = re.compile(r"\s+[A-Z]")
 _SENTENCE_ENDS = (".", "!", "?", ":")
+_CLAUSE_ENDS = r"(?:\s*[.,;:!?)]|\s*$)"
 _EQUALS_FOLLOWS = re.compile(r"\s*=")
 # words that go on from a time ("8 p.m. EST", "9 a.m. Monday through Friday"): no sentence ends before them
 _TIME_WORD_FOLLOWS = re.compile(
-    r"\s+(?:[ECMPA][SD]?T|UTC|GMT|BST|CET|CEST|IST|JST|AEST|AEDT|Pacific|Eastern|Central|Mountain|Atlantic|"
-    r"Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday|local|sharp)\b"
+    r"\s+(?:(?:[ECMP][SD]?T|UTC|GMT|BST|CET|CEST|IST|JST|AEST|AEDT)\b(?!\s+[a-z])|"
+    r"(?:Pacific|Eastern|Central|Mountain|Atlantic)\s+(?:[Tt]ime|Standard|Daylight)\b|"
+    r"(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday)\s*(?:through|thru|to|and|[-–,])"
+    r"|(?:[ECMP][SD]?T|UTC|GMT)\s+(?:on|to|until|and|every|each|sharp)\b)"
 )
 _EQUALS_BEFORE = re.compile(r"=\s*\Z")
+_OF_FOLLOWS = re.compile(r"\s+of\b")
 _PHONE_CUE_CHARS = 40  # how far before a seven-digit number a word about phoning is looked for
 _PHONE_CUE = re.compile(
     r"\b(?:call|calls|called|calling|phone|telephone|tel|dial|fax|text|mobile|cell|reach|contact|ring|number|"
@@ -307,6 +311,16 @@ def _feet_inches(m: re.Match[str], british: bool) -> str:
     return f"{numbers.cardinal(feet)} {foot} {numbers.cardinal(inches)} {inch}{period}" if inches < 12 else m[0]
 
 
+def _hms(m: re.Match[str], british: bool) -> str:
+    hours, minutes, seconds = int(m[1]), int(m[2]), int(m[3])
+    if minutes > 59 or seconds > 59:
+        return m[0]
+    period = "." if m[0].endswith(".") and _ends_sentence(m.string, m.end()) else ""
+    said = [f"{numbers.cardinal(n, british=british)} {unit}{'s' * (n != 1)}"
+            for n, unit in ((hours, "hour"), (minutes, "minute"), (seconds, "second"))]  # fmt: skip
+    return " ".join(said) + period
+
+
 def _hours_minutes(m: re.Match[str], british: bool) -> str:
     return _two_units(m, ("hour", "hours"), ("minute", "minutes"), british)
 
@@ -334,9 +348,15 @@ def _dotted_clock(m: re.Match[str], british: bool) -> str:
 
 def _military(m: re.Match[str], british: bool) -> str:
     """ "0800 hours" -> "oh eight hundred", "1430 hours" -> "fourteen thirty"."""
-    hour, minute = int(m[1]), int(m[2])
-    words = (numbers.ZERO_IN_DIGIT_STRING + " " if m[1].startswith("0") else "") + numbers.cardinal(hour)
-    return words + (f" {numbers.cardinal(minute)}" if minute else " hundred")
+    written_hour, written_minute = (m[1], m[2]) if m[1] else (m[3], m[4])
+    hour, minute = int(written_hour), int(written_minute)
+    if hour == 0:
+        words = "zero"  # "0000 hours": "zero hundred hours"
+    else:
+        words = (numbers.ZERO_IN_DIGIT_STRING + " " if written_hour.startswith("0") else "") + numbers.cardinal(hour)
+    if not minute:
+        return words + " hundred"
+    return words + (f" {numbers.ZERO_IN_DIGIT_STRING}" if minute < 10 else "") + f" {numbers.cardinal(minute)}"
 
 
 def _height(m: re.Match[str], british: bool) -> str:
@@ -459,6 +479,8 @@ _PLURAL_AMOUNTS = {
 
 def _plural_amount(m: re.Match[str], british: bool) -> str:
     """ "1,000s of fans" -> "thousands of fans", "100s" -> "hundreds" (not a decade: "the 1990s" is one)."""
+    if "," not in m[1] and not _OF_FOLLOWS.match(m.string, m.end()):
+        return m[0]  # ("a 100s timeout": seconds)
     return _PLURAL_AMOUNTS.get(m[1].replace(",", ""), m[0])
 
 
@@ -514,10 +536,23 @@ def _scaled_number(m: re.Match[str], british: bool) -> str:
     return f"{say_number(number, british=british)} {SCALES[scale]}"  # "1.5M residents", "3bn users"
 
 
+_PAIRED_AFTER = ("RTX", "GTX", "GT", "RX", "ISO", "RFC", "IEEE", "DIN", "ANSI", "ASTM", "MIL-STD", "Boeing", "Airbus")
+
+
+def _paired(m: re.Match[str], british: bool) -> str:
+    """ "4090" -> "forty ninety", "9001" -> "ninety oh one", "1200" -> "twelve hundred"."""
+    high, low = divmod(int(m[3]), 100)
+    words = numbers.cardinal(high, british=british)
+    if not low:
+        words += " hundred"
+    else:
+        words += (f" {numbers.ZERO_IN_DIGIT_STRING}" if low < 10 else "") + f" {numbers.cardinal(low)}"
+    return m[1] + m[2] + words
+
+
 def _emergency(m: re.Match[str], british: bool) -> str:
-    if _PHONE_CUE.search(m.string, max(0, m.start() - _PHONE_CUE_CHARS), m.start()):
-        return "nine one one"
-    return "nine eleven"
+    """ "911" is the emergency number ("nine one one"), but a Porsche's "nine eleven"."""
+    return "nine eleven" if m.string[max(0, m.start() - 8) : m.start()].endswith("Porsche ") else "nine one one"
 
 
 def _dimensions(m: re.Match[str], british: bool) -> str:
@@ -625,16 +660,18 @@ _DATE_AND_TIME_RULES: list[Rule] = [
     (re.compile(r"\b(\d{1,2})/(\d{1,2})/(\d{4}|\d{2})\b"), _slash_date),
     (re.compile(rf"\b({_MONTH_NAMES})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?{_DAYS_TO}\b(?![:\d])"), _month_day),
     (re.compile(rf"\b(\d{{1,2}})(?:st|nd|rd|th)?{_DAYS_TO}\s+(?:of\s+)?({_MONTH_NAMES})\b(\.?)"), _day_month),
+    (re.compile(rf"\b(\d{{1,2}})\.(\d{{2}})\s*{_MERIDIEM}"), _dotted_clock),  # British "3.30 pm" (before "05 pm")
     (re.compile(rf"\b(\d{{1,2}})(?::(\d{{2}}))?\s?[-–]\s?(?=\d{{1,2}}(?::\d{{2}})?\s*{_MERIDIEM})"), _hours_range),
     (re.compile(rf"\b(\d{{1,2}}):(\d{{2}})(?::(\d{{2}}))?(?:\s*{_MERIDIEM})?{_TIME_FOLLOWS}"), _clock),
     (re.compile(rf"\b(\d{{1,2}})\s*{_MERIDIEM}{_TIME_FOLLOWS}"), _hour_meridiem),
     (re.compile(r"(?<![\w.'])(\d)['′]\s?(\d{1,2})(?:\"|″|''|”)"), _height),
     (re.compile(r"(?<![\w.'])(\d)\s?ft\.?\s?(\d{1,2})\s?in\b\.?"), _feet_inches),  # "5 ft 10 in"
-    # "3h 20m", "1m 30s", "2 hrs 30 mins": hours and minutes, minutes and seconds
-    (re.compile(r"(?<![\w.])(\d+)\s?(?:h|hrs?)\s?(\d{1,2})\s?(?:m|mins?)\b\.?"), _hours_minutes),
-    (re.compile(r"(?<![\w.])(\d+)\s?(?:m|mins?)\s?(\d{1,2})\s?(?:s|secs?)\b\.?"), _minutes_seconds),
-    (re.compile(rf"\b(\d{{1,2}})\.(\d{{2}})\s*{_MERIDIEM}"), _dotted_clock),  # British "3.30 pm"
-    (re.compile(r"\b([01]\d|2[0-3])([0-5]\d)(?=\s+hours\b)"), _military),  # "0800 hours"
+    # "1h 23m 45s", "3h 20m", "1m 30s", "2 hrs 30 mins": hours, minutes and seconds
+    (re.compile(r"(?<![\w.])(\d{1,4})\s?(?:h|hrs?)\s?(\d{1,2})\s?(?:m|mins?)\s?(\d{1,2})\s?(?:s|secs?)\b\.?"), _hms),
+    (re.compile(r"(?<![\w.])(\d{1,4})\s?(?:h|hrs?)\s?(\d{1,2})\s?(?:m|mins?)\b\.?"), _hours_minutes),
+    (re.compile(r"(?<![\w.])(\d{1,4})\s?(?:m|mins?)\s?(\d{1,2})\s?(?:s|secs?)\b\.?"), _minutes_seconds),
+    # "0800 hours", "1430 hours" (not "1000 hours of practice": a count)
+    (re.compile(r"\b(?:(0\d)([0-5]\d)|(1\d|2[0-3])([0-5][1-9]|[1-5]0))(?=\s+hours\b)"), _military),
 ]
 _PER = {"hr": "hour", "h": "hour", "hour": "hour", "yr": "year", "year": "year", "mo": "month", "month": "month",
         "wk": "week", "week": "week", "day": "day", "night": "night", "person": "person", "head": "head",
@@ -704,20 +741,19 @@ _NUMBER_RULES: list[Rule] = [
         re.compile(rf"{_START}(\d+(?:\.\d+)?)x\s?[-–]\s?(\d+(?:\.\d+)?)x(?![\w])"),
         lambda m, b: f"{say_number(m[1], british=b)} to {say_number(m[2], british=b)} times",
     ),  # "2x-3x"
-    # a model's number after its capitals ("RTX 4090", "ISO 9001"): said in pairs, as a year is
-    (
-        re.compile(r"\b([A-Z]{2,}[ -])([1-9]\d{3})(?![\w,.]\d|\w)"),
-        lambda m, b: m[1] + numbers.year(int(m[2]), british=b),
-    ),
+    # a model's or a standard's number after its name ("RTX 4090", "ISO 9001", "RFC 2616"): said in pairs
+    (re.compile(rf"\b({_alternation(list(_PAIRED_AFTER))})([ -])([1-9]\d{{3}})(?![\w,.]\d|\w)"), _paired),
     (re.compile(r"\b911\b"), _emergency),  # "call 911": "nine one one" (a Porsche 911 is "nine eleven")
     (re.compile(rf"{_START}(\d+(?:\.\d+)?)[x×](?![\w×])"), lambda m, b: f"{say_number(m[1], british=b)} times"),
     (re.compile(rf"(?<![\w.,-])({_NUM})\s+-\s+({_NUM})(?![\w])"), _spaced_dash),
     (re.compile(rf"{_START}({_NUM})(?:-|\s?–\s?)({_NUM})(?![\w])"), _number_range),
-    (re.compile(r"(?<![\w./])(\d+) (\d)/(\d{1,2})(?![\w/])"), _mixed_number),
-    # a score: out of ten or a hundred, or a decimal over a small whole number ("4.5/5")
+    (re.compile(r"(?<![\w./])(\d{1,3}) (\d)/(\d{1,2})(?![\w/])"), _mixed_number),  # (not "In 2020 1/3 of")
+    # a score: a rating's out of ten or a hundred at a clause's end or after a rating word, or a decimal over a small
+    # whole number ("4.5/5"); "a 1/10 scale model", "3/10 of" are fractions
     (
         re.compile(
-            r"(?<![\w./])(\d+(?:\.\d+)?)/(10|100)(?![\w/.])(?!\s+of\b)|(?<![\w./])(\d+\.\d+)/(\d{1,2})(?![\w/.])"
+            rf"(?<![\w./])(\d+(?:\.\d+)?)/(10|100)(?![\w/])(?!\.\d)(?={_CLAUSE_ENDS}|\s+(?:stars?|points?)\b)"
+            rf"|(?<![\w./])(\d+\.\d)/(5|10)(?![\w/])(?!\.\d)(?!\s*[.,]?\d)"
         ),
         _out_of,
     ),
@@ -970,19 +1006,39 @@ def _strip_markup(text: Tracked) -> Tracked:
     return text.sub(_ENTITY, lambda m: html.unescape(m[0]))
 
 
-# pictographs, dingbats, flags and their joiners: an LLM's "✅ Done!" or "👉 Click" is decoration, not words
-_EMOJI = re.compile("[\U0001f000-\U0001faff\u2600-\u27bf\u2b00-\u2bff\u2300-\u23ff\ufe0f\u200d\u20e3]+")
+# pictographs, dingbats, flags and their joiners (not music's ♩-♯, nor ⌘ and the other technical signs), with the
+# blanks before them
+_EMOJI = re.compile(
+    "(?<![ \t])[ \t]*+[\U0001f000-\U0001faff\u2600-\u2668\u2670-\u27bf\u2b00-\u2bff\u231a\u231b\u23e9-\u23fa\ufe0f\u200d\u20e3]+"
+)
+_WORD_FOLLOWS = re.compile(r" ?\w")
+_TICKS = {"✓": "yes", "✔": "yes", "☑": "yes", "✗": "no", "✘": "no"}  # a table's or a list's answers
+_STARS = frozenset("★⭐☆")
+_LOVE = frozenset("❤♥💕💖💗💓💞💘💝")
 
 
 def _no_emoji(m: re.Match[str]) -> str:
+    """An emoji at a line's start or end, or before punctuation, is an LLM's decoration ("✅ Done!", "Thanks ❤️."):
+    dropped. After a word it is a word of the sentence: "I ❤️ it" is "love", "rated ★★★★☆" "four out of five stars";
+    other emoji between words are left for the G2P to name ("Grab a ☕" is "hot beverage"). Ticks and crosses are
+    "yes" and "no"."""
+    run = m[0].lstrip(" \t")
+    lead = m[0][: len(m[0]) - len(run)]
+    run = run.replace("\ufe0f", "")
     before, after = m.string[m.start() - 1 : m.start()], m.string[m.end() : m.end() + 1]
-    said = _SAID_EMOJI.get(m[0].strip("\ufe0f"))
-    if said is not None:
-        return f" {said} "  # "I ❤️ it": a word of the sentence
-    return " " if before.isalnum() and after.isalnum() else ""  # ("great👍thanks": two words still)
-
-
-_SAID_EMOJI = {"❤": "love", "♥": "love", "★": "star", "⭐": "star"}
+    word_before = (lead and m.string[m.start() - 1 : m.start()].isalnum()) or (not lead and before.isalnum())
+    tail = " " if after.isalnum() else ""
+    if not run.strip("\u200d\u20e3"):
+        return lead  # a keycap's or a presentation's modifiers alone ("1️⃣" is "1")
+    if run in _TICKS:
+        return f"{lead}{_TICKS[run]}{tail}"
+    if word_before and set(run) <= _STARS:
+        filled = sum(c != "☆" for c in run)
+        said = f"{filled} out of {len(run)} stars" if "☆" in run else "star" if filled == 1 else f"{filled} stars"
+        return f"{lead}{said}{tail}"
+    if not (word_before and _WORD_FOLLOWS.match(m.string, m.end())):
+        return " " if before.isalnum() and after.isalnum() else ""  # decoration ("great👍thanks": two words still)
+    return f"{lead}love{tail}" if set(run) <= _LOVE else m[0]
 
 
 _UNICODE_SPACES = re.compile("[\u00a0\u2009]")
