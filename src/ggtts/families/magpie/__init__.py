@@ -101,7 +101,8 @@ def _file_languages(gguf: GGUFFile) -> tuple[str, ...]:
 
 def refuse_gpu_lanes(options: Mapping[str, Any], device: str) -> None:
     """``parallel`` is for the CPU: on a GPU each utterance's steps are CUDA graphs of their own."""
-    if device.startswith("cuda") and int(options.get("parallel") or 1) > 1:
+    parallel = options.get("parallel")
+    if device.startswith("cuda") and isinstance(parallel, int | float) and parallel > 1:
         raise InputError(
             "Magpie decodes several utterances together on the CPU only (on a GPU each one's steps are graphs "
             "of their own): leave out parallel, and serve several streams with --replicas"
