@@ -1009,7 +1009,8 @@ def _strip_markup(text: Tracked) -> Tracked:
 # pictographs, dingbats, flags and their joiners (not music's ♩-♯, nor ⌘ and the other technical signs), with the
 # blanks before them
 _EMOJI = re.compile(
-    "(?<![ \t])[ \t]*+[\U0001f000-\U0001faff\u2600-\u2668\u2670-\u27bf\u2b00-\u2bff\u231a\u231b\u23e9-\u23fa\ufe0f\u200d\u20e3]+"
+    "(?<![ \t])[ \t]*+[\U0001f000-\U0001faff\u2600-\u2668\u2670-\u27bf\u2b00-\u2bff\u231a\u231b\u23e9-\u23fa"
+    "\ufe0f\u200d\u20e3]+"
 )
 _WORD_FOLLOWS = re.compile(r" ?\w")
 _TICKS = {"✓": "yes", "✔": "yes", "☑": "yes", "✗": "no", "✘": "no"}  # a table's or a list's answers
