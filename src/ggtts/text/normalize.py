@@ -127,6 +127,12 @@ def _ends_sentence(text: str, end: int) -> bool:
     return bool(_TEXT_ENDS.match(text, end) or _SENTENCE_GOES_ON.match(text, end))
 
 
+def _kept_period(m: re.Match[str], written: bool) -> str:
+    """The period a match took, written back where it also ends the sentence ("It weighs 5 lb." keeps it, "5 lb. of"
+    does not): ``written``, whether the match holds one."""
+    return "." if written and _ends_sentence(m.string, m.end()) else ""
+
+
 def say_number(written: str, *, british: bool = False) -> str:
     """A written number in words, choosing how a speaker would read it.
 
@@ -241,7 +247,7 @@ def _day_month(m: re.Match[str], british: bool) -> str:
     day, last, month = int(m[1]), int(m[2] or m[1]), MONTH_NUMBERS[m[3]]
     if not (_valid_date(month, day) and _valid_date(month, last)):
         return m[0]
-    period = "." if m[4] and _ends_sentence(m.string, m.end()) else ""
+    period = _kept_period(m, bool(m[4]))
     the = "" if _THE_BEFORE.search(m.string, max(0, m.start() - 8), m.start()) else "the "  # "on the 5th of May"
     days = numbers.ordinal(day, british=british)
     if m[2]:  # "5-7 Jan": "the fifth to the seventh of January"
@@ -258,7 +264,7 @@ def _meridiem(m: re.Match[str], letter: str | None) -> str:
     if letter is None:
         return ""
     goes_on = _TIME_WORD_FOLLOWS.match(m.string, m.end()) is not None  # "8 p.m. EST", "9 a.m. Monday"
-    period = "." if m[0].endswith(".") and not goes_on and _ends_sentence(m.string, m.end()) else ""
+    period = _kept_period(m, m[0].endswith(".") and not goes_on)
     return f" {letter.upper()}M{period}"
 
 
@@ -307,36 +313,25 @@ def _feet_inches(m: re.Match[str], british: bool) -> str:
     feet, inches = int(m[1]), int(m[2])
     foot = "foot" if feet == 1 else "feet"
     inch = "inch" if inches == 1 else "inches"
-    period = "." if m[0].endswith(".") and _ends_sentence(m.string, m.end()) else ""
+    period = _kept_period(m, m[0].endswith("."))
     return f"{numbers.cardinal(feet)} {foot} {numbers.cardinal(inches)} {inch}{period}" if inches < 12 else m[0]
 
 
-def _hms(m: re.Match[str], british: bool) -> str:
-    hours, minutes, seconds = int(m[1]), int(m[2]), int(m[3])
-    if minutes > 59 or seconds > 59:
-        return m[0]
-    period = "." if m[0].endswith(".") and _ends_sentence(m.string, m.end()) else ""
-    said = [f"{numbers.cardinal(n, british=british)} {unit}{'s' * (n != 1)}"
-            for n, unit in ((hours, "hour"), (minutes, "minute"), (seconds, "second"))]  # fmt: skip
-    return " ".join(said) + period
+def _duration(*units: str) -> Speaker:
+    """The reading of an amount of each of ``units`` in turn ("1h 23m 45s", "3h 20m", "1m 30s"): each amount and
+    its unit, those after the first at most 59."""
 
+    def speak(m: re.Match[str], british: bool) -> str:
+        amounts = [int(g) for g in m.groups()]
+        if any(n > 59 for n in amounts[1:]):
+            return m[0]
+        said = [
+            f"{numbers.cardinal(n, british=british)} {unit}{'s' * (n != 1)}"
+            for n, unit in zip(amounts, units, strict=True)
+        ]
+        return " ".join(said) + _kept_period(m, m[0].endswith("."))
 
-def _hours_minutes(m: re.Match[str], british: bool) -> str:
-    return _two_units(m, ("hour", "hours"), ("minute", "minutes"), british)
-
-
-def _minutes_seconds(m: re.Match[str], british: bool) -> str:
-    return _two_units(m, ("minute", "minutes"), ("second", "seconds"), british)
-
-
-def _two_units(m: re.Match[str], big: tuple[str, str], small: tuple[str, str], british: bool) -> str:
-    first, second = int(m[1]), int(m[2])
-    if second > 59:
-        return m[0]
-    period = "." if m[0].endswith(".") and _ends_sentence(m.string, m.end()) else ""
-    said = [f"{numbers.cardinal(first, british=british)} {big[first != 1]}"]
-    said.append(f"{numbers.cardinal(second, british=british)} {small[second != 1]}")
-    return " ".join(said) + period
+    return speak
 
 
 def _dotted_clock(m: re.Match[str], british: bool) -> str:
@@ -349,14 +344,9 @@ def _dotted_clock(m: re.Match[str], british: bool) -> str:
 def _military(m: re.Match[str], british: bool) -> str:
     """ "0800 hours" -> "oh eight hundred", "1430 hours" -> "fourteen thirty"."""
     written_hour, written_minute = (m[1], m[2]) if m[1] else (m[3], m[4])
-    hour, minute = int(written_hour), int(written_minute)
-    if hour == 0:
-        words = "zero"  # "0000 hours": "zero hundred hours"
-    else:
-        words = (numbers.ZERO_IN_DIGIT_STRING + " " if written_hour.startswith("0") else "") + numbers.cardinal(hour)
-    if not minute:
-        return words + " hundred"
-    return words + (f" {numbers.ZERO_IN_DIGIT_STRING}" if minute < 10 else "") + f" {numbers.cardinal(minute)}"
+    hour = int(written_hour)
+    oh = f"{numbers.ZERO_IN_DIGIT_STRING} " if written_hour.startswith("0") and hour else ""  # ("0000": "zero hundred")
+    return oh + numbers.pairs(hour * 100 + int(written_minute))
 
 
 def _height(m: re.Match[str], british: bool) -> str:
@@ -428,7 +418,7 @@ def _temperature(m: re.Match[str], british: bool) -> str:
 
 def _unit(m: re.Match[str], british: bool) -> str:
     spoken, amount = _amount_range(m, british)
-    period = "." if m[5] and _ends_sentence(m.string, m.end()) else ""  # "5 lb. of": no sentence ends there
+    period = _kept_period(m, bool(m[5]))  # "5 lb. of": no sentence ends there
     return f"{spoken} {UNITS[m[4]].say(numbers.is_singular(amount), british)}{period}"
 
 
@@ -485,7 +475,7 @@ def _plural_amount(m: re.Match[str], british: bool) -> str:
 
 
 def _weekdays(m: re.Match[str], british: bool) -> str:
-    period = "." if m[3] and _ends_sentence(m.string, m.end()) else ""
+    period = _kept_period(m, bool(m[3]))
     return f"{_WEEKDAYS[m[1]]} to {_WEEKDAYS[m[2]]}{period}"
 
 
@@ -506,7 +496,7 @@ def _title(m: re.Match[str], british: bool) -> str:
     text, end = m.string, m.end()
     name_follows = _NAME_FOLLOWS.match(text, end) is not None
     if place is not None and (not name_follows or _after_proper_name(text, m.start())):
-        return place + ("." if m[2] and _ends_sentence(text, end) else "")
+        return place + _kept_period(m, bool(m[2]))
     return title if name_follows or m[1] in ALWAYS_TITLES else m[0]
 
 
@@ -516,7 +506,7 @@ def _abbreviation(m: re.Match[str], british: bool) -> str:
     spoken, can_end_sentence = ABBREVIATIONS.get(written) or ABBREVIATIONS[key]
     if written[0].isupper() and key in ABBREVIATIONS:
         spoken = spoken[0].upper() + spoken[1:]
-    return spoken + ("." if can_end_sentence and _ends_sentence(m.string, m.end()) else "")
+    return spoken + _kept_period(m, can_end_sentence)
 
 
 # --- plain numbers and symbols -----------------------------------------------------------------------------
@@ -541,13 +531,7 @@ _PAIRED_AFTER = ("RTX", "GTX", "GT", "RX", "ISO", "RFC", "IEEE", "DIN", "ANSI", 
 
 def _paired(m: re.Match[str], british: bool) -> str:
     """ "4090" -> "forty ninety", "9001" -> "ninety oh one", "1200" -> "twelve hundred"."""
-    high, low = divmod(int(m[3]), 100)
-    words = numbers.cardinal(high, british=british)
-    if not low:
-        words += " hundred"
-    else:
-        words += (f" {numbers.ZERO_IN_DIGIT_STRING}" if low < 10 else "") + f" {numbers.cardinal(low)}"
-    return m[1] + m[2] + words
+    return m[1] + m[2] + numbers.pairs(int(m[3]))
 
 
 def _emergency(m: re.Match[str], british: bool) -> str:
@@ -667,9 +651,12 @@ _DATE_AND_TIME_RULES: list[Rule] = [
     (re.compile(r"(?<![\w.'])(\d)['′]\s?(\d{1,2})(?:\"|″|''|”)"), _height),
     (re.compile(r"(?<![\w.'])(\d)\s?ft\.?\s?(\d{1,2})\s?in\b\.?"), _feet_inches),  # "5 ft 10 in"
     # "1h 23m 45s", "3h 20m", "1m 30s", "2 hrs 30 mins": hours, minutes and seconds
-    (re.compile(r"(?<![\w.])(\d{1,4})\s?(?:h|hrs?)\s?(\d{1,2})\s?(?:m|mins?)\s?(\d{1,2})\s?(?:s|secs?)\b\.?"), _hms),
-    (re.compile(r"(?<![\w.])(\d{1,4})\s?(?:h|hrs?)\s?(\d{1,2})\s?(?:m|mins?)\b\.?"), _hours_minutes),
-    (re.compile(r"(?<![\w.])(\d{1,4})\s?(?:m|mins?)\s?(\d{1,2})\s?(?:s|secs?)\b\.?"), _minutes_seconds),
+    (
+        re.compile(r"(?<![\w.])(\d{1,4})\s?(?:h|hrs?)\s?(\d{1,2})\s?(?:m|mins?)\s?(\d{1,2})\s?(?:s|secs?)\b\.?"),
+        _duration("hour", "minute", "second"),
+    ),
+    (re.compile(r"(?<![\w.])(\d{1,4})\s?(?:h|hrs?)\s?(\d{1,2})\s?(?:m|mins?)\b\.?"), _duration("hour", "minute")),
+    (re.compile(r"(?<![\w.])(\d{1,4})\s?(?:m|mins?)\s?(\d{1,2})\s?(?:s|secs?)\b\.?"), _duration("minute", "second")),
     # "0800 hours", "1430 hours" (not "1000 hours of practice": a count)
     (re.compile(r"\b(?:(0\d)([0-5]\d)|(1\d|2[0-3])([0-5][1-9]|[1-5]0))(?=\s+hours\b)"), _military),
 ]
@@ -956,7 +943,7 @@ def _paired_emphasis(text: str) -> set[int]:
     """Where the emphasis markers of ``text`` begin ("**", "_", "~~" ...): runs that open (after a space or an
     opening mark, before a word) paired with the next run of the same kind on the line that closes (after a word,
     before a space or a closing mark); nothing inside code spans. One pass with a stack per kind: linear."""
-    code = [m.span() for m in _CODE_SPAN.finditer(text)]
+    code = _code_spans(text)
     paired: set[int] = set()
     open_runs: dict[str, list[int]] = {}
     in_code = 0  # the first code span that does not end before the run

@@ -114,9 +114,18 @@ def year(n: int, *, british: bool = False) -> str:
         return f"{cardinal(century)} hundred"
     if century % 10 == 0 and rest < 10:  # 2001..2009: "two thousand five"
         return cardinal(n, british=british)
-    if rest < 10:
-        return f"{cardinal(century)} {ZERO_IN_DIGIT_STRING} {cardinal(rest)}"
-    return f"{cardinal(century)} {cardinal(rest)}"
+    return pairs(n)
+
+
+def pairs(n: int) -> str:
+    """A number said as two pairs of digits (a model's number, a time in hours): 4090 "forty ninety", 9001 "ninety oh
+    one", 1200 "twelve hundred", 805 "eight oh five", 5 "zero oh five"."""
+    high, low = divmod(n, 100)
+    if not low:
+        return f"{cardinal(high)} hundred"
+    if low < 10:
+        return f"{cardinal(high)} {ZERO_IN_DIGIT_STRING} {cardinal(low)}"
+    return f"{cardinal(high)} {cardinal(low)}"
 
 
 def _plural(word: str) -> str:
