@@ -4,10 +4,11 @@ the target, renamed into place on success)."""
 from __future__ import annotations
 
 import contextlib
+import glob
 import hashlib
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ggtts.errors import GGTTSError, OutputError  # (OutputError is imported from here too)
@@ -21,9 +22,17 @@ def _default_mode() -> int:
     return 0o666 & ~mask
 
 
-def part_prefix(target: Path) -> str:
+def _part_prefix(target: Path) -> str:
     """The start of the name of ``target``'s temporary file while :func:`atomic_output` writes it."""
     return f".{target.name}."
+
+
+def remove_stale_parts_of(targets: Iterable[Path]) -> None:
+    """The temporary files a writer of ``targets`` killed outright (``kill -9``) left beside them: theirs only."""
+    for target in targets:
+        for part in target.parent.glob(f"{glob.escape(_part_prefix(target))}*{PART_SUFFIX}"):
+            with contextlib.suppress(OSError):
+                part.unlink()
 
 
 def _nearest_existing(directory: Path) -> Path:
@@ -55,7 +64,7 @@ def check_writable(target: str | os.PathLike[str], *, new_folders: bool = False)
     if where != target.parent and not new_folders:
         raise OutputError(f"{target}: cannot write the output: there is no folder {target.parent} (make it first)")
     try:
-        fd, name = tempfile.mkstemp(prefix=part_prefix(target), suffix=PART_SUFFIX, dir=where)
+        fd, name = tempfile.mkstemp(prefix=_part_prefix(target), suffix=PART_SUFFIX, dir=where)
     except OSError as e:
         raise OutputError(
             f"{target}: cannot write the output: cannot create a file in {where} ({e.strerror})"
@@ -75,7 +84,7 @@ def atomic_output(target: str | os.PathLike[str]) -> Iterator[Path]:
     target = Path(target)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, name = tempfile.mkstemp(prefix=part_prefix(target), suffix=PART_SUFFIX, dir=target.parent)
+        fd, name = tempfile.mkstemp(prefix=_part_prefix(target), suffix=PART_SUFFIX, dir=target.parent)
     except OSError as e:
         raise OutputError(f"{target}: cannot write the output ({e.strerror or e})") from e
     os.close(fd)

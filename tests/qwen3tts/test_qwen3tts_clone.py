@@ -160,7 +160,7 @@ def test_info_says_what_a_voice_file_is(base: Built, capsys: pytest.CaptureFixtu
 def test_a_batch_item_knows_its_voice_file(base: Built, tmp_path: Path) -> None:
     """Batch records stamp a cloned voice's own file: the voice made again under its name is spoken again."""
     from ggtts.batch.items import Item
-    from ggtts.batch.work import JobSettings
+    from ggtts.batch.work import JobSettings, source_stamps
 
     folder = tmp_path / "models"
     folder.mkdir()
@@ -168,12 +168,17 @@ def test_a_batch_item_knows_its_voice_file(base: Built, tmp_path: Path) -> None:
         shutil.copy(f, folder / Path(f).name)
     settings = JobSettings(out_dir=tmp_path / "out", model=str(folder / base.path.name), voice="anna")
     item = Item(id="a", text=TEXT)
-    before = settings.sources(item)
+
+    def sources(settings: JobSettings) -> dict[str, list[int]]:  # (what the job stamps the item's record with)
+        request = settings.request(item)
+        return source_stamps(request["model"], request["voice"])
+
+    before = sources(settings)
     assert set(before) == {"model", "voice"} and before["voice"][0] == (folder / "anna.gguf").stat().st_size
     stat = (folder / "anna.gguf").stat()
     os.utime(folder / "anna.gguf", ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))  # made again
-    assert settings.sources(item)["voice"] != before["voice"]
-    assert set(JobSettings(out_dir=tmp_path, model=settings.model).sources(item)) == {"model"}  # no voice file
+    assert sources(settings)["voice"] != before["voice"]
+    assert set(sources(JobSettings(out_dir=tmp_path, model=settings.model))) == {"model"}  # no voice file
 
 
 def test_a_voice_is_a_name_never_a_path(base: Built) -> None:

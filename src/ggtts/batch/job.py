@@ -132,6 +132,11 @@ def check_job(settings: JobSettings, local: bool = True, items: Sequence[Item] |
             if name is None:
                 raise
     several = len({family.name for _, family in opened.values()}) > 1  # families: each takes its own load options
+    device = None  # where the workers load, resolved where it matters (load options given, and they run here)
+    if local and settings.load_options:
+        from ggtts.runtime.device import AUTO, resolve_device
+
+        device = resolve_device(settings.load_options.get("device", AUTO))
     for name, (gguf, family) in opened.items():
         mine = [item for item in given if item.model == name]
         try:
@@ -140,9 +145,10 @@ def check_job(settings: JobSettings, local: bool = True, items: Sequence[Item] |
             family.check_options(settings.options)
             if any(item.voice is None for item in mine):
                 family.check_voice(settings.voice, gguf)
-            family.check_load_options(
-                family.own_load_options(settings.load_options) if several else settings.load_options
-            )
+            own = family.own_load_options(settings.load_options) if several else settings.load_options
+            family.check_load_options(own)
+            if device == "cpu":  # (on a GPU the workers' loads check: asking it here would give this process a context)
+                family.check_load_on(own, device)
         except InputError as e:
             if name is None:
                 raise
@@ -154,20 +160,6 @@ def check_job(settings: JobSettings, local: bool = True, items: Sequence[Item] |
         if "parallel" in settings.load_options and lacking:  # a worker speaks `parallel` items at once, any model's
             raise InputError(f"--parallel applies to every item of a job, and {', '.join(lacking)} does not take it: "
                              "speak those items in a job of their own")  # fmt: skip
-    if local and settings.load_options:  # the device, and each model's load options against it
-        from ggtts.runtime.device import AUTO, resolve_device
-
-        device = resolve_device(settings.load_options.get("device", AUTO))
-        if device != "cpu":
-            return  # (on a GPU the workers' loads check them: asking the GPU here would give this process a context)
-        for name, (_, family) in opened.items():
-            try:
-                family.check_load_on(family.own_load_options(settings.load_options), device)
-            except InputError as e:
-                if name is None:
-                    raise
-                first = next(item for item in given if item.model == name)
-                raise InputError(f"{name} (the model of item '{first.id}'): {e}") from None
 
 
 def run_batch(

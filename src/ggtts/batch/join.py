@@ -6,8 +6,6 @@ audiobook with chapters). Items are read back one at a time: an hours-long join 
 
 from __future__ import annotations
 
-import contextlib
-import glob
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,7 +18,7 @@ from ggtts.audio import check_output_suffix, encoded_rate, resample, soundfile_f
 from ggtts.batch.items import Item
 from ggtts.batch.manifest import DONE
 from ggtts.errors import GGTTSError, InputError
-from ggtts.fsutil import PART_SUFFIX, atomic_output, part_prefix
+from ggtts.fsutil import atomic_output, remove_stale_parts_of
 
 if TYPE_CHECKING:
     from ggtts.batch.work import JobSettings
@@ -54,14 +52,6 @@ def check_join_target(target: Path, items: Sequence[Item], settings: JobSettings
             raise InputError(f"--join {target} is item '{item.id}''s own file; join into a file of its own")
 
 
-def _remove_stale_parts(files: Sequence[Path]) -> None:
-    """The temporary files a join killed outright (``kill -9``) left for ``files``: theirs only."""
-    for file in files:
-        for part in file.parent.glob(f"{glob.escape(part_prefix(file))}*{PART_SUFFIX}"):
-            with contextlib.suppress(OSError):
-                part.unlink()
-
-
 def join_outputs(
     items: Sequence[Item], records: dict[str, dict[str, Any]], out_dir: Path, target: Path, pause_s: float
 ) -> list[dict[str, Any]]:
@@ -80,7 +70,7 @@ def join_outputs(
     rate = encoded_rate(suffix.lstrip("."), items_rate)  # (as Audio.write_to encodes)
     silence = np.zeros(round(pause_s * rate), dtype=np.float32)
     chapters: list[dict[str, Any]] = []
-    _remove_stale_parts([target, *_chapter_files(target)])
+    remove_stale_parts_of([target, *_chapter_files(target)])  # a join killed outright left its temporary files
     position = 0
     with atomic_output(target) as tmp, sf.SoundFile(tmp, "w", rate, 1, subtype, format=fmt) as out:
         for n, item in enumerate(items):

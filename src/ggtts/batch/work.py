@@ -94,11 +94,6 @@ class JobSettings:
         value = self.load_options.get("parallel", 1)
         return value if isinstance(value, int) and value > 1 else 1
 
-    def sources(self, item: Item) -> dict[str, list[int]]:
-        """The files the item's audio comes from, stamped (:func:`source_stamps`)."""
-        request = self.request(item)
-        return source_stamps(request["model"], request["voice"])
-
     def key(self, item: Item) -> str:
         return request_key(self.request(item))
 
