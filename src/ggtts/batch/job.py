@@ -145,10 +145,8 @@ def check_job(settings: JobSettings, local: bool = True, items: Sequence[Item] |
             family.check_options(settings.options)
             if any(item.voice is None for item in mine):
                 family.check_voice(settings.voice, gguf)
-            own = family.own_load_options(settings.load_options) if several else settings.load_options
-            family.check_load_options(own)
-            if device == "cpu":  # (on a GPU the workers' loads check: asking it here would give this process a context)
-                family.check_load_on(own, device)
+            # (on a GPU the workers' loads check the device: asking it here would give this process a context)
+            family.checked_load_options(settings.load_options, device if device == "cpu" else None, own_only=several)
         except InputError as e:
             if name is None:
                 raise

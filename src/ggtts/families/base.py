@@ -755,6 +755,19 @@ class Family:
                 check_path(companion.option)(options[companion.option])
         check_option_values(self.load_options, options)
 
+    def checked_load_options(
+        self, options: Mapping[str, Any], device: str | None = None, *, own_only: bool = True
+    ) -> dict[str, Any]:
+        """The load options this family's model gets of a command line's ``options`` (those it takes, where
+        ``own_only``: models of several families share the line; else all, its loader refusing one it does not
+        take), checked (:meth:`check_load_options`) and, with ``device``, against it (:meth:`check_load_on`):
+        what a server or job of several models runs for each before the first loads."""
+        own = self.own_load_options(options) if own_only else dict(options)
+        self.check_load_options(own)
+        if device is not None:
+            self.check_load_on(own, device)
+        return own
+
     def check_load_on(self, options: Mapping[str, Any], device: str) -> None:
         """``options`` against the ``device`` they load on (resolved): bfloat16 only where it is native there, and
         the family's own :attr:`device_check`. A server or job of several models runs this for each before the

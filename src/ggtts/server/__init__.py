@@ -143,10 +143,8 @@ def options_per_model(named: Sequence[tuple[str, str]], options: Mapping[str, An
         if family is None:
             own[name] = dict(options)
             continue
-        own[name] = family.own_load_options(options)
         try:
-            family.check_load_options(own[name])
-            family.check_load_on(own[name], resolve_device(own[name].get("device", AUTO)))
+            own[name] = family.checked_load_options(options, resolve_device(options.get("device", AUTO)))
         except InputError as e:
             raise InputError(f"model '{name}': {e}") from None
     return own
