@@ -21,6 +21,7 @@ from ggtts.errors import GGTTSError, InputError
         ([Item("a/../../b", "Hi.")], r"items\[0\]: id 'a/../../b' cannot name a file"),
         ([Item("a", "Hi."), Item("A", "Bye.")], r"items\[1\]: id 'A' is also used at items\[0\]"),
         ([Item("a", "Hi."), "b"], r"items\[1\] is a str, not a ggtts.batch.Item"),
+        ([Item("cafe\u0301", "Hi.")], r"items\[0\]: id 'cafe\u0301' is not a file name of NFC text"),
         ("one text", r"items must be a list of ggtts.batch.Item, got str"),
     ],
 )
