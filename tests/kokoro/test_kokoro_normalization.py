@@ -71,3 +71,15 @@ def test_the_cli_flag() -> None:
     assert family_options(parse(["speak", "hi", "--no-normalize"]))["normalization"] is False
     assert family_options(parse(["speak", "hi", "--normalize"]))["normalization"] is True
     assert "normalization" not in family_options(parse(["speak", "hi"]))
+
+
+def test_the_markdown_switch_reaches_the_japanese_frontend(tts: KokoroTTS) -> None:
+    """Japanese text (the real voices' language) has its markup taken away as English has; the switch keeps it."""
+    pytest.importorskip("pyopenjtalk")
+
+    def words(text: str, normalization: Normalization | bool = True) -> list[str]:
+        said = tts.synthesize(text, voice="v_one", lang="j", normalization=normalization)
+        return [w.text for w in said.words]
+
+    assert words("<b>注意</b>してください") == words("注意してください")
+    assert words("<b>注意</b>してください", Normalization(markdown=False)) != words("注意してください")

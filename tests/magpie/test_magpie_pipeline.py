@@ -393,3 +393,22 @@ def test_a_request_after_the_warm_up_runs_the_steps_over_fixed_tensors(files: tu
     want = plain.synthesize(text, **options).samples
     got = np.concatenate([p.samples for p in parts])
     assert got.shape == want.shape and float(np.abs(got - want).max()) < 1e-4
+
+
+def test_markup_is_taken_away_in_every_language(files: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    """English through ggtts's normalizer (its markup pass among its rules), the other languages' text with its
+    markup alone taken away (Japanese then without spaces, as NeMo's); ``normalization=False``: as written."""
+    import ggtts
+    from ggtts.text.normalize import Normalization
+
+    tts = ggtts.load(files[0])
+    seen: list[str] = []
+    encode = tts.text.encode
+    monkeypatch.setattr(tts.text, "encode", lambda text, language: seen.append(text) or encode(text, language))
+    tts.synthesize("**Hello** <b>world</b>, it costs $5.", max_frames=2)
+    tts.synthesize("**Hello** world.", max_frames=2, normalization=False)
+    assert seen == ["Hello world, it costs five dollars.", "**Hello** world."]
+    marked = "**Hallo** <b>Welt</b>, [hier](https://example.com) 5 km."
+    assert tts._normalize(marked, "de", True) == "Hallo Welt, hier 5 km."
+    assert tts._normalize("**重要** です。", "ja", True) == "重要です。"
+    assert tts._normalize(marked, "de", Normalization(markdown=False)) == marked

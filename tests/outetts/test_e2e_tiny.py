@@ -265,3 +265,15 @@ def test_several_models_refuse_outetts_cpu_options_before_any_loads(
     monkeypatch.setattr("ggtts.runtime.device.resolve_device", lambda name: "cpu")
     with pytest.raises(InputError, match=r"\(the model of item 'b'\): compile is for OuteTTS on CUDA"):
         check_job(settings, items=items)
+
+
+def test_markup_is_taken_away_before_the_prompt(tts: OuteTTS, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An LLM's reply: its Markdown and HTML never reach the prompt (llama.cpp's text processing read a link's
+    address and a tag's name as words); ``normalization=False`` keeps them."""
+    seen: list[str] = []
+    prompt_tokens = tts.prompt_tokens
+    monkeypatch.setattr(tts, "prompt_tokens", lambda text, *a: seen.append(text) or prompt_tokens(text, *a))
+    options = {**OPTS, "max_new_tokens": 2}
+    tts.synthesize("**Hello** <b>world</b>, [see](https://example.com) ✅", **options)
+    tts.synthesize("**Hello** <b>world</b>", **options, normalization=False)
+    assert seen == ["Hello world, see", "**Hello** <b>world</b>"]

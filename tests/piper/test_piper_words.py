@@ -195,3 +195,21 @@ def test_sharing_out_is_linear_in_the_clause() -> None:
         tagged = _tag_clause(said, tokens, lambda w: 4)
     owners = [w for _, w in tagged if w is not None]
     assert owners == sorted(owners) and owners[:4] == [0, 0, 0, 0] and owners[-1] == 19_999
+
+
+@pytest.mark.needs_weights
+def test_a_voice_of_another_language_has_only_its_markup_taken_away(table: PhonemeTable) -> None:
+    """A German voice (espeak-ng's "de", joe's phoneme map) reads no English rules but no Markdown either; the words
+    are still those written (a tag's or a link's with it, as in English)."""
+    import dataclasses
+
+    from ggtts.text.normalize import Normalization
+
+    german = dataclasses.replace(table, espeak_voice="de")
+    marked, plain = "**Hallo** <b>Welt</b>, [hier](https://example.com) 5 km.", "Hallo Welt, hier 5 km."
+    assert _said(german, marked, normalized=True) == _said(german, plain, normalized=True)
+    words = [w.text for w in german.spoken(marked, NORMALIZE_ALL).words]
+    assert words == ["Hallo", "<b>Welt</b>", "[hier](https://example.com)", "5", "km"]
+    assert _said(german, marked) != _said(german, plain)  # as written: the markup is read
+    assert german.spoken(marked, Normalization(markdown=False)) == german.spoken(marked)
+    assert "kilometer" not in _said(table, plain)  # (joe's English reads the units; German has its own rules)

@@ -1103,3 +1103,17 @@ def test_the_device_pick_draws_what_the_whole_filtered_race_draws(top_k: int, to
         scores = logits[j] / params.temperature
         probs = torch.softmax(filter_top_p(filter_top_k(scores, top_k), top_p), dim=-1)
         assert int(pick(j, logits[j])) == int((probs / noise[j]).argmax())
+
+
+def test_say_mode_reads_no_markup_and_chat_mode_asks_as_written(tiny: Tiny, monkeypatch: pytest.MonkeyPatch) -> None:
+    """mode="say" speaks the text without its Markdown and HTML (``normalization=False``: with them); in
+    mode="chat" the text is a question to the thinker, which reads Markdown: it goes as written."""
+    tts = tiny.tts
+    seen: list[list[str]] = []
+    stream = tts._stream
+    monkeypatch.setattr(tts, "_stream", lambda chunks, *a: seen.append(list(chunks)) or stream(chunks, *a))
+    marked = "**Hello**, <b>world</b>!"
+    tts.synthesize(marked, voice="ethan", max_frames=2)
+    tts.synthesize(marked, voice="ethan", max_frames=2, normalization=False)
+    tts.synthesize(marked, voice="ethan", max_frames=2, mode="chat", max_reply_tokens=2)
+    assert seen == [["Hello, world!"], [marked], [marked]]

@@ -3,6 +3,7 @@ upstream's (greedy), streaming, VoiceDesign's instruction, the mmproj companion,
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -279,3 +280,17 @@ def test_the_code_predictors_heads_run_as_stored(tmp_path: Path) -> None:
     ids = torch.tensor([[0, 5, 63]])
     for j in (0, 7, len(stored.codec_embd) - 1):
         assert torch.equal(stored.codec_embd[j](ids), widened.codec_embd[j](ids))
+
+
+def test_markup_never_reaches_the_talker(custom: Built, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An LLM's reply: the text the talker reads has its Markdown, HTML and decorative emoji taken away;
+    ``normalization=False`` keeps them; markup alone has nothing to say, named as written."""
+    model = load(custom.path)
+    seen: list[str] = []
+    inputs = model._inputs
+    monkeypatch.setattr(model, "_inputs", lambda text, *a: seen.append(text) or inputs(text, *a))
+    model.synthesize("**Hello**, <b>world</b>! ✅", voice="ryan", max_frames=2)
+    model.synthesize("**Hello**, world!", voice="ryan", max_frames=2, normalization=False)
+    assert seen == ["Hello, world!", "**Hello**, world!"]
+    with pytest.raises(NothingToSay, match=re.escape("'<b></b> ✅'")):
+        model.synthesize("<b></b> ✅")

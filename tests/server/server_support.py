@@ -35,17 +35,20 @@ KOKORO_FASTAPI_NORMALIZATION = {
 Post = Callable[[dict[str, object]], httpx.Response]  # a request body -> the response of a server's speech route
 
 
-def check_normalization_defaults_not_applicable(post: Post, voice: str) -> None:
-    """On a model without normalization options: Kokoro-FastAPI's defaults, sent unasked by its clients, change
-    nothing (the same bytes as without them); a choice of switches other than those (or all on) stays a 400."""
+def check_normalization_options_reach_the_markup(post: Post, voice: str) -> None:
+    """On a model whose text (here) loses only its markup: by default, and with Kokoro-FastAPI's defaults that its
+    clients send unasked, "**Hello** ... <b>today</b>" is said as "Hello ... today" (the same bytes);
+    ``markdown_normalization: false`` or ``normalize: false`` keep the markup, which then says something else."""
     body = {"input": "Hello there, how are you today?", "voice": voice, "response_format": "pcm"}
-    plain = post(body)
-    client = post({**body, "stream": True, "normalization_options": KOKORO_FASTAPI_NORMALIZATION})
-    assert plain.status_code == client.status_code == 200, client.text
-    assert client.content == plain.content
-    chosen = post({**body, "normalization_options": {"normalize": False}})
-    assert chosen.status_code == 400
-    assert chosen.json()["error"]["param"] == "normalization_options"
+    marked = {**body, "input": "**Hello** there, how are you <b>today</b>?"}
+    plain, default = post(body), post(marked)
+    client = post({**marked, "stream": True, "normalization_options": KOKORO_FASTAPI_NORMALIZATION})
+    assert plain.status_code == default.status_code == client.status_code == 200, client.text
+    assert default.content == client.content == plain.content
+    kept = post({**marked, "normalization_options": {"markdown_normalization": False}})
+    as_written = post({**marked, "normalization_options": {"normalize": False}})
+    assert kept.status_code == as_written.status_code == 200, kept.text
+    assert kept.content == as_written.content != plain.content
 
 
 @dataclass

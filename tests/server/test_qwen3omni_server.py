@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from server_support import Server, check_normalization_defaults_not_applicable, start_server, stop_server
+from server_support import Server, check_normalization_options_reach_the_markup, start_server, stop_server
 
 pytestmark = pytest.mark.needs_reference
 
@@ -69,8 +69,8 @@ def test_an_unknown_voice_is_a_400_and_the_server_goes_on(omni_server: Server) -
     assert post(omni_server, {"input": "Hello.", "voice": "ethan", "response_format": "pcm"}).status_code == 200
 
 
-def test_a_kokoro_fastapi_clients_normalization_defaults_are_not_applicable(omni_server: Server) -> None:
-    check_normalization_defaults_not_applicable(lambda body: post(omni_server, body), "chelsie")
+def test_normalization_options_take_the_markup_away_or_keep_it(omni_server: Server) -> None:
+    check_normalization_options_reach_the_markup(lambda body: post(omni_server, body), "chelsie")
 
 
 CHAT = "/v1/chat/completions"

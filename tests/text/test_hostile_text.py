@@ -87,6 +87,7 @@ def test_normalize_is_linear_on_the_reported_inputs(text: str) -> None:
 # Markup the normalizer takes away: runs of its marks, and openings that never close
 MARKUP_UNITS = ["*", "_", "#", "<", "`", "~", ">", "**a ", "_a ", "<b ", "<a x=", "[a](", "`a", "``a`", "&amp", "\\*"]
 MARKUP_UNITS += ["# a\n", "- a\n", "| a ", "![", "**a**", "<!--", "```\n"]
+MARKUP_UNITS += ["は**重", "は*", "「**", "重要**で"]  # text written without spaces: "*" opens after a letter
 
 
 @pytest.mark.parametrize("unit", MARKUP_UNITS)

@@ -48,3 +48,26 @@ def test_paragraphs_number_their_words_apart() -> None:
     chunks = list(japanese_to_phoneme_chunks("はい。\n\nはい。", max_phonemes=62))
     sources = [w.source for c in chunks for w in c.words]
     assert len(sources) == 2 and sources[0] != sources[1]
+
+
+def _said(text: str, **options: object) -> list[str]:
+    return [c.phonemes for c in japanese_to_phoneme_chunks(text, max_phonemes=120, **options)]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("marked", "plain"),
+    [
+        ("これは**重要**なお知らせです。", "これは重要なお知らせです。"),
+        ("[こちら](https://example.com)をクリックしてください。", "こちらをクリックしてください。"),
+        ("<b>注意</b>してください😊", "注意してください"),
+        ("## 手順\n- 電源を入れる\n- `reboot`を待つ", "手順。\n電源を入れる。\nrebootを待つ。"),
+    ],
+)
+def test_markup_is_not_read_aloud(marked: str, plain: str) -> None:
+    """An LLM's reply in Japanese: its Markdown, HTML and decorative emoji say nothing (the tags were read "bii",
+    the link's address letter by letter), unless the normalization switches keep them."""
+    from ggtts.text.normalize import AS_WRITTEN, Normalization
+
+    assert _said(marked) == _said(plain)
+    assert _said(marked, normalization=Normalization(markdown=False)) != _said(plain)
+    assert _said(marked, normalization=AS_WRITTEN) == _said(marked, normalization=Normalization(markdown=False))

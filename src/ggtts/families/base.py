@@ -492,12 +492,26 @@ def option(
 
 
 def text_normalization_option() -> Any:
-    """The ``normalization`` option of a family that reads English text through :mod:`ggtts.text.normalize`: on
-    by default, ``--no-normalize``, or (API) the switches of a ``Normalization``."""
+    """The ``normalization`` option of a family that reads English text through :mod:`ggtts.text.normalize` (and
+    takes the markup of other languages' text away, :mod:`ggtts.text.markup`): on by default, ``--no-normalize``,
+    or (API) the switches of a ``Normalization``."""
     return option(
         True,
-        "read numbers, dates, units, addresses and symbols in English text as words before G2P (default); "
-        "--no-normalize: the text as written (the API also takes a ggtts.text.normalize.Normalization)",
+        "read numbers, dates, units, addresses and symbols in English text as words, and take Markdown, HTML and "
+        "decorative emoji away in any language, before G2P (default); --no-normalize: the text as written (the API "
+        "also takes a ggtts.text.normalize.Normalization)",
+        flag="--normalize",
+        check=_normalization_switches,
+    )
+
+
+def markup_option(where: str = "") -> Any:
+    """The ``normalization`` option of a family that reads its text as written but for its markup
+    (:mod:`ggtts.text.markup`): a ``Normalization``'s ``markdown`` switch is the one that applies."""
+    return option(
+        True,
+        f"take Markdown, HTML and decorative emoji away before speaking{where} (default); --no-normalize: the text "
+        "as written (the API also takes a ggtts.text.normalize.Normalization: its markdown switch)",
         flag="--normalize",
         check=_normalization_switches,
     )

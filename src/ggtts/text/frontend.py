@@ -21,6 +21,7 @@ from ggtts.text.chunking import (
     iter_phoneme_chunks,
 )
 from ggtts.text.g2p import BRITISH, G2PToken, resolve_language
+from ggtts.text.markup import plain_text
 from ggtts.text.normalize import NORMALIZE_ALL, Normalization, normalize_tracked
 from ggtts.text.sanitize import bound_marks, break_long_runs
 from ggtts.text.tracking import SourceCursor, Tracked
@@ -159,19 +160,27 @@ def _spaced(tokens: list[G2PToken]) -> list[G2PToken]:
 
 
 def japanese_to_phoneme_chunks(
-    text: str, max_phonemes: int = KOKORO_MAX_PHONEMES, *, vocab: Set[str] | None = None
+    text: str,
+    max_phonemes: int = KOKORO_MAX_PHONEMES,
+    *,
+    vocab: Set[str] | None = None,
+    normalization: Normalization = NORMALIZE_ALL,
 ) -> Iterator[Chunk]:
     """Japanese text -> chunks of at most ``max_phonemes`` phonemes, cut at sentence ends (。！？), then at 、,
     then between words; each word (as the G2P finds them, with its punctuation) is a word for timestamps.
 
-    Numbers, dates and counters are read by :mod:`ggtts.text.japanese`; a blank line ends a paragraph and a line
+    Markdown, HTML and decorative emoji go first (:mod:`ggtts.text.markup`), unless ``normalization`` says not to;
+    numbers, dates and counters are read by :mod:`ggtts.text.japanese`; a blank line ends a paragraph and a line
     break is a boundary, as for English.
     """
     from ggtts.text.japanese import JapaneseG2P
 
     g2p = JapaneseG2P()
     done = 0  # written words in the paragraphs before
-    for paragraph in PARAGRAPH_BREAK.split(bound_marks(text)):
+    text = bound_marks(text)
+    if normalization.enabled and normalization.markdown:
+        text = plain_text(text)
+    for paragraph in PARAGRAPH_BREAK.split(text):
         sentences: list[list[G2PToken]] = []
         for line in paragraph.split("\n"):
             for sentence in _JAPANESE_SENTENCE.findall(line.strip()):

@@ -43,9 +43,9 @@ Key = tuple[str, str, int, frozenset[str], Normalization]
 def text_frontend(
     text: str, lang: str, max_phonemes: int, vocab: frozenset[str], normalization: Normalization = NORMALIZE_ALL
 ) -> Iterator[Chunk]:
-    """The text frontends: Japanese (``j``: numbers in kana, pyopenjtalk-plus's dictionary, misaki's romanization)
-    or English (normalize as ``normalization`` says, offline misaki G2P, espeak-ng for unknown words), each chunking
-    at its punctuation."""
+    """The text frontends: Japanese (``j``: markup taken away as ``normalization`` says, numbers in kana,
+    pyopenjtalk-plus's dictionary, misaki's romanization) or English (normalize as ``normalization`` says, offline
+    misaki G2P, espeak-ng for unknown words), each chunking at its punctuation."""
     from ggtts.text.frontend import japanese_to_phoneme_chunks, text_to_phoneme_chunks
 
     if lang.strip().lower() in JAPANESE:
@@ -53,7 +53,7 @@ def text_frontend(
 
         if not japanese_installed():
             raise InputError(f"Japanese (lang {lang!r}) is not installed here; {INSTALL_HINT}")
-        yield from japanese_to_phoneme_chunks(text, max_phonemes, vocab=vocab)
+        yield from japanese_to_phoneme_chunks(text, max_phonemes, vocab=vocab, normalization=normalization)
     else:
         yield from text_to_phoneme_chunks(text, english(lang), max_phonemes, vocab=vocab, normalization=normalization)
 

@@ -25,12 +25,14 @@ from ggtts.families.base import (
     check_seed,
     option,
     parallel_load_option,
+    text_normalization_option,
 )
 from ggtts.gguf.keys import Magpie as K
 from ggtts.gguf.keys import NanoCodec as NanoCodecKeys
 
 if TYPE_CHECKING:
     from ggtts.gguf import GGUFFile
+    from ggtts.text.normalize import Normalization
 
 MAX_CHARS = 5000
 LANGUAGES = ("en", "es", "de", "fr", "it", "vi", "zh", "hi", "ja", "pt", "ko", "ar")  # what checkpoints may hold
@@ -77,6 +79,7 @@ class MagpieOptions:
         "codec frames per streamed chunk (default: the first frame alone, then 4, then 12)",
         check=_number("chunk_frames", 1, True),
     )
+    normalization: Normalization | bool = text_normalization_option()  # noqa: RUF009 (a field; frozen)
 
 
 @dataclass(frozen=True)

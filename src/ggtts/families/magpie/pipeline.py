@@ -13,7 +13,7 @@ import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -30,6 +30,9 @@ from ggtts.models.nanocodec.model import NanoCodec
 from ggtts.runtime.frames import decode_frames
 from ggtts.runtime.lanes import LaneLoop, speeches_in_lanes
 from ggtts.text.sentences import sentence_chunks
+
+if TYPE_CHECKING:
+    from ggtts.text.normalize import Normalization
 
 # codec frames per streamed chunk unless asked: the utterance's very first frame goes out alone (first audio), then
 # RAMP_FRAMES (0.19 s at 21.5 frames/s), then DEFAULT_CHUNK_FRAMES (0.56 s: the codec decodes a push of 12 frames at
@@ -204,7 +207,7 @@ class MagpieTTSPipeline(TTSModel):
         speaker = self.voices.index(mix.single if mix is not None and mix.single else self.voices[0])
         language = o.lang or "en"
         words = CHUNK_WORDS.get(language, MAX_SENTENCE_WORDS)
-        chunks = sentences(self._normalize(text, language), words, language)
+        chunks = sentences(self._normalize(text, language, o.normalization), words, language)
         tokenizer_ids = [self.text.encode(s, language) for s in chunks]
         tokenizer_ids = [ids for ids in tokenizer_ids if len(ids) > 1]
         if not tokenizer_ids:
@@ -215,14 +218,14 @@ class MagpieTTSPipeline(TTSModel):
         params = self.params(o)
         return self._stream(tokenizer_ids, speaker, params, o.chunk_frames, codec)
 
-    def _normalize(self, text: str, language: str) -> str:
-        if language == "ja":  # as NeMo's do_tts: its Japanese path drops whitespace
-            return re.sub(r"\s+", "", text)
-        if language != "en":
-            return text
-        from ggtts.text.normalize import normalize
+    def _normalize(self, text: str, language: str, normalization: Normalization | bool) -> str:
+        """English through ggtts's normalizer, other languages' markup taken away, as ``normalization`` says."""
+        from ggtts.text.normalize import normalization_switches, normalize, unmarked
 
-        return normalize(text)
+        if language == "en":
+            return normalize(text, switches=normalization_switches(normalization))
+        text = unmarked(text, normalization)
+        return re.sub(r"\s+", "", text) if language == "ja" else text  # as NeMo's do_tts: its Japanese drops spaces
 
     def _stream(
         self, chunks: list[list[int]], speaker: int, params: GenerationParams, frames_per_chunk: int | None,

@@ -22,6 +22,7 @@ from ggtts.families.base import (
     check_number,
     check_path,
     check_seed,
+    markup_option,
     option,
     parallel_load_option,
     precision_load_option,
@@ -31,6 +32,7 @@ from ggtts.gguf.keys import Tokenizer as TK
 
 if TYPE_CHECKING:
     from ggtts.gguf import GGUFFile
+    from ggtts.text.normalize import Normalization
 
 MAX_CHARS = 2000
 CODE_TOKEN = re.compile(r"<\|(\d+)\|>")  # an audio code in the LM's vocabulary
@@ -105,6 +107,7 @@ class OuteTTSOptions:
         8, "codes of lookahead per streamed chunk", check=check_number("lookahead", 0, whole=True),
         streaming_only=True,
     )  # fmt: skip
+    normalization: Normalization | bool = markup_option()  # noqa: RUF009 (a field; frozen)
 
 
 @dataclass(frozen=True)

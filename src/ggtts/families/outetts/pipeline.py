@@ -21,6 +21,7 @@ import torch
 from ggtts.audio import Audio
 from ggtts.errors import GGTTSError, GGUFError, InputError
 from ggtts.families.base import (
+    NothingToSay,
     Request,
     TTSModel,
     UnknownVoiceError,
@@ -49,6 +50,7 @@ from ggtts.runtime.frames import TokenDecoder, decode_frames
 from ggtts.runtime.lanes import LaneLoop, TokenLanes
 from ggtts.runtime.sampling import Sampler, SamplingParams
 from ggtts.runtime.streaming import WindowedDecoder
+from ggtts.text.normalize import unmarked
 
 NEWLINE = "\n"
 WARM_UP_CODES = 2  # the warm-up's codes: the prompt and a step or two run
@@ -279,7 +281,10 @@ class _Utterance:
         o = self.options = request.options
         speaker = model._speaker(request.voice)
         version = OuteTTSVersion(o.version) if o.version else speaker.version or model.version
-        prompt, guide = model.prompt_tokens(request.text, speaker, version)
+        said = unmarked(request.text, o.normalization)
+        if not any(ch.isalnum() for ch in said):  # (what process_text would find too, named as the user wrote it)
+            raise NothingToSay(request.text)
+        prompt, guide = model.prompt_tokens(said, speaker, version)
         room = model.lm.cfg.context_length - len(prompt)
         if room < 1:
             raise InputError(

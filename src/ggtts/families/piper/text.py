@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from ggtts.errors import GGUFError
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Piper as K
+from ggtts.text.markup import strip_markup
 from ggtts.text.normalize import AS_WRITTEN, Normalization, normalize_tracked
 from ggtts.text.tracking import Tracked, shown
 
@@ -121,7 +122,9 @@ class PhonemeTable:
     def spoken(self, text: str, normalization: Normalization = AS_WRITTEN) -> Spoken:
         """:meth:`sentences`, each phoneme knowing the written word of ``text`` it says. An English voice reads
         numbers, dates, units and symbols as words first, as ``normalization`` says (:mod:`ggtts.text.normalize`:
-        "$25" "twenty-five dollars" where espeak-ng alone says "dollar twenty five"); the words stay as written."""
+        "$25" "twenty-five dollars" where espeak-ng alone says "dollar twenty five"); a voice of another language
+        has only Markdown, HTML and decorative emoji taken away (:mod:`ggtts.text.markup`). The words stay as
+        written."""
         words: list[Word] = []
         pieces: list[Tagged] = []
         if self.phoneme_type == "text":  # a voice trained on characters: its words are the text's own
@@ -133,6 +136,8 @@ class PhonemeTable:
             if self.english and normalization.enabled:
                 british = self.espeak_voice.lower().startswith("en-gb")
                 tracked = normalize_tracked(text, british=british, switches=normalization)
+            elif normalization.enabled and normalization.markdown:  # another language: only its markup goes
+                tracked = strip_markup(tracked, english=False)
             owners = _Owners(text, tracked, words)
             sentence: list[Tagged] = []  # its clauses
             for clause in espeak().clauses(tracked.text, self.espeak_voice):

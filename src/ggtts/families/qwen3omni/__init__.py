@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ggtts.errors import InputError
 from ggtts.families.base import (
@@ -25,6 +25,7 @@ from ggtts.families.base import (
     check_path,
     check_seed,
     find_beside,
+    markup_option,
     option,
     parallel_load_option,
     precision_load_option,
@@ -32,6 +33,9 @@ from ggtts.families.base import (
 from ggtts.gguf.keys import Qwen3OmniAudio as AudioKeys
 from ggtts.gguf.keys import Qwen3OmniTalker as TalkerKeys
 from ggtts.gguf.keys import Qwen3OmniThinker as ThinkerKeys
+
+if TYPE_CHECKING:
+    from ggtts.text.normalize import Normalization
 
 MAX_CHARS = 5000
 TALKER_ARCH = TalkerKeys.ARCH
@@ -118,6 +122,9 @@ class Qwen3OmniOptions(TalkerSamplingOptions):
         12,
         "codec frames per streamed chunk (the first goes out alone, then 4, then this many)",
         check=_number("chunk_frames", 1, 1000, True),
+    )
+    normalization: Normalization | bool = markup_option(  # noqa: RUF009 (a field; frozen)
+        " (mode=say; a chat's question goes to the thinker as written)"
     )
 
 

@@ -48,6 +48,7 @@ from ggtts.models.qwen3omni_talker.model import Talker, TalkerStack
 from ggtts.ops.stored_experts import DENSE_ROWS
 from ggtts.ops.stored_weights import stored_weights_plan, use_planned_weights
 from ggtts.runtime.lanes import LaneLoop, speeches_in_lanes
+from ggtts.text.normalize import unmarked
 from ggtts.text.sentences import sentence_chunks
 
 CHUNK_WORDS = 60  # a chunk of text spoken as one chat turn (about 20 s of speech)
@@ -216,10 +217,11 @@ class Qwen3OmniPipeline(TTSModel):
         return talker_sampling(self.talker.cfg.sampling, self.talker.cfg.cp_sampling, o)
 
     def run(self, request: Request[Qwen3OmniOptions]) -> Iterator[Audio]:
-        o, text = request.options, request.text
+        o = request.options
+        text = unmarked(request.text, o.normalization) if o.mode == "say" else request.text
         self._check_companions(o)
         if not any(ch.isalnum() for ch in text):
-            raise NothingToSay(text)
+            raise NothingToSay(request.text)
         speaker = self._speaker(request.voice)
         params = self.sampling(o)
         chunks = sentence_chunks(text, CHUNK_WORDS) if o.mode == "say" else [text.strip()]

@@ -25,6 +25,7 @@ from ggtts.families.base import (
     check_path,
     check_seed,
     find_beside,
+    markup_option,
     option,
     parallel_load_option,
     precision_load_option,
@@ -35,6 +36,7 @@ from ggtts.gguf.keys import Qwen3TTSVoice as VoiceKeys
 
 if TYPE_CHECKING:
     from ggtts.gguf import GGUFFile
+    from ggtts.text.normalize import Normalization
 
 MAX_CHARS = 5000
 MAX_INSTRUCT_CHARS = 1000
@@ -100,6 +102,7 @@ class Qwen3TTSOptions(TalkerSamplingOptions):
         "codec frames per streamed chunk (the first goes out alone, then 4, then this many)",
         check=_number("chunk_frames", 1, 1000, True),
     )
+    normalization: Normalization | bool = markup_option()  # noqa: RUF009 (a field; frozen)
 
 
 def is_mmproj(gguf: GGUFFile) -> bool:

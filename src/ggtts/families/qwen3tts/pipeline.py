@@ -40,6 +40,7 @@ from ggtts.models.qwen3tts.config import MIN_FRAMES
 from ggtts.models.qwen3tts.decoder import SpeechDecoder, fingerprint
 from ggtts.models.qwen3tts.model import Talker
 from ggtts.runtime.lanes import LaneLoop, speeches_in_lanes
+from ggtts.text.normalize import unmarked
 from ggtts.text.sentences import sentence_chunks
 
 CHUNK_WORDS = 60  # about 20 s of speech per prompt
@@ -158,12 +159,13 @@ class Qwen3TTSPipeline(TTSModel):
                 *encode(after, parse_special=True)]  # fmt: skip
 
     def run(self, request: Request[Qwen3TTSOptions]) -> Iterator[Audio]:
-        o, text = request.options, request.text
+        o = request.options
+        text = unmarked(request.text, o.normalization)
         if o.mmproj is not None and Path(o.mmproj).resolve() != Path(self.mmproj_path).resolve():
             raise InputError(f"mmproj {o.mmproj} differs from the one loaded ({self.mmproj_path}): it is chosen at "
                              "load (ggtts.load(..., mmproj=PATH), --mmproj)")  # fmt: skip
         if not any(ch.isalnum() for ch in text):
-            raise NothingToSay(text)
+            raise NothingToSay(request.text)
         speaker = request.voice.single if request.voice is not None else None
         if request.voice is not None and speaker is None:
             raise InputError("Qwen3-TTS speaks in one voice at a time")
