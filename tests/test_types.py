@@ -1,4 +1,5 @@
-"""The whole package type-checks: mypy over src/ggtts (pyproject's [tool.mypy]), clean. mypy runs beside the other
+"""The whole package type-checks: mypy over src/ggtts (pyproject's [tool.mypy]), clean, and so do the uses of its
+public API in tests/api_types (a wrong annotation there is an error in a caller's code). mypy runs beside the other
 tests (tests/type_check.py)."""
 
 from __future__ import annotations

@@ -16,13 +16,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NICENESS = 10
+# the package, and uses of its public API that must type-check (pyproject's [tool.mypy] files)
+CHECKED = (ROOT / "src" / "ggtts", ROOT / "tests" / "api_types" / "public_api.py")
 
 
 class TypeCheck:
     def __init__(self, niceness: int = NICENESS) -> None:
         self.cache = tempfile.mkdtemp(prefix="ggtts-mypy-")  # a fresh cache: every module checked, as in CI
         command = [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), "--cache-dir",
-                   self.cache, str(ROOT / "src" / "ggtts")]  # fmt: skip
+                   self.cache, *map(str, CHECKED)]  # fmt: skip
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         with contextlib.suppress(OSError):  # set from here: a preexec_fn is unsafe where threads run
             os.setpriority(os.PRIO_PROCESS, self.process.pid, niceness)

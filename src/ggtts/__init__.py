@@ -1,6 +1,6 @@
 """ggtts: local, fast text-to-speech with open models stored as GGUF files."""
 
-from ggtts.api import TTSModel, load
+from ggtts.api import AudioStream, TTSModel, load
 from ggtts.audio import Audio, WordTiming
 from ggtts.errors import GGTTSError, GGUFError, InputError, OutputError, UnsupportedArchitectureError
 
@@ -23,6 +23,7 @@ def architectures() -> list[str]:
 
 __all__ = [
     "Audio",
+    "AudioStream",
     "GGTTSError",
     "GGUFError",
     "InputError",

@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from ggtts.errors import GGTTSError, InputError
-from ggtts.families.base import MAX_SPEED, MIN_SPEED, TTSModel, check_speed, check_text
+from ggtts.families.base import MAX_SPEED, MIN_SPEED, AudioStream, TTSModel, check_speed, check_text
 from ggtts.gguf import GGUFFile
 
 DEFAULT_MODEL = "kokoro"
 
-__all__ = ["DEFAULT_MODEL", "MAX_SPEED", "MIN_SPEED", "TTSModel", "check_speed", "check_text", "load"]
+__all__ = ["DEFAULT_MODEL", "MAX_SPEED", "MIN_SPEED", "AudioStream", "TTSModel", "check_speed", "check_text", "load"]
 
 
 def builtin_names() -> dict[str, str]:

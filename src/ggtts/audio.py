@@ -15,7 +15,7 @@ import numpy as np
 import soundfile as sf
 
 from ggtts.errors import InputError
-from ggtts.fsutil import atomic_output
+from ggtts.fsutil import atomic_output, check_writable
 
 # suffix -> (soundfile format, subtype)
 FILE_FORMATS: dict[str, tuple[str, str]] = {
@@ -134,12 +134,14 @@ class Audio:
         """Write to ``path`` (format from the suffix; ``.wav`` is 16-bit PCM unless ``float_wav``).
 
         The file is written under a temporary name and renamed, so a failure leaves nothing under ``path``; one
-        that cannot be written is an :class:`~ggtts.fsutil.OutputError` naming it.
+        that cannot be written is an :class:`~ggtts.fsutil.OutputError` naming it. Its folder must exist: a missing
+        one is an error, as for ``ggtts speak -o``, not made.
         """
         if not isinstance(path, str | os.PathLike) or isinstance(os.fspath(path), bytes):
             raise InputError(f"save takes a file's path (str or pathlib.Path), got {type(path).__name__}")
         path = Path(path).expanduser()
         suffix = check_output_suffix(path)
+        check_writable(path)  # (atomic_output would make a missing folder)
         encoded = io.BytesIO()  # encoded first: a full disk is then one OSError, not soundfile's callback tracebacks
         self.write_to(encoded, suffix, float_wav=float_wav)
         with atomic_output(path) as tmp:

@@ -316,6 +316,19 @@ def test_save_failure_is_an_output_error_and_still_an_oserror(tmp_path: Path) ->
     assert isinstance(caught.value, OSError)
 
 
+@pytest.mark.parametrize("case", CASES)
+def test_save_refuses_what_speak_refuses(tmp_path: Path, unwritable_dir: Path, case: str) -> None:
+    """Audio.save refuses an output as ``ggtts speak -o`` does, in the same words: a missing folder is one error
+    that names it, not a folder made. Nothing is written."""
+    target, reason = _targets(tmp_path, unwritable_dir)[case]
+    before = _snapshot(tmp_path)
+    with pytest.raises(OutputError) as caught:
+        Audio(np.zeros(10, dtype=np.float32), SAMPLE_RATE).save(target)
+    message = str(caught.value)
+    assert f"{target}: cannot write the output" in message and reason in message, message
+    assert _snapshot(tmp_path) == before
+
+
 @pytest.mark.parametrize("rate", [16000, 22050, 24000])
 def test_an_opus_file_at_any_model_rate(tmp_path: Path, rate: int) -> None:
     """Opus encodes 8, 12, 16, 24 and 48 kHz: a 22,050 Hz voice's audio (Piper's, Magpie's) is resampled to 48 kHz

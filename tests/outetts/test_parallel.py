@@ -670,7 +670,7 @@ def test_the_warm_up_makes_the_step_a_default_request_uses(files: dict[str, Path
             for text in TEXTS[:2]:  # requests as a server's run them (in the lane loop, with parallel)
                 chunks = model.stream(text, seed=2, chunk_codes=4)
                 assert len(list(itertools.islice(chunks, 2))) == 2
-                chunks.close()  # type: ignore[attr-defined]
+                chunks.close()
         assert made() == warm
     finally:
         if model.lanes is not None:

@@ -534,7 +534,7 @@ def test_the_warm_up_makes_the_graphs_a_default_request_uses(built: Built, paral
             streams = [model.stream(t, VOICES[1], **options) for t in TEXTS[:parallel]]  # (at once, with lanes)
             for stream in streams:
                 assert len([c for _, c in zip(range(3), stream, strict=False)]) == 3
-                stream.close()  # type: ignore[attr-defined]
+                stream.close()
         assert _graphs(model) == warm
     finally:
         if model.lanes is not None:

@@ -47,7 +47,7 @@ _FIELD_TYPES: tuple[tuple[str, tuple[type, ...], str], ...] = (
 class JobSettings:
     """What applies to every item unless the item says otherwise (model, voice, speed)."""
 
-    out_dir: Path
+    out_dir: Path  # given as any folder's path (a str too), held as a Path
     model: str | None = None  # a GGUF path or built-in name; None: the default model
     voice: str | None = None
     speed: float = 1.0
@@ -55,6 +55,14 @@ class JobSettings:
     format: str = "wav"
     float_wav: bool = False
     load_options: dict[str, Any] = field(default_factory=dict)  # device, precision, ... (ggtts.load's options)
+
+    if TYPE_CHECKING:  # the dataclass's own __init__ as mypy is to read it: out_dir may be a str (__post_init__)
+
+        def __init__(
+            self, out_dir: str | os.PathLike[str], model: str | None = ..., voice: str | None = ...,
+            speed: float = ..., options: dict[str, Any] = ..., format: str = ..., float_wav: bool = ...,
+            load_options: dict[str, Any] = ...,
+        ) -> None: ...  # fmt: skip
 
     def __post_init__(self) -> None:
         """Each field's type checked (they come from Python callers too): an InputError naming a wrong one."""

@@ -17,7 +17,7 @@ import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, Self, TypeVar
 
 import numpy as np
 
@@ -273,11 +273,20 @@ class Request(Generic[Opts]):
     streaming: bool = True
 
 
+class AudioStream(Iterator[Audio], Protocol):
+    """What :meth:`TTSModel.stream` returns: the utterance's chunks, each made as it is asked for. ``close()``
+    gives up the rest (none of it is made): a generator's ``close``, or a parallel model's lanes letting the
+    utterance go (:class:`~ggtts.runtime.lanes.LaneLoop`)."""
+
+    def close(self) -> None: ...
+
+
 class TTSModel(ABC):
     """A loaded text-to-speech model.
 
     ``synthesize`` returns the whole utterance; ``stream`` yields chunks as they are ready, which concatenate to
-    the same audio. ``family`` is the record of the family the model belongs to.
+    the same audio (closing the stream gives up the rest: :class:`AudioStream`). ``family`` is the record of the
+    family the model belongs to.
 
     Both are one template: :meth:`request` checks the text, resolves the voice, checks the speed against the
     record and builds the family's options dataclass, before any work; the family's :meth:`run` then makes the
@@ -393,10 +402,9 @@ class TTSModel(ABC):
             self.family.check_blend(mix, self.voices)
         return mix
 
-    def stream(
-        self, text: str, voice: str | VoiceMix | None = None, speed: float = 1.0, **options: Any
-    ) -> Iterator[Audio]:
-        """Audio chunk by chunk; the request is checked before the first chunk is asked for."""
+    def stream(self, text: str, voice: str | VoiceMix | None = None, speed: float = 1.0, **options: Any) -> AudioStream:
+        """Audio chunk by chunk; the request is checked before the first chunk is asked for. ``close()`` the stream
+        to stop early: what is not made yet never is."""
         return self.run(self.request(text, voice, speed, streaming=True, **options))
 
     @property
@@ -405,7 +413,7 @@ class TTSModel(ABC):
         OuteTTS's ``parallel`` load option and :mod:`ggtts.runtime.lanes`)."""
         return 1
 
-    def run(self, request: Request[Any]) -> Iterator[Audio]:
+    def run(self, request: Request[Any]) -> AudioStream:
         """The family's synthesis of a checked request: its audio, chunk by chunk (whole when not
         ``request.streaming``: one chunk or more, concatenated by :meth:`synthesize`)."""
         raise NotImplementedError(f"{type(self).__name__} implements neither run nor stream")

@@ -243,7 +243,7 @@ class LaneLoop(Generic[T]):
         self.steps = 0  # steps run
         self.most_lanes = 0  # the most lanes one step has run
 
-    def run(self, make: Callable[[], LaneWork[T]]) -> Iterator[T]:
+    def run(self, make: Callable[[], LaneWork[T]]) -> _Outputs[T]:
         """The outputs of one utterance (``make`` builds its work on the loop's thread), as the loop makes them. It
         joins the loop now, not at the first output asked for (utterances asked together decode together). A
         request given up while waiting (:func:`~ggtts.runtime.cancel.check_cancelled`), or the iterator closed or

@@ -14,7 +14,7 @@ import torch
 
 from ggtts.audio import Audio, WordTiming
 from ggtts.errors import GGTTSError, InputError
-from ggtts.families.base import NothingToSay, Request, TTSModel, VoiceMix, check_seed
+from ggtts.families.base import AudioStream, NothingToSay, Request, TTSModel, VoiceMix, check_seed
 from ggtts.families.kokoro import FAMILY, KokoroOptions
 from ggtts.families.kokoro.frontend import Phonemizer, TextAhead, english, not_japanese, text_key
 from ggtts.families.kokoro.frontend import text_frontend as _text_frontend
@@ -291,7 +291,7 @@ class KokoroTTS(TTSModel):
             return Audio(np.zeros(0, dtype=np.float32), self.sample_rate)
         return Audio(parts[0].samples, self.sample_rate, parts[0].words)
 
-    def run(self, request: Request[KokoroOptions]) -> Iterator[Audio]:
+    def run(self, request: Request[KokoroOptions]) -> AudioStream:
         """Audio chunk by chunk: text through the frontend, or (``phonemes=True``) a phoneme string as is.
 
         The chunks concatenate to exactly what :meth:`synthesize` returns (it is built from them). Each carries

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +19,7 @@ import torch
 
 from ggtts.audio import Audio
 from ggtts.errors import GGUFError, InputError
-from ggtts.families.base import MAX_SEED, NothingToSay, Request, TTSModel, find_beside, not_found_beside
+from ggtts.families.base import MAX_SEED, AudioStream, NothingToSay, Request, TTSModel, find_beside, not_found_beside
 from ggtts.families.magpie import CODEC_ARCH, FAMILY, MagpieOptions
 from ggtts.families.magpie.generate import GenerationParams, MagpieGenerator, Utterance
 from ggtts.families.magpie.lanes import MagpieLanes
@@ -193,7 +193,7 @@ class MagpieTTSPipeline(TTSModel):
             seed=o.seed,
         )
 
-    def run(self, request: Request[MagpieOptions]) -> Iterator[Audio]:
+    def run(self, request: Request[MagpieOptions]) -> AudioStream:
         o, text = request.options, request.text
         codec = self._request_codec(o.codec) if o.codec else self.codec
         if codec is None:
@@ -230,7 +230,7 @@ class MagpieTTSPipeline(TTSModel):
     def _stream(
         self, chunks: list[list[int]], speaker: int, params: GenerationParams, frames_per_chunk: int | None,
         codec: NanoCodec,
-    ) -> Iterator[Audio]:  # fmt: skip
+    ) -> AudioStream:  # fmt: skip
         def speech(i: int, offset: float) -> ChunkSpeech:
             seed = ((params.seed or 0) + i) % (MAX_SEED + 1)
             generator = MagpieGenerator(self.model, GenerationParams(**{**params.__dict__, "seed": seed}))
@@ -243,7 +243,7 @@ class MagpieTTSPipeline(TTSModel):
 
 
 @torch.inference_mode()  # (the steps over fixed tensors write into tensors a warm-up made in this mode)
-def _alone(n: int, speech: Callable[[int, float], ChunkSpeech]) -> Iterator[Audio]:
+def _alone(n: int, speech: Callable[[int, float], ChunkSpeech]) -> Generator[Audio, None, None]:
     """``n`` chunks' speech (``speech(i, offset)``: chunk ``i``'s), one after another on this thread."""
     offset = 0.0
     for i in range(n):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import torch
 from ggtts.audio import Audio
 from ggtts.errors import GGTTSError, GGUFError, InputError
 from ggtts.families.base import (
+    AudioStream,
     NothingToSay,
     Request,
     TTSModel,
@@ -250,7 +251,7 @@ class OuteTTS(TTSModel):
             )
         return self.vocoder
 
-    def run(self, request: Request[OuteTTSOptions]) -> Iterator[Audio]:
+    def run(self, request: Request[OuteTTSOptions]) -> AudioStream:
         """Streaming: audio chunks while generating (windowed decoding; see :mod:`ggtts.runtime.streaming`).
         Whole: every code generated, then all decoded at once (exactly hop samples per code). With the ``parallel``
         load option the utterance decodes in the model's lane loop (:mod:`ggtts.runtime.lanes`), beside the others
@@ -259,14 +260,14 @@ class OuteTTS(TTSModel):
         if self.lanes is not None:
             return self.lanes.run(lambda: _Utterance(self, request, vocoder))
         if not request.streaming:
-            return iter(list(self._alone(_Utterance(self, request, vocoder))))
+            return self._alone(_Utterance(self, request, vocoder))
         return self._streamed(request, vocoder)
 
-    def _streamed(self, request: Request[OuteTTSOptions], vocoder: WavTokenizerDecoder) -> Iterator[Audio]:
+    def _streamed(self, request: Request[OuteTTSOptions], vocoder: WavTokenizerDecoder) -> Generator[Audio, None, None]:
         """The stream; its cache and prompt are made at the first chunk asked for, not before."""
         yield from self._alone(_Utterance(self, request, vocoder))
 
-    def _alone(self, utterance: _Utterance) -> Iterator[Audio]:
+    def _alone(self, utterance: _Utterance) -> Generator[Audio, None, None]:
         for codes in self._utterance_codes(utterance):
             yield from utterance.audio(codes)
         yield from utterance.on_end()

@@ -7,7 +7,7 @@ so a word starts where its first phoneme's ids start and ends where its last pho
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Any
 
 import numpy as np
@@ -15,7 +15,7 @@ import torch
 
 from ggtts.audio import Audio, WordTiming
 from ggtts.errors import GGUFError, InputError
-from ggtts.families.base import NothingToSay, Request, TTSModel
+from ggtts.families.base import AudioStream, NothingToSay, Request, TTSModel
 from ggtts.families.piper import FAMILY, MAX_NOISE, PiperOptions, voices
 from ggtts.families.piper.text import PhonemeTable, Piece, Spoken
 from ggtts.gguf import GGUFFile
@@ -78,7 +78,7 @@ class PiperPipeline(TTSModel):
         if self.table.phoneme_type != "text":
             self.table.sentences("Hello.")  # espeak-ng's library and its data
 
-    def run(self, request: Request[Any]) -> Iterator[Audio]:
+    def run(self, request: Request[Any]) -> AudioStream:
         options: PiperOptions = request.options
         speaker = self._voices.index(request.voice.single) if request.voice and request.voice.single else 0
         spoken = self.table.spoken(request.text, normalization_switches(options.normalization))
@@ -86,7 +86,9 @@ class PiperPipeline(TTSModel):
             raise NothingToSay(request.text)
         return self._sentences(spoken, options, speaker, request.speed)
 
-    def _sentences(self, spoken: Spoken, options: PiperOptions, speaker: int, speed: float) -> Iterator[Audio]:
+    def _sentences(
+        self, spoken: Spoken, options: PiperOptions, speaker: int, speed: float
+    ) -> Generator[Audio, None, None]:
         generator = torch.Generator().manual_seed(options.seed)
         device = next(self.model.parameters()).device
         offset = 0.0

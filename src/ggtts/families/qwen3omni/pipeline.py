@@ -27,6 +27,7 @@ from ggtts.audio import Audio
 from ggtts.errors import GGUFError, InputError
 from ggtts.families.base import (
     MAX_SEED,
+    AudioStream,
     NothingToSay,
     Request,
     TTSModel,
@@ -216,7 +217,7 @@ class Qwen3OmniPipeline(TTSModel):
     def sampling(self, o: Qwen3OmniOptions) -> TalkerSampling:
         return talker_sampling(self.talker.cfg.sampling, self.talker.cfg.cp_sampling, o)
 
-    def run(self, request: Request[Qwen3OmniOptions]) -> Iterator[Audio]:
+    def run(self, request: Request[Qwen3OmniOptions]) -> AudioStream:
         o = request.options
         text = unmarked(request.text, o.normalization) if o.mode == "say" else request.text
         self._check_companions(o)
@@ -377,7 +378,7 @@ class Qwen3OmniPipeline(TTSModel):
         system: str | None,
         frames_per_chunk: int,
         reply_tokens: int,
-    ) -> Iterator[Audio]:
+    ) -> AudioStream:
         cfg = self.talker.cfg
 
         def encode(s: str) -> list[int]:
@@ -403,7 +404,7 @@ class Qwen3OmniPipeline(TTSModel):
     def _chunks(
         self, n: int, said: Callable[[int], tuple[list[int], list[int]]], speaker: int, params: TalkerSampling,
         frames_per_chunk: int,
-    ) -> Iterator[Audio]:  # fmt: skip
+    ) -> Generator[Audio, None, None]:  # fmt: skip
         """Each chunk's reply made here, on the caller's thread (the thinker's answer in mode chat), then spoken."""
         offset = 0.0
         for i in range(n):

@@ -10,7 +10,7 @@ the first two frames.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import torch
 
 from ggtts.audio import Audio
 from ggtts.errors import GGUFError, InputError
-from ggtts.families.base import NothingToSay, Request, TTSModel, VoiceMix, not_found_beside
+from ggtts.families.base import AudioStream, NothingToSay, Request, TTSModel, VoiceMix, not_found_beside
 from ggtts.families.qwen3omni.generate import TalkerSampling
 from ggtts.families.qwen3omni.pipeline import (
     FrameSpeech,
@@ -158,7 +158,7 @@ class Qwen3TTSPipeline(TTSModel):
         return [*encode(before, parse_special=True), *encode(instruct, parse_special=False),
                 *encode(after, parse_special=True)]  # fmt: skip
 
-    def run(self, request: Request[Qwen3TTSOptions]) -> Iterator[Audio]:
+    def run(self, request: Request[Qwen3TTSOptions]) -> AudioStream:
         o = request.options
         text = unmarked(request.text, o.normalization)
         if o.mmproj is not None and Path(o.mmproj).resolve() != Path(self.mmproj_path).resolve():
@@ -237,7 +237,7 @@ class Qwen3TTSPipeline(TTSModel):
 
     def _stream(
         self, prompts: list[Any], params: TalkerSampling, frames_per_chunk: int, speaker: str | None
-    ) -> Iterator[Audio]:
+    ) -> AudioStream:
         def speech(i: int, offset: float) -> FrameSpeech:
             return FrameSpeech(self.talker, prompts[i], self.decoder_stream(speaker), self.sample_rate, params, i,
                                offset, frames_per_chunk, MIN_FRAMES)  # fmt: skip
@@ -246,7 +246,7 @@ class Qwen3TTSPipeline(TTSModel):
             return speeches_in_lanes(self.lanes, len(prompts), speech)
         return self._alone(len(prompts), speech)
 
-    def _alone(self, n: int, speech: Callable[[int, float], FrameSpeech]) -> Iterator[Audio]:
+    def _alone(self, n: int, speech: Callable[[int, float], FrameSpeech]) -> Generator[Audio, None, None]:
         offset = 0.0
         for i in range(n):
             offset = yield from speak_frames(speech(i, offset))
