@@ -34,7 +34,8 @@ class Flag:
 def family_flags(kind: Kind) -> dict[str, Flag]:
     """Option name -> its flag, for every field of the families' ``kind`` dataclasses that has one; the first
     family's declaration gives the default; the help names every family that takes it (all of them: 'every
-    family'), or where their declarations say different things, gives each family's own."""
+    family'), or where their declarations say different things, gives each help once, after the families whose it
+    is."""
     from ggtts.families import families
 
     first: dict[str, dataclasses.Field[Any]] = {}
@@ -52,8 +53,11 @@ def family_flags(kind: Kind) -> dict[str, Flag]:
         if len(set(by_family.values())) == 1:
             where = "every family" if len(who) == everyone else ", ".join(who)
             text = f"{f.metadata['help']} ({where})"
-        else:
-            text = "; ".join(f"{family}: {help_}" for family, help_ in by_family.items())
+        else:  # each help once, after the families that share it
+            sharing: dict[str, list[str]] = {}
+            for family, help_ in by_family.items():
+                sharing.setdefault(help_, []).append(family)
+            text = "; ".join(f"{', '.join(names)}: {help_}" for help_, names in sharing.items())
         out[name] = Flag(
             name, f.metadata["flag"], f.default, text, f.metadata.get("choices"), tuple(who), _value_type(f)
         )

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 import pytest
 
@@ -30,3 +31,16 @@ def test_a_value_is_refused_only_where_no_family_takes_it() -> None:
     assert given(parser.parse_args(["--lang", "fr"]), PER_CALL) == {"lang": "fr"}
     with pytest.raises(InputError, match="seed must be between 0 and"):
         given(parser.parse_args(["--seed", "-5"]), PER_CALL)
+
+
+def test_a_help_several_families_share_is_written_once() -> None:
+    """``--normalize``: Kokoro, Magpie and Piper read English through the normalizer, OuteTTS and Qwen3-TTS only
+    lose markup: each help is said once, after the families it is for (it was said six times, once per family)."""
+    from ggtts.families import family_named
+    from ggtts.flags import family_flags
+
+    help_ = family_flags(PER_CALL)["normalization"].help
+    english = next(f for f in dataclasses.fields(family_named("kokoro").options) if f.name == "normalization")
+    assert help_.count(english.metadata["help"]) == 1
+    assert help_.count("take Markdown, HTML and decorative emoji away before speaking") == 2  # Qwen3-Omni's differs
+    assert "kokoro, magpie, piper: read numbers" in help_ and "outetts, qwen3tts: take Markdown" in help_
