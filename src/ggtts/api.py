@@ -47,11 +47,13 @@ def load(path_or_name: str | os.PathLike[str] | None = None, device: str = "auto
     ``device``: ``"auto"`` (CUDA where this torch has it, else the CPU), ``"cpu"``, ``"cuda"`` or ``"cuda:N"``.
     ``options`` are the family's load options (its record's ``load_options``: ``precision=`` for Kokoro, say) and
     companion files (``vocoder=`` for OuteTTS); an unknown one, or a bad value, is an InputError before any
-    weight is read. The file's family is found from its metadata.
+    weight is read. ``lexicon=`` (every family's): a pronunciation lexicon, a file's path or ``{written: said}``
+    (:mod:`ggtts.text.lexicon`). The file's family is found from its metadata.
     """
     from ggtts.families import family_for
     from ggtts.runtime.device import resolve_device
     from ggtts.runtime.memory import tune_allocator
+    from ggtts.text.lexicon import as_lexicon
 
     options = {key: value for key, value in options.items() if value is not None}  # (None: not given, as per call)
     gguf = GGUFFile(resolve_model_path(path_or_name))
@@ -59,4 +61,7 @@ def load(path_or_name: str | os.PathLike[str] | None = None, device: str = "auto
     family.check_load_options({"device": device, **options})
     device = resolve_device(device)
     tune_allocator()
-    return family.model_class().from_gguf(gguf, device=device, **options)
+    lexicon = as_lexicon(options.pop("lexicon", None))  # every family's: the model reads it, no loader does
+    model = family.model_class().from_gguf(gguf, device=device, **options)
+    model.lexicon = lexicon
+    return model

@@ -218,6 +218,7 @@ def _companion_options(family: Family, options: dict[str, Any]) -> dict[str, Any
 
 def cmd_speak(args: argparse.Namespace) -> int:
     import ggtts
+    from ggtts import flags
     from ggtts.api import resolve_model_path
     from ggtts.audio import Audio, check_output_suffix, merge_words, wav_header
     from ggtts.captions import check_caption_suffix, save_timestamps
@@ -241,7 +242,10 @@ def cmd_speak(args: argparse.Namespace) -> int:
     if args.timestamps is not None and not family.capabilities.timestamps:
         raise GGTTSError(f"{family.name} gives no word timestamps; leave out --timestamps")
     # the text read while torch is imported and the model loads (choosing the device imports torch: after this)
-    ahead = import_target(family.read_ahead)(gguf, text, options) if family.read_ahead is not None else {}
+    given_at_load = flags.given(args, flags.LOAD)
+    family.check_load_options(given_at_load)  # (a lexicon file that cannot be read costs no load either)
+    lexicon = given_at_load.get("lexicon")
+    ahead = import_target(family.read_ahead)(gguf, text, options, lexicon) if family.read_ahead is not None else {}
     model = ggtts.load(args.model, **load_options(args, family, options), **ahead)
     if args.output == "-":
         if args.float:

@@ -55,8 +55,8 @@ def family_flags(kind: Kind) -> dict[str, Flag]:
             text = f"{f.metadata['help']} ({where})"
         else:  # each help once, after the families that share it
             sharing: dict[str, list[str]] = {}
-            for family, help_ in by_family.items():
-                sharing.setdefault(help_, []).append(family)
+            for owner, help_ in by_family.items():
+                sharing.setdefault(help_, []).append(owner)
             text = "; ".join(f"{', '.join(names)}: {help_}" for help_, names in sharing.items())
         out[name] = Flag(
             name, f.metadata["flag"], f.default, text, f.metadata.get("choices"), tuple(who), _value_type(f)

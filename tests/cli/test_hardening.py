@@ -375,3 +375,35 @@ def test_a_seed_out_of_range_is_one_line_before_loading(
 def test_a_seed_in_range_reaches_the_model(tmp_path: Path, loads: list[SilentModel], seed: int) -> None:
     assert main(["speak", "hello", "--seed", str(seed), "-o", str(tmp_path / "x.wav")]) == 0
     assert loads[0].calls[0][1]["seed"] == seed
+
+
+# ---- lexicon ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(None, "no such lexicon file"), ("ggtts gee\n", "words.txt:1: an entry is 'written = said'")],
+)
+def test_a_lexicon_that_cannot_be_read_is_one_line_before_loading(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], loads: list[SilentModel], content: str | None, message: str
+) -> None:
+    lexicon = tmp_path / "words.txt"
+    if content is not None:
+        lexicon.write_text(content, encoding="utf-8")
+    out = tmp_path / "out"
+    out.mkdir()
+    assert main(["speak", "hello", "--lexicon", str(lexicon), "-o", str(out / "x.wav")]) == 1
+    line = _one_line(capsys)
+    assert message in line, line
+    assert loads == [] and list(out.iterdir()) == []
+
+
+def test_a_lexicon_is_a_load_option_of_every_model(tmp_path: Path) -> None:
+    """``ggtts.load(..., lexicon=)``: a file or a dict, refused (before any weight is read) where it is neither."""
+    from ggtts.errors import InputError
+    from ggtts.text.lexicon import Lexicon
+
+    with pytest.raises(InputError, match="no such lexicon file"):
+        ggtts.load("kokoro", lexicon=tmp_path / "missing.txt")
+    with pytest.raises(InputError, match="lexicon must be a file's path or a mapping"):
+        ggtts.load("kokoro", lexicon=["ggtts"])
+    model = ggtts.load("kokoro", lexicon={"ggtts": "banana"})
+    assert model.lexicon == Lexicon.of({"ggtts": "banana"}) and model.said("I use GGTTS.") == "I use banana."

@@ -78,9 +78,11 @@ def test_every_command_parses(line: str) -> None:
 
 @pytest.fixture(scope="module")
 def scratch(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A folder with the files the examples name: a chapter, another model file (the default model, linked)."""
+    """A folder with the files the examples name: a chapter, a lexicon, another model file (the default model,
+    linked)."""
     folder = tmp_path_factory.mktemp("readme")
     (folder / "chapter.txt").write_text("A short chapter. It has two sentences.\n")
+    (folder / "words.txt").write_text("ggtts = gee gee tee tee ess\n")
     path = default_model_path()
     if not path.exists():
         assert cli.main(["info", "kokoro"]) == 0  # builds the default model, as a first speak would

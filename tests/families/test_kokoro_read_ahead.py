@@ -24,13 +24,17 @@ TIMEOUT_S = 300  # catches a hang only
 CHILD_CHECKS = r"""
 import json, os, sys
 from ggtts.families.kokoro import frontend
+from ggtts.text.lexicon import Lexicon
 from ggtts.text.normalize import AS_WRITTEN, NORMALIZE_ALL
 
 vocab = frozenset(json.loads(sys.argv[1]))
 cases = {
-    "several chunks": ("I paid $1,234,567.89 today. Then at 3:45 pm, Dr. Smith left!", "a", 62, vocab, NORMALIZE_ALL),
-    "british": ("The colour of 2 GB.", "b", 510, vocab, NORMALIZE_ALL),
-    "as written": ("It is 2 GB.", "a", 510, vocab, AS_WRITTEN),
+    "several chunks": (
+        "I paid $1,234,567.89 today. Then at 3:45 pm, Dr. Smith left!", "a", 62, vocab, NORMALIZE_ALL, None
+    ),
+    "british": ("The colour of 2 GB.", "b", 510, vocab, NORMALIZE_ALL, None),
+    "as written": ("It is 2 GB.", "a", 510, vocab, AS_WRITTEN, None),
+    "lexicon": ("I use ggtts.", "a", 510, vocab, NORMALIZE_ALL, Lexicon.of({"ggtts": "banana"})),
 }
 results = {"torch before": "torch" in sys.modules}
 import threading
@@ -44,8 +48,9 @@ other_thread.start()
 results["two threads"] = frontend.read_ahead(gguf, "Hello.", {})
 release.set()
 other_thread.join()
-chosen = frontend.read_ahead(gguf, "Hello.", {"normalization": False})["phonemizer"]
-results["key"] = [chosen.key[0], chosen.key[1], chosen.key[2], chosen.key[3] == vocab, chosen.key[4] == AS_WRITTEN]
+chosen = frontend.read_ahead(gguf, "Hello.", {"normalization": False}, {"Hello": "Howdy"})["phonemizer"]
+results["key"] = [chosen.key[0], chosen.key[1], chosen.key[2], chosen.key[3] == vocab, chosen.key[4] == AS_WRITTEN,
+                  chosen.key[5] == Lexicon.of({"Hello": "Howdy"})]
 results["read ahead"] = list(chosen(*chosen.key)) == list(frontend.text_frontend(*chosen.key))
 for name, key in cases.items():
     ahead = frontend.TextAhead(key)
@@ -99,7 +104,7 @@ import signal, subprocess
 code = (
     "import time\nfrom ggtts.families.kokoro import frontend\n"
     "frontend.text_frontend = lambda *a: iter([time.sleep(600)])\n"
-    "ahead = frontend.TextAhead(('x', 'a', 62, frozenset(), None))\n"
+    "ahead = frontend.TextAhead(('x', 'a', 62, frozenset(), None, None))\n"
     "print(ahead._child.pid, flush=True)\ntime.sleep(600)\n"
 )
 parent_process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
@@ -139,7 +144,7 @@ def counted(self, child):
 frontend.TextAhead._received = counted
 from ggtts.cli import main
 
-status = main(["speak", "-m", sys.argv[1], sys.argv[2], "-o", sys.argv[3], "-v", "v_one"])
+status = main(["speak", "-m", sys.argv[1], sys.argv[2], "-o", sys.argv[3], "-v", "v_one", *sys.argv[4:]])
 print(json.dumps([status, taken]))
 """
 
@@ -169,12 +174,13 @@ def test_the_child_reads_what_the_frontend_reads(tiny: Path) -> None:
     assert isinstance(results, dict)
     assert results.pop("torch before") is False
     assert results.pop("phonemes") == {} and results.pop("two threads") == {}  # phonemes; not one thread
-    assert results.pop("key") == ["Hello.", "a", 62, True, True]  # as the model will ask for the text
+    assert results.pop("key") == ["Hello.", "a", 62, True, True, True]  # as the model will ask for the text
     assert results.pop("read ahead") is True
     several = results.pop("several chunks")
     assert several[0] is True and several[1] == several[2] >= 3  # every chunk the child's, and the same
     assert results.pop("british")[:2] == [True, 1]
     assert results.pop("as written")[:2] == [True, 1]
+    assert results.pop("lexicon")[:2] == [True, 1]
     assert results == {
         "killed": [True, 0],  # all read here
         "failed after one": [True, 1],  # the first from the child, the rest read here, none twice
@@ -199,6 +205,21 @@ def test_speak_uses_the_text_read_ahead_and_says_the_same(tiny: Path, tmp_path: 
     assert rate == expected.sample_rate
     pcm = np.frombuffer(expected.pcm16(), dtype="<i2")
     assert len(said) == len(pcm) and np.abs(said.astype(np.int32) - pcm).max() <= 2  # threads may differ: 2 LSB
+
+
+def test_speak_reads_ahead_with_the_lexicon_the_model_is_given(tiny: Path, tmp_path: Path) -> None:
+    """``--lexicon``: the text read ahead is read with it, as the model will read it (else the child's reading
+    would be of another key, and of no use)."""
+    lexicon = tmp_path / "words.txt"
+    lexicon.write_text("ggtts = banana\n", encoding="utf-8")
+    status, taken = _python(CLI_RUN, str(tiny), "I use ggtts.", str(tmp_path / "out.wav"), "--lexicon", str(lexicon))
+    assert status == 0
+    model = ggtts.load(str(tiny))
+    assert isinstance(model, KokoroTTS)
+    here = [
+        c.phonemes for c in model.phonemizer("I use banana.", "a", model.config.max_phonemes, frozenset(model.vocab))
+    ]
+    assert taken == here
 
 
 def test_no_read_ahead_after_torch_is_imported(tiny: Path) -> None:

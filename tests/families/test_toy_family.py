@@ -161,10 +161,12 @@ def test_its_load_option_on_every_command_line_and_in_the_api(
     # refused before any weight is read, in one line: its check, an option it lacks, a device there is not
     with pytest.raises(ggtts.InputError, match="loudness must be positive, got -1"):
         ggtts.load(toy, loudness=-1.0)
-    with pytest.raises(ggtts.InputError, match="toy has no load option 'precision'; it takes device, loudness"):
+    with pytest.raises(
+        ggtts.InputError, match="toy has no load option 'precision'; it takes device, lexicon, loudness"
+    ):
         ggtts.load(toy, precision="bfloat16")
     assert main(["speak", "-m", str(toy), "one", "--precision", "bfloat16", "-o", str(out)]) == 1
-    assert "toy has no load option 'precision'; it takes device, loudness" in capsys.readouterr().err
+    assert "toy has no load option 'precision'; it takes device, lexicon, loudness" in capsys.readouterr().err
     assert main(["speak", "-m", str(toy), "one", "--precision", "float32", "-o", str(out)]) == 0  # asks nothing
     assert main(["speak", "-m", str(toy), "one", "--device", "tpu", "-o", str(out)]) == 1
     assert "unknown device 'tpu'; use one of auto, cpu, cuda, cuda:N" in capsys.readouterr().err

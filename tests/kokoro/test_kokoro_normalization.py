@@ -83,3 +83,26 @@ def test_the_markdown_switch_reaches_the_japanese_frontend(tts: KokoroTTS) -> No
 
     assert words("<b>注意</b>してください") == words("注意してください")
     assert words("<b>注意</b>してください", Normalization(markdown=False)) != words("注意してください")
+
+
+@pytest.mark.parametrize(
+    ("written", "respelled", "lang", "words"),
+    [
+        ("I use ggtts, GGTTS too.", "I use banana, banana too.", "a", ["I", "use", "ggtts", "GGTTS", "too"]),
+        ("東京に行く。", "大阪に行く。", "j", ["大阪", "に", "行く"]),  # Japanese words are the G2P's: as said
+    ],
+)
+def test_a_lexicon_says_its_words(
+    tts: KokoroTTS, monkeypatch: pytest.MonkeyPatch, written: str, respelled: str, lang: str, words: list[str]
+) -> None:
+    """The lexicon's words are said as it spells them out (the same audio as the respelled text), in English and in
+    Japanese; English word timestamps show what was written."""
+    from ggtts.text.lexicon import Lexicon
+
+    if lang == "j":
+        pytest.importorskip("pyopenjtalk")
+    plain = tts.synthesize(respelled, voice="v_one", lang=lang)
+    monkeypatch.setattr(tts, "lexicon", Lexicon.of({"ggtts": "banana", "東京": "大阪"}))
+    said = tts.synthesize(written, voice="v_one", lang=lang)
+    assert (said.samples == plain.samples).all()
+    assert [w.text for w in said.words] == words

@@ -399,6 +399,7 @@ def test_markup_is_taken_away_in_every_language(files: tuple[Path, Path], monkey
     """English through ggtts's normalizer (its markup pass among its rules), the other languages' text with its
     markup alone taken away (Japanese then without spaces, as NeMo's); ``normalization=False``: as written."""
     import ggtts
+    from ggtts.text.lexicon import Lexicon
     from ggtts.text.normalize import Normalization
 
     tts = ggtts.load(files[0])
@@ -407,7 +408,11 @@ def test_markup_is_taken_away_in_every_language(files: tuple[Path, Path], monkey
     monkeypatch.setattr(tts.text, "encode", lambda text, language: seen.append(text) or encode(text, language))
     tts.synthesize("**Hello** <b>world</b>, it costs $5.", max_frames=2)
     tts.synthesize("**Hello** world.", max_frames=2, normalization=False)
-    assert seen == ["Hello world, it costs five dollars.", "**Hello** world."]
+    monkeypatch.setattr(tts, "lexicon", Lexicon.of({"world": "planet", "Welt": "Erde"}))  # first, always
+    tts.synthesize("**Hello** world.", max_frames=2, normalization=False)
+    assert seen == ["Hello world, it costs five dollars.", "**Hello** world.", "**Hello** planet."]
+    assert tts._normalize("**Hallo** <b>Welt</b>", "de", True) == "Hallo Erde"
+    monkeypatch.setattr(tts, "lexicon", None)
     marked = "**Hallo** <b>Welt</b>, [hier](https://example.com) 5 km."
     assert tts._normalize(marked, "de", True) == "Hallo Welt, hier 5 km."
     assert tts._normalize("**重要** です。", "ja", True) == "重要です。"

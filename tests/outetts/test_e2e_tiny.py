@@ -25,6 +25,7 @@ from ggtts.families.outetts.pipeline import OuteTTS, decode_codes
 from ggtts.gguf import GGUFFile
 from ggtts.models.wavtokenizer.model import WavTokenizerDecoder
 from ggtts.runtime.streaming import WindowedDecoder
+from ggtts.text.lexicon import Lexicon
 
 HOP = 320
 TINY_SPEAKER = Path(__file__).parent / "data" / "tiny_speaker.json"
@@ -276,4 +277,6 @@ def test_markup_is_taken_away_before_the_prompt(tts: OuteTTS, monkeypatch: pytes
     options = {**OPTS, "max_new_tokens": 2}
     tts.synthesize("**Hello** <b>world</b>, [see](https://example.com) ✅", **options)
     tts.synthesize("**Hello** <b>world</b>", **options, normalization=False)
-    assert seen == ["Hello world, see", "**Hello** <b>world</b>"]
+    monkeypatch.setattr(tts, "lexicon", Lexicon.of({"world": "planet"}))  # (a lexicon's words: first, always)
+    tts.synthesize("**Hello** <b>World</b>", **options, normalization=False)
+    assert seen == ["Hello world, see", "**Hello** <b>world</b>", "**Hello** <b>planet</b>"]

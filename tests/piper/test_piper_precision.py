@@ -79,7 +79,7 @@ def test_bfloat16_audio_is_close_to_float32_but_not_equal(voice: Path) -> None:
 def test_precision_is_a_load_option_refused_where_not_native(voice: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(InputError, match="unknown precision 'int4'; use one of float32, bfloat16"):
         ggtts.load(voice, precision="int4")
-    with pytest.raises(InputError, match="piper has no load option 'compile'; it takes device, precision"):
+    with pytest.raises(InputError, match="piper has no load option 'compile'; it takes device, lexicon, precision"):
         ggtts.load(voice, compile=True)
     from ggtts.ops import precision as ops_precision  # where the load-time check asks
 

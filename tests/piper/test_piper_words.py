@@ -213,3 +213,21 @@ def test_a_voice_of_another_language_has_only_its_markup_taken_away(table: Phone
     assert _said(german, marked) != _said(german, plain)  # as written: the markup is read
     assert german.spoken(marked, Normalization(markdown=False)) == german.spoken(marked)
     assert "kilometer" not in _said(table, plain)  # (joe's English reads the units; German has its own rules)
+
+
+@pytest.mark.needs_weights
+def test_a_lexicon_says_its_words_and_they_stay_as_written(table: PhonemeTable) -> None:
+    """The lexicon's words are said as spelled out, normalized or not, by an English voice or another; the timed
+    words are those written."""
+    import dataclasses
+
+    from ggtts.text.lexicon import Lexicon
+    from ggtts.text.normalize import AS_WRITTEN
+
+    lexicon = Lexicon.of({"ggtts": "banana"})
+    for voice in (table, dataclasses.replace(table, espeak_voice="de")):
+        for switches in (NORMALIZE_ALL, AS_WRITTEN):
+            said = voice.spoken("I use ggtts daily.", switches, lexicon)
+            plain = voice.spoken("I use banana daily.", switches)
+            assert [p.phonemes for p in said.pieces] == [p.phonemes for p in plain.pieces]
+            assert [w.text for w in said.words] == ["I", "use", "ggtts", "daily"]

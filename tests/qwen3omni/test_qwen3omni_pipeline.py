@@ -27,6 +27,7 @@ import torch
 
 from ggtts.measure.forcing import Forcing, draw_margin
 from ggtts.measure.qwen3omni.parity import forced_codes, frame_forcings
+from ggtts.text.lexicon import Lexicon
 from near_ties import relative_difference as _relative
 
 pytestmark = pytest.mark.needs_reference
@@ -1116,4 +1117,7 @@ def test_say_mode_reads_no_markup_and_chat_mode_asks_as_written(tiny: Tiny, monk
     tts.synthesize(marked, voice="ethan", max_frames=2)
     tts.synthesize(marked, voice="ethan", max_frames=2, normalization=False)
     tts.synthesize(marked, voice="ethan", max_frames=2, mode="chat", max_reply_tokens=2)
-    assert seen == [["Hello, world!"], [marked], [marked]]
+    monkeypatch.setattr(tts, "lexicon", Lexicon.of({"world": "planet"}))  # say mode's text, not a question
+    tts.synthesize(marked, voice="ethan", max_frames=2)
+    tts.synthesize(marked, voice="ethan", max_frames=2, mode="chat", max_reply_tokens=2)
+    assert seen == [["Hello, world!"], [marked], [marked], ["Hello, planet!"], [marked]]

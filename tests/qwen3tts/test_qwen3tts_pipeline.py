@@ -18,6 +18,7 @@ from ggtts.api import load
 from ggtts.errors import InputError
 from ggtts.families.base import NothingToSay, UnknownVoiceError, VoiceBlendError
 from ggtts.gguf import GGUFFile
+from ggtts.text.lexicon import Lexicon
 
 pytestmark = pytest.mark.needs_reference
 
@@ -291,6 +292,8 @@ def test_markup_never_reaches_the_talker(custom: Built, monkeypatch: pytest.Monk
     monkeypatch.setattr(model, "_inputs", lambda text, *a: seen.append(text) or inputs(text, *a))
     model.synthesize("**Hello**, <b>world</b>! ✅", voice="ryan", max_frames=2)
     model.synthesize("**Hello**, world!", voice="ryan", max_frames=2, normalization=False)
-    assert seen == ["Hello, world!", "**Hello**, world!"]
+    model.lexicon = Lexicon.of({"world": "planet"})  # (a lexicon's words: first, always)
+    model.synthesize("**Hello**, world!", voice="ryan", max_frames=2)
+    assert seen == ["Hello, world!", "**Hello**, world!", "Hello, planet!"]
     with pytest.raises(NothingToSay, match=re.escape("'<b></b> ✅'")):
         model.synthesize("<b></b> ✅")

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
     from ggtts.gguf import GGUFFile
     from ggtts.runtime.lanes import LaneLoop
+    from ggtts.text.lexicon import Lexicon
 
 MIN_SPEED = 0.25  # OpenAI's /v1/audio/speech range (and Kokoro-FastAPI's)
 MAX_SPEED = 4.0
@@ -296,6 +297,12 @@ class TTSModel(ABC):
     family: ClassVar[Family | None] = None
     sample_rate: int
     lanes: LaneLoop[Any] | None = None  # utterances decoded together (the ``parallel`` load option): use_lanes
+    lexicon: Lexicon | None = None  # the user's own pronunciations (the ``lexicon`` load option), read before all
+
+    def said(self, text: str) -> str:
+        """``text`` with the words of the model's lexicon said as it says (for a family whose words are not timed:
+        those that are apply it where they track each word's span)."""
+        return text if self.lexicon is None else self.lexicon.said(text)
 
     @classmethod
     @abstractmethod
@@ -568,6 +575,14 @@ def parallel_load_option(what: str, devices: str = "CPU and CUDA") -> Any:
     )
 
 
+def _lexicon(value: Any) -> Any:
+    """The ``lexicon`` load option, read (so a bad file is refused before any load)."""
+    from ggtts.text.lexicon import as_lexicon
+
+    as_lexicon(value)
+    return value
+
+
 @dataclass(frozen=True)
 class LoadOptions:
     """What every family's loader takes; a family with more subclasses it (fields made with :func:`option`)."""
@@ -577,6 +592,13 @@ class LoadOptions:
         "torch device: auto (CUDA where this torch has it, else the CPU; the default), cpu, cuda, cuda:N",
         flag="--device",
         check=check_device_name,
+    )
+    lexicon: Any = option(  # noqa: RUF009 (a field; frozen)
+        None,
+        "a pronunciation lexicon: a file of lines 'written = said' (or a JSON object; the API also takes a dict), "
+        "each written word said as spelled out there, in every language",
+        flag="--lexicon",
+        check=_lexicon,
     )
 
 

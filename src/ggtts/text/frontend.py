@@ -21,6 +21,7 @@ from ggtts.text.chunking import (
     iter_phoneme_chunks,
 )
 from ggtts.text.g2p import BRITISH, G2PToken, resolve_language
+from ggtts.text.lexicon import Lexicon
 from ggtts.text.markup import plain_text
 from ggtts.text.normalize import NORMALIZE_ALL, Normalization, normalize_tracked
 from ggtts.text.sanitize import bound_marks, break_long_runs
@@ -115,18 +116,20 @@ def text_to_phoneme_chunks(
     *,
     vocab: Set[str] | None = None,
     normalization: Normalization = NORMALIZE_ALL,
+    lexicon: Lexicon | None = None,
 ) -> Iterator[Chunk]:
     """English text -> chunks of at most ``max_phonemes`` phonemes, in order, ready for the model.
 
     ``lang`` is ``"a"`` (American) or ``"b"`` (British) or an alias (``"en-us"``, ``"en-gb"``). With
     ``vocab``, symbols outside it are removed (the limit still holds: filtering only shortens). Chunks left
     with nothing to say (no phonemes, or only punctuation) are skipped; empty text yields nothing.
-    ``normalization`` says which groups of :mod:`ggtts.text.normalize`'s rules run (all by default).
+    ``normalization`` says which groups of :mod:`ggtts.text.normalize`'s rules run (all by default); a ``lexicon``'s
+    words are said as it says, first (:mod:`ggtts.text.lexicon`; the words keep the spans of those written).
     The cost is linear in the length of ``text``, whatever it holds (see :mod:`ggtts.text.sanitize`).
     """
     code = resolve_language(lang)
     source = bound_marks(text)  # what the words' texts are taken from: ``text`` itself, unless it was sanitized
-    tracked = normalize_tracked(source, british=code == BRITISH, switches=normalization)
+    tracked = normalize_tracked(source, british=code == BRITISH, switches=normalization, lexicon=lexicon)
     normalized = break_long_runs(tracked.text)  # only adds spaces: the cursor still finds every token
     paragraphs = iter_paragraphs(normalized, lang=code, max_phonemes=max_phonemes)
     yield from _keep_vocab(_trace_words(paragraphs, SourceCursor(tracked, source)), vocab)
@@ -165,11 +168,13 @@ def japanese_to_phoneme_chunks(
     *,
     vocab: Set[str] | None = None,
     normalization: Normalization = NORMALIZE_ALL,
+    lexicon: Lexicon | None = None,
 ) -> Iterator[Chunk]:
     """Japanese text -> chunks of at most ``max_phonemes`` phonemes, cut at sentence ends (。！？), then at 、,
     then between words; each word (as the G2P finds them, with its punctuation) is a word for timestamps.
 
-    Markdown, HTML and decorative emoji go first (:mod:`ggtts.text.markup`), unless ``normalization`` says not to;
+    A ``lexicon``'s words are said as it says first; Markdown, HTML and decorative emoji go next
+    (:mod:`ggtts.text.markup`), unless ``normalization`` says not to;
     numbers, dates and counters are read by :mod:`ggtts.text.japanese`; a blank line ends a paragraph and a line
     break is a boundary, as for English.
     """
@@ -177,7 +182,7 @@ def japanese_to_phoneme_chunks(
 
     g2p = JapaneseG2P()
     done = 0  # written words in the paragraphs before
-    text = bound_marks(text)
+    text = bound_marks(text if lexicon is None else lexicon.said(text))
     if normalization.enabled and normalization.markdown:
         text = plain_text(text)
     for paragraph in PARAGRAPH_BREAK.split(text):

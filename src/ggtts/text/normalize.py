@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from ggtts.errors import InputError
 from ggtts.runtime.cancel import check_cancelled
 from ggtts.text import numbers
+from ggtts.text.lexicon import Lexicon
 from ggtts.text.markup import plain_text, strip_markup
 from ggtts.text.tracking import Tracked
 from ggtts.text.words import (
@@ -797,11 +798,14 @@ def _normalize_plain(text: Tracked, british: bool, switches: Normalization) -> T
     return text
 
 
-def normalize_tracked(text: str, *, british: bool = False, switches: Normalization = NORMALIZE_ALL) -> Tracked:
-    """:func:`normalize`, each character of the result knowing the span of ``text`` it was made from."""
+def normalize_tracked(
+    text: str, *, british: bool = False, switches: Normalization = NORMALIZE_ALL, lexicon: Lexicon | None = None
+) -> Tracked:
+    """:func:`normalize`, each character of the result knowing the span of ``text`` it was made from. A
+    ``lexicon``'s words are said as it says first, whatever the switches (they are the user's own)."""
+    tracked = Tracked.of(text) if lexicon is None else lexicon.apply(Tracked.of(text))
     if not switches.enabled:
-        return Tracked.of(text)
-    tracked = Tracked.of(text)
+        return tracked
     if switches.markdown:
         tracked = strip_markup(tracked)
     tracked = tracked.sub(re.compile("\u2212"), lambda m: "-").sub(_UNICODE_SPACES, lambda m: " ")

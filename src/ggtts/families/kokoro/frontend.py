@@ -28,6 +28,7 @@ from ggtts.text.normalize import NORMALIZE_ALL, Normalization, normalization_swi
 if TYPE_CHECKING:
     from ggtts.gguf import GGUFFile
     from ggtts.text.chunking import Chunk
+    from ggtts.text.lexicon import Lexicon
 
 log = logging.getLogger(__name__)
 
@@ -36,16 +37,22 @@ Phonemizer = Callable[[str, str, int, frozenset[str]], Iterable["str | Chunk"]]
 :class:`~ggtts.text.chunking.Chunk` objects, whose words then get timestamps (a plain string's words are its
 phoneme words)."""
 
-# The phonemizer's arguments: text, language, max phonemes, vocabulary, normalization switches
-Key = tuple[str, str, int, frozenset[str], Normalization]
+# The phonemizer's arguments: text, language, max phonemes, vocabulary, normalization switches, lexicon
+Key = tuple[str, str, int, frozenset[str], Normalization, "Lexicon | None"]
 
 
 def text_frontend(
-    text: str, lang: str, max_phonemes: int, vocab: frozenset[str], normalization: Normalization = NORMALIZE_ALL
+    text: str,
+    lang: str,
+    max_phonemes: int,
+    vocab: frozenset[str],
+    normalization: Normalization = NORMALIZE_ALL,
+    lexicon: Lexicon | None = None,
 ) -> Iterator[Chunk]:
     """The text frontends: Japanese (``j``: markup taken away as ``normalization`` says, numbers in kana,
     pyopenjtalk-plus's dictionary, misaki's romanization) or English (normalize as ``normalization`` says, offline
-    misaki G2P, espeak-ng for unknown words), each chunking at its punctuation."""
+    misaki G2P, espeak-ng for unknown words), each chunking at its punctuation; a ``lexicon``'s words are said as
+    it says, first."""
     from ggtts.text.frontend import japanese_to_phoneme_chunks, text_to_phoneme_chunks
 
     if lang.strip().lower() in JAPANESE:
@@ -53,9 +60,13 @@ def text_frontend(
 
         if not japanese_installed():
             raise InputError(f"Japanese (lang {lang!r}) is not installed here; {INSTALL_HINT}")
-        yield from japanese_to_phoneme_chunks(text, max_phonemes, vocab=vocab, normalization=normalization)
+        yield from japanese_to_phoneme_chunks(
+            text, max_phonemes, vocab=vocab, normalization=normalization, lexicon=lexicon
+        )
     else:
-        yield from text_to_phoneme_chunks(text, english(lang), max_phonemes, vocab=vocab, normalization=normalization)
+        yield from text_to_phoneme_chunks(
+            text, english(lang), max_phonemes, vocab=vocab, normalization=normalization, lexicon=lexicon
+        )
 
 
 def english(lang: str) -> str:
@@ -89,14 +100,15 @@ def text_key(
     limit: int,
     vocab: frozenset[str],
     normalization: Normalization | bool,
+    lexicon: Lexicon | None = None,
     *,
     warn: bool = True,
 ) -> Key:
     """The built-in phonemizer's arguments for ``text``: the call's ``lang`` (else the text's default for a file of
-    the ``configured`` language), the model's ``limit`` and ``vocab``, the normalization switches. The model and
-    :func:`read_ahead` both take them from here, so what is read ahead is what the model asks for."""
+    the ``configured`` language), the model's ``limit`` and ``vocab``, the normalization switches, the lexicon. The
+    model and :func:`read_ahead` both take them from here, so what is read ahead is what the model asks for."""
     language = lang or default_language(text, configured, warn=warn)
-    return (text, language, limit, vocab, normalization_switches(normalization))
+    return (text, language, limit, vocab, normalization_switches(normalization), lexicon)
 
 
 class TextAhead:
@@ -126,15 +138,21 @@ class TextAhead:
         self.taken = 0  # chunks the child made that were used
 
     def __call__(
-        self, text: str, lang: str, limit: int, vocab: frozenset[str], normalization: Normalization = NORMALIZE_ALL
+        self,
+        text: str,
+        lang: str,
+        limit: int,
+        vocab: frozenset[str],
+        normalization: Normalization = NORMALIZE_ALL,
+        lexicon: Lexicon | None = None,
     ) -> Iterable[Chunk]:
         child, self._child = self._child, None
-        if child is not None and (text, lang, limit, vocab, normalization) == self.key:
+        if child is not None and (text, lang, limit, vocab, normalization, lexicon) == self.key:
             return self._received(child)
         if child is not None:  # not the text read ahead: its reading is of no use
             log.debug("the model asked for another text than the one read ahead: read here")
             self._stop(child)
-        return text_frontend(text, lang, limit, vocab, normalization)
+        return text_frontend(text, lang, limit, vocab, normalization, lexicon)
 
     def _received(self, child: Any) -> Iterator[Chunk]:
         """The child's chunks as they come; where it fails, the rest read here. The child is gone after."""
@@ -199,9 +217,10 @@ def _end_with(parent: int) -> None:
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
-def read_ahead(gguf: GGUFFile, text: str, options: Mapping[str, Any]) -> dict[str, Any]:
+def read_ahead(gguf: GGUFFile, text: str, options: Mapping[str, Any], lexicon: object = None) -> dict[str, Any]:
     """Load options for ``ggtts speak``: ``phonemizer``, a :class:`TextAhead` of ``text`` as the model will read it
-    (the file's language, limit and vocabulary, the call's ``lang`` and ``normalization``), where that pays and is
+    (the file's language, limit and vocabulary, the call's ``lang`` and ``normalization``, the ``lexicon`` load
+    option), where that pays and is
     safe: on Linux, in a process of one thread that has not imported torch (a fork copies no other thread:
     not torch's pools, nor a lock another thread holds), for text (not ``phonemes``). Empty where not."""
     from ggtts.families.base import check_text
@@ -215,5 +234,10 @@ def read_ahead(gguf: GGUFFile, text: str, options: Mapping[str, Any]) -> dict[st
     c = KokoroConfig.from_gguf(gguf)
     text = check_text(text, FAMILY.capabilities.max_input_chars)
     normalization = options.get("normalization", True)
-    key = text_key(text, options.get("lang"), c.language, c.max_phonemes, frozenset(c.vocab), normalization, warn=False)
+    from ggtts.text.lexicon import as_lexicon
+
+    words = as_lexicon(lexicon)
+    key = text_key(
+        text, options.get("lang"), c.language, c.max_phonemes, frozenset(c.vocab), normalization, words, warn=False
+    )
     return {"phonemizer": TextAhead(key)}

@@ -24,6 +24,7 @@ from ggtts.models.kokoro.load import load_kokoro
 from ggtts.models.kokoro.model import HEAD_CONTEXT_FRAMES, KokoroModel
 from ggtts.models.layers.validate import damaged_weights_error
 from ggtts.text.chunking import Chunk, SpokenWord
+from ggtts.text.lexicon import Lexicon
 from ggtts.text.normalize import NORMALIZE_ALL, Normalization
 
 log = logging.getLogger(__name__)
@@ -313,7 +314,7 @@ class KokoroTTS(TTSModel):
         if o.phonemes:
             chunks: Iterable[Chunk] = _phoneme_input(text, limit, vocab)
         else:
-            key = text_key(text, lang, self.config.language, limit, vocab, o.normalization)
+            key = text_key(text, lang, self.config.language, limit, vocab, o.normalization, self.lexicon)
             chunks = map(_as_chunk, self._phonemize(*key))
         chunks = _quick_start(chunks)
         if o.progress:
@@ -337,20 +338,20 @@ class KokoroTTS(TTSModel):
             raise NothingToSay(text)
 
     def _phonemize(
-        self, text: str, lang: str, limit: int, vocab: frozenset[str], switches: Normalization
+        self, text: str, lang: str, limit: int, vocab: frozenset[str], switches: Normalization, lexicon: Lexicon | None
     ) -> Iterable[str | Chunk]:
         """The phonemizer's chunks; other than default ``switches`` only for the built-in frontend (a phonemizer of
-        one's own does its own normalizing)."""
-        if switches == NORMALIZE_ALL:
-            return self.phonemizer(text, lang, limit, vocab)
+        one's own does its own normalizing; it is given the text with the ``lexicon``'s words said)."""
         if isinstance(self.phonemizer, TextAhead):  # the built-in frontend, begun in a child process
-            return self.phonemizer(text, lang, limit, vocab, switches)
-        if self.phonemizer is not _text_frontend:
+            return self.phonemizer(text, lang, limit, vocab, switches, lexicon)
+        if self.phonemizer is _text_frontend:
+            return _text_frontend(text, lang, limit, vocab, switches, lexicon)
+        if switches != NORMALIZE_ALL:
             raise InputError(
                 "normalization settings are for the built-in text frontend, and this model was given a phonemizer "
                 "of its own: leave normalization out"
             )
-        return _text_frontend(text, lang, limit, vocab, switches)
+        return self.phonemizer(text if lexicon is None else lexicon.said(text), lang, limit, vocab)
 
     def _parts(
         self,

@@ -222,6 +222,7 @@ class MagpieTTSPipeline(TTSModel):
         """English through ggtts's normalizer, other languages' markup taken away, as ``normalization`` says."""
         from ggtts.text.normalize import normalization_switches, normalize, unmarked
 
+        text = self.said(text)  # the lexicon's words first
         if language == "en":
             return normalize(text, switches=normalization_switches(normalization))
         text = unmarked(text, normalization)

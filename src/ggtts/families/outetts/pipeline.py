@@ -282,7 +282,7 @@ class _Utterance:
         o = self.options = request.options
         speaker = model._speaker(request.voice)
         version = OuteTTSVersion(o.version) if o.version else speaker.version or model.version
-        said = unmarked(request.text, o.normalization)
+        said = unmarked(model.said(request.text), o.normalization)
         if not any(ch.isalnum() for ch in said):  # (what process_text would find too, named as the user wrote it)
             raise NothingToSay(request.text)
         prompt, guide = model.prompt_tokens(said, speaker, version)

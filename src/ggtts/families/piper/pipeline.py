@@ -81,7 +81,7 @@ class PiperPipeline(TTSModel):
     def run(self, request: Request[Any]) -> AudioStream:
         options: PiperOptions = request.options
         speaker = self._voices.index(request.voice.single) if request.voice and request.voice.single else 0
-        spoken = self.table.spoken(request.text, normalization_switches(options.normalization))
+        spoken = self.table.spoken(request.text, normalization_switches(options.normalization), self.lexicon)
         if not spoken.pieces:
             raise NothingToSay(request.text)
         return self._sentences(spoken, options, speaker, request.speed)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from ggtts.errors import GGUFError
 from ggtts.gguf import GGUFFile
 from ggtts.gguf.keys import Piper as K
+from ggtts.text.lexicon import Lexicon
 from ggtts.text.markup import strip_markup
 from ggtts.text.normalize import AS_WRITTEN, Normalization, normalize_tracked
 from ggtts.text.tracking import Tracked, shown
@@ -119,23 +120,24 @@ class PhonemeTable:
         """Whether the voice reads English (its espeak-ng voice), whose text ggtts normalizes first."""
         return self.phoneme_type == "espeak" and self.espeak_voice.lower().startswith("en")
 
-    def spoken(self, text: str, normalization: Normalization = AS_WRITTEN) -> Spoken:
+    def spoken(self, text: str, normalization: Normalization = AS_WRITTEN, lexicon: Lexicon | None = None) -> Spoken:
         """:meth:`sentences`, each phoneme knowing the written word of ``text`` it says. An English voice reads
         numbers, dates, units and symbols as words first, as ``normalization`` says (:mod:`ggtts.text.normalize`:
         "$25" "twenty-five dollars" where espeak-ng alone says "dollar twenty five"); a voice of another language
-        has only Markdown, HTML and decorative emoji taken away (:mod:`ggtts.text.markup`). The words stay as
-        written."""
+        has only Markdown, HTML and decorative emoji taken away (:mod:`ggtts.text.markup`). A ``lexicon``'s words are
+        said as it says, before all (:mod:`ggtts.text.lexicon`). The words stay as written."""
         words: list[Word] = []
         pieces: list[Tagged] = []
         if self.phoneme_type == "text":  # a voice trained on characters: its words are the text's own
-            pieces = _pieces([_tag_characters(unicodedata.normalize("NFD", text), words)])
+            said = text if lexicon is None else lexicon.said(text)
+            pieces = _pieces([_tag_characters(unicodedata.normalize("NFD", said), words)])
         else:
             from ggtts.text.espeak import espeak
 
-            tracked = Tracked.of(text)
+            tracked = Tracked.of(text) if lexicon is None else lexicon.apply(Tracked.of(text))
             if self.english and normalization.enabled:
                 british = self.espeak_voice.lower().startswith("en-gb")
-                tracked = normalize_tracked(text, british=british, switches=normalization)
+                tracked = normalize_tracked(text, british=british, switches=normalization, lexicon=lexicon)
             elif normalization.enabled and normalization.markdown:  # another language: only its markup goes
                 tracked = strip_markup(tracked, english=False)
             owners = _Owners(text, tracked, words)

@@ -219,7 +219,7 @@ class Qwen3OmniPipeline(TTSModel):
 
     def run(self, request: Request[Qwen3OmniOptions]) -> AudioStream:
         o = request.options
-        text = unmarked(request.text, o.normalization) if o.mode == "say" else request.text
+        text = unmarked(self.said(request.text), o.normalization) if o.mode == "say" else request.text
         self._check_companions(o)
         if not any(ch.isalnum() for ch in text):
             raise NothingToSay(request.text)

@@ -160,7 +160,7 @@ class Qwen3TTSPipeline(TTSModel):
 
     def run(self, request: Request[Qwen3TTSOptions]) -> AudioStream:
         o = request.options
-        text = unmarked(request.text, o.normalization)
+        text = unmarked(self.said(request.text), o.normalization)
         if o.mmproj is not None and Path(o.mmproj).resolve() != Path(self.mmproj_path).resolve():
             raise InputError(f"mmproj {o.mmproj} differs from the one loaded ({self.mmproj_path}): it is chosen at "
                              "load (ggtts.load(..., mmproj=PATH), --mmproj)")  # fmt: skip
