@@ -251,6 +251,9 @@ READINGS = [
     ("A4/B5", "Aよん/Bご"),
     ("3〜5人", "さんからごにん"),
     ("5km", "ごキロメートル"),
+    ("30m2", "さんじゅうヘーホーメートル"),
+    ("100m2", "ひゃくヘーホーメートル"),
+    ("2m3", "にリッポーメートル"),
     # whole sentences; text without numbers is left alone
     ("今日はいい天気ですね。", "今日はいい天気ですね。"),
     (
@@ -482,6 +485,21 @@ def test_tokens_rebuild_the_text(g2p: JapaneseG2P, text: str, reader: japanese.R
     assert all(t.text for t in tokens)
     phonemes = g2p(text)
     assert phonemes and set(phonemes) <= KOKORO_VOCAB
+
+
+@pytest.mark.parametrize(
+    ("written", "phonemes"),
+    [
+        # Full-width digits, signs and units are read as their ASCII forms: NFKC comes before the rules.
+        ("０３－１２３４－５６７８", "ʣeɾosannoiʨiɲisaɴjonnoɡoɾokɯnanahaʨi"),
+        ("５ｋｍ", "ɡokʲiɾomeːtoɾɯ"),
+        ("１２：３０", "ʥɨːɲiʥisaɲʥɨʔpɯɴ"),
+        ("50㎏", "ɡoʥɨːkʲiɾoɡɯɾamɯ"),
+        ("100㎡", "çakɯheːhoːmeːtoɾɯ"),
+    ],
+)
+def test_full_width_forms_are_read_as_their_ascii_forms(g2p: JapaneseG2P, written: str, phonemes: str) -> None:
+    assert g2p(written) == phonemes
 
 
 def test_a_number_is_one_token_with_its_written_text(g2p: JapaneseG2P) -> None:

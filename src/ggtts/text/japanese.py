@@ -359,20 +359,21 @@ class JapaneseG2P:
         """
         if not text.strip():
             return []
-        normalized, normalized_origin, written = normalize_marked(text)
-        folded, folded_origin = _fold(normalized)
-        origin = [normalized_origin[i] for i in folded_origin]
-        ruled = [written[i] for i in folded_origin]
+        # Folded first: the rules read full-width digits and signs as ASCII ones (０３－１２３４ a phone number,
+        # ５ｋｍ kilometres, １２：３０ a time, ㎏ kg).
+        folded, folded_origin = _fold(text)
+        normalized, normalized_origin, ruled = normalize_marked(folded)
+        origin = [folded_origin[i] for i in normalized_origin]
         with _LOCK:
             romanizer = _romanizer()
             words: list[_Word] = []
-            for start, end in _segments(origin, ruled):
-                piece = folded[start:end]
+            for start, end in _segments(normalized_origin, ruled):
+                piece = normalized[start:end]
                 if ruled[start] and _is_kana(piece):
                     words.append(_Word(start, end, piece, _long_vowels(piece), "said"))
                 else:
-                    for part_start, part_end in _reader_pieces(folded, start, end):
-                        words += self._words(folded, part_start, part_end)
+                    for part_start, part_end in _reader_pieces(normalized, start, end):
+                        words += self._words(normalized, part_start, part_end)
             words = _merge_cut_syllables(_group(_join_long_vowels(words)))
             phonemes = [self._phonemes(romanizer, w) for w in words]
         if not words:  # nothing a reader calls a word: one silent token

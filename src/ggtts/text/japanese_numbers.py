@@ -256,6 +256,13 @@ COUNTERS: dict[str, Counter] = {
     "cm": Counter("センチメートル"),
     "mm": Counter("ミリメートル"),
     "m": Counter("メートル"),
+    # Areas and volumes: 30m2, and ㎡ (which NFKC writes m2). In katakana, as the units are, so that no sound
+    # changes (100m2 ひゃくヘーホーメートル, not ひゃっぺいほう).
+    "m2": Counter("ヘーホーメートル"),
+    "m3": Counter("リッポーメートル"),
+    "km2": Counter("ヘーホーキロメートル"),
+    "cm2": Counter("ヘーホーセンチメートル"),
+    "cm3": Counter("リッポーセンチメートル"),
     "g": Counter("グラム"),
     "℃": Counter("ど"),
     "°C": Counter("ど"),
