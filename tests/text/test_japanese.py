@@ -386,6 +386,75 @@ def test_numbers_are_one_word(g2p: JapaneseG2P, written: str, phonemes: str) -> 
     assert g2p(written) == phonemes
 
 
+@pytest.mark.parametrize(
+    ("written", "phonemes"),
+    [
+        # A word after a number is its counter or suffix, read as one word with the number: the reader reads
+        # the text as written, so 名 is メイ (not ナ), 後 ゴ (not アト), 位 イ (not クライ), 章 ショウ (not アキラ).
+        ("参加者は3名です。", "saŋka ɕa βa sammeː desɨ."),
+        ("2年生です", "ɲineɴseː desɨ"),
+        ("10年後に", "ʥɨːneŋɡo ɲi"),
+        ("3日後", "mʲiʔkaɡo"),
+        ("30分後", "saɲʥɨʔpɯŋɡo"),
+        ("第3位", "dai saɴi"),
+        ("第1章", "dai iʔɕoː"),
+        ("3人分", "saɲɲimbɯɴ"),
+        ("1日中", "iʨiɲiʨiʥɨː"),
+        ("3勝2敗", "saɴɕoː ɲihai"),
+        ("全5問", "ʣeɴ ɡomoɴ"),
+        ("6畳", "ɾokɯʥoː"),
+        ("3色", "saɴɕokɯ"),
+        ("第2弾", "dai ɲidaɴ"),
+        ("牛1頭", "ɯɕi iʔtoː"),
+        ("靴1足", "kɯʦɨ iʔsokɯ"),
+        ("1等", "iʔtoː"),
+        ("1店", "iʔteɴ"),
+        ("1回戦", "iʔkaiseɴ"),
+        ("3歳児", "saɴsaiʥi"),
+        ("1棟", "çitomɯne"),
+        ("1基", "iʔkʲi"),
+        ("1巻", "iʔkaɴ"),
+        ("1次会", "iʨiʥikai"),
+        ("200円高", "ɲiçakɯendaka"),
+        # with the sound changes between number and counter
+        ("1社", "iʔɕa"),
+        ("1丁目", "iʔʨoːme"),
+        ("21世紀", "ɲiʥɨːiʔseːkʲi"),
+        ("1週", "iʔɕɨː"),
+        ("1校", "iʔkoː"),
+        ("1曲", "iʔkʲokɯ"),
+        ("1カ国", "iʔkakokɯ"),
+        ("3敗", "sampai"),
+        ("3足", "saɴʣokɯ"),
+        ("1口", "çitokɯʨi"),
+        ("3,4人", "saɴ, joɲiɴ"),
+        ("100円玉", "çakɯendama"),
+        ("1人暮らし", "çitoɾʲi ɡɯɾaɕi"),
+        ("3人組", "saɲɲiŋɡɯmʲi"),
+        ("3階建て", "saŋɡaidate"),
+        ("1時台", "iʨiʥidai"),
+        ("3時頃", "saɲʥiɡoɾo"),
+        # numbers in kanji numerals, read with their counters
+        ("一ヶ所", "iʔkaɕo"),
+        ("二十一世紀", "ɲiʥɨːiʔseːkʲi"),
+        ("三百円", "sambʲakɯeɴ"),
+        ("四人", "joɲiɴ"),
+        ("何本", "namboɴ"),
+        ("二十四日", "ɲiʥɨːjoʔka"),
+        # a Latin word the reader would cut where a number follows is read whole
+        ("AKB48", "eikeibʲiː joɲʥɨːhaʨi"),
+    ],
+)
+def test_counters_and_suffixes_after_a_number(g2p: JapaneseG2P, written: str, phonemes: str) -> None:
+    assert g2p(written) == phonemes
+
+
+def test_a_number_and_its_suffixes_are_one_token(g2p: JapaneseG2P) -> None:
+    tokens = g2p.tokens("参加者は3名です。10年後の2年生")
+    assert [t.text for t in tokens] == ["参加", "者", "は", "3名", "です", "。", "10年後", "の", "2年生"]
+    assert "".join(t.text + t.whitespace for t in tokens) == "参加者は3名です。10年後の2年生"
+
+
 def test_tagger_cuts_inside_a_syllable_are_repaired(unidic_g2p: JapaneseG2P, misaki: Callable[[str], str]) -> None:
     # Already-normalized kana: UniDic-lite cuts び|ゃ; misaki reads "bʲi ja", we join the syllable.
     assert "bʲija" in misaki("さんびゃく")
@@ -607,7 +676,9 @@ def test_any_text_gives_tokens_that_rebuild_it(g2p: JapaneseG2P, text: str) -> N
     assert set(g2p(text)) <= KOKORO_VOCAB
 
 
-@pytest.mark.parametrize("unit", ["あ", "1", "ー", "っ", "。", "Abc ", "漢", "ｶﾞ", "でしょう"])
+@pytest.mark.parametrize(
+    "unit", ["あ", "1", "ー", "っ", "。", "Abc ", "漢", "ｶﾞ", "でしょう", "1名", "3年生", "一名", "5ドルア", "AB4"]
+)
 def test_long_text_stays_linear(g2p: JapaneseG2P, unit: str) -> None:
     text = "x" + unit * (3 * MAX_READER_CHARS)
     with time_limit(WATCHDOG_S, f"G2P of {unit!r} x {3 * MAX_READER_CHARS}"):
