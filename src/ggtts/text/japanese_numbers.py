@@ -178,8 +178,11 @@ class Counter:
         return frozenset(str(n) for n in self.whole)
 
     def say(self, written: str) -> str:
-        """``written`` (digits, maybe with 万/億 or a decimal point) followed by this counter, in hiragana."""
+        """``written`` (digits, maybe with 万/億 or a decimal point) followed by this counter, in hiragana. Zeros
+        before a whole number pad it (9時05分 くじごふん, 08時 はちじ): a counted number is no code."""
         bare = written.replace(",", "")
+        if bare[:1] == "0" and bare.isdigit():
+            bare = bare.lstrip("0") or "0"
         if bare in self.whole_written:
             return self.whole[int(bare)]
         words = number_words(bare)
