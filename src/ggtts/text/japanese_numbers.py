@@ -13,6 +13,7 @@ also says where each output character comes from. Loanwords are written in katak
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
@@ -303,6 +304,9 @@ SEPARATOR_IN_PHONE_NUMBERS = "の"
 _MAX_MONTH, _MAX_DAY = 12, 31
 _MAX_DATE_DIGITS = 2  # a month or day written with more digits is not one (001/2)
 _DAYS_IN_MONTH = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)  # February may have a 29th
+MAX_USUAL_DENOMINATOR = 10  # a month/day that would be a fraction over more than this is a date (5/12)
+# Words that follow dates, not fractions: 1/5まで (by the 5th of January), 2/3締切.
+DATE_WORDS = ("まで", "迄", "以降", "以前", "頃", "ごろ", "付", "締", "〆", "必着", "開催", "予定", "現在")
 WEEKDAYS = {"月": "げつ", "火": "か", "水": "すい", "木": "もく", "金": "きん", "土": "ど", "日": "にち"}
 WEEKDAY, HOLIDAY, HOLIDAY_SAID = "ようび", "祝", "しゅくじつ"
 # A weekday in brackets after a date: (金), （金曜日）, (月・祝), (祝).
@@ -350,20 +354,25 @@ def _can_be_date(month: str, day: str) -> bool:
     return 1 <= int(bare_month) <= _MAX_MONTH and 1 <= int(bare_day) <= _DAYS_IN_MONTH[int(bare_month) - 1]
 
 
-def is_slashed_date(month: str, day: str, weekday: str | None = None) -> bool:
-    """Whether "``month``/``day``" is more plausibly a date than a fraction.
+def is_slashed_date(month: str, day: str, weekday: str | None = None, following: str = "") -> bool:
+    """Whether "``month``/``day``" is more plausibly a date than a fraction (``following``: the text after it).
 
     It is a date when it can be one (a month 1-12 and a day that month has, 2/29 included) and any of these
     holds: a weekday follows in brackets (1/2(火)); the day is past 12 (3/15); the month is not smaller than the
     day (12/1, 4/1, 5/5: as fractions they would be whole numbers or more, which nobody writes so); either has
-    a leading zero (03/05). Otherwise a smaller number over a larger one is read as a fraction, 1/2 にぶんのいち:
-    1/2, 2/3 and 3/10 could be dates but are more often fractions, 4/31 and 3/100 cannot be dates. Other pairs
-    (24/7, 50/50, 13/5) are left as written. In a range, one end that is a date makes the other one a date too
-    (12/28〜1/5, but 1/2〜1/3 is two fractions; see :func:`_slashed_range`).
+    a leading zero (03/05); as a fraction it would be an unusual one, not in lowest terms (4/10) or over more
+    than 10 (5/12); a word that follows dates follows it (1/5まで, 2/3締切, see :data:`DATE_WORDS`). Otherwise a
+    smaller number over a larger one is read as a fraction, 1/2 にぶんのいち: 1/2, 2/3 and 3/10 could be dates but
+    are more often fractions, 4/31 and 3/100 cannot be dates. Other pairs (24/7, 50/50, 13/5) are left as
+    written. In a range, one end that is a date makes the other one a date too (12/28〜1/5, but 1/2〜1/3 is two
+    fractions; see :func:`_slashed_range`).
     """
     if not _can_be_date(month, day):
         return False
-    return bool(weekday) or int(day) > _MAX_MONTH or int(month) >= int(day) or "0" in (month[0], day[0])
+    if bool(weekday) or int(day) > _MAX_MONTH or int(month) >= int(day) or "0" in (month[0], day[0]):
+        return True
+    usual_fraction = math.gcd(int(month), int(day)) == 1 and int(day) <= MAX_USUAL_DENOMINATOR
+    return not usual_fraction or following.startswith(DATE_WORDS)
 
 
 def _smaller(first: str, second: str) -> bool:
@@ -381,7 +390,8 @@ def _over(denominator: str, numerator: str) -> str:
 def _slashed(match: re.Match[str]) -> str:
     """3/15 -> さんがつじゅうごにち, 1/2 -> にぶんのいち, 24/7 as written (see :func:`is_slashed_date`)."""
     first, second, weekday = match.groups()
-    if is_slashed_date(first, second, weekday):
+    following = match.string[match.end() : match.end() + max(map(len, DATE_WORDS))]
+    if is_slashed_date(first, second, weekday, following):
         return _month_day(first, second) + _weekday(weekday)
     if _smaller(first, second):
         return _over(second, first) + (weekday or "")
