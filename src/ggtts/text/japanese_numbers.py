@@ -407,6 +407,35 @@ def _slashed_range(match: re.Match[str]) -> str:
     return _SLASHED_PATTERN.sub(_slashed, match.group())
 
 
+# What may end a number in a range, after its digits: its counter (9時〜17時, 10月-12月) or a unit (1万〜2万).
+_RANGE_UNITS = sorted({*COUNTERS, "月", *_KANJI_UNITS}, key=len, reverse=True)
+_TILDES, _DASHES = "〜～~", "-−－‐–"  # the tildes and dashes Japanese text writes
+_RANGE_UNIT_ENDINGS = frozenset(unit[-1] for unit in _RANGE_UNITS)
+# A tilde, or a dash before a number (or a currency sign), maybe spaced; _range decides whether it is "から".
+_RANGE = re.compile(rf"(?<!\s)\s*(?:([{_TILDES}])|[{_DASHES}](?=\s*[-−]?[0-9¥￥$＄€£]))\s*")
+
+
+def _range(match: re.Match[str]) -> str:
+    """A tilde or dash between two numbers as "から", "to": 3〜5, 9時〜17時, 1万〜2万円, 10月-12月, 3-5人; a
+    tilde after a number, "from" (1000円〜). A dash between bare numbers only when a counter follows the second
+    (3-5人, 10-20%): 03-1234, 2024-03-01 and 1-2-3 are codes, dates and addresses, and -5 a sign."""
+    text, start, end = match.string, match.start(), match.end()
+    if not start or not text[start - 1].isdigit():
+        if not start or text[start - 1] not in _RANGE_UNIT_ENDINGS:
+            return match.group()
+        unit = next((u for u in _RANGE_UNITS if text.endswith(u, 0, start)), None)
+        counted = unit is not None and start > len(unit) and text[start - len(unit) - 1].isdigit()
+        return "から" if counted else match.group()
+    if match.group(1):  # a tilde
+        return "から"
+    number_start = start
+    while number_start and text[number_start - 1] in "0123456789,.":  # (each number is walked once)
+        number_start -= 1
+    if number_start and (text[number_start - 1] in _DASHES or text[number_start - 1].isalpha()):
+        return match.group()  # a chain (1-2-3-4人) or a name (A4-5)
+    return "から" if _COUNTED_NUMBER.match(text, end) else match.group()
+
+
 def _time(match: re.Match[str]) -> str:
     hour, minute, second = match.groups()
     said = _HOUR.say(str(int(hour)))
@@ -439,18 +468,39 @@ def _alternation(words: Sequence[str]) -> str:
     return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
 
 
+# A number and its counter, with nothing after that continues the number: 5人, 20%.
+_COUNTED_NUMBER = re.compile(rf"(?:{_INT}) ?(?:{_alternation([*COUNTERS, '月'])})(?![A-Za-z]|[{_DASHES}][0-9])")
+_WEEKDAY_CHARACTERS = "".join(WEEKDAYS)
+
+
+def _weekday_range(match: re.Match[str]) -> str:
+    first, first_in_full, last, last_in_full = match.groups()
+    said = [
+        WEEKDAYS[day] + (WEEKDAY if in_full else "") for day, in_full in ((first, first_in_full), (last, last_in_full))
+    ]
+    return "から".join(said)
+
+
 JAPANESE_RULES: list[Rule] = [
     # Full-width and other Unicode digits, and separators between them, as ASCII.
     (re.compile(r"(?![0-9])\d"), _ascii_digit),
     (re.compile(r"(?<=[0-9])[，．](?=[0-9])"), lambda m: unicodedata.normalize("NFKC", m.group())),
+    # Ranges, before the rules that read either end: 3〜5 -> 3から5, 9時-17時 -> 9時から17時, 9:00〜17:00
+    (_RANGE, _range),
+    # Weekdays: 月〜金 -> げつからきん, 月曜〜金曜日 -> げつようびからきんようび
+    (
+        re.compile(
+            rf"(?<![0-9今先来同翌前本毎正])([{_WEEKDAY_CHARACTERS}])(曜日?)?\s*[{_TILDES}]\s*"
+            rf"([{_WEEKDAY_CHARACTERS}])(曜日?)?(?![\u4e00-\u9fff々])"
+        ),
+        _weekday_range,
+    ),
     # Phone numbers, digit by digit: 03-1234-5678 -> ぜろさんのいちにさんよんの...
     (re.compile(r"(?<![0-9-])0[0-9]{1,4}-[0-9]{1,4}-[0-9]{3,4}(?![0-9-])"), _phone),
     # 2024/3/1, 2024-03-01, 2024.3.1, 2024/3/15(金)
     (re.compile(rf"(?<![0-9])([0-9]{{4}})([/.-])(0?[1-9]|1[0-2])\2([0-3]?[0-9])(?![0-9])(?:\s?({_WEEKDAY}))?"), _date),
     # 9:05, 15:30:20
     (re.compile(r"(?<![0-9:])([01]?[0-9]|2[0-4]):([0-5][0-9])(?::([0-5][0-9]))?(?![0-9:])"), _time),
-    # Ranges: 3〜5 -> 3から5
-    (re.compile(r"(?<=[0-9])\s*[〜～~]\s*(?=[-−]?[0-9¥￥$＄€£])"), lambda m: "から"),
     # A sign before a number that follows no digit or letter: -5 -> マイナス5
     (re.compile(r"(?<![0-9A-Za-z])[-−－](?=[0-9])"), lambda m: "マイナス"),
     # Month/day or a fraction: 3/15(金) -> さんがつじゅうごにちきんようび, 1/2 -> にぶんのいち; ranges of them
