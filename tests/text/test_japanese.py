@@ -470,6 +470,10 @@ def test_numbers_are_one_word(g2p: JapaneseG2P, written: str, phonemes: str) -> 
         ("3階建て", "saŋɡaidate"),
         ("1時台", "iʨiʥidai"),
         ("3時頃", "saɲʥiɡoɾo"),
+        # a noun after a number and counter voiced where NJD voices it (rendaku); not where it does not
+        ("3人部屋", "saɲɲiɴ beja"),
+        ("1人旅", "çitoɾʲi tabʲi"),
+        ("3人で", "saɲɲiɴ de"),
         # numbers in kanji numerals, read with their counters
         ("一ヶ所", "iʔkaɕo"),
         ("二十一世紀", "ɲiʥɨːiʔseːkʲi"),

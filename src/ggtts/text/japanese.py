@@ -563,6 +563,7 @@ def _counted(words: list[_Word]) -> list[_Word]:
     A number written in kanji numerals (二十一, 一) is said with its suffixes as NJD says them all: 一ヶ所
     いっかしょ, 二十一世紀 にじゅういっせいき."""
     joined: list[_Word] = []
+    words = list(words)
     i = 0
     while i < len(words):
         word, end = words[i], i + 1
@@ -573,6 +574,8 @@ def _counted(words: list[_Word]) -> list[_Word]:
         if ruled or (word.kind == "kana" and word.numeral):
             while end < len(words) and words[end].kind == "kana" and words[end].suffix and _adjacent(words, end):
                 end += 1
+        if ruled and end < len(words) and _adjacent(words, end) and not words[end].suffix:
+            words[end] = _voiced_after(word.written + "".join(w.surface for w in words[i + 1 : end]), words[end])
         if end == i + 1:
             joined.append(word)
             i += 1
@@ -593,6 +596,23 @@ def _counted(words: list[_Word]) -> list[_Word]:
         joined.append(_Word(word.start, run[-1].end, surface, reading, "said", written))
         i = end
     return joined
+
+
+_VOICED = str.maketrans("かきくけこさしすせそたちつてとはひふへほ", "がぎぐげござじずぜぞだぢづでどばびぶべぼ")
+
+
+def _voiced_after(written: str, word: _Word) -> _Word:
+    """``word``, a noun after the number and counter ``written``, with its first sound voiced where NJD voices
+    it there (rendaku: 3人部屋 さんにんべや, 1人旅)."""
+    if word.kind != "kana" or not any(_is_kanji(c) for c in word.surface) or len(written) > _MAX_COUNTED_CHARS:
+        return word
+    nodes = _njd_nodes(written + word.surface)
+    if not nodes or nodes[-1][0] != word.surface:
+        return word
+    said = _hiragana(nodes[-1][1])
+    if said[:1] != word.reading[:1].translate(_VOICED) or said[:1] == word.reading[:1] or said[1:] != word.reading[1:]:
+        return word
+    return replace(word, reading=said)
 
 
 def _adjacent(words: Sequence[_Word], index: int) -> bool:
