@@ -223,6 +223,7 @@ _BIRDS = Counter("わ", after_n="ば", endings={"ろく": "ろっぱ", "じゅ�
 COUNTERS: dict[str, Counter] = {
     "人": Counter("にん", digit={4: "よ"}, whole={1: "ひとり", 2: "ふたり"}),
     "人前": Counter("にんまえ", digit={4: "よ"}),  # servings: いちにんまえ, ににんまえ (not ひとり, ふたり)
+    "棟": Counter("とう"),  # buildings: いっとう, さんとう (NJD says ひとむね, さんむね)
     "つ": Counter("つ", whole=_THINGS),
     "個": Counter("こ"),
     "本": Counter("ほん", after_n="ぼん"),
