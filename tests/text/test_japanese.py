@@ -105,6 +105,14 @@ READINGS = [
     ("12/28〜1/5", "じゅうにがつにじゅうはちにちからいちがついつか"),
     ("3月15日(金)", "さんがつじゅうごにちきんようび"),
     ("2024/3/15(金)", "にせんにじゅうよねんさんがつじゅうごにちきんようび"),
+    # a smaller month over a larger day, both up to 12, is a date unless it is a usual fraction (in lowest terms,
+    # over at most 10) with no word that follows dates after it
+    ("5/12までに提出", "ごがつじゅうににちまでに提出"),
+    ("4/10の会議", "しがつとおかの会議"),
+    ("1/5まで", "いちがついつかまで"),
+    ("2/3締切", "にがつみっか締切"),
+    ("11/12", "じゅういちがつじゅうににち"),
+    ("1/2の確率", "にぶんのいちの確率"),
     # times
     ("1時", "いちじ"),
     ("4時", "よじ"),
@@ -117,6 +125,11 @@ READINGS = [
     ("9:05", "くじごふん"),
     ("12:00", "じゅうにじ"),
     ("3時半", "さんじ半"),
+    # zeros before a counted number pad it: not a code
+    ("9時05分", "くじごふん"),
+    ("14時00分", "じゅうよじれいふん"),
+    ("08時30分", "はちじさんじゅっぷん"),
+    ("第05話", "第ごわ"),
     ("1分", "いっぷん"),
     ("2分", "にふん"),
     ("3分", "さんぷん"),
@@ -154,6 +167,11 @@ READINGS = [
     ("4人", "よにん"),
     ("7人", "ななにん"),
     ("14人", "じゅうよにん"),
+    ("1人前", "いちにんまえ"),
+    ("2人前", "ににんまえ"),
+    ("4人前", "よにんまえ"),
+    ("1棟", "いっとう"),
+    ("3棟", "さんとう"),
     ("1つ", "ひとつ"),
     ("3つ", "みっつ"),
     ("8つ", "やっつ"),
@@ -250,7 +268,29 @@ READINGS = [
     ("1/2/3", "いち/に/さん"),
     ("A4/B5", "Aよん/Bご"),
     ("3〜5人", "さんからごにん"),
+    # ranges: a tilde after a number or its counter, a dash between a counter and a number or before a counted
+    # number; a dash in a code, an address or before a bare number stays (a sign only where no number is before)
+    ("9時〜17時", "くじからじゅうしちじ"),
+    ("4月〜6月", "しがつからろくがつ"),
+    ("9:00〜17:00", "くじからじゅうしちじ"),
+    ("1万〜2万円", "いちまんからにまんえん"),
+    ("3月1日〜5日", "さんがつついたちからいつか"),
+    ("2024/3/1〜2024/3/5", "にせんにじゅうよねんさんがつついたちからにせんにじゅうよねんさんがついつか"),
+    ("1000円〜", "せんえんから"),
+    ("9時-17時", "くじからじゅうしちじ"),
+    ("10月-12月", "じゅうがつからじゅうにがつ"),
+    ("3-5人", "さんからごにん"),
+    ("10-20%", "じゅうからにじゅうパーセント"),
+    ("港区1-2-3", "港区いち-に-さん"),
+    ("1-2-3人", "いち-に-さんにん"),
+    ("月〜金", "げつからきん"),
+    ("月曜〜金曜日", "げつようびからきんようび"),
+    ("平日(月〜金)", "平日(げつからきん)"),
+    ("今月〜金曜", "今月〜金曜"),
     ("5km", "ごキロメートル"),
+    ("30m2", "さんじゅうヘーホーメートル"),
+    ("100m2", "ひゃくヘーホーメートル"),
+    ("2m3", "にリッポーメートル"),
     # whole sentences; text without numbers is left alone
     ("今日はいい天気ですね。", "今日はいい天気ですね。"),
     (
@@ -302,7 +342,11 @@ def test_fractions_of_any_length_are_read(written: str, said: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "unit", ["1", "1,000", "1万", "1億2000万", "3月1日", "12:30", "-1", "1〜", "¥1.5", "0", "3/15(金)", "1/2〜", "1/"]
+    "unit",
+    [
+        *["1", "1,000", "1万", "1億2000万", "3月1日", "12:30", "-1", "1〜", "¥1.5", "0", "3/15(金)", "1/2〜", "1/"],
+        *["9時-", "1-", "月〜", "人 〜", "05分", "1/5まで"],
+    ],
 )
 def test_normalizing_hostile_text_stays_linear(unit: str) -> None:
     text = unit * (200_000 // len(unit))
@@ -381,6 +425,79 @@ def test_numbers_are_said_as_misaki_says_their_kana(
 )
 def test_numbers_are_one_word(g2p: JapaneseG2P, written: str, phonemes: str) -> None:
     assert g2p(written) == phonemes
+
+
+@pytest.mark.parametrize(
+    ("written", "phonemes"),
+    [
+        # A word after a number is its counter or suffix, read as one word with the number: the reader reads
+        # the text as written, so 名 is メイ (not ナ), 後 ゴ (not アト), 位 イ (not クライ), 章 ショウ (not アキラ).
+        ("参加者は3名です。", "saŋka ɕa βa sammeː desɨ."),
+        ("2年生です", "ɲineɴseː desɨ"),
+        ("10年後に", "ʥɨːneŋɡo ɲi"),
+        ("3日後", "mʲiʔkaɡo"),
+        ("30分後", "saɲʥɨʔpɯŋɡo"),
+        ("第3位", "dai saɴi"),
+        ("第1章", "dai iʔɕoː"),
+        ("3人分", "saɲɲimbɯɴ"),
+        ("1日中", "iʨiɲiʨiʥɨː"),
+        ("3勝2敗", "saɴɕoː ɲihai"),
+        ("全5問", "ʣeɴ ɡomoɴ"),
+        ("6畳", "ɾokɯʥoː"),
+        ("3色", "saɴɕokɯ"),
+        ("第2弾", "dai ɲidaɴ"),
+        ("牛1頭", "ɯɕi iʔtoː"),
+        ("靴1足", "kɯʦɨ iʔsokɯ"),
+        ("1等", "iʔtoː"),
+        ("1店", "iʔteɴ"),
+        ("1回戦", "iʔkaiseɴ"),
+        ("3歳児", "saɴsaiʥi"),
+        ("1棟", "iʔtoː"),
+        ("1基", "iʔkʲi"),
+        ("1巻", "iʔkaɴ"),
+        ("1次会", "iʨiʥikai"),
+        ("200円高", "ɲiçakɯendaka"),
+        # with the sound changes between number and counter
+        ("1社", "iʔɕa"),
+        ("1丁目", "iʔʨoːme"),
+        ("21世紀", "ɲiʥɨːiʔseːkʲi"),
+        ("1週", "iʔɕɨː"),
+        ("1校", "iʔkoː"),
+        ("1曲", "iʔkʲokɯ"),
+        ("1カ国", "iʔkakokɯ"),
+        ("3敗", "sampai"),
+        ("3足", "saɴʣokɯ"),
+        ("1口", "çitokɯʨi"),
+        ("3,4人", "saɴ, joɲiɴ"),
+        ("100円玉", "çakɯendama"),
+        ("1人暮らし", "çitoɾʲi ɡɯɾaɕi"),
+        ("3人組", "saɲɲiŋɡɯmʲi"),
+        ("3階建て", "saŋɡaidate"),
+        ("1時台", "iʨiʥidai"),
+        ("3時頃", "saɲʥiɡoɾo"),
+        # a noun after a number and counter voiced where NJD voices it (rendaku); not where it does not
+        ("3人部屋", "saɲɲiɴ beja"),
+        ("1人旅", "çitoɾʲi tabʲi"),
+        ("3人で", "saɲɲiɴ de"),
+        # numbers in kanji numerals, read with their counters
+        ("一ヶ所", "iʔkaɕo"),
+        ("二十一世紀", "ɲiʥɨːiʔseːkʲi"),
+        ("三百円", "sambʲakɯeɴ"),
+        ("四人", "joɲiɴ"),
+        ("何本", "namboɴ"),
+        ("二十四日", "ɲiʥɨːjoʔka"),
+        # a Latin word the reader would cut where a number follows is read whole
+        ("AKB48", "eikeibʲiː joɲʥɨːhaʨi"),
+    ],
+)
+def test_counters_and_suffixes_after_a_number(g2p: JapaneseG2P, written: str, phonemes: str) -> None:
+    assert g2p(written) == phonemes
+
+
+def test_a_number_and_its_suffixes_are_one_token(g2p: JapaneseG2P) -> None:
+    tokens = g2p.tokens("参加者は3名です。10年後の2年生")
+    assert [t.text for t in tokens] == ["参加", "者", "は", "3名", "です", "。", "10年後", "の", "2年生"]
+    assert "".join(t.text + t.whitespace for t in tokens) == "参加者は3名です。10年後の2年生"
 
 
 def test_tagger_cuts_inside_a_syllable_are_repaired(unidic_g2p: JapaneseG2P, misaki: Callable[[str], str]) -> None:
@@ -482,6 +599,21 @@ def test_tokens_rebuild_the_text(g2p: JapaneseG2P, text: str, reader: japanese.R
     assert all(t.text for t in tokens)
     phonemes = g2p(text)
     assert phonemes and set(phonemes) <= KOKORO_VOCAB
+
+
+@pytest.mark.parametrize(
+    ("written", "phonemes"),
+    [
+        # Full-width digits, signs and units are read as their ASCII forms: NFKC comes before the rules.
+        ("０３－１２３４－５６７８", "ʣeɾosannoiʨiɲisaɴjonnoɡoɾokɯnanahaʨi"),
+        ("５ｋｍ", "ɡokʲiɾomeːtoɾɯ"),
+        ("１２：３０", "ʥɨːɲiʥisaɲʥɨʔpɯɴ"),
+        ("50㎏", "ɡoʥɨːkʲiɾoɡɯɾamɯ"),
+        ("100㎡", "çakɯheːhoːmeːtoɾɯ"),
+    ],
+)
+def test_full_width_forms_are_read_as_their_ascii_forms(g2p: JapaneseG2P, written: str, phonemes: str) -> None:
+    assert g2p(written) == phonemes
 
 
 def test_a_number_is_one_token_with_its_written_text(g2p: JapaneseG2P) -> None:
@@ -589,7 +721,9 @@ def test_any_text_gives_tokens_that_rebuild_it(g2p: JapaneseG2P, text: str) -> N
     assert set(g2p(text)) <= KOKORO_VOCAB
 
 
-@pytest.mark.parametrize("unit", ["あ", "1", "ー", "っ", "。", "Abc ", "漢", "ｶﾞ", "でしょう"])
+@pytest.mark.parametrize(
+    "unit", ["あ", "1", "ー", "っ", "。", "Abc ", "漢", "ｶﾞ", "でしょう", "1名", "3年生", "一名", "5ドルア", "AB4"]
+)
 def test_long_text_stays_linear(g2p: JapaneseG2P, unit: str) -> None:
     text = "x" + unit * (3 * MAX_READER_CHARS)
     with time_limit(WATCHDOG_S, f"G2P of {unit!r} x {3 * MAX_READER_CHARS}"):

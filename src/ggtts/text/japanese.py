@@ -7,7 +7,10 @@ G2P. :class:`JapaneseG2P` finds words and their pronunciations with a reader, th
 misaki's cutlet table, the phoneme style Kokoro's Japanese voices were trained with. The default reader is MeCab
 over pyopenjtalk-plus's dictionary (bundled in its wheel); :func:`read_with_unidic` gives misaki's own readings
 (fugashi over UniDic-lite; never the ``unidic`` package, which downloads its dictionary). Unlike misaki, the G2P
-normalizes numbers itself and keeps what a rule wrote as one word and one token ("3月" -> "saŋɡaʦɨ"), returns
+normalizes numbers itself and keeps what a rule wrote as one word and one token ("3月" -> "saŋɡaʦɨ"), reads
+the words after a number as its counters and suffixes, one word with it, sound changes included (3名 さんめい, not
+さん な; 1社 いっしゃ; 10年後 じゅうねんご: the reader sees the number as written, pyopenjtalk's NJD says the
+pair), returns
 tokens aligned with the input, joins syllables the tagger cut ("び|ゃく") and the auxiliary う to its long
 vowel (でしょ|う -> でしょー). Latin words, which misaki passes through as letters, are read from
 pyopenjtalk-plus's dictionary in katakana ("Google" -> グーグル), spelled when they are short capitals ("NHK"),
@@ -24,7 +27,7 @@ import re
 import threading
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ggtts.errors import GGTTSError
@@ -70,7 +73,12 @@ _LETTERS_PER_JAPANESE_CHARACTER = 2
 
 # MeCab's character classes (UniDic's char.def) the tagger reports.
 _HIRAGANA_CHARACTER_TYPE, _KATAKANA_CHARACTER_TYPE = 6, 7
-_OPENJTALK_PART_OF_SPEECH, _OPENJTALK_PRONUNCIATION = 1, 9  # indexes among the features of OpenJTalk's dictionary
+# Indexes among the features of OpenJTalk's dictionary: part of speech, its first subdivision, pronunciation.
+_OPENJTALK_PART_OF_SPEECH, _OPENJTALK_SUBDIVISION, _OPENJTALK_PRONUNCIATION = 1, 2, 9
+# OpenJTalk's subdivisions of nouns for suffixes and counters (名詞,接尾,助数詞), and for numerals (名詞,数).
+_SUFFIX, _NUMERAL = "接尾", "数"
+# UniDic's part of speech of suffixes, its subdivisions of counter nouns and of numerals.
+_UNIDIC_SUFFIX, _UNIDIC_COUNTER, _UNIDIC_NUMERAL = "接尾辞", "助数詞", "数詞"
 _INFLECTING = frozenset({"動詞", "形容詞"})  # verbs and adjectives, the words written with okurigana
 _OKURIGANA_PATHS = 10  # how many of the tagger's best analyses of a word are searched for it as one word
 MAX_READER_CHARS = 1000  # a reader sees at most this much text at a time (OpenJTalk fails beyond ~5000)
@@ -126,12 +134,15 @@ def _fold(text: str) -> tuple[str, list[int]]:
 @dataclass(frozen=True)
 class Morpheme:
     """A word a reader found: where it is in the text it was given, its pronunciation in katakana ("" when the
-    dictionary has none), and whether the dictionary knows it."""
+    dictionary has none), whether the dictionary knows it, whether it is a suffix or counter, a word that goes
+    with the number or noun before it (名 in 3名, 後 in 10年後), and whether it is a numeral (三, 十, 百)."""
 
     start: int
     end: int
     pronunciation: str
     known: bool
+    suffix: bool = False
+    numeral: bool = False
 
 
 Reader = Callable[[str], list[Morpheme]]
@@ -162,11 +173,14 @@ def read_with_openjtalk(text: str) -> list[Morpheme]:
             continue  # whitespace, or a span that does not fit (its text goes with the word before)
         features = morph["features"]
         pronunciation = _feature(features, _OPENJTALK_PRONUNCIATION).replace("’", "")
-        word = Morpheme(start, end, pronunciation, not morph["is_unknown"])
+        subdivision = _feature(features, _OPENJTALK_SUBDIVISION)
+        word = Morpheme(
+            start, end, pronunciation, not morph["is_unknown"], subdivision == _SUFFIX, subdivision == _NUMERAL
+        )
         said = _okurigana_said(text, words[-1], part_of_speech, word) if words else 0
         if said:
             previous = words[-1]
-            words[-1] = Morpheme(previous.start, end, previous.pronunciation + pronunciation[said:], True)
+            words[-1] = replace(previous, end=end, pronunciation=previous.pronunciation + pronunciation[said:])
         else:
             words.append(word)
         part_of_speech = _feature(features, _OPENJTALK_PART_OF_SPEECH)
@@ -229,19 +243,24 @@ def read_with_unidic(text: str) -> list[Morpheme]:
         position = start + len(node.surface)
         known = node.char_type == _KATAKANA_CHARACTER_TYPE or not node.is_unk  # misaki reads katakana as written
         pronunciation = node.feature.pron or node.feature.kana or (node.surface if known else "")
-        words.append(Morpheme(start, position, pronunciation, known))
+        suffix = node.feature.pos1 == _UNIDIC_SUFFIX or (node.feature.pos3 or "").startswith(_UNIDIC_COUNTER)
+        words.append(Morpheme(start, position, pronunciation, known, suffix, node.feature.pos2 == _UNIDIC_NUMERAL))
     return words
 
 
 @dataclass
 class _Word:
-    """A word of the folded text: where it is, how it is read (hiragana), and how it becomes phonemes."""
+    """A word of the normalized text: where it is, how it is read (hiragana), and how it becomes phonemes; for a
+    rule's output, the text the rule read (``written``); for a tagged word, whether it is a suffix or a numeral."""
 
     start: int
     end: int
     surface: str
     reading: str
     kind: str  # "said" (a rule's output), "kana" (a tagged word), "latin", "symbol", "unknown"
+    written: str = ""
+    suffix: bool = False
+    numeral: bool = False
 
 
 JAPANESE_MODULES = ("misaki", "fugashi", "mojimoji", "jaconv", "pyopenjtalk", "unidic_lite")
@@ -354,59 +373,135 @@ class JapaneseG2P:
 
         ``text`` is normalized here (normalizing it before changes nothing), and what one rule wrote is one
         token with the text it came from, romanized as one word: "3月" is one token said "saŋɡaʦɨ", "333" one
-        said "sambʲakɯsaɲʥɨːsaɴ". Punctuation marks are tokens of their own, with Kokoro's symbols: 。-> ".",
+        said "sambʲakɯsaɲʥɨːsaɴ"; the counters and suffixes right after a number join its token ("3名です" is
+        "3名" "sammeː", "です"). Punctuation marks are tokens of their own, with Kokoro's symbols: 。-> ".",
         、-> ",", ！-> "!", ？-> "?", …-> "…", 「」-> “ ”. A word nothing can read has no phonemes.
         """
         if not text.strip():
             return []
-        normalized, normalized_origin, written = normalize_marked(text)
-        folded, folded_origin = _fold(normalized)
-        origin = [normalized_origin[i] for i in folded_origin]
-        ruled = [written[i] for i in folded_origin]
+        # Folded first: the rules read full-width digits and signs as ASCII ones (０３－１２３４ a phone number,
+        # ５ｋｍ kilometres, １２：３０ a time, ㎏ kg).
+        folded, folded_origin = _fold(text)
+        normalized, normalized_origin, written = normalize_marked(folded)
         with _LOCK:
             romanizer = _romanizer()
-            words: list[_Word] = []
-            for start, end in _segments(origin, ruled):
-                piece = folded[start:end]
-                if ruled[start] and _is_kana(piece):
-                    words.append(_Word(start, end, piece, _long_vowels(piece), "said"))
-                else:
-                    for part_start, part_end in _reader_pieces(folded, start, end):
-                        words += self._words(folded, part_start, part_end)
+            words = _counted(self._read(folded, normalized, normalized_origin, written))
             words = _merge_cut_syllables(_group(_join_long_vowels(words)))
             phonemes = [self._phonemes(romanizer, w) for w in words]
         if not words:  # nothing a reader calls a word: one silent token
             body = text.strip()
             return [G2PToken(text=body, phonemes="", whitespace=text[text.index(body) + len(body) :])]
-        return _aligned_tokens(text, [origin[w.start] for w in words], phonemes)
+        return _aligned_tokens(text, [folded_origin[normalized_origin[w.start]] for w in words], phonemes)
 
     def __call__(self, text: str) -> str:
         """The phoneme string of ``text``, words separated by spaces as misaki separates them."""
         return join_japanese_phonemes(self.tokens(text))
 
-    def _words(self, folded: str, start: int, end: int) -> list[_Word]:
-        """The reader's words in ``folded[start:end]``, sorted into kinds, read in hiragana."""
-        jaconv, _ = _import_japanese()
-        words = []
-        for morpheme in self.reader(folded[start:end]):
-            at, until = start + morpheme.start, start + morpheme.end
-            surface = folded[at:until]
-            if any(c.isdigit() for c in surface):  # a digit NFKC made ("²"): read as a number
-                kind, reading = "said", _long_vowels(normalize_japanese(surface))
-            elif all(c in PUNCTUATION or not c.isalnum() for c in surface):
-                kind, reading = "symbol", surface
-            elif surface.isascii():
-                kind, reading = "latin", surface
-            elif surface[0] in _SMALL_KANA and _is_kana(surface):  # a syllable cut by the tagger ("ゃく")
-                kind, reading = "kana", jaconv.kata2hira(surface)  # as written: its dictionary reading is a big kana
-            elif morpheme.known and morpheme.pronunciation:
-                kind, reading = "kana", jaconv.kata2hira(morpheme.pronunciation)
-            elif _is_kana(surface):  # unknown, but kana say themselves
-                kind, reading = "kana", jaconv.kata2hira(surface)
-            else:
-                kind, reading = "unknown", surface
-            words.append(_Word(at, until, surface, reading, kind))
+    def _read(self, folded: str, normalized: str, origin: Sequence[int], written: Sequence[bool]) -> list[_Word]:
+        """The words of ``normalized`` (``folded`` normalized, ``origin`` and ``written`` as
+        :func:`normalize_marked` gives them): each rule's output one word, the text between read by the reader.
+
+        The reader reads ``folded`` as written, numbers included, and the words between the rules' outputs are
+        taken from that reading: a word after a number is then read as what follows a number (名 in 3名です is
+        メイ, the counter, not ナ; 後 in 10年後 is ゴ, not アト), which the text after the number read on its own
+        would not tell. A word of the reader's that starts inside a rule's output and ends after it (年生 in
+        2年生, where the rule read 2年) keeps what its pronunciation says past the part the rule said (セイ);
+        where that is unclear, or a word runs on into a rule's output, that stretch is read on its own.
+        """
+        morphemes = self._morphemes(folded)
+        segments = _segments(origin, written)
+        words: list[_Word] = []
+        first = 0  # the first morpheme that may reach into the current segment
+        for n, (start, end) in enumerate(segments):
+            at = origin[start]
+            until = origin[segments[n + 1][0]] if n + 1 < len(segments) else len(folded)
+            piece = normalized[start:end]
+            if written[start] and _is_kana(piece):
+                words.append(_Word(start, end, piece, _long_vowels(piece), "said", folded[at:until]))
+                continue
+            if written[start]:  # a rule's output that is not kana (a slash left as written): read on its own
+                words += self._read_alone(normalized, start, end)
+                continue
+            while first < len(morphemes) and morphemes[first].end <= at:
+                first += 1
+            previous = words[-1] if words and words[-1].kind == "said" and words[-1].end == start else None
+            words += self._read_between(normalized, start, at, until, morphemes, first, previous)
         return words
+
+    def _morphemes(self, text: str) -> list[Morpheme]:
+        """The reader's words of all of ``text``, read in pieces (see :func:`_reader_pieces`)."""
+        morphemes: list[Morpheme] = []
+        for start, end in _reader_pieces(text, 0, len(text)):
+            for m in self.reader(text[start:end]):
+                morphemes.append(replace(m, start=start + m.start, end=start + m.end))
+        return morphemes
+
+    def _read_between(
+        self,
+        normalized: str,
+        start: int,
+        at: int,
+        until: int,
+        morphemes: Sequence[Morpheme],
+        first: int,
+        previous: _Word | None,
+    ) -> list[_Word]:
+        """The words of text no rule changed, ``folded[at:until]`` (``normalized`` from ``start`` on), from the
+        reader's words of the whole text (``morphemes[first:]``), after the rule's output ``previous``."""
+        shift = start - at  # folded -> normalized
+        words: list[_Word] = []
+        covered, ran_on = at, False  # how far the words made so far reach; whether a word runs on past `until`
+        for index in range(first, len(morphemes)):  # (a slice would copy the rest of the text's words each time)
+            morpheme = morphemes[index]
+            if morpheme.start >= until or morpheme.end > until:
+                ran_on = morpheme.start < until
+                break
+            if morpheme.start < at:  # starts before: inside the rule's output, or before it (then read on its own)
+                inside = previous is not None and morpheme.start >= at - len(previous.written)
+                rest = _said_after(previous.reading, morpheme) if previous and inside else None
+                if rest is not None:
+                    surface = normalized[start : morpheme.end + shift]
+                    words.append(_Word(start, morpheme.end + shift, surface, rest, "kana", suffix=morpheme.suffix))
+                    covered = morpheme.end
+                continue
+            if covered == at < morpheme.start:  # after a word that started in the rule's output: read on its own
+                words += self._read_alone(normalized, start, morpheme.start + shift)
+            words.append(self._word(normalized, morpheme.start + shift, morpheme.end + shift, morpheme))
+            covered = morpheme.end
+        if ran_on:  # a Latin word just before that one was cut by it (AKB48: A|K|B4|8): read them together
+            while words and words[-1].kind == "latin" and words[-1].end == covered + shift and covered > at:
+                covered = words.pop().start - shift
+        if ran_on or covered == at:
+            words += self._read_alone(normalized, covered + shift, until + shift)
+        return words
+
+    def _read_alone(self, text: str, start: int, end: int) -> list[_Word]:
+        """The reader's words of ``text[start:end]`` read on their own."""
+        words = []
+        for part_start, part_end in _reader_pieces(text, start, end):
+            for morpheme in self.reader(text[part_start:part_end]):
+                words.append(self._word(text, part_start + morpheme.start, part_start + morpheme.end, morpheme))
+        return words
+
+    def _word(self, text: str, at: int, until: int, morpheme: Morpheme) -> _Word:
+        """The reader's word ``morpheme``, found at ``text[at:until]``, sorted into a kind, read in hiragana."""
+        jaconv, _ = _import_japanese()
+        surface = text[at:until]
+        if any(c.isdigit() for c in surface):  # a digit the rules left: read as a number
+            kind, reading = "said", _long_vowels(normalize_japanese(surface))
+        elif all(c in PUNCTUATION or not c.isalnum() for c in surface):
+            kind, reading = "symbol", surface
+        elif surface.isascii():
+            kind, reading = "latin", surface
+        elif surface[0] in _SMALL_KANA and _is_kana(surface):  # a syllable cut by the tagger ("ゃく")
+            kind, reading = "kana", jaconv.kata2hira(surface)  # as written: its dictionary reading is a big kana
+        elif morpheme.known and morpheme.pronunciation:
+            kind, reading = "kana", jaconv.kata2hira(morpheme.pronunciation)
+        elif _is_kana(surface):  # unknown, but kana say themselves
+            kind, reading = "kana", jaconv.kata2hira(surface)
+        else:
+            kind, reading = "unknown", surface
+        return _Word(at, until, surface, reading, kind, suffix=morpheme.suffix, numeral=morpheme.numeral)
 
     def _phonemes(self, romanizer: Any, word: _Word) -> str:
         if word.kind == "symbol":
@@ -443,6 +538,134 @@ def _latin_phonemes(word: str) -> str:
     except GGTTSError as error:
         log.debug("no English G2P for %r: %s", word, error)
         return ""
+
+
+def _said_after(said: str, morpheme: Morpheme) -> str | None:
+    """What a word that starts inside a rule's output says past it, in hiragana: its pronunciation without the
+    longest start that ends what the rule said (``said``, hiragana). 年生 ネンセー after にねん -> せー, 回戦
+    カイセン after いっかい -> せん. None when none of it does, or nothing is left."""
+    jaconv, _ = _import_japanese()
+    if not (morpheme.known and morpheme.pronunciation):
+        return None
+    spoken, pronunciation = _katakana(said), morpheme.pronunciation
+    for count in range(min(len(pronunciation) - 1, len(spoken)), 0, -1):
+        if spoken.endswith(pronunciation[:count]):
+            return str(jaconv.kata2hira(pronunciation[count:]))
+    return None
+
+
+def _counted(words: list[_Word]) -> list[_Word]:
+    """Each number joined with the suffixes right after it (3名, 10年後, 21世紀, 三名) into one word, said as
+    pyopenjtalk's NJD says them together.
+
+    After a number a rule read, the suffixes are said as NJD says them after that number, with the sound changes
+    between the two: 1社 いっしゃ (the number's last mora doubled), 3敗 さんぱい, 1日中 いちにちじゅう, 1口 ひとくち.
+    A number written in kanji numerals (二十一, 一) is said with its suffixes as NJD says them all: 一ヶ所
+    いっかしょ, 二十一世紀 にじゅういっせいき."""
+    joined: list[_Word] = []
+    words = list(words)
+    i = 0
+    while i < len(words):
+        word, end = words[i], i + 1
+        ruled = word.kind == "said" and any(c.isdigit() for c in word.written)
+        if word.kind == "kana" and word.numeral:
+            while end < len(words) and words[end].kind == "kana" and words[end].numeral and _adjacent(words, end):
+                end += 1
+        if ruled or (word.kind == "kana" and word.numeral):
+            while end < len(words) and words[end].kind == "kana" and words[end].suffix and _adjacent(words, end):
+                end += 1
+        if ruled and end < len(words) and _adjacent(words, end) and not words[end].suffix:
+            words[end] = _voiced_after(word.written + "".join(w.surface for w in words[i + 1 : end]), words[end])
+        if end == i + 1:
+            joined.append(word)
+            i += 1
+            continue
+        run = words[i:end]
+        surface = "".join(w.surface for w in run)
+        if ruled:
+            written = word.written + surface[len(word.surface) :]
+            number, readings = _njd_readings(word.reading, written, [w.surface for w in run[1:]])
+            reading = number + "".join(r or w.reading for r, w in zip(readings, run[1:], strict=True))
+        else:
+            written = surface
+            nodes = _njd_nodes(written) if len(written) <= _MAX_COUNTED_CHARS else ()
+            if "".join(string for string, _ in nodes) == written:
+                reading = _hiragana("".join(pronunciation for _, pronunciation in nodes))
+            else:
+                reading = "".join(w.reading for w in run)
+        joined.append(_Word(word.start, run[-1].end, surface, reading, "said", written))
+        i = end
+    return joined
+
+
+_VOICED = str.maketrans("かきくけこさしすせそたちつてとはひふへほ", "がぎぐげござじずぜぞだぢづでどばびぶべぼ")
+
+
+def _voiced_after(written: str, word: _Word) -> _Word:
+    """``word``, a noun after the number and counter ``written``, with its first sound voiced where NJD voices
+    it there (rendaku: 3人部屋 さんにんべや, 1人旅)."""
+    if word.kind != "kana" or not any(_is_kanji(c) for c in word.surface) or len(written) > _MAX_COUNTED_CHARS:
+        return word
+    nodes = _njd_nodes(written + word.surface)
+    if not nodes or nodes[-1][0] != word.surface:
+        return word
+    said = _hiragana(nodes[-1][1])
+    if said[:1] != word.reading[:1].translate(_VOICED) or said[:1] == word.reading[:1] or said[1:] != word.reading[1:]:
+        return word
+    return replace(word, reading=said)
+
+
+def _adjacent(words: Sequence[_Word], index: int) -> bool:
+    """Whether ``words[index]`` follows the word before it with nothing between."""
+    return words[index].start == words[index - 1].end
+
+
+def _hiragana(katakana: str) -> str:
+    """A pronunciation in katakana as hiragana, long vowels marked: "チュウ" -> "ちゅー"."""
+    jaconv, _ = _import_japanese()
+    return _long_vowels(str(jaconv.kata2hira(katakana)))
+
+
+_MAX_COUNTED_CHARS = 32  # a number and its suffixes longer than this are read without NJD
+# How NJD may change the last word of a number before a counter (katakana): doubled (1社 いっしゃ, 10冊
+# じゅっさつ, 100歩 ひゃっぽ) or said otherwise (4人 よにん, 7時 しちじ, 9時 くじ). These changes are taken from
+# it; other readings of the number are not (NJD reads 302号室 サンマルニ).
+_NUMBER_ENDINGS = {"イチ": "イッ", "ハチ": "ハッ", "ロク": "ロッ", "ジュー": "ジュッ", "ヒャク": "ヒャッ"}
+_NUMBER_ENDINGS |= {"ヨン": "ヨ", "ナナ": "シチ", "キュー": "ク"}
+# NJD says 1 and 2 as ひと and ふた before some counters (1口 ひとくち, 2箱 ふたはこ): these are taken from it.
+_NATIVE_NUMBERS = {"いち": "ヒト", "に": "フタ"}
+
+
+def _njd_readings(number: str, written: str, suffixes: Sequence[str]) -> tuple[str, list[str | None]]:
+    """How NJD says the ``suffixes`` (surfaces) that end ``written`` after a number said ``number`` (hiragana):
+    the number (its last word changed as NJD changes it, いち -> いっ before 社, よん -> よ before 人, see
+    :data:`_NUMBER_ENDINGS`; ひと, ふた where NJD says them) and each suffix in hiragana, None for those NJD
+    does not give as words of their own."""
+    readings: list[str | None] = [None] * len(suffixes)
+    nodes = _njd_nodes(written) if len(written) <= _MAX_COUNTED_CHARS else ()
+    position = len(nodes)
+    for index in range(len(suffixes) - 1, -1, -1):
+        if position == 0 or nodes[position - 1][0] != suffixes[index]:
+            return number, readings
+        position -= 1
+        readings[index] = _hiragana(nodes[position][1])
+    said_by_njd = "".join(pronunciation for _, pronunciation in nodes[:position])
+    ours = _katakana(number)
+    ending = next((e for e in _NUMBER_ENDINGS if ours.endswith(e)), None)
+    changed = ending is not None and said_by_njd == ours[: -len(ending)] + _NUMBER_ENDINGS[ending]
+    if changed or said_by_njd == _NATIVE_NUMBERS.get(number):
+        number = _hiragana(said_by_njd)
+    return number, readings
+
+
+@functools.lru_cache(maxsize=4096)
+def _njd_nodes(text: str) -> tuple[tuple[str, str], ...]:
+    """The words of ``text`` as pyopenjtalk's NJD says them: (written, NFKC; pronunciation, katakana)."""
+    pyopenjtalk = _import_openjtalk()
+    if pyopenjtalk is None:
+        return ()
+    nodes = pyopenjtalk.run_frontend(text)
+    return tuple((unicodedata.normalize("NFKC", n["string"]), n["pron"].replace("’", "")) for n in nodes)
 
 
 def _segments(origin: Sequence[int], ruled: Sequence[bool]) -> list[tuple[int, int]]:

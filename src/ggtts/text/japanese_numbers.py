@@ -13,6 +13,7 @@ also says where each output character comes from. Loanwords are written in katak
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
@@ -178,8 +179,11 @@ class Counter:
         return frozenset(str(n) for n in self.whole)
 
     def say(self, written: str) -> str:
-        """``written`` (digits, maybe with 万/億 or a decimal point) followed by this counter, in hiragana."""
+        """``written`` (digits, maybe with 万/億 or a decimal point) followed by this counter, in hiragana. Zeros
+        before a whole number pad it (9時05分 くじごふん, 08時 はちじ): a counted number is no code."""
         bare = written.replace(",", "")
+        if bare[:1] == "0" and bare.isdigit():
+            bare = bare.lstrip("0") or "0"
         if bare in self.whole_written:
             return self.whole[int(bare)]
         words = number_words(bare)
@@ -218,6 +222,8 @@ _BIRDS = Counter("わ", after_n="ば", endings={"ろく": "ろっぱ", "じゅ�
 
 COUNTERS: dict[str, Counter] = {
     "人": Counter("にん", digit={4: "よ"}, whole={1: "ひとり", 2: "ふたり"}),
+    "人前": Counter("にんまえ", digit={4: "よ"}),  # servings: いちにんまえ, ににんまえ (not ひとり, ふたり)
+    "棟": Counter("とう"),  # buildings: いっとう, さんとう (NJD says ひとむね, さんむね)
     "つ": Counter("つ", whole=_THINGS),
     "個": Counter("こ"),
     "本": Counter("ほん", after_n="ぼん"),
@@ -256,6 +262,13 @@ COUNTERS: dict[str, Counter] = {
     "cm": Counter("センチメートル"),
     "mm": Counter("ミリメートル"),
     "m": Counter("メートル"),
+    # Areas and volumes: 30m2, and ㎡ (which NFKC writes m2). In katakana, as the units are, so that no sound
+    # changes (100m2 ひゃくヘーホーメートル, not ひゃっぺいほう).
+    "m2": Counter("ヘーホーメートル"),
+    "m3": Counter("リッポーメートル"),
+    "km2": Counter("ヘーホーキロメートル"),
+    "cm2": Counter("ヘーホーセンチメートル"),
+    "cm3": Counter("リッポーセンチメートル"),
     "g": Counter("グラム"),
     "℃": Counter("ど"),
     "°C": Counter("ど"),
@@ -293,6 +306,9 @@ SEPARATOR_IN_PHONE_NUMBERS = "の"
 _MAX_MONTH, _MAX_DAY = 12, 31
 _MAX_DATE_DIGITS = 2  # a month or day written with more digits is not one (001/2)
 _DAYS_IN_MONTH = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)  # February may have a 29th
+MAX_USUAL_DENOMINATOR = 10  # a month/day that would be a fraction over more than this is a date (5/12)
+# Words that follow dates, not fractions: 1/5まで (by the 5th of January), 2/3締切.
+DATE_WORDS = ("まで", "迄", "以降", "以前", "頃", "ごろ", "付", "締", "〆", "必着", "開催", "予定", "現在")
 WEEKDAYS = {"月": "げつ", "火": "か", "水": "すい", "木": "もく", "金": "きん", "土": "ど", "日": "にち"}
 WEEKDAY, HOLIDAY, HOLIDAY_SAID = "ようび", "祝", "しゅくじつ"
 # A weekday in brackets after a date: (金), （金曜日）, (月・祝), (祝).
@@ -340,20 +356,25 @@ def _can_be_date(month: str, day: str) -> bool:
     return 1 <= int(bare_month) <= _MAX_MONTH and 1 <= int(bare_day) <= _DAYS_IN_MONTH[int(bare_month) - 1]
 
 
-def is_slashed_date(month: str, day: str, weekday: str | None = None) -> bool:
-    """Whether "``month``/``day``" is more plausibly a date than a fraction.
+def is_slashed_date(month: str, day: str, weekday: str | None = None, following: str = "") -> bool:
+    """Whether "``month``/``day``" is more plausibly a date than a fraction (``following``: the text after it).
 
     It is a date when it can be one (a month 1-12 and a day that month has, 2/29 included) and any of these
     holds: a weekday follows in brackets (1/2(火)); the day is past 12 (3/15); the month is not smaller than the
     day (12/1, 4/1, 5/5: as fractions they would be whole numbers or more, which nobody writes so); either has
-    a leading zero (03/05). Otherwise a smaller number over a larger one is read as a fraction, 1/2 にぶんのいち:
-    1/2, 2/3 and 3/10 could be dates but are more often fractions, 4/31 and 3/100 cannot be dates. Other pairs
-    (24/7, 50/50, 13/5) are left as written. In a range, one end that is a date makes the other one a date too
-    (12/28〜1/5, but 1/2〜1/3 is two fractions; see :func:`_slashed_range`).
+    a leading zero (03/05); as a fraction it would be an unusual one, not in lowest terms (4/10) or over more
+    than 10 (5/12); a word that follows dates follows it (1/5まで, 2/3締切, see :data:`DATE_WORDS`). Otherwise a
+    smaller number over a larger one is read as a fraction, 1/2 にぶんのいち: 1/2, 2/3 and 3/10 could be dates but
+    are more often fractions, 4/31 and 3/100 cannot be dates. Other pairs (24/7, 50/50, 13/5) are left as
+    written. In a range, one end that is a date makes the other one a date too (12/28〜1/5, but 1/2〜1/3 is two
+    fractions; see :func:`_slashed_range`).
     """
     if not _can_be_date(month, day):
         return False
-    return bool(weekday) or int(day) > _MAX_MONTH or int(month) >= int(day) or "0" in (month[0], day[0])
+    if bool(weekday) or int(day) > _MAX_MONTH or int(month) >= int(day) or "0" in (month[0], day[0]):
+        return True
+    usual_fraction = math.gcd(int(month), int(day)) == 1 and int(day) <= MAX_USUAL_DENOMINATOR
+    return not usual_fraction or following.startswith(DATE_WORDS)
 
 
 def _smaller(first: str, second: str) -> bool:
@@ -371,7 +392,8 @@ def _over(denominator: str, numerator: str) -> str:
 def _slashed(match: re.Match[str]) -> str:
     """3/15 -> さんがつじゅうごにち, 1/2 -> にぶんのいち, 24/7 as written (see :func:`is_slashed_date`)."""
     first, second, weekday = match.groups()
-    if is_slashed_date(first, second, weekday):
+    following = match.string[match.end() : match.end() + max(map(len, DATE_WORDS))]
+    if is_slashed_date(first, second, weekday, following):
         return _month_day(first, second) + _weekday(weekday)
     if _smaller(first, second):
         return _over(second, first) + (weekday or "")
@@ -385,6 +407,35 @@ def _slashed_range(match: re.Match[str]) -> str:
     if _can_be_date(*first[:2]) and _can_be_date(*last[:2]) and (is_slashed_date(*first) or is_slashed_date(*last)):
         return "から".join(_month_day(month, day) + _weekday(weekday) for month, day, weekday in (first, last))
     return _SLASHED_PATTERN.sub(_slashed, match.group())
+
+
+# What may end a number in a range, after its digits: its counter (9時〜17時, 10月-12月) or a unit (1万〜2万).
+_RANGE_UNITS = sorted({*COUNTERS, "月", *_KANJI_UNITS}, key=len, reverse=True)
+_TILDES, _DASHES = "〜～~", "-−－‐–"  # the tildes and dashes Japanese text writes
+_RANGE_UNIT_ENDINGS = frozenset(unit[-1] for unit in _RANGE_UNITS)
+# A tilde, or a dash before a number (or a currency sign), maybe spaced; _range decides whether it is "から".
+_RANGE = re.compile(rf"(?<!\s)\s*(?:([{_TILDES}])|[{_DASHES}](?=\s*[-−]?[0-9¥￥$＄€£]))\s*")
+
+
+def _range(match: re.Match[str]) -> str:
+    """A tilde or dash between two numbers as "から", "to": 3〜5, 9時〜17時, 1万〜2万円, 10月-12月, 3-5人; a
+    tilde after a number, "from" (1000円〜). A dash between bare numbers only when a counter follows the second
+    (3-5人, 10-20%): 03-1234, 2024-03-01 and 1-2-3 are codes, dates and addresses, and -5 a sign."""
+    text, start, end = match.string, match.start(), match.end()
+    if not start or not text[start - 1].isdigit():
+        if not start or text[start - 1] not in _RANGE_UNIT_ENDINGS:
+            return match.group()
+        unit = next((u for u in _RANGE_UNITS if text.endswith(u, 0, start)), None)
+        counted = unit is not None and start > len(unit) and text[start - len(unit) - 1].isdigit()
+        return "から" if counted else match.group()
+    if match.group(1):  # a tilde
+        return "から"
+    number_start = start
+    while number_start and text[number_start - 1] in "0123456789,.":  # (each number is walked once)
+        number_start -= 1
+    if number_start and (text[number_start - 1] in _DASHES or text[number_start - 1].isalpha()):
+        return match.group()  # a chain (1-2-3-4人) or a name (A4-5)
+    return "から" if _COUNTED_NUMBER.match(text, end) else match.group()
 
 
 def _time(match: re.Match[str]) -> str:
@@ -419,18 +470,39 @@ def _alternation(words: Sequence[str]) -> str:
     return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
 
 
+# A number and its counter, with nothing after that continues the number: 5人, 20%.
+_COUNTED_NUMBER = re.compile(rf"(?:{_INT}) ?(?:{_alternation([*COUNTERS, '月'])})(?![A-Za-z]|[{_DASHES}][0-9])")
+_WEEKDAY_CHARACTERS = "".join(WEEKDAYS)
+
+
+def _weekday_range(match: re.Match[str]) -> str:
+    first, first_in_full, last, last_in_full = match.groups()
+    said = [
+        WEEKDAYS[day] + (WEEKDAY if in_full else "") for day, in_full in ((first, first_in_full), (last, last_in_full))
+    ]
+    return "から".join(said)
+
+
 JAPANESE_RULES: list[Rule] = [
     # Full-width and other Unicode digits, and separators between them, as ASCII.
     (re.compile(r"(?![0-9])\d"), _ascii_digit),
     (re.compile(r"(?<=[0-9])[，．](?=[0-9])"), lambda m: unicodedata.normalize("NFKC", m.group())),
+    # Ranges, before the rules that read either end: 3〜5 -> 3から5, 9時-17時 -> 9時から17時, 9:00〜17:00
+    (_RANGE, _range),
+    # Weekdays: 月〜金 -> げつからきん, 月曜〜金曜日 -> げつようびからきんようび
+    (
+        re.compile(
+            rf"(?<![0-9今先来同翌前本毎正])([{_WEEKDAY_CHARACTERS}])(曜日?)?\s*[{_TILDES}]\s*"
+            rf"([{_WEEKDAY_CHARACTERS}])(曜日?)?(?![\u4e00-\u9fff々])"
+        ),
+        _weekday_range,
+    ),
     # Phone numbers, digit by digit: 03-1234-5678 -> ぜろさんのいちにさんよんの...
     (re.compile(r"(?<![0-9-])0[0-9]{1,4}-[0-9]{1,4}-[0-9]{3,4}(?![0-9-])"), _phone),
     # 2024/3/1, 2024-03-01, 2024.3.1, 2024/3/15(金)
     (re.compile(rf"(?<![0-9])([0-9]{{4}})([/.-])(0?[1-9]|1[0-2])\2([0-3]?[0-9])(?![0-9])(?:\s?({_WEEKDAY}))?"), _date),
     # 9:05, 15:30:20
     (re.compile(r"(?<![0-9:])([01]?[0-9]|2[0-4]):([0-5][0-9])(?::([0-5][0-9]))?(?![0-9:])"), _time),
-    # Ranges: 3〜5 -> 3から5
-    (re.compile(r"(?<=[0-9])\s*[〜～~]\s*(?=[-−]?[0-9¥￥$＄€£])"), lambda m: "から"),
     # A sign before a number that follows no digit or letter: -5 -> マイナス5
     (re.compile(r"(?<![0-9A-Za-z])[-−－](?=[0-9])"), lambda m: "マイナス"),
     # Month/day or a fraction: 3/15(金) -> さんがつじゅうごにちきんようび, 1/2 -> にぶんのいち; ranges of them
