@@ -198,5 +198,5 @@ def test_damaged_weights_fail_before_the_head_is_yielded(tiny: Path) -> None:
 def test_fast_start_must_be_a_bool(tiny: Path) -> None:
     with pytest.raises(InputError, match="fast_start must be true or false"):
         next(_load(tiny).stream(LONG, voice=VOICE, phonemes=True, fast_start="yes"))  # type: ignore[arg-type]
-    with pytest.raises(InputError, match="kokoro has no load option 'fast_start'; it takes device, precision"):
+    with pytest.raises(InputError, match="kokoro has no load option 'fast_start'; it takes device, lexicon, precision"):
         _load(tiny, fast_start=True)  # a choice per call, not per model

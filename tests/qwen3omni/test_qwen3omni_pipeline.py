@@ -715,7 +715,7 @@ def test_files_that_do_not_match_are_refused_at_load(
 
     thinker = tiny.work / "thinker.gguf"
     with pytest.raises(
-        GGTTSError, match="qwen3omni has no load option 'codec'; it takes device, precision, parallel, talker"
+        GGTTSError, match="qwen3omni has no load option 'codec'; it takes device, lexicon, precision, parallel, talker"
     ):
         load(thinker, codec="x.gguf")
     ckpt = HFCheckpoint([tiny.work / "checkpoint"], "tiny")

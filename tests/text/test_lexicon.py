@@ -38,6 +38,23 @@ def test_a_longer_entry_wins_and_cjk_words_need_no_spaces() -> None:
     assert lexicon.said("New York") == "gnu York"
 
 
+@pytest.mark.parametrize(
+    ("entries", "written", "said"),
+    [
+        ({"SQL": "sequel", "sqlite": "es queue lite"}, "SQLite and SQL", "es queue lite and sequel"),
+        ({"US": "you ess", "usa": "you ess ay"}, "USA and US", "you ess ay and you ess"),  # longest, any case
+        ({"Ray": "ray", "Ray Serve": "ray serve"}, "Ray Server, Ray Serve", "ray Server, ray serve"),
+        ({"new": "gnu", "new york": "noo york"}, "new yorker, New York", "gnu yorker, noo york"),
+    ],
+)
+def test_the_longest_whole_word_wins_as_written_or_in_lowercase(
+    entries: dict[str, str], written: str, said: str
+) -> None:
+    """A longer form found inside a longer word leaves the shorter whole word to its own entry; an entry as written
+    and a lowercase one are one choice, the longest (both were missed: the first branch of one regex won)."""
+    assert Lexicon.of(entries).said(written) == said
+
+
 def test_what_is_said_keeps_the_written_words_span() -> None:
     text = "I use ggtts daily"
     said = LEXICON.apply(Tracked.of(text))
@@ -55,6 +72,18 @@ def test_a_file_of_lines_and_a_json_file(tmp_path: Path) -> None:
     assert Lexicon.read(as_json).said("ggtts") == "gee gee tee tee ess"
     assert as_lexicon(str(lines)) == Lexicon.read(lines) and as_lexicon(None) is None
     assert as_lexicon({"a": "b"}) == Lexicon.of({"a": "b"})
+    with_bom = tmp_path / "bom.txt"
+    with_bom.write_bytes("\ufeffggtts = banana\n".encode())  # as some editors save UTF-8
+    assert Lexicon.read(with_bom).said("ggtts") == "banana"
+
+
+def test_a_file_is_read_again_only_when_it_changed(tmp_path: Path) -> None:
+    path = tmp_path / "words.txt"
+    path.write_text("ggtts = banana\n", encoding="utf-8")
+    first = Lexicon.read(path)
+    assert Lexicon.read(path) is first  # (checked, read ahead and loaded: read once)
+    path.write_text("ggtts = pineapple\n", encoding="utf-8")
+    assert Lexicon.read(path).said("ggtts") == "pineapple"
 
 
 @pytest.mark.parametrize(

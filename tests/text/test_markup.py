@@ -32,7 +32,13 @@ def test_markup_goes_in_any_language(written: str, read: str) -> None:
     assert plain_text(written) == read
 
 
-@pytest.mark.parametrize("written", ["2*3*4", "a*b*c", "x = a * b", "重要**です", "これは__重要__です", "snake_case"])
+@pytest.mark.parametrize(
+    "written",
+    [
+        *("2*3*4", "a*b*c", "x = a * b", "重要**です", "これは__重要__です", "snake_case"),
+        *("送料無料*1、返品可能*2", "ファイル名は*.txtや*.mdです", "A社*B社*C社"),  # footnotes, globs, products
+    ],
+)
 def test_what_is_no_emphasis_stays(written: str) -> None:
     """ "*" opens emphasis after a wide letter only: Latin text keeps its products, and "_" never opens inside a
     word (CommonMark's rule)."""

@@ -291,7 +291,8 @@ class TTSModel(ABC):
 
     Both are one template: :meth:`request` checks the text, resolves the voice, checks the speed against the
     record and builds the family's options dataclass, before any work; the family's :meth:`run` then makes the
-    audio. A family's pipeline implements ``run`` (and ``from_gguf`` and ``voices``), nothing else.
+    audio. A family's pipeline implements ``run`` (and ``from_gguf`` and ``voices``), nothing else; its ``run``
+    reads the text through :meth:`said` (the ``lexicon`` load option), or applies the lexicon where it tracks words.
     """
 
     family: ClassVar[Family | None] = None
@@ -704,8 +705,8 @@ class Family:
     bench: str | None = None
     # built-in model names -> "module:function" returning the GGUF path, built from installed packages on first use
     builtins: Mapping[str, str] = field(default_factory=dict)
-    # "module:function" (gguf, text, per-call options) -> load options with which the model takes up work on the
-    # text begun now, while it loads (`ggtts speak`: Kokoro reads the text in a child process meanwhile)
+    # "module:function" (gguf, text, per-call options, the lexicon load option) -> load options with which the model
+    # takes up work on the text begun now, while it loads (`ggtts speak`: Kokoro reads the text in a child process)
     read_ahead: str | None = None
     # (load options, the device resolved: cpu or cuda:N) -> an InputError for options that device does not run
     # (OuteTTS's compile on a CPU); :meth:`check_load_on` runs it before any model loads

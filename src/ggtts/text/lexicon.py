@@ -69,9 +69,20 @@ class Lexicon:
         the file, and the line, for a file that cannot be read or a line that is not an entry."""
         p = Path(path).expanduser()
         try:
+            found = p.stat()
+        except FileNotFoundError:
+            raise InputError(f"{p}: no such lexicon file") from None
+        except OSError as e:
+            raise InputError(f"{p}: cannot read the lexicon file: {e.strerror or e}") from None
+        # (a command line checks the file, reads it ahead and loads it: one reading while it stays the same)
+        return _read(p, found.st_mtime_ns, found.st_size)
+
+    @classmethod
+    def _read(cls, p: Path) -> Lexicon:
+        try:
             if p.stat().st_size > MAX_FILE_BYTES:
                 raise InputError(f"{p}: a lexicon file is at most {MAX_FILE_BYTES // 2**20} MiB")
-            content = p.read_text(encoding="utf-8")
+            content = p.read_text(encoding="utf-8-sig")  # (a byte-order mark is no word)
         except FileNotFoundError:
             raise InputError(f"{p}: no such lexicon file") from None
         except IsADirectoryError:
@@ -101,57 +112,81 @@ class Lexicon:
         return cls(tuple(entries), str(p))
 
     @functools.cached_property
-    def _said(self) -> dict[str, str]:
-        return {_key(written): said for written, said in self.entries}
-
-    @functools.cached_property
-    def _pattern(self) -> re.Pattern[str] | None:
-        """Every written form as one trie (a lowercase one in any capitalization): each place in a text is tried
-        in as many steps as the longest form is long, however many forms there are; longer forms first."""
-        if not self.entries:
-            return None
-        trie: dict[tuple[str, bool], Any] = {}
-        for written, _ in self.entries:
-            node = trie
+    def _tries(self) -> tuple[dict[str, Any], dict[str, Any], re.Pattern[str] | None]:
+        """The written forms as two tries of characters, each form's said text at its end (:data:`_END`): those
+        found as written, and the lowercase ones (walked with the text lowercased); and the characters a form may
+        start with, to find where to walk from."""
+        exact: dict[str, Any] = {}
+        folded: dict[str, Any] = {}
+        firsts: set[str] = set()
+        for written, said in self.entries:
+            lowercase = written == written.lower()
+            node = folded if lowercase else exact
             for char in written:
-                cased = written == written.lower() and char.upper() != char and len(char.upper()) == 1
-                node = node.setdefault((char, cased), {})
-            node[_END] = {}
-        return re.compile(_trie_regex(trie))
+                node = node.setdefault(char, {})
+            node[_END] = said
+            firsts.update({written[0], written[0].upper(), written[0].title()} if lowercase else {written[0]})
+        starts = re.compile(f"[{''.join(re.escape(c) for c in sorted(firsts))}]") if firsts else None
+        return exact, folded, starts
 
     def apply(self, text: Tracked) -> Tracked:
         """``text`` with each entry found said as the lexicon says, what is said keeping the span of the written
         word."""
-        if self._pattern is None:
+        found = self._found(text.text)
+        if not found:
             return text
-        return text.sub(self._pattern, self._say)
+        pieces: list[Tracked] = []
+        last = 0
+        for i, j, said in found:
+            pieces.append(text[last:i])
+            start, end = text.span(i, j)
+            pieces.append(Tracked(said, [start] * len(said), [end] * len(said), [True] * len(said)))
+            last = j
+        pieces.append(text[last:])
+        return Tracked.join(pieces)
 
     def said(self, text: str) -> str:
         """:meth:`apply` for a text whose spans nobody needs."""
         return self.apply(Tracked.of(text)).text
 
-    def _say(self, m: re.Match[str]) -> str:
-        found = m[0]
-        if _glued(m.string, m.start() - 1, found[0]) or _glued(m.string, m.end(), found[-1]):
-            return found  # part of a longer word ("cat" in "catalog")
-        return self._said.get(found, self._said.get(found.lower(), found))
+    def _found(self, text: str) -> list[tuple[int, int, str]]:
+        """Where entries are found in ``text``, left to right, apart: at each place a form may start (not inside a
+        word), the longest form that ends there as a whole word. Each place is walked as far as the longest
+        form is long, so the cost is the text's length times that at most, however many entries there are."""
+        exact, folded, starts = self._tries
+        if starts is None:
+            return []
+        found: list[tuple[int, int, str]] = []
+        done = 0  # where the last one found ends: none overlap
+        for m in starts.finditer(text):
+            i = m.start()
+            if i < done or (i > 0 and _spaced_letter(text[i - 1]) and _spaced_letter(text[i])):
+                continue
+            best: tuple[int, str] | None = None
+            for trie, fold in ((folded, True), (exact, False)):  # at equal length the one as written wins
+                node, k = trie, i
+                while k < len(text):
+                    char = text[k].lower() if fold else text[k]
+                    step = node.get(char) if len(char) == 1 else None
+                    if step is None:
+                        break
+                    node, k = step, k + 1
+                    ends_word = not (k < len(text) and _spaced_letter(text[k - 1]) and _spaced_letter(text[k]))
+                    if _END in node and ends_word and (best is None or k >= best[0]):
+                        best = (k, node[_END])
+            if best is not None:
+                found.append((i, best[0], best[1]))
+                done = best[0]
+        return found
 
 
-_END = ("", False)  # a trie node's mark that a written form ends there
+_END = ""  # a trie node's key for the said text of the form that ends there (no character is "")
 
 
-def _trie_regex(node: dict[tuple[str, bool], Any]) -> str:
-    """The regular expression of a trie node's forms: its children's letters (a cased one as "[gG]"), each with
-    its own node's, exact ones first; optional where a form ends at the node (greedy: the longer one first)."""
-    branches = [
-        (f"[{re.escape(char)}{re.escape(char.upper())}]" if cased else re.escape(char)) + _trie_regex(child)
-        for (char, cased), child in sorted(node.items(), key=lambda item: (item[0][1], item[0][0]))
-        if (char, cased) != _END
-    ]
-    if not branches:
-        return ""
-    body = branches[0] if len(branches) == 1 else f"(?:{'|'.join(branches)})"
-    return f"(?:{body})?" if _END in node else body
+@functools.lru_cache(maxsize=8)
+def _read(path: Path, mtime_ns: int, size: int) -> Lexicon:
+    """:meth:`Lexicon.read` of a file as it is (its time and size are the key)."""
+    return Lexicon._read(path)
 
 
 def _key(written: str) -> str:
@@ -172,14 +207,6 @@ def _check_entry(written: object, said: object, name: str) -> None:
         )
     if "\n" in written or "\n" in said:
         raise InputError(f"{name}: an entry is one line")
-
-
-def _glued(text: str, i: int, edge: str) -> bool:
-    """Whether the character at ``i`` (beside a found word whose edge character is ``edge``) makes them one word:
-    both letters or digits of a script written with spaces between words."""
-    if not 0 <= i < len(text):
-        return False
-    return _spaced_letter(text[i]) and _spaced_letter(edge)
 
 
 def _spaced_letter(char: str) -> bool:

@@ -81,7 +81,8 @@ _DELIMITER_RUN = re.compile(r"\*+|_+|~+")
 _EMPHASIS_RUNS = frozenset({"*", "**", "***", "_", "__", "___", "~~"})
 # Emphasis opens after a space or one of these, and closes before a space or one of these ("*" before a letter
 # too): so "snake_case", "2*3*4", "(a)*(b)*(c)", "a * b" and a lone "note*" are no emphasis, nor "/_path_/".
-# Text written without spaces (Japanese, Chinese) has "*" open after any of its letters too: "これは**重要**です".
+# Text written without spaces (Japanese, Chinese) has "*" open between two of its letters too: "これは**重要**です"
+# (not "送料無料*1": a footnote's mark).
 _OPENS_AFTER = frozenset("\"'“‘([{«*_~-—–「『（【〔《〈")
 _CLOSES_BEFORE = frozenset("\"'”’)]}».,;:!?…*_~-—–」』）】〕》〉。、，．！？；：")
 _ESCAPED = re.compile(r"\\([*_~`#|\[\]<>\\])")  # "\*" is a "*" as written
@@ -224,7 +225,9 @@ def _paired_emphasis(text: str) -> set[int]:
         if runs and not before.isspace() and closes:
             paired.add(runs.pop())
             paired.add(i)
-        elif not after.isspace() and (before.isspace() or before in _OPENS_AFTER or (m[0][0] == "*" and _wide(before))):
+        elif not after.isspace() and (
+            before.isspace() or before in _OPENS_AFTER or (m[0][0] == "*" and _wide(before) and _wide(after))
+        ):
             runs.append(i)
     return paired
 

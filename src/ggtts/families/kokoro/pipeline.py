@@ -342,6 +342,8 @@ class KokoroTTS(TTSModel):
     ) -> Iterable[str | Chunk]:
         """The phonemizer's chunks; other than default ``switches`` only for the built-in frontend (a phonemizer of
         one's own does its own normalizing; it is given the text with the ``lexicon``'s words said)."""
+        if switches == NORMALIZE_ALL and lexicon is None:
+            return self.phonemizer(text, lang, limit, vocab)
         if isinstance(self.phonemizer, TextAhead):  # the built-in frontend, begun in a child process
             return self.phonemizer(text, lang, limit, vocab, switches, lexicon)
         if self.phonemizer is _text_frontend:
