@@ -494,6 +494,30 @@ def test_counters_and_suffixes_after_a_number(g2p: JapaneseG2P, written: str, ph
     assert g2p(written) == phonemes
 
 
+@pytest.mark.parametrize(
+    ("written", "phonemes"),
+    [
+        # Variant kanji the reader does not know are read as NJD reads them, with the kanji around them.
+        ("髙橋さん", "takahaɕi saɴ"),
+        ("髙橋", "takahaɕi"),
+        ("栁田さん", "janaɡʲida saɴ"),
+        ("濵田さん", "hamada saɴ"),
+        ("𠮷野家", "joɕinoja"),
+        # a kanji missing from the dictionary, by its usual reading
+        ("𩸽の干物", "hoʔke no çimono"),
+        ("髙橋と髙橋", "takahaɕi to takahaɕi"),
+    ],
+)
+def test_kanji_the_reader_does_not_know_are_read(g2p: JapaneseG2P, written: str, phonemes: str) -> None:
+    assert g2p(written) == phonemes
+
+
+def test_what_nothing_reads_is_logged(g2p: JapaneseG2P, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="ggtts.text.japanese"):
+        assert g2p("한") == ""
+    assert "한" in caplog.text
+
+
 def test_a_number_and_its_suffixes_are_one_token(g2p: JapaneseG2P) -> None:
     tokens = g2p.tokens("参加者は3名です。10年後の2年生")
     assert [t.text for t in tokens] == ["参加", "者", "は", "3名", "です", "。", "10年後", "の", "2年生"]
@@ -722,7 +746,26 @@ def test_any_text_gives_tokens_that_rebuild_it(g2p: JapaneseG2P, text: str) -> N
 
 
 @pytest.mark.parametrize(
-    "unit", ["あ", "1", "ー", "っ", "。", "Abc ", "漢", "ｶﾞ", "でしょう", "1名", "3年生", "一名", "5ドルア", "AB4"]
+    "unit",
+    [
+        "あ",
+        "1",
+        "ー",
+        "っ",
+        "。",
+        "Abc ",
+        "漢",
+        "ｶﾞ",
+        "でしょう",
+        "1名",
+        "3年生",
+        "一名",
+        "5ドルア",
+        "AB4",
+        "髙",
+        "髙橋",
+        "𠮷野家",
+    ],
 )
 def test_long_text_stays_linear(g2p: JapaneseG2P, unit: str) -> None:
     text = "x" + unit * (3 * MAX_READER_CHARS)
