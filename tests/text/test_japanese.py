@@ -512,6 +512,31 @@ def test_kanji_the_reader_does_not_know_are_read(g2p: JapaneseG2P, written: str,
     assert g2p(written) == phonemes
 
 
+@pytest.mark.parametrize(
+    ("written", "phonemes"),
+    [
+        # 何 is なん before だ, で, と, な, て (as NJD predicts), なに before が, を, も, か and at the end
+        ("何だろう", "naɴ daɾoː"),
+        ("何でもいい", "naɴ demo ii"),
+        ("何と言った", "nanto iʔta"),
+        ("何ですか", "naɴ desɨ ka"),
+        ("何が欲しいの？", "naɲi ɡa hoɕii no?"),
+        ("何をしているの", "naɲi oɕi te iɾɯ no"),
+        ("何も言わない", "naɲi mo iβanai"),
+        ("これは何？", "koɾe βa naɲi?"),
+        # 何 and a counter, with the counter's sound change
+        ("何分かかりますか", "nampɯɴ kakaɾʲimasɨ ka"),
+        ("何本ありますか", "namboɴ aɾʲimasɨ ka"),
+        ("何杯目", "nambaime"),
+        ("何階建て", "naŋɡaidate"),
+        ("何匹", "nambʲikʲi"),
+        ("何曜日", "naɴjoːbʲi"),
+    ],
+)
+def test_what_is_said_nan_or_nani(g2p: JapaneseG2P, written: str, phonemes: str) -> None:
+    assert g2p(written) == phonemes
+
+
 def test_what_nothing_reads_is_logged(g2p: JapaneseG2P, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level("WARNING", logger="ggtts.text.japanese"):
         assert g2p("한") == ""

@@ -386,7 +386,8 @@ class JapaneseG2P:
         normalized, normalized_origin, written = normalize_marked(folded)
         with _LOCK:
             romanizer = _romanizer()
-            words = _counted(_read_unknown(self._read(folded, normalized, normalized_origin, written)))
+            words = _read_unknown(self._read(folded, normalized, normalized_origin, written))
+            words = _counted(_what_said(words, normalized))
             words = _merge_cut_syllables(_group(_join_long_vowels(words)))
             phonemes = [self._phonemes(romanizer, w) for w in words]
         if not words:  # nothing a reader calls a word: one silent token
@@ -655,6 +656,32 @@ def _read_unknown(words: list[_Word]) -> list[_Word]:
         surface = "".join(w.surface for w in run)
         read.append(_Word(run[0].start, word.end, surface, surface, "unknown-run"))
     return [_njd_read(w) if w.kind.startswith("unknown") else w for w in read]
+
+
+_WHAT, _WHAT_SAID = "何", frozenset({"なに", "なん"})
+_WHAT_CONTEXT_CHARS = 12  # how much of the text after 何 NJD sees to choose なに or なん
+
+
+def _what_said(words: list[_Word], text: str) -> list[_Word]:
+    """何 as a word of its own said なん or なに as NJD predicts from the words after it (何だろう, 何でも, 何と,
+    何ですか なん; 何が, 何を, 何も, 何か なに): the reader says なに but before a counter. Only the text up to the next
+    punctuation mark, at most :data:`_WHAT_CONTEXT_CHARS` characters, is read with it."""
+    for index, word in enumerate(words):
+        if word.kind == "kana" and word.surface[:1] == _WHAT and len(word.surface) == 2 and _is_kanji(word.surface[1]):
+            # 何 and a counter the dictionary has as one word, with no sound change: 何分 ナンフン, not ナンプン
+            said = _hiragana("".join(p for _, p in _njd_nodes(word.surface)))
+            if word.reading.startswith("なん") and said.startswith("なん") and len(said) == len(word.reading):
+                words[index] = replace(word, reading=said)
+            continue
+        if word.kind != "kana" or word.surface != _WHAT or word.reading != "なに":  # (なん before a counter)
+            continue
+        context = text[word.start : word.start + 1 + _WHAT_CONTEXT_CHARS]
+        stop = next((i for i, c in enumerate(context) if i and (c in PUNCTUATION or c.isspace())), len(context))
+        nodes = _njd_nodes(context[:stop])
+        said = _hiragana(nodes[0][1]) if nodes and nodes[0][0] == _WHAT else ""
+        if said in _WHAT_SAID:
+            words[index] = replace(word, reading=said)
+    return words
 
 
 def _kanji_word(word: _Word) -> bool:
