@@ -537,6 +537,24 @@ def test_what_is_said_nan_or_nani(g2p: JapaneseG2P, written: str, phonemes: str)
     assert g2p(written) == phonemes
 
 
+@pytest.mark.parametrize(
+    ("written", "phonemes"),
+    [
+        # Roman numeral characters are numbers, not the Latin letters NFKC makes them
+        ("Ⅲ", "saɴ"),
+        ("Ⅳ", "joɴ"),
+        ("ⅱ", "ɲi"),
+        ("ⅩⅡ", "ʥɨːɲi"),
+        ("第Ⅱ章", "dai ɲiɕoː"),
+        ("第Ⅲ部", "dai sambɯ"),
+        ("ファイナルファンタジーⅦ", "ɸainaɾɯɸantaʥiː nana"),
+    ],
+)
+def test_roman_numerals_are_numbers(g2p: JapaneseG2P, written: str, phonemes: str) -> None:
+    assert g2p(written) == phonemes
+    assert "".join(t.text + t.whitespace for t in g2p.tokens(written)) == written
+
+
 def test_what_nothing_reads_is_logged(g2p: JapaneseG2P, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level("WARNING", logger="ggtts.text.japanese"):
         assert g2p("한") == ""
@@ -758,7 +776,7 @@ def test_no_download_is_ever_attempted() -> None:
 
 JAPANESE_ALPHABET = (
     "あいうえおかがきゃゅょっんーゝアイウエオカガキャッンーヵ漢字日本語東京円月年時分人本"
-    "。、！？「」…・ 　\n0123456789,.%$¥-:〜ABCabcｶﾞﾟ㍻①²😀\u3099"
+    "。、！？「」…・ 　\n0123456789,.%$¥-:〜ABCabcｶﾞﾟ㍻①²😀\u3099ⅢⅫ"
 )
 
 

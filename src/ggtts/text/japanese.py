@@ -115,13 +115,47 @@ def is_japanese(text: str) -> bool:
     return (kana + kanji) * _LETTERS_PER_JAPANESE_CHARACTER >= latin
 
 
+_ROMAN_FIRST, _ROMAN_LAST = 0x2160, 0x217F  # Ⅰ..ⅿ: the Roman numeral characters, capital and small
+_ROMAN_VALUES = {"I": 1, "V": 5, "X": 10, "L": 50, "C": 100, "D": 500, "M": 1000}
+_ROMAN = re.compile(r"M{0,3}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3})")
+
+
+def _roman_numerals(text: str) -> dict[int, str]:
+    """The runs of Roman numeral characters (Ⅲ, ⅩⅡ, ⅶ) in ``text`` that write a number: where each starts, its
+    value in digits, and where the rest are, "". NFKC would make them Latin letters ("III"), read as letters. A
+    run next to a digit (Ⅲ3), or one that writes no number (ⅠⅠⅠⅠ), is left to NFKC."""
+    numerals: dict[int, str] = {}
+    index = 0
+    while index < len(text):
+        if not _ROMAN_FIRST <= ord(text[index]) <= _ROMAN_LAST:
+            index += 1
+            continue
+        end = index
+        while end < len(text) and _ROMAN_FIRST <= ord(text[end]) <= _ROMAN_LAST:
+            end += 1
+        letters = unicodedata.normalize("NFKC", text[index:end]).upper()
+        beside_digit = (index and text[index - 1].isdigit()) or (end < len(text) and text[end].isdigit())
+        if letters and _ROMAN.fullmatch(letters) and not beside_digit:
+            values = [_ROMAN_VALUES[letter] for letter in letters]
+            total = sum(-v if v < next_value else v for v, next_value in zip(values, [*values[1:], 0], strict=True))
+            numerals |= dict.fromkeys(range(index + 1, end), "")
+            numerals[index] = str(total)
+        index = end
+    return numerals
+
+
 def _fold(text: str) -> tuple[str, list[int]]:
     """NFKC character by character (full-width Latin to ASCII, half-width katakana to full-width), keeping for
     each folded character the index of the character it came from."""
     folded: list[str] = []
     origin: list[int] = []
+    numerals = _roman_numerals(text)
     for index, char in enumerate(text):
-        out = char if char in _KEEP_UNFOLDED else unicodedata.normalize("NFKC", char)
+        out = numerals.get(index)
+        if out == "":
+            continue  # (the rest of a Roman numeral, whose value its first character has)
+        if out is None:
+            out = char if char in _KEEP_UNFOLDED else unicodedata.normalize("NFKC", char)
         if out in ("\u3099", "\u309a") and folded:  # half-width (han)dakuten: combine with the kana before
             combined = unicodedata.normalize("NFC", folded[-1] + out)
             if len(combined) == 1:
