@@ -287,6 +287,14 @@ READINGS = [
     ("月曜〜金曜日", "げつようびからきんようび"),
     ("平日(月〜金)", "平日(げつからきん)"),
     ("今月〜金曜", "今月〜金曜"),
+    # lists of weekdays, with or without 曜日
+    ("毎週月・水・金", "毎週げつ・すい・きん"),
+    ("月・水・金曜日", "げつ・すい・きんようび"),
+    ("(火・木)", "(か・もく)"),
+    ("土・日曜は休み", "ど・にちようびは休み"),
+    ("今月・来月", "今月・来月"),
+    ("水・木材", "水・木材"),
+    ("金・銀・銅", "金・銀・銅"),
     ("5km", "ごキロメートル"),
     ("30m2", "さんじゅうヘーホーメートル"),
     ("100m2", "ひゃくヘーホーメートル"),
@@ -345,7 +353,7 @@ def test_fractions_of_any_length_are_read(written: str, said: str) -> None:
     "unit",
     [
         *["1", "1,000", "1万", "1億2000万", "3月1日", "12:30", "-1", "1〜", "¥1.5", "0", "3/15(金)", "1/2〜", "1/"],
-        *["9時-", "1-", "月〜", "人 〜", "05分", "1/5まで"],
+        *["9時-", "1-", "月〜", "人 〜", "05分", "1/5まで", "月・", "月曜・", "水・木"],
     ],
 )
 def test_normalizing_hostile_text_stays_linear(unit: str) -> None:
@@ -553,6 +561,10 @@ def test_what_is_said_nan_or_nani(g2p: JapaneseG2P, written: str, phonemes: str)
 def test_roman_numerals_are_numbers(g2p: JapaneseG2P, written: str, phonemes: str) -> None:
     assert g2p(written) == phonemes
     assert "".join(t.text + t.whitespace for t in g2p.tokens(written)) == written
+
+
+def test_listed_weekdays_are_weekdays(g2p: JapaneseG2P) -> None:
+    assert g2p("毎週月・水・金") == "maiɕɨː ɡeʦɨ sɨi kʲiɴ"
 
 
 def test_what_nothing_reads_is_logged(g2p: JapaneseG2P, caplog: pytest.LogCaptureFixture) -> None:

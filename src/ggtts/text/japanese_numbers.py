@@ -483,6 +483,23 @@ def _weekday_range(match: re.Match[str]) -> str:
     return "から".join(said)
 
 
+def _listed_weekday(match: re.Match[str]) -> str:
+    _, day, suffix = match.groups()
+    return WEEKDAYS[day] + (WEEKDAY if suffix else "")
+
+
+_LISTED_DAY = rf"[{_WEEKDAY_CHARACTERS}]"
+_DAY_ENDS = r"(?=曜|[^\u4e00-\u9fff々]|$)"  # no other kanji after a listed weekday (水・木材)
+# A weekday in a list of weekdays with middle dots, maybe with 曜 or 曜日: 月・水・金, 土・日曜日, (火・木). The
+# first follows no number or word that makes it a month or day (3月・, 今月・); the others follow a weekday and
+# its dot. Groups: the weekday, 曜 or 曜日.
+_LISTED_WEEKDAY = re.compile(
+    rf"(?:(?<![0-9今先来同翌前本毎正])(?=({_LISTED_DAY})(?:曜日?)?[・･]{_LISTED_DAY}{_DAY_ENDS})"
+    rf"|(?<={_LISTED_DAY}[・･])|(?<={_LISTED_DAY}曜[・･])|(?<={_LISTED_DAY}曜日[・･]))"
+    rf"({_LISTED_DAY})(曜日?)?{_DAY_ENDS}"
+)
+
+
 JAPANESE_RULES: list[Rule] = [
     # Full-width and other Unicode digits, and separators between them, as ASCII.
     (re.compile(r"(?![0-9])\d"), _ascii_digit),
@@ -497,6 +514,8 @@ JAPANESE_RULES: list[Rule] = [
         ),
         _weekday_range,
     ),
+    # Lists of weekdays: 月・水・金 -> げつ・すい・きん (not つき, みず, かね)
+    (_LISTED_WEEKDAY, _listed_weekday),
     # Phone numbers, digit by digit: 03-1234-5678 -> ぜろさんのいちにさんよんの...
     (re.compile(r"(?<![0-9-])0[0-9]{1,4}-[0-9]{1,4}-[0-9]{3,4}(?![0-9-])"), _phone),
     # 2024/3/1, 2024-03-01, 2024.3.1, 2024/3/15(金)
