@@ -270,6 +270,17 @@ COUNTERS: dict[str, Counter] = {
     "cm2": Counter("ヘーホーセンチメートル"),
     "cm3": Counter("リッポーセンチメートル"),
     "g": Counter("グラム"),
+    "mg": Counter("ミリグラム"),
+    # Volumes, power, speed: 500ml, 2L, 100W, 10cc, 100km/h
+    "ml": Counter("ミリリットル"),
+    "mL": Counter("ミリリットル"),
+    "dl": Counter("デシリットル"),
+    "dL": Counter("デシリットル"),
+    "L": Counter("リットル"),
+    "cc": Counter("シーシー"),
+    "W": Counter("ワット"),
+    "kW": Counter("キロワット"),
+    "km/h": Counter("キロメートルマイジ"),
     "℃": Counter("ど"),
     "°C": Counter("ど"),
     **{f"{k}月": _MONTHS_DURATION for k in "かカヶケヵ箇"},
@@ -466,6 +477,11 @@ def _counted(match: re.Match[str]) -> str:
     return COUNTERS[match.group(2)].say(match.group(1))
 
 
+def _floor(match: re.Match[str]) -> str:
+    basement, floor = match.groups()
+    return ("ちか" if basement else "") + COUNTERS["階"].say(floor)
+
+
 def _alternation(words: Sequence[str]) -> str:
     return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
 
@@ -535,7 +551,10 @@ JAPANESE_RULES: list[Rule] = [
         lambda m: DATE_DAY.say(str(int(m.group(1)))) + _weekday(m.group(2)),
     ),
     (re.compile(rf"{_START}(0?[1-9]|1[0-2])月(?!間)"), lambda m: MONTH.say(str(int(m.group(1))))),
-    (re.compile(rf"{_START}({_NUMBER}) ?({_alternation(list(COUNTERS))})(?![A-Za-z])"), _counted),
+    # Floors: 2F -> にかい, B1F -> ちかいっかい
+    (re.compile(r"(?<![0-9A-Za-z,.])(B)?([0-9]+)F(?![0-9A-Za-z])"), _floor),
+    # (3Lサイズ is a clothing size, not three litres)
+    (re.compile(rf"{_START}({_NUMBER}) ?({_alternation(list(COUNTERS))})(?![A-Za-z]|(?<=L)サイズ)"), _counted),
     (re.compile(_NUMBER), lambda m: say_number(m.group())),  # any digits left
 ]
 
