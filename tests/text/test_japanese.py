@@ -287,10 +287,31 @@ READINGS = [
     ("月曜〜金曜日", "げつようびからきんようび"),
     ("平日(月〜金)", "平日(げつからきん)"),
     ("今月〜金曜", "今月〜金曜"),
+    # lists of weekdays, with or without 曜日
+    ("毎週月・水・金", "毎週げつ・すい・きん"),
+    ("月・水・金曜日", "げつ・すい・きんようび"),
+    ("(火・木)", "(か・もく)"),
+    ("土・日曜は休み", "ど・にちようびは休み"),
+    ("今月・来月", "今月・来月"),
+    ("水・木材", "水・木材"),
+    ("金・銀・銅", "金・銀・銅"),
     ("5km", "ごキロメートル"),
     ("30m2", "さんじゅうヘーホーメートル"),
     ("100m2", "ひゃくヘーホーメートル"),
     ("2m3", "にリッポーメートル"),
+    # units written in letters
+    ("500ml", "ごひゃくミリリットル"),
+    ("500mL", "ごひゃくミリリットル"),
+    ("2L", "にリットル"),
+    ("2LDK", "にLDK"),
+    ("3Lサイズ", "さんLサイズ"),
+    ("100W", "ひゃくワット"),
+    ("10cc", "じゅうシーシー"),
+    ("100km/h", "ひゃくキロメートルマイジ"),
+    # floors, and basement floors
+    ("2F", "にかい"),
+    ("3F", "さんがい"),
+    ("B1F", "ちかいっかい"),
     # whole sentences; text without numbers is left alone
     ("今日はいい天気ですね。", "今日はいい天気ですね。"),
     (
@@ -345,7 +366,7 @@ def test_fractions_of_any_length_are_read(written: str, said: str) -> None:
     "unit",
     [
         *["1", "1,000", "1万", "1億2000万", "3月1日", "12:30", "-1", "1〜", "¥1.5", "0", "3/15(金)", "1/2〜", "1/"],
-        *["9時-", "1-", "月〜", "人 〜", "05分", "1/5まで"],
+        *["9時-", "1-", "月〜", "人 〜", "05分", "1/5まで", "月・", "月曜・", "水・木", "B1F", "2L"],
     ],
 )
 def test_normalizing_hostile_text_stays_linear(unit: str) -> None:
@@ -492,6 +513,77 @@ def test_numbers_are_one_word(g2p: JapaneseG2P, written: str, phonemes: str) -> 
 )
 def test_counters_and_suffixes_after_a_number(g2p: JapaneseG2P, written: str, phonemes: str) -> None:
     assert g2p(written) == phonemes
+
+
+@pytest.mark.parametrize(
+    ("written", "phonemes"),
+    [
+        # Variant kanji the reader does not know are read as NJD reads them, with the kanji around them.
+        ("髙橋さん", "takahaɕi saɴ"),
+        ("髙橋", "takahaɕi"),
+        ("栁田さん", "janaɡʲida saɴ"),
+        ("濵田さん", "hamada saɴ"),
+        ("𠮷野家", "joɕinoja"),
+        # a kanji missing from the dictionary, by its usual reading
+        ("𩸽の干物", "hoʔke no çimono"),
+        ("髙橋と髙橋", "takahaɕi to takahaɕi"),
+    ],
+)
+def test_kanji_the_reader_does_not_know_are_read(g2p: JapaneseG2P, written: str, phonemes: str) -> None:
+    assert g2p(written) == phonemes
+
+
+@pytest.mark.parametrize(
+    ("written", "phonemes"),
+    [
+        # 何 is なん before だ, で, と, な, て (as NJD predicts), なに before が, を, も, か and at the end
+        ("何だろう", "naɴ daɾoː"),
+        ("何でもいい", "naɴ demo ii"),
+        ("何と言った", "nanto iʔta"),
+        ("何ですか", "naɴ desɨ ka"),
+        ("何が欲しいの？", "naɲi ɡa hoɕii no?"),
+        ("何をしているの", "naɲi oɕi te iɾɯ no"),
+        ("何も言わない", "naɲi mo iβanai"),
+        ("これは何？", "koɾe βa naɲi?"),
+        # 何 and a counter, with the counter's sound change
+        ("何分かかりますか", "nampɯɴ kakaɾʲimasɨ ka"),
+        ("何本ありますか", "namboɴ aɾʲimasɨ ka"),
+        ("何杯目", "nambaime"),
+        ("何階建て", "naŋɡaidate"),
+        ("何匹", "nambʲikʲi"),
+        ("何曜日", "naɴjoːbʲi"),
+    ],
+)
+def test_what_is_said_nan_or_nani(g2p: JapaneseG2P, written: str, phonemes: str) -> None:
+    assert g2p(written) == phonemes
+
+
+@pytest.mark.parametrize(
+    ("written", "phonemes"),
+    [
+        # Roman numeral characters are numbers, not the Latin letters NFKC makes them
+        ("Ⅲ", "saɴ"),
+        ("Ⅳ", "joɴ"),
+        ("ⅱ", "ɲi"),
+        ("ⅩⅡ", "ʥɨːɲi"),
+        ("第Ⅱ章", "dai ɲiɕoː"),
+        ("第Ⅲ部", "dai sambɯ"),
+        ("ファイナルファンタジーⅦ", "ɸainaɾɯɸantaʥiː nana"),
+    ],
+)
+def test_roman_numerals_are_numbers(g2p: JapaneseG2P, written: str, phonemes: str) -> None:
+    assert g2p(written) == phonemes
+    assert "".join(t.text + t.whitespace for t in g2p.tokens(written)) == written
+
+
+def test_listed_weekdays_are_weekdays(g2p: JapaneseG2P) -> None:
+    assert g2p("毎週月・水・金") == "maiɕɨː ɡeʦɨ sɨi kʲiɴ"
+
+
+def test_what_nothing_reads_is_logged(g2p: JapaneseG2P, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING", logger="ggtts.text.japanese"):
+        assert g2p("한") == ""
+    assert "한" in caplog.text
 
 
 def test_a_number_and_its_suffixes_are_one_token(g2p: JapaneseG2P) -> None:
@@ -709,7 +801,7 @@ def test_no_download_is_ever_attempted() -> None:
 
 JAPANESE_ALPHABET = (
     "あいうえおかがきゃゅょっんーゝアイウエオカガキャッンーヵ漢字日本語東京円月年時分人本"
-    "。、！？「」…・ 　\n0123456789,.%$¥-:〜ABCabcｶﾞﾟ㍻①²😀\u3099"
+    "。、！？「」…・ 　\n0123456789,.%$¥-:〜ABCabcｶﾞﾟ㍻①²😀\u3099ⅢⅫ"
 )
 
 
@@ -722,7 +814,26 @@ def test_any_text_gives_tokens_that_rebuild_it(g2p: JapaneseG2P, text: str) -> N
 
 
 @pytest.mark.parametrize(
-    "unit", ["あ", "1", "ー", "っ", "。", "Abc ", "漢", "ｶﾞ", "でしょう", "1名", "3年生", "一名", "5ドルア", "AB4"]
+    "unit",
+    [
+        "あ",
+        "1",
+        "ー",
+        "っ",
+        "。",
+        "Abc ",
+        "漢",
+        "ｶﾞ",
+        "でしょう",
+        "1名",
+        "3年生",
+        "一名",
+        "5ドルア",
+        "AB4",
+        "髙",
+        "髙橋",
+        "𠮷野家",
+    ],
 )
 def test_long_text_stays_linear(g2p: JapaneseG2P, unit: str) -> None:
     text = "x" + unit * (3 * MAX_READER_CHARS)

@@ -14,8 +14,9 @@ pair), returns
 tokens aligned with the input, joins syllables the tagger cut ("び|ゃく") and the auxiliary う to its long
 vowel (でしょ|う -> でしょー). Latin words, which misaki passes through as letters, are read from
 pyopenjtalk-plus's dictionary in katakana ("Google" -> グーグル), spelled when they are short capitals ("NHK"),
-and otherwise given to the English G2P. Kanji the reader does not know are read by pyopenjtalk; anything still
-unreadable gets no phonemes, never stray symbols. Nothing is downloaded at run time.
+and otherwise given to the English G2P. Kanji the reader does not know (variants such as 髙 and 𠮷, rare ones such
+as 𩸽) are read by pyopenjtalk's NJD with the kanji around them; anything still unreadable gets no phonemes, never
+stray symbols, and is logged as a warning. Nothing is downloaded at run time.
 """
 
 from __future__ import annotations
@@ -114,13 +115,47 @@ def is_japanese(text: str) -> bool:
     return (kana + kanji) * _LETTERS_PER_JAPANESE_CHARACTER >= latin
 
 
+_ROMAN_FIRST, _ROMAN_LAST = 0x2160, 0x217F  # Ⅰ..ⅿ: the Roman numeral characters, capital and small
+_ROMAN_VALUES = {"I": 1, "V": 5, "X": 10, "L": 50, "C": 100, "D": 500, "M": 1000}
+_ROMAN = re.compile(r"M{0,3}(?:CM|CD|D?C{0,3})(?:XC|XL|L?X{0,3})(?:IX|IV|V?I{0,3})")
+
+
+def _roman_numerals(text: str) -> dict[int, str]:
+    """The runs of Roman numeral characters (Ⅲ, ⅩⅡ, ⅶ) in ``text`` that write a number: where each starts, its
+    value in digits, and where the rest are, "". NFKC would make them Latin letters ("III"), read as letters. A
+    run next to a digit (Ⅲ3), or one that writes no number (ⅠⅠⅠⅠ), is left to NFKC."""
+    numerals: dict[int, str] = {}
+    index = 0
+    while index < len(text):
+        if not _ROMAN_FIRST <= ord(text[index]) <= _ROMAN_LAST:
+            index += 1
+            continue
+        end = index
+        while end < len(text) and _ROMAN_FIRST <= ord(text[end]) <= _ROMAN_LAST:
+            end += 1
+        letters = unicodedata.normalize("NFKC", text[index:end]).upper()
+        beside_digit = (index and text[index - 1].isdigit()) or (end < len(text) and text[end].isdigit())
+        if letters and _ROMAN.fullmatch(letters) and not beside_digit:
+            values = [_ROMAN_VALUES[letter] for letter in letters]
+            total = sum(-v if v < next_value else v for v, next_value in zip(values, [*values[1:], 0], strict=True))
+            numerals |= dict.fromkeys(range(index + 1, end), "")
+            numerals[index] = str(total)
+        index = end
+    return numerals
+
+
 def _fold(text: str) -> tuple[str, list[int]]:
     """NFKC character by character (full-width Latin to ASCII, half-width katakana to full-width), keeping for
     each folded character the index of the character it came from."""
     folded: list[str] = []
     origin: list[int] = []
+    numerals = _roman_numerals(text)
     for index, char in enumerate(text):
-        out = char if char in _KEEP_UNFOLDED else unicodedata.normalize("NFKC", char)
+        out = numerals.get(index)
+        if out == "":
+            continue  # (the rest of a Roman numeral, whose value its first character has)
+        if out is None:
+            out = char if char in _KEEP_UNFOLDED else unicodedata.normalize("NFKC", char)
         if out in ("\u3099", "\u309a") and folded:  # half-width (han)dakuten: combine with the kana before
             combined = unicodedata.normalize("NFC", folded[-1] + out)
             if len(combined) == 1:
@@ -385,7 +420,8 @@ class JapaneseG2P:
         normalized, normalized_origin, written = normalize_marked(folded)
         with _LOCK:
             romanizer = _romanizer()
-            words = _counted(self._read(folded, normalized, normalized_origin, written))
+            words = _read_unknown(self._read(folded, normalized, normalized_origin, written))
+            words = _counted(_what_said(words, normalized))
             words = _merge_cut_syllables(_group(_join_long_vowels(words)))
             phonemes = [self._phonemes(romanizer, w) for w in words]
         if not words:  # nothing a reader calls a word: one silent token
@@ -513,7 +549,7 @@ class JapaneseG2P:
         if word.kind == "unknown":
             katakana = _dictionary_reading(word.surface)
             if katakana is None:
-                log.debug("no reading for %r", word.surface)
+                log.warning("no reading for %r: it is not said", word.surface)
                 return ""
             reading = katakana
         return _romanize(romanizer, reading)
@@ -613,6 +649,87 @@ def _voiced_after(written: str, word: _Word) -> _Word:
     if said[:1] != word.reading[:1].translate(_VOICED) or said[:1] == word.reading[:1] or said[1:] != word.reading[1:]:
         return word
     return replace(word, reading=said)
+
+
+_MAX_NJD_CHARS = 128  # NJD reads text the reader does not know in pieces of at most this many characters
+_MAX_UNKNOWN_RUN_CHARS = 32  # the kanji read with an unknown word by NJD reach at most this far
+
+
+def _read_unknown(words: list[_Word]) -> list[_Word]:
+    """Words the reader does not know (髙橋, 𩸽, 𠮷 of 𠮷野家), read by pyopenjtalk's NJD, with the kanji-only
+    words right before and after them: NJD writes variant kanji as the usual ones (髙 高, 𠮷 吉, 栁 柳, 濵 浜) and
+    reads kanji its dictionary lacks by their usual readings, and the words around a variant may be words only
+    with it (𠮷|野家 is 吉野家 ヨシノヤ, where the reader has ノヤ for 野家). The words added around an unknown
+    word reach at most :data:`_MAX_UNKNOWN_RUN_CHARS` characters. What NJD cannot read stays unknown."""
+    read: list[_Word] = []
+    added = 0  # how many characters the last run took from the words around its unknown words
+    for word in words:
+        last = read[-1] if read else None
+        joins = last is not None and last.kind == "unknown-run" and last.end == word.start
+        if word.kind != "unknown":
+            if joins and _kanji_word(word) and added + len(word.surface) <= _MAX_UNKNOWN_RUN_CHARS:
+                added += len(word.surface)
+                read[-1] = replace(read[-1], end=word.end, surface=read[-1].surface + word.surface)
+            else:
+                read.append(word)
+            continue
+        if not any(_is_kanji(c) for c in word.surface):
+            read.append(word)
+            continue
+        if joins and last is not None:  # a second unknown word in the same run of kanji
+            read[-1] = replace(last, end=word.end, surface=last.surface + word.surface)
+            continue
+        first, added = len(read), 0
+        while first and _kanji_word(read[first - 1]) and read[first - 1].end == (read[first:] or [word])[0].start:
+            if added + len(read[first - 1].surface) > _MAX_UNKNOWN_RUN_CHARS:
+                break
+            first -= 1
+            added += len(read[first].surface)
+        run = [*read[first:], word]
+        del read[first:]
+        surface = "".join(w.surface for w in run)
+        read.append(_Word(run[0].start, word.end, surface, surface, "unknown-run"))
+    return [_njd_read(w) if w.kind.startswith("unknown") else w for w in read]
+
+
+_WHAT, _WHAT_SAID = "何", frozenset({"なに", "なん"})
+_WHAT_CONTEXT_CHARS = 12  # how much of the text after 何 NJD sees to choose なに or なん
+
+
+def _what_said(words: list[_Word], text: str) -> list[_Word]:
+    """何 as a word of its own said なん or なに as NJD predicts from the words after it (何だろう, 何でも, 何と,
+    何ですか なん; 何が, 何を, 何も, 何か なに): the reader says なに but before a counter. Only the text up to the next
+    punctuation mark, at most :data:`_WHAT_CONTEXT_CHARS` characters, is read with it."""
+    for index, word in enumerate(words):
+        if word.kind == "kana" and word.surface[:1] == _WHAT and len(word.surface) == 2 and _is_kanji(word.surface[1]):
+            # 何 and a counter the dictionary has as one word, with no sound change: 何分 ナンフン, not ナンプン
+            said = _hiragana("".join(p for _, p in _njd_nodes(word.surface)))
+            if word.reading.startswith("なん") and said.startswith("なん") and len(said) == len(word.reading):
+                words[index] = replace(word, reading=said)
+            continue
+        if word.kind != "kana" or word.surface != _WHAT or word.reading != "なに":  # (なん before a counter)
+            continue
+        context = text[word.start : word.start + 1 + _WHAT_CONTEXT_CHARS]
+        stop = next((i for i, c in enumerate(context) if i and (c in PUNCTUATION or c.isspace())), len(context))
+        nodes = _njd_nodes(context[:stop])
+        said = _hiragana(nodes[0][1]) if nodes and nodes[0][0] == _WHAT else ""
+        if said in _WHAT_SAID:
+            words[index] = replace(word, reading=said)
+    return words
+
+
+def _kanji_word(word: _Word) -> bool:
+    """Whether ``word`` is a word the reader knows written in kanji only."""
+    return word.kind == "kana" and all(_is_kanji(c) for c in word.surface)
+
+
+def _njd_read(word: _Word) -> _Word:
+    """``word`` (text the reader does not know all of) read by NJD if it reads all of it, else unknown."""
+    pieces = range(0, len(word.surface), _MAX_NJD_CHARS)  # (NJD refuses long text)
+    pronunciation = "".join(p for at in pieces for _, p in _njd_nodes(word.surface[at : at + _MAX_NJD_CHARS]))
+    if pronunciation and all(_in(ord(c), (_KATAKANA,)) and c != "・" for c in pronunciation):
+        return replace(word, reading=_hiragana(pronunciation), kind="kana")
+    return replace(word, reading=word.surface, kind="unknown")
 
 
 def _adjacent(words: Sequence[_Word], index: int) -> bool:

@@ -270,6 +270,17 @@ COUNTERS: dict[str, Counter] = {
     "cm2": Counter("ヘーホーセンチメートル"),
     "cm3": Counter("リッポーセンチメートル"),
     "g": Counter("グラム"),
+    "mg": Counter("ミリグラム"),
+    # Volumes, power, speed: 500ml, 2L, 100W, 10cc, 100km/h
+    "ml": Counter("ミリリットル"),
+    "mL": Counter("ミリリットル"),
+    "dl": Counter("デシリットル"),
+    "dL": Counter("デシリットル"),
+    "L": Counter("リットル"),
+    "cc": Counter("シーシー"),
+    "W": Counter("ワット"),
+    "kW": Counter("キロワット"),
+    "km/h": Counter("キロメートルマイジ"),
     "℃": Counter("ど"),
     "°C": Counter("ど"),
     **{f"{k}月": _MONTHS_DURATION for k in "かカヶケヵ箇"},
@@ -466,6 +477,11 @@ def _counted(match: re.Match[str]) -> str:
     return COUNTERS[match.group(2)].say(match.group(1))
 
 
+def _floor(match: re.Match[str]) -> str:
+    basement, floor = match.groups()
+    return ("ちか" if basement else "") + COUNTERS["階"].say(floor)
+
+
 def _alternation(words: Sequence[str]) -> str:
     return "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
 
@@ -483,6 +499,23 @@ def _weekday_range(match: re.Match[str]) -> str:
     return "から".join(said)
 
 
+def _listed_weekday(match: re.Match[str]) -> str:
+    _, day, suffix = match.groups()
+    return WEEKDAYS[day] + (WEEKDAY if suffix else "")
+
+
+_LISTED_DAY = rf"[{_WEEKDAY_CHARACTERS}]"
+_DAY_ENDS = r"(?=曜|[^\u4e00-\u9fff々]|$)"  # no other kanji after a listed weekday (水・木材)
+# A weekday in a list of weekdays with middle dots, maybe with 曜 or 曜日: 月・水・金, 土・日曜日, (火・木). The
+# first follows no number or word that makes it a month or day (3月・, 今月・); the others follow a weekday and
+# its dot. Groups: the weekday, 曜 or 曜日.
+_LISTED_WEEKDAY = re.compile(
+    rf"(?:(?<![0-9今先来同翌前本毎正])(?=({_LISTED_DAY})(?:曜日?)?[・･]{_LISTED_DAY}{_DAY_ENDS})"
+    rf"|(?<={_LISTED_DAY}[・･])|(?<={_LISTED_DAY}曜[・･])|(?<={_LISTED_DAY}曜日[・･]))"
+    rf"({_LISTED_DAY})(曜日?)?{_DAY_ENDS}"
+)
+
+
 JAPANESE_RULES: list[Rule] = [
     # Full-width and other Unicode digits, and separators between them, as ASCII.
     (re.compile(r"(?![0-9])\d"), _ascii_digit),
@@ -497,6 +530,8 @@ JAPANESE_RULES: list[Rule] = [
         ),
         _weekday_range,
     ),
+    # Lists of weekdays: 月・水・金 -> げつ・すい・きん (not つき, みず, かね)
+    (_LISTED_WEEKDAY, _listed_weekday),
     # Phone numbers, digit by digit: 03-1234-5678 -> ぜろさんのいちにさんよんの...
     (re.compile(r"(?<![0-9-])0[0-9]{1,4}-[0-9]{1,4}-[0-9]{3,4}(?![0-9-])"), _phone),
     # 2024/3/1, 2024-03-01, 2024.3.1, 2024/3/15(金)
@@ -516,7 +551,10 @@ JAPANESE_RULES: list[Rule] = [
         lambda m: DATE_DAY.say(str(int(m.group(1)))) + _weekday(m.group(2)),
     ),
     (re.compile(rf"{_START}(0?[1-9]|1[0-2])月(?!間)"), lambda m: MONTH.say(str(int(m.group(1))))),
-    (re.compile(rf"{_START}({_NUMBER}) ?({_alternation(list(COUNTERS))})(?![A-Za-z])"), _counted),
+    # Floors: 2F -> にかい, B1F -> ちかいっかい
+    (re.compile(r"(?<![0-9A-Za-z,.])(B)?([0-9]+)F(?![0-9A-Za-z])"), _floor),
+    # (3Lサイズ is a clothing size, not three litres)
+    (re.compile(rf"{_START}({_NUMBER}) ?({_alternation(list(COUNTERS))})(?![A-Za-z]|(?<=L)サイズ)"), _counted),
     (re.compile(_NUMBER), lambda m: say_number(m.group())),  # any digits left
 ]
 
