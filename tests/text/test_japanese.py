@@ -299,6 +299,17 @@ READINGS = [
     ("30m2", "さんじゅうヘーホーメートル"),
     ("100m2", "ひゃくヘーホーメートル"),
     ("2m3", "にリッポーメートル"),
+    # quantities, not dates: time signatures, probabilities, "at most" (a review found them read as dates)
+    ("6/8拍子", "はちぶんのろく拍子"),
+    ("2/4拍子", "よんぶんのに拍子"),
+    ("最大1/2まで", "最大にぶんのいちまで"),
+    ("2/6の確率", "ろくぶんのにの確率"),
+    ("1/5まで", "いちがついつかまで"),
+    # a word ending in 日 is no weekday range's or list's first day (平日, 明日 were read ひらた にち, あきら にち)
+    ("平日〜土曜日", "平日〜土曜日"),
+    ("明日〜金曜日", "明日〜金曜日"),
+    ("毎週月〜金曜日", "毎週げつからきんようび"),
+    ("今週月・水", "今週げつ・すい"),
     # units written in letters
     ("500ml", "ごひゃくミリリットル"),
     ("500mL", "ごひゃくミリリットル"),
@@ -705,6 +716,21 @@ def test_tokens_rebuild_the_text(g2p: JapaneseG2P, text: str, reader: japanese.R
     ],
 )
 def test_full_width_forms_are_read_as_their_ascii_forms(g2p: JapaneseG2P, written: str, phonemes: str) -> None:
+    assert g2p(written) == phonemes
+
+
+@pytest.mark.parametrize(
+    ("written", "phonemes"),
+    [
+        ("①②③の順に", "iʨi ɲi saɴ no ʥɨɴ ɲi"),  # a list's marks, not one number (ひゃくにじゅうさん)
+        ("⑩⑪⑫", "ʥɨː ʥɨːiʨi ʥɨːɲi"),
+        ("3回表", "saŋkai omote"),  # an inning's top and bottom, not a table (ひょう)
+        ("9回裏", "kʲɨːkai ɯɾa"),
+        ("時刻表", "ʥikokɯçoː"),
+        ("平日〜土曜日", "heːʥiʦɨ — dojoːbʲi"),
+    ],
+)
+def test_what_the_review_found_misread(g2p: JapaneseG2P, written: str, phonemes: str) -> None:
     assert g2p(written) == phonemes
 
 

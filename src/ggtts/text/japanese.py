@@ -21,6 +21,7 @@ stray symbols, and is logged as a warning. Nothing is downloaded at run time.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import os
@@ -156,6 +157,8 @@ def _fold(text: str) -> tuple[str, list[int]]:
             continue  # (the rest of a Roman numeral, whose value its first character has)
         if out is None:
             out = char if char in _KEEP_UNFOLDED else unicodedata.normalize("NFKC", char)
+            if out.isdecimal() and not char.isdecimal():  # ① -> "1 ": a list's mark, no digit of the number after it
+                out += " "
         if out in ("\u3099", "\u309a") and folded:  # half-width (han)dakuten: combine with the kana before
             combined = unicodedata.normalize("NFC", folded[-1] + out)
             if len(combined) == 1:
@@ -590,6 +593,9 @@ def _said_after(said: str, morpheme: Morpheme) -> str | None:
     return None
 
 
+_INNING_HALVES = {"表": "おもて", "裏": "うら"}
+
+
 def _counted(words: list[_Word]) -> list[_Word]:
     """Each number joined with the suffixes right after it (3名, 10年後, 21世紀, 三名) into one word, said as
     pyopenjtalk's NJD says them together.
@@ -609,6 +615,12 @@ def _counted(words: list[_Word]) -> list[_Word]:
                 end += 1
         if ruled or (word.kind == "kana" and word.numeral):
             while end < len(words) and words[end].kind == "kana" and words[end].suffix and _adjacent(words, end):
+                if (
+                    words[end].surface in _INNING_HALVES
+                    and (words[end - 1].written or words[end - 1].surface)[-1:] == "回"
+                ):
+                    words[end] = dataclasses.replace(words[end], reading=_INNING_HALVES[words[end].surface])
+                    break  # 3回表: the top of the third inning, おもて (NJD: ひょう, a table)
                 end += 1
         if ruled and end < len(words) and _adjacent(words, end) and not words[end].suffix:
             words[end] = _voiced_after(word.written + "".join(w.surface for w in words[i + 1 : end]), words[end])

@@ -320,6 +320,9 @@ _DAYS_IN_MONTH = (31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)  # February ma
 MAX_USUAL_DENOMINATOR = 10  # a month/day that would be a fraction over more than this is a date (5/12)
 # Words that follow dates, not fractions: 1/5まで (by the 5th of January), 2/3締切.
 DATE_WORDS = ("まで", "迄", "以降", "以前", "頃", "ごろ", "付", "締", "〆", "必着", "開催", "予定", "現在")
+# Words around fractions, not dates: 6/8拍子 (a time signature), 2/6の確率, 最大1/2まで, 約1/3.
+FRACTION_WORDS_AFTER = ("拍子", "の確率", "確率", "倍", "程度", "以上", "以下", "未満", "ほど", "くらい", "ぐらい")
+FRACTION_WORDS_BEFORE = ("最大", "最小", "最低", "約", "およそ", "確率", "割合", "比率", "全体の")
 WEEKDAYS = {"月": "げつ", "火": "か", "水": "すい", "木": "もく", "金": "きん", "土": "ど", "日": "にち"}
 WEEKDAY, HOLIDAY, HOLIDAY_SAID = "ようび", "祝", "しゅくじつ"
 # A weekday in brackets after a date: (金), （金曜日）, (月・祝), (祝).
@@ -367,7 +370,7 @@ def _can_be_date(month: str, day: str) -> bool:
     return 1 <= int(bare_month) <= _MAX_MONTH and 1 <= int(bare_day) <= _DAYS_IN_MONTH[int(bare_month) - 1]
 
 
-def is_slashed_date(month: str, day: str, weekday: str | None = None, following: str = "") -> bool:
+def is_slashed_date(month: str, day: str, weekday: str | None = None, following: str = "", before: str = "") -> bool:
     """Whether "``month``/``day``" is more plausibly a date than a fraction (``following``: the text after it).
 
     It is a date when it can be one (a month 1-12 and a day that month has, 2/29 included) and any of these
@@ -376,11 +379,19 @@ def is_slashed_date(month: str, day: str, weekday: str | None = None, following:
     a leading zero (03/05); as a fraction it would be an unusual one, not in lowest terms (4/10) or over more
     than 10 (5/12); a word that follows dates follows it (1/5まで, 2/3締切, see :data:`DATE_WORDS`). Otherwise a
     smaller number over a larger one is read as a fraction, 1/2 にぶんのいち: 1/2, 2/3 and 3/10 could be dates but
-    are more often fractions, 4/31 and 3/100 cannot be dates. Other pairs (24/7, 50/50, 13/5) are left as
+    are more often fractions, 4/31 and 3/100 cannot be dates. Words of quantities around it make a smaller
+    number over a larger one a fraction whatever else holds (6/8拍子, 2/6の確率, 最大1/2まで: see
+    :data:`FRACTION_WORDS_AFTER`, ``before``: the text before it). Other pairs (24/7, 50/50, 13/5) are left as
     written. In a range, one end that is a date makes the other one a date too (12/28〜1/5, but 1/2〜1/3 is two
     fractions; see :func:`_slashed_range`).
     """
     if not _can_be_date(month, day):
+        return False
+    if (
+        not weekday
+        and int(month) < int(day)
+        and (following.startswith(FRACTION_WORDS_AFTER) or before.endswith(FRACTION_WORDS_BEFORE))
+    ):
         return False
     if bool(weekday) or int(day) > _MAX_MONTH or int(month) >= int(day) or "0" in (month[0], day[0]):
         return True
@@ -403,8 +414,9 @@ def _over(denominator: str, numerator: str) -> str:
 def _slashed(match: re.Match[str]) -> str:
     """3/15 -> さんがつじゅうごにち, 1/2 -> にぶんのいち, 24/7 as written (see :func:`is_slashed_date`)."""
     first, second, weekday = match.groups()
-    following = match.string[match.end() : match.end() + max(map(len, DATE_WORDS))]
-    if is_slashed_date(first, second, weekday, following):
+    following = match.string[match.end() : match.end() + max(map(len, (*DATE_WORDS, *FRACTION_WORDS_AFTER)))]
+    before = match.string[max(0, match.start() - max(map(len, FRACTION_WORDS_BEFORE))) : match.start()]
+    if is_slashed_date(first, second, weekday, following, before):
         return _month_day(first, second) + _weekday(weekday)
     if _smaller(first, second):
         return _over(second, first) + (weekday or "")
@@ -505,12 +517,15 @@ def _listed_weekday(match: re.Match[str]) -> str:
 
 
 _LISTED_DAY = rf"[{_WEEKDAY_CHARACTERS}]"
+# The first weekday of a range or list follows no digit, and no kanji but 週 (毎週月〜金): 平日〜, 明日〜, 3月・, 今月・
+# and 休日・ are words of their own.
+_FIRST_WEEKDAY = r"(?:(?<=週)|(?<![0-9\u3400-\u9fff\uf900-\ufaff々]))"
 _DAY_ENDS = r"(?=曜|[^\u4e00-\u9fff々]|$)"  # no other kanji after a listed weekday (水・木材)
 # A weekday in a list of weekdays with middle dots, maybe with 曜 or 曜日: 月・水・金, 土・日曜日, (火・木). The
 # first follows no number or word that makes it a month or day (3月・, 今月・); the others follow a weekday and
 # its dot. Groups: the weekday, 曜 or 曜日.
 _LISTED_WEEKDAY = re.compile(
-    rf"(?:(?<![0-9今先来同翌前本毎正])(?=({_LISTED_DAY})(?:曜日?)?[・･]{_LISTED_DAY}{_DAY_ENDS})"
+    rf"(?:{_FIRST_WEEKDAY}(?=({_LISTED_DAY})(?:曜日?)?[・･]{_LISTED_DAY}{_DAY_ENDS})"
     rf"|(?<={_LISTED_DAY}[・･])|(?<={_LISTED_DAY}曜[・･])|(?<={_LISTED_DAY}曜日[・･]))"
     rf"({_LISTED_DAY})(曜日?)?{_DAY_ENDS}"
 )
@@ -525,7 +540,7 @@ JAPANESE_RULES: list[Rule] = [
     # Weekdays: 月〜金 -> げつからきん, 月曜〜金曜日 -> げつようびからきんようび
     (
         re.compile(
-            rf"(?<![0-9今先来同翌前本毎正])([{_WEEKDAY_CHARACTERS}])(曜日?)?\s*[{_TILDES}]\s*"
+            rf"{_FIRST_WEEKDAY}([{_WEEKDAY_CHARACTERS}])(曜日?)?\s*[{_TILDES}]\s*"
             rf"([{_WEEKDAY_CHARACTERS}])(曜日?)?(?![\u4e00-\u9fff々])"
         ),
         _weekday_range,
