@@ -71,3 +71,9 @@ def test_markup_is_not_read_aloud(marked: str, plain: str) -> None:
     assert _said(marked) == _said(plain)
     assert _said(marked, normalization=Normalization(markdown=False)) != _said(plain)
     assert _said(marked, normalization=AS_WRITTEN) == _said(marked, normalization=Normalization(markdown=False))
+
+
+def test_a_full_width_decimal_point_ends_no_sentence() -> None:
+    """ "１．５倍" is one and a half times: it was cut into two sentences at "．" ("iʨi." then "ɡobai")."""
+    assert _said("価格は１．５倍です。終わり．") == _said("価格は1.5倍です。終わり。")
+    assert len(_said("価格は１．５倍になりました。" * 20)) == len(_said("価格は1.5倍になりました。" * 20))

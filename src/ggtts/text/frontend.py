@@ -145,7 +145,9 @@ def phonemes_to_chunks(
 
 
 # Japanese sentences end at these marks, with no space after them.
-_JAPANESE_SENTENCE = re.compile(r"[^。．！？!?]*[。．！？!?]+[」』”）)]*|[^。．！？!?]+")
+# (a full-width period between digits is a decimal point, １．５: no sentence ends there)
+_NOT_AN_END = r"(?:[^。．！？!?]|．(?=[0-9０-９]))"
+_JAPANESE_SENTENCE = re.compile(rf"{_NOT_AN_END}*(?:[。！？!?]|．(?![0-9０-９]))+[」』”）)]*|{_NOT_AN_END}+")
 
 
 def _spaced(tokens: list[G2PToken]) -> list[G2PToken]:
