@@ -461,6 +461,9 @@ def _range(match: re.Match[str]) -> str:
     return "から" if _COUNTED_NUMBER.match(text, end) else match.group()
 
 
+_ARITHMETIC = {"+": "たす", "×": "かける", "÷": "わる", "=": "イコール", "±": "プラスマイナス"}
+
+
 def _time(match: re.Match[str]) -> str:
     hour, minute, second = match.groups()
     said = _HOUR.say(str(int(hour)))
@@ -553,6 +556,8 @@ JAPANESE_RULES: list[Rule] = [
     (re.compile(rf"(?<![0-9])([0-9]{{4}})([/.-])(0?[1-9]|1[0-2])\2([0-3]?[0-9])(?![0-9])(?:\s?({_WEEKDAY}))?"), _date),
     # 9:05, 15:30:20
     (re.compile(r"(?<![0-9:])([01]?[0-9]|2[0-4]):([0-5][0-9])(?::([0-5][0-9]))?(?![0-9:])"), _time),
+    # Arithmetic between numbers: 1+1=2 -> 1たす1イコール2, 3×4, 10÷2; ±0 -> プラスマイナス0 (else the G2P says nothing)
+    (re.compile(r"(?<=[0-9])\s?([+×÷=])\s?(?=[0-9])|(±)(?=[0-9])"), lambda m: _ARITHMETIC[m.group(1) or m.group(2)]),
     # A sign before a number that follows no digit or letter: -5 -> マイナス5
     (re.compile(r"(?<![0-9A-Za-z])[-−－](?=[0-9])"), lambda m: "マイナス"),
     # Month/day or a fraction: 3/15(金) -> さんがつじゅうごにちきんようび, 1/2 -> にぶんのいち; ranges of them
