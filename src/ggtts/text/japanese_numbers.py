@@ -556,6 +556,16 @@ JAPANESE_RULES: list[Rule] = [
     (re.compile(rf"(?<![0-9])([0-9]{{4}})([/.-])(0?[1-9]|1[0-2])\2([0-3]?[0-9])(?![0-9])(?:\s?({_WEEKDAY}))?"), _date),
     # 9:05, 15:30:20
     (re.compile(r"(?<![0-9:])([01]?[0-9]|2[0-4]):([0-5][0-9])(?::([0-5][0-9]))?(?![0-9:])"), _time),
+    # Abbreviations before a number: No.1 -> ナンバーワン, No.5 -> ナンバー5, p.23 -> 23ページ, ver.2 -> バージョン2
+    (re.compile(r"(?<![A-Za-z])(?:No|NO)\.\s?(?=[0-9])"), lambda m: "ナンバー"),
+    (re.compile(r"(?<=ナンバー)1(?![0-9]|[.,][0-9])"), lambda m: "ワン"),
+    (re.compile(r"(?<![A-Za-z])[pP]\.\s?([0-9]+)(?![0-9.,])"), lambda m: m.group(1) + "ページ"),
+    (re.compile(r"(?<![A-Za-z])[vV]er\.\s?(?=[0-9])"), lambda m: "バージョン"),
+    # A version of three parts or more, each part a number: 2.0.1 -> にてんぜろてんいち (not 2.0, then a stop)
+    (
+        re.compile(r"(?<![0-9.])[0-9]{1,9}(?:\.[0-9]{1,9}){2,}(?![0-9.])"),
+        lambda m: "てん".join(say_number(part) for part in m.group().split(".")),
+    ),
     # Arithmetic between numbers: 1+1=2 -> 1たす1イコール2, 3×4, 10÷2; ±0 -> プラスマイナス0 (else the G2P says nothing)
     (re.compile(r"(?<=[0-9])\s?([+×÷=])\s?(?=[0-9])|(±)(?=[0-9])"), lambda m: _ARITHMETIC[m.group(1) or m.group(2)]),
     # A sign before a number that follows no digit or letter: -5 -> マイナス5
