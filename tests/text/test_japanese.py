@@ -326,6 +326,13 @@ READINGS = [
     ("10÷2", "じゅうわるに"),
     ("±0", "プラスマイナスぜろ"),
     ("C++11", "C++じゅういち"),
+    ("5-3=2", "ごひくさんイコールに"),
+    ("100円-20円=80円", "ひゃくえんマイナスにじゅうえんイコールはちじゅうえん"),  # (not a range: から)
+    # a dash range after a word (the kanji before it was taken for a name's letters, as in A4-5)
+    ("約3-5人", "約さんからごにん"),
+    ("週3-4回", "週さんからよんかい"),
+    ("年齢20-30歳", "年齢にじゅうからさんじゅっさい"),
+    ("A4-5", "Aよん-ご"),
     # units written in letters
     ("500ml", "ごひゃくミリリットル"),
     ("500mL", "ごひゃくミリリットル"),
@@ -412,6 +419,7 @@ def test_fractions_of_any_length_are_read(written: str, said: str) -> None:
             "p.1",
             "1.2.",
             "ナンバー1",
+            *["1-1=", "約1-", "1円-1円="],
         ],
     ],
 )

@@ -445,6 +445,8 @@ def _range(match: re.Match[str]) -> str:
     tilde after a number, "from" (1000円〜). A dash between bare numbers only when a counter follows the second
     (3-5人, 10-20%): 03-1234, 2024-03-01 and 1-2-3 are codes, dates and addresses, and -5 a sign."""
     text, start, end = match.string, match.start(), match.end()
+    if not match.group(1) and _subtracted(text, end):
+        return match.group()  # (100円-20円=80円: a subtraction, said マイナス)
     if not start or not text[start - 1].isdigit():
         if not start or text[start - 1] not in _RANGE_UNIT_ENDINGS:
             return match.group()
@@ -456,12 +458,19 @@ def _range(match: re.Match[str]) -> str:
     number_start = start
     while number_start and text[number_start - 1] in "0123456789,.":  # (each number is walked once)
         number_start -= 1
-    if number_start and (text[number_start - 1] in _DASHES or text[number_start - 1].isalpha()):
-        return match.group()  # a chain (1-2-3-4人) or a name (A4-5)
+    before = text[number_start - 1] if number_start else ""
+    if before and (before in _DASHES or (before.isascii() and before.isalpha())):
+        return match.group()  # a chain (1-2-3-4人) or a name (A4-5); after a word, a range (約3-5人, 週3-4回)
     return "から" if _COUNTED_NUMBER.match(text, end) else match.group()
 
 
-_ARITHMETIC = {"+": "たす", "×": "かける", "÷": "わる", "=": "イコール", "±": "プラスマイナス"}
+def _subtracted(text: str, end: int) -> bool:
+    """Whether the counted number at ``end`` (after a dash) is followed by "=": the dash was a minus."""
+    counted = _COUNTED_NUMBER.match(text, end)
+    return counted is not None and text.startswith(("=", "＝"), counted.end())
+
+
+_ARITHMETIC = {"+": "たす", "×": "かける", "÷": "わる", "±": "プラスマイナス"}
 
 
 def _time(match: re.Match[str]) -> str:
@@ -567,7 +576,9 @@ JAPANESE_RULES: list[Rule] = [
         lambda m: "てん".join(say_number(part) for part in m.group().split(".")),
     ),
     # Arithmetic between numbers: 1+1=2 -> 1たす1イコール2, 3×4, 10÷2; ±0 -> プラスマイナス0 (else the G2P says nothing)
-    (re.compile(r"(?<=[0-9])\s?([+×÷=])\s?(?=[0-9])|(±)(?=[0-9])"), lambda m: _ARITHMETIC[m.group(1) or m.group(2)]),
+    (re.compile(r"(?<=[0-9])\s?([+×÷])\s?(?=[0-9])|(±)(?=[0-9])"), lambda m: _ARITHMETIC[m.group(1) or m.group(2)]),
+    (re.compile(r"(?<=[0-9])\s?[-−]\s?(?=[0-9]{1,30}(?:\.[0-9]{1,30})?\s?=)"), lambda m: "ひく"),  # 5-3=2
+    (re.compile(r"(?<=[^\s=<>!])\s?=\s?(?=[0-9¥$€£-])"), lambda m: "イコール"),  # 1+1=2, 20円=80円
     # A sign before a number that follows no digit or letter: -5 -> マイナス5
     (re.compile(r"(?<![0-9A-Za-z])[-−－](?=[0-9])"), lambda m: "マイナス"),
     # Month/day or a fraction: 3/15(金) -> さんがつじゅうごにちきんようび, 1/2 -> にぶんのいち; ranges of them
