@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from ggtts.gguf import GGUFFile
     from ggtts.runtime.lanes import LaneLoop
     from ggtts.text.lexicon import Lexicon
+    from ggtts.text.normalize import Normalization
 
 MIN_SPEED = 0.25  # OpenAI's /v1/audio/speech range (and Kokoro-FastAPI's)
 MAX_SPEED = 4.0
@@ -292,7 +293,8 @@ class TTSModel(ABC):
     Both are one template: :meth:`request` checks the text, resolves the voice, checks the speed against the
     record and builds the family's options dataclass, before any work; the family's :meth:`run` then makes the
     audio. A family's pipeline implements ``run`` (and ``from_gguf`` and ``voices``), nothing else; its ``run``
-    reads the text through :meth:`said` (the ``lexicon`` load option), or applies the lexicon where it tracks words.
+    reads the text through :meth:`said` (the ``lexicon`` load option) or :meth:`said_plainly` (and its markup
+    taken away), or applies the lexicon where it tracks words.
     """
 
     family: ClassVar[Family | None] = None
@@ -304,6 +306,14 @@ class TTSModel(ABC):
         """``text`` with the words of the model's lexicon said as it says (for a family whose words are not timed:
         those that are apply it where they track each word's span)."""
         return text if self.lexicon is None else self.lexicon.said(text)
+
+    def said_plainly(self, text: str, normalization: Normalization | bool) -> str:
+        """``text`` as a family that reads it as written takes it: :meth:`said`, then its Markdown, HTML and
+        decorative emoji taken away unless ``normalization`` (its ``normalization`` option) says not to
+        (:func:`ggtts.text.normalize.unmarked`)."""
+        from ggtts.text.normalize import unmarked
+
+        return unmarked(self.said(text), normalization)
 
     @classmethod
     @abstractmethod

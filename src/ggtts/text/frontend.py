@@ -22,8 +22,7 @@ from ggtts.text.chunking import (
 )
 from ggtts.text.g2p import BRITISH, G2PToken, resolve_language
 from ggtts.text.lexicon import Lexicon
-from ggtts.text.markup import plain_text
-from ggtts.text.normalize import NORMALIZE_ALL, Normalization, normalize_tracked
+from ggtts.text.normalize import NORMALIZE_ALL, Normalization, normalize_tracked, unmarked
 from ggtts.text.sanitize import bound_marks, break_long_runs
 from ggtts.text.tracking import SourceCursor, Tracked
 
@@ -184,9 +183,7 @@ def japanese_to_phoneme_chunks(
 
     g2p = JapaneseG2P()
     done = 0  # written words in the paragraphs before
-    text = bound_marks(text if lexicon is None else lexicon.said(text))
-    if normalization.enabled and normalization.markdown:
-        text = plain_text(text)
+    text = unmarked(bound_marks(text if lexicon is None else lexicon.said(text)), normalization)
     for paragraph in PARAGRAPH_BREAK.split(text):
         sentences: list[list[G2PToken]] = []
         for line in paragraph.split("\n"):

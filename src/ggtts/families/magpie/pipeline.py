@@ -220,12 +220,11 @@ class MagpieTTSPipeline(TTSModel):
 
     def _normalize(self, text: str, language: str, normalization: Normalization | bool) -> str:
         """English through ggtts's normalizer, other languages' markup taken away, as ``normalization`` says."""
-        from ggtts.text.normalize import normalization_switches, normalize, unmarked
+        from ggtts.text.normalize import normalization_switches, normalize
 
-        text = self.said(text)  # the lexicon's words first
-        if language == "en":
-            return normalize(text, switches=normalization_switches(normalization))
-        text = unmarked(text, normalization)
+        if language == "en":  # (the lexicon's words first, as everywhere)
+            return normalize(self.said(text), switches=normalization_switches(normalization))
+        text = self.said_plainly(text, normalization)
         return re.sub(r"\s+", "", text) if language == "ja" else text  # as NeMo's do_tts: its Japanese drops spaces
 
     def _stream(

@@ -51,7 +51,6 @@ from ggtts.runtime.frames import TokenDecoder, decode_frames
 from ggtts.runtime.lanes import LaneLoop, TokenLanes
 from ggtts.runtime.sampling import Sampler, SamplingParams
 from ggtts.runtime.streaming import WindowedDecoder
-from ggtts.text.normalize import unmarked
 
 NEWLINE = "\n"
 WARM_UP_CODES = 2  # the warm-up's codes: the prompt and a step or two run
@@ -282,7 +281,7 @@ class _Utterance:
         o = self.options = request.options
         speaker = model._speaker(request.voice)
         version = OuteTTSVersion(o.version) if o.version else speaker.version or model.version
-        said = unmarked(model.said(request.text), o.normalization)
+        said = model.said_plainly(request.text, o.normalization)
         if not any(ch.isalnum() for ch in said):  # (what process_text would find too, named as the user wrote it)
             raise NothingToSay(request.text)
         prompt, guide = model.prompt_tokens(said, speaker, version)

@@ -134,12 +134,13 @@ class PhonemeTable:
         else:
             from ggtts.text.espeak import espeak
 
-            tracked = Tracked.of(text) if lexicon is None else lexicon.apply(Tracked.of(text))
-            if self.english and normalization.enabled:
+            if self.english and normalization.enabled:  # (the normalizer says the lexicon's words first)
                 british = self.espeak_voice.lower().startswith("en-gb")
                 tracked = normalize_tracked(text, british=british, switches=normalization, lexicon=lexicon)
-            elif normalization.enabled and normalization.markdown:  # another language: only its markup goes
-                tracked = strip_markup(tracked, english=False)
+            else:
+                tracked = Tracked.of(text) if lexicon is None else lexicon.apply(Tracked.of(text))
+                if normalization.enabled and normalization.markdown:  # another language: only its markup goes
+                    tracked = strip_markup(tracked, english=False)
             owners = _Owners(text, tracked, words)
             sentence: list[Tagged] = []  # its clauses
             for clause in espeak().clauses(tracked.text, self.espeak_voice):

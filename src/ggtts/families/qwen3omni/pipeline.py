@@ -49,7 +49,6 @@ from ggtts.models.qwen3omni_talker.model import Talker, TalkerStack
 from ggtts.ops.stored_experts import DENSE_ROWS
 from ggtts.ops.stored_weights import stored_weights_plan, use_planned_weights
 from ggtts.runtime.lanes import LaneLoop, speeches_in_lanes
-from ggtts.text.normalize import unmarked
 from ggtts.text.sentences import sentence_chunks
 
 CHUNK_WORDS = 60  # a chunk of text spoken as one chat turn (about 20 s of speech)
@@ -219,7 +218,7 @@ class Qwen3OmniPipeline(TTSModel):
 
     def run(self, request: Request[Qwen3OmniOptions]) -> AudioStream:
         o = request.options
-        text = unmarked(self.said(request.text), o.normalization) if o.mode == "say" else request.text
+        text = self.said_plainly(request.text, o.normalization) if o.mode == "say" else request.text
         self._check_companions(o)
         if not any(ch.isalnum() for ch in text):
             raise NothingToSay(request.text)

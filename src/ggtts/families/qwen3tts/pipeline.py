@@ -40,7 +40,6 @@ from ggtts.models.qwen3tts.config import MIN_FRAMES
 from ggtts.models.qwen3tts.decoder import SpeechDecoder, fingerprint
 from ggtts.models.qwen3tts.model import Talker
 from ggtts.runtime.lanes import LaneLoop, speeches_in_lanes
-from ggtts.text.normalize import unmarked
 from ggtts.text.sentences import sentence_chunks
 
 CHUNK_WORDS = 60  # about 20 s of speech per prompt
@@ -160,7 +159,7 @@ class Qwen3TTSPipeline(TTSModel):
 
     def run(self, request: Request[Qwen3TTSOptions]) -> AudioStream:
         o = request.options
-        text = unmarked(self.said(request.text), o.normalization)
+        text = self.said_plainly(request.text, o.normalization)
         if o.mmproj is not None and Path(o.mmproj).resolve() != Path(self.mmproj_path).resolve():
             raise InputError(f"mmproj {o.mmproj} differs from the one loaded ({self.mmproj_path}): it is chosen at "
                              "load (ggtts.load(..., mmproj=PATH), --mmproj)")  # fmt: skip
