@@ -21,7 +21,6 @@ stray symbols, and is logged as a warning. Nothing is downloaded at run time.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import os
@@ -619,7 +618,7 @@ def _counted(words: list[_Word]) -> list[_Word]:
                     words[end].surface in _INNING_HALVES
                     and (words[end - 1].written or words[end - 1].surface)[-1:] == "回"
                 ):
-                    words[end] = dataclasses.replace(words[end], reading=_INNING_HALVES[words[end].surface])
+                    words[end] = replace(words[end], reading=_INNING_HALVES[words[end].surface])
                     break  # 3回表: the top of the third inning, おもて (NJD: ひょう, a table)
                 end += 1
         if ruled and end < len(words) and _adjacent(words, end) and not words[end].suffix:

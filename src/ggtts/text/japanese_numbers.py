@@ -323,6 +323,8 @@ DATE_WORDS = ("まで", "迄", "以降", "以前", "頃", "ごろ", "付", "締"
 # Words around fractions, not dates: 6/8拍子 (a time signature), 2/6の確率, 最大1/2まで, 約1/3.
 FRACTION_WORDS_AFTER = ("拍子", "の確率", "確率", "倍", "程度", "以上", "以下", "未満", "ほど", "くらい", "ぐらい")
 FRACTION_WORDS_BEFORE = ("最大", "最小", "最低", "約", "およそ", "確率", "割合", "比率", "全体の")
+_AFTER_CHARS = max(map(len, (*DATE_WORDS, *FRACTION_WORDS_AFTER)))  # how much of the text around is looked at
+_BEFORE_CHARS = max(map(len, FRACTION_WORDS_BEFORE))
 WEEKDAYS = {"月": "げつ", "火": "か", "水": "すい", "木": "もく", "金": "きん", "土": "ど", "日": "にち"}
 WEEKDAY, HOLIDAY, HOLIDAY_SAID = "ようび", "祝", "しゅくじつ"
 # A weekday in brackets after a date: (金), （金曜日）, (月・祝), (祝).
@@ -414,8 +416,8 @@ def _over(denominator: str, numerator: str) -> str:
 def _slashed(match: re.Match[str]) -> str:
     """3/15 -> さんがつじゅうごにち, 1/2 -> にぶんのいち, 24/7 as written (see :func:`is_slashed_date`)."""
     first, second, weekday = match.groups()
-    following = match.string[match.end() : match.end() + max(map(len, (*DATE_WORDS, *FRACTION_WORDS_AFTER)))]
-    before = match.string[max(0, match.start() - max(map(len, FRACTION_WORDS_BEFORE))) : match.start()]
+    following = match.string[match.end() : match.end() + _AFTER_CHARS]
+    before = match.string[max(0, match.start() - _BEFORE_CHARS) : match.start()]
     if is_slashed_date(first, second, weekday, following, before):
         return _month_day(first, second) + _weekday(weekday)
     if _smaller(first, second):
@@ -445,7 +447,8 @@ def _range(match: re.Match[str]) -> str:
     tilde after a number, "from" (1000円〜). A dash between bare numbers only when a counter follows the second
     (3-5人, 10-20%): 03-1234, 2024-03-01 and 1-2-3 are codes, dates and addresses, and -5 a sign."""
     text, start, end = match.string, match.start(), match.end()
-    if not match.group(1) and _subtracted(text, end):
+    second = None if match.group(1) else _COUNTED_NUMBER.match(text, end)  # after a dash: a number and its counter
+    if second is not None and text.startswith(("=", "＝"), second.end()):
         return match.group()  # (100円-20円=80円: a subtraction, said マイナス)
     if not start or not text[start - 1].isdigit():
         if not start or text[start - 1] not in _RANGE_UNIT_ENDINGS:
@@ -461,13 +464,7 @@ def _range(match: re.Match[str]) -> str:
     before = text[number_start - 1] if number_start else ""
     if before and (before in _DASHES or (before.isascii() and before.isalpha())):
         return match.group()  # a chain (1-2-3-4人) or a name (A4-5); after a word, a range (約3-5人, 週3-4回)
-    return "から" if _COUNTED_NUMBER.match(text, end) else match.group()
-
-
-def _subtracted(text: str, end: int) -> bool:
-    """Whether the counted number at ``end`` (after a dash) is followed by "=": the dash was a minus."""
-    counted = _COUNTED_NUMBER.match(text, end)
-    return counted is not None and text.startswith(("=", "＝"), counted.end())
+    return "から" if second is not None else match.group()
 
 
 _ARITHMETIC = {"+": "たす", "×": "かける", "÷": "わる", "±": "プラスマイナス"}
