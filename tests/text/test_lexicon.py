@@ -127,3 +127,26 @@ def test_many_entries_and_a_long_text_stay_linear() -> None:
     text = "word4999 word12 wordy " * 22_700
     with time_limit(60, "the lexicon"):
         assert lexicon.said(text).count("said 4999") == 22_700
+
+
+def test_entries_out_of_bounds_are_one_clear_error(tmp_path: Path) -> None:
+    from ggtts.text import lexicon
+
+    with pytest.raises(InputError, match="'ggtts ' begins or ends with a space"):
+        Lexicon.of({"ggtts ": "banana"})
+    with pytest.raises(InputError, match="an entry is one line"):
+        Lexicon.of({"ggtts": "gee\ngee"})
+    with pytest.raises(InputError, match="at most 200 characters written and 1000 said"):
+        Lexicon.of({"x" * 201: "long"})
+    with pytest.raises(InputError, match=f"{lexicon.MAX_ENTRIES + 1} entries; at most {lexicon.MAX_ENTRIES}"):
+        Lexicon.of({f"w{i}": "x" for i in range(lexicon.MAX_ENTRIES + 1)})
+    with pytest.raises(InputError, match="must map written words to what is said, got list"):
+        Lexicon.of(["ggtts"])  # type: ignore[arg-type]
+    huge = tmp_path / "huge.txt"
+    with huge.open("wb") as f:
+        f.truncate(lexicon.MAX_FILE_BYTES + 1)  # (sparse: nothing written)
+    with pytest.raises(InputError, match="a lexicon file is at most 16 MiB"):
+        Lexicon.read(huge)
+    (tmp_path / "bad.json").write_text("{oops", encoding="utf-8")
+    with pytest.raises(InputError, match=r"bad\.json: not JSON"):
+        Lexicon.read(tmp_path / "bad.json")
